@@ -1,0 +1,31 @@
+# Two commands: `make train` and `make test`. Both create .venv from requirements.txt first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: train test bench clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -r requirements.txt
+	touch $@
+
+train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`
+	$(PY) src/train.py $(ARGS)
+
+test: $(VENV)/.installed  ## set up, then run the test suite (not the `slow` ones)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md
+	$(PY) bench/startup.py
+	$(PY) bench/overhead.py
+	$(PY) bench/default_run.py
+
+clean:  ## remove run outputs (keeps data/ and .venv)
+	rm -rf logs/* .pytest_cache

@@ -1,0 +1,18 @@
+"""Stores the run's resolved config inside every checkpoint, as plain dicts and lists.
+
+That makes a checkpoint self-describing: eval.py, export and resume rebuild the exact data
+split and model from it, and it still loads with `torch.load(..., weights_only=True)`.
+"""
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+
+CONFIG_KEY = "litlab_config"
+
+
+class RunConfigInCheckpoint(Callback):
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CONFIG_KEY] = self.config

@@ -1,0 +1,1 @@
+"""LightningDataModules, one module per domain."""

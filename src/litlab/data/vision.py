@@ -1,0 +1,338 @@
+"""Image classification datamodules.
+
+`digits` (the default) is real data shipped inside scikit-learn, so it needs no network. The
+others keep their real download code (torchvision) and also read raw files already in
+`data_dir`, which is how the tests use them offline.
+"""
+import gzip
+import logging
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
+
+from litlab.utils.cli import UserError
+from litlab.utils.splits import stratified_split
+
+log = logging.getLogger(__name__)
+
+
+def random_affine(x: torch.Tensor, degrees: float = 0.0, translate: float = 0.0,
+                  scale: tuple[float, float] = (1.0, 1.0), hflip: bool = False) -> torch.Tensor:
+    """A different random rotation/shift/scale (and flip) for every image of a batch.
+
+    `translate` is a fraction of the image size; empty borders are zero (black).
+    """
+    import torch.nn.functional as F
+
+    n = x.shape[0]
+
+    def uniform(lo, hi):
+        return torch.empty(n, device=x.device).uniform_(lo, hi)
+
+    angle = uniform(-degrees, degrees).deg2rad_()
+    zoom = uniform(*scale)
+    flip = torch.where(torch.rand(n, device=x.device) < 0.5, -1.0, 1.0) if hflip else 1.0
+    theta = torch.zeros(n, 2, 3, device=x.device)
+    theta[:, 0, 0] = angle.cos() / zoom * flip
+    theta[:, 0, 1] = -angle.sin() / zoom
+    theta[:, 1, 0] = angle.sin() / zoom * flip
+    theta[:, 1, 1] = angle.cos() / zoom
+    theta[:, :, 2] = torch.empty(n, 2, device=x.device).uniform_(-2 * translate, 2 * translate)
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+class TensorImages(Dataset):
+    """Images held in memory as a uint8/float tensor (N, C, H, W) with integer labels.
+
+    Items are returned as stored; scaling, augmentation and normalization happen per batch
+    (VisionDataModule.on_after_batch_transfer)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.images[i], self.labels[i]
+
+
+class VisionDataModule(L.LightningDataModule):
+    """Shared split/transform/loader logic; subclasses only say how to read their images."""
+
+    task = "image_classification"
+    predict_split = "test"
+    mean: tuple[float, ...] = (0.5,)
+    std: tuple[float, ...] = (0.5,)
+    channels, image_size, num_classes = 1, 28, 10
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        batch_size: int = 128,
+        num_workers: int = 0,
+        persistent_workers: bool = False,
+        pin_memory: bool | None = None,
+        augment: bool = True,
+        val_fraction: float = 0.1,
+        seed: int = 42,
+    ):
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.data_dir = Path(data_dir)
+        self.train_set = self.val_set = self.test_set = None
+
+    @property
+    def dims(self) -> dict:
+        """What a net needs to know about the input: passed to the net's constructor."""
+        return {"in_channels": self.channels, "num_classes": self.num_classes,
+                "image_size": self.image_size}
+
+    def augment(self, x: torch.Tensor) -> torch.Tensor:
+        """Train-time augmentation of a float batch in [0, 1], on the batch's device."""
+        return random_affine(x, translate=0.125)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Scale, augment (training only) and normalize whole batches on the device: one
+        vectorized op per batch instead of a Python transform per image."""
+        x, y = batch
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x
+        if self.hparams.augment and self.trainer is not None and self.trainer.training:
+            x = self.augment(x)
+        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        return (x - mean) / std, y
+
+    def load(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple | None]:
+        """Return ((train_images, train_labels), (test_images, test_labels) or None)."""
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        (images, labels), test = self.load()
+        if test is None:  # no official test split: carve one out, stratified
+            rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed)
+            test = images[test_idx], labels[test_idx]
+            images, labels = images[rest], labels[rest]
+        train_idx, val_idx = stratified_split(labels, self.hparams.val_fraction, self.hparams.seed)
+        self.train_set = TensorImages(images[train_idx], labels[train_idx])
+        self.val_set = TensorImages(images[val_idx], labels[val_idx])
+        self.test_set = TensorImages(*test)
+
+    def _loader(self, dataset, shuffle: bool) -> DataLoader:
+        h = self.hparams
+        pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
+        return DataLoader(dataset, batch_size=h.batch_size, shuffle=shuffle,
+                          num_workers=h.num_workers, pin_memory=pin,
+                          persistent_workers=h.persistent_workers and h.num_workers > 0)
+
+    def train_dataloader(self):
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self):
+        return self._loader(self.test_set, shuffle=False)
+
+    def predict_dataloader(self):
+        """The split named by `predict_split` (eval.py sets it to test or val)."""
+        return self._loader(getattr(self, f"{self.predict_split}_set"), shuffle=False)
+
+
+class DigitsDataModule(VisionDataModule):
+    """scikit-learn's 1,797 handwritten digits (8x8, 16 grey levels): real, offline, fast.
+
+    Stratified train/val/test split by seed (test_fraction of all, val_fraction of the rest).
+    """
+
+    mean, std = (0.3051,), (0.3781,)
+    channels, image_size, num_classes = 1, 8, 10
+
+    def __init__(self, test_fraction: float = 0.2, **kwargs):
+        super().__init__(**kwargs)
+        self.test_fraction = test_fraction
+
+    def augment(self, x):
+        return random_affine(x, degrees=8, translate=0.08, scale=(0.9, 1.1))
+
+    def load(self):
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+        labels = torch.tensor(digits.target, dtype=torch.long)
+        rest, test = stratified_split(labels, self.test_fraction, self.hparams.seed)
+        return (images[rest], labels[rest]), (images[test], labels[test])
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """Read an MNIST-format idx file (plain or .gz) into a uint8 tensor."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as err:
+        raise UserError(f"cannot read {path}: {err} (re-download it or delete it)") from err
+    ndim = data[3] if len(data) > 4 else 0
+    if len(data) < 4 or data[:3] != b"\x00\x00\x08" or ndim not in (1, 3):
+        raise UserError(f"{path} is not an idx file (corrupt download?); delete it and retry")
+    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    body = data[4 + 4 * ndim :]
+    if len(body) != torch.Size(shape).numel():
+        raise UserError(f"{path} is truncated: expected shape {shape}; delete it and retry")
+    return torch.frombuffer(bytearray(body), dtype=torch.uint8).reshape(shape)
+
+
+class MNISTDataModule(VisionDataModule):
+    """MNIST in torchvision's layout (<data_dir>/MNIST/raw).
+
+    Downloads when online. When only the 10k test split is present (as in ../shared/data), it
+    is split into train/val/test by seed, with a warning: fine for tests, not for papers.
+    """
+
+    dataset_name = "MNIST"
+    mean, std = (0.1307,), (0.3081,)
+
+    def __init__(self, download: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.download = download
+
+    @property
+    def raw_dir(self) -> Path:
+        return self.data_dir / self.dataset_name / "raw"
+
+    def _find(self, stem: str) -> Path | None:
+        for name in (stem, stem + ".gz"):
+            if (self.raw_dir / name).is_file():
+                return self.raw_dir / name
+        return None
+
+    def _split(self, prefix: str):
+        images, labels = self._find(f"{prefix}-images-idx3-ubyte"), self._find(f"{prefix}-labels-idx1-ubyte")
+        if images and labels:
+            return read_idx(images).unsqueeze(1), read_idx(labels).long()
+        return None
+
+    def prepare_data(self) -> None:
+        if self._find("train-images-idx3-ubyte") or not self.download:
+            return
+        import torchvision.datasets as tvd
+
+        try:
+            for train in (True, False):
+                getattr(tvd, self.dataset_name)(str(self.data_dir), train=train, download=True)
+        except Exception as err:  # offline: fall back to what is on disk (checked in setup)
+            log.warning("%s download failed (%s); using the files in %s", self.dataset_name,
+                        err, self.raw_dir)
+
+    def load(self):
+        train, test = self._split("train"), self._split("t10k")
+        if train is None and test is None:
+            raise UserError(f"{self.dataset_name} not found in {self.raw_dir} (and download "
+                            f"{'failed' if self.download else 'is off'}): put the idx files there")
+        if train is None:
+            log.warning("%s: only the test split is in %s; splitting its %d images into "
+                        "train/val/test", self.dataset_name, self.raw_dir, len(test[1]))
+            return test, None
+        return train, test
+
+
+class FashionMNISTDataModule(MNISTDataModule):
+    """Fashion-MNIST, same format and layout as MNIST (<data_dir>/FashionMNIST/raw)."""
+
+    dataset_name = "FashionMNIST"
+    mean, std = (0.2860,), (0.3530,)
+
+
+class CIFAR10DataModule(VisionDataModule):
+    """CIFAR-10 via torchvision (downloads into data_dir when online)."""
+
+    mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    channels, image_size, num_classes = 3, 32, 10
+
+    def __init__(self, download: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.download = download
+
+    def augment(self, x):
+        return random_affine(x, translate=0.125, hflip=True)
+
+    def prepare_data(self) -> None:
+        self._dataset(train=True)
+        self._dataset(train=False)
+
+    def _dataset(self, train: bool):
+        from torchvision.datasets import CIFAR10
+
+        try:
+            return CIFAR10(str(self.data_dir), train=train, download=self.download)
+        except RuntimeError as err:
+            raise UserError(f"CIFAR-10 not found in {self.data_dir} ({err})") from err
+
+    def load(self):
+        def tensors(ds):
+            return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
+
+        return tensors(self._dataset(True)), tensors(self._dataset(False))
+
+
+class ImageFolderDataModule(VisionDataModule):
+    """A folder of class sub-folders (`root/cat/*.png`, `root/dog/*.png`), read lazily.
+
+    With `root/train` (and optionally `root/val`, `root/test`) those splits are used as is;
+    otherwise the images are split into train/val/test by seed, stratified by class.
+    """
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+    def __init__(self, root: str, image_size: int = 64, channels: int = 3,
+                 test_fraction: float = 0.2, **kwargs):
+        super().__init__(**kwargs)
+        self.root, self.image_size, self.channels = Path(root), image_size, channels
+        self.test_fraction = test_fraction
+        if channels == 1:
+            self.mean, self.std = (0.5,), (0.5,)
+        if not self.root.is_dir():
+            raise UserError(f"data.root={root} is not a folder (expected class sub-folders)")
+        self.classes = sorted(p.name for p in self._split_root("train").iterdir() if p.is_dir())
+        if len(self.classes) < 2:
+            raise UserError(f"data.root={root} needs at least 2 class sub-folders, "
+                            f"found {self.classes}")
+        self.num_classes = len(self.classes)
+
+    def _split_root(self, split: str) -> Path:
+        return self.root / split if (self.root / "train").is_dir() else self.root
+
+    def _folder(self, split: str):
+        from torchvision.datasets import ImageFolder
+
+        decode = v2.Compose([v2.Grayscale(self.channels) if self.channels == 1 else v2.RGB(),
+                             v2.Resize(self.image_size), v2.CenterCrop(self.image_size),
+                             v2.PILToTensor()])
+        return ImageFolder(str(self._split_root(split)), transform=decode, allow_empty=False)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        from torch.utils.data import Subset
+
+        h = self.hparams
+        train = self._folder("train")
+        if (self.root / "train").is_dir():
+            has = {s: (self.root / s).is_dir() for s in ("val", "test")}
+            idx, val_idx = (range(len(train)), None) if has["val"] else \
+                stratified_split(train.targets, h.val_fraction, h.seed)
+            self.train_set = Subset(train, idx)
+            self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
+            self.test_set = self._folder("test") if has["test"] else self.val_set
+            return
+        rest, test_idx = stratified_split(train.targets, self.test_fraction, h.seed)
+        tr, va = stratified_split([train.targets[i] for i in rest], h.val_fraction, h.seed)
+        self.train_set = Subset(train, rest[tr])
+        self.val_set, self.test_set = Subset(train, rest[va]), Subset(train, test_idx)

@@ -1,0 +1,1 @@
+"""LightningModules, one module per domain; `nets/` holds the pure nn.Module architectures."""

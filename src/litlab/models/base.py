@@ -1,0 +1,74 @@
+"""What every domain's LightningModule shares, written once.
+
+- the net is an `nn.Module` built from config by the entry point (never a raw config here);
+- optimizer and scheduler arrive as partials from config and are built in
+  `configure_optimizers` on `self.trainer.model`'s parameters (correct under FSDP too);
+- per-split torchmetrics collections, logged per epoch and synced across DDP ranks;
+- optional `torch.compile` of the net's forward (state-dict keys stay unchanged).
+
+Hyperparameters saved into checkpoints are plain values only (no modules, no partials), so
+checkpoints load with `torch.load(..., weights_only=True)`; the full run config is stored
+beside them by `litlab.callbacks.RunConfigInCheckpoint`.
+"""
+from collections.abc import Callable
+
+import lightning as L
+import torch
+from torch import nn
+from torchmetrics import MetricCollection
+
+SPLITS = ("train", "val", "test")
+
+
+class LitModule(L.LightningModule):
+    #: data tasks this module can train on (checked against the datamodule's `task`)
+    tasks: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
+        scheduler_interval: str = "epoch",
+        monitor: str = "val/acc",
+        monitor_mode: str = "max",
+        compile: bool = False,
+    ):
+        super().__init__()
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"], logger=False)
+        self.net = net
+        self._optimizer, self._scheduler = optimizer, scheduler
+        self._forward = net
+        for split in SPLITS:
+            setattr(self, f"{split}_metrics", self.make_metrics().clone(prefix=f"{split}/"))
+
+    def make_metrics(self) -> MetricCollection:
+        """The metrics of one split (cloned for train/val/test)."""
+        raise NotImplementedError
+
+    def metrics(self, split: str) -> MetricCollection:
+        return getattr(self, f"{split}_metrics")
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.compile and self._forward is self.net:
+            self._forward = torch.compile(self.net)
+
+    def forward(self, *args, **kwargs):
+        return self._forward(*args, **kwargs)
+
+    def log_step(self, split: str, loss: torch.Tensor, preds, target, batch_size: int) -> None:
+        """Update and log the split's metrics and loss (epoch-level, synced under DDP)."""
+        metrics = self.metrics(split)
+        metrics.update(preds, target)
+        self.log(f"{split}/loss", loss.detach(), on_step=False, on_epoch=True, prog_bar=True,
+                 batch_size=batch_size, sync_dist=split != "train")
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=batch_size)
+
+    def configure_optimizers(self):
+        optimizer = self._optimizer(params=self.trainer.model.parameters())
+        if self._scheduler is None:
+            return optimizer
+        scheduler = {"scheduler": self._scheduler(optimizer=optimizer),
+                     "interval": self.hparams.scheduler_interval,
+                     "monitor": self.hparams.monitor}
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -1,0 +1,1 @@
+"""Pure nn.Module architectures, built from config plus the datamodule's `dims`."""

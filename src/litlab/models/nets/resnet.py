@@ -1,0 +1,21 @@
+"""torchvision's ResNet-18, adapted to small images (CIFAR-style stem)."""
+from torch import nn
+
+
+def resnet18(in_channels: int, num_classes: int, image_size: int, small_input: bool | None = None,
+             zero_init_residual: bool = True) -> nn.Module:
+    """ResNet-18 from torchvision (random init: no weights are downloaded).
+
+    For images under 64 px (`small_input`, default by size) the 7x7/2 stem and max-pool are
+    replaced by a 3x3/1 conv, as in the CIFAR ResNets, so 32x32 inputs keep their resolution.
+    """
+    from torchvision.models import resnet18 as tv_resnet18
+
+    net = tv_resnet18(weights=None, num_classes=num_classes, zero_init_residual=zero_init_residual)
+    small = image_size < 64 if small_input is None else small_input
+    if small:
+        net.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
+        net.maxpool = nn.Identity()
+    elif in_channels != 3:
+        net.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
+    return net

@@ -1,0 +1,64 @@
+"""Image classification: cross-entropy with label smoothing, optional mixup/cutmix and EMA
+weights (the recipe of torchvision's classification references), accuracy and macro-F1."""
+import torch
+import torch.nn.functional as F
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+from torchvision.transforms import v2
+
+from litlab.models.base import LitModule
+
+
+class ImageClassifier(LitModule):
+    tasks = ("image_classification",)
+
+    def __init__(self, net, optimizer, num_classes: int, scheduler=None,
+                 label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
+                 cutmix_alpha: float = 0.0, ema_decay: float | None = None, **kwargs):
+        self.num_classes = num_classes
+        super().__init__(net, optimizer, scheduler, **kwargs)
+        mixes = [cls(alpha=a, num_classes=num_classes)
+                 for cls, a in ((v2.MixUp, mixup_alpha), (v2.CutMix, cutmix_alpha)) if a > 0]
+        self.mix = v2.RandomChoice(mixes) if mixes else None
+
+    def make_metrics(self) -> MetricCollection:
+        return MetricCollection({
+            "acc": MulticlassAccuracy(self.num_classes, average="micro"),
+            "f1": MulticlassF1Score(self.num_classes, average="macro"),
+        })
+
+    def configure_callbacks(self):
+        if self.hparams.ema_decay is None:
+            return []
+        from lightning.pytorch.callbacks import EMAWeightAveraging
+
+        return [EMAWeightAveraging(decay=self.hparams.ema_decay)]
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        target = y
+        if self.mix is not None:
+            x, target = self.mix(x, y)  # target becomes soft labels
+        logits = self(x)
+        loss = F.cross_entropy(logits, target, label_smoothing=self.hparams.label_smoothing)
+        self.log_step("train", loss, logits.argmax(1), y, len(y))
+        return loss
+
+    def _eval_step(self, split: str, batch):
+        x, y = batch
+        logits = self(x)
+        self.log_step(split, F.cross_entropy(logits, y), logits.argmax(1), y, len(y))
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step("val", batch)
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step("test", batch)
+
+    def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
+        """Per-sample columns for eval.py's predictions.csv."""
+        x, y = batch
+        probs = self(x).softmax(1)
+        confidence, pred = probs.max(1)
+        return {"target": y, "pred": pred, "confidence": confidence,
+                **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])}}

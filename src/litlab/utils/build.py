@@ -1,0 +1,92 @@
+"""Turns a composed config into the objects of a run (datamodule, model, trainer).
+
+Every `_target_` is instantiated here, in one place, so modules never receive raw configs.
+"""
+import inspect
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from litlab.utils.cli import UserError
+
+log = logging.getLogger(__name__)
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
+
+
+def _choice(group: str) -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return str(HydraConfig.get().runtime.choices.get(group))
+    return "?"
+
+
+def _accepted(fn, kwargs: dict) -> dict:
+    """The subset of `kwargs` that `fn` names as parameters."""
+    names = set(inspect.signature(fn).parameters)
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
+def data_options(tasks) -> list[str]:
+    """Names of the data configs whose datamodule has a task in `tasks`."""
+    fits = []
+    for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        try:
+            if target and hydra.utils.get_class(target).task in tasks:
+                fits.append(path.stem)
+        except Exception:  # a broken data config must not hide the real error
+            continue
+    return fits
+
+
+def check_compatible(cfg: DictConfig) -> None:
+    """Fail at once, in one line, when the model cannot train on the chosen data."""
+    model_cls = hydra.utils.get_class(cfg.model._target_)
+    data_cls = hydra.utils.get_class(cfg.data._target_)
+    if data_cls.task not in model_cls.tasks:
+        raise UserError(
+            f"model={_choice('model')} ({', '.join(model_cls.tasks)}) cannot train on "
+            f"data={_choice('data')} ({data_cls.task}); data that fit this model: "
+            f"{', '.join(data_options(model_cls.tasks))}")
+
+
+def datamodule(cfg: DictConfig):
+    log.info("Instantiating datamodule <%s>", cfg.data._target_)
+    return hydra.utils.instantiate(cfg.data, _convert_="all")
+
+
+def model(cfg: DictConfig, dm):
+    """The LightningModule, its net sized by the datamodule's `dims` (never duplicated in configs)."""
+    check_compatible(cfg)
+    dims = dm.dims
+    net_factory = hydra.utils.instantiate(cfg.model.net, _partial_=True, _convert_="all")
+    net = net_factory(**_accepted(net_factory.func, dims))
+    model_cls = hydra.utils.get_class(cfg.model._target_)
+    log.info("Instantiating model <%s> with net <%s>", cfg.model._target_, cfg.model.net._target_)
+    return hydra.utils.instantiate(cfg.model, net=net, _convert_="all",
+                                   **_accepted(model_cls.__init__, dims))
+
+
+def instantiate_all(cfg: DictConfig | None) -> list:
+    """Instantiate every `_target_` entry of a group such as callbacks or logger."""
+    if not cfg:
+        return []
+    return [hydra.utils.instantiate(c) for c in cfg.values()
+            if isinstance(c, DictConfig) and "_target_" in c]
+
+
+def trainer(cfg: DictConfig, extra_callbacks=()):
+    from litlab.callbacks.run_config import RunConfigInCheckpoint
+
+    callbacks = instantiate_all(cfg.get("callbacks")) + list(extra_callbacks)
+    callbacks.append(RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True)))
+    loggers = instantiate_all(cfg.get("logger"))
+    if not loggers:  # LearningRateMonitor refuses to run without a logger: skip it
+        from lightning.pytorch.callbacks import LearningRateMonitor
+
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    log.info("Instantiating trainer <%s>", cfg.trainer._target_)
+    return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

@@ -1,0 +1,125 @@
+"""Entry-point guard: bad input costs one line and exit code 2, not a traceback.
+
+Two kinds of bad input reach a user:
+- Hydra composition errors (unknown group option, unknown key, bad override syntax), raised
+  before the task starts. Hydra prints them over several lines; `run` condenses them.
+- `UserError`, raised by litlab code for a wrong value, a missing file, a model/data mismatch.
+  `task` prints it as one line and removes the run dir that Hydra created for nothing.
+Set HYDRA_FULL_ERROR=1 to get full tracebacks instead.
+"""
+import functools
+import io
+import os
+import re
+import shutil
+import sys
+
+EXIT_BAD_INPUT = 2
+
+
+class UserError(Exception):
+    """Bad input: a config value, a file, an incompatible pair. Shown as one line."""
+
+
+def _full_errors() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def condense(message: str) -> str:
+    """Turn one of Hydra's multi-line composition errors into a single line."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if "HYDRA_FULL_ERROR" not in ln]
+    missing = re.search(r"Could not find '([^']+)'", message)
+    if missing and "Available options" in message:
+        group, _, value = missing.group(1).rpartition("/")
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
+        options = ", ".join(lines[start + 1 :])
+        return f"unknown option {group}={value}; valid {group} options: {options}"
+    key = re.search(r"Could not override '([^']+)'", message)
+    if key:
+        hint = next((ln for ln in lines if ln.startswith("To append")), "")
+        hint = hint.replace("To append to your config use", "to add a new key use")
+        return f"unknown config key '{key.group(1)}'" + (f" ({hint})" if hint else "")
+    lines = [ln for ln in lines if not ln.startswith(("full_key:", "object_type=", "reference_type="))]
+    return " ".join(lines)
+
+
+class _Buffer(io.StringIO):
+    """Holds stderr until the task starts (Hydra writes composition errors there)."""
+
+
+def run(hydra_main) -> None:
+    """Call a `@hydra.main` function with one-line composition errors."""
+    real = sys.stderr
+    sys.stderr = buffer = _Buffer()
+    try:
+        hydra_main()
+    except SystemExit as exit_:
+        if sys.stderr is buffer:  # the task never started: a composition error
+            sys.stderr = real
+            text = buffer.getvalue()
+            if exit_.code not in (0, None) and text.strip() and not _full_errors():
+                print(f"error: {condense(text)}", file=sys.stderr)
+                raise SystemExit(EXIT_BAD_INPUT) from None
+            sys.stderr.write(text)
+        raise
+    finally:
+        if sys.stderr is buffer:
+            sys.stderr = real
+            real.write(buffer.getvalue())
+
+
+def _release_stderr() -> None:
+    stderr = sys.stderr
+    if isinstance(stderr, _Buffer):
+        sys.stderr = sys.__stderr__
+        sys.stderr.write(stderr.getvalue())
+
+
+def _output_dir() -> str | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def task(fn):
+    """Decorate a Hydra task: `UserError` becomes one line, exit 2, and no half-made run dir."""
+
+    @functools.wraps(fn)
+    def wrapper(cfg):
+        _release_stderr()
+        out = _output_dir()
+        fresh = out is not None and _only_hydra_files(out)
+        try:
+            return fn(cfg)
+        except UserError as err:
+            if _full_errors() or _is_multirun():
+                raise  # a sweep records the failed job and goes on
+            if fresh:
+                _close_log_files()
+                shutil.rmtree(out, ignore_errors=True)
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
+
+    return wrapper
+
+
+def _only_hydra_files(path: str) -> bool:
+    entries = os.listdir(path) if os.path.isdir(path) else []
+    return all(e == ".hydra" or e.endswith(".log") for e in entries)
+
+
+def _close_log_files() -> None:
+    import logging
+
+    for handler in logging.getLogger().handlers[:]:
+        if isinstance(handler, logging.FileHandler):
+            handler.close()
+            logging.getLogger().removeHandler(handler)

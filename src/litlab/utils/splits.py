@@ -1,0 +1,30 @@
+"""Seeded, stratified index splits shared by the domains' datamodules."""
+import numpy as np
+
+
+def stratified_split(labels, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split indices into (rest, held_out) with `fraction` held out, class proportions kept.
+
+    Falls back to a plain random split when a class is too small to stratify.
+    """
+    from sklearn.model_selection import train_test_split
+
+    labels = np.asarray(labels)
+    index = np.arange(len(labels))
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"split fraction must be in (0, 1), got {fraction}")
+    _, counts = np.unique(labels, return_counts=True)
+    stratify = labels if counts.min() >= 2 else None
+    rest, held = train_test_split(index, test_size=fraction, random_state=seed, stratify=stratify)
+    return np.sort(rest), np.sort(held)
+
+
+def stratified_folds(labels, num_folds: int, fold: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, test) of fold `fold` (0-based) of a seeded stratified k-fold split."""
+    from sklearn.model_selection import StratifiedKFold
+
+    if not 0 <= fold < num_folds:
+        raise ValueError(f"fold must be in [0, {num_folds}), got {fold}")
+    splitter = StratifiedKFold(n_splits=num_folds, shuffle=True, random_state=seed)
+    train, test = list(splitter.split(np.zeros(len(labels)), np.asarray(labels)))[fold]
+    return train, test

@@ -1,0 +1,49 @@
+"""Train, then test the best checkpoint: `python src/train.py [group=option] [key=value]`.
+
+    python src/train.py                           # CNN on scikit-learn's digits (offline)
+    python src/train.py data=mnist model=resnet18 trainer.max_epochs=3 seed=7
+    python src/train.py experiment=NAME           # a combination from configs/experiment/
+    python src/train.py -m model.optimizer.lr=1e-3,1e-2   # a sweep (multirun)
+
+Only Hydra and OmegaConf are imported before the command line is parsed: `--help` and
+`--cfg job` stay fast. torch and lightning are imported inside `train`.
+"""
+import hydra
+from omegaconf import DictConfig
+
+from litlab.utils import cli, resolvers  # noqa: F401  (cheap; registers config resolvers)
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """The recipe: seed, data, model, trainer, fit, test, report. Returns the final metrics."""
+    import lightning as L
+
+    from litlab.utils import build, report
+
+    report.apply_extras(cfg)
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule = build.datamodule(cfg)
+    model = build.model(cfg, datamodule)
+    trainer = build.trainer(cfg)
+    report.log_hyperparameters(cfg, model, trainer)
+
+    if cfg.train:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    checkpoint = report.best_checkpoint(trainer)
+    if cfg.test:
+        trainer.test(model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    report.summary(cfg, metrics, checkpoint)
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+@cli.task
+def main(cfg: DictConfig) -> float | None:
+    metrics = train(cfg)
+    return metrics.get(cfg.get("optimized_metric"))  # the objective of sweepers
+
+
+if __name__ == "__main__":
+    cli.run(main)

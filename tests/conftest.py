@@ -1,0 +1,81 @@
+"""Shared test helpers: real data copies, CLI runs in subprocesses, in-process config composition."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("LITLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
+# overrides that keep test runs quiet and inside the test's temp dir
+QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
+
+
+@pytest.fixture
+def shared_data(tmp_path):
+    """Copy a folder of ../shared/data (read-only there) into tmp; skip when it is absent."""
+
+    def copy(relative: str) -> Path:
+        src = SHARED_DATA / relative
+        if not src.exists():
+            pytest.skip(f"real data {src} is absent (see ../shared/data/README)")
+        dst = tmp_path / "shared" / relative
+        shutil.copytree(src, dst)
+        for path in dst.rglob("*"):  # copies keep the read-only bits: make them writable
+            path.chmod(path.stat().st_mode | 0o200)
+        return dst
+
+    return copy
+
+
+def run_cli(script: str, *overrides: str, log_dir: Path, timeout: float = 240, env=None,
+            check: bool = True, quiet: bool = True) -> subprocess.CompletedProcess:
+    """Run `python src/<script> overrides...` as a user would, logs under `log_dir`."""
+    cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={log_dir}"]
+    cmd += (QUIET if quiet else []) + list(overrides)
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n"
+                             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """`cli("train.py", "data=mnist", ...)`: a subprocess run with logs in tmp_path/logs."""
+
+    def run(script: str, *overrides: str, **kwargs):
+        return run_cli(script, *overrides, log_dir=tmp_path / "logs", **kwargs)
+
+    return run
+
+
+def compose(config_name: str, overrides=(), output_dir: Path | None = None):
+    """Compose a config in-process, as `python src/<config_name>.py overrides` would."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    import litlab.utils.resolvers  # noqa: F401
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+        cfg = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=True)
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(output_dir)
+            cfg.hydra.job.num = 0
+            cfg.hydra.job.id = "test"
+        output_dir.mkdir(parents=True, exist_ok=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
+    return sorted((log_dir / task / "runs").glob("*"))
