@@ -5,7 +5,8 @@ import numpy as np
 def stratified_split(labels, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Split indices into (rest, held_out) with `fraction` held out, class proportions kept.
 
-    Falls back to a plain random split when a class is too small to stratify.
+    Falls back to a plain random split when the data is too small to stratify (a class with
+    one sample, or fewer held-out samples than classes).
     """
     from sklearn.model_selection import train_test_split
 
@@ -14,7 +15,9 @@ def stratified_split(labels, fraction: float, seed: int) -> tuple[np.ndarray, np
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"split fraction must be in (0, 1), got {fraction}")
     _, counts = np.unique(labels, return_counts=True)
-    stratify = labels if counts.min() >= 2 else None
+    held = int(np.ceil(fraction * len(labels)))
+    small = counts.min() < 2 or min(held, len(labels) - held) < len(counts)
+    stratify = None if small else labels
     rest, held = train_test_split(index, test_size=fraction, random_state=seed, stratify=stratify)
     return np.sort(rest), np.sort(held)
 

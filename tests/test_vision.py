@@ -1,0 +1,118 @@
+"""Vision domain: every datamodule runs, the default recipe learns, eval reproduces it."""
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_dirs
+
+FAST = ["trainer.fast_dev_run=true", "data.num_workers=0", "logger=csv"]
+
+
+def write_idx(path, array: np.ndarray) -> None:
+    """An MNIST-format idx file (gzip), as the original distribution files are."""
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_mnist_from_local_test_split(cli, shared_data):
+    """The shared copy has only the 10k test split: it is split into train/val/test."""
+    root = shared_data("MNIST")
+    proc = cli("train.py", "data=mnist", f"data.data_dir={root}", "data.download=false", *FAST)
+    assert "splitting its 10000 images" in proc.stdout + proc.stderr
+
+
+def test_fashion_mnist_reads_idx_files(tmp_path, cli):
+    raw = tmp_path / "data" / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 300), ("t10k", 100)):
+        write_idx(raw / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 255, (n, 28, 28)))
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+    cli("train.py", "data=fashion_mnist", f"data.data_dir={tmp_path / 'data'}",
+        "data.download=false", *FAST)
+
+
+def test_corrupt_idx_file_is_one_line(tmp_path, cli):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (raw / name).write_bytes(b"not a gzip file")
+    proc = cli("train.py", "data=mnist", f"data.data_dir={tmp_path}", "data.download=false",
+               *FAST, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: cannot read")
+
+
+@pytest.mark.parametrize("layout", ["flat", "splits"])
+def test_imagefolder_from_written_images(tmp_path, cli, layout):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "images"
+    splits = ["train", "val"] if layout == "splits" else [""]
+    for split in splits:
+        for cls in ("cat", "dog", "fox"):
+            folder = root / split / cls
+            folder.mkdir(parents=True)
+            for i in range(8):
+                Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    cli("train.py", "data=imagefolder", f"data.root={root}", "data.image_size=16",
+        "model=resnet18", *FAST)
+
+
+def test_default_recipe_learns_and_eval_reproduces_it(tmp_path, cli):
+    """A short digits run reaches >= 97% test accuracy; its checkpoint loads with
+    weights_only=True; eval.py reproduces the test metric and writes predictions."""
+    proc = cli("train.py", "trainer.max_epochs=12", "data.num_workers=0")
+    test_acc = float(next(ln.split()[-1] for ln in proc.stdout.splitlines()
+                          if ln.strip().startswith("test/acc")))
+    assert test_acc >= 0.97, proc.stdout[-2000:]
+    run = run_dirs(tmp_path / "logs")[-1]
+    best = next(p for p in (run / "checkpoints").glob("epoch_*.ckpt"))
+    ckpt = torch.load(best, map_location="cpu", weights_only=True)
+    assert {"state_dict", "litlab_config"} <= set(ckpt)
+    assert (run / ".hydra" / "config.yaml").is_file() and (run / "csv" / "metrics.csv").is_file()
+
+    cli("eval.py", f"ckpt_path={best}")
+    out = run_dirs(tmp_path / "logs", "eval")[-1]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["test/acc"] == pytest.approx(test_acc, abs=1e-4)
+    import pandas as pd
+
+    preds = pd.read_csv(out / "predictions.csv")
+    assert len(preds) == 360 and (preds.target == preds.pred).mean() == pytest.approx(test_acc, abs=1e-4)
+
+
+def test_same_seed_gives_bit_identical_weights(tmp_path):
+    """Two CPU runs with one seed end with exactly the same weights (and another seed not)."""
+    from conftest import compose
+    from train import train
+
+    def final_weights(seed: int, name: str):
+        cfg = compose("train", [f"seed={seed}", "trainer.max_epochs=2", "test=false",
+                                "trainer.limit_train_batches=8", "trainer.log_every_n_steps=4",
+                                "extras.print_config=false", "callbacks.rich_progress_bar=null"],
+                      output_dir=tmp_path / name)
+        train(cfg)
+        last = torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=True)
+        return last["state_dict"]
+
+    a, b, c = final_weights(1, "a"), final_weights(1, "b"), final_weights(2, "c")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["data=nope"], "unknown option data=nope; valid data options: cifar10, digits,"),
+    (["model=nope"], "unknown option model=nope; valid model options: cnn, "),
+    (["trainer.max_epoch=3"], "unknown config key 'trainer.max_epoch'"),
+])
+def test_bad_option_is_one_line(cli, tmp_path, args, expected):
+    proc = cli("train.py", *args, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and expected in proc.stderr, proc.stderr
+    assert not (tmp_path / "logs").exists() or not run_dirs(tmp_path / "logs")
