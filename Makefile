@@ -22,10 +22,10 @@ train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`
 test: $(VENV)/.installed  ## set up, then run the test suite (not the `slow` ones)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md
-	$(PY) bench/startup.py
-	$(PY) bench/overhead.py
-	$(PY) bench/default_run.py
+bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an idle machine)
+	PYTHONPATH=src $(PY) bench/startup.py
+	PYTHONPATH=src $(PY) bench/overhead.py
+	PYTHONPATH=src $(PY) bench/default_run.py
 
 clean:  ## remove run outputs (keeps data/ and .venv)
 	rm -rf logs/* .pytest_cache

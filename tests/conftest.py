@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from litlab.utils.config import compose  # noqa: F401  (re-exported for tests)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LITLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
 # overrides that keep test runs quiet (eval.py has no callbacks group)
@@ -53,29 +55,6 @@ def cli(tmp_path):
         return run_cli(script, *overrides, log_dir=tmp_path / "logs", **kwargs)
 
     return run
-
-
-def compose(config_name: str, overrides=(), output_dir: Path | None = None):
-    """Compose a config in-process, as `python src/<config_name>.py overrides` would."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    import litlab.utils.resolvers  # noqa: F401
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-        cfg = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=True)
-    if output_dir is not None:
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(output_dir)
-            cfg.hydra.job.num = 0
-            cfg.hydra.job.id = "test"
-        output_dir.mkdir(parents=True, exist_ok=True)
-    HydraConfig.instance().set_config(cfg)
-    return cfg
 
 
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
