@@ -1,10 +1,8 @@
 """Every config file composes, and the command-line switches of the README resolve."""
-from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
-
 from conftest import ROOT, compose
+from omegaconf import OmegaConf
 
 GROUPS = ["data", "model", "trainer", "callbacks", "logger", "debug", "experiment"]
 

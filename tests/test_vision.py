@@ -5,7 +5,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_dirs
 
 FAST = ["trainer.fast_dev_run=true", "data.num_workers=0", "logger=csv"]
@@ -90,6 +89,7 @@ def test_default_recipe_learns_and_eval_reproduces_it(tmp_path, cli):
 def test_same_seed_gives_bit_identical_weights(tmp_path):
     """Two CPU runs with one seed end with exactly the same weights (and another seed not)."""
     from conftest import compose
+
     from train import train
 
     def final_weights(seed: int, name: str):

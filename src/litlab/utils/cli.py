@@ -32,9 +32,13 @@ def condense(message: str) -> str:
     missing = re.search(r"Could not find '([^']+)'", message)
     if missing and "Available options" in message:
         group, _, value = missing.group(1).rpartition("/")
-        start = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
-        options = ", ".join(lines[start + 1 :])
-        return f"unknown option {group}={value}; valid {group} options: {options}"
+        after = message.split("Available options", 1)[1].splitlines()[1:]
+        options = []
+        for line in after:  # the indented lines right after the heading are the options
+            if not line[:1].isspace() or not line.strip():
+                break
+            options.append(line.strip())
+        return f"unknown option {group}={value}; valid {group} options: {', '.join(options)}"
     key = re.search(r"Could not override '([^']+)'", message)
     if key:
         hint = next((ln for ln in lines if ln.startswith("To append")), "")

@@ -1,0 +1,126 @@
+"""The image datasets torchvision downloads: MNIST, Fashion-MNIST, CIFAR-10.
+
+The real download code stays (it needs the internet once); raw files already in `data_dir`
+are used as they are, which is how the tests run them offline.
+"""
+import gzip
+import logging
+from pathlib import Path
+
+import torch
+
+from litlab.data.vision import VisionDataModule, random_affine
+from litlab.utils.cli import UserError
+
+log = logging.getLogger(__name__)
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """Read an MNIST-format idx file (plain or .gz) into a uint8 tensor."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as err:
+        raise UserError(f"cannot read {path}: {err} (re-download it or delete it)") from err
+    ndim = data[3] if len(data) > 4 else 0
+    if len(data) < 4 or data[:3] != b"\x00\x00\x08" or ndim not in (1, 3):
+        raise UserError(f"{path} is not an idx file (corrupt download?); delete it and retry")
+    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    body = data[4 + 4 * ndim :]
+    if len(body) != torch.Size(shape).numel():
+        raise UserError(f"{path} is truncated: expected shape {shape}; delete it and retry")
+    return torch.frombuffer(bytearray(body), dtype=torch.uint8).reshape(shape)
+
+
+class MNISTDataModule(VisionDataModule):
+    """MNIST in torchvision's layout (<data_dir>/MNIST/raw).
+
+    Downloads when online. When only the 10k test split is present (as in ../shared/data), it
+    is split into train/val/test by seed, with a warning: fine for tests, not for papers.
+    """
+
+    dataset_name = "MNIST"
+    mean, std = (0.1307,), (0.3081,)
+
+    def __init__(self, download: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.download = download
+
+    @property
+    def raw_dir(self) -> Path:
+        return self.data_dir / self.dataset_name / "raw"
+
+    def _find(self, stem: str) -> Path | None:
+        for name in (stem, stem + ".gz"):
+            if (self.raw_dir / name).is_file():
+                return self.raw_dir / name
+        return None
+
+    def _split(self, prefix: str):
+        images, labels = self._find(f"{prefix}-images-idx3-ubyte"), self._find(f"{prefix}-labels-idx1-ubyte")
+        if images and labels:
+            return read_idx(images).unsqueeze(1), read_idx(labels).long()
+        return None
+
+    def prepare_data(self) -> None:
+        if self._find("train-images-idx3-ubyte") or not self.download:
+            return
+        import torchvision.datasets as tvd
+
+        try:
+            for train in (True, False):
+                getattr(tvd, self.dataset_name)(str(self.data_dir), train=train, download=True)
+        except Exception as err:  # offline: fall back to what is on disk (checked in setup)
+            log.warning("%s download failed (%s); using the files in %s", self.dataset_name,
+                        err, self.raw_dir)
+
+    def load(self):
+        train, test = self._split("train"), self._split("t10k")
+        if train is None and test is None:
+            raise UserError(f"{self.dataset_name} not found in {self.raw_dir} (and download "
+                            f"{'failed' if self.download else 'is off'}): put the idx files there")
+        if train is None:
+            log.warning("%s: only the test split is in %s; splitting its %d images into "
+                        "train/val/test", self.dataset_name, self.raw_dir, len(test[1]))
+            return test, None
+        return train, test
+
+
+class FashionMNISTDataModule(MNISTDataModule):
+    """Fashion-MNIST, same format and layout as MNIST (<data_dir>/FashionMNIST/raw)."""
+
+    dataset_name = "FashionMNIST"
+    mean, std = (0.2860,), (0.3530,)
+
+
+class CIFAR10DataModule(VisionDataModule):
+    """CIFAR-10 via torchvision (downloads into data_dir when online)."""
+
+    mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    channels, image_size, num_classes = 3, 32, 10
+
+    def __init__(self, download: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.download = download
+
+    def augment(self, x):
+        return random_affine(x, translate=0.125, hflip=True)
+
+    def prepare_data(self) -> None:
+        self._dataset(train=True)
+        self._dataset(train=False)
+
+    def _dataset(self, train: bool):
+        from torchvision.datasets import CIFAR10
+
+        try:
+            return CIFAR10(str(self.data_dir), train=train, download=self.download)
+        except RuntimeError as err:
+            raise UserError(f"CIFAR-10 not found in {self.data_dir} ({err})") from err
+
+    def load(self):
+        def tensors(ds):
+            return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
+
+        return tensors(self._dataset(True)), tensors(self._dataset(False))
