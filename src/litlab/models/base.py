@@ -61,7 +61,7 @@ class LitModule(L.LightningModule):
         metrics = self.metrics(split)
         metrics.update(preds, target)
         self.log(f"{split}/loss", loss.detach(), on_step=False, on_epoch=True, prog_bar=True,
-                 batch_size=batch_size, sync_dist=split != "train")
+                 batch_size=batch_size, sync_dist=True)  # one all-reduce per epoch
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=batch_size)
 
     def configure_optimizers(self):

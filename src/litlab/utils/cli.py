@@ -96,7 +96,7 @@ def task(fn):
     def wrapper(cfg):
         _release_stderr()
         out = _output_dir()
-        fresh = out is not None and _only_hydra_files(out)
+        fresh = out is not None and _only_hydra_files(out) and _rank_zero()
         try:
             return fn(cfg)
         except UserError as err:
@@ -109,6 +109,11 @@ def task(fn):
             sys.exit(EXIT_BAD_INPUT)
 
     return wrapper
+
+
+def _rank_zero() -> bool:
+    """False in DDP ranks > 0: they share rank 0's run dir and must never remove it."""
+    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def _only_hydra_files(path: str) -> bool:
