@@ -48,8 +48,18 @@ class _Buffer(io.StringIO):
     """Holds stderr until the task starts (Hydra writes composition errors there)."""
 
 
+def _export_package_path() -> None:
+    """Launchers (submitit, joblib) run jobs in new interpreters that unpickle litlab functions:
+    they find the package through PYTHONPATH, as this process finds it beside the script."""
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if src not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([src, *paths])
+
+
 def run(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
+    _export_package_path()
     real = sys.stderr
     sys.stderr = buffer = _Buffer()
     try:
