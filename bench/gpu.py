@@ -1,7 +1,7 @@
 """GPU checks and throughput, in one short run: precision modes, NCCL DDP, torch.compile.
 
     python bench/gpu.py                  # on a CUDA machine: ~2-3 minutes, a Markdown table
-    python bench/gpu.py --epochs 1       # shorter
+    python bench/gpu.py --epochs 2       # shorter
 On a machine without CUDA the GPU rows are printed as skipped and only the CPU fp32 row runs
 (that is how the tests exercise this script). Each row builds the run exactly as
 `python src/train.py model=M trainer=gpu trainer.precision=P ...` does (same configs, same
@@ -27,7 +27,10 @@ SETTINGS = [
     ("gpu ddp, NCCL, 1 GPU, bf16-mixed", ["trainer=ddp", "trainer.accelerator=gpu",
                                           "trainer.devices=1", "trainer.precision=bf16-mixed"], True),
     ("gpu bf16-mixed + model.compile=true", ["trainer=gpu", "model.compile=true"], True),
+    ("gpu fsdp, 1 GPU, bf16-mixed", ["trainer=fsdp", "trainer.devices=1"], True),
 ]
+# --quick: what the tests run on a CPU (harness only)
+QUICK = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
 
 
 def compose(overrides: list[str], out: Path):
@@ -59,6 +62,7 @@ def batch_size(batch) -> int:
 
 
 def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> dict:
+    """Train one setting in this process; its throughput, wall time, monitor and plugins."""
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import Callback
@@ -103,7 +107,8 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
     metric = float(trainer.callback_metrics.get(cfg.model.monitor, float("nan")))
     info = {"precision": str(trainer.precision), "strategy": type(trainer.strategy).__name__,
             "backend": getattr(trainer.strategy, "process_group_backend", None) or "-",
-            "scaler": type(getattr(trainer.precision_plugin, "scaler", None)).__name__}
+            "scaler": type(getattr(trainer.precision_plugin, "scaler", None)).__name__
+            .replace("NoneType", "none")}
     distributed.finish(trainer)
     return {"samples_s": meter.samples / meter.seconds if meter.seconds else float("nan"),
             "wall": wall, "metric": metric, "monitor": cfg.model.monitor, **info}
@@ -119,7 +124,9 @@ def main() -> int:
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--quick", action="store_true", help="2 epochs of 4 batches (tests)")
     args = parser.parse_args()
+    epochs, extra = (2, QUICK) if args.quick else (args.epochs, [])
     import tempfile
 
     import torch
@@ -138,7 +145,7 @@ def main() -> int:
                 continue  # the CPU row is the harness check; on a GPU only once
             try:
                 with tempfile.TemporaryDirectory() as tmp:
-                    r = measure(model_name, overrides, args.epochs, Path(tmp))
+                    r = measure(model_name, overrides + extra, epochs, Path(tmp))
                 ok = math.isfinite(r["metric"])
                 failures += not ok
                 rows.append((model_name, name, "ok" if ok else "FAILED: non-finite metric",
@@ -150,7 +157,7 @@ def main() -> int:
                 rows.append((model_name, name, f"FAILED: {type(err).__name__}: "
                              f"{str(err).splitlines()[0][:120] if str(err) else ''}", "", "", ""))
             print(f"  {rows[-1][0]} | {rows[-1][1]} | {rows[-1][2]}", flush=True)
-    print(f"\n{device}, {args.epochs} epochs of data=digits (default batch_size), "
+    print(f"\n{device}, {epochs} epochs of data=digits (default batch_size), "
           f"throughput after epoch 1\n")
     print("| model | setting | check | train samples/s | fit wall (s) | details |")
     print("|---|---|---|---|---|---|")
