@@ -53,6 +53,9 @@ class LitModule(L.LightningModule):
         return getattr(self, f"{split}_metrics")
 
     def setup(self, stage: str) -> None:
+        from litlab.utils.distributed import unpad_eval_shards
+
+        unpad_eval_shards()  # exact val/test metrics under DDP, in every process that runs
         if self.hparams.compile and self._forward is self.net:
             self._forward = torch.compile(self.net)
 

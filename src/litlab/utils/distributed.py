@@ -75,22 +75,29 @@ def _unpadded_eval_sampler(original):
     return sampler
 
 
+def unpad_eval_shards() -> None:
+    """Give val/test shards without padding (idempotent). Also called from LitModule.setup,
+    which runs inside ddp_spawn's worker processes, where `install`'s patches do not exist."""
+    from lightning.pytorch.trainer.connectors import data_connector
+
+    if not getattr(data_connector._get_distributed_sampler, "litlab", False):
+        data_connector._get_distributed_sampler = _unpadded_eval_sampler(
+            data_connector._get_distributed_sampler)
+    # Lightning warns that eval shards are padded; with the sampler above they are not
+    warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+
+
 def install(script: str) -> None:
     """Patch Lightning (in memory) so that DDP children and eval shards behave as above.
 
     `script` is the entry point's path (a child re-executes it)."""
     from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
     from lightning.pytorch.strategies.launchers import subprocess_script as launcher
-    from lightning.pytorch.trainer.connectors import data_connector
 
     _state["script"] = os.path.abspath(script)
     _state.setdefault("env", {k: os.environ.get(k) for k in LAUNCH_ENV + (CHILD_ENV,)})
     launcher._hydra_subprocess_cmd = fabric_launcher._hydra_subprocess_cmd = child_command
-    if not getattr(data_connector._get_distributed_sampler, "litlab", False):
-        data_connector._get_distributed_sampler = _unpadded_eval_sampler(
-            data_connector._get_distributed_sampler)
-    # Lightning warns that eval shards are padded; with the sampler above they are not
-    warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+    unpad_eval_shards()
     if rank() > 0:
         quiet_rank_console(rank())
 
@@ -133,12 +140,15 @@ def describe(trainer, batch_size: int | None) -> None:
 
 def finish(trainer) -> None:
     """End a distributed run on every rank; rank 0 waits for its children and checks them."""
+    import subprocess
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # no rank tears down while another still talks to it
         dist.destroy_process_group()
     procs = getattr(getattr(trainer.strategy, "launcher", None), "procs", None) or []
+    procs = [p for p in procs if isinstance(p, subprocess.Popen)]  # ddp_spawn joined its own
     failed = [(i + 1, p.wait()) for i, p in enumerate(procs)]
     failed = [(r, code) for r, code in failed if code != 0]
     for key, value in _state.get("env", {}).items():  # a multirun's next job starts afresh
