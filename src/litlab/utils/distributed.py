@@ -10,9 +10,9 @@ It also makes evaluation exact: val/test shards are unpadded (Lightning's Distri
 pads with duplicates that torchmetrics would count), as Lightning already does for predict.
 
 `finish` ends a run cleanly: it destroys the process group while all ranks are alive, waits for
-the child ranks and fails when one failed. Without it, rank 0 exits while gloo's threads still
-talk to ranks that are exiting too, and a process may abort at exit with
-`terminate called without an active exception` (bench/ddp.py --stress).
+the child ranks and fails when one failed. Plain Lightning does neither: rank 0, which hosts the
+rendezvous store, can exit while the other ranks' gloo threads still tear down against it (the
+likely cause of `terminate called without an active exception`; bench/ddp.py --stress).
 """
 import logging
 import os
@@ -20,8 +20,6 @@ import sys
 import warnings
 
 log = logging.getLogger(__name__)
-# set in the environment of the ranks that `install`'s command starts
-CHILD_ENV = "LITLAB_DDP_CHILD"
 # environment a launch sets in the parent; restored after each job (multiruns start many)
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
 # the job's hydra overrides that a child must not repeat (it is a single run, not a sweep)
@@ -29,10 +27,6 @@ SWEEP_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.launcher", "hydra.sweepe
               "hydra.sweep", "hydra.run", "hydra.mode", "hydra.output_subdir")
 
 _state: dict = {}
-
-
-def is_child() -> bool:
-    return CHILD_ENV in os.environ
 
 
 def rank() -> int:
@@ -52,7 +46,6 @@ def child_command(local_rank: int) -> tuple[list[str], str]:
     out = hc.runtime.output_dir.replace("\\", "\\\\").replace('"', '\\"')
     cmd = [sys.executable, _state["script"], *hc.overrides.task, *hydra_overrides,
            f'hydra.run.dir="{out}"', "hydra.output_subdir=null"]
-    os.environ[CHILD_ENV] = "1"  # read by the child; Lightning copies os.environ after this
     return cmd, hc.runtime.cwd
 
 
@@ -95,7 +88,7 @@ def install(script: str) -> None:
     from lightning.pytorch.strategies.launchers import subprocess_script as launcher
 
     _state["script"] = os.path.abspath(script)
-    _state.setdefault("env", {k: os.environ.get(k) for k in LAUNCH_ENV + (CHILD_ENV,)})
+    _state.setdefault("env", {k: os.environ.get(k) for k in LAUNCH_ENV})
     launcher._hydra_subprocess_cmd = fabric_launcher._hydra_subprocess_cmd = child_command
     unpad_eval_shards()
     if rank() > 0:
