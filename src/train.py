@@ -18,22 +18,25 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """The recipe: seed, data, model, trainer, fit, test, report. Returns the final metrics."""
     import lightning as L
 
-    from litlab.utils import build, report
+    from litlab.utils import build, distributed, report
 
+    distributed.install(__file__)  # DDP children re-run this job exactly (not the sweep)
     report.apply_extras(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)
     trainer = build.trainer(cfg)
+    distributed.describe(trainer, cfg.data.get("batch_size"))
     report.log_hyperparameters(cfg, model, trainer)
 
     if cfg.train:
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    checkpoint = report.best_checkpoint(trainer)
+    checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
     if cfg.test:
         trainer.test(model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    distributed.finish(trainer)  # all ranks end together; fails if a child rank failed
     report.summary(cfg, metrics, checkpoint)
     return metrics
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import lightning as L
 import torch
 from torch import nn
-from torchmetrics import MetricCollection
+from torchmetrics import MeanMetric, MetricCollection
 
 SPLITS = ("train", "val", "test")
 
@@ -41,6 +41,9 @@ class LitModule(L.LightningModule):
         self._forward = net
         for split in SPLITS:
             setattr(self, f"{split}_metrics", self.make_metrics().clone(prefix=f"{split}/"))
+            # a metric, not a logged float: Lightning's own DDP mean truncates the synced
+            # sample count to an integer when ranks hold unequal shards (181 + 180 -> 180)
+            setattr(self, f"{split}_loss", MeanMetric())
 
     def make_metrics(self) -> MetricCollection:
         """The metrics of one split (cloned for train/val/test)."""
@@ -50,6 +53,9 @@ class LitModule(L.LightningModule):
         return getattr(self, f"{split}_metrics")
 
     def setup(self, stage: str) -> None:
+        from litlab.utils.distributed import unpad_eval_shards
+
+        unpad_eval_shards()  # exact val/test metrics under DDP, in every process that runs
         if self.hparams.compile and self._forward is self.net:
             self._forward = torch.compile(self.net)
 
@@ -60,8 +66,10 @@ class LitModule(L.LightningModule):
         """Update and log the split's metrics and loss (epoch-level, synced under DDP)."""
         metrics = self.metrics(split)
         metrics.update(preds, target)
-        self.log(f"{split}/loss", loss.detach(), on_step=False, on_epoch=True, prog_bar=True,
-                 batch_size=batch_size, sync_dist=split != "train")
+        mean_loss = getattr(self, f"{split}_loss")
+        mean_loss.update(loss.detach(), batch_size)
+        self.log(f"{split}/loss", mean_loss, on_step=False, on_epoch=True, prog_bar=True,
+                 batch_size=batch_size)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=batch_size)
 
     def configure_optimizers(self):

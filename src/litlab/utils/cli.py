@@ -52,8 +52,18 @@ class _Buffer(io.StringIO):
     """Holds stderr until the task starts (Hydra writes composition errors there)."""
 
 
+def _export_package_path() -> None:
+    """Launchers (submitit, joblib) run jobs in new interpreters that unpickle litlab functions:
+    they find the package through PYTHONPATH, as this process finds it beside the script."""
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if src not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([src, *paths])
+
+
 def run(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
+    _export_package_path()
     real = sys.stderr
     sys.stderr = buffer = _Buffer()
     try:
@@ -100,7 +110,7 @@ def task(fn):
     def wrapper(cfg):
         _release_stderr()
         out = _output_dir()
-        fresh = out is not None and _only_hydra_files(out)
+        fresh = out is not None and _only_hydra_files(out) and _rank_zero()
         try:
             return fn(cfg)
         except UserError as err:
@@ -113,6 +123,11 @@ def task(fn):
             sys.exit(EXIT_BAD_INPUT)
 
     return wrapper
+
+
+def _rank_zero() -> bool:
+    """False in DDP ranks > 0: they share rank 0's run dir and must never remove it."""
+    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def _only_hydra_files(path: str) -> bool:

@@ -17,9 +17,22 @@ def wandb_offline() -> bool:
     return not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"))
 
 
+def ddp_devices(accelerator: str = "auto"):
+    """trainer=ddp's process count: every GPU ("auto") when there are GPUs, else 2 CPU
+    processes (Lightning's "auto" means 1 on the CPU). Resolved in the task, after torch."""
+    if accelerator in ("cpu",):
+        return 2
+    if accelerator in ("gpu", "cuda"):
+        return "auto"
+    import torch  # resolved when the trainer is built: torch is loaded by then
+
+    return "auto" if torch.cuda.is_available() else 2
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
     OmegaConf.register_new_resolver("wandb_offline", wandb_offline, replace=True)
+    OmegaConf.register_new_resolver("ddp_devices", ddp_devices, replace=True)
 
 
 register()

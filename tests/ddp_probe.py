@@ -1,0 +1,19 @@
+"""A callback that DDP tests add with `+callbacks.rank_probe`: each rank writes what it trains
+with (rank, learning rate, run dir) to `<out>/<random>.json`, outside the run dir."""
+import json
+import uuid
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
+
+
+class RankProbe(Callback):
+    def __init__(self, out: str):
+        self.out = Path(out)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        record = {"rank": trainer.global_rank, "world_size": trainer.world_size,
+                  "lr": trainer.optimizers[0].param_groups[0]["lr"],
+                  "root_dir": str(Path(trainer.default_root_dir).resolve())}
+        (self.out / f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))

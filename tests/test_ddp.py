@@ -1,0 +1,175 @@
+"""trainer=ddp as users type it: real 2-process gloo runs on the CPU, started as subprocesses
+(Lightning re-executes src/train.py for rank 1). Launches are few and tiny: each one costs two
+interpreter starts, so one multirun carries most assertions."""
+import csv
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli, run_dirs
+
+TESTS = Path(__file__).resolve().parent
+TINY = ["trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
+        "trainer.num_sanity_val_steps=0"]
+# 361 test and 145 val digits: shards padded to equal sizes would count duplicates
+ODD_SPLITS = ["data.test_fraction=0.2006", "data.val_fraction=0.1007"]
+PROBE = ["+callbacks.rank_probe._target_=ddp_probe.RankProbe"]
+
+
+def probe_env() -> dict:
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+
+
+def csv_test_metrics(run_dir: Path) -> dict[str, float]:
+    """The test/* row of a run's CSV log (written by rank 0)."""
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("test/acc") or r.get("test/loss")]
+    assert len(rows) == 1, rows
+    return {k: float(v) for k, v in rows[0].items() if k.startswith("test/") and v}
+
+
+
+
+@pytest.fixture(scope="module")
+def ddp_sweep(tmp_path_factory):
+    """`train.py -m trainer=ddp model.optimizer.lr=0.01,0.1`: 2 jobs x 2 ranks."""
+    tmp = tmp_path_factory.mktemp("ddp_sweep")
+    probes = tmp / "probes"
+    proc = run_cli("train.py", "hydra.mode=MULTIRUN", "trainer=ddp", "model.optimizer.lr=0.01,0.1",
+                   "trainer.accumulate_grad_batches=2", "trainer.gradient_clip_val=1.0",
+                   *TINY, *ODD_SPLITS, *PROBE, f"+callbacks.rank_probe.out={probes}",
+                   log_dir=tmp / "logs", env=probe_env(), timeout=400)
+    return proc, tmp / "logs", probes
+
+
+def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep):
+    proc, logs, probes = ddp_sweep
+    sweeps = list((logs / "train" / "multiruns").iterdir())
+    assert len(sweeps) == 1 and not (logs / "train" / "runs").exists()  # no per-rank dirs
+    jobs = sorted(p for p in sweeps[0].iterdir() if p.is_dir())
+    assert [j.name for j in jobs] == ["0", "1"]
+
+    records = [json.loads(p.read_text()) for p in probes.glob("*.json")]
+    assert len(records) == 4  # 2 jobs x 2 ranks, and no rank re-ran the sweep
+    by_dir: dict[str, list] = {}
+    for r in records:
+        by_dir.setdefault(r["root_dir"], []).append(r)
+    assert sorted(by_dir) == [str(j.resolve()) for j in jobs]
+    lrs = []
+    for job_records in by_dir.values():
+        assert sorted(r["rank"] for r in job_records) == [0, 1]
+        assert {r["world_size"] for r in job_records} == {2}
+        assert len({r["lr"] for r in job_records}) == 1  # both ranks train the same lr
+        lrs.append(job_records[0]["lr"])
+    assert sorted(lrs) == [0.01, 0.1]
+
+    for job in jobs:  # files come from rank 0 only, the parent's .hydra is kept
+        assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["epoch_000.ckpt", "last.ckpt"]
+        assert "trainer=ddp" in (job / ".hydra" / "overrides.yaml").read_text()
+        assert csv_test_metrics(job)["test/acc"] > 0
+
+    console = proc.stdout + proc.stderr
+    assert console.count("Instantiating datamodule") == 2  # once per job, not per rank
+    assert console.count("Results") == 2
+    assert not re.search(r"\[rank1\].*\[INFO\]", console)  # rank 1 prints warnings/errors only
+    assert "[rank0]" in console
+    assert "2 processes x batch_size 64 x accumulate_grad_batches 2 = 256 samples" in console
+    assert "terminate called" not in console and "Traceback" not in console
+
+
+def test_ddp_test_metrics_equal_single_process(ddp_sweep, tmp_path):
+    """Same weights (a checkpoint of the DDP sweep), same split: the DDP job's test metrics
+    equal one process's, exactly for counts (no duplicates from sampler padding)."""
+    _, logs, _ = ddp_sweep
+    job = next((logs / "train" / "multiruns").iterdir()) / "0"
+    ddp = csv_test_metrics(job)
+    run_cli("train.py", "train=false", f"ckpt_path={job / 'checkpoints' / 'epoch_000.ckpt'}",
+            "trainer.accelerator=cpu", *ODD_SPLITS, log_dir=tmp_path / "logs")
+    single = csv_test_metrics(run_dirs(tmp_path / "logs")[0])
+    assert ddp["test/acc"] == single["test/acc"] and ddp["test/f1"] == single["test/f1"]
+    assert ddp["test/loss"] == pytest.approx(single["test/loss"], rel=1e-5)
+
+
+def test_eval_shards_are_unpadded():
+    """The sampler behind the equality above: val/test shards cover each sample once."""
+    from lightning.pytorch.trainer.connectors import data_connector
+    from lightning.pytorch.trainer.states import RunningStage
+    from torch.utils.data import DataLoader
+
+    from litlab.utils import distributed
+
+    distributed.install(str(ROOT / "src" / "train.py"))
+    loader = DataLoader(list(range(361)), batch_size=64)
+    seen = []
+    for rank in (0, 1):
+        sampler = data_connector._get_distributed_sampler(
+            loader, shuffle=False, overfit_batches=0, mode=RunningStage.TESTING,
+            num_replicas=2, rank=rank)
+        seen += list(sampler)
+    assert sorted(seen) == list(range(361))
+    one = DataLoader([0], batch_size=1)  # fewer samples than ranks: every rank gets one
+    shards = [list(data_connector._get_distributed_sampler(
+        one, shuffle=False, overfit_batches=0, mode=RunningStage.VALIDATING, num_replicas=2,
+        rank=r)) for r in (0, 1)]
+    assert shards == [[0], [0]]
+
+
+def test_submitit_local_sweep(tmp_path):
+    """The cluster path without a cluster: submitit starts each job as its own process."""
+    run_cli("train.py", "hydra.mode=MULTIRUN", "hydra/launcher=submitit_local", "model.optimizer.lr=0.01,0.1",
+            *TINY, log_dir=tmp_path / "logs", timeout=400)
+    sweeps = list((tmp_path / "logs" / "train" / "multiruns").iterdir())
+    assert len(sweeps) == 1
+    for job in ("0", "1"):
+        assert csv_test_metrics(sweeps[0] / job)["test/acc"] > 0
+
+
+DOMAINS = [pytest.param("gnn", id="graph"), pytest.param("unet3d", id="3d-segmentation"),
+           pytest.param("resnet3d", id="3d-classification", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("model", DOMAINS)
+def test_ddp_per_domain_metrics_equal_single_process(model, tmp_path):
+    """`train.py model=NAME trainer=ddp` as typed, then its checkpoint tested by one process."""
+    if not (ROOT / "configs" / "model" / f"{model}.yaml").is_file():
+        pytest.skip(f"configs/model/{model}.yaml is not in this tree (its domain is not merged)")
+    run_cli("train.py", f"model={model}", "trainer=ddp", *TINY, log_dir=tmp_path / "ddp")
+    ddp_dir = run_dirs(tmp_path / "ddp")
+    assert len(ddp_dir) == 1  # one run dir, not one per rank
+    ckpt = ddp_dir[0] / "checkpoints" / "epoch_000.ckpt"
+    run_cli("train.py", f"model={model}", "train=false", f"ckpt_path={ckpt}",
+            "trainer.accelerator=cpu", log_dir=tmp_path / "single")
+    ddp, single = csv_test_metrics(ddp_dir[0]), csv_test_metrics(run_dirs(tmp_path / "single")[0])
+    assert ddp.keys() == single.keys()
+    for key in ddp:
+        assert ddp[key] == pytest.approx(single[key], rel=1e-5, abs=1e-6), key
+
+
+def test_slurm_launcher_config_composes(tmp_path):
+    """hydra/launcher=slurm resolves to submitit's SLURM launcher with the project's defaults."""
+    from conftest import compose
+
+    cfg = compose("train", ["hydra/launcher=slurm", "trainer=ddp"], output_dir=tmp_path)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.tasks_per_node == 1 and launcher.timeout_min == 240
+
+
+@pytest.mark.slow
+def test_gpu_bench_runs_its_cpu_row_and_skips_cuda_cleanly():
+    """bench/gpu.py, the script run on lent GPUs: on a CPU it must still exit 0 with a table."""
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine runs the full bench/gpu.py, not this check")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu.py"), "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "| cnn | cpu fp32 | ok |" in proc.stdout
+    assert proc.stdout.count("skipped: no CUDA device") == 7
