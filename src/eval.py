@@ -17,8 +17,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     from omegaconf import OmegaConf
 
     from litlab.callbacks.run_config import CONFIG_KEY
-    from litlab.utils import build, checkpoint, predictions, report
+    from litlab.utils import build, checkpoint, predictions, report, validate
 
+    validate.eval_config(cfg)  # bad input fails here, in one line, before any data is read
     report.apply_extras(cfg)
     if cfg.split not in ("test", "val"):
         raise cli.UserError(f"split={cfg.split} is not valid; choose test or val")
