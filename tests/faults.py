@@ -7,7 +7,7 @@
   sigkill            kill -9 this process (nothing can clean up)
   sigint             send this process Ctrl-C (SIGINT)
   oom                raise torch.OutOfMemoryError, as CUDA does
-  nan                fill the batch's inputs with NaN
+  nan_input          fill the batch's inputs with NaN
   kill_during_save   kill -9 in the middle of writing the next checkpoint file
 """
 import os
@@ -30,7 +30,7 @@ class Fault(Callback):
             os.kill(os.getpid(), signal.SIGINT)
         elif self.kind == "oom":
             raise torch.OutOfMemoryError("CUDA out of memory (simulated by tests/faults.py)")
-        elif self.kind == "nan":
+        elif self.kind == "nan_input":
             batch[0].fill_(float("nan"))
         elif self.kind == "kill_during_save":
             real_save = torch.save
@@ -53,3 +53,22 @@ class OtherTaskData:
 
     def __init__(self, **kwargs):
         self.kwargs = kwargs
+
+
+class Trace(Callback):
+    """Appends one line per training batch to `path`: step, hashes of the RNG state, the
+    batch and the weights. Two runs' traces show the first step where they differ."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        import hashlib
+
+        def digest(t: torch.Tensor) -> str:
+            return hashlib.sha1(t.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:10]
+
+        weights = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
+        with open(self.path, "a") as f:
+            f.write(f"{trainer.global_step} {batch_idx} rng={digest(torch.get_rng_state())} "
+                    f"x={digest(batch[0])} w={digest(weights)}\n")

@@ -10,7 +10,8 @@ differently from the run it continues. This callback stores, in every checkpoint
   epoch's data loader drew its shuffle, and how many batches of the epoch were already done.
 
 On resume it restores `epoch_rng` (so the loader draws the same order), skips the `skip` batches
-already trained on, then restores `rng`. Plain lists and tensors only: the checkpoint still loads
+already trained on, then restores `rng`. It also flushes the loggers at each save and lets the
+CSV logger append to the resumed run's metrics.csv. Plain lists and tensors only: the checkpoint still loads
 with `torch.load(weights_only=True)`.
 """
 import random
@@ -47,33 +48,44 @@ class ResumeState(Callback):
     def __init__(self):
         self._trainer = None
         self._epoch_rng: dict | None = None
+        self._after_batch_rng: dict | None = None
         self._pending: dict | None = None  # a loaded mid-epoch state, applied at train start
         self._epoch_started = False
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._trainer = trainer
 
-    def _batches_done(self) -> int:
-        """Batches of the current epoch already trained on (0 when the epoch is complete)."""
+    def state_dict(self) -> dict:
+        boundary = {"rng": rng_state(), "epoch_rng": None, "skip": 0}
         t = self._trainer
         if t is None or t.state.fn != "fit":
-            return 0
-        done = t.fit_loop.epoch_loop.batch_progress.current.processed
-        return done if 0 < done < t.num_training_batches else 0
-
-    def state_dict(self) -> dict:
-        skip = self._batches_done()
-        return {"rng": rng_state(), "epoch_rng": self._epoch_rng if skip else None, "skip": skip}
+            return boundary
+        progress = t.fit_loop.epoch_loop.batch_progress.current
+        in_flight = progress.ready > progress.processed  # saved from on_exception (OOM)
+        done = progress.processed
+        if not in_flight and not 0 < done < t.num_training_batches:
+            return boundary  # between epochs: the next loader draws from `rng`
+        # a batch in flight was already augmented: keep the state from before it
+        rng = self._after_batch_rng if in_flight else rng_state()
+        return {"rng": rng if done else None, "epoch_rng": self._epoch_rng, "skip": done}
 
     def load_state_dict(self, state_dict: dict) -> None:
         # called while the checkpoint is restored, before the train loader draws its order
-        if state_dict.get("skip"):
+        if state_dict.get("epoch_rng") is not None:
             set_rng_state(state_dict["epoch_rng"])
             self._pending = state_dict
         else:
             set_rng_state(state_dict["rng"])
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._after_batch_rng = rng_state()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        for logger in trainer.loggers:  # the logs on disk are never behind the checkpoint
+            logger.save()
+
     def on_fit_start(self, trainer, pl_module) -> None:
+        _continue_csv_logs(trainer)
         self._epoch_rng = rng_state()  # the first epoch's loader is created after this
         self._epoch_started = False
         if self._pending:  # we skip the done batches ourselves: Lightning's warning is moot
@@ -85,10 +97,28 @@ class ResumeState(Callback):
         fetcher = trainer.fit_loop._data_fetcher  # its iterator was created in setup_data
         for _ in range(self._pending["skip"]):
             next(fetcher.iterator)  # not next(fetcher): Lightning already counts these as done
-        set_rng_state(self._pending["rng"])
+        if self._pending["rng"] is not None:
+            set_rng_state(self._pending["rng"])
         self._pending = None
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if self._epoch_started:  # later epochs create their loader iterator after this hook
             self._epoch_rng = rng_state()
         self._epoch_started = True
+
+
+def _continue_csv_logs(trainer) -> None:
+    """Let a CSVLogger append to the metrics.csv of the run it resumes: without the file's
+    columns it rewrites the header with only the new ones (and fails on the old rows)."""
+    import csv
+    from pathlib import Path
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, CSVLogger):
+            writer = logger.experiment
+            path = Path(writer.metrics_file_path)
+            if path.is_file() and not writer.metrics_keys:
+                with path.open(newline="") as f:
+                    writer.metrics_keys = sorted(next(csv.reader(f), []))

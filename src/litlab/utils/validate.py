@@ -11,93 +11,18 @@ Generic on purpose, so every domain's configs are covered without lists per clas
 - missing `???` values, missing folders and checkpoint files, model/data task mismatch.
 Only targets are imported (torch and lightning are, no data is read).
 """
-import difflib
-import inspect
 import os
-import types
 import typing
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.utils.cli import UserError
+from litlab.utils.signatures import closest as _closest
+from litlab.utils.signatures import conforms, describe, parameters
+from litlab.utils.signatures import fmt as _fmt
 
-CPU_ONLY_PRECISIONS_REFUSED = ("16-mixed", "16", 16)
-
-
-def _fmt(value) -> str:
-    return repr(value) if isinstance(value, str) and (not value or " " in value) else str(value)
-
-
-def _closest(word: str, options) -> str:
-    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.5)
-    return f"; did you mean {match[0]}?" if match else ""
-
-
-# ---------------------------------------------------------------- signatures and annotations
-def _parameters(target) -> tuple[dict, bool]:
-    """Named parameters of a class (following **kwargs up the MRO) or function; open-ended?"""
-    params, fns = {}, [target]
-    if inspect.isclass(target):
-        fns = [c.__dict__["__init__"] for c in target.__mro__ if "__init__" in c.__dict__]
-    for fn in fns:
-        if fn is object.__init__:  # every __init__ above passed **kwargs on: open-ended
-            break
-        try:
-            sig = inspect.signature(fn)
-        except (TypeError, ValueError):
-            return params, True
-        try:
-            hints = typing.get_type_hints(inspect.unwrap(fn))
-        except Exception:
-            hints = {}
-        for name, p in sig.parameters.items():
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self":
-                params.setdefault(name, hints.get(name, inspect.Parameter.empty))
-        if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
-            return params, False
-    return params, True
-
-
-def _conforms(value, ann) -> bool | None:
-    """True/False when the annotation decides, None when it cannot (classes, callables)."""
-    if ann in (inspect.Parameter.empty, typing.Any):
-        return None
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin in (typing.Union, types.UnionType):
-        results = [_conforms(value, a) for a in args]
-        return True if True in results else (None if None in results else False)
-    if origin is typing.Literal:
-        return value in args
-    if ann is type(None):
-        return value is None
-    if ann is bool:
-        return isinstance(value, bool)
-    if ann is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if ann is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ann is str:
-        return isinstance(value, str)
-    if ann in (list, tuple) or origin in (list, tuple):
-        return isinstance(value, (list, tuple))
-    if ann is dict or origin is dict:
-        return isinstance(value, dict)
-    return None
-
-
-def _describe(ann) -> str:
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin in (typing.Union, types.UnionType):
-        if all(typing.get_origin(a) is typing.Literal or a is type(None) for a in args):
-            values = [v for a in args for v in (typing.get_args(a) or [None])]
-            return ", ".join(dict.fromkeys("null" if v is None else str(v) for v in values))
-        return " or ".join(dict.fromkeys(_describe(a) for a in args))
-    if origin is typing.Literal:
-        return " | ".join(str(a) for a in args)
-    if ann is type(None):
-        return "null"
-    return getattr(ann, "__name__", str(ann))
+PRECISIONS_NOT_ON_CPU = ("16-mixed", "16", 16)
 
 
 # ---------------------------------------------------------------- rules by key name
@@ -137,7 +62,7 @@ def _check_node(path: str, node: dict) -> None:
     except Exception as err:
         reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
         raise UserError(f"{path}._target_={target_name} cannot be imported: {reason}") from None
-    params, open_ended = _parameters(target)
+    params, open_ended = parameters(target)
     for name, value in node.items():
         key = f"{path}.{name}"
         if name.startswith("_"):
@@ -153,9 +78,9 @@ def _check_node(path: str, node: dict) -> None:
                 if isinstance(item, dict) and "_target_" in item:
                     _check_node(f"{key}[{i}]", item)
         _name_rules(key, name, value)
-        if name in params and _conforms(value, params[name]) is False:
+        if name in params and conforms(value, params[name]) is False:
             raise UserError(f"{key}={_fmt(value)} has the wrong type or value; valid: "
-                            f"{_describe(params[name])}")
+                            f"{describe(params[name])}")
 
 
 def _walk(path: str, node) -> None:
@@ -215,17 +140,16 @@ def _check_trainer(t: dict) -> None:
                             f"ddp_spawn, fsdp, deepspeed, ... (lightning's StrategyRegistry)"
                             f"{_closest(strategy, valid)}")
     precision = t.get("precision")
-    if accelerator == "cpu" and precision in CPU_ONLY_PRECISIONS_REFUSED:
+    if accelerator == "cpu" and precision in PRECISIONS_NOT_ON_CPU:
         raise UserError(f"trainer.precision={precision} is not supported on CPU; use "
                         f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed needs a GPU)")
     devices = t.get("devices")
     if isinstance(devices, str) and devices.lstrip("-").isdigit():
         devices = int(devices)
     have = _available(accelerator) if isinstance(accelerator, str) else None
-    if have and isinstance(devices, int) and devices != -1:
-        if devices < 1 or devices > have:
-            raise UserError(f"trainer.devices={devices} is not valid on {accelerator}: this "
-                            f"machine has {have}; use 1..{have}, -1 or auto")
+    if have and isinstance(devices, int) and devices != -1 and not 1 <= devices <= have:
+        raise UserError(f"trainer.devices={devices} is not valid on {accelerator}: this "
+                        f"machine has {have}; use 1..{have}, -1 or auto")
     if have and isinstance(devices, list) and any(int(d) >= have for d in devices):
         raise UserError(f"trainer.devices={devices} names a device this machine lacks "
                         f"({have} {accelerator} device(s): indices 0..{have - 1})")
@@ -298,8 +222,8 @@ def _container(cfg: DictConfig) -> dict:
 
 def _top(c: dict, schema: dict) -> None:
     for key, ann in schema.items():
-        if key in c and _conforms(c[key], ann) is False:
-            raise UserError(f"{key}={_fmt(c[key])} has the wrong type or value; valid: {_describe(ann)}")
+        if key in c and conforms(c[key], ann) is False:
+            raise UserError(f"{key}={_fmt(c[key])} has the wrong type or value; valid: {describe(ann)}")
 
 
 def train_config(cfg: DictConfig) -> None:
@@ -345,5 +269,5 @@ def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:
     node = OmegaConf.select(cfg, parent) if parent else cfg
     if not isinstance(node, DictConfig):
         return ""
-    hint = _closest(name, [str(k) for k in node.keys()])
+    hint = _closest(name, [str(k) for k in node])
     return hint.replace("mean ", f"mean {parent}.") if parent and hint else hint
