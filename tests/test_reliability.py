@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -32,8 +33,6 @@ def load(path: Path) -> dict:
 
 
 def test_metrics(run: Path) -> dict:
-    import pandas as pd
-
     rows = pd.read_csv(run / "csv" / "metrics.csv")
     test = rows.dropna(subset=["test/acc"]).iloc[-1]
     return {k: test[k] for k in ("test/acc", "test/loss", "test/f1")}
@@ -85,8 +84,8 @@ def test_resume_after_kills_is_bit_identical(tmp_path):
     ref_run = run_dirs(tmp_path / "ref")[0]
     assert_same_weights(load(ref_run / "checkpoints" / "last.ckpt")["state_dict"], last()["state_dict"])
     assert test_metrics(run) == test_metrics(ref_run)
-    epochs = __import__("pandas").read_csv(run / "csv" / "metrics.csv")["epoch"].dropna()
-    assert set(epochs) == {0, 1, 2}, "the CSV log continues across resumes"
+    epochs = lambda r: set(pd.read_csv(r / "csv" / "metrics.csv")["epoch"].dropna())  # noqa: E731
+    assert epochs(run) == epochs(ref_run), "the CSV log continues across resumes"
     assert not list((run / "checkpoints").glob("*.tmp")), "no temp file left behind"
 
 
@@ -131,5 +130,6 @@ def test_dead_ddp_rank_ends_the_job(tmp_path):
               "+callbacks.fault._target_=faults.Fault", "+callbacks.fault.step=2",
               "+callbacks.fault.kind=sigkill", "+callbacks.fault.rank=1", timeout=300)
     elapsed = time.perf_counter() - start
-    assert p.returncode != 0, p.stderr[-3000:]
+    assert p.returncode not in (0, 2), p.stderr[-3000:]  # 2 would be a config error
+    assert "Connection closed by peer" in p.stderr or "Killing" in p.stderr, p.stderr[-3000:]
     assert elapsed < 240, f"took {elapsed:.0f} s to notice the dead rank"

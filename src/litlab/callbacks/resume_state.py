@@ -10,8 +10,8 @@ differently from the run it continues. This callback stores, in every checkpoint
   epoch's data loader drew its shuffle, and how many batches of the epoch were already done.
 
 On resume it restores `epoch_rng` (so the loader draws the same order), skips the `skip` batches
-already trained on, then restores `rng`. It also flushes the loggers at each save and lets the
-CSV logger append to the resumed run's metrics.csv. Plain lists and tensors only: the checkpoint still loads
+already trained on, then restores `rng`. It also flushes the loggers at each save, so the logs on
+disk are never behind the checkpoint. Plain lists and tensors only: the checkpoint still loads
 with `torch.load(weights_only=True)`.
 """
 import random
@@ -50,7 +50,6 @@ class ResumeState(Callback):
         self._epoch_rng: dict | None = None
         self._after_batch_rng: dict | None = None
         self._pending: dict | None = None  # a loaded mid-epoch state, applied at train start
-        self._epoch_started = False
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._trainer = trainer
@@ -85,9 +84,7 @@ class ResumeState(Callback):
             logger.save()
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        _continue_csv_logs(trainer)
         self._epoch_rng = rng_state()  # the first epoch's loader is created after this
-        self._epoch_started = False
         if self._pending:  # we skip the done batches ourselves: Lightning's warning is moot
             warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended")
 
@@ -99,26 +96,10 @@ class ResumeState(Callback):
             next(fetcher.iterator)  # not next(fetcher): Lightning already counts these as done
         if self._pending["rng"] is not None:
             set_rng_state(self._pending["rng"])
+            self._after_batch_rng = self._pending["rng"]  # for an OOM in the first batch
         self._pending = None
 
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if self._epoch_started:  # later epochs create their loader iterator after this hook
-            self._epoch_rng = rng_state()
-        self._epoch_started = True
-
-
-def _continue_csv_logs(trainer) -> None:
-    """Let a CSVLogger append to the metrics.csv of the run it resumes: without the file's
-    columns it rewrites the header with only the new ones (and fails on the old rows)."""
-    import csv
-    from pathlib import Path
-
-    from lightning.pytorch.loggers import CSVLogger
-
-    for logger in trainer.loggers:
-        if isinstance(logger, CSVLogger):
-            writer = logger.experiment
-            path = Path(writer.metrics_file_path)
-            if path.is_file() and not writer.metrics_keys:
-                with path.open(newline="") as f:
-                    writer.metrics_keys = sorted(next(csv.reader(f), []))
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # validation is over; the next epoch's loader draws its order after this (Lightning
+        # skips on_train_epoch_start for an epoch resumed mid-way, so not there)
+        self._epoch_rng = rng_state()
