@@ -11,15 +11,17 @@ from litlab.utils import cli, resolvers  # noqa: F401  (cheap; registers config 
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
+    from litlab.utils import validate
+
+    validate.eval_config(cfg)  # bad input fails here, in one line, before any data is read
     import json
     from pathlib import Path
 
     from omegaconf import OmegaConf
 
     from litlab.callbacks.run_config import CONFIG_KEY
-    from litlab.utils import build, checkpoint, predictions, report, validate
+    from litlab.utils import build, checkpoint, predictions, report
 
-    validate.eval_config(cfg)  # bad input fails here, in one line, before any data is read
     report.apply_extras(cfg)
     if cfg.split not in ("test", "val"):
         raise cli.UserError(f"split={cfg.split} is not valid; choose test or val")

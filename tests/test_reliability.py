@@ -47,46 +47,65 @@ def assert_same_weights(a: dict, b: dict) -> None:
     assert not different, f"weights differ: {different[:5]}"
 
 
-def test_resume_after_kills_is_bit_identical(tmp_path):
-    """One run, broken seven ways in a row, resumed each time, equals an unbroken run."""
+def reference(tmp_path) -> Path:
     ref = train(tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-3000:]
-    logs = tmp_path / "logs"
-    last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")
+    return run_dirs(tmp_path / "ref")[0]
 
-    # kill -9 mid-epoch (step 5 of epoch 0; last.ckpt was written at step 4)
-    p = train(logs, fault=(5, "sigkill"))
+
+def assert_same_as_reference(run: Path, ref_run: Path) -> None:
+    ours, theirs = (load(r / "checkpoints" / "last.ckpt")["state_dict"] for r in (run, ref_run))
+    assert_same_weights(theirs, ours)
+    assert test_metrics(run) == test_metrics(ref_run)
+    epochs = lambda r: set(pd.read_csv(r / "csv" / "metrics.csv")["epoch"].dropna())  # noqa: E731
+    assert epochs(run) == epochs(ref_run), "the CSV log continues across resumes"
+    assert not list((run / "checkpoints").glob("*.tmp")), "no temp file left behind"
+
+
+def test_resume_after_kill_9_is_bit_identical(tmp_path):
+    """kill -9 mid-epoch, resume, kill -9 right after a checkpoint, resume: same weights."""
+    ref_run, logs = reference(tmp_path), tmp_path / "logs"
+    last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
+    p = train(logs, fault=(5, "sigkill"))  # step 5 of epoch 0; last.ckpt was written at step 4
     assert p.returncode == -9 and last()["global_step"] == 4
-    # resume (mid-epoch), kill -9 right after the step-8 checkpoint was written
-    p = train(logs, "ckpt_path=last", fault=(8, "sigkill"))
-    assert p.returncode == -9 and last()["global_step"] == 8
-    # resume, kill -9 in the middle of writing the step-12 checkpoint: last.ckpt is intact
+    p = train(logs, "ckpt_path=last", fault=(8, "sigkill"))  # resumes mid-epoch
+    assert p.returncode == -9 and last()["global_step"] == 8, p.stderr[-3000:]
     run = run_dirs(logs)[0]
-    p = train(logs, f"ckpt_path={run}", fault=(11, "kill_during_save"))
+    p = train(logs, f"ckpt_path={run}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert run_dirs(logs) == [run], "every resume continued in the same run dir"
+    assert_same_as_reference(run, ref_run)
+
+
+@pytest.mark.slow
+def test_resume_after_seven_failures_is_bit_identical(tmp_path):
+    """One run broken seven ways in a row, resumed each time, equals an unbroken run."""
+    ref_run, logs = reference(tmp_path), tmp_path / "logs"
+    last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
+
+    p = train(logs, fault=(5, "sigkill"))  # kill -9 mid-epoch
+    assert p.returncode == -9 and last()["global_step"] == 4
+    p = train(logs, "ckpt_path=last", fault=(8, "sigkill"))  # right after the step-8 save
     assert p.returncode == -9 and last()["global_step"] == 8
-    # resume, NaN loss at step 13: stops in one line naming the step, last.ckpt (step 12) kept
+    run = run_dirs(logs)[0]
+    p = train(logs, f"ckpt_path={run}", fault=(11, "kill_during_save"))  # during the step-12 save
+    assert p.returncode == -9 and last()["global_step"] == 8
+    # NaN loss at step 13: one line naming the step, last.ckpt (step 12) kept
     p = train(logs, "ckpt_path=last", fault=(13, "nan_input"))
     assert p.returncode == 1, p.stderr[-3000:]
     error = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert len(error) == 1 and "global step 13" in error[0] and "nan" in error[0], p.stderr[-2000:]
     assert last()["global_step"] == 12
-    # resume, Ctrl-C at step 14: the batch finishes, last.ckpt at step 15, exit 1
+    # Ctrl-C at step 14: the batch finishes, last.ckpt at step 15, exit 1
     p = train(logs, "ckpt_path=last", fault=(14, "sigint"))
     assert p.returncode == 1 and last()["global_step"] == 15, p.stderr[-3000:]
-    # resume, out of memory at step 16: last.ckpt written at step 16
+    # out of memory at the start of step 16: last.ckpt written from the state before it
     p = train(logs, "ckpt_path=last", fault=(16, "oom"))
     assert p.returncode == 1 and last()["global_step"] == 16, p.stderr[-3000:]
-    # resume to the end
     p = train(logs, "ckpt_path=last")
     assert p.returncode == 0, p.stderr[-3000:]
-
     assert run_dirs(logs) == [run], "every resume continued in the same run dir"
-    ref_run = run_dirs(tmp_path / "ref")[0]
-    assert_same_weights(load(ref_run / "checkpoints" / "last.ckpt")["state_dict"], last()["state_dict"])
-    assert test_metrics(run) == test_metrics(ref_run)
-    epochs = lambda r: set(pd.read_csv(r / "csv" / "metrics.csv")["epoch"].dropna())  # noqa: E731
-    assert epochs(run) == epochs(ref_run), "the CSV log continues across resumes"
-    assert not list((run / "checkpoints").glob("*.tmp")), "no temp file left behind"
+    assert_same_as_reference(run, ref_run)
 
 
 def test_atomic_checkpoint_io_keeps_old_file_on_failure(tmp_path):
@@ -109,7 +128,8 @@ def test_resume_translation(tmp_path):
     from litlab.utils.cli import UserError
     from litlab.utils.resume import translate
 
-    old, new = tmp_path / "train" / "runs" / "2026-01-01_00-00-00", tmp_path / "train" / "runs" / "2026-01-02_00-00-00"
+    runs = tmp_path / "train" / "runs"
+    old, new = runs / "2026-01-01_00-00-00", runs / "2026-01-02_00-00-00"
     for run in (old, new):
         (run / "checkpoints").mkdir(parents=True)
         (run / "checkpoints" / "last.ckpt").touch()
@@ -131,5 +151,6 @@ def test_dead_ddp_rank_ends_the_job(tmp_path):
               "+callbacks.fault.kind=sigkill", "+callbacks.fault.rank=1", timeout=300)
     elapsed = time.perf_counter() - start
     assert p.returncode not in (0, 2), p.stderr[-3000:]  # 2 would be a config error
-    assert "Connection closed by peer" in p.stderr or "Killing" in p.stderr, p.stderr[-3000:]
+    # gloo reports the lost peer at once; else Lightning's process observer kills the job (-9)
+    assert "Connection closed by peer" in p.stderr or p.returncode == -9, p.stderr[-3000:]
     assert elapsed < 240, f"took {elapsed:.0f} s to notice the dead rank"

@@ -29,7 +29,8 @@ class NonFiniteLoss(UserError):
 
 def last_checkpoint_path(trainer) -> Path:
     cb = trainer.checkpoint_callback
-    folder = cb.dirpath if cb is not None and cb.dirpath else Path(trainer.default_root_dir) / "checkpoints"
+    default = Path(trainer.default_root_dir) / "checkpoints"
+    folder = cb.dirpath if cb is not None and cb.dirpath else default
     return Path(folder) / f"{ModelCheckpoint.CHECKPOINT_NAME_LAST}{ModelCheckpoint.FILE_EXTENSION}"
 
 
@@ -37,7 +38,8 @@ def _resume_hint(trainer) -> str:
     path = last_checkpoint_path(trainer)
     if not path.is_file():
         return "no checkpoint was written yet"
-    return f"last good checkpoint: {path} (resume: python src/train.py ckpt_path={path.parent.parent})"
+    run = path.parent.parent
+    return f"last good checkpoint: {path} (resume: python src/train.py ckpt_path={run})"
 
 
 class NonFiniteLossGuard(Callback):
@@ -63,7 +65,7 @@ class GracefulInterrupt(Callback):
         if self._requested:  # second Ctrl-C: stop now
             raise KeyboardInterrupt
         self._requested = True
-        log.warning("Ctrl-C: finishing this batch, then saving last.ckpt (Ctrl-C again to stop now)")
+        log.warning("Ctrl-C: finishing this batch, then saving last.ckpt (Ctrl-C again: stop now)")
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._requested = False
@@ -101,4 +103,5 @@ class GracefulInterrupt(Callback):
         trainer.save_checkpoint(path)
         if trainer.is_global_zero:
             log.warning("%s at global step %d; resumable checkpoint: %s (resume: python "
-                        "src/train.py ckpt_path=%s)", why, trainer.global_step, path, path.parent.parent)
+                        "src/train.py ckpt_path=%s)", why, trainer.global_step, path,
+                        path.parent.parent)

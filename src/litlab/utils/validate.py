@@ -83,6 +83,18 @@ def _check_node(path: str, node: dict) -> None:
                             f"{describe(params[name])}")
 
 
+def _walk_names(path: str, node) -> None:
+    """The rules by key name over the whole tree: no imports, so they fail in a second."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) \
+        else ()
+    for k, v in items:
+        key = f"{path}.{k}" if path else str(k)
+        if isinstance(v, (dict, list)):
+            _walk_names(key, v)
+        elif isinstance(k, str):
+            _name_rules(key, k, v)
+
+
 def _walk(path: str, node) -> None:
     if isinstance(node, dict):
         if "_target_" in node:
@@ -103,10 +115,7 @@ def _available(accelerator: str) -> int:
     return os.cpu_count() or 1
 
 
-def _check_trainer(t: dict) -> None:
-    from lightning.pytorch.accelerators import AcceleratorRegistry
-    from lightning.pytorch.strategies import StrategyRegistry
-
+def _check_trainer_numbers(t: dict) -> None:
     for key in ("max_epochs", "max_steps"):
         value = t.get(key)
         if value is not None and value != -1:
@@ -121,6 +130,12 @@ def _check_trainer(t: dict) -> None:
         if isinstance(value, float) and not 0.0 <= value <= 1.0 or isinstance(value, int) and value < 0:
             raise UserError(f"trainer.{key}={value} is not valid; use a fraction in [0, 1] "
                             f"or a number of batches >= 0")
+
+
+def _check_trainer(t: dict) -> None:
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.strategies import StrategyRegistry
+
     accelerator = t.get("accelerator") or "auto"
     if isinstance(accelerator, str):
         valid = sorted(AcceleratorRegistry.available_accelerators()) + ["auto", "gpu"]
@@ -233,6 +248,8 @@ def train_config(cfg: DictConfig) -> None:
     _top(c, {"seed": int, "train": bool, "test": bool, "ckpt_path": str | None, "task_name": str})
     if not c.get("train") and not c.get("test"):
         raise UserError("train=false and test=false: nothing to do; set train=true or test=true")
+    _check_trainer_numbers(c["trainer"])  # first the checks that import nothing
+    _walk_names("", c)
     _walk("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     _check_trainer(c["trainer"])
     _walk("", {k: v for k, v in c.items() if k != "trainer"})
@@ -249,6 +266,8 @@ def eval_config(cfg: DictConfig) -> None:
     c = _container(cfg)
     c.pop("hydra", None)
     _top(c, {"split": typing.Literal["test", "val"], "predictions": bool, "ckpt_path": str})
+    _check_trainer_numbers(c["trainer"])
+    _walk_names("", c)
     _walk("", c)
     _check_trainer(c["trainer"])
     _check_checkpoint(c["ckpt_path"], None)
