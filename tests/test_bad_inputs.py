@@ -1,6 +1,7 @@
 """A table of bad commands: each fails with exit code 2, one line that names the key, the bad
 value and what is valid, and leaves no run dir behind. Run in-process (the entry points'
 real `cli.run(main)`, argv and all) so the table costs seconds; a few run as subprocesses."""
+import logging
 import runpy
 import subprocess
 import sys
@@ -86,6 +87,8 @@ def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[i
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
     quiet = QUIET if script == "train.py" else ["extras.print_config=false"]
     saved, sys.argv = sys.argv, [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *quiet, *overrides]
     capfd.readouterr()
@@ -97,6 +100,11 @@ def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[i
     finally:
         sys.argv = saved
         GlobalHydra.instance().clear()
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                handler.close()
+                root.removeHandler(handler)
+        root.handlers[:], root.level = handlers, level
     return code, capfd.readouterr().err
 
 
