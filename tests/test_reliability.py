@@ -152,5 +152,5 @@ def test_dead_ddp_rank_ends_the_job(tmp_path):
     elapsed = time.perf_counter() - start
     assert p.returncode not in (0, 2), p.stderr[-3000:]  # 2 would be a config error
     # gloo reports the lost peer at once; else Lightning's process observer kills the job (-9)
-    assert "Connection closed by peer" in p.stderr or p.returncode == -9, p.stderr[-3000:]
+    assert "by peer" in p.stderr or p.returncode == -9, p.stderr[-3000:]  # closed or reset
     assert elapsed < 240, f"took {elapsed:.0f} s to notice the dead rank"
