@@ -11,6 +11,9 @@ from litlab.utils import cli, resolvers  # noqa: F401  (cheap; registers config 
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
+    from litlab.utils import validate
+
+    validate.eval_config(cfg)  # bad input fails here, in one line, before any data is read
     import json
     from pathlib import Path
 

@@ -16,6 +16,9 @@ from litlab.utils import cli, resolvers  # noqa: F401  (cheap; registers config 
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """The recipe: seed, data, model, trainer, fit, test, report. Returns the final metrics."""
+    from litlab.utils import validate
+
+    validate.train_config(cfg)  # bad input fails here, in one line, before any data is read
     import lightning as L
 
     from litlab.utils import build, distributed, report

@@ -64,6 +64,15 @@ def _export_package_path() -> None:
 def run(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
     _export_package_path()
+    config_name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+    if any(a.startswith("ckpt_path=") for a in sys.argv[1:]):  # `last` or a run dir: resume there
+        from litlab.utils import resume
+
+        try:
+            sys.argv = resume.translate(sys.argv, config_name)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_INPUT) from None
     real = sys.stderr
     sys.stderr = buffer = _Buffer()
     try:
@@ -73,7 +82,18 @@ def run(hydra_main) -> None:
             sys.stderr = real
             text = buffer.getvalue()
             if exit_.code not in (0, None) and text.strip() and not _full_errors():
-                print(f"error: {condense(text)}", file=sys.stderr)
+                message = condense(text)
+                key = re.match(r"unknown config key '([^']+)'", message)
+                if key:  # a typo: name the closest valid key
+                    from litlab.utils.validate import closest_key
+
+                    message = message.replace(f"'{key.group(1)}'", f"'{key.group(1)}'" + closest_key(
+                        key.group(1), config_name, sys.argv[1:]), 1)
+                syntax = re.search(r"at input '([^']*)'", message)
+                arg = syntax and next((a for a in sys.argv[1:] if syntax.group(1) in a), None)
+                if arg:  # Hydra's parse errors do not say which override
+                    message = f"cannot parse override '{arg}': {message}"
+                print(f"error: {message}", file=sys.stderr)
                 raise SystemExit(EXIT_BAD_INPUT) from None
             sys.stderr.write(text)
         raise
@@ -120,7 +140,7 @@ def task(fn):
                 _close_log_files()
                 shutil.rmtree(out, ignore_errors=True)
             print(f"error: {err}", file=sys.stderr)
-            sys.exit(EXIT_BAD_INPUT)
+            sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
 
     return wrapper
 

@@ -1,0 +1,105 @@
+"""Bit-identical resumes, also from a checkpoint written in the middle of an epoch.
+
+Lightning restores weights, optimizer, schedulers and loop counters, but not the random number
+generators, and after a mid-epoch checkpoint it restarts the data loader from its first batch
+(unless the loader is stateful). A resumed run would then shuffle, augment and drop out
+differently from the run it continues. This callback stores, in every checkpoint:
+
+- `rng`: the torch/numpy/python (and CUDA) generator states when the checkpoint was written;
+- `epoch_rng` and `skip`, for a mid-epoch checkpoint: the generator states from just before the
+  epoch's data loader drew its shuffle, and how many batches of the epoch were already done.
+
+On resume it restores `epoch_rng` (so the loader draws the same order), skips the `skip` batches
+already trained on, then restores `rng`. It also flushes the loggers at each save, so the logs on
+disk are never behind the checkpoint. Plain lists and tensors only: the checkpoint still loads
+with `torch.load(weights_only=True)`.
+"""
+import random
+import warnings
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+
+
+def rng_state() -> dict:
+    """Every generator a training step may draw from, as weights_only-safe values."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+class ResumeState(Callback):
+    """Saves and restores what Lightning leaves out, so a resumed run equals an unbroken one."""
+
+    def __init__(self):
+        self._trainer = None
+        self._epoch_rng: dict | None = None
+        self._after_batch_rng: dict | None = None
+        self._pending: dict | None = None  # a loaded mid-epoch state, applied at train start
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self._trainer = trainer
+
+    def state_dict(self) -> dict:
+        boundary = {"rng": rng_state(), "epoch_rng": None, "skip": 0}
+        t = self._trainer
+        if t is None or t.state.fn != "fit":
+            return boundary
+        progress = t.fit_loop.epoch_loop.batch_progress.current
+        in_flight = progress.ready > progress.processed  # saved from on_exception (OOM)
+        done = progress.processed
+        if not in_flight and not 0 < done < t.num_training_batches:
+            return boundary  # between epochs: the next loader draws from `rng`
+        # a batch in flight was already augmented: keep the state from before it
+        rng = self._after_batch_rng if in_flight else rng_state()
+        return {"rng": rng if done else None, "epoch_rng": self._epoch_rng, "skip": done}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        # called while the checkpoint is restored, before the train loader draws its order
+        if state_dict.get("epoch_rng") is not None:
+            set_rng_state(state_dict["epoch_rng"])
+            self._pending = state_dict
+        else:
+            set_rng_state(state_dict["rng"])
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._after_batch_rng = rng_state()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        for logger in trainer.loggers:  # the logs on disk are never behind the checkpoint
+            logger.save()
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._epoch_rng = rng_state()  # the first epoch's loader is created after this
+        if self._pending:  # we skip the done batches ourselves: Lightning's warning is moot
+            warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended")
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if not self._pending:
+            return
+        fetcher = trainer.fit_loop._data_fetcher  # its iterator was created in setup_data
+        for _ in range(self._pending["skip"]):
+            next(fetcher.iterator)  # not next(fetcher): Lightning already counts these as done
+        if self._pending["rng"] is not None:
+            set_rng_state(self._pending["rng"])
+            self._after_batch_rng = self._pending["rng"]  # for an OOM in the first batch
+        self._pending = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # validation is over; the next epoch's loader draws its order after this (Lightning
+        # skips on_train_epoch_start for an epoch resumed mid-way, so not there)
+        self._epoch_rng = rng_state()

@@ -1,0 +1,74 @@
+"""Test-only fault injection, added to a real run from the command line:
+
+    +callbacks.fault._target_=faults.Fault +callbacks.fault.step=5 +callbacks.fault.kind=sigkill
+
+(the subprocess needs `tests/` on PYTHONPATH). At the start of the batch that follows
+`step` optimizer steps, on rank `rank`, it does one of:
+  sigkill            kill -9 this process (nothing can clean up)
+  sigint             send this process Ctrl-C (SIGINT)
+  oom                raise torch.OutOfMemoryError, as CUDA does
+  nan_input          fill the batch's inputs with NaN
+  kill_during_save   kill -9 in the middle of writing the next checkpoint file
+"""
+import os
+import signal
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+
+class Fault(Callback):
+    def __init__(self, step: int, kind: str = "sigkill", rank: int = 0):
+        self.step, self.kind, self.rank = step, kind, rank
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step != self.step or trainer.global_rank != self.rank:
+            return
+        if self.kind == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.kind == "sigint":
+            os.kill(os.getpid(), signal.SIGINT)
+        elif self.kind == "oom":
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated by tests/faults.py)")
+        elif self.kind == "nan_input":
+            batch[0].fill_(float("nan"))
+        elif self.kind == "kill_during_save":
+            real_save = torch.save
+
+            def half_then_die(obj, f, *args, **kwargs):
+                real_save(obj, f, *args, **kwargs)
+                f.truncate(f.tell() // 2)  # half the bytes on disk, then the process dies
+                f.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            torch.save = half_then_die
+        else:
+            raise ValueError(f"unknown fault kind {self.kind}")
+
+
+class OtherTaskData:
+    """A datamodule of another task, to test the model/data mismatch message."""
+
+    task = "other_task"
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class Trace(Callback):
+    """Appends one line per training batch to `path`: step, hashes of the RNG state, the
+    batch and the weights. Two runs' traces show the first step where they differ."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        import hashlib
+
+        def digest(t: torch.Tensor) -> str:
+            return hashlib.sha1(t.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:10]
+
+        weights = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
+        with open(self.path, "a") as f:
+            f.write(f"{trainer.global_step} {batch_idx} rng={digest(torch.get_rng_state())} "
+                    f"x={digest(batch[0])} w={digest(weights)}\n")

@@ -1,0 +1,149 @@
+"""A table of bad commands: each fails with exit code 2, one line that names the key, the bad
+value and what is valid, and leaves no run dir behind. Run in-process (the entry points'
+real `cli.run(main)`, argv and all) so the table costs seconds; a few run as subprocesses."""
+import logging
+import runpy
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import QUIET, ROOT, run_dirs
+
+FAKE_CKPT = "@fake"  # replaced by a file made by the `files` fixture
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+TRAIN = [  # (overrides, words the error line must contain)
+    (["model=nope"], ["model=nope", "cnn", "resnet18"]),
+    (["trainer=nope"], ["trainer=nope", "cpu", "gpu"]),
+    (["trainer.max_epoch=3"], ["trainer.max_epoch", "did you mean trainer.max_epochs"]),
+    (["modle=cnn"], ["modle", "did you mean model"]),
+    (["+trainer.max_epoch=3"], ["trainer.max_epoch", "did you mean max_epochs"]),
+    (["+model.net.chanels=[8,16]"], ["model.net.chanels", "did you mean channels"]),
+    (["trainer.max_epochs=abc"], ["trainer.max_epochs=abc", "int"]),
+    (["data.batch_size=lots"], ["data.batch_size=lots", "integer"]),
+    (["seed=abc"], ["seed=abc", "int"]),
+    (["model.optimizer.lr=-0.1"], ["model.optimizer.lr=-0.1", "> 0"]),
+    (["model.optimizer.weight_decay=-1"], ["model.optimizer", "weight_decay"]),
+    (["trainer.max_epochs=0"], ["trainer.max_epochs=0", ">= 1"]),
+    (["trainer.limit_train_batches=1.5"], ["trainer.limit_train_batches=1.5", "fraction"]),
+    (["trainer.precision=17"], ["trainer.precision=17", "bf16-mixed", "32-true"]),
+    (["trainer.precision=16-mixed", "trainer.accelerator=cpu"],
+     ["trainer.precision=16-mixed", "not supported on CPU", "bf16-mixed"]),
+    (["trainer.devices=999", "trainer.accelerator=cpu"], ["trainer.devices=999", "this machine has"]),
+    (["trainer.accelerator=tpux"], ["trainer.accelerator=tpux", "cpu", "did you mean tpu"]),
+    (["++trainer.strategy=dpp"], ["trainer.strategy=dpp", "did you mean ddp"]),
+    pytest.param(["trainer.accelerator=gpu"], ["trainer.accelerator=gpu", "trainer.accelerator=cpu"],
+                 marks=pytest.mark.skipif("_cuda()", reason="a GPU is present")),
+    (["data=imagefolder"], ["data.root is required", "data.root="]),
+    (["data=imagefolder", "data.root=/nonexistent/images"], ["data.root=/nonexistent/images", "folder"]),
+    (["data=mnist", "data.download=false", "data.data_dir=/nonexistent/mnist"],
+     ["data.data_dir=/nonexistent/mnist", "download"]),
+    (["data.val_fraction=1.5"], ["data.val_fraction=1.5", "between 0 and 1"]),
+    (["model.monitor_mode=maximum"], ["model.monitor_mode=maximum", "min or max"]),
+    (["data._target_=faults.OtherTaskData"], ["cannot train on", "other_task"]),
+    (["model._target_=litlab.models.nope.Net"], ["model._target_=litlab.models.nope.Net", "cannot be imported"]),
+    (["train=false", "test=false"], ["nothing to do"]),
+    (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path=/nonexistent/last.ckpt", "no such checkpoint"]),
+    (["ckpt_path=last"], ["ckpt_path=last", "no run of task 'train'"]),
+    (["ckpt_path=@fake/truncated.ckpt"], ["truncated.ckpt", "truncated or corrupt"]),
+    (["ckpt_path=@fake/other_model.ckpt"], ["other_model.ckpt", "holds a x.OtherModel model"]),
+    (["trainer.max_epochs=[1,"], ["trainer.max_epochs=[1,"]),
+]
+EVAL = [
+    ([], ["ckpt_path is required"]),
+    (["ckpt_path=/nonexistent.ckpt"], ["ckpt_path=/nonexistent.ckpt", "no such checkpoint"]),
+    (["ckpt_path=@fake"], ["is a folder", "pass a .ckpt file"]),
+    (["ckpt_path=@fake/not_litlab.ckpt"], ["not_litlab.ckpt", "not a checkpoint written by litlab"]),
+    (["ckpt_path=@fake/truncated.ckpt"], ["truncated.ckpt", "truncated or corrupt"]),
+    (["ckpt_path=@fake/other_model.ckpt", "split=train"], ["split=train", "test | val"]),
+]
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """A folder of broken checkpoint files: truncated, not litlab's, another model's."""
+    import torch
+
+    folder = tmp_path / "fake"
+    folder.mkdir()
+    torch.save({"a": torch.zeros(1000)}, folder / "not_litlab.ckpt")
+    torch.save({"state_dict": {}, "litlab_config": {"model": {"_target_": "x.OtherModel"}}},
+               folder / "other_model.ckpt")
+    data = (folder / "not_litlab.ckpt").read_bytes()
+    (folder / "truncated.ckpt").write_bytes(data[: len(data) // 2])
+    return folder
+
+
+def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[int, str]:
+    """`python src/<script> overrides` inside this process: (exit code, stderr)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
+    quiet = QUIET if script == "train.py" else ["extras.print_config=false"]
+    saved, sys.argv = sys.argv, [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *quiet, *overrides]
+    capfd.readouterr()
+    try:
+        runpy.run_path(str(ROOT / "src" / script), run_name="__main__")  # as `python src/...`
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    finally:
+        sys.argv = saved
+        GlobalHydra.instance().clear()
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                handler.close()
+                root.removeHandler(handler)
+        root.handlers[:], root.level = handlers, level
+    return code, capfd.readouterr().err
+
+
+def _check(code, err, words, log_dir, task):
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert code == 2, f"exit {code}, stderr:\n{err[-3000:]}"
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]
+    for word in words:
+        assert word in lines[0], f"{word!r} not in: {lines[0]}"
+    assert run_dirs(log_dir, task) == [], "a run dir was left behind"
+
+
+@pytest.mark.parametrize("overrides,words", TRAIN)
+def test_bad_train_command(overrides, words, fake, tmp_path, capfd):
+    overrides = [o.replace(FAKE_CKPT, str(fake)) for o in overrides]
+    code, err = run_in_process("train.py", overrides, tmp_path / "logs", capfd)
+    _check(code, err, words, tmp_path / "logs", "train")
+
+
+@pytest.mark.parametrize("overrides,words", EVAL)
+def test_bad_eval_command(overrides, words, fake, tmp_path, capfd):
+    overrides = [o.replace(FAKE_CKPT, str(fake)) for o in overrides]
+    words = [w.replace(FAKE_CKPT, str(fake)) for w in words]
+    code, err = run_in_process("eval.py", overrides, tmp_path / "logs", capfd)
+    _check(code, err, words, tmp_path / "logs", "eval")
+
+
+@pytest.mark.parametrize("script,overrides", [
+    ("train.py", ["trainer.max_epochs=0"]),
+    ("eval.py", []),
+])
+def test_bad_command_subprocess_fails_fast(script, overrides, tmp_path):
+    """End to end, as a user types it: exit 2, one line, no traceback, in seconds."""
+    quiet = QUIET if script == "train.py" else []
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(ROOT / "src" / script), f"paths.log_dir={tmp_path}",
+                           *quiet, *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert elapsed < 60, f"{elapsed:.1f} s to reject a bad command"
+    assert run_dirs(tmp_path, script[:-3]) == []

@@ -1,0 +1,156 @@
+"""Failure is a tested feature: real `kill -9`, Ctrl-C, OOM and NaN in the middle of a real
+run, then `ckpt_path=last` / `ckpt_path=<run dir>`, must end with the very same weights and
+test metrics as a run that was never interrupted; a dying DDP rank ends the job."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import QUIET, ROOT, run_dirs
+
+# digits, 3 epochs of 6 batches, last.ckpt every 4 steps (and at each epoch end)
+BUDGET = ["trainer.max_epochs=3", "trainer.limit_train_batches=6", "data.batch_size=128",
+          "callbacks.step_checkpoint.every_n_train_steps=4", "callbacks.early_stopping=null"]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "PYTHONUNBUFFERED": "1"}
+
+
+def train(log_dir: Path, *overrides: str, fault: tuple[int, str] | None = None, timeout=240):
+    cmd = [sys.executable, str(ROOT / "src" / "train.py"), f"paths.log_dir={log_dir}", *QUIET,
+           *BUDGET, *overrides]
+    if fault:
+        cmd += ["+callbacks.fault._target_=faults.Fault", f"+callbacks.fault.step={fault[0]}",
+                f"+callbacks.fault.kind={fault[1]}"]
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def test_metrics(run: Path) -> dict:
+    rows = pd.read_csv(run / "csv" / "metrics.csv")
+    test = rows.dropna(subset=["test/acc"]).iloc[-1]
+    return {k: test[k] for k in ("test/acc", "test/loss", "test/f1")}
+
+
+test_metrics.__test__ = False  # a helper, not a test
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"weights differ: {different[:5]}"
+
+
+def reference(tmp_path) -> Path:
+    ref = train(tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    return run_dirs(tmp_path / "ref")[0]
+
+
+def assert_same_as_reference(run: Path, ref_run: Path) -> None:
+    ours, theirs = (load(r / "checkpoints" / "last.ckpt")["state_dict"] for r in (run, ref_run))
+    assert_same_weights(theirs, ours)
+    assert test_metrics(run) == test_metrics(ref_run)
+    epochs = lambda r: set(pd.read_csv(r / "csv" / "metrics.csv")["epoch"].dropna())  # noqa: E731
+    assert epochs(run) == epochs(ref_run), "the CSV log continues across resumes"
+    assert not list((run / "checkpoints").glob("*.tmp")), "no temp file left behind"
+
+
+def test_resume_after_kill_9_is_bit_identical(tmp_path):
+    """kill -9 mid-epoch, resume, kill -9 right after a checkpoint, resume: same weights."""
+    ref_run, logs = reference(tmp_path), tmp_path / "logs"
+    last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
+    p = train(logs, fault=(5, "sigkill"))  # step 5 of epoch 0; last.ckpt was written at step 4
+    assert p.returncode == -9 and last()["global_step"] == 4
+    p = train(logs, "ckpt_path=last", fault=(8, "sigkill"))  # resumes mid-epoch
+    assert p.returncode == -9 and last()["global_step"] == 8, p.stderr[-3000:]
+    run = run_dirs(logs)[0]
+    p = train(logs, f"ckpt_path={run}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert run_dirs(logs) == [run], "every resume continued in the same run dir"
+    assert_same_as_reference(run, ref_run)
+
+
+@pytest.mark.slow
+def test_resume_after_seven_failures_is_bit_identical(tmp_path):
+    """One run broken seven ways in a row, resumed each time, equals an unbroken run."""
+    ref_run, logs = reference(tmp_path), tmp_path / "logs"
+    last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
+
+    p = train(logs, fault=(5, "sigkill"))  # kill -9 mid-epoch
+    assert p.returncode == -9 and last()["global_step"] == 4
+    p = train(logs, "ckpt_path=last", fault=(8, "sigkill"))  # right after the step-8 save
+    assert p.returncode == -9 and last()["global_step"] == 8
+    run = run_dirs(logs)[0]
+    p = train(logs, f"ckpt_path={run}", fault=(11, "kill_during_save"))  # during the step-12 save
+    assert p.returncode == -9 and last()["global_step"] == 8
+    # NaN loss at step 13: one line naming the step, last.ckpt (step 12) kept
+    p = train(logs, "ckpt_path=last", fault=(13, "nan_input"))
+    assert p.returncode == 1, p.stderr[-3000:]
+    error = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert len(error) == 1 and "global step 13" in error[0] and "nan" in error[0], p.stderr[-2000:]
+    assert last()["global_step"] == 12
+    # Ctrl-C at step 14: the batch finishes, last.ckpt at step 15, exit 1
+    p = train(logs, "ckpt_path=last", fault=(14, "sigint"))
+    assert p.returncode == 1 and last()["global_step"] == 15, p.stderr[-3000:]
+    # out of memory at the start of step 16: last.ckpt written from the state before it
+    p = train(logs, "ckpt_path=last", fault=(16, "oom"))
+    assert p.returncode == 1 and last()["global_step"] == 16, p.stderr[-3000:]
+    p = train(logs, "ckpt_path=last")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert run_dirs(logs) == [run], "every resume continued in the same run dir"
+    assert_same_as_reference(run, ref_run)
+
+
+def test_atomic_checkpoint_io_keeps_old_file_on_failure(tmp_path):
+    from litlab.callbacks.checkpoint_io import AtomicCheckpointIO
+
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint({"w": torch.ones(3)}, path)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        io.save_checkpoint({"w": torch.zeros(3), "bad": Unpicklable()}, path)
+    assert torch.equal(load(path)["w"], torch.ones(3))
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_resume_translation(tmp_path):
+    from litlab.utils.cli import UserError
+    from litlab.utils.resume import translate
+
+    runs = tmp_path / "train" / "runs"
+    old, new = runs / "2026-01-01_00-00-00", runs / "2026-01-02_00-00-00"
+    for run in (old, new):
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "checkpoints" / "last.ckpt").touch()
+    argv = translate(["train.py", f"paths.log_dir={tmp_path}", "ckpt_path=last"], "train")
+    assert f"hydra.run.dir='{new}'" in argv and f"ckpt_path='{new}/checkpoints/last.ckpt'" in argv
+    argv = translate(["train.py", f"ckpt_path={old}"], "train")
+    assert f"hydra.run.dir='{old}'" in argv
+    plain = ["train.py", f"ckpt_path={old}/checkpoints/last.ckpt"]
+    assert translate(plain, "train") == plain  # a file: a new run dir, as in Lightning
+    with pytest.raises(UserError, match="no run of task"):
+        translate(["train.py", f"paths.log_dir={tmp_path / 'empty'}", "ckpt_path=last"], "train")
+
+
+def test_dead_ddp_rank_ends_the_job(tmp_path):
+    """Rank 1 is killed (-9) at step 2 of a 2-process CPU DDP run: the job exits != 0, no hang."""
+    start = time.perf_counter()
+    p = train(tmp_path, "++trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu",
+              "+callbacks.fault._target_=faults.Fault", "+callbacks.fault.step=2",
+              "+callbacks.fault.kind=sigkill", "+callbacks.fault.rank=1", timeout=300)
+    elapsed = time.perf_counter() - start
+    assert p.returncode not in (0, 2), p.stderr[-3000:]  # 2 would be a config error
+    # gloo reports the lost peer at once; else Lightning's process observer kills the job (-9)
+    assert "by peer" in p.stderr or p.returncode == -9, p.stderr[-3000:]  # closed or reset
+    assert elapsed < 240, f"took {elapsed:.0f} s to notice the dead rank"
