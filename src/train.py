@@ -34,6 +34,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.test:
         trainer.test(model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    report.save_metrics(cfg, metrics)
     report.summary(cfg, metrics, checkpoint)
     return metrics
 
