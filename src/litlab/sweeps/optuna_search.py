@@ -40,11 +40,21 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
     """RDB storage at `url`, or a SQLite file in the sweep dir; waits on a busy SQLite file."""
     import optuna
 
+    import time
+
+    from sqlalchemy.exc import SQLAlchemyError
+
     url = url or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     heartbeat = {"heartbeat_interval": heartbeat_interval,
                  "grace_period": 3 * heartbeat_interval} if heartbeat_interval else {}
-    return url, optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+    for attempt in range(5):
+        try:
+            return url, optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except SQLAlchemyError:  # workers started together race to create the tables
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def instantiate(spec: dict | None, **extra):

@@ -142,11 +142,12 @@ def best_index(records: list[dict]) -> int | None:
 def replica_groups(records: list[dict], replica_keys) -> dict[str, list[dict]]:
     """Completed jobs grouped by their overrides without the replica keys (seed, fold)."""
     groups: dict[str, list[dict]] = {}
+    common = set.intersection(*(set(r["overrides"]) for r in records)) if records else set()
     for r in records:
         if r["status"] != "completed":
             continue
-        rest = [o for o in r["overrides"]
-                if o.split("=", 1)[0].lstrip("+~").rsplit(".", 1)[-1] not in replica_keys]
+        rest = [o for o in r["overrides"] if o not in common and
+                o.split("=", 1)[0].lstrip("+~").rsplit(".", 1)[-1] not in replica_keys]
         groups.setdefault(" ".join(rest) or "(no other overrides)", []).append(r)
     return groups
 
