@@ -2,6 +2,7 @@
 failed and pruned trials, resume after a kill, and two workers sharing one study."""
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import QUIET, ROOT
+from conftest import QUIET, ROOT, compose
 
 # tiny budgets: 2 epochs of 3 batches, 2 val/test batches, no sanity check
 FAST = ["trainer.max_epochs=2", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
@@ -93,6 +94,7 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
     overrides = yaml.safe_load((out / "trial_1" / ".hydra" / "overrides.yaml").read_text())
     for name, value in trials[1].params.items():
         assert f"{name}={value!r}" in overrides or f"{name}={value}" in overrides
+    assert not any("LITLAB_OPTUNA_TRIAL" in o for o in overrides)  # the trial id is no override
 
 
 def test_search_resumes_after_a_kill_without_rerunning_finished_trials(cli, tmp_path):
@@ -131,3 +133,24 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
     assert len({t.user_attrs["run_dir"] for t in trials}) == 4
     assert len({tuple(sorted(t.params.items())) for t in trials}) == 4
     assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers ran trials"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "configs" / "hparams_search")
+                                        .glob("*.yaml")))
+def test_search_configs_compose_and_search_existing_keys(name, tmp_path):
+    """Every searched key exists in the composed config (else every trial would fail)."""
+    from omegaconf import OmegaConf
+
+    from litlab.sweeps import search_space
+
+    text = (ROOT / "configs" / "hparams_search" / f"{name}.yaml").read_text()
+    for group, option in re.findall(r"override /(experiment|model): (\w+)", text):
+        if not (ROOT / "configs" / group / f"{option}.yaml").exists():
+            pytest.skip(f"{group}={option} is not in this checkout")
+    cfg = compose("train", [f"hparams_search={name}"], output_dir=tmp_path)
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)
+    space, _ = search_space.build(params, ["model.net.dropout=tag(log,interval(0.01,0.5))"])
+    assert space["model.net.dropout"].log and len(space) == len(params)
+    for key in space:
+        assert OmegaConf.select(cfg, key) is not None, f"{key} is not a key of {name}'s config"
+    assert cfg.hydra.sweeper.study_name == name and "optuna_pruning" in cfg.callbacks
