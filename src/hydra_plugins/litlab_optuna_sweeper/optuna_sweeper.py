@@ -1,3 +1,4 @@
+# ruff: noqa: UP006, UP035, UP045  (OmegaConf 2.3 structured configs need typing.Dict/Optional)
 """`hydra/sweeper=litlab_optuna`: a Hydra sweeper on current Optuna (configs/hparams_search/).
 
 Hydra imports this module for every command (its plugin scan), so it only declares the config

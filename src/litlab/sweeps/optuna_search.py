@@ -38,10 +38,9 @@ class TrialFailed(Exception):
 
 def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None):
     """RDB storage at `url`, or a SQLite file in the sweep dir; waits on a busy SQLite file."""
-    import optuna
-
     import time
 
+    import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
     url = url or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
@@ -103,7 +102,8 @@ def requeue_interrupted(study) -> int:
         worker_host, _, pid = str(attrs.get("worker", "")).rpartition(":")
         dead = trial.state == TrialState.RUNNING and worker_host == host and pid.isdigit() \
             and not _alive(int(pid))
-        cut = trial.state == TrialState.FAIL and not {"error", "interrupted", "surplus"} & set(attrs)
+        flagged = {"error", "interrupted", "surplus"} & attrs.keys()
+        cut = trial.state == TrialState.FAIL and not flagged
         if dead or cut:
             study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
             if dead:

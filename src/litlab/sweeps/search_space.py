@@ -36,7 +36,7 @@ def as_override_value(value: Any) -> str:
 
 
 def _flatten(params: dict, prefix: str = "") -> dict[str, Any]:
-    """`{model: {net: {dropout: spec}}}` (from a command-line key) -> `{model.net.dropout: spec}`."""
+    """`{model: {net: {dropout: spec}}}` (a command-line key) -> `{model.net.dropout: spec}`."""
     flat = {}
     for key, spec in params.items():
         name = f"{prefix}{key}"
@@ -49,8 +49,7 @@ def _flatten(params: dict, prefix: str = "") -> dict[str, Any]:
 
 def from_spec(name: str, spec: Any):
     """One Optuna distribution from a YAML entry (dict, list of choices, or sweep string)."""
-    from optuna.distributions import (CategoricalDistribution, FloatDistribution,
-                                      IntDistribution)
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     from litlab.utils.cli import UserError
 
@@ -86,8 +85,7 @@ def from_override(text: str):
     """One Optuna distribution from Hydra sweep syntax, e.g. `lr=tag(log,interval(1e-4,1))`."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
-    from optuna.distributions import (CategoricalDistribution, FloatDistribution,
-                                      IntDistribution)
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     from litlab.utils.cli import UserError
 

@@ -35,7 +35,7 @@ def _is_multirun(config: DictConfig) -> bool:
 def _select(config: DictConfig, key: str, default=None):
     try:
         value = OmegaConf.select(config, key, default=default)
-    except Exception:  # an interpolation that cannot resolve here
+    except Exception:  # noqa: BLE001  (an interpolation that cannot resolve here)
         return default
     return value
 
@@ -199,7 +199,8 @@ def write_summary(sweep_dir: Path, records: list[dict], replica_keys=("seed", "f
     for i, r in enumerate(records):
         rows.append({"job": r["job"], "best": "*" if i == best else "", "status": r["status"],
                      "objective": r["objective"], **{m: r["metrics"].get(m) for m in every_metric},
-                     "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}", "overrides": " ".join(r["overrides"]),
+                     "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
+                     "overrides": " ".join(r["overrides"]),
                      "varying": varying[i], "run_dir": r["run_dir"], "error": r["error"]})
     header = ["job", "best", "status", "objective", *every_metric, "wall_s", "overrides",
               "run_dir", "error"]
@@ -214,8 +215,8 @@ def write_summary(sweep_dir: Path, records: list[dict], replica_keys=("seed", "f
         writer.writerows(stats)
     table = markdown(rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying",
                             "error"])
-    head = [f"objective: {objective} (best job marked *); overrides of every job: "
-            f"{' '.join(shared) or '(none)'}"]
+    head = [(f"objective: {objective} (best job marked *); overrides of every job: "
+             f"{' '.join(shared) or '(none)'}")]
     text = [f"# Sweep summary: {sweep_dir}", "", *head, "", table, "",
             "## mean ± std over jobs (sample std)", "", stats_markdown(stats)]
     (sweep_dir / "summary.md").write_text("\n".join(text) + "\n")
