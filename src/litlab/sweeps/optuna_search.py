@@ -181,6 +181,7 @@ def run(sweeper, arguments: list[str]) -> None:
         raise TrialFailed(one_line(outcome)) from outcome
 
     def stop_when_done(study, _trial) -> None:
+        requeue_interrupted(study)  # a worker of this host died meanwhile
         if used() >= budget:
             study.stop()
 
