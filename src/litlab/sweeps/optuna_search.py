@@ -94,6 +94,7 @@ def _alive(pid: int) -> bool:
 def requeue_interrupted(study) -> int:
     """Trials left RUNNING by a dead process of this host, or failed by Ctrl-C: mark them
     interrupted (they stop counting) and queue their params again."""
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     host, requeued = socket.gethostname(), 0
@@ -104,13 +105,18 @@ def requeue_interrupted(study) -> int:
             and not _alive(int(pid))
         flagged = {"error", "interrupted", "surplus"} & attrs.keys()
         cut = trial.state == TrialState.FAIL and not flagged
-        if dead or cut:
+        if not (dead or cut):
+            continue
+        try:  # set_trial_state_values is atomic: of two workers that find one dead trial,
+            # one claims it; the other gets UpdateFinishedTrialError
             study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
             if dead:
                 study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
-            log.info("trial %d was interrupted: queued again with its params", trial.number)
-            requeued += 1
+        except UpdateFinishedTrialError:
+            continue
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        log.info("trial %d was interrupted: queued again with its params", trial.number)
+        requeued += 1
     return requeued
 
 
