@@ -114,6 +114,7 @@ def test_search_resumes_after_a_kill_without_rerunning_finished_trials(cli, tmp_
     trials = load_trials(log_dir)
     assert (study_dir(log_dir) / "trial_0" / "sweep_job.json").read_text() == first  # not re-run
     assert trials[1].state.name == "FAIL" and trials[1].user_attrs["interrupted"]
+    assert trials[2].user_attrs["retry_of"] == 1
     assert [t.state.name for t in trials[2:]] == ["COMPLETE"]
     assert trials[2].params == trials[1].params  # the interrupted trial ran again
     assert sum(t.state.name == "COMPLETE" for t in trials) == 2
@@ -155,3 +156,32 @@ def test_search_configs_compose_and_search_existing_keys(name, tmp_path):
     for key in space:
         assert OmegaConf.select(cfg, key) is not None, f"{key} is not a key of {name}'s config"
     assert cfg.hydra.sweeper.study_name == name and "optuna_pruning" in cfg.callbacks
+
+
+def test_interrupted_trials_are_requeued_once(tmp_path):
+    """A trial left RUNNING by a dead worker of this host, and one failed by Ctrl-C, are queued
+    again exactly once (a second worker scanning the study does not queue them twice)."""
+    import socket
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from litlab.sweeps.optuna_search import counts, requeue_interrupted
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    killed, ctrl_c, raised = study.ask(), study.ask(), study.ask()
+    for trial in (killed, ctrl_c, raised):
+        trial.suggest_float("x", 0, 1)
+    killed.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")
+    study.tell(ctrl_c, state=TrialState.FAIL)
+    raised.set_user_attr("error", "ValueError: boom")
+    study.tell(raised, state=TrialState.FAIL)
+    assert requeue_interrupted(study) == 2 and requeue_interrupted(study) == 0
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL", "FAIL", "WAITING", "WAITING"]
+    queued = {t.user_attrs["retry_of"]: t.system_attrs["fixed_params"] for t in trials[3:]}
+    assert queued == {0: killed.params, 1: ctrl_c.params}  # each runs again with its params
+    assert [counts(t) for t in trials[:3]] == [False, False, True]

@@ -98,22 +98,22 @@ def requeue_interrupted(study) -> int:
     from optuna.trial import TrialState
 
     host, requeued = socket.gethostname(), 0
-    for trial in study.get_trials(deepcopy=False):
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    for trial in trials:
         attrs = trial.user_attrs
         worker_host, _, pid = str(attrs.get("worker", "")).rpartition(":")
         dead = trial.state == TrialState.RUNNING and worker_host == host and pid.isdigit() \
             and not _alive(int(pid))
-        flagged = {"error", "interrupted", "surplus"} & attrs.keys()
-        cut = trial.state == TrialState.FAIL and not flagged
-        if not (dead or cut):
+        cut = trial.state == TrialState.FAIL and not {"error", "surplus"} & attrs.keys()
+        if trial.number in retried or not (dead or cut):
             continue
-        try:  # set_trial_state_values is atomic: of two workers that find one dead trial,
-            # one claims it; the other gets UpdateFinishedTrialError
-            study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-            if dead:
+        if dead:
+            try:  # atomic: of two workers that find one dead trial, one claims it
+                study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
                 study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        except UpdateFinishedTrialError:
-            continue
+            except UpdateFinishedTrialError:
+                continue
         study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
         log.info("trial %d was interrupted: queued again with its params", trial.number)
         requeued += 1
@@ -207,7 +207,7 @@ def write_results(study, sweep_dir: Path, url: str, fixed: list[str]) -> None:
     from optuna.trial import TrialState
 
     trials = [t for t in study.get_trials(deepcopy=False) if "surplus" not in t.user_attrs]
-    states = Counter(t.state.name.lower() for t in trials if "interrupted" not in t.user_attrs)
+    states = Counter(t.state.name.lower() for t in trials if counts(t))
     completed = [t for t in trials if t.state == TrialState.COMPLETE]
     result = {"study_name": study.study_name, "storage": _hide_password(url),
               "direction": study.direction.name.lower(), "trials": dict(states)}
