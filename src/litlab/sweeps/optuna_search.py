@@ -192,14 +192,18 @@ def run(sweeper, arguments: list[str]) -> None:
             study.stop()
 
     if used() < budget:
-        study.optimize(objective, timeout=opts.get("timeout"), catch=(Exception,),
-                       callbacks=[stop_when_done])
+        try:
+            study.optimize(objective, timeout=opts.get("timeout"), catch=(Exception,),
+                           callbacks=[stop_when_done])
+        except KeyboardInterrupt:  # Ctrl-C: the results so far, then stop
+            write_results(study, sweep_dir, url, fixed, final=False)
+            raise
     else:
         log.info("study %s already has its %d trials", study.study_name, budget)
     write_results(study, sweep_dir, url, fixed)
 
 
-def write_results(study, sweep_dir: Path, url: str, fixed: list[str]) -> None:
+def write_results(study, sweep_dir: Path, url: str, fixed: list[str], final: bool = True) -> None:
     """best_params.yaml and optimization_history.png in the sweep dir; raise if none completed."""
     import warnings
     from collections import Counter
@@ -232,8 +236,10 @@ def write_results(study, sweep_dir: Path, url: str, fixed: list[str]) -> None:
         ax.figure.savefig(sweep_dir / "optimization_history.png", dpi=100)
     print(f"\nOptuna study {study.study_name}: {dict(states)} -> {sweep_dir / 'best_params.yaml'}",
           flush=True)
-    if not completed:
+    if not completed and final:
         raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
+    if not completed:
+        return
     print(f"best {result['best_value']:.4f} (trial {result['best_trial']}); train it again with:"
           f"\n  {result['rerun']}", flush=True)
 
