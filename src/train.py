@@ -40,6 +40,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer.test(model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     distributed.finish(trainer)  # all ranks end together; fails if a child rank failed
+    report.save_metrics(cfg, metrics)
     report.summary(cfg, metrics, checkpoint)
     return metrics
 

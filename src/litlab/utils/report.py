@@ -64,6 +64,14 @@ def best_checkpoint(trainer) -> str | None:
     return cb.best_model_path or cb.last_model_path or None
 
 
+def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
+    """<output_dir>/metrics.json: the final metrics, read back by sweep summaries."""
+    import json
+
+    if is_rank_zero():
+        (Path(cfg.paths.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=2))
+
+
 def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) -> None:
     """Final lines of a run: metrics, then where everything is."""
     if not is_rank_zero():

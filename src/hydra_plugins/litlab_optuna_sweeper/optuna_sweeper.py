@@ -1,0 +1,66 @@
+# ruff: noqa: UP006, UP035, UP045  (OmegaConf 2.3 structured configs need typing.Dict/Optional)
+"""`hydra/sweeper=litlab_optuna`: a Hydra sweeper on current Optuna (configs/hparams_search/).
+
+Hydra imports this module for every command (its plugin scan), so it only declares the config
+and the class; optuna is imported by `litlab.sweeps.optuna_search` when a search runs.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class LitlabOptunaSweeperConf:
+    _target_: str = "hydra_plugins.litlab_optuna_sweeper.optuna_sweeper.LitlabOptunaSweeper"
+    # sampler and pruner stay configs here: the sweeper builds them (and sends the pruner's
+    # config to the trials)
+    _recursive_: bool = False
+    study_name: str = "search"
+    # any SQLAlchemy URL; null: sqlite:///<sweep dir>/optuna.db
+    storage: Optional[str] = None
+    # maximize | minimize (max | min accepted)
+    direction: str = "maximize"
+    # total trials of the study, over resumes and workers
+    n_trials: int = 20
+    # seconds; this worker starts no new trial after it
+    timeout: Optional[float] = None
+    sampler: Dict[str, Any] = field(
+        default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": None})
+    # null: no pruning
+    pruner: Optional[Dict[str, Any]] = None
+    # {config.key: {type: float|int|categorical, low, high, log, step, choices}}
+    params: Dict[str, Any] = field(default_factory=dict)
+    # params to try first, e.g. [{model.optimizer.lr: 0.005}] (once per study)
+    enqueue_trials: List[Dict[str, Any]] = field(default_factory=list)
+    # seconds; marks trials of dead workers on other machines as failed (RDB storages)
+    heartbeat_interval: Optional[int] = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="litlab_optuna",
+                             node=LitlabOptunaSweeperConf, provider="litlab")
+
+
+class LitlabOptunaSweeper(Sweeper):
+    def __init__(self, **options: Any) -> None:
+        self.options = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig)
+                        else v for k, v in options.items()}
+        self.config: Optional[DictConfig] = None
+        self.launcher = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> None:
+        from litlab.sweeps import optuna_search
+
+        optuna_search.run(self, list(arguments))

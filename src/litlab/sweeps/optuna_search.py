@@ -1,0 +1,250 @@
+"""The Optuna search behind `python src/train.py -m hparams_search=NAME` (current Optuna, not
+hydra-optuna-sweeper, which pins optuna < 3).
+
+- Each trial is one Hydra job: the sweeper samples the params and passes them as ordinary
+  overrides (`model.optimizer.lr=0.0031`), so a DDP child rank that re-executes the job with
+  its overrides trains the same params. Only the trial's id travels in an environment variable
+  (`LITLAB_OPTUNA_TRIAL`, via `hydra.job.env_set`): rank 0 reports to the study, the other ranks
+  only follow its pruning decision (litlab.callbacks.optuna_pruning).
+- Storage: a SQLite file in the sweep dir by default, or any database URL. The study is the
+  unit of resumption: the same command (same study name) continues it, and several workers on
+  one storage share it. `n_trials` is the study's total: completed, pruned, raised and running
+  trials count; trials cut short by a kill or Ctrl-C do not and are re-queued with their params.
+- Seeded: the sampler's random state is reseeded from (seed, trial number) before each trial,
+  so workers never draw the same random params and a trial's draw does not depend on which
+  worker asked for it.
+"""
+import json
+import logging
+import math
+import os
+import socket
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from litlab.sweeps import search_space
+from litlab.sweeps.summary import one_line
+from litlab.utils.cli import UserError
+
+log = logging.getLogger(__name__)
+ENV = "LITLAB_OPTUNA_TRIAL"
+DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
+
+
+class TrialFailed(Exception):
+    """The trial's job raised or returned no objective (recorded as a FAIL trial)."""
+
+
+def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None):
+    """RDB storage at `url`, or a SQLite file in the sweep dir; waits on a busy SQLite file."""
+    import time
+
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    url = url or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
+    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    heartbeat = {"heartbeat_interval": heartbeat_interval,
+                 "grace_period": 3 * heartbeat_interval} if heartbeat_interval else {}
+    for attempt in range(5):
+        try:
+            return url, optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except SQLAlchemyError:  # workers started together race to create the tables
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
+def instantiate(spec: dict | None, **extra):
+    import hydra
+
+    return hydra.utils.instantiate(spec, **extra) if spec else None
+
+
+def reseed(sampler, seed: int | None, number: int) -> None:
+    """Reseed the sampler's random state from (seed, trial number) (TPE, random, GP, CMA-ES)."""
+    if seed is None:
+        return
+    for part in (sampler, getattr(sampler, "_random_sampler", None)):
+        lazy = getattr(part, "_rng", None)
+        if lazy is not None and hasattr(lazy, "rng"):
+            lazy.rng.seed((int(seed) * 100_003 + number) % 2**32)
+
+
+def counts(trial) -> bool:
+    """Whether a trial uses the study's budget (interrupted and surplus trials do not)."""
+    from optuna.trial import TrialState
+
+    if trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING):
+        return True
+    return trial.state == TrialState.FAIL and "error" in trial.user_attrs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def requeue_interrupted(study) -> int:
+    """Trials left RUNNING by a dead process of this host, or failed by Ctrl-C: mark them
+    interrupted (they stop counting) and queue their params again."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    host, requeued = socket.gethostname(), 0
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    for trial in trials:
+        attrs = trial.user_attrs
+        worker_host, _, pid = str(attrs.get("worker", "")).rpartition(":")
+        dead = trial.state == TrialState.RUNNING and worker_host == host and pid.isdigit() \
+            and not _alive(int(pid))
+        cut = trial.state == TrialState.FAIL and not {"error", "surplus"} & attrs.keys()
+        if trial.number in retried or not (dead or cut):
+            continue
+        if dead:
+            try:  # atomic: of two workers that find one dead trial, one claims it
+                study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                continue
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        log.info("trial %d was interrupted: queued again with its params", trial.number)
+        requeued += 1
+    return requeued
+
+
+def run(sweeper, arguments: list[str]) -> None:
+    """Create or load the study, run trials until the budget is used, write the results."""
+    import optuna
+
+    opts, config = sweeper.options, sweeper.config
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    space, fixed = search_space.build(opts.get("params"), arguments)
+    if not space:
+        raise UserError("the search space is empty: set hydra.sweeper.params (see "
+                        "configs/hparams_search/) or pass key=interval(...)/choice(...)")
+    direction = DIRECTIONS.get(str(opts["direction"]))
+    if direction is None:
+        raise UserError(f"hydra.sweeper.direction={opts['direction']} is not valid; "
+                        "choose maximize or minimize")
+    url, storage = storage_for(opts.get("storage"), sweep_dir, opts.get("heartbeat_interval"))
+    sampler_spec = dict(opts.get("sampler") or {"_target_": "optuna.samplers.TPESampler"})
+    seed = sampler_spec.get("seed")
+    study = optuna.create_study(
+        study_name=opts["study_name"], storage=storage, direction=direction,
+        load_if_exists=True, sampler=instantiate(sampler_spec),
+        pruner=instantiate(opts.get("pruner")) or optuna.pruners.NopPruner())
+    for params in opts.get("enqueue_trials") or []:  # known-good params to try first
+        study.enqueue_trial(dict(params), skip_if_exists=True)
+    requeue_interrupted(study)
+    budget = int(opts["n_trials"])
+
+    def used() -> int:
+        return sum(counts(t) for t in study.get_trials(deepcopy=False))
+
+    def objective(trial) -> float:
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+        if sum(counts(t) for t in earlier) >= budget:  # another worker took the last trial
+            trial.set_user_attr("surplus", True)
+            study.stop()
+            raise TrialFailed("the study's budget was used by other workers")
+        try:
+            return run_trial(trial)
+        except optuna.TrialPruned:
+            raise
+        except Exception as error:  # recorded as a FAIL trial that uses the budget
+            trial.set_user_attr("error", one_line(error))
+            log.warning("trial %d failed: %s", trial.number, one_line(error))
+            raise
+
+    def run_trial(trial) -> float:
+        reseed(study.sampler, seed, trial.number)
+        params = search_space.suggest(trial, space)
+        ticket = json.dumps({"study": study.study_name, "storage": url,
+                             "trial_id": trial._trial_id, "pruner": opts.get("pruner")})
+        overrides = fixed + [f"{k}={search_space.as_override_value(v)}" for k, v in params.items()]
+        overrides.append(f"++hydra.job.env_set.{ENV}={search_space.as_override_value(ticket)}")
+        result = sweeper.launcher.launch([overrides], initial_job_idx=trial.number)[0]
+        trial.set_user_attr("run_dir", str(result.hydra_cfg.hydra.runtime.output_dir))
+        outcome = result._return_value
+        if result.status.name == "COMPLETED":
+            if isinstance(outcome, int | float) and math.isfinite(outcome):
+                return float(outcome)
+            raise TrialFailed(f"the job returned {outcome!r}, not a finite objective "
+                              f"(is optimized_metric={config.get('optimized_metric')} logged?)")
+        if type(outcome).__name__ == "TrialPruned":
+            raise optuna.TrialPruned(str(outcome))
+        raise TrialFailed(one_line(outcome)) from outcome
+
+    def stop_when_done(study, _trial) -> None:
+        requeue_interrupted(study)  # a worker of this host died meanwhile
+        if used() >= budget:
+            study.stop()
+
+    if used() < budget:
+        try:
+            study.optimize(objective, timeout=opts.get("timeout"), catch=(Exception,),
+                           callbacks=[stop_when_done])
+        except KeyboardInterrupt:  # Ctrl-C: the results so far, then stop
+            write_results(study, sweep_dir, url, fixed, final=False)
+            raise
+    else:
+        log.info("study %s already has its %d trials", study.study_name, budget)
+    write_results(study, sweep_dir, url, fixed)
+
+
+def write_results(study, sweep_dir: Path, url: str, fixed: list[str], final: bool = True) -> None:
+    """best_params.yaml and optimization_history.png in the sweep dir; raise if none completed."""
+    import warnings
+    from collections import Counter
+
+    from optuna.trial import TrialState
+
+    trials = [t for t in study.get_trials(deepcopy=False) if "surplus" not in t.user_attrs]
+    states = Counter(t.state.name.lower() for t in trials if counts(t))
+    completed = [t for t in trials if t.state == TrialState.COMPLETE]
+    result = {"study_name": study.study_name, "storage": _hide_password(url),
+              "direction": study.direction.name.lower(), "trials": dict(states)}
+    if completed:
+        best = study.best_trial
+        result.update({"best_value": best.value, "best_trial": best.number,
+                       "best_params": best.params, "best_run_dir": best.user_attrs.get("run_dir"),
+                       "best_overrides": [f"{k}={search_space.as_override_value(v)}"
+                                          for k, v in best.params.items()]})
+        result["rerun"] = " ".join(["python src/train.py", *fixed, *result["best_overrides"]])
+    OmegaConf.save(OmegaConf.create(result), sweep_dir / "best_params.yaml")
+    if completed:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from optuna.visualization.matplotlib import plot_optimization_history
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "experimental" warnings of optuna's plots
+            ax = plot_optimization_history(study)
+        ax.figure.tight_layout()
+        ax.figure.savefig(sweep_dir / "optimization_history.png", dpi=100)
+    print(f"\nOptuna study {study.study_name}: {dict(states)} -> {sweep_dir / 'best_params.yaml'}",
+          flush=True)
+    if not completed and final:
+        raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
+    if not completed:
+        return
+    print(f"best {result['best_value']:.4f} (trial {result['best_trial']}); train it again with:"
+          f"\n  {result['rerun']}", flush=True)
+
+
+def _hide_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,273 @@
+"""A Hydra callback that summarises every multirun: summary.csv, summary.md, summary.png and
+summary_stats.csv in the sweep dir, plus the table and mean ± std printed at the end.
+
+Each job leaves a record (`sweep_job.json` in its run dir) when it starts and when it ends, so
+the summary covers every job of the sweep dir: jobs of a resumed study, of a second worker, or
+of a launcher that runs jobs in other processes. Hydra's BasicSweeper raises the first failed
+job's error after all jobs of the batch ran and then skips `on_multirun_end` (exit code 1), so
+the summary is also written at interpreter exit. Imports stay light: Hydra builds this
+callback for every run, including `--help`.
+"""
+import atexit
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+RECORD = "sweep_job.json"
+
+
+def is_rank_zero() -> bool:
+    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
+def _is_multirun(config: DictConfig) -> bool:
+    from hydra.types import RunMode
+
+    return OmegaConf.select(config, "hydra.mode") == RunMode.MULTIRUN and is_rank_zero()
+
+
+def _select(config: DictConfig, key: str, default=None):
+    try:
+        value = OmegaConf.select(config, key, default=default)
+    except Exception:  # noqa: BLE001  (an interpolation that cannot resolve here)
+        return default
+    return value
+
+
+def one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}"[:300] if text else type(err).__name__
+
+
+def status_of(err: BaseException | None) -> str:
+    if err is None:
+        return "completed"
+    return "pruned" if type(err).__name__ == "TrialPruned" else "failed"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)  # atomic: a reader never sees half a record
+
+
+class SweepSummary(Callback):
+    """Writes the summary of a multirun into its sweep dir (rank 0, multirun mode only)."""
+
+    def __init__(self, replica_keys=("seed", "fold"), plot: bool = True):
+        # overrides whose last key part is in `replica_keys` tell replicas apart (seeds, folds)
+        self.replica_keys = tuple(replica_keys)
+        self.plot = plot
+        self._started: dict[str, float] = {}
+        self._done = False
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if is_rank_zero():
+            atexit.register(self._finish, config)  # Hydra skips on_multirun_end after a failure
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._finish(config)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if _is_multirun(config):
+            out = Path(config.hydra.runtime.output_dir)
+            self._started[str(out)] = time.time()
+            _write_json(out / RECORD, self._record(config, status="running"))
+
+    def on_job_end(self, config: DictConfig, job_return, **kwargs: Any) -> None:
+        if not _is_multirun(config):
+            return
+        out = Path(config.hydra.runtime.output_dir)
+        err = None if job_return.status.name == "COMPLETED" else job_return._return_value
+        value = job_return._return_value if err is None else None
+        record = self._record(config, status=status_of(err), objective=value,
+                              error=one_line(err) if err is not None else "")
+        record["wall_s"] = round(time.time() - self._started.pop(str(out), time.time()), 2)
+        metrics_file = out / "metrics.json"
+        if metrics_file.is_file():
+            record["metrics"] = json.loads(metrics_file.read_text())
+        _write_json(out / RECORD, record)
+
+    def _record(self, config: DictConfig, **fields) -> dict:
+        return {"job": int(_select(config, "hydra.job.num", 0)),
+                "overrides": list(_select(config, "hydra.overrides.task", [])),
+                "objective_name": _select(config, "optimized_metric"),
+                "mode": _select(config, "model.monitor_mode", "max"),
+                "run_dir": str(config.hydra.runtime.output_dir),
+                "started": time.time(), "metrics": {}, "objective": None, "error": "",
+                "wall_s": None, **fields}
+
+    def _finish(self, config: DictConfig) -> None:
+        if self._done or not is_rank_zero():
+            return
+        self._done = True
+        sweep_dir = Path(str(_select(config, "hydra.sweep.dir")))
+        records = load_records(sweep_dir)
+        if records:
+            write_summary(sweep_dir, records, self.replica_keys, self.plot)
+
+
+def load_records(sweep_dir: Path) -> list[dict]:
+    records = []
+    for path in sweep_dir.rglob(RECORD):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    for record in records:  # a job still "running" now was killed (or runs in another worker)
+        if record["status"] == "running":
+            record["status"] = "incomplete"
+    return sorted(records, key=lambda r: (r["job"], r["run_dir"]))
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def best_index(records: list[dict]) -> int | None:
+    scored = [(r["objective"], i) for i, r in enumerate(records)
+              if r["status"] == "completed" and _finite(r["objective"])]
+    if not scored:
+        return None
+    sign = -1 if str(records[scored[0][1]]["mode"]).startswith("max") else 1
+    return min(scored, key=lambda s: (sign * s[0], s[1]))[1]
+
+
+def replica_groups(records: list[dict], replica_keys) -> dict[str, list[dict]]:
+    """Completed jobs grouped by their overrides without the replica keys (seed, fold)."""
+    groups: dict[str, list[dict]] = {}
+    common = set.intersection(*(set(r["overrides"]) for r in records)) if records else set()
+    for r in records:
+        if r["status"] != "completed":
+            continue
+        rest = [o for o in r["overrides"] if o not in common and
+                o.split("=", 1)[0].lstrip("+~").rsplit(".", 1)[-1] not in replica_keys]
+        groups.setdefault(" ".join(rest) or "(no other overrides)", []).append(r)
+    return groups
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; 0 for a single value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def stats_rows(records: list[dict], replica_keys) -> list[dict]:
+    """mean ± std of each metric: over all completed jobs, and per replica group (n >= 2)."""
+    groups = {"all jobs": [r for r in records if r["status"] == "completed"]}
+    by_replica = replica_groups(records, replica_keys)
+    if len(by_replica) > 1:
+        groups.update({k: v for k, v in by_replica.items() if len(v) >= 2})
+    rows = []
+    for name, members in groups.items():
+        metrics = sorted({k for r in members for k in r["metrics"]})
+        for metric in metrics:
+            values = [r["metrics"][metric] for r in members if _finite(r["metrics"].get(metric))]
+            if values:
+                mean, std = mean_std(values)
+                rows.append({"group": name, "metric": metric, "n": len(values),
+                             "mean": mean, "std": std})
+    return rows
+
+
+def _varying(records: list[dict]) -> tuple[list[str], list[str]]:
+    """(overrides shared by every job, per-job text of the overrides that differ)."""
+    common = set.intersection(*(set(r["overrides"]) for r in records))
+    shared = [o for o in records[0]["overrides"] if o in common]
+    return shared, [" ".join(o for o in r["overrides"] if o not in common) for r in records]
+
+
+def write_summary(sweep_dir: Path, records: list[dict], replica_keys=("seed", "fold"),
+                  plot: bool = True) -> list[dict]:
+    """Write summary.csv/.md/.png and summary_stats.csv into `sweep_dir`, print the table."""
+    import csv
+
+    best = best_index(records)
+    every_metric = sorted({k for r in records for k in r["metrics"]})
+    shown = [m for m in every_metric if m.startswith(("val/", "test/"))]
+    objective = next((r["objective_name"] for r in records if r["objective_name"]), "objective")
+    shared, varying = _varying(records)
+    rows = []
+    for i, r in enumerate(records):
+        rows.append({"job": r["job"], "best": "*" if i == best else "", "status": r["status"],
+                     "objective": r["objective"], **{m: r["metrics"].get(m) for m in every_metric},
+                     "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
+                     "overrides": " ".join(r["overrides"]),
+                     "varying": varying[i], "run_dir": r["run_dir"], "error": r["error"]})
+    header = ["job", "best", "status", "objective", *every_metric, "wall_s", "overrides",
+              "run_dir", "error"]
+    with open(sweep_dir / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    stats = [s for s in stats_rows(records, replica_keys) if s["metric"] in shown]
+    with open(sweep_dir / "summary_stats.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["group", "metric", "n", "mean", "std"])
+        writer.writeheader()
+        writer.writerows(stats)
+    table = markdown(rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying",
+                            "error"])
+    head = [(f"objective: {objective} (best job marked *); overrides of every job: "
+             f"{' '.join(shared) or '(none)'}")]
+    text = [f"# Sweep summary: {sweep_dir}", "", *head, "", table, "",
+            "## mean ± std over jobs (sample std)", "", stats_markdown(stats)]
+    (sweep_dir / "summary.md").write_text("\n".join(text) + "\n")
+    if plot:
+        plot_objective(records, best, objective, sweep_dir / "summary.png")
+    failed = sum(r["status"] in ("failed", "incomplete") for r in records)
+    print(f"\nSweep summary ({len(records)} jobs, {failed} failed or incomplete): "
+          f"{sweep_dir / 'summary.md'}\n{head[0]}\n{table}\n\nmean ± std over jobs\n"
+          f"{stats_markdown(stats)}", flush=True)
+    return rows
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return "" if value is None else str(value).replace("|", "\\|")
+
+
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    names = ["overrides" if c == "varying" else c for c in columns]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def stats_markdown(stats: list[dict]) -> str:
+    if not stats:
+        return "(no completed jobs)"
+    lines = ["| group | metric | n | mean ± std |", "|---|---|---|---|"]
+    lines += [f"| {s['group']} | {s['metric']} | {s['n']} | {s['mean']:.4f} ± {s['std']:.4f} |"
+              for s in stats]
+    return "\n".join(lines)
+
+
+def plot_objective(records: list[dict], best: int | None, objective: str, path: Path) -> None:
+    """One bar per job (failed jobs are red crosses at the bottom); the best job is gold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(records) + 2), 3.5))
+    for i, r in enumerate(records):
+        if r["status"] == "completed" and _finite(r["objective"]):
+            ax.bar(i, r["objective"], color="gold" if i == best else "tab:blue")
+        else:
+            ax.plot(i, 0, "x", color="tab:red", markersize=10)
+    ax.set_xticks(range(len(records)), [str(r["job"]) for r in records])
+    ax.set_xlabel("job (x: failed, pruned or incomplete)")
+    ax.set_ylabel(objective)
+    ax.set_title("objective per job")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,187 @@
+"""Sweeps as a user runs them (subprocesses): the grid summary, and the Optuna search with its
+failed and pruned trials, resume after a kill, and two workers sharing one study."""
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import QUIET, ROOT, compose
+
+# tiny budgets: 2 epochs of 3 batches, 2 val/test batches, no sanity check
+FAST = ["trainer.max_epochs=2", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
+        "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0",
+        "callbacks.model_summary=null"]
+SEARCH = ["hydra.mode=MULTIRUN", "hparams_search=digits_cnn", *FAST]
+NO_PRUNING = "hydra.sweeper.pruner=null"
+
+
+def study_dir(log_dir: Path) -> Path:
+    return log_dir / "train" / "searches" / "digits_cnn"
+
+
+def load_trials(log_dir: Path):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = f"sqlite:///{study_dir(log_dir) / 'optuna.db'}"
+    return optuna.load_study(study_name="digits_cnn", storage=storage).get_trials()
+
+
+def read_summary(sweep_dir: Path) -> list[dict]:
+    with open(sweep_dir / "summary.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def command(log_dir: Path, *overrides: str) -> list[str]:
+    return [sys.executable, str(ROOT / "src" / "train.py"), f"paths.log_dir={log_dir}", *QUIET,
+            *overrides]
+
+
+def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
+    proc = cli("train.py", "hydra.mode=MULTIRUN", "model.optimizer.lr=0.003,-1.0", "seed=1,2",
+               *FAST, check=False)
+    assert proc.returncode != 0, "a failed job must fail the sweep"
+    [sweep] = list((tmp_path / "logs" / "train" / "multiruns").glob("*"))
+    rows = read_summary(sweep)
+    assert [r["status"] for r in rows] == ["completed", "completed", "failed", "failed"]
+    assert all("Invalid learning rate" in r["error"] for r in rows[2:])
+    assert [r["best"] for r in rows].count("*") == 1
+    best = max(rows[:2], key=lambda r: float(r["val/acc"]))
+    assert best["best"] == "*" and float(best["objective"]) == float(best["val/acc"])
+    assert all(Path(r["run_dir"]).is_dir() and float(r["wall_s"]) > 0 for r in rows)
+    with open(sweep / "summary_stats.csv") as f:
+        stats = {s["metric"]: s for s in csv.DictReader(f) if s["group"] == "all jobs"}
+    accs = [float(r["test/acc"]) for r in rows[:2]]
+    assert int(stats["test/acc"]["n"]) == 2
+    assert float(stats["test/acc"]["mean"]) == pytest.approx(sum(accs) / 2)
+    assert float(stats["test/acc"]["std"]) == pytest.approx(abs(accs[0] - accs[1]) / 2 ** 0.5)
+    assert (sweep / "summary.png").stat().st_size > 0
+    assert "mean ± std" in proc.stdout and "| failed |" in (sweep / "summary.md").read_text()
+
+
+def test_search_records_failed_and_pruned_trials(cli, tmp_path):
+    """4 trials: one raises (dropout 1.5 is refused by torch), one is pruned (lr=1e-7 learns
+    nothing: its epoch-0 val/acc is below the completed trial's), the study goes on and writes
+    its best params, history plot and summary. The dropout space comes from the command line."""
+    log_dir = tmp_path / "logs"
+    cli("train.py", *SEARCH, "hydra.sweeper.n_trials=4", "model.net.dropout=choice(0.1,1.5)",
+        "hydra.sweeper.enqueue_trials=[{model.net.dropout:1.5},"
+        "{model.optimizer.lr:0.003,model.net.dropout:0.1},"
+        "{model.optimizer.lr:1.0e-7,model.net.dropout:0.1}]",
+        "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:1,"
+        "n_warmup_steps:0}")
+    trials = load_trials(log_dir)
+    states = [t.state.name for t in trials]
+    assert len(trials) == 4 and states[:3] == ["FAIL", "COMPLETE", "PRUNED"], states
+    assert "dropout probability" in trials[0].user_attrs["error"]
+    assert trials[0].params["model.net.dropout"] == 1.5
+    out = study_dir(log_dir)
+    best = yaml.safe_load((out / "best_params.yaml").read_text())
+    completed = [t for t in trials if t.state.name == "COMPLETE"]
+    assert best["best_value"] == max(t.value for t in completed)
+    assert (out / "optimization_history.png").stat().st_size > 0
+    rows = read_summary(out)
+    assert [r["status"] for r in rows][:3] == ["failed", "completed", "pruned"]
+    assert "dropout probability" in rows[0]["error"]
+    # DDP-safe: each trial's params are ordinary overrides of its job (what a child rank re-reads)
+    overrides = yaml.safe_load((out / "trial_1" / ".hydra" / "overrides.yaml").read_text())
+    for name, value in trials[1].params.items():
+        assert f"{name}={value!r}" in overrides or f"{name}={value}" in overrides
+    assert not any("LITLAB_OPTUNA_TRIAL" in o for o in overrides)  # the trial id is no override
+
+
+def test_search_resumes_after_a_kill_without_rerunning_finished_trials(cli, tmp_path):
+    log_dir = tmp_path / "logs"
+    args = [*SEARCH, NO_PRUNING, "hydra.sweeper.n_trials=2"]
+    proc = subprocess.Popen(command(log_dir, *args), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    second = study_dir(log_dir) / "trial_1" / "sweep_job.json"
+    deadline = time.time() + 180
+    while not second.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)  # mid-study: trial 0 done, trial 1 running
+    proc.wait()
+    first = (study_dir(log_dir) / "trial_0" / "sweep_job.json").read_text()
+    assert [t.state.name for t in load_trials(log_dir)] == ["COMPLETE", "RUNNING"]
+
+    cli("train.py", *args)
+    trials = load_trials(log_dir)
+    assert (study_dir(log_dir) / "trial_0" / "sweep_job.json").read_text() == first  # not re-run
+    assert trials[1].state.name == "FAIL" and trials[1].user_attrs["interrupted"]
+    assert trials[2].user_attrs["retry_of"] == 1
+    assert [t.state.name for t in trials[2:]] == ["COMPLETE"]
+    assert trials[2].params == trials[1].params  # the interrupted trial ran again
+    assert sum(t.state.name == "COMPLETE" for t in trials) == 2
+    statuses = {r["job"]: r["status"] for r in read_summary(study_dir(log_dir))}
+    assert statuses == {"0": "completed", "1": "incomplete", "2": "completed"}
+
+
+def test_two_workers_share_one_study_without_duplicates(tmp_path):
+    log_dir = tmp_path / "logs"
+    cmd = command(log_dir, *SEARCH, NO_PRUNING, "hydra.sweeper.n_trials=3")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    workers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [w.communicate(timeout=300)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    trials = [t for t in load_trials(log_dir) if "surplus" not in t.user_attrs]
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    assert len({t.user_attrs["run_dir"] for t in trials}) == 3
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 3
+    assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers ran trials"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "configs" / "hparams_search")
+                                        .glob("*.yaml")))
+def test_search_configs_compose_and_search_existing_keys(name, tmp_path):
+    """Every searched key exists in the composed config (else every trial would fail)."""
+    from omegaconf import OmegaConf
+
+    from litlab.sweeps import search_space
+
+    text = (ROOT / "configs" / "hparams_search" / f"{name}.yaml").read_text()
+    for group, option in re.findall(r"override /(experiment|model): (\w+)", text):
+        if not (ROOT / "configs" / group / f"{option}.yaml").exists():
+            pytest.skip(f"{group}={option} is not in this checkout")
+    cfg = compose("train", [f"hparams_search={name}"], output_dir=tmp_path)
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)
+    space, _ = search_space.build(params, ["model.net.dropout=tag(log,interval(0.01,0.5))"])
+    assert space["model.net.dropout"].log and len(space) == len(params)
+    for key in space:
+        assert OmegaConf.select(cfg, key) is not None, f"{key} is not a key of {name}'s config"
+    assert cfg.hydra.sweeper.study_name == name and "optuna_pruning" in cfg.callbacks
+
+
+def test_interrupted_trials_are_requeued_once(tmp_path):
+    """A trial left RUNNING by a dead worker of this host, and one failed by Ctrl-C, are queued
+    again exactly once (a second worker scanning the study does not queue them twice)."""
+    import socket
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from litlab.sweeps.optuna_search import counts, requeue_interrupted
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    killed, ctrl_c, raised = study.ask(), study.ask(), study.ask()
+    for trial in (killed, ctrl_c, raised):
+        trial.suggest_float("x", 0, 1)
+    killed.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")
+    study.tell(ctrl_c, state=TrialState.FAIL)
+    raised.set_user_attr("error", "ValueError: boom")
+    study.tell(raised, state=TrialState.FAIL)
+    assert requeue_interrupted(study) == 2 and requeue_interrupted(study) == 0
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL", "FAIL", "WAITING", "WAITING"]
+    queued = {t.user_attrs["retry_of"]: t.system_attrs["fixed_params"] for t in trials[3:]}
+    assert queued == {0: killed.params, 1: ctrl_c.params}  # each runs again with its params
+    assert [counts(t) for t in trials[:3]] == [False, False, True]
