@@ -16,6 +16,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
@@ -54,6 +55,11 @@ class _WholeGraphOnEveryRank(DistributedSampler):
         return 1
 
 
+def _the_graph(items: list) -> Data:
+    """Collate of a one-graph loader: the graph itself (PyG's Batch would copy it every step)."""
+    return items[0]
+
+
 class NodeDataModule(L.LightningDataModule):
     """One graph with boolean `train_mask`/`val_mask`/`test_mask`; each loader yields it whole."""
 
@@ -84,8 +90,8 @@ class NodeDataModule(L.LightningDataModule):
 
     def _loader(self) -> DataLoader:
         distributed = self.trainer is not None and self.trainer.world_size > 1
-        return DataLoader([self.data], batch_size=1,
-                          sampler=_WholeGraphOnEveryRank() if distributed else None)
+        return TorchDataLoader([self.data], batch_size=1, collate_fn=_the_graph,
+                               sampler=_WholeGraphOnEveryRank() if distributed else None)
 
     def train_dataloader(self):
         return self._loader()

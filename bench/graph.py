@@ -1,0 +1,145 @@
+"""GCN on Cora: one fit epoch of the template vs a hand-written PyG loop, in the same process.
+
+    python bench/graph.py [--epochs 30] [--repeats 5] [--data-dir DIR]
+
+Both sides run the same net (litlab's GNN, 2-layer GCN), optimizer and data, and per epoch do
+one full-batch training step and one evaluation of the validation nodes. The template side is
+`experiment=gcn_cora` as `src/train.py` builds it, with its default callbacks (checkpointing
+the best and last weights, early stopping, CSV logger); only the progress bar is off. Figures
+are the median epoch time over the epochs of several interleaved repetitions (the first epoch of
+each is left out: warm-up). Bar: template / hand-written <= 1.20. Needs Cora's raw files in
+<data_dir>/Planetoid/Cora/raw (default: ../shared/data copied to a temporary folder).
+"""
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BAR = 1.20
+
+
+def compose(overrides: list[str], output_dir: Path):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    import litlab.utils.resolvers  # noqa: F401
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+        cfg = hydra_compose("train", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(output_dir)
+        cfg.hydra.job.num, cfg.hydra.job.id = 0, "bench"
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def template_epochs(data_dir: Path, epochs: int, out: Path, bare: bool = False) -> list[float]:
+    """Epoch times of the template's fit (train step + validation + callbacks); `bare`: no
+    callbacks and no logger, to show what checkpointing and logging cost."""
+    import lightning as L
+
+    from litlab.utils import build
+
+    class EpochTimer(L.Callback):
+        def __init__(self):
+            self.times, self.start = [], 0.0
+
+        def on_train_epoch_start(self, trainer, module):
+            self.start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, module):  # after validation and checkpointing
+            self.times.append(time.perf_counter() - self.start)
+
+    callbacks = (["callbacks=none", "logger=[]"] if bare else
+                 ["callbacks.rich_progress_bar=null", "callbacks.model_summary=null"])
+    cfg = compose(["experiment=gcn_cora", f"trainer.max_epochs={epochs}", "seed=0",
+                   f"paths.data_dir={data_dir}", "extras.print_config=false",
+                   "+trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
+                   "+trainer.enable_model_summary=false", *callbacks], out)
+    L.seed_everything(0)
+    dm = build.datamodule(cfg)
+    model = build.model(cfg, dm)
+    timer = EpochTimer()
+    trainer = build.trainer(cfg, extra_callbacks=[timer])
+    trainer.fit(model, datamodule=dm)
+    return timer.times[1:]
+
+
+def hand_written_epochs(data_dir: Path, epochs: int) -> list[float]:
+    """The loop of PyG's examples/gcn.py: a step, then validation accuracy, best val kept."""
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.datasets import Planetoid
+    from torch_geometric.transforms import NormalizeFeatures
+
+    from litlab.models.nets.gnn import GNN
+
+    torch.manual_seed(0)
+    data = Planetoid(str(data_dir / "Planetoid"), "Cora", transform=NormalizeFeatures())[0]
+    net = GNN(data.num_features, 7, conv="gcn", hidden_channels=16, dropout=0.5)
+    opt = torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=5e-4)
+    times, best = [], 0.0
+    for _ in range(epochs):
+        start = time.perf_counter()
+        net.train()
+        opt.zero_grad()
+        out = net(data.x, data.edge_index)
+        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        opt.step()
+        net.eval()
+        with torch.no_grad():
+            out = net(data.x, data.edge_index)
+            val_loss = F.cross_entropy(out[data.val_mask], data.y[data.val_mask])
+            acc = (out[data.val_mask].argmax(1) == data.y[data.val_mask]).float().mean()
+        if acc > best:
+            best, state = acc.item(), copy.deepcopy(net.state_dict())  # noqa: F841
+        float(loss), float(val_loss)
+        times.append(time.perf_counter() - start)
+    return times[1:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    args = parser.parse_args()
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data_dir = args.data_dir
+        if data_dir is None:
+            shutil.copytree(ROOT.parent / "shared" / "data" / "Planetoid", tmp / "Planetoid")
+            data_dir = tmp
+        hand_written_epochs(data_dir, 3)  # process Cora once, warm up
+        template, bare, hand = [], [], []
+        for rep in range(args.repeats):
+            template += template_epochs(data_dir, args.epochs, tmp / f"run{rep}")
+            bare += template_epochs(data_dir, args.epochs, tmp / f"bare{rep}", bare=True)
+            hand += hand_written_epochs(data_dir, args.epochs)
+    t, b, h = statistics.median(template), statistics.median(bare), statistics.median(hand)
+    print(f"GCN on Cora, {args.repeats} x {args.epochs} epochs, median epoch (train step + "
+          f"validation):")
+    print(f"  hand-written PyG loop  {h * 1e3:8.2f} ms")
+    print(f"  template (train.py)    {t * 1e3:8.2f} ms  ratio {t / h:5.2f}x  (bar <= {BAR:.2f}x)")
+    print(f"  template, callbacks=none logger=[]  {b * 1e3:8.2f} ms  ratio {b / h:5.2f}x")
+    return 0 if t / h <= BAR else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
