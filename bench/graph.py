@@ -6,7 +6,7 @@ Both sides run the same net (litlab's GNN, 2-layer GCN), optimizer and data, and
 one full-batch training step and one evaluation of the validation nodes. The template side is
 `experiment=gcn_cora` as `src/train.py` builds it, with its default callbacks (checkpointing
 the best and last weights, early stopping, CSV logger); only the progress bar is off. Figures
-are the median epoch time over the epochs of several interleaved repetitions (the first epoch of
+are the median epoch times (wall and CPU) over the epochs of several interleaved repetitions (the first epoch of
 each is left out: warm-up). Bar: template / hand-written <= 1.20. Needs Cora's raw files in
 <data_dir>/Planetoid/Cora/raw (default: ../shared/data copied to a temporary folder).
 """
@@ -20,6 +20,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BAR = 1.20
+
+
+def clocks() -> tuple[float, float]:
+    """(wall, CPU) seconds: on a shared machine the CPU time of this process is the steadier."""
+    return time.perf_counter(), time.process_time()
+
+
+def since(start: tuple[float, float]) -> tuple[float, float]:
+    now = clocks()
+    return now[0] - start[0], now[1] - start[1]
 
 
 def compose(overrides: list[str], output_dir: Path):
@@ -53,10 +63,10 @@ def template_epochs(data_dir: Path, epochs: int, out: Path, bare: bool = False) 
             self.times, self.start = [], 0.0
 
         def on_train_epoch_start(self, trainer, module):
-            self.start = time.perf_counter()
+            self.start = clocks()
 
         def on_train_epoch_end(self, trainer, module):  # after validation and checkpointing
-            self.times.append(time.perf_counter() - self.start)
+            self.times.append(since(self.start))
 
     callbacks = (["callbacks=none", "logger=[]"] if bare else
                  ["callbacks.rich_progress_bar=null", "callbacks.model_summary=null"])
@@ -90,7 +100,7 @@ def hand_written_epochs(data_dir: Path, epochs: int) -> list[float]:
     opt = torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=5e-4)
     times, best = [], 0.0
     for _ in range(epochs):
-        start = time.perf_counter()
+        start = clocks()
         net.train()
         opt.zero_grad()
         out = net(data.x, data.edge_index)
@@ -105,7 +115,7 @@ def hand_written_epochs(data_dir: Path, epochs: int) -> list[float]:
         if acc > best:
             best, state = acc.item(), copy.deepcopy(net.state_dict())  # noqa: F841
         float(loss), float(val_loss)
-        times.append(time.perf_counter() - start)
+        times.append(since(start))
     return times[1:]
 
 
@@ -132,13 +142,20 @@ def main() -> int:
             template += template_epochs(data_dir, args.epochs, tmp / f"run{rep}")
             bare += template_epochs(data_dir, args.epochs, tmp / f"bare{rep}", bare=True)
             hand += hand_written_epochs(data_dir, args.epochs)
-    t, b, h = statistics.median(template), statistics.median(bare), statistics.median(hand)
     print(f"GCN on Cora, {args.repeats} x {args.epochs} epochs, median epoch (train step + "
-          f"validation):")
-    print(f"  hand-written PyG loop  {h * 1e3:8.2f} ms")
-    print(f"  template (train.py)    {t * 1e3:8.2f} ms  ratio {t / h:5.2f}x  (bar <= {BAR:.2f}x)")
-    print(f"  template, callbacks=none logger=[]  {b * 1e3:8.2f} ms  ratio {b / h:5.2f}x")
-    return 0 if t / h <= BAR else 1
+          f"validation), wall and CPU time of this process:")
+    ratios = []
+    for name, runs in (("hand-written PyG loop", hand), ("template (train.py)", template),
+                       ("template, callbacks=none logger=[]", bare)):
+        wall, cpu = (statistics.median(t[i] for t in runs) for i in (0, 1))
+        hand_wall, hand_cpu = (statistics.median(t[i] for t in hand) for i in (0, 1))
+        ratios.append(cpu / hand_cpu)
+        print(f"  {name:<36} wall {wall * 1e3:7.2f} ms ({wall / hand_wall:4.2f}x)   "
+              f"CPU {cpu * 1e3:7.2f} ms ({cpu / hand_cpu:4.2f}x)")
+    t = ratios[1]
+    print(f"bar: template CPU time <= {BAR:.2f}x the hand-written loop's: "
+          f"{'pass' if t <= BAR else 'FAIL'} ({t:.2f}x)")
+    return 0 if t <= BAR else 1
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ def results(stdout: str) -> list[dict[str, float]]:
 def test_default_graph_needs_the_edges(cli):
     """`model=gnn` alone picks the synthetic graph; a GCN learns it, an MLP on the features
     alone cannot (one multirun: one interpreter start for both)."""
-    proc = cli("train.py", "-m", "model=gnn,mlp", "trainer.max_epochs=60", *QUICK)
+    proc = cli("train.py", "hydra.mode=MULTIRUN", "model=gnn,mlp", "trainer.max_epochs=60", *QUICK)
     gcn, mlp = results(proc.stdout)
     assert gcn["test/acc"] >= 0.90, gcn
     assert mlp["test/acc"] <= 0.60, mlp
@@ -53,7 +53,7 @@ def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
     (train,) = results(proc.stdout)
     assert train["test/acc"] >= 0.78, train
     ckpt = next((run_dirs(tmp_path / "logs")[0] / "checkpoints").glob("epoch_*.ckpt"))
-    proc = cli("eval.py", f"ckpt_path={ckpt}")
+    proc = cli("eval.py", f"ckpt_path={ckpt}", "extras.print_config=false", quiet=False)
     (evaluated,) = results(proc.stdout)
     assert evaluated["test/acc"] == pytest.approx(train["test/acc"], abs=1e-4)
     import pandas as pd
@@ -124,7 +124,8 @@ def test_ddp_eval_equals_single_process(cli, shared_data, tmp_path, overrides):
     ddp = ["+trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
     cli("train.py", *overrides, "trainer.max_epochs=5", f"paths.data_dir={data}", *QUICK, *ddp)
     ckpt = next((run_dirs(tmp_path / "logs")[0] / "checkpoints").glob("epoch_*.ckpt"))
-    (single,) = results(cli("eval.py", f"ckpt_path={ckpt}", "predictions=false").stdout)
-    (multi,) = results(cli("eval.py", f"ckpt_path={ckpt}", "predictions=false", *ddp).stdout)
+    quiet = ["extras.print_config=false", "predictions=false"]
+    (single,) = results(cli("eval.py", f"ckpt_path={ckpt}", *quiet, quiet=False).stdout)
+    (multi,) = results(cli("eval.py", f"ckpt_path={ckpt}", *quiet, *ddp, quiet=False).stdout)
     assert multi["test/acc"] == pytest.approx(single["test/acc"], abs=1e-6)
     assert multi["test/f1"] == pytest.approx(single["test/f1"], abs=1e-6)

@@ -11,12 +11,16 @@ Lightning's default sampler at evaluation, so every graph is counted exactly onc
 """
 import logging
 import urllib.error
+import warnings
 from functools import cached_property
 from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader as TorchDataLoader
+# PyG's import uses torch.jit.script, which torch 2.14 deprecates: not the user's concern
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated",
+                        category=FutureWarning)
+from torch.utils.data import DataLoader as TorchDataLoader  # noqa: E402
 from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
