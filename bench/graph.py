@@ -1,10 +1,10 @@
-"""GCN on Cora: one fit epoch of the template vs a hand-written PyG loop, in the same process.
+"""GCN (or GAT) on Cora: one fit epoch of the template vs a hand-written PyG loop, same process.
 
-    python bench/graph.py [--epochs 30] [--repeats 5] [--data-dir DIR]
+    python bench/graph.py [--experiment gcn_cora|gat_cora] [--epochs 20] [--repeats 3]
 
-Both sides run the same net (litlab's GNN, 2-layer GCN), optimizer and data, and per epoch do
+Both sides run the same net (litlab's GNN as the experiment configures it), optimizer and data, and per epoch do
 one full-batch training step and one evaluation of the validation nodes. The template side is
-`experiment=gcn_cora` as `src/train.py` builds it, with its default callbacks (checkpointing
+`experiment=gcn_cora` (or gat_cora) as `src/train.py` builds it, with its default callbacks (checkpointing
 the best and last weights, early stopping, CSV logger); only the progress bar is off. Figures
 are the median epoch times (wall and CPU) over the epochs of several interleaved repetitions (the first epoch of
 each is left out: warm-up). Bar: template / hand-written <= 1.20. Needs Cora's raw files in
@@ -51,7 +51,8 @@ def compose(overrides: list[str], output_dir: Path):
     return cfg
 
 
-def template_epochs(data_dir: Path, epochs: int, out: Path, bare: bool = False) -> list[float]:
+def template_epochs(experiment: str, data_dir: Path, epochs: int, out: Path,
+                    bare: bool = False) -> list[tuple[float, float]]:
     """Epoch times of the template's fit (train step + validation + callbacks); `bare`: no
     callbacks and no logger, to show what checkpointing and logging cost."""
     import lightning as L
@@ -70,7 +71,7 @@ def template_epochs(data_dir: Path, epochs: int, out: Path, bare: bool = False) 
 
     callbacks = (["callbacks=none", "logger=[]"] if bare else
                  ["callbacks.rich_progress_bar=null", "callbacks.model_summary=null"])
-    cfg = compose(["experiment=gcn_cora", f"trainer.max_epochs={epochs}", "seed=0",
+    cfg = compose([f"experiment={experiment}", f"trainer.max_epochs={epochs}", "seed=0",
                    f"paths.data_dir={data_dir}", "extras.print_config=false",
                    "+trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
                    "+trainer.enable_model_summary=false", *callbacks], out)
@@ -83,7 +84,14 @@ def template_epochs(data_dir: Path, epochs: int, out: Path, bare: bool = False) 
     return timer.times[1:]
 
 
-def hand_written_epochs(data_dir: Path, epochs: int) -> list[float]:
+NETS = {  # the nets of configs/model/{gnn,gat}.yaml as the experiments use them
+    "gcn_cora": dict(conv="gcn", hidden_channels=16, dropout=0.5, lr=0.01),
+    "gat_cora": dict(conv="gat", hidden_channels=64, heads=8, dropout=0.6,
+                     attention_dropout=0.6, act="elu", lr=0.005),
+}
+
+
+def hand_written_epochs(experiment: str, data_dir: Path, epochs: int) -> list[tuple]:
     """The loop of PyG's examples/gcn.py: a step, then validation accuracy, best val kept."""
     import copy
 
@@ -96,8 +104,10 @@ def hand_written_epochs(data_dir: Path, epochs: int) -> list[float]:
 
     torch.manual_seed(0)
     data = Planetoid(str(data_dir / "Planetoid"), "Cora", transform=NormalizeFeatures())[0]
-    net = GNN(data.num_features, 7, conv="gcn", hidden_channels=16, dropout=0.5)
-    opt = torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=5e-4)
+    settings = dict(NETS[experiment])
+    lr = settings.pop("lr")
+    net = GNN(data.num_features, 7, **settings)
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=5e-4)
     times, best = [], 0.0
     for _ in range(epochs):
         start = clocks()
@@ -121,8 +131,9 @@ def hand_written_epochs(data_dir: Path, epochs: int) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--experiment", choices=sorted(NETS), default="gcn_cora")
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args()
     import logging
@@ -136,13 +147,14 @@ def main() -> int:
         if data_dir is None:
             shutil.copytree(ROOT.parent / "shared" / "data" / "Planetoid", tmp / "Planetoid")
             data_dir = tmp
-        hand_written_epochs(data_dir, 3)  # process Cora once, warm up
+        hand_written_epochs(args.experiment, data_dir, 3)  # process Cora once, warm up
         template, bare, hand = [], [], []
         for rep in range(args.repeats):
-            template += template_epochs(data_dir, args.epochs, tmp / f"run{rep}")
-            bare += template_epochs(data_dir, args.epochs, tmp / f"bare{rep}", bare=True)
-            hand += hand_written_epochs(data_dir, args.epochs)
-    print(f"GCN on Cora, {args.repeats} x {args.epochs} epochs, median epoch (train step + "
+            ex = args.experiment
+            template += template_epochs(ex, data_dir, args.epochs, tmp / f"run{rep}")
+            bare += template_epochs(ex, data_dir, args.epochs, tmp / f"bare{rep}", bare=True)
+            hand += hand_written_epochs(ex, data_dir, args.epochs)
+    print(f"{args.experiment}, {args.repeats} x {args.epochs} epochs, median epoch (train step + "
           f"validation), wall and CPU time of this process:")
     ratios = []
     for name, runs in (("hand-written PyG loop", hand), ("template (train.py)", template),

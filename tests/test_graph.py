@@ -4,7 +4,6 @@ MUTAG folds partition the graphs, and wrong input costs one line."""
 import re
 
 import pytest
-
 from conftest import compose, run_dirs
 
 QUICK = ["logger=[]", "callbacks.model_summary=null", "callbacks.lr_monitor=null"]
@@ -13,7 +12,7 @@ QUICK = ["logger=[]", "callbacks.model_summary=null", "callbacks.lr_monitor=null
 def results(stdout: str) -> list[dict[str, float]]:
     """The 'Results' blocks that train.py/eval.py print, one dict per job."""
     blocks = stdout.split("\nResults\n")[1:]
-    return [{k: float(v) for k, v in re.findall(r"^  (\S+/\S+)\s+([0-9.]+)$", b, re.M)}
+    return [{k: float(v) for k, v in re.findall(r"^  (\S+/\S+)\s+([0-9.]+)$", b, re.MULTILINE)}
             for b in blocks]
 
 
@@ -96,7 +95,7 @@ def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="data.fold=10 is not valid; choose 0 to 9"):
         TUDataModule(name="MUTAG", data_dir=str(tmp_path), fold=10)
     with pytest.raises(UserError, match=r"PubMed is not in .*raw and downloading it failed"):
-        PlanetoidDataModule(name="PubMed", data_dir=str(tmp_path)).data
+        _ = PlanetoidDataModule(name="PubMed", data_dir=str(tmp_path)).data
 
 
 @pytest.mark.parametrize("conv", ["gcn", "gat", "sage", "gin", "mlp"])

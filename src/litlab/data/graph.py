@@ -17,10 +17,11 @@ from pathlib import Path
 
 import lightning as L
 import torch
+
 # PyG's import uses torch.jit.script, which torch 2.14 deprecates: not the user's concern
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated",
                         category=FutureWarning)
-from torch.utils.data import DataLoader as TorchDataLoader  # noqa: E402
+from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader

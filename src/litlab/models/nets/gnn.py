@@ -16,9 +16,16 @@ from torch import nn
 # PyG's import uses torch.jit.script, which torch 2.14 deprecates: not the user's concern
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated",
                         category=FutureWarning)
-from torch_geometric.nn import (GATConv, GCNConv, GINConv, SAGEConv, global_add_pool,
-                                global_max_pool, global_mean_pool)
 from torch_geometric.nn import MLP as PygMLP
+from torch_geometric.nn import (
+    GATConv,
+    GCNConv,
+    GINConv,
+    SAGEConv,
+    global_add_pool,
+    global_max_pool,
+    global_mean_pool,
+)
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
 CONVS = ("gcn", "gat", "sage", "gin", "mlp")
