@@ -1,0 +1,268 @@
+"""Graph datamodules (PyTorch Geometric): node classification on one graph, graph
+classification on many.
+
+`sbm` (the default) is generated locally from a seed, so it needs no network. Planetoid and
+TUDataset keep PyG's real download code and also read raw files already in
+`<data_dir>/Planetoid/<name>/raw` or `<data_dir>/TUDataset/<name>/raw` (how the tests run offline).
+
+DDP: a single graph is given whole to every rank (the module splits the nodes of each mask
+between ranks); graph datasets are split between ranks, without the padding duplicates of
+Lightning's default sampler at evaluation, so every graph is counted exactly once.
+"""
+import logging
+import urllib.error
+import warnings
+from functools import cached_property
+from pathlib import Path
+
+import lightning as L
+import torch
+
+# PyG's import uses torch.jit.script, which torch 2.14 deprecates: not the user's concern
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated",
+                        category=FutureWarning)
+from torch.utils.data import DataLoader as TorchDataLoader
+from torch.utils.data import DistributedSampler
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+
+from litlab.utils.cli import UserError
+from litlab.utils.splits import stratified_folds, stratified_split
+
+log = logging.getLogger(__name__)
+
+
+def _locked(root: Path):
+    """An inter-process lock beside a dataset: DDP ranks may build `dims` at the same time, and
+    PyG writes processed/ files the first time a dataset is read."""
+    from filelock import FileLock
+
+    root.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(root / ".litlab.lock"))
+
+
+def _row_normalize(data: Data) -> Data:
+    from torch_geometric.transforms import NormalizeFeatures
+
+    return NormalizeFeatures()(data)
+
+
+class _WholeGraphOnEveryRank(DistributedSampler):
+    """Index 0 on every rank, once: keeps Lightning from injecting its padding sampler."""
+
+    def __init__(self):  # no process group needed
+        self.epoch = 0
+
+    def __iter__(self):
+        return iter([0])
+
+    def __len__(self) -> int:
+        return 1
+
+
+def _the_graph(items: list) -> Data:
+    """Collate of a one-graph loader: the graph itself (PyG's Batch would copy it every step)."""
+    return items[0]
+
+
+class NodeDataModule(L.LightningDataModule):
+    """One graph with boolean `train_mask`/`val_mask`/`test_mask`; each loader yields it whole."""
+
+    task = "node_classification"
+    predict_split = "test"
+
+    def __init__(self, data_dir: str = "data", normalize_features: bool = False):
+        super().__init__()
+        self.data_dir = Path(data_dir)
+        self.normalize_features = normalize_features
+
+    def load(self) -> Data:
+        raise NotImplementedError
+
+    @cached_property
+    def data(self) -> Data:
+        """Loaded once per process (cheap after the first time: PyG caches processed files)."""
+        data = self.load()
+        return _row_normalize(data) if self.normalize_features else data
+
+    @property
+    def dims(self) -> dict:
+        return {"in_channels": self.data.num_features, "num_classes": int(self.data.y.max()) + 1,
+                "task": self.task}
+
+    def prepare_data(self) -> None:
+        self.data  # noqa: B018  (downloads/processes once, on local rank 0)
+
+    def _loader(self) -> DataLoader:
+        distributed = self.trainer is not None and self.trainer.world_size > 1
+        return TorchDataLoader([self.data], batch_size=1, collate_fn=_the_graph,
+                               sampler=_WholeGraphOnEveryRank() if distributed else None)
+
+    def train_dataloader(self):
+        return self._loader()
+
+    def val_dataloader(self):
+        return self._loader()
+
+    def test_dataloader(self):
+        return self._loader()
+
+    def predict_dataloader(self):
+        return self._loader()
+
+
+class SBMDataModule(NodeDataModule):
+    """A homophilous stochastic block model whose node features alone are weakly informative.
+
+    Nodes link within their class with probability `p_in`, across with `p_out`; features are a
+    faint class centroid (`feature_signal`) plus unit Gaussian noise. A GCN, which averages
+    neighbours, recovers the classes; an MLP on the features alone cannot. Generated from
+    `graph_seed` (not the run seed), so every run sees the same graph.
+    """
+
+    def __init__(self, num_classes: int = 4, nodes_per_class: int = 250, p_in: float = 0.03,
+                 p_out: float = 0.003, num_features: int = 32, feature_signal: float = 0.2,
+                 train_per_class: int = 20, num_val: int = 200, num_test: int = 500,
+                 graph_seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.settings = dict(num_classes=num_classes, nodes_per_class=nodes_per_class,
+                             p_in=p_in, p_out=p_out, num_features=num_features,
+                             feature_signal=feature_signal, train_per_class=train_per_class,
+                             num_val=num_val, num_test=num_test, graph_seed=graph_seed)
+
+    def load(self) -> Data:
+        from torch_geometric.utils import stochastic_blockmodel_graph
+
+        s = self.settings
+        k, n = s["num_classes"], s["nodes_per_class"]
+        probs = torch.full((k, k), s["p_out"]).fill_diagonal_(s["p_in"])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s["graph_seed"])
+            edge_index = stochastic_blockmodel_graph([n] * k, probs)
+            y = torch.arange(k).repeat_interleave(n)
+            centroids = torch.nn.functional.normalize(torch.randn(k, s["num_features"]), dim=1)
+            x = s["feature_signal"] * centroids[y] * s["num_features"] ** 0.5 \
+                + torch.randn(k * n, s["num_features"])
+            order = torch.randperm(k * n)
+        train = torch.cat([order[y[order] == c][: s["train_per_class"]] for c in range(k)])
+        rest = order[~torch.isin(order, train)]
+        masks = {}
+        for name, idx in (("train", train), ("val", rest[: s["num_val"]]),
+                          ("test", rest[s["num_val"]: s["num_val"] + s["num_test"]])):
+            masks[f"{name}_mask"] = torch.zeros(k * n, dtype=torch.bool).index_fill_(0, idx, True)
+        return Data(x=x, edge_index=edge_index, y=y, **masks)
+
+
+class PlanetoidDataModule(NodeDataModule):
+    """Cora, CiteSeer, PubMed citation graphs with the Planetoid split (PyG's `Planetoid`)."""
+
+    def __init__(self, name: str = "Cora", split: str = "public", normalize_features: bool = True,
+                 **kwargs):
+        super().__init__(normalize_features=normalize_features, **kwargs)
+        self.name, self.split = name, split
+
+    def load(self) -> Data:
+        from torch_geometric.datasets import Planetoid
+
+        root = self.data_dir / "Planetoid"
+        with _locked(root):
+            try:
+                return Planetoid(str(root), self.name, split=self.split)[0]
+            except (urllib.error.URLError, OSError) as err:
+                raise UserError(
+                    f"{self.name} is not in {root / self.name / 'raw'} and downloading it failed "
+                    f"({err}); connect to the internet once or copy the ind.{self.name.lower()}.* "
+                    f"files there") from err
+
+
+class KarateDataModule(NodeDataModule):
+    """Zachary's karate club (34 nodes, 4 communities; shipped inside PyG). One labelled node per
+    community trains; all the other nodes are both the validation and the test nodes."""
+
+    def load(self) -> Data:
+        from torch_geometric.datasets import KarateClub
+
+        data = KarateClub()[0]
+        data.val_mask = data.test_mask = ~data.train_mask
+        return data
+
+
+class TUDataModule(L.LightningDataModule):
+    """TU Dortmund graph classification benchmarks (MUTAG, PROTEINS, ENZYMES...), mini-batched.
+
+    Fold `fold` of a seeded stratified `num_folds`-fold split is the test set. `val_fraction`
+    of the remaining graphs (stratified) validates; with `val_fraction: 0` the test fold is
+    also the validation set: the protocol of Xu et al. (optimistic; see docs/graph.md).
+    """
+
+    task = "graph_classification"
+    predict_split = "test"
+
+    def __init__(self, name: str = "MUTAG", data_dir: str = "data", batch_size: int = 32,
+                 fold: int = 0, num_folds: int = 10, val_fraction: float = 0.1,
+                 use_node_attr: bool = False, num_workers: int = 0, seed: int = 0):
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.data_dir = Path(data_dir)
+        if not 0 <= fold < num_folds:
+            raise UserError(f"data.fold={fold} is not valid; choose 0 to {num_folds - 1}")
+        self.train_set = self.val_set = self.test_set = None
+
+    @cached_property
+    def dataset(self):
+        from torch_geometric.datasets import TUDataset
+
+        root = self.data_dir / "TUDataset"
+        name = self.hparams.name
+        with _locked(root):
+            try:
+                return TUDataset(str(root), name, use_node_attr=self.hparams.use_node_attr)
+            except (urllib.error.URLError, OSError) as err:
+                raise UserError(f"{name} is not in {root / name / 'raw'} and downloading it "
+                                f"failed ({err}); connect to the internet once or copy the "
+                                f"{name}_*.txt files there") from err
+
+    @property
+    def dims(self) -> dict:
+        return {"in_channels": max(self.dataset.num_features, 1),
+                "num_classes": self.dataset.num_classes, "task": self.task}
+
+    def prepare_data(self) -> None:
+        self.dataset  # noqa: B018  (downloads/processes once, on local rank 0)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        h, dataset = self.hparams, self.dataset
+        labels = dataset.y.numpy()
+        train, test = stratified_folds(labels, h.num_folds, h.fold, h.seed)
+        if h.val_fraction > 0:
+            fit, val = stratified_split(labels[train], h.val_fraction, h.seed)
+            train, val = train[fit], train[val]
+        else:
+            val = test
+        self.train_set, self.val_set, self.test_set = (
+            dataset[torch.as_tensor(i)] for i in (train, val, test))
+
+    def _loader(self, dataset, shuffle: bool) -> DataLoader:
+        sampler = None
+        trainer = self.trainer
+        if not shuffle and trainer is not None and trainer.world_size > 1:
+            from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+            sampler = UnrepeatedDistributedSampler(dataset, num_replicas=trainer.world_size,
+                                                   rank=trainer.global_rank, shuffle=False)
+        return DataLoader(dataset, batch_size=self.hparams.batch_size, shuffle=shuffle,
+                          sampler=sampler, num_workers=self.hparams.num_workers)
+
+    def train_dataloader(self):
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self):
+        return self._loader(self.test_set, shuffle=False)
+
+    def predict_dataloader(self):
+        return self._loader(getattr(self, f"{self.predict_split}_set"), shuffle=False)

@@ -1,0 +1,84 @@
+"""Graph learning: node classification on one full graph, and graph classification on
+mini-batches of graphs. One module for both (the datamodule's `task`, passed through `dims`,
+says which), so `model=gnn` trains on any graph data config.
+
+DDP, node classification: every rank holds the whole graph and runs the full-batch forward;
+the nodes of each mask are dealt out between ranks (`idx[rank::world_size]`). Training: each
+rank's loss covers its share of the training nodes and DDP averages the gradients, which equals
+the single-process gradient when the shares are equal in size. Evaluation: each rank scores its
+share only, so torchmetrics' sync counts every node exactly once (equal metrics to 1 process).
+Graph classification: the datamodule splits the graphs between ranks (no duplicates at eval).
+"""
+import torch
+import torch.nn.functional as F
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from litlab.models.base import LitModule
+
+NODE, GRAPH = "node_classification", "graph_classification"
+
+
+class GNNClassifier(LitModule):
+    tasks = (NODE, GRAPH)
+
+    def __init__(self, net, optimizer, num_classes: int, task: str = NODE, scheduler=None,
+                 **kwargs):
+        if task not in self.tasks:
+            raise ValueError(f"task={task} is not one of {self.tasks}")
+        self.num_classes = num_classes
+        super().__init__(net, optimizer, scheduler, **kwargs)
+
+    def make_metrics(self) -> MetricCollection:
+        return MetricCollection({
+            # labels come from our own datamodules: skip the per-step checks (a unique() each)
+            "acc": MulticlassAccuracy(self.num_classes, average="micro", validate_args=False),
+            "f1": MulticlassF1Score(self.num_classes, average="macro", validate_args=False),
+        })
+
+    @property
+    def node_level(self) -> bool:
+        return self.hparams.task == NODE
+
+    def _share(self, mask: torch.Tensor) -> torch.Tensor:
+        """This rank's nodes of a mask (all of them in a single process)."""
+        idx = mask.nonzero().view(-1)
+        world = self.trainer.world_size if self._trainer is not None else 1
+        return idx[self.global_rank::world] if world > 1 else idx
+
+    def _scores(self, batch, split: str):
+        """(logits, targets) of the nodes or graphs that count for `split` on this rank."""
+        if self.node_level:
+            idx = self._share(batch[f"{split}_mask"])
+            return self(batch.x, batch.edge_index)[idx], batch.y[idx]
+        return self(batch.x, batch.edge_index, batch.batch), batch.y.view(-1)
+
+    def training_step(self, batch, batch_idx):
+        logits, y = self._scores(batch, "train")
+        loss = F.cross_entropy(logits, y)
+        self.log_step("train", loss, logits.argmax(1), y, len(y))
+        return loss
+
+    def _eval_step(self, split: str, batch):
+        logits, y = self._scores(batch, split)
+        self.log_step(split, F.cross_entropy(logits, y), logits.argmax(1), y, len(y))
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step("val", batch)
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step("test", batch)
+
+    def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
+        """Per-node (or per-graph) columns for eval.py's predictions.csv."""
+        split = self.trainer.datamodule.predict_split if self._trainer is not None else "test"
+        if self.node_level:
+            idx = batch[f"{split}_mask"].nonzero().view(-1)
+            logits, y, ids = self(batch.x, batch.edge_index)[idx], batch.y[idx], {"node": idx}
+        else:
+            logits, y = self(batch.x, batch.edge_index, batch.batch), batch.y.view(-1)
+            ids = {}
+        probs = logits.softmax(1)
+        confidence, pred = probs.max(1)
+        return {**ids, "target": y, "pred": pred, "confidence": confidence,
+                **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])}}

@@ -1,0 +1,157 @@
+"""Message-passing nets from PyG layers: GCN, GAT, GraphSAGE, GIN, and an MLP baseline that
+ignores the edges. One class, so every option (depth, width, heads, dropout, norm, residual,
+readout) works the same for each layer type.
+
+- node classification: the last layer outputs the class scores (as in the GCN/GAT papers);
+- graph classification: every layer is hidden; node states are pooled per graph (`readout`),
+  from the last layer or from every layer concatenated (`jumping_knowledge: cat`, as in GIN),
+  then one linear layer scores the classes.
+"""
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# PyG's import uses torch.jit.script, which torch 2.14 deprecates: not the user's concern
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated",
+                        category=FutureWarning)
+from torch_geometric.nn import MLP as PygMLP
+from torch_geometric.nn import (
+    GATConv,
+    GCNConv,
+    GINConv,
+    SAGEConv,
+    global_add_pool,
+    global_max_pool,
+    global_mean_pool,
+)
+from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
+
+CONVS = ("gcn", "gat", "sage", "gin", "mlp")
+READOUTS = {"sum": global_add_pool, "mean": global_mean_pool, "max": global_max_pool}
+
+
+class _Linear(nn.Linear):
+    """A layer of the MLP baseline: same call as a conv, the edges are ignored."""
+
+    def forward(self, x, edge_index=None):
+        return super().forward(x)
+
+
+_LAST_NONZERO: list = [None, -1, None]  # the tensor (kept alive), its version, its positions
+
+
+def _nonzero(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x's non-zero positions, remembered for the last tensor seen: a full graph's features are
+    the same unmodified tensor at every step (checked by identity and version counter)."""
+    if _LAST_NONZERO[0] is not x or _LAST_NONZERO[1] != x._version:
+        _LAST_NONZERO[:] = [x, x._version, x.nonzero(as_tuple=True)]
+    return _LAST_NONZERO[2]
+
+
+def feature_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout that draws random numbers only for the non-zero entries when the features are
+    sparse (bag-of-words: 1% of Cora's entries), as in the GCN paper's code. Same distribution as
+    `F.dropout` (dropping a zero changes nothing), and 20x cheaper on such inputs on CPU."""
+    if not training or p == 0.0:
+        return x
+    nonzero = _nonzero(x)
+    if len(nonzero[0]) > x.numel() // 4:
+        return F.dropout(x, p, training)
+    keep = torch.rand(len(nonzero[0]), device=x.device) >= p
+    rows, cols = nonzero[0][keep], nonzero[1][keep]
+    out = torch.zeros_like(x)
+    out[rows, cols] = x[rows, cols] / (1.0 - p)
+    return out
+
+
+class GNN(nn.Module):
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        conv: str = "gcn",
+        hidden_channels: int = 16,
+        num_layers: int = 2,
+        heads: int = 1,
+        output_heads: int = 1,
+        dropout: float = 0.5,
+        input_dropout: float | None = None,
+        attention_dropout: float = 0.0,
+        act: str = "relu",
+        norm: str | None = None,
+        residual: bool = False,
+        task: str = "node_classification",
+        readout: str = "sum",
+        jumping_knowledge: str = "last",
+        readout_dropout: float | None = None,
+        cached: bool = True,
+    ):
+        """`hidden_channels` is a layer's total width (GAT: heads x channels per head);
+        `input_dropout`/`readout_dropout` default to `dropout`; `cached` keeps GCN's normalized
+        adjacency between steps (node classification only: the graph never changes)."""
+        super().__init__()
+        if conv not in CONVS:
+            raise ValueError(f"conv={conv} is not one of {CONVS}")
+        if readout not in READOUTS or jumping_knowledge not in ("last", "cat"):
+            raise ValueError(f"readout must be one of {list(READOUTS)}, jumping_knowledge last|cat")
+        self.node_level = task == "node_classification"
+        self.conv_name, self.heads, self.output_heads = conv, heads, output_heads
+        self.attention_dropout, self.cached = attention_dropout, cached and self.node_level
+        self.dropout = dropout
+        self.input_dropout = dropout if input_dropout is None else input_dropout
+        self.readout_dropout = dropout if readout_dropout is None else readout_dropout
+        self.residual, self.jk = residual, jumping_knowledge
+        self.pool = READOUTS[readout]
+        self.act = activation_resolver(act)
+
+        widths = [in_channels] + [hidden_channels] * num_layers
+        if self.node_level:
+            widths[-1] = num_classes
+        self.convs = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        for i in range(num_layers):
+            last = self.node_level and i == num_layers - 1
+            self.convs.append(self._conv(widths[i], widths[i + 1], last))
+            self.norms.append(nn.Identity() if last or norm is None
+                              else normalization_resolver(norm, widths[i + 1]))
+        if not self.node_level:
+            pooled = sum(widths) if jumping_knowledge == "cat" else hidden_channels
+            self.classifier = nn.Linear(pooled, num_classes)
+
+    def _conv(self, n_in: int, n_out: int, last: bool) -> nn.Module:
+        name = self.conv_name
+        if name == "gcn":
+            return GCNConv(n_in, n_out, cached=self.cached)
+        if name == "sage":
+            return SAGEConv(n_in, n_out)
+        if name == "gin":  # a 2-layer MLP with batch norm per layer (GIN-0, Xu et al.)
+            return GINConv(PygMLP([n_in, n_out, n_out], norm=None if last else "batch_norm"))
+        if name == "gat":
+            heads = self.output_heads if last else self.heads
+            if not last and n_out % heads:
+                raise ValueError(f"hidden_channels={n_out} is not a multiple of heads={heads}")
+            return GATConv(n_in, n_out if last else n_out // heads, heads=heads, concat=not last,
+                           dropout=self.attention_dropout)
+        return _Linear(n_in, n_out)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
+                batch: torch.Tensor | None = None) -> torch.Tensor:
+        """Class scores per node (node classification) or per graph (given `batch`)."""
+        states = [x]
+        h = feature_dropout(x, self.input_dropout, self.training)
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
+            if i > 0:
+                h = F.dropout(h, self.dropout, self.training)
+            out = conv(h, edge_index)
+            if self.node_level and i == len(self.convs) - 1:
+                return out
+            out = self.act(norm(out))
+            h = out + h if self.residual and out.shape == h.shape else out
+            states.append(h)
+        if batch is None:
+            batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        used = states if self.jk == "cat" else states[-1:]
+        pooled = torch.cat([self.pool(s, batch) for s in used], dim=1)
+        return self.classifier(F.dropout(pooled, self.readout_dropout, self.training))
