@@ -18,8 +18,8 @@ NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
 
 # ----------------------------------------------------------------------------- phantoms
-def phantom(seed: int, index: int, shape, nodule_probability: float = 1.0,
-            noise: float = 0.1) -> tuple[np.ndarray, np.ndarray, int]:
+def phantom(seed: int, index: int, shape, nodule_probability: float = 1.0, noise: float = 0.1,
+            nodule_radius=(2.0, 3.5)) -> tuple[np.ndarray, np.ndarray, int]:
     """One synthetic volume: a rotated ellipsoid "organ" (label 1) and, with probability
     `nodule_probability`, a bright sphere "nodule" (label 2), on a smooth intensity gradient
     with Gaussian noise. Same (seed, index, shape) gives the same volume. Returns
@@ -37,7 +37,7 @@ def phantom(seed: int, index: int, shape, nodule_probability: float = 1.0,
     image = 0.2 + gradient + organ * rng.uniform(0.45, 0.7)
     has_nodule = bool(rng.random() < nodule_probability)
     if has_nodule:
-        radius = rng.uniform(2.0, 3.5)
+        radius = rng.uniform(*nodule_radius)
         at = rng.uniform(radius + 1, shape - radius - 1)
         blob = ((grid - at) ** 2).sum(-1) <= radius**2
         label[blob] = 2
@@ -213,8 +213,8 @@ class UnpaddedDistributedSampler(DistributedSampler):
     """Rank r gets items r, r+W, r+2W, ...: each item exactly once over all ranks. (The stock
     DistributedSampler pads with repeats, which would count some volumes twice in metrics.)"""
 
-    def __init__(self, dataset):
-        super().__init__(dataset, shuffle=False, drop_last=False)
+    def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None):
+        super().__init__(dataset, num_replicas, rank, shuffle=False, drop_last=False)
 
     def __iter__(self):
         return iter(range(self.rank, len(self.dataset), self.num_replicas))
