@@ -12,13 +12,11 @@ import torch
 
 from conftest import SHARED_DATA, compose, run_dirs
 
-# a small, fast segmentation recipe on 20^3 phantoms (8 epochs of 16^3 patches)
-TINY_SEG = ["model=unet3d", "data.num_volumes=16", "data.size=20", "data.size_jitter=2",
-            "data.noise=0.05", "data.nodule_radius=[3,4.5]", "data.patch_size=[16,16,16]",
-            "data.samples_per_volume=8", "data.batch_size=8", "data.val_fraction=0.2",
-            "data.test_fraction=0.2", "model.net.channels=[8,16,32]", "model.net.strides=[2,2]",
-            "model.net.num_res_units=1", "model.optimizer.lr=0.01", "trainer.max_epochs=8",
-            "seed=1"]
+# a small segmentation recipe on 24^3 phantoms (16^3 patches, a 3-level U-Net)
+TINY_SEG = ["model=unet3d", "data.num_volumes=24", "data.size=24", "data.size_jitter=3",
+            "data.patch_size=[16,16,16]", "data.samples_per_volume=8", "data.batch_size=8",
+            "model.net.channels=[8,16,32]", "model.net.strides=[2,2]",
+            "model.net.num_res_units=1", "model.optimizer.lr=0.01", "seed=1"]
 
 
 def metric(stdout: str, name: str) -> float:
@@ -26,35 +24,35 @@ def metric(stdout: str, name: str) -> float:
     return float(line.split()[-1])
 
 
-def test_unet3d_learns_phantoms_and_eval_writes_aligned_masks(cli, tmp_path):
-    """Dice > 0.8 on held-out phantoms; eval reproduces it and writes one mask per volume,
-    with the volume's shape, and per-volume Dice in predictions.csv."""
+@pytest.mark.parametrize("epochs", [1, pytest.param(8, marks=pytest.mark.slow)])
+def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs):
+    """8 epochs: Dice > 0.8 on held-out phantoms. Both: eval reproduces train's test Dice and
+    writes one mask per test volume, with that volume's shape, and per-volume Dice to CSV."""
     import nibabel as nib
 
-    train = cli("train.py", *TINY_SEG)
-    assert metric(train.stdout, "test/dice") > 0.8, train.stdout[-1500:]
+    from litlab.data.volumes import phantom_shapes
+
+    train = cli("train.py", *TINY_SEG, f"trainer.max_epochs={epochs}")
+    if epochs >= 8:
+        assert metric(train.stdout, "test/dice") > 0.8, train.stdout[-1500:]
     run = run_dirs(tmp_path / "logs")[0]
     split = json.loads((run / "data_split.json").read_text())
-    assert len(split["test"]) == 3 and not set(split["test"]) & set(split["train"])
+    assert len(split["test"]) == 4 and not set(split["test"]) & set(split["train"])
     ckpt = next((run / "checkpoints").glob("epoch_*.ckpt"))
 
     cli("eval.py", f"ckpt_path={ckpt}")
     out = run_dirs(tmp_path / "logs", "eval")[0]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["test/dice"] == pytest.approx(metric(train.stdout, "test/dice"), abs=1e-5)
+    assert metrics["test/dice"] == pytest.approx(metric(train.stdout, "test/dice"), abs=1e-4)
     rows = pd.read_csv(out / "predictions.csv")
-    assert len(rows) == 3
+    assert len(rows) == 4
     assert rows["dice"].mean() == pytest.approx(metrics["test/dice"], abs=1e-4)
-    masks = sorted((out / "masks").glob("*.nii.gz"))
-    assert len(masks) == 3
-    from litlab.data.volumes import phantom_shapes
-
-    shapes = phantom_shapes(1, 16, 20, 2)
-    for path in masks:
-        mask = nib.load(path)
+    shapes = phantom_shapes(1, 24, 24, 3)
+    for case in split["test"]:
+        mask = nib.load(out / "masks" / f"{case}.nii.gz")
+        assert mask.shape == shapes[int(case.removeprefix("case_"))]
         assert np.allclose(mask.affine, np.eye(4))
         assert set(np.unique(np.asarray(mask.dataobj))) <= {0, 1, 2}
-    assert {nib.load(p).shape for p in masks} <= set(shapes)
 
 
 def test_resnet3d_classifies_phantoms_well_above_chance(tmp_path):

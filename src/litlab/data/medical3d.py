@@ -124,6 +124,7 @@ class SegmentationDataModule(Medical3DDataModule):
         if path.exists():
             return
         names = self.names or [f"case_{i:04d}" for i in range(sum(map(len, split.values())))]
+        # predictions.csv's `case` is the position in these lists
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({k: [names[i] for i in v] for k, v in split.items()}, indent=1)
         path.write_text(text)
@@ -146,7 +147,7 @@ class PhantomSegmentationDataModule(SegmentationDataModule):
         vols = []
         for i, shape in enumerate(shapes):
             image, label, _ = V.phantom(seed, i, shape, 1.0, self.noise, self.nodule_radius)
-            vols.append({"image": V.normalize(image), "label": label})
+            vols.append({"image": V.normalize(image), "label": label, "name": f"case_{i:04d}"})
         return vols
 
 
@@ -182,7 +183,7 @@ class NiftiDataModule(SegmentationDataModule):
                 raise UserError(f"{label_path} has label {found}; set data.num_classes="
                                 f"{found + 1} (background included)")
             vols.append({"image": V.normalize(image), "label": label.astype(np.uint8),
-                         "affine": affine, "path": str(image_path)})
+                         "affine": affine, "path": str(image_path), "name": image_path.name})
         return vols
 
     def prepare_data(self) -> None:

@@ -131,7 +131,7 @@ def save_cache(path: Path, volumes: list[dict]) -> None:
 def load_cache(path: Path, files: list[Path]) -> list[dict]:
     with np.load(path) as z:
         return [{"image": z[f"image_{i}"], "label": z[f"label_{i}"], "affine": z[f"affine_{i}"],
-                 "path": str(f)} for i, f in enumerate(files)]
+                 "path": str(f), "name": f.name} for i, f in enumerate(files)]
 
 
 # ----------------------------------------------------------------------------- preprocessing
@@ -206,7 +206,8 @@ class VolumeDataset(Dataset):
         v = self.volumes[i]
         return {"image": torch.from_numpy(v["image"]), "label": torch.from_numpy(
                     v["label"].astype(np.int64)), "index": i,
-                "affine": torch.from_numpy(v.get("affine", np.eye(4))), "path": v.get("path", "")}
+                "affine": torch.from_numpy(v.get("affine", np.eye(4))), "path": v.get("path", ""),
+                "name": v.get("name", f"case_{i:04d}")}
 
 
 class UnpaddedDistributedSampler(DistributedSampler):

@@ -111,8 +111,7 @@ class VolumeSegmenter(LitModule):
 
         self.mask_dir.mkdir(parents=True, exist_ok=True)
         for i in range(len(pred)):
-            source = batch["path"][i]
-            name = Path(source).name if source else f"case_{int(batch['index'][i]):04d}.nii.gz"
+            source, name = batch["path"][i], batch["name"][i]
             name = name if name.endswith((".nii", ".nii.gz")) else name + ".nii.gz"
             write_mask(pred[i].cpu().numpy(), self.mask_dir / name,
                        batch["affine"][i].cpu().double().numpy(), like=source or None)
