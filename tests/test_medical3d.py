@@ -40,7 +40,7 @@ def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs
     assert len(split["test"]) == 4 and not set(split["test"]) & set(split["train"])
     ckpt = next((run / "checkpoints").glob("epoch_*.ckpt"))
 
-    cli("eval.py", f"ckpt_path={ckpt}")
+    cli("eval.py", f"ckpt_path={ckpt}", "extras.print_config=false", quiet=False)
     out = run_dirs(tmp_path / "logs", "eval")[0]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test/dice"] == pytest.approx(metric(train.stdout, "test/dice"), abs=1e-4)
@@ -133,9 +133,9 @@ def test_nifti_loader_reads_msd_layout_splits_and_caches(tmp_path):
     from litlab.data.medical3d import NiftiDataModule
 
     root = hippocampus_cases(tmp_path / "Task04", 6)
-    kwargs = dict(root=str(root), num_classes=3, patch_size=(32, 48, 32), batch_size=2,
-                  val_fraction=0.2, test_fraction=0.2, cache_dir=str(tmp_path / "cache"),
-                  split_file=str(tmp_path / "run" / "split.json"))
+    kwargs = {"root": str(root), "num_classes": 3, "patch_size": (32, 48, 32), "batch_size": 2,
+              "val_fraction": 0.2, "test_fraction": 0.2, "cache_dir": str(tmp_path / "cache"),
+              "split_file": str(tmp_path / "run" / "split.json")}
     dm = NiftiDataModule(**kwargs)
     assert dm.dims == {"in_channels": 1, "num_classes": 3, "patch_size": (32, 48, 32)}
     dm.prepare_data()

@@ -57,8 +57,7 @@ def phantom_shapes(seed: int, count: int, size: int, jitter: int) -> list[tuple[
 def _stem(path: Path) -> str:
     name = path.name
     for suffix in NIFTI_SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
+        name = name.removesuffix(suffix)
     return name.removesuffix("_0000")  # nnU-Net names the first channel *_0000
 
 
