@@ -171,24 +171,36 @@ def patch_transform(patch_size, augment: bool):
 class PatchDataset(Dataset):
     """`samples_per_volume` random patches per volume and epoch (training).
 
-    MONAI's random transforms hold their own RNG; it is reseeded from torch's per-worker RNG on
-    every item, so workers never repeat each other and `seed_everything` makes runs repeatable.
+    MONAI's random transforms hold their own RNG: it is seeded from torch's RNG once per
+    process (main or worker), so workers never repeat each other and `seed_everything` makes
+    runs repeatable. MetaTensor tracking is off while cropping (half the cost per item).
     """
 
     def __init__(self, volumes: list[dict], patch_size, samples_per_volume: int, augment: bool):
         self.volumes = [prepare_for_patches(v, patch_size) for v in volumes]
         self.samples_per_volume = samples_per_volume
         self.transform = patch_transform(patch_size, augment)
+        self._seeded_for = None
 
     def __len__(self) -> int:
         return len(self.volumes) * self.samples_per_volume
 
     def __getitem__(self, i):
-        self.transform.set_random_state(seed=int(torch.randint(0, 2**31 - 1, ()).item()))
-        out = self.transform(dict(self.volumes[i % len(self.volumes)]))
+        from monai.data import get_track_meta, set_track_meta
+
+        process = (os.getpid(), torch.initial_seed())
+        if self._seeded_for != process:
+            self.transform.set_random_state(seed=int(torch.randint(0, 2**31 - 1, ()).item()))
+            self._seeded_for = process
+        tracking = get_track_meta()
+        set_track_meta(False)
+        try:
+            out = self.transform(dict(self.volumes[i % len(self.volumes)]))
+        finally:
+            set_track_meta(tracking)
         out = out[0] if isinstance(out, list) else out
-        return {"image": torch.as_tensor(np.asarray(out["image"]), dtype=torch.float32),
-                "label": torch.as_tensor(np.asarray(out["label"]), dtype=torch.long)}
+        return {"image": torch.as_tensor(out["image"], dtype=torch.float32),
+                "label": torch.as_tensor(out["label"], dtype=torch.long)}
 
 
 class VolumeDataset(Dataset):
