@@ -1,0 +1,263 @@
+"""3D medical datamodules: segmentation (generated phantoms, NIfTI folders in the Medical
+Segmentation Decathlon layout) and classification (generated phantoms; MedMNIST 3D is in
+medmnist3d.py).
+
+Segmentation trains on random patches (half centred on foreground) and evaluates whole volumes
+one at a time (sizes differ; the module runs sliding-window inference). Preprocessed volumes
+live in memory, shared copy-on-write with DataLoader workers; NIfTI folders are also cached on
+disk as one .npz, written atomically by one process.
+"""
+import json
+import logging
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from litlab.data import volumes as V
+from litlab.utils.cli import UserError
+
+log = logging.getLogger(__name__)
+
+
+def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> dict:
+    """Seeded random train/val/test split of n items (each split gets at least one)."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = max(1, round(n * test_fraction))
+    n_val = max(1, round(n * val_fraction))
+    if n_test + n_val >= n:
+        raise UserError(f"{n} volumes are too few for val_fraction={val_fraction} and "
+                        f"test_fraction={test_fraction}")
+    return {"train": sorted(order[n_test + n_val:].tolist()),
+            "val": sorted(order[n_test: n_test + n_val].tolist()),
+            "test": sorted(order[:n_test].tolist())}
+
+
+class Medical3DDataModule(L.LightningDataModule):
+    """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP."""
+
+    predict_split = "test"
+
+    def __init__(self, batch_size: int = 2, num_workers: int = 0,
+                 persistent_workers: bool = False, pin_memory: bool | None = None,
+                 augment: bool = True, val_fraction: float = 0.1, test_fraction: float = 0.2,
+                 seed: int = 42):
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.train_set = self.val_set = self.test_set = None
+
+    def _loader(self, dataset, train: bool, batch_size: int) -> DataLoader:
+        h = self.hparams
+        pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
+        sampler = None
+        if not train and torch.distributed.is_available() and torch.distributed.is_initialized():
+            sampler = V.UnpaddedDistributedSampler(dataset)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=train and sampler is None,
+                          sampler=sampler, num_workers=h.num_workers, pin_memory=pin,
+                          persistent_workers=h.persistent_workers and h.num_workers > 0,
+                          drop_last=False)
+
+    def eval_batch_size(self) -> int:
+        return self.hparams.batch_size
+
+    def train_dataloader(self):
+        return self._loader(self.train_set, True, self.hparams.batch_size)
+
+    def val_dataloader(self):
+        return self._loader(self.val_set, False, self.eval_batch_size())
+
+    def test_dataloader(self):
+        return self._loader(self.test_set, False, self.eval_batch_size())
+
+    def predict_dataloader(self):
+        """The split named by `predict_split` (eval.py sets it to test or val)."""
+        return self._loader(getattr(self, f"{self.predict_split}_set"), False,
+                            self.eval_batch_size())
+
+
+# ============================================================================ segmentation
+class SegmentationDataModule(Medical3DDataModule):
+    """Subclasses return preprocessed volumes; this class splits them and builds the datasets."""
+
+    task = "volume_segmentation"
+
+    def __init__(self, patch_size=(32, 32, 32), samples_per_volume: int = 2,
+                 num_classes: int = 3, split_file: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.patch_size = tuple(int(p) for p in patch_size)
+        self.samples_per_volume = samples_per_volume
+        self.num_classes, self.in_channels = num_classes, 1
+        self.split_file = split_file
+        self.names: list[str] = []
+
+    @property
+    def dims(self) -> dict:
+        """Given to the net and module: channels, classes, and the patch (= sliding window)."""
+        return {"in_channels": self.in_channels, "num_classes": self.num_classes,
+                "patch_size": self.patch_size}
+
+    def eval_batch_size(self) -> int:
+        return 1  # whole volumes of different sizes
+
+    def load(self) -> list[dict]:
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        h = self.hparams
+        vols = self.load()
+        split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
+        self._write_split(split)
+        self.train_set = V.PatchDataset([vols[i] for i in split["train"]], self.patch_size,
+                                        self.samples_per_volume, h.augment)
+        self.val_set = V.VolumeDataset([vols[i] for i in split["val"]])
+        self.test_set = V.VolumeDataset([vols[i] for i in split["test"]])
+
+    def _write_split(self, split: dict) -> None:
+        """The split (volume names per split) in the run dir, once, by rank 0."""
+        if not self.split_file or (self.trainer is not None and not self.trainer.is_global_zero):
+            return
+        path = Path(self.split_file)
+        if path.exists():
+            return
+        names = self.names or [f"case_{i:04d}" for i in range(sum(map(len, split.values())))]
+        # predictions.csv's `case` is the position in these lists
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({k: [names[i] for i in v] for k, v in split.items()}, indent=1)
+        path.write_text(text)
+
+
+class PhantomSegmentationDataModule(SegmentationDataModule):
+    """Generated phantoms (organ = 1, nodule = 2), deterministic from `seed`; offline default."""
+
+    def __init__(self, num_volumes: int = 48, size: int = 32, size_jitter: int = 4,
+                 noise: float = 0.1, nodule_radius=(2.0, 3.5), **kwargs):
+        super().__init__(**kwargs)
+        self.num_volumes, self.size, self.size_jitter, self.noise = (num_volumes, size,
+                                                                     size_jitter, noise)
+        self.nodule_radius = tuple(nodule_radius)
+        self.num_classes = 3
+
+    def load(self) -> list[dict]:
+        seed = self.hparams.seed
+        shapes = V.phantom_shapes(seed, self.num_volumes, self.size, self.size_jitter)
+        vols = []
+        for i, shape in enumerate(shapes):
+            image, label, _ = V.phantom(seed, i, shape, 1.0, self.noise, self.nodule_radius)
+            vols.append({"image": V.normalize(image), "label": label, "name": f"case_{i:04d}"})
+        return vols
+
+
+class NiftiDataModule(SegmentationDataModule):
+    """A folder of NIfTI volumes and label maps, MSD layout (imagesTr/+labelsTr/ or
+    images/+labels/, matched by file name). `num_classes` counts the background."""
+
+    def __init__(self, root: str, cache_dir: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise UserError(f"data.root={root} is not a folder (expected imagesTr/ and labelsTr/)")
+        self.pairs = V.find_pairs(self.root)
+        self.names = [p.name for p, _ in self.pairs]
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+
+    def _cache_path(self) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        files = [f for pair in self.pairs for f in pair]
+        return self.cache_dir / f"nifti_{V.cache_key(files, version=1)}.npz"
+
+    def _read_all(self) -> list[dict]:
+        vols = []
+        for image_path, label_path in self.pairs:
+            image, affine = V.read_nifti(image_path)
+            label, _ = V.read_nifti(label_path)
+            if label.shape[1:] != image.shape[1:]:
+                raise UserError(f"{label_path} has shape {label.shape[1:]}, its image "
+                                f"{image.shape[1:]}")
+            found = int(label.max())
+            if found >= self.num_classes:
+                raise UserError(f"{label_path} has label {found}; set data.num_classes="
+                                f"{found + 1} (background included)")
+            vols.append({"image": V.normalize(image), "label": label.astype(np.uint8),
+                         "affine": affine, "path": str(image_path), "name": image_path.name})
+        return vols
+
+    def prepare_data(self) -> None:
+        """Runs on one process per node: fill the disk cache once."""
+        path = self._cache_path()
+        if path is not None and not path.exists():
+            V.save_cache(path, self._read_all())
+
+    def load(self) -> list[dict]:
+        path = self._cache_path()
+        if path is not None and path.exists():
+            vols = V.load_cache(path, [p for p, _ in self.pairs])
+        else:
+            vols = self._read_all()
+        self.in_channels = vols[0]["image"].shape[0]
+        return vols
+
+    @property
+    def dims(self) -> dict:
+        if self.train_set is None:  # channels are known once a volume is read
+            self.in_channels = V.read_nifti(self.pairs[0][0])[0].shape[0]
+        return super().dims
+
+
+# ============================================================================ classification
+class ClassificationDataModule(Medical3DDataModule):
+    """Fixed-size volumes in memory (N, C, D, H, W) with integer labels; flips per batch."""
+
+    task = "volume_classification"
+    in_channels, num_classes = 1, 2
+
+    @property
+    def dims(self) -> dict:
+        return {"in_channels": self.in_channels, "num_classes": self.num_classes}
+
+    def load(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is None:
+            sets = {k: TensorDataset(*v) for k, v in self.load().items()}
+            self.train_set, self.val_set, self.test_set = sets["train"], sets["val"], sets["test"]
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Random flips of each volume along each axis, vectorized on the batch's device."""
+        x, y = batch
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x
+        if self.hparams.augment and self.trainer is not None and self.trainer.training:
+            for axis in (2, 3, 4):
+                flip = torch.rand(len(x), device=x.device) < 0.5
+                x = torch.where(flip.view(-1, 1, 1, 1, 1), x.flip(axis), x)
+        return x, y
+
+
+class PhantomClassificationDataModule(ClassificationDataModule):
+    """Generated phantoms labelled 1 when they hold a nodule (half of them); offline default."""
+
+    def __init__(self, num_volumes: int = 400, size: int = 32, size_jitter: int = 4,
+                 noise: float = 0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.num_volumes, self.size, self.size_jitter, self.noise = (num_volumes, size,
+                                                                     size_jitter, noise)
+
+    def load(self):
+        from monai.transforms import ResizeWithPadOrCrop
+
+        seed, fit = self.hparams.seed, ResizeWithPadOrCrop([self.size] * 3)
+        shapes = V.phantom_shapes(seed, self.num_volumes, self.size, self.size_jitter)
+        images, labels = [], []
+        for i, shape in enumerate(shapes):
+            image, _, has_nodule = V.phantom(seed, i, shape, 0.5, self.noise)
+            images.append(torch.as_tensor(np.asarray(fit(V.normalize(image)))))
+            labels.append(has_nodule)
+        images, labels = torch.stack(images), torch.tensor(labels)
+        split = split_indices(len(labels), self.hparams.val_fraction,
+                              self.hparams.test_fraction, seed)
+        return {k: (images[v], labels[v]) for k, v in split.items()}

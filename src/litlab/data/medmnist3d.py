@@ -1,0 +1,61 @@
+"""MedMNIST v2 3D classification sets through the `medmnist` package (its download path; a
+local `<flag>.npz` with the same keys is read as is)."""
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from litlab.data.medical3d import ClassificationDataModule
+from litlab.utils.cli import UserError
+
+
+class MedMNIST3DDataModule(ClassificationDataModule):
+    """MedMNIST v2 3D sets (`flag`: organmnist3d, nodulemnist3d, adrenalmnist3d,
+    fracturemnist3d, vesselmnist3d, synapsemnist3d) with their official splits. Downloads with
+    the `medmnist` package when `<data_dir>/<flag>[_64].npz` is absent."""
+
+    def __init__(self, flag: str = "nodulemnist3d", size: int = 28, data_dir: str = "data",
+                 download: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        import medmnist
+
+        if flag not in medmnist.INFO or not flag.endswith("3d"):
+            valid = ", ".join(k for k in medmnist.INFO if k.endswith("3d"))
+            raise UserError(f"data.flag={flag} is not a MedMNIST 3D set; valid: {valid}")
+        if size not in (28, 64):
+            raise UserError(f"data.size={size} is not available; valid: 28, 64")
+        info = medmnist.INFO[flag]
+        if info["task"] not in ("binary-class", "multi-class"):
+            raise UserError(f"data.flag={flag} is a {info['task']} task, not single-label")
+        self.flag, self.size, self.download = flag, size, download
+        self.data_dir = Path(data_dir)
+        self.info, self.num_classes = info, len(info["label"])
+        self.in_channels = info["n_channels"]
+
+    @property
+    def npz_path(self) -> Path:
+        return self.data_dir / f"{self.flag}{'' if self.size == 28 else f'_{self.size}'}.npz"
+
+    def _dataset(self, split: str, download: bool):
+        import medmnist
+
+        cls = getattr(medmnist, self.info["python_class"])
+        try:
+            return cls(split=split, root=str(self.data_dir), download=download, size=self.size)
+        except RuntimeError as err:
+            raise UserError(f"{self.npz_path} not found and the download "
+                            f"{'failed' if download else 'is off'}: put it there") from err
+
+    def prepare_data(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.npz_path.is_file():  # the package's md5 check would refuse local copies
+            self._dataset("train", download=self.download)
+
+    def load(self):
+        out = {}
+        for split in ("train", "val", "test"):
+            ds = self._dataset(split, download=False)
+            images = torch.as_tensor(np.asarray(ds.imgs))
+            images = images.unsqueeze(1) if images.ndim == 4 else images.permute(0, 4, 1, 2, 3)
+            out[split] = (images.contiguous(), torch.as_tensor(ds.labels).reshape(-1).long())
+        return out

@@ -1,0 +1,235 @@
+"""Building blocks of the 3D medical datamodules: generated phantoms, NIfTI I/O, the patch and
+whole-volume datasets, and a DDP sampler that never pads evaluation splits.
+
+Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, H, W) uint8`.
+MONAI is imported inside the functions that use it (its import costs seconds).
+"""
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, DistributedSampler
+
+from litlab.utils.cli import UserError
+
+NIFTI_SUFFIXES = (".nii.gz", ".nii")
+
+
+# ----------------------------------------------------------------------------- phantoms
+def phantom(seed: int, index: int, shape, nodule_probability: float = 1.0, noise: float = 0.1,
+            nodule_radius=(2.0, 3.5)) -> tuple[np.ndarray, np.ndarray, int]:
+    """One synthetic volume: a rotated ellipsoid "organ" (label 1) and, with probability
+    `nodule_probability`, a bright sphere "nodule" (label 2), on a smooth intensity gradient
+    with Gaussian noise. Same (seed, index, shape) gives the same volume. Returns
+    (image (1, D, H, W), label (1, D, H, W), has_nodule)."""
+    rng = np.random.default_rng([seed, index])
+    shape = np.asarray(shape)
+    grid = np.stack(np.meshgrid(*[np.arange(s, dtype=np.float32) for s in shape],
+                                indexing="ij"), -1)
+    rotation, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    center = shape * rng.uniform(0.4, 0.6, 3)
+    axes = shape * rng.uniform(0.18, 0.3, 3)
+    organ = ((((grid - center) @ rotation) / axes) ** 2).sum(-1) <= 1.0
+    label = organ.astype(np.uint8)
+    gradient = ((grid / shape - 0.5) @ rng.uniform(-0.2, 0.2, 3)).astype(np.float32)
+    image = 0.2 + gradient + organ * rng.uniform(0.45, 0.7)
+    has_nodule = bool(rng.random() < nodule_probability)
+    if has_nodule:
+        radius = rng.uniform(*nodule_radius)
+        at = rng.uniform(radius + 1, shape - radius - 1)
+        blob = ((grid - at) ** 2).sum(-1) <= radius**2
+        label[blob] = 2
+        image = np.where(blob, rng.uniform(1.0, 1.3), image)
+    image = image + rng.normal(0.0, noise, image.shape)
+    return image[None].astype(np.float32), label[None], int(has_nodule)
+
+
+def phantom_shapes(seed: int, count: int, size: int, jitter: int) -> list[tuple[int, int, int]]:
+    """Per-volume shapes `size ± jitter` (real data varies in size too)."""
+    rng = np.random.default_rng([seed, 10**6])
+    return [tuple(int(s) for s in rng.integers(size - jitter, size + jitter + 1, 3))
+            for _ in range(count)]
+
+
+# ----------------------------------------------------------------------------- NIfTI
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in NIFTI_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name.removesuffix("_0000")  # nnU-Net names the first channel *_0000
+
+
+def find_pairs(root: Path) -> list[tuple[Path, Path]]:
+    """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/."""
+    for images, labels in (("imagesTr", "labelsTr"), ("images", "labels")):
+        if (root / images).is_dir() and (root / labels).is_dir():
+            break
+    else:
+        raise UserError(f"data.root={root} has no imagesTr/+labelsTr/ or images/+labels/ folders")
+    found = {_stem(p): p for p in (root / labels).iterdir()
+             if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")}
+    pairs = [(p, found[_stem(p)]) for p in sorted((root / images).iterdir())
+             if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
+             and _stem(p) in found]
+    if len(pairs) < 3:
+        raise UserError(f"data.root={root}: found {len(pairs)} image/label pairs with matching "
+                        "names, need at least 3 (train, val, test)")
+    return pairs
+
+
+def read_nifti(path: Path, channels_last: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(array (C, D, H, W), affine); a 4D NIfTI (x, y, z, c) becomes c channels."""
+    import nibabel as nib
+
+    try:
+        img = nib.load(str(path))
+        data = np.asarray(img.dataobj, dtype=np.float32)
+    except Exception as err:  # truncated gzip, not a NIfTI file, ...
+        raise UserError(f"cannot read NIfTI {path}: {err}") from err
+    if data.ndim == 3:
+        data = data[None]
+    elif data.ndim == 4 and channels_last:
+        data = np.moveaxis(data, -1, 0)
+    return np.ascontiguousarray(data), img.affine.astype(np.float64)
+
+
+def write_mask(mask: np.ndarray, path: Path, affine: np.ndarray, like: Path | None = None) -> None:
+    """Write a label volume (D, H, W) as NIfTI with the input's affine and, when the input file
+    is known, its header (spacing, orientation codes, description)."""
+    import nibabel as nib
+
+    header = nib.load(str(like)).header.copy() if like and Path(like).is_file() else None
+    image = nib.Nifti1Image(mask.astype(np.uint8), affine, header=header)
+    image.set_data_dtype(np.uint8)
+    image.header.set_slope_inter(1, 0)
+    tmp = path.with_name(path.name + ".tmp.nii.gz")
+    nib.save(image, str(tmp))
+    os.replace(tmp, path)  # never a half-written mask
+
+
+def cache_key(files: list[Path], **params) -> str:
+    """Changes when any file (name, size, mtime) or preprocessing parameter changes."""
+    h = hashlib.sha1(repr(sorted(params.items())).encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def save_cache(path: Path, volumes: list[dict]) -> None:
+    """One .npz of arrays (no pickles), written atomically: readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"{k}_{i}": v[k] for i, v in enumerate(volumes) for k in ("image", "label", "affine")}
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def load_cache(path: Path, files: list[Path]) -> list[dict]:
+    with np.load(path) as z:
+        return [{"image": z[f"image_{i}"], "label": z[f"label_{i}"], "affine": z[f"affine_{i}"],
+                 "path": str(f), "name": f.name} for i, f in enumerate(files)]
+
+
+# ----------------------------------------------------------------------------- preprocessing
+def normalize(image: np.ndarray) -> np.ndarray:
+    """Per-volume, per-channel z-score (nnU-Net's scheme for MRI)."""
+    from monai.transforms import NormalizeIntensity
+
+    return np.asarray(NormalizeIntensity(channel_wise=True)(image), dtype=np.float32)
+
+
+def prepare_for_patches(volume: dict, patch_size) -> dict:
+    """Pad to at least the patch size and precompute foreground/background voxel indices, once,
+    so that balanced patch sampling costs no scan of the label per item."""
+    from monai.transforms import FgBgToIndices, SpatialPad
+
+    pad = SpatialPad(patch_size, mode="constant")
+    image = np.asarray(pad(volume["image"]), dtype=np.float32)
+    label = np.asarray(pad(volume["label"]), dtype=np.uint8)
+    fg, bg = FgBgToIndices()(label)
+    return {"image": image, "label": label, "fg": np.asarray(fg), "bg": np.asarray(bg)}
+
+
+def patch_transform(patch_size, augment: bool):
+    """Random patch, half centred on foreground, then flips and intensity scale/shift."""
+    import monai.transforms as T
+
+    keys = ["image", "label"]
+    steps = [T.RandCropByPosNegLabeld(keys, "label", patch_size, pos=1, neg=1, num_samples=1,
+                                      fg_indices_key="fg", bg_indices_key="bg")]
+    if augment:
+        steps += [T.RandFlipd(keys, prob=0.5, spatial_axis=axis) for axis in range(3)]
+        steps += [T.RandScaleIntensityd("image", factors=0.1, prob=0.5),
+                  T.RandShiftIntensityd("image", offsets=0.1, prob=0.5)]
+    return T.Compose(steps)
+
+
+# ----------------------------------------------------------------------------- datasets
+class PatchDataset(Dataset):
+    """`samples_per_volume` random patches per volume and epoch (training).
+
+    MONAI's random transforms hold their own RNG: it is seeded from torch's RNG once per
+    process (main or worker), so workers never repeat each other and `seed_everything` makes
+    runs repeatable. MetaTensor tracking is off while cropping (half the cost per item).
+    """
+
+    def __init__(self, volumes: list[dict], patch_size, samples_per_volume: int, augment: bool):
+        self.volumes = [prepare_for_patches(v, patch_size) for v in volumes]
+        self.samples_per_volume = samples_per_volume
+        self.transform = patch_transform(patch_size, augment)
+        self._seeded_for = None
+
+    def __len__(self) -> int:
+        return len(self.volumes) * self.samples_per_volume
+
+    def __getitem__(self, i):
+        from monai.data import get_track_meta, set_track_meta
+
+        process = (os.getpid(), torch.initial_seed())
+        if self._seeded_for != process:
+            self.transform.set_random_state(seed=int(torch.randint(0, 2**31 - 1, ()).item()))
+            self._seeded_for = process
+        tracking = get_track_meta()
+        set_track_meta(False)
+        try:
+            out = self.transform(dict(self.volumes[i % len(self.volumes)]))
+        finally:
+            set_track_meta(tracking)
+        out = out[0] if isinstance(out, list) else out
+        return {"image": torch.as_tensor(out["image"], dtype=torch.float32),
+                "label": torch.as_tensor(out["label"], dtype=torch.long)}
+
+
+class VolumeDataset(Dataset):
+    """Whole volumes as they are (validation, test, predict): no resampling or cropping, so a
+    predicted mask lines up voxel for voxel with the input file."""
+
+    def __init__(self, volumes: list[dict]):
+        self.volumes = volumes
+
+    def __len__(self) -> int:
+        return len(self.volumes)
+
+    def __getitem__(self, i):
+        v = self.volumes[i]
+        return {"image": torch.from_numpy(v["image"]), "label": torch.from_numpy(
+                    v["label"].astype(np.int64)), "index": i,
+                "affine": torch.from_numpy(v.get("affine", np.eye(4))), "path": v.get("path", ""),
+                "name": v.get("name", f"case_{i:04d}")}
+
+
+class UnpaddedDistributedSampler(DistributedSampler):
+    """Rank r gets items r, r+W, r+2W, ...: each item exactly once over all ranks. (The stock
+    DistributedSampler pads with repeats, which would count some volumes twice in metrics.)"""
+
+    def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None):
+        super().__init__(dataset, num_replicas, rank, shuffle=False, drop_last=False)
+
+    def __iter__(self):
+        return iter(range(self.rank, len(self.dataset), self.num_replicas))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, len(self.dataset), self.num_replicas))

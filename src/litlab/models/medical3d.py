@@ -1,0 +1,157 @@
+"""3D medical modules: volume segmentation (DiceCE loss, per-class Dice, sliding-window
+inference on whole volumes, NIfTI masks on predict) and volume classification (accuracy, AUROC).
+
+Metrics are torchmetrics (synced across DDP ranks); evaluation loaders never pad under DDP, so
+every volume counts exactly once.
+"""
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
+from torchmetrics.functional.segmentation import dice_score
+from torchmetrics.segmentation import DiceScore
+
+from litlab.models.base import LitModule
+
+log = logging.getLogger(__name__)
+
+
+class ClassDice(DiceScore):
+    """Mean Dice over volumes of one foreground class (Lightning logs scalars only)."""
+
+    def __init__(self, num_classes: int, index: int):
+        super().__init__(num_classes, include_background=False, average="none",
+                         input_format="index")
+        self.index = index
+
+    def compute(self) -> torch.Tensor:
+        return super().compute()[self.index - 1]
+
+
+def hydra_output_dir() -> Path | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
+
+
+class VolumeSegmenter(LitModule):
+    """`val/dice` (the monitor) is the mean over volumes of the mean over foreground classes;
+    `val/dice_K` is class K's mean over volumes."""
+
+    tasks = ("volume_segmentation",)
+
+    def __init__(self, net, optimizer, num_classes: int, patch_size, scheduler=None,
+                 sw_batch_size: int = 4, sw_overlap: float = 0.25, sw_mode: str = "gaussian",
+                 dice_weight: float = 1.0, ce_weight: float = 1.0, batch_dice: bool = True,
+                 mask_dir: str | None = None, **kwargs):
+        self.num_classes = num_classes
+        super().__init__(net, optimizer, scheduler, **kwargs)
+        from monai.losses import DiceCELoss
+
+        self.loss = DiceCELoss(to_onehot_y=True, softmax=True, batch=batch_dice,
+                               lambda_dice=dice_weight, lambda_ce=ce_weight)
+        self.patch_size = tuple(int(p) for p in patch_size)
+        self.mask_dir = Path(mask_dir) if mask_dir else None
+
+    def make_metrics(self) -> MetricCollection:
+        metrics = {"dice": DiceScore(self.num_classes, include_background=False,
+                                     average="macro", input_format="index")}
+        metrics |= {f"dice_{k}": ClassDice(self.num_classes, k) for k in range(1, self.num_classes)}
+        return MetricCollection(metrics, compute_groups=False)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch["image"], batch["label"]
+        logits = self(x)
+        loss = self.loss(logits, y)
+        self.log_step("train", loss, logits.argmax(1), y[:, 0], len(x))
+        return loss
+
+    def infer(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of whole volumes of any size, by overlapping patch-sized windows."""
+        from monai.inferers import sliding_window_inference
+
+        h = self.hparams
+        return sliding_window_inference(x, self.patch_size, h.sw_batch_size, self,
+                                        overlap=h.sw_overlap, mode=h.sw_mode)
+
+    def _eval_step(self, split: str, batch):
+        x, y = batch["image"], batch["label"]
+        logits = self.infer(x)
+        self.log_step(split, self.loss(logits, y), logits.argmax(1), y[:, 0], len(x))
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step("val", batch)
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step("test", batch)
+
+    def on_predict_start(self) -> None:
+        if self.mask_dir is None and (out := hydra_output_dir()) is not None:
+            self.mask_dir = out / "masks"
+
+    def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
+        """Per-volume Dice and predicted voxel counts; masks go to `mask_dir` as NIfTI."""
+        x, y = batch["image"], batch["label"]
+        pred = self.infer(x).argmax(1)
+        dice = dice_score(pred, y[:, 0], self.num_classes, include_background=False,
+                          average="none", input_format="index")
+        if self.mask_dir is not None:
+            self.write_masks(pred, batch)
+        out = {"case": batch["index"], "dice": dice.nanmean(1)}
+        for k in range(1, self.num_classes):
+            out[f"dice_{k}"] = dice[:, k - 1]
+            out[f"voxels_{k}"] = (pred == k).flatten(1).sum(1)
+        return out
+
+    def write_masks(self, pred: torch.Tensor, batch) -> None:
+        from litlab.data.volumes import write_mask
+
+        self.mask_dir.mkdir(parents=True, exist_ok=True)
+        for i in range(len(pred)):
+            source, name = batch["path"][i], batch["name"][i]
+            name = name if name.endswith((".nii", ".nii.gz")) else name + ".nii.gz"
+            write_mask(pred[i].cpu().numpy(), self.mask_dir / name,
+                       batch["affine"][i].cpu().double().numpy(), like=source or None)
+
+
+class VolumeClassifier(LitModule):
+    """Cross-entropy; accuracy and one-vs-rest macro AUROC (binary AUROC for two classes)."""
+
+    tasks = ("volume_classification",)
+
+    def __init__(self, net, optimizer, num_classes: int, scheduler=None,
+                 label_smoothing: float = 0.0, **kwargs):
+        self.num_classes = num_classes
+        super().__init__(net, optimizer, scheduler, **kwargs)
+
+    def make_metrics(self) -> MetricCollection:
+        return MetricCollection({"acc": MulticlassAccuracy(self.num_classes, average="micro"),
+                                 "auroc": MulticlassAUROC(self.num_classes)})
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        self.log_step("train", loss, logits.detach().softmax(1), y, len(y))
+        return loss
+
+    def _eval_step(self, split: str, batch):
+        x, y = batch
+        logits = self(x)
+        self.log_step(split, F.cross_entropy(logits, y), logits.softmax(1), y, len(y))
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step("val", batch)
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step("test", batch)
+
+    def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
+        x, y = batch
+        probs = self(x).softmax(1)
+        confidence, pred = probs.max(1)
+        return {"target": y, "pred": pred, "confidence": confidence,
+                **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])}}
