@@ -11,9 +11,9 @@ from litlab.utils.config import compose  # noqa: F401  (re-exported for tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LITLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
-# overrides that keep test runs quiet (eval.py has no callbacks group)
-QUIET = {"train.py": ["extras.print_config=false", "callbacks.rich_progress_bar=null"],
-         "eval.py": ["extras.print_config=false"]}
+# overrides that keep train.py quiet in tests (eval.py has no callbacks group: QUIET_EVAL)
+QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
+QUIET_EVAL = ["extras.print_config=false"]
 
 
 @pytest.fixture
@@ -37,7 +37,9 @@ def run_cli(script: str, *overrides: str, log_dir: Path, timeout: float = 240, e
             check: bool = True, quiet: bool = True) -> subprocess.CompletedProcess:
     """Run `python src/<script> overrides...` as a user would, logs under `log_dir`."""
     cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={log_dir}"]
-    cmd += (QUIET.get(script, []) if quiet else []) + list(overrides)
+    if quiet:
+        cmd += QUIET if script == "train.py" else QUIET_EVAL
+    cmd += list(overrides)
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=full_env)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import QUIET, ROOT, run_dirs
+from conftest import QUIET, QUIET_EVAL, ROOT, run_dirs
 
 FAKE_CKPT = "@fake"  # replaced by a file made by the `files` fixture
 
@@ -89,7 +89,7 @@ def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[i
     GlobalHydra.instance().clear()
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
-    quiet = QUIET if script == "train.py" else ["extras.print_config=false"]
+    quiet = QUIET if script == "train.py" else QUIET_EVAL
     saved, sys.argv = sys.argv, [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *quiet, *overrides]
     capfd.readouterr()
     try:

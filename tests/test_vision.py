@@ -107,7 +107,7 @@ def test_same_seed_gives_bit_identical_weights(tmp_path):
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["data=nope"], "unknown option data=nope; valid data options: cifar10, digits,"),
+    (["data=nope"], "unknown option data=nope; valid data options: cifar10, citeseer, cora, digits,"),
     (["model=nope"], "unknown option model=nope; valid model options: cnn, "),
     (["trainer.max_epoch=3"], "unknown config key 'trainer.max_epoch'"),
 ])

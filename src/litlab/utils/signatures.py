@@ -17,7 +17,7 @@ def closest(word: str, options) -> str:
 
 
 def parameters(target) -> tuple[dict, bool]:
-    """Named parameters of a class (following **kwargs up the MRO) or function; open-ended?"""
+    """Named parameters of a class (following litlab's **kwargs up the MRO) or function; open-ended?"""
     params, fns = {}, [target]
     if inspect.isclass(target):
         fns = [c.__dict__["__init__"] for c in target.__mro__ if "__init__" in c.__dict__]
@@ -37,6 +37,10 @@ def parameters(target) -> tuple[dict, bool]:
                 params.setdefault(name, hints.get(name, inspect.Parameter.empty))
         if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
             return params, False
+        if not getattr(fn, "__module__", "").startswith("litlab."):
+            # third-party **kwargs may go anywhere (DDPStrategy's go to DistributedDataParallel);
+            # litlab's own classes pass theirs to the base class, so keep following those
+            return params, True
     return params, True
 
 
