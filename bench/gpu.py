@@ -34,22 +34,10 @@ QUICK = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
 
 
 def compose(overrides: list[str], out: Path):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
+    """The train config as `python src/train.py overrides` composes it, run dir `out`."""
+    from litlab.utils.config import compose as compose_config
 
-    import litlab.utils.resolvers  # noqa: F401
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-        cfg = hydra_compose("train", overrides=overrides, return_hydra_config=True)
-    with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(out)
-        cfg.hydra.job.num, cfg.hydra.job.id = 0, "bench"
-    HydraConfig.instance().set_config(cfg)
-    return cfg
+    return compose_config("train", overrides, output_dir=out)
 
 
 def batch_size(batch) -> int:

@@ -62,6 +62,16 @@ class LitModule(L.LightningModule):
     def forward(self, *args, **kwargs):
         return self._forward(*args, **kwargs)
 
+    def eval_step(self, split: str, batch) -> None:
+        """One validation or test batch: compute the loss and call `log_step(split, ...)`."""
+        raise NotImplementedError
+
+    def validation_step(self, batch, batch_idx):
+        self.eval_step("val", batch)
+
+    def test_step(self, batch, batch_idx):
+        self.eval_step("test", batch)
+
     def log_step(self, split: str, loss: torch.Tensor, preds, target, batch_size: int) -> None:
         """Accumulate the split's metrics and loss; they are logged once per epoch (below).
 

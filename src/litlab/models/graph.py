@@ -59,15 +59,9 @@ class GNNClassifier(LitModule):
         self.log_step("train", loss, logits.argmax(1), y, len(y))
         return loss
 
-    def _eval_step(self, split: str, batch):
+    def eval_step(self, split: str, batch):
         logits, y = self._scores(batch, split)
         self.log_step(split, F.cross_entropy(logits, y), logits.argmax(1), y, len(y))
-
-    def validation_step(self, batch, batch_idx):
-        self._eval_step("val", batch)
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step("test", batch)
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
         """Per-node (or per-graph) columns for eval.py's predictions.csv."""

@@ -77,16 +77,10 @@ class VolumeSegmenter(LitModule):
         return sliding_window_inference(x, self.patch_size, h.sw_batch_size, self,
                                         overlap=h.sw_overlap, mode=h.sw_mode)
 
-    def _eval_step(self, split: str, batch):
+    def eval_step(self, split: str, batch):
         x, y = batch["image"], batch["label"]
         logits = self.infer(x)
         self.log_step(split, self.loss(logits, y), logits.argmax(1), y[:, 0], len(x))
-
-    def validation_step(self, batch, batch_idx):
-        self._eval_step("val", batch)
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step("test", batch)
 
     def on_predict_start(self) -> None:
         if self.mask_dir is None and (out := hydra_output_dir()) is not None:
@@ -138,16 +132,10 @@ class VolumeClassifier(LitModule):
         self.log_step("train", loss, logits.detach().softmax(1), y, len(y))
         return loss
 
-    def _eval_step(self, split: str, batch):
+    def eval_step(self, split: str, batch):
         x, y = batch
         logits = self(x)
         self.log_step(split, F.cross_entropy(logits, y), logits.softmax(1), y, len(y))
-
-    def validation_step(self, batch, batch_idx):
-        self._eval_step("val", batch)
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step("test", batch)
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
         x, y = batch

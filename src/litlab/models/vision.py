@@ -44,16 +44,10 @@ class ImageClassifier(LitModule):
         self.log_step("train", loss, logits.argmax(1), y, len(y))
         return loss
 
-    def _eval_step(self, split: str, batch):
+    def eval_step(self, split: str, batch):
         x, y = batch
         logits = self(x)
         self.log_step(split, F.cross_entropy(logits, y), logits.argmax(1), y, len(y))
-
-    def validation_step(self, batch, batch_idx):
-        self._eval_step("val", batch)
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step("test", batch)
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
         """Per-sample columns for eval.py's predictions.csv."""
