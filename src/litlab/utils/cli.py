@@ -77,6 +77,12 @@ def run(hydra_main) -> None:
     sys.stderr = buffer = _Buffer()
     try:
         hydra_main()
+    except ValueError as err:  # Hydra's argument checks (e.g. --cfg together with -m)
+        if sys.stderr is not buffer or _full_errors():
+            raise
+        sys.stderr = real
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
     except SystemExit as exit_:
         if sys.stderr is buffer:  # the task never started: a composition error
             sys.stderr = real
