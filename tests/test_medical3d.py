@@ -196,15 +196,3 @@ def test_medmnist3d_reads_a_local_npz_through_the_package(tmp_path):
     with pytest.raises(UserError, match="not found"):
         MedMNIST3DDataModule(flag="organmnist3d", data_dir=str(tmp_path),
                              download=False).setup("fit")
-
-
-def test_evaluation_sampler_counts_each_volume_once_under_ddp():
-    from litlab.data.volumes import UnpaddedDistributedSampler
-
-    data = list(range(5))
-    seen = []
-    for rank in range(2):
-        sampler = UnpaddedDistributedSampler(data, num_replicas=2, rank=rank)
-        seen += list(sampler)
-        assert len(sampler) == len(list(sampler))
-    assert sorted(seen) == data

@@ -26,6 +26,7 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
+from litlab.data.base import SplitDataModule
 from litlab.utils.cli import UserError
 from litlab.utils.splits import stratified_folds, stratified_split
 
@@ -187,7 +188,7 @@ class KarateDataModule(NodeDataModule):
         return data
 
 
-class TUDataModule(L.LightningDataModule):
+class TUDataModule(SplitDataModule):
     """TU Dortmund graph classification benchmarks (MUTAG, PROTEINS, ENZYMES...), mini-batched.
 
     Fold `fold` of a seeded stratified `num_folds`-fold split is the test set. `val_fraction`
@@ -196,8 +197,6 @@ class TUDataModule(L.LightningDataModule):
     """
 
     task = "graph_classification"
-    predict_split = "test"
-
     def __init__(self, name: str = "MUTAG", data_dir: str = "data", batch_size: int = 32,
                  fold: int = 0, num_folds: int = 10, val_fraction: float = 0.1,
                  use_node_attr: bool = False, num_workers: int = 0, seed: int = 0):
@@ -244,25 +243,6 @@ class TUDataModule(L.LightningDataModule):
         self.train_set, self.val_set, self.test_set = (
             dataset[torch.as_tensor(i)] for i in (train, val, test))
 
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        sampler = None
-        trainer = self.trainer
-        if not shuffle and trainer is not None and trainer.world_size > 1:
-            from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-
-            sampler = UnrepeatedDistributedSampler(dataset, num_replicas=trainer.world_size,
-                                                   rank=trainer.global_rank, shuffle=False)
-        return DataLoader(dataset, batch_size=self.hparams.batch_size, shuffle=shuffle,
-                          sampler=sampler, num_workers=self.hparams.num_workers)
-
-    def train_dataloader(self):
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self):
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self):
-        return self._loader(self.test_set, shuffle=False)
-
-    def predict_dataloader(self):
-        return self._loader(getattr(self, f"{self.predict_split}_set"), shuffle=False)
+    def loader(self, dataset, train: bool) -> DataLoader:
+        return DataLoader(dataset, batch_size=self.hparams.batch_size, shuffle=train,
+                          num_workers=self.hparams.num_workers)

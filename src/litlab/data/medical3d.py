@@ -11,12 +11,12 @@ import json
 import logging
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from litlab.data import volumes as V
+from litlab.data.base import SplitDataModule
 from litlab.utils.cli import UserError
 
 log = logging.getLogger(__name__)
@@ -35,10 +35,9 @@ def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) 
             "test": sorted(order[:n_test].tolist())}
 
 
-class Medical3DDataModule(L.LightningDataModule):
+class Medical3DDataModule(SplitDataModule):
     """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP."""
 
-    predict_split = "test"
 
     def __init__(self, batch_size: int = 2, num_workers: int = 0,
                  persistent_workers: bool = False, pin_memory: bool | None = None,
@@ -48,33 +47,15 @@ class Medical3DDataModule(L.LightningDataModule):
         self.save_hyperparameters(logger=False)
         self.train_set = self.val_set = self.test_set = None
 
-    def _loader(self, dataset, train: bool, batch_size: int) -> DataLoader:
+    def loader(self, dataset, train: bool) -> DataLoader:
         h = self.hparams
         pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
-        sampler = None
-        if not train and torch.distributed.is_available() and torch.distributed.is_initialized():
-            sampler = V.UnpaddedDistributedSampler(dataset)
-        return DataLoader(dataset, batch_size=batch_size, shuffle=train and sampler is None,
-                          sampler=sampler, num_workers=h.num_workers, pin_memory=pin,
-                          persistent_workers=h.persistent_workers and h.num_workers > 0,
-                          drop_last=False)
+        return DataLoader(dataset, batch_size=h.batch_size if train else self.eval_batch_size(),
+                          shuffle=train, num_workers=h.num_workers, pin_memory=pin,
+                          persistent_workers=h.persistent_workers and h.num_workers > 0)
 
     def eval_batch_size(self) -> int:
         return self.hparams.batch_size
-
-    def train_dataloader(self):
-        return self._loader(self.train_set, True, self.hparams.batch_size)
-
-    def val_dataloader(self):
-        return self._loader(self.val_set, False, self.eval_batch_size())
-
-    def test_dataloader(self):
-        return self._loader(self.test_set, False, self.eval_batch_size())
-
-    def predict_dataloader(self):
-        """The split named by `predict_split` (eval.py sets it to test or val)."""
-        return self._loader(getattr(self, f"{self.predict_split}_set"), False,
-                            self.eval_batch_size())
 
 
 # ============================================================================ segmentation

@@ -5,11 +5,11 @@ datasets torchvision downloads (MNIST, Fashion-MNIST, CIFAR-10) are in `vision_d
 """
 from pathlib import Path
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
+from litlab.data.base import SplitDataModule
 from litlab.utils.cli import UserError
 from litlab.utils.splits import stratified_split
 
@@ -56,11 +56,10 @@ class TensorImages(Dataset):
         return self.images[i], self.labels[i]
 
 
-class VisionDataModule(L.LightningDataModule):
+class VisionDataModule(SplitDataModule):
     """Shared split/transform/loader logic; subclasses only say how to read their images."""
 
     task = "image_classification"
-    predict_split = "test"
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
@@ -119,25 +118,12 @@ class VisionDataModule(L.LightningDataModule):
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*test)
 
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
+    def loader(self, dataset, train: bool) -> DataLoader:
         h = self.hparams
         pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
-        return DataLoader(dataset, batch_size=h.batch_size, shuffle=shuffle,
+        return DataLoader(dataset, batch_size=h.batch_size, shuffle=train,
                           num_workers=h.num_workers, pin_memory=pin,
                           persistent_workers=h.persistent_workers and h.num_workers > 0)
-
-    def train_dataloader(self):
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self):
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self):
-        return self._loader(self.test_set, shuffle=False)
-
-    def predict_dataloader(self):
-        """The split named by `predict_split` (eval.py sets it to test or val)."""
-        return self._loader(getattr(self, f"{self.predict_split}_set"), shuffle=False)
 
 
 class DigitsDataModule(VisionDataModule):

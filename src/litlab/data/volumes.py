@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset
 
 from litlab.utils.cli import UserError
 
@@ -219,17 +219,3 @@ class VolumeDataset(Dataset):
                     v["label"].astype(np.int64)), "index": i,
                 "affine": torch.from_numpy(v.get("affine", np.eye(4))), "path": v.get("path", ""),
                 "name": v.get("name", f"case_{i:04d}")}
-
-
-class UnpaddedDistributedSampler(DistributedSampler):
-    """Rank r gets items r, r+W, r+2W, ...: each item exactly once over all ranks. (The stock
-    DistributedSampler pads with repeats, which would count some volumes twice in metrics.)"""
-
-    def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None):
-        super().__init__(dataset, num_replicas, rank, shuffle=False, drop_last=False)
-
-    def __iter__(self):
-        return iter(range(self.rank, len(self.dataset), self.num_replicas))
-
-    def __len__(self) -> int:
-        return len(range(self.rank, len(self.dataset), self.num_replicas))

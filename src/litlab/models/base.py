@@ -72,6 +72,14 @@ class LitModule(L.LightningModule):
     def test_step(self, batch, batch_idx):
         self.eval_step("test", batch)
 
+    @staticmethod
+    def class_columns(logits: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sample columns of a classifier for eval.py's predictions.csv."""
+        probs = logits.softmax(1)
+        confidence, pred = probs.max(1)
+        return {"target": target, "pred": pred, "confidence": confidence,
+                **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])}}
+
     def log_step(self, split: str, loss: torch.Tensor, preds, target, batch_size: int) -> None:
         """Accumulate the split's metrics and loss; they are logged once per epoch (below).
 

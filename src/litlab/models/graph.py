@@ -72,7 +72,4 @@ class GNNClassifier(LitModule):
         else:
             logits, y = self(batch.x, batch.edge_index, batch.batch), batch.y.view(-1)
             ids = {}
-        probs = logits.softmax(1)
-        confidence, pred = probs.max(1)
-        return {**ids, "target": y, "pred": pred, "confidence": confidence,
-                **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])}}
+        return {**ids, **self.class_columns(logits, y)}

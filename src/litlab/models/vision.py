@@ -52,7 +52,4 @@ class ImageClassifier(LitModule):
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
         """Per-sample columns for eval.py's predictions.csv."""
         x, y = batch
-        probs = self(x).softmax(1)
-        confidence, pred = probs.max(1)
-        return {"target": y, "pred": pred, "confidence": confidence,
-                **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])}}
+        return self.class_columns(self(x), y)
