@@ -19,11 +19,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from litlab.utils.cli import is_rank_zero
+
 RECORD = "sweep_job.json"
-
-
-def is_rank_zero() -> bool:
-    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def _is_multirun(config: DictConfig) -> bool:

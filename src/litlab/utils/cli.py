@@ -136,7 +136,7 @@ def task(fn):
     def wrapper(cfg):
         _release_stderr()
         out = _output_dir()
-        fresh = out is not None and _only_hydra_files(out) and _rank_zero()
+        fresh = out is not None and _only_hydra_files(out) and is_rank_zero()
         try:
             return fn(cfg)
         except UserError as err:
@@ -151,8 +151,8 @@ def task(fn):
     return wrapper
 
 
-def _rank_zero() -> bool:
-    """False in DDP ranks > 0: they share rank 0's run dir and must never remove it."""
+def is_rank_zero() -> bool:
+    """False in DDP ranks > 0 (they share rank 0's run dir: they never write or remove it)."""
     return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 

@@ -6,14 +6,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from litlab.utils.cli import is_rank_zero
+
 log = logging.getLogger(__name__)
 FIRST_KEYS = ("data", "model", "callbacks", "logger", "trainer", "paths", "extras")
-
-
-def is_rank_zero() -> bool:
-    import os
-
-    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def apply_extras(cfg: DictConfig) -> None:
