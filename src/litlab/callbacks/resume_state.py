@@ -10,9 +10,13 @@ differently from the run it continues. This callback stores, in every checkpoint
   epoch's data loader drew its shuffle, and how many batches of the epoch were already done.
 
 On resume it restores `epoch_rng` (so the loader draws the same order), skips the `skip` batches
-already trained on, then restores `rng`. It also flushes the loggers at each save, so the logs on
-disk are never behind the checkpoint. Plain lists and tensors only: the checkpoint still loads
-with `torch.load(weights_only=True)`.
+already trained on, then restores `rng`. A checkpoint written while a batch was in flight (out of
+memory) rewinds torch's generators to before that batch; numpy's and Python's global ones are
+stored as they are at the save (reading them after every batch would cost 0.1-0.3 ms a step),
+so only a training step that draws from those two resumes from an OOM with other draws.
+
+It also flushes the loggers at each save, so the logs on disk are never behind the checkpoint.
+Plain lists and tensors only: the checkpoint still loads with `torch.load(weights_only=True)`.
 """
 import random
 import warnings
@@ -22,13 +26,23 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 
-def rng_state() -> dict:
-    """Every generator a training step may draw from, as weights_only-safe values."""
+def torch_rng_state() -> tuple:
+    """torch's generators (CPU, CUDA): microseconds, so taken after every training batch."""
+    # is_initialized, not is_available: a flag read (is_available costs ~0.2 ms mid-training),
+    # and an uninitialized CUDA has drawn nothing
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def rng_state(torch_state: tuple | None = None) -> dict:
+    """Every generator a training step may draw from, as weights_only-safe values (torch's may
+    come from an earlier `torch_rng_state()`; numpy's and Python's are read now)."""
+    cpu, cuda = torch_state or torch_rng_state()
     name, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+    state = {"torch": cpu, "python": random.getstate(),
              "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if cuda is not None:
+        state["cuda"] = cuda
     return state
 
 
@@ -48,7 +62,7 @@ class ResumeState(Callback):
     def __init__(self):
         self._trainer = None
         self._epoch_rng: dict | None = None
-        self._after_batch_rng: dict | None = None
+        self._after_batch_rng: tuple | None = None  # torch_rng_state() after the last batch
         self._pending: dict | None = None  # a loaded mid-epoch state, applied at train start
 
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -65,7 +79,7 @@ class ResumeState(Callback):
         if not in_flight and not 0 < done < t.num_training_batches:
             return boundary  # between epochs: the next loader draws from `rng`
         # a batch in flight was already augmented: keep the state from before it
-        rng = self._after_batch_rng if in_flight else rng_state()
+        rng = rng_state(self._after_batch_rng if in_flight else None)
         return {"rng": rng if done else None, "epoch_rng": self._epoch_rng, "skip": done}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -77,7 +91,7 @@ class ResumeState(Callback):
             set_rng_state(state_dict["rng"])
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._after_batch_rng = rng_state()
+        self._after_batch_rng = torch_rng_state()
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         for logger in trainer.loggers:  # the logs on disk are never behind the checkpoint
@@ -96,7 +110,7 @@ class ResumeState(Callback):
             next(fetcher.iterator)  # not next(fetcher): Lightning already counts these as done
         if self._pending["rng"] is not None:
             set_rng_state(self._pending["rng"])
-            self._after_batch_rng = self._pending["rng"]  # for an OOM in the first batch
+            self._after_batch_rng = torch_rng_state()  # for an OOM in the first batch
         self._pending = None
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:

@@ -23,6 +23,8 @@ SPLITS = ("train", "val", "test")
 class LitModule(L.LightningModule):
     #: data tasks this module can train on (checked against the datamodule's `task`)
     tasks: tuple[str, ...] = ()
+    #: predictions held before a bulk metric update (see log_step)
+    QUEUE_NUMEL = 1 << 16
 
     def __init__(
         self,
@@ -44,6 +46,8 @@ class LitModule(L.LightningModule):
             # a metric, not a logged float: Lightning's own DDP mean truncates the synced
             # sample count to an integer when ranks hold unequal shards (181 + 180 -> 180)
             setattr(self, f"{split}_loss", MeanMetric())
+        self._queues = {split: [] for split in SPLITS}  # see log_step
+        self._queued_numel = dict.fromkeys(SPLITS, 0)
 
     def make_metrics(self) -> MetricCollection:
         """The metrics of one split (cloned for train/val/test)."""
@@ -81,15 +85,38 @@ class LitModule(L.LightningModule):
                 **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])}}
 
     def log_step(self, split: str, loss: torch.Tensor, preds, target, batch_size: int) -> None:
-        """Accumulate the split's metrics and loss; they are logged once per epoch (below).
+        """Queue the batch for the split's metrics and mean loss, logged once per epoch.
 
-        Updating torchmetrics objects costs microseconds; a `self.log` call per step costs
-        Lightning about a millisecond, which small models feel (bench/overhead.py)."""
-        self.metrics(split).update(preds, target)
-        getattr(self, f"{split}_loss").update(loss.detach(), batch_size)
+        A torchmetrics update costs ~0.4 ms whatever the batch size (and `self.log` ~1 ms),
+        which a small model's 10 ms step feels (bench/overhead.py): predictions are queued and
+        the metrics updated in bulk, once `QUEUE_NUMEL` elements are waiting or at epoch end.
+        Big outputs (3D masks) exceed it at once, so they are never hoarded."""
+        queue = self._queues[split]
+        queue.append((preds.detach(), target, loss.detach(), batch_size))
+        self._queued_numel[split] += preds.numel()
+        if self._queued_numel[split] >= self.QUEUE_NUMEL:
+            self.update_metrics(split)
+
+    def update_metrics(self, split: str) -> None:
+        """Feed the queued batches to the split's metrics (one update when shapes allow)."""
+        queue = self._queues[split]
+        if not queue:
+            return
+        preds, target, loss, sizes = zip(*queue)
+        same = all(p.shape[1:] == preds[0].shape[1:] and t.shape[1:] == target[0].shape[1:]
+                   for p, t in zip(preds, target))
+        if same and len(queue) > 1:  # e.g. not volumes of different sizes
+            preds, target = [torch.cat(preds)], [torch.cat(target)]
+        for p, t in zip(preds, target):
+            self.metrics(split).update(p, t)
+        loss = torch.stack(loss)
+        getattr(self, f"{split}_loss").update(loss, torch.tensor(sizes).to(loss))
+        queue.clear()
+        self._queued_numel[split] = 0
 
     def log_epoch(self, split: str) -> None:
         """Log the epoch's metrics and mean loss, computed over all DDP ranks, then reset."""
+        self.update_metrics(split)
         metrics, loss = self.metrics(split), getattr(self, f"{split}_loss")
         if not loss.update_called:  # e.g. limit_val_batches=0
             return

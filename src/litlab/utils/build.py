@@ -78,10 +78,20 @@ def instantiate_all(cfg: DictConfig | None) -> list:
             if isinstance(c, DictConfig) and "_target_" in c]
 
 
+def _idle_checkpoint(callback) -> bool:
+    """A ModelCheckpoint with every trigger off (callbacks.step_checkpoint by default) saves
+    nothing, yet Lightning calls its hooks each step and it rewrites last.ckpt at the end."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    return (isinstance(callback, ModelCheckpoint) and not callback._every_n_train_steps
+            and not callback._every_n_epochs and callback._train_time_interval is None)
+
+
 def trainer(cfg: DictConfig, extra_callbacks=()):
     from litlab.callbacks.run_config import RunConfigInCheckpoint
 
-    callbacks = instantiate_all(cfg.get("callbacks")) + list(extra_callbacks)
+    callbacks = [c for c in instantiate_all(cfg.get("callbacks")) if not _idle_checkpoint(c)]
+    callbacks += list(extra_callbacks)
     callbacks.append(RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True)))
     loggers = instantiate_all(cfg.get("logger"))
     if not loggers:  # LearningRateMonitor refuses to run without a logger: skip it
