@@ -39,15 +39,21 @@ class _Linear(nn.Linear):
         return super().forward(x)
 
 
-_LAST_NONZERO: list = [None, -1, None]  # the tensor (kept alive), its version, its positions
+_NONZERO_CACHE: list = []  # (tensor kept alive, its version, its positions), newest first
+_NONZERO_CACHE_SIZE = 4  # a few graphs in turn (train/test graphs, two models) still hit
 
 
 def _nonzero(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x's non-zero positions, remembered for the last tensor seen: a full graph's features are
-    the same unmodified tensor at every step (checked by identity and version counter)."""
-    if _LAST_NONZERO[0] is not x or _LAST_NONZERO[1] != x._version:
-        _LAST_NONZERO[:] = [x, x._version, x.nonzero(as_tuple=True)]
-    return _LAST_NONZERO[2]
+    """x's non-zero positions, remembered for the last few tensors seen: a full graph's features
+    are the same unmodified tensor at every step (checked by identity and version counter)."""
+    for i, (seen, version, positions) in enumerate(_NONZERO_CACHE):
+        if seen is x and version == x._version:
+            _NONZERO_CACHE.insert(0, _NONZERO_CACHE.pop(i))
+            return positions
+    positions = x.nonzero(as_tuple=True)
+    _NONZERO_CACHE.insert(0, (x, x._version, positions))
+    del _NONZERO_CACHE[_NONZERO_CACHE_SIZE:]
+    return positions
 
 
 def feature_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
