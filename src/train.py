@@ -16,30 +16,32 @@ from litlab.utils import cli, resolvers  # noqa: F401  (cheap; registers config 
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """The recipe: seed, data, model, trainer, fit, test, report. Returns the final metrics."""
-    from litlab.utils import validate
+    from litlab.utils import distributed, validate
 
-    validate.train_config(cfg)  # bad input fails here, in one line, before any data is read
-    import lightning as L
+    with distributed.early_ranks(cfg, __file__):  # trainer=ddp: the other ranks start now, not at fit
+        validate.train_config(cfg)  # bad input fails here, in one line, before data is read
+        import lightning as L
 
-    from litlab.utils import build, distributed, report
+        from litlab.utils import build, report
 
-    distributed.install(__file__)  # DDP children re-run this job exactly (not the sweep)
-    report.apply_extras(cfg)
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule = build.datamodule(cfg)
-    model = build.model(cfg, datamodule)
-    trainer = build.trainer(cfg)
-    distributed.describe(trainer, cfg.data.get("batch_size"))
-    report.log_hyperparameters(cfg, model, trainer)
+        distributed.install(__file__)  # DDP children re-run this job exactly (not the sweep)
+        report.apply_extras(cfg)
+        L.seed_everything(cfg.seed, workers=True)
+        datamodule = build.datamodule(cfg)
+        model = build.model(cfg, datamodule)
+        trainer = build.trainer(cfg)
+        distributed.attach(trainer)
+        distributed.describe(trainer, cfg.data.get("batch_size"))
+        report.log_hyperparameters(cfg, model, trainer)
 
-    if cfg.train:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
-    if cfg.test:
-        trainer.test(model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
-        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-    distributed.finish(trainer)  # all ranks end together; fails if a child rank failed
+        if cfg.train:
+            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
+        if cfg.test:
+            trainer.test(model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
+            metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        distributed.finish(trainer)  # all ranks end together; fails if a child rank failed
     report.save_metrics(cfg, metrics)
     report.summary(cfg, metrics, checkpoint)
     return metrics

@@ -145,7 +145,8 @@ def task(fn):
             if fresh:
                 _close_log_files()
                 shutil.rmtree(out, ignore_errors=True)
-            print(f"error: {err}", file=sys.stderr)
+            if is_rank_zero():  # DDP ranks > 0 fail alike; rank 0 says it once
+                print(f"error: {err}", file=sys.stderr)
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
 
     return wrapper

@@ -1,5 +1,6 @@
 """OmegaConf resolvers used by configs/. Registered on import; omegaconf only (cheap)."""
 import os
+import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -17,14 +18,24 @@ def wandb_offline() -> bool:
     return not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"))
 
 
+def certainly_no_gpu() -> bool:
+    """True when no CUDA/ROCm device can be visible, found without importing torch (2-3 s)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return True
+    devices = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+    return sys.platform.startswith("linux") and not any(os.path.exists(d) for d in devices)
+
+
 def ddp_devices(accelerator: str = "auto"):
     """trainer=ddp's process count: every GPU ("auto") when there are GPUs, else 2 CPU
-    processes (Lightning's "auto" means 1 on the CPU). Resolved in the task, after torch."""
+    processes (Lightning's "auto" means 1 on the CPU)."""
     if accelerator in ("cpu",):
         return 2
     if accelerator in ("gpu", "cuda"):
         return "auto"
-    import torch  # resolved when the trainer is built: torch is loaded by then
+    if certainly_no_gpu():
+        return 2
+    import torch
 
     return "auto" if torch.cuda.is_available() else 2
 
