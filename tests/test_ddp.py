@@ -173,3 +173,30 @@ def test_gpu_bench_runs_its_cpu_row_and_skips_cuda_cleanly():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "| cnn | cpu fp32 | ok |" in proc.stdout
     assert proc.stdout.count("skipped: no CUDA device") == 7
+
+
+@pytest.mark.parametrize(("trainer", "env", "expected"), [
+    ({"strategy": {"_target_": "lightning.pytorch.strategies.DDPStrategy"}, "devices": 2}, {}, 2),
+    ({"strategy": "ddp", "devices": [0, 1, 2]}, {}, 3),
+    ({"strategy": "ddp", "devices": "0,1"}, {}, 2),
+    ({"strategy": "ddp", "devices": 2, "num_nodes": 2}, {}, 0),  # multi-node: Lightning
+    ({"strategy": "ddp", "devices": 2}, {"LOCAL_RANK": "1"}, 0),  # a child rank
+    ({"strategy": "ddp", "devices": 2}, {"SLURM_NTASKS": "4"}, 0),  # the cluster starts them
+    ({"strategy": "ddp", "devices": 2}, {"TORCHELASTIC_RUN_ID": "x"}, 0),  # torchrun
+    ({"strategy": {"_target_": "lightning.pytorch.strategies.DDPStrategy",
+                   "start_method": "spawn"}, "devices": 2}, {}, 0),
+    ({"strategy": "fsdp", "devices": 2}, {}, 0),
+    ({"strategy": "auto", "devices": 1}, {}, 0),
+])
+def test_which_ddp_runs_start_their_ranks_early(trainer, env, expected, monkeypatch):
+    """trainer=ddp on one node starts its ranks with the job; everything else is left to
+    Lightning or to the cluster (see litlab.utils.distributed.early_ranks)."""
+    from omegaconf import OmegaConf
+
+    from litlab.utils.distributed import STARTED_ELSEWHERE, local_processes
+
+    for key in STARTED_ELSEWHERE:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert local_processes(OmegaConf.create(trainer)) == expected

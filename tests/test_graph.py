@@ -128,3 +128,19 @@ def test_ddp_eval_equals_single_process(cli, shared_data, tmp_path, overrides):
     (multi,) = results(cli("eval.py", f"ckpt_path={ckpt}", *quiet, *ddp, quiet=False).stdout)
     assert multi["test/acc"] == pytest.approx(single["test/acc"], abs=1e-6)
     assert multi["test/f1"] == pytest.approx(single["test/f1"], abs=1e-6)
+
+
+def test_feature_dropout_positions_follow_the_tensor():
+    """The non-zero positions are cached per tensor: alternating graphs and in-place edits
+    must never reuse another tensor's (or a stale) positions."""
+    import torch
+
+    from litlab.models.nets.gnn import _nonzero
+
+    a, b = torch.zeros(5, 4), torch.zeros(5, 4)
+    a[0, 1] = b[3, 2] = 1.0
+    for _ in range(2):  # alternating, as a paired benchmark or two graphs do
+        assert [t.tolist() for t in _nonzero(a)] == [[0], [1]]
+        assert [t.tolist() for t in _nonzero(b)] == [[3], [2]]
+    a[4, 0] = 1.0  # in place: the version counter changes
+    assert [t.tolist() for t in _nonzero(a)] == [[0, 4], [1, 0]]

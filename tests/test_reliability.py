@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import QUIET, ROOT, run_dirs
+from conftest import QUIET, ROOT, compose, run_dirs
 
 # digits, 3 epochs of 6 batches, last.ckpt every 4 steps (and at each epoch end)
 BUDGET = ["trainer.max_epochs=3", "trainer.limit_train_batches=6", "data.batch_size=128",
@@ -154,3 +154,20 @@ def test_dead_ddp_rank_ends_the_job(tmp_path):
     # gloo reports the lost peer at once; else Lightning's process observer kills the job (-9)
     assert "by peer" in p.stderr or p.returncode == -9, p.stderr[-3000:]  # closed or reset
     assert elapsed < 240, f"took {elapsed:.0f} s to notice the dead rank"
+
+
+def test_step_checkpoint_exists_only_when_switched_on(tmp_path):
+    """An idle step checkpoint is left out (it would cost hooks every step and one more
+    last.ckpt write); every_n_train_steps=N switches it on."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from litlab.utils import build
+
+    def checkpoints(*overrides):
+        cfg = compose("train", ["trainer.accelerator=cpu", *overrides], output_dir=tmp_path)
+        return [c for c in build.trainer(cfg).callbacks if isinstance(c, ModelCheckpoint)]
+
+    assert len(checkpoints()) == 1
+    steps = [c for c in checkpoints("callbacks.step_checkpoint.every_n_train_steps=7")
+             if c._every_n_train_steps == 7]
+    assert len(steps) == 1

@@ -116,3 +116,30 @@ def test_bad_option_is_one_line(cli, tmp_path, args, expected):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "logs").exists() or not run_dirs(tmp_path / "logs")
+
+
+@pytest.mark.parametrize("queue_numel", [1 << 16, 100])
+def test_queued_metrics_equal_metrics_over_all_samples(queue_numel):
+    """log_step only queues predictions: the epoch's metrics must still be those of every
+    sample, whether the queue is flushed once (epoch end) or many times (a small limit)."""
+    from functools import partial
+
+    from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
+
+    from litlab.models.vision import ImageClassifier
+
+    model = ImageClassifier(torch.nn.Linear(4, 3), partial(torch.optim.SGD, lr=0.1), num_classes=3)
+    model.QUEUE_NUMEL = queue_numel
+    gen = torch.Generator().manual_seed(0)
+    preds, target, losses = [], [], []
+    for size in (64, 64, 17):  # a short last batch: the loss mean is weighted by batch size
+        p, t = torch.randint(0, 3, (size,), generator=gen), torch.randint(0, 3, (size,), generator=gen)
+        loss = torch.rand((), generator=gen)
+        model.log_step("train", loss, p, t, size)
+        preds.append(p), target.append(t), losses.append(loss * size)
+    model.update_metrics("train")
+    got = model.metrics("train").compute()
+    preds, target = torch.cat(preds), torch.cat(target)
+    assert got["train/acc"] == multiclass_accuracy(preds, target, 3, average="micro")
+    assert got["train/f1"] == multiclass_f1_score(preds, target, 3, average="macro")
+    assert torch.isclose(model.train_loss.compute(), torch.stack(losses).sum() / len(preds))
