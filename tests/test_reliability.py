@@ -168,6 +168,8 @@ def test_step_checkpoint_exists_only_when_switched_on(tmp_path):
         return [c for c in build.trainer(cfg).callbacks if isinstance(c, ModelCheckpoint)]
 
     assert len(checkpoints()) == 1
+    # with no other checkpoint writing last.ckpt, an idle one still writes it at the end: kept
+    assert len(checkpoints("callbacks.model_checkpoint=null")) == 1
     steps = [c for c in checkpoints("callbacks.step_checkpoint.every_n_train_steps=7")
              if c._every_n_train_steps == 7]
     assert len(steps) == 1

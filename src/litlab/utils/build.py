@@ -78,19 +78,26 @@ def instantiate_all(cfg: DictConfig | None) -> list:
             if isinstance(c, DictConfig) and "_target_" in c]
 
 
-def _idle_checkpoint(callback) -> bool:
-    """A ModelCheckpoint with every trigger off (callbacks.step_checkpoint by default) saves
-    nothing, yet Lightning calls its hooks each step and it rewrites last.ckpt at the end."""
+def _without_idle_checkpoints(callbacks: list) -> list:
+    """Leave out a ModelCheckpoint with every trigger off (callbacks.step_checkpoint while
+    every_n_train_steps=0) when it would only rewrite the last.ckpt another one writes: Lightning
+    would still call its hooks at every step and write last.ckpt once more at the end."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    return (isinstance(callback, ModelCheckpoint) and not callback._every_n_train_steps
-            and not callback._every_n_epochs and callback._train_time_interval is None)
+    def idle(c) -> bool:
+        return (isinstance(c, ModelCheckpoint) and not c._every_n_train_steps
+                and not c._every_n_epochs and c._train_time_interval is None)
+
+    last_writers = {c.dirpath for c in callbacks
+                    if isinstance(c, ModelCheckpoint) and not idle(c) and c.save_last}
+    return [c for c in callbacks
+            if not (idle(c) and (not c.save_last or c.dirpath in last_writers))]
 
 
 def trainer(cfg: DictConfig, extra_callbacks=()):
     from litlab.callbacks.run_config import RunConfigInCheckpoint
 
-    callbacks = [c for c in instantiate_all(cfg.get("callbacks")) if not _idle_checkpoint(c)]
+    callbacks = _without_idle_checkpoints(instantiate_all(cfg.get("callbacks")))
     callbacks += list(extra_callbacks)
     callbacks.append(RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True)))
     loggers = instantiate_all(cfg.get("logger"))
