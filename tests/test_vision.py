@@ -46,21 +46,25 @@ def test_corrupt_idx_file_is_one_line(tmp_path, cli):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: cannot read")
 
 
-@pytest.mark.parametrize("layout", ["flat", "splits"])
-def test_imagefolder_from_written_images(tmp_path, cli, layout):
+def test_imagefolder_from_written_images(tmp_path, cli):
+    """Both layouts (class folders; train/ and val/ of class folders) in one multirun: one
+    interpreter start for the two fast_dev_runs."""
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    root = tmp_path / "images"
-    splits = ["train", "val"] if layout == "splits" else [""]
-    for split in splits:
-        for cls in ("cat", "dog", "fox"):
-            folder = root / split / cls
-            folder.mkdir(parents=True)
-            for i in range(8):
-                Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-    cli("train.py", "data=imagefolder", f"data.root={root}", "data.image_size=16",
-        "model=resnet18", *FAST)
+    for layout, splits in (("flat", [""]), ("splits", ["train", "val"])):
+        for split in splits:
+            for cls in ("cat", "dog", "fox"):
+                folder = tmp_path / layout / split / cls
+                folder.mkdir(parents=True)
+                for i in range(8):
+                    image = rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)
+                    Image.fromarray(image).save(folder / f"{i}.png")
+    cli("train.py", "hydra.mode=MULTIRUN", "data=imagefolder", "data.image_size=16",
+        f"data.root={tmp_path / 'flat'},{tmp_path / 'splits'}", "model=resnet18", *FAST)
+    jobs = sorted((tmp_path / "logs" / "train" / "multiruns").glob("*/[0-9]"))
+    assert [j.name for j in jobs] == ["0", "1"]
+    assert all((j / ".hydra" / "config.yaml").is_file() for j in jobs)
 
 
 def test_default_recipe_learns_and_eval_reproduces_it(tmp_path, cli):

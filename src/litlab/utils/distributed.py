@@ -103,7 +103,7 @@ def early_ranks(cfg, script: str):
     stop them if this process fails before the run ends."""
     try:
         n = local_processes(cfg.trainer) if cfg.get("trainer") else 0
-    except Exception:  # a broken trainer config: validation says what is wrong, in one line
+    except Exception:  # noqa: BLE001 (a broken trainer config: validation says it in one line)
         n = 0
     procs = []
     if n > 1:
