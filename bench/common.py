@@ -26,3 +26,25 @@ def table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def fit_template(cfg, callback) -> None:
+    """Fit the template as train.py builds it from `cfg` (seed 0), with one extra callback."""
+    import lightning as L
+
+    from litlab.utils import build
+
+    L.seed_everything(0)
+    dm = build.datamodule(cfg)
+    model = build.model(cfg, dm)
+    build.trainer(cfg, extra_callbacks=[callback]).fit(model, datamodule=dm)
+
+
+def plain_trainer(epochs: int, callback, **kwargs):
+    """Lightning's Trainer on the CPU with everything optional off: the floor of a template."""
+    import lightning as L
+
+    L.seed_everything(0)
+    return L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, callbacks=[callback],
+                     enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, num_sanity_val_steps=0, **kwargs)

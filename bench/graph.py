@@ -1,15 +1,15 @@
 """GCN (or GAT) on Cora: one fit epoch of the template vs a hand-written PyG loop, same process.
 
-    python bench/graph.py [--experiment gcn_cora|gat_cora] [--epochs 20] [--repeats 3]
+    PYTHONPATH=src python bench/graph.py [--experiment gcn_cora|gat_cora] [--epochs 20] [--repeats 3]
 
-Both sides run the same net (litlab's GNN as the experiment configures it), optimizer and data, and per epoch do
-one full-batch training step and one evaluation of the validation nodes. The template side is
-`experiment=gcn_cora` (or gat_cora) as `src/train.py` builds it, with its default callbacks (checkpointing
-the best and last weights, early stopping, CSV logger); only the progress bar is off. Figures
-are the median epoch times (wall and CPU) over the epochs of several interleaved repetitions (the first epoch of
-each is left out: warm-up). Bar: template / hand-written <= 1.20. A last row runs the loop as a
-minimal LightningModule with everything off: Lightning's own floor for this 10 ms epoch. Needs Cora's raw files in
-<data_dir>/Planetoid/Cora/raw (default: ../shared/data copied to a temporary folder).
+Both sides run the same net (litlab's GNN as the experiment configures it), optimizer and data,
+and per epoch do one full-batch training step and one evaluation of the validation nodes. The
+template side is `experiment=gcn_cora` (or gat_cora) as `src/train.py` builds it, with its default
+callbacks (checkpointing, early stopping, CSV logger); only the progress bar is off. Each Trainer
+epoch is paired with a hand-written epoch run just before it (the first pair of each repetition
+is left out: warm-up); the bar applies to the median per-pair ratio of CPU time: <= 1.20. A last
+row runs the loop as a minimal LightningModule with everything off: Lightning's own floor. Needs
+Cora's raw files in <data_dir>/Planetoid/Cora/raw (default: ../shared/data copied to a temp dir).
 """
 import argparse
 import shutil
@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import fit_template, plain_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 BAR = 1.20
@@ -111,22 +113,14 @@ def paired_timer(hand: HandWritten):
 def template_pairs(experiment: str, data_dir: Path, epochs: int, out: Path,
                    bare: bool = False) -> list:
     """The template's fit as train.py builds it; `bare`: no callbacks and no logger."""
-    import lightning as L
-
-    from litlab.utils import build
-
     callbacks = (["callbacks=none", "logger=[]"] if bare else
                  ["callbacks.rich_progress_bar=null", "callbacks.model_summary=null"])
     cfg = compose([f"experiment={experiment}", f"trainer.max_epochs={epochs}", "seed=0",
                    f"paths.data_dir={data_dir}", "extras.print_config=false",
                    "+trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
                    "+trainer.enable_model_summary=false", *callbacks], out)
-    L.seed_everything(0)
-    dm = build.datamodule(cfg)
-    model = build.model(cfg, dm)
     timer = paired_timer(HandWritten(experiment, data_dir))
-    trainer = build.trainer(cfg, extra_callbacks=[timer])
-    trainer.fit(model, datamodule=dm)
+    fit_template(cfg, timer)
     return timer.pairs[1:]
 
 
@@ -163,13 +157,9 @@ def plain_lightning_pairs(experiment: str, data_dir: Path, epochs: int) -> list:
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters(), lr=lr, weight_decay=5e-4)
 
-    L.seed_everything(0)
     loader = torch.utils.data.DataLoader([data], batch_size=1, collate_fn=lambda items: items[0])
     timer = paired_timer(hand)
-    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, callbacks=[timer],
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0)
-    trainer.fit(Minimal(), loader, loader)
+    plain_trainer(epochs, timer).fit(Minimal(), loader, loader)
     return timer.pairs[1:]
 
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import median, table
+from common import fit_template, median, plain_trainer, table
 
 
 class ManualLoop:
@@ -76,21 +76,14 @@ def paired_callback(manual: ManualLoop):
 
 
 def paired_epochs(epochs: int, batch_size: int, out: Path) -> list[tuple[float, float]]:
-    from litlab.utils import build
     from litlab.utils.config import compose
 
     cfg = compose("train", [f"trainer.max_epochs={epochs}", "trainer.limit_val_batches=0",
                             "trainer.num_sanity_val_steps=0", f"data.batch_size={batch_size}",
                             "callbacks.early_stopping=null", "trainer.accelerator=cpu",
                             "callbacks.model_checkpoint.monitor=null"], output_dir=out)
-    import lightning as L
-
-    L.seed_everything(0)
-    dm = build.datamodule(cfg)
-    model = build.model(cfg, dm)
     pairs = paired_callback(ManualLoop(batch_size, epochs))
-    trainer = build.trainer(cfg, extra_callbacks=[pairs])
-    trainer.fit(model, datamodule=dm)
+    fit_template(cfg, pairs)
     return pairs.pairs[1:]
 
 
@@ -117,13 +110,9 @@ def plain_lightning_pairs(epochs: int, batch_size: int) -> list[tuple[float, flo
             opt = torch.optim.AdamW(self.parameters(), lr=0.005, weight_decay=0.0005)
             return [opt], [torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)]
 
-    L.seed_everything(0)
     dm = DigitsDataModule(batch_size=batch_size)
     pairs = paired_callback(ManualLoop(batch_size, epochs))
-    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", limit_val_batches=0,
-                        num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[pairs])
-    trainer.fit(Minimal(dm.dims), datamodule=dm)
+    plain_trainer(epochs, pairs, limit_val_batches=0).fit(Minimal(dm.dims), datamodule=dm)
     return pairs.pairs[1:]
 
 
