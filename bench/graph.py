@@ -1,6 +1,6 @@
 """GCN (or GAT) on Cora: one fit epoch of the template vs a hand-written PyG loop, same process.
 
-    PYTHONPATH=src python bench/graph.py [--experiment gcn_cora|gat_cora] [--epochs 20] [--repeats 3]
+    PYTHONPATH=src python bench/graph.py [--experiment gcn_cora|gat_cora] [--epochs N] [--repeats N]
 
 Both sides run the same net (litlab's GNN as the experiment configures it), optimizer and data,
 and per epoch do one full-batch training step and one evaluation of the validation nodes. The

@@ -18,7 +18,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """The recipe: seed, data, model, trainer, fit, test, report. Returns the final metrics."""
     from litlab.utils import distributed, validate
 
-    with distributed.early_ranks(cfg, __file__):  # trainer=ddp: the other ranks start now, not at fit
+    # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
+    with distributed.early_ranks(cfg, __file__):
         validate.train_config(cfg)  # bad input fails here, in one line, before data is read
         import lightning as L
 
@@ -35,7 +36,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         report.log_hyperparameters(cfg, model, trainer)
 
         if cfg.train:
-            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path,
+                        weights_only=True)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
         if cfg.test:

@@ -137,7 +137,8 @@ def test_queued_metrics_equal_metrics_over_all_samples(queue_numel):
     gen = torch.Generator().manual_seed(0)
     preds, target, losses = [], [], []
     for size in (64, 64, 17):  # a short last batch: the loss mean is weighted by batch size
-        p, t = torch.randint(0, 3, (size,), generator=gen), torch.randint(0, 3, (size,), generator=gen)
+        p = torch.randint(0, 3, (size,), generator=gen)
+        t = torch.randint(0, 3, (size,), generator=gen)
         loss = torch.rand((), generator=gen)
         model.log_step("train", loss, p, t, size)
         preds.append(p), target.append(t), losses.append(loss * size)

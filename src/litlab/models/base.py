@@ -109,8 +109,9 @@ class LitModule(L.LightningModule):
             preds, target = [torch.cat(preds)], [torch.cat(target)]
         for p, t in zip(preds, target):
             self.metrics(split).update(p, t)
-        loss = torch.stack(loss)
-        getattr(self, f"{split}_loss").update(loss, torch.tensor(sizes).to(loss))
+        loss = torch.stack(loss).float()  # float32 weights: bf16 would round sizes above 256
+        getattr(self, f"{split}_loss").update(loss, torch.tensor(sizes, dtype=torch.float32,
+                                                                 device=loss.device))
         queue.clear()
         self._queued_numel[split] = 0
 

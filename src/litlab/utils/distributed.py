@@ -39,7 +39,8 @@ SWEEP_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.launcher", "hydra.sweepe
 # set when something else starts the ranks (torchrun, SLURM, MPI, LSF) or we are a child rank
 STARTED_ELSEWHERE = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID",
                      "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID")
-DDP = ("ddp", "lightning.pytorch.strategies.DDPStrategy", "lightning.pytorch.strategies.ddp.DDPStrategy")
+DDP = ("ddp", "lightning.pytorch.strategies.DDPStrategy",
+       "lightning.pytorch.strategies.ddp.DDPStrategy")
 
 _state: dict = {}
 
