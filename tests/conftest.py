@@ -61,3 +61,18 @@ def cli(tmp_path):
 
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
     return sorted((log_dir / task / "runs").glob("*"))
+
+
+# Modules whose tests start real training processes go first: with two pytest workers, the
+# long tests then overlap each other and the many quick ones fill the gaps at the end, instead
+# of one long test running alone at the tail (longest-first scheduling).
+HEAVY_FIRST = ("test_reliability", "test_ddp", "test_medical3d", "test_graph", "test_sweeps",
+               "test_vision", "test_loggers")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        module = item.module.__name__.rpartition(".")[2]
+        return HEAVY_FIRST.index(module) if module in HEAVY_FIRST else len(HEAVY_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a module is kept

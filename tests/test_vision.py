@@ -35,15 +35,18 @@ def test_fashion_mnist_reads_idx_files(tmp_path, cli):
         "data.download=false", *FAST)
 
 
-def test_corrupt_idx_file_is_one_line(tmp_path, cli):
+def test_corrupt_idx_file_is_a_user_error(tmp_path):
+    """A corrupt download is bad input: a UserError naming the file and the fix (which the entry
+    point prints as one line, exit 2: tests/test_bad_inputs.py), not a gzip traceback."""
+    from litlab.data.vision_downloads import MNISTDataModule
+    from litlab.utils.cli import UserError
+
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
     for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
         (raw / name).write_bytes(b"not a gzip file")
-    proc = cli("train.py", "data=mnist", f"data.data_dir={tmp_path}", "data.download=false",
-               *FAST, check=False)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: cannot read")
+    with pytest.raises(UserError, match="^cannot read .*t10k-"):
+        MNISTDataModule(data_dir=str(tmp_path), download=False).setup()
 
 
 def test_imagefolder_from_written_images(tmp_path, cli):
