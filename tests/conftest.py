@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 
+# One intra-op thread per process (this one and every run it starts): `make test` runs one
+# pytest worker per core, and torch's default of one thread per core in each of them (plus
+# DDP's extra ranks) oversubscribes the cores, where torch's spinning threads slow small
+# models down several times. Results do not depend on it; set OMP_NUM_THREADS to override.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from litlab.utils.config import compose  # noqa: F401  (re-exported for tests)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,17 +68,3 @@ def cli(tmp_path):
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
     return sorted((log_dir / task / "runs").glob("*"))
 
-
-# Modules whose tests start real training processes go first: with two pytest workers, the
-# long tests then overlap each other and the many quick ones fill the gaps at the end, instead
-# of one long test running alone at the tail (longest-first scheduling).
-HEAVY_FIRST = ("test_reliability", "test_ddp", "test_medical3d", "test_graph", "test_sweeps",
-               "test_vision", "test_loggers")
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item) -> int:
-        module = item.module.__name__.rpartition(".")[2]
-        return HEAVY_FIRST.index(module) if module in HEAVY_FIRST else len(HEAVY_FIRST)
-
-    items.sort(key=rank)  # stable: the order within a module is kept
