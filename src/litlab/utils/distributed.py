@@ -98,6 +98,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _check_reachable(address: str) -> None:
+    """The ranks meet over TCP at MASTER_ADDR: say so in one line when they cannot, instead of
+    waiting out the 30-minute rendezvous timeout (e.g. loopback down inside `unshare -n`)."""
+    from litlab.utils.cli import UserError
+
+    try:
+        with socket.socket() as server, socket.socket() as client:
+            server.bind((address, 0))
+            server.listen(1)
+            client.settimeout(5)
+            client.connect(server.getsockname())
+    except OSError as err:
+        raise UserError(f"trainer=ddp: its processes cannot reach each other at {address} "
+                        f"({err.strerror or err}); bring the network interface up (for "
+                        f"127.0.0.1: ip link set lo up) or train in one process "
+                        f"(trainer=cpu)") from None
+
+
 @contextlib.contextmanager
 def early_ranks(cfg, script: str):
     """Start the other local DDP ranks now (see the module's docstring), running `script`;
@@ -108,6 +126,7 @@ def early_ranks(cfg, script: str):
         n = 0
     procs = []
     if n > 1:
+        _check_reachable(os.environ.get("MASTER_ADDR", "127.0.0.1"))
         _state["script"] = os.path.abspath(script)
         _state.setdefault("env", {k: os.environ.get(k) for k in LAUNCH_ENV})
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
