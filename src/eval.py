@@ -23,8 +23,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     from litlab.utils import build, checkpoint, predictions, report
 
     report.apply_extras(cfg)
-    if cfg.split not in ("test", "val"):
-        raise cli.UserError(f"split={cfg.split} is not valid; choose test or val")
     run_cfg = OmegaConf.create(checkpoint.load(cfg.ckpt_path)[CONFIG_KEY])
     run_cfg.data = OmegaConf.merge(run_cfg.data, cfg.data_overrides)
     datamodule = build.datamodule(run_cfg)

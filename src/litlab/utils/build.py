@@ -4,15 +4,14 @@ Every `_target_` is instantiated here, in one place, so modules never receive ra
 """
 import inspect
 import logging
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.utils.cli import UserError
+from litlab.utils.config import CONFIG_DIR
 
 log = logging.getLogger(__name__)
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 
 
 def _choice(group: str) -> str:

@@ -3,22 +3,23 @@ missing, truncated, corrupt, or not a litlab checkpoint."""
 from pathlib import Path
 
 from litlab.callbacks.run_config import CONFIG_KEY
-from litlab.utils.cli import UserError
+from litlab.utils.cli import UserError, first_line
 
 
-def load(path: str | Path) -> dict:
-    """The checkpoint dict (tensors on CPU); it must hold the run config that train.py stores."""
+def load(path: str | Path, mmap: bool = False) -> dict:
+    """The checkpoint dict (tensors on CPU); it must hold the run config that train.py stores.
+
+    `mmap=True` reads the pickle and the zip directory but not the tensors (a quick check)."""
     import torch
 
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path}")
+    if not Path(path).is_file():
+        raise UserError(f"ckpt_path={path}: no such checkpoint file")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # zip errors, unpickling errors, EOF: all mean a bad file
-        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-        raise UserError(f"cannot load checkpoint {path} (truncated or corrupt?): {reason}") from err
+        raise UserError(f"ckpt_path={path} cannot be loaded (truncated or corrupt?): "
+                        f"{first_line(err)}") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or CONFIG_KEY not in ckpt:
-        raise UserError(f"{path} is not a checkpoint written by litlab's train.py "
+        raise UserError(f"ckpt_path={path} is not a checkpoint written by litlab's train.py "
                         f"(no '{CONFIG_KEY}' entry)")
     return ckpt

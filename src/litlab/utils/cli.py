@@ -21,6 +21,12 @@ class UserError(Exception):
     """Bad input: a config value, a file, an incompatible pair. Shown as one line."""
 
 
+def first_line(err: BaseException) -> str:
+    """An exception's first line, short enough to end a one-line UserError."""
+    text = str(err).strip()
+    return text.splitlines()[0][:160] if text else type(err).__name__
+
+
 def _full_errors() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
@@ -152,9 +158,19 @@ def task(fn):
     return wrapper
 
 
+def rank() -> int:
+    """Global rank from the launcher's environment, in Lightning's order (0 outside DDP): a
+    child rank Lightning (or litlab) starts has LOCAL_RANK only, and SLURM_PROCID can be set
+    in an salloc shell that SLURM does not manage."""
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if key in os.environ:
+            return int(os.environ[key])
+    return 0
+
+
 def is_rank_zero() -> bool:
     """False in DDP ranks > 0 (they share rank 0's run dir: they never write or remove it)."""
-    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+    return rank() == 0 and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def _only_hydra_files(path: str) -> bool:

@@ -45,12 +45,10 @@ DDP = ("ddp", "lightning.pytorch.strategies.DDPStrategy",
 _state: dict = {}
 
 
-def rank() -> int:
-    """Global rank from the launcher's environment (0 outside distributed runs)."""
-    for key in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        if key in os.environ:
-            return int(os.environ[key])
-    return 0
+def _remember(script: str) -> None:
+    """The entry script a child rank re-runs, and the environment before any launch."""
+    _state["script"] = os.path.abspath(script)
+    _state.setdefault("env", {k: os.environ.get(k) for k in LAUNCH_ENV})
 
 
 def child_command(local_rank: int) -> tuple[list[str], str]:
@@ -127,8 +125,7 @@ def early_ranks(cfg, script: str):
     procs = []
     if n > 1:
         _check_reachable(os.environ.get("MASTER_ADDR", "127.0.0.1"))
-        _state["script"] = os.path.abspath(script)
-        _state.setdefault("env", {k: os.environ.get(k) for k in LAUNCH_ENV})
+        _remember(script)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
         os.environ.update(NODE_RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(n))
@@ -171,8 +168,8 @@ def _unpadded_eval_sampler(original):
 
 
 def unpad_eval_shards() -> None:
-    """Give val/test shards without padding (idempotent). Also called from LitModule.setup,
-    which runs inside ddp_spawn's worker processes, where `install`'s patches do not exist."""
+    """Give val/test shards without padding (idempotent). Called from LitModule.setup: every
+    process that evaluates runs it, ddp_spawn's workers included."""
     from lightning.pytorch.trainer.connectors import data_connector
 
     if not getattr(data_connector._get_distributed_sampler, "litlab", False):
@@ -183,16 +180,16 @@ def unpad_eval_shards() -> None:
 
 
 def install(script: str) -> None:
-    """Patch Lightning (in memory) so that DDP children and eval shards behave as above.
+    """Patch Lightning (in memory) so that DDP children re-run exactly this job (above).
 
     `script` is the entry point's path (a child re-executes it)."""
     from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
     from lightning.pytorch.strategies.launchers import subprocess_script as launcher
 
-    _state["script"] = os.path.abspath(script)
-    _state.setdefault("env", {k: os.environ.get(k) for k in LAUNCH_ENV})
+    from litlab.utils.cli import rank
+
+    _remember(script)
     launcher._hydra_subprocess_cmd = fabric_launcher._hydra_subprocess_cmd = child_command
-    unpad_eval_shards()
     if rank() > 0:
         quiet_rank_console(rank())
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from litlab.utils.cli import UserError
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 LAST = "last"
 RESUMABLE_CONFIGS = ("train",)
 
@@ -35,15 +34,6 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _compose(config_name: str, overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    from litlab.utils import resolvers  # noqa: F401  (paths use ${project_root:})
-
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name, overrides=overrides)
-
-
 def translate(argv: list[str], config_name: str) -> list[str]:
     """argv with `ckpt_path=last|<run dir>` turned into a checkpoint file and the run's dir."""
     args = argv[1:]
@@ -55,7 +45,9 @@ def translate(argv: list[str], config_name: str) -> list[str]:
     if value == LAST:
         rest = [a for a in args if not a.startswith(("-", "ckpt_path=", "hydra."))]
         try:
-            cfg = _compose(config_name, rest)
+            from litlab.utils.config import compose
+
+            cfg = compose(config_name, rest)
             log_dir, task = Path(cfg.paths.log_dir), str(cfg.task_name)
         except Exception:  # a bad override: let Hydra report it in its own words
             return argv

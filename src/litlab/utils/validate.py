@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.utils.cli import UserError
+from litlab.utils.cli import UserError, first_line
 from litlab.utils.signatures import closest as _closest
 from litlab.utils.signatures import conforms, describe, parameters
 from litlab.utils.signatures import fmt as _fmt
@@ -60,8 +60,8 @@ def _check_node(path: str, node: dict) -> None:
     try:
         target = hydra.utils.get_object(target_name)
     except Exception as err:
-        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path}._target_={target_name} cannot be imported: {reason}") from None
+        raise UserError(f"{path}._target_={target_name} cannot be imported: "
+                        f"{first_line(err)}") from None
     params, open_ended = parameters(target)
     for name, value in node.items():
         key = f"{path}.{name}"
@@ -77,7 +77,6 @@ def _check_node(path: str, node: dict) -> None:
             for i, item in enumerate(value):
                 if isinstance(item, dict) and "_target_" in item:
                     _check_node(f"{key}[{i}]", item)
-        _name_rules(key, name, value)
         if name in params and conforms(value, params[name]) is False:
             raise UserError(f"{key}={_fmt(value)} has the wrong type or value; valid: "
                             f"{describe(params[name])}")
@@ -198,24 +197,15 @@ def _check_paths(data: dict) -> None:
 
 def _check_checkpoint(path, cfg_model: dict | None) -> None:
     """The file exists, is a complete litlab checkpoint (weights_only), of this model."""
-    import torch
-
     from litlab.callbacks.run_config import CONFIG_KEY
+    from litlab.utils import checkpoint
 
     p = Path(str(path))
     if p.is_dir():
         files = sorted(f.name for f in (p / "checkpoints").glob("*.ckpt")) or sorted(f.name for f in p.glob("*.ckpt"))
         raise UserError(f"ckpt_path={path} is a folder; pass a .ckpt file"
                         + (f" such as {p / 'checkpoints' / files[0]}" if files else ""))
-    if not p.is_file():
-        raise UserError(f"ckpt_path={path}: no such checkpoint file")
-    try:  # mmap: the tensors are not read, the pickle and the zip directory are
-        ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:
-        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-        raise UserError(f"ckpt_path={path} cannot be loaded (truncated or corrupt?): {reason}") from None
-    if not isinstance(ckpt, dict) or CONFIG_KEY not in ckpt or "state_dict" not in ckpt:
-        raise UserError(f"ckpt_path={path} is not a checkpoint written by litlab's train.py")
+    ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
     theirs = (ckpt[CONFIG_KEY].get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
         raise UserError(f"ckpt_path={path} holds a {theirs} model; this run builds "
@@ -275,13 +265,13 @@ def eval_config(cfg: DictConfig) -> None:
 
 def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:
     """'; did you mean trainer.max_epochs?' for a key Hydra refused (composes without it)."""
-    from litlab.utils.resume import _compose
+    from litlab.utils.config import compose
 
     bad = dotted.lstrip("+~")
     kept = [o for o in overrides if not o.startswith(("-", "hydra."))
             and o.split("=", 1)[0].lstrip("+~") != bad]
     try:
-        cfg = _compose(config_name, kept)
+        cfg = compose(config_name, kept)
     except Exception:
         return ""
     parent, _, name = bad.rpartition(".")
