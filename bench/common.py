@@ -28,6 +28,13 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def train_config(overrides: list[str], out: Path):
+    """The train config as `python src/train.py overrides` composes it, run dir `out`."""
+    from litlab.utils.config import compose
+
+    return compose("train", overrides, output_dir=out)
+
+
 def fit_template(cfg, callback) -> None:
     """Fit the template as train.py builds it from `cfg` (seed 0), with one extra callback."""
     import lightning as L

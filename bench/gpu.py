@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import train_config
+
 ROOT = Path(__file__).resolve().parents[1]
 DOMAINS = {"cnn": [], "gnn": [], "unet3d": [], "resnet3d": []}  # model -> extra overrides
 # (row name, overrides, needs CUDA)
@@ -31,13 +33,6 @@ SETTINGS = [
 ]
 # --quick: what the tests run on a CPU (harness only)
 QUICK = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
-
-
-def compose(overrides: list[str], out: Path):
-    """The train config as `python src/train.py overrides` composes it, run dir `out`."""
-    from litlab.utils.config import compose as compose_config
-
-    return compose_config("train", overrides, output_dir=out)
 
 
 def batch_size(batch) -> int:
@@ -79,7 +74,7 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
                 self.samples += batch_size(batch)
                 self.start = None
 
-    cfg = compose([f"model={model_name}", *DOMAINS[model_name], *overrides,
+    cfg = train_config([f"model={model_name}", *DOMAINS[model_name], *overrides,
                    f"trainer.max_epochs={epochs}", "~logger", "callbacks=none",
                    "extras.print_config=false", "+trainer.enable_progress_bar=false",
                    "+trainer.enable_model_summary=false", "test=false"], out)

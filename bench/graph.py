@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import fit_template, plain_trainer
+from common import fit_template, plain_trainer, train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BAR = 1.20
@@ -33,13 +33,6 @@ def clocks() -> tuple[float, float]:
 def since(start: tuple[float, float]) -> tuple[float, float]:
     now = clocks()
     return now[0] - start[0], now[1] - start[1]
-
-
-def compose(overrides: list[str], out: Path):
-    """The train config as `python src/train.py overrides` composes it, run dir `out`."""
-    from litlab.utils.config import compose as compose_config
-
-    return compose_config("train", overrides, output_dir=out)
 
 
 NETS = {  # the nets of configs/model/{gnn,gat}.yaml as the experiments use them
@@ -115,7 +108,7 @@ def template_pairs(experiment: str, data_dir: Path, epochs: int, out: Path,
     """The template's fit as train.py builds it; `bare`: no callbacks and no logger."""
     callbacks = (["callbacks=none", "logger=[]"] if bare else
                  ["callbacks.rich_progress_bar=null", "callbacks.model_summary=null"])
-    cfg = compose([f"experiment={experiment}", f"trainer.max_epochs={epochs}", "seed=0",
+    cfg = train_config([f"experiment={experiment}", f"trainer.max_epochs={epochs}", "seed=0",
                    f"paths.data_dir={data_dir}", "extras.print_config=false",
                    "+trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
                    "+trainer.enable_model_summary=false", *callbacks], out)

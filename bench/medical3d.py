@@ -18,19 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import train_config
+
 ROOT = Path(__file__).resolve().parents[1]
 CASES = {
     "phantom_seg + unet3d": ["model=unet3d"],
     "phantom_cls + resnet3d": ["model=resnet3d"],
     "nifti (Hippocampus) + unet3d": ["experiment=unet3d_hippocampus"],
 }
-
-
-def compose(overrides: list[str], out: Path):
-    """The train config as `python src/train.py overrides` composes it, run dir `out`."""
-    from litlab.utils.config import compose as compose_config
-
-    return compose_config("train", overrides, output_dir=out)
 
 
 def time_steps(cfg, steps: int) -> tuple[float, float]:
@@ -81,7 +76,7 @@ def epoch_time(out: Path) -> float:
         def on_train_epoch_end(self, trainer, module):
             self.last = time.perf_counter() - self.start
 
-    cfg = compose(["model=unet3d", "trainer.max_epochs=2", "callbacks=none", "logger=csv",
+    cfg = train_config(["model=unet3d", "trainer.max_epochs=2", "callbacks=none", "logger=csv",
                    "extras.print_config=false", f"paths.log_dir={out}"], out)
     dm, clock = build.datamodule(cfg), Clock()
     model = build.model(cfg, dm)
@@ -111,7 +106,7 @@ def main() -> None:
                 copy = tmp / "Hippocampus"
                 shutil.copytree(args.nifti, copy)
                 extra += [f"data.root={copy}", f"data.cache_dir={tmp / 'cache'}"]
-            data_s, step_s = time_steps(compose(overrides + extra, tmp / "run"), args.steps)
+            data_s, step_s = time_steps(train_config(overrides + extra, tmp / "run"), args.steps)
             rows.append((name, data_s, step_s))
         epoch_s = epoch_time(tmp / "fit")
     finally:

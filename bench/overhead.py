@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import fit_template, median, plain_trainer, table
+from common import fit_template, median, plain_trainer, table, train_config
 
 
 class ManualLoop:
@@ -76,12 +76,10 @@ def paired_callback(manual: ManualLoop):
 
 
 def paired_epochs(epochs: int, batch_size: int, out: Path) -> list[tuple[float, float]]:
-    from litlab.utils.config import compose
-
-    cfg = compose("train", [f"trainer.max_epochs={epochs}", "trainer.limit_val_batches=0",
-                            "trainer.num_sanity_val_steps=0", f"data.batch_size={batch_size}",
-                            "callbacks.early_stopping=null", "trainer.accelerator=cpu",
-                            "callbacks.model_checkpoint.monitor=null"], output_dir=out)
+    cfg = train_config([f"trainer.max_epochs={epochs}", "trainer.limit_val_batches=0",
+                        "trainer.num_sanity_val_steps=0", f"data.batch_size={batch_size}",
+                        "callbacks.early_stopping=null", "trainer.accelerator=cpu",
+                        "callbacks.model_checkpoint.monitor=null"], out)
     pairs = paired_callback(ManualLoop(batch_size, epochs))
     fit_template(cfg, pairs)
     return pairs.pairs[1:]

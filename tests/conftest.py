@@ -1,5 +1,7 @@
 """Shared test helpers: real data copies, CLI runs in subprocesses, in-process config composition."""
+import csv
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,3 +70,18 @@ def cli(tmp_path):
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
     return sorted((log_dir / task / "runs").glob("*"))
 
+
+
+def results(stdout: str) -> list[dict[str, float]]:
+    """The 'Results' blocks that train.py/eval.py print, one dict per job."""
+    blocks = stdout.split("\nResults\n")[1:]
+    return [{k: float(v) for k, v in re.findall(r"^  (\S+/\S+)\s+([0-9.]+)$", b, re.MULTILINE)}
+            for b in blocks]
+
+
+def csv_test_metrics(run_dir: Path) -> dict[str, float]:
+    """The test/* row of a run's CSV log (written by rank 0; exactly one test per run)."""
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("test/acc") or r.get("test/loss")]
+    assert len(rows) == 1, rows
+    return {k: float(v) for k, v in rows[0].items() if k.startswith("test/") and v}

@@ -22,6 +22,7 @@ def _cuda() -> bool:
 
 TRAIN = [  # (overrides, words the error line must contain)
     (["model=nope"], ["model=nope", "cnn", "resnet18"]),
+    (["data=nope"], ["data=nope", "cifar10", "digits"]),
     (["trainer=nope"], ["trainer=nope", "cpu", "gpu"]),
     (["trainer.max_epoch=3"], ["trainer.max_epoch", "did you mean trainer.max_epochs"]),
     (["modle=cnn"], ["modle", "did you mean model"]),

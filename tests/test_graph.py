@@ -1,19 +1,11 @@
 """Graph domain: what a user relies on. The synthetic default needs the graph (GCN >> MLP),
 real Cora reaches the paper's range offline, eval.py reproduces train.py's test metrics,
 MUTAG folds partition the graphs, and wrong input costs one line."""
-import re
 
 import pytest
-from conftest import compose, run_dirs
+from conftest import compose, results, run_dirs
 
 QUICK = ["logger=[]", "callbacks.model_summary=null", "callbacks.lr_monitor=null"]
-
-
-def results(stdout: str) -> list[dict[str, float]]:
-    """The 'Results' blocks that train.py/eval.py print, one dict per job."""
-    blocks = stdout.split("\nResults\n")[1:]
-    return [{k: float(v) for k, v in re.findall(r"^  (\S+/\S+)\s+([0-9.]+)$", b, re.MULTILINE)}
-            for b in blocks]
 
 
 def test_default_graph_needs_the_edges(cli):

@@ -10,18 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import SHARED_DATA, compose, run_dirs
+from conftest import SHARED_DATA, compose, results, run_dirs
 
 # a small segmentation recipe on 24^3 phantoms (16^3 patches, a 3-level U-Net)
 TINY_SEG = ["model=unet3d", "data.num_volumes=24", "data.size=24", "data.size_jitter=3",
             "data.patch_size=[16,16,16]", "data.samples_per_volume=8", "data.batch_size=8",
             "model.net.channels=[8,16,32]", "model.net.strides=[2,2]",
             "model.net.num_res_units=1", "model.optimizer.lr=0.01", "seed=1"]
-
-
-def metric(stdout: str, name: str) -> float:
-    line = next(ln for ln in stdout.splitlines() if ln.strip().startswith(name + " "))
-    return float(line.split()[-1])
 
 
 @pytest.mark.parametrize("epochs", [1, pytest.param(8, marks=pytest.mark.slow)])
@@ -35,7 +30,7 @@ def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs
 
     train = cli("train.py", *TINY_SEG, f"trainer.max_epochs={epochs}", timeout=600)
     if epochs >= 8:
-        assert metric(train.stdout, "test/dice") > 0.8, train.stdout[-1500:]
+        assert results(train.stdout)[0]["test/dice"] > 0.8, train.stdout[-1500:]
     run = run_dirs(tmp_path / "logs")[0]
     split = json.loads((run / "data_split.json").read_text())
     assert len(split["test"]) == 4 and not set(split["test"]) & set(split["train"])
@@ -44,7 +39,7 @@ def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs
     cli("eval.py", f"ckpt_path={ckpt}", "extras.print_config=false", quiet=False)
     out = run_dirs(tmp_path / "logs", "eval")[0]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["test/dice"] == pytest.approx(metric(train.stdout, "test/dice"), abs=1e-4)
+    assert metrics["test/dice"] == pytest.approx(results(train.stdout)[0]["test/dice"], abs=1e-4)
     rows = pd.read_csv(out / "predictions.csv")
     assert len(rows) == 4
     assert rows["dice"].mean() == pytest.approx(metrics["test/dice"], abs=1e-4)
