@@ -1,5 +1,5 @@
 """Building blocks of the 3D medical datamodules: generated phantoms, NIfTI I/O, the patch and
-whole-volume datasets, and a DDP sampler that never pads evaluation splits.
+whole-volume datasets (DDP eval shards are unpadded by litlab.utils.distributed).
 
 Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, H, W) uint8`.
 MONAI is imported inside the functions that use it (its import costs seconds).
@@ -79,7 +79,7 @@ def find_pairs(root: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def read_nifti(path: Path, channels_last: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(array (C, D, H, W), affine); a 4D NIfTI (x, y, z, c) becomes c channels."""
     import nibabel as nib
 
@@ -90,7 +90,7 @@ def read_nifti(path: Path, channels_last: bool = True) -> tuple[np.ndarray, np.n
         raise UserError(f"cannot read NIfTI {path}: {err}") from err
     if data.ndim == 3:
         data = data[None]
-    elif data.ndim == 4 and channels_last:
+    elif data.ndim == 4:
         data = np.moveaxis(data, -1, 0)
     return np.ascontiguousarray(data), img.affine.astype(np.float64)
 

@@ -129,7 +129,7 @@ class VolumeClassifier(LitModule):
         x, y = batch
         logits = self(x)
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
-        self.log_step("train", loss, logits.detach().softmax(1), y, len(y))
+        self.log_step("train", loss, logits.softmax(1), y, len(y))  # log_step detaches
         return loss
 
     def eval_step(self, split: str, batch):

@@ -146,7 +146,10 @@ class GNN(nn.Module):
                 batch: torch.Tensor | None = None) -> torch.Tensor:
         """Class scores per node (node classification) or per graph (given `batch`)."""
         states = [x]
-        h = feature_dropout(x, self.input_dropout, self.training)
+        # one full graph at every step: its non-zero positions are cached; new batches each step
+        # (graph classification) would only pay nonzero() on top of dropout
+        h = (feature_dropout(x, self.input_dropout, self.training) if self.node_level
+             else F.dropout(x, self.input_dropout, self.training))
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             if i > 0:
                 h = F.dropout(h, self.dropout, self.training)
