@@ -95,6 +95,8 @@ class GracefulInterrupt(Callback):
             raise KeyboardInterrupt
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, KeyboardInterrupt):
+            self._previous = None  # Lightning now ignores SIGINT while it shuts down: keep that
         self._restore()
         if isinstance(exception, torch.OutOfMemoryError) and trainer.world_size == 1:
             if torch.cuda.is_available():

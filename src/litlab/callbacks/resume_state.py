@@ -5,7 +5,8 @@ generators, and after a mid-epoch checkpoint it restarts the data loader from it
 (unless the loader is stateful). A resumed run would then shuffle, augment and drop out
 differently from the run it continues. This callback stores, in every checkpoint:
 
-- `rng`: the torch/numpy/python (and CUDA) generator states when the checkpoint was written;
+- `rng`: the torch/numpy/python (and current GPU's) generator states when the checkpoint was
+  written;
 - `epoch_rng` and `skip`, for a mid-epoch checkpoint: the generator states from just before the
   epoch's data loader drew its shuffle, and how many batches of the epoch were already done.
 
@@ -27,10 +28,13 @@ from lightning.pytorch.callbacks import Callback
 
 
 def torch_rng_state() -> tuple:
-    """torch's generators (CPU, CUDA): microseconds, so taken after every training batch."""
+    """torch's generators (CPU, this process's GPU): microseconds, so taken after every batch.
+
+    Only the current device's CUDA generator: a DDP rank draws on its own GPU only, and the
+    checkpoint (rank 0's) must restore on any number of GPUs."""
     # is_initialized, not is_available: a flag read (is_available costs ~0.2 ms mid-training),
     # and an uninitialized CUDA has drawn nothing
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    cuda = torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None
     return torch.get_rng_state(), cuda
 
 
@@ -52,8 +56,11 @@ def set_rng_state(state: dict) -> None:
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        cuda = state["cuda"]
+        if isinstance(cuda, (list, tuple)):  # checkpoints written before 2026-11-30: all GPUs
+            cuda = cuda[min(torch.cuda.current_device(), len(cuda) - 1)]
+        torch.cuda.set_rng_state(cuda.cpu())
 
 
 class ResumeState(Callback):

@@ -11,16 +11,15 @@ Lightning's default sampler at evaluation, so every graph is counted exactly onc
 """
 import logging
 import urllib.error
-import warnings
 from functools import cached_property
 from pathlib import Path
 
 import lightning as L
 import torch
 
-# PyG's import uses torch.jit.script, which torch 2.14 deprecates: not the user's concern
-warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated",
-                        category=FutureWarning)
+from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
+
+# isort: split
 from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data

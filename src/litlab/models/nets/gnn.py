@@ -7,15 +7,14 @@ readout) works the same for each layer type.
   from the last layer or from every layer concatenated (`jumping_knowledge: cat`, as in GIN),
   then one linear layer scores the classes.
 """
-import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-# PyG's import uses torch.jit.script, which torch 2.14 deprecates: not the user's concern
-warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated",
-                        category=FutureWarning)
+from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
+
+# isort: split
 from torch_geometric.nn import MLP as PygMLP
 from torch_geometric.nn import (
     GATConv,
