@@ -28,13 +28,13 @@ def _accepted(fn, kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if k in names}
 
 
-def _target_of(path) -> str | None:
+def target_of(path) -> str | None:
     """A config file's `_target_`, following its defaults list (e.g. citeseer extends cora)."""
     node = OmegaConf.load(path)
     if "_target_" in node:
         return node._target_
     parents = [d for d in node.get("defaults", []) if isinstance(d, str) and d != "_self_"]
-    return _target_of(path.parent / f"{parents[0]}.yaml") if parents else None
+    return target_of(path.parent / f"{parents[0]}.yaml") if parents else None
 
 
 def data_options(tasks) -> list[str]:
@@ -42,7 +42,7 @@ def data_options(tasks) -> list[str]:
     fits = []
     for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
         try:
-            target = _target_of(path)
+            target = target_of(path)
             if target and hydra.utils.get_class(target).task in tasks:
                 fits.append(path.stem)
         except Exception:  # a broken data config must not hide the real error
