@@ -30,7 +30,7 @@ def table(header: list[str], rows: list[list]) -> str:
 
 def train_config(overrides: list[str], out: Path):
     """The train config as `python src/train.py overrides` composes it, run dir `out`."""
-    from litlab.utils.config import compose
+    from litlab.config.compose import compose
 
     return compose("train", overrides, output_dir=out)
 
@@ -39,7 +39,7 @@ def fit_template(cfg, callback) -> None:
     """Fit the template as train.py builds it from `cfg` (seed 0), with one extra callback."""
     import lightning as L
 
-    from litlab.utils import build
+    from litlab.config import build
 
     L.seed_everything(0)
     dm = build.datamodule(cfg)

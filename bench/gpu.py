@@ -50,7 +50,8 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
     import torch
     from lightning.pytorch.callbacks import Callback
 
-    from litlab.utils import build, distributed
+    from litlab.utils import distributed
+    from litlab.config import build
 
     class Throughput(Callback):
         """Samples/s of the training batches after the first epoch (synchronized clocks)."""

@@ -32,7 +32,7 @@ def time_steps(cfg, steps: int) -> tuple[float, float]:
     """Median seconds per batch for loading and for one optimization step."""
     import torch
 
-    from litlab.utils import build
+    from litlab.config import build
 
     dm = build.datamodule(cfg)
     dm.prepare_data()
@@ -67,7 +67,7 @@ def epoch_time(out: Path) -> float:
     """Second-epoch wall time of the default phantom segmentation fit."""
     import lightning as L
 
-    from litlab.utils import build
+    from litlab.config import build
 
     class Clock(L.Callback):
         def on_train_epoch_start(self, trainer, module):

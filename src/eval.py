@@ -7,11 +7,12 @@ Outputs go to logs/eval/runs/<timestamp>/ (metrics.json, predictions.csv).
 import hydra
 from omegaconf import DictConfig
 
-from litlab.utils import cli, resolvers  # noqa: F401  (cheap; registers config resolvers)
+from litlab import cli
+from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    from litlab.utils import validate
+    from litlab.config import validate
 
     validate.eval_config(cfg)  # bad input fails here, in one line, before any data is read
     import json
@@ -19,8 +20,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     from omegaconf import OmegaConf
 
-    from litlab.callbacks.run_config import CONFIG_KEY
-    from litlab.utils import build, checkpoint, predictions, report
+    from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.utils import predictions, report
+    from litlab.config import build
+    from litlab.checkpointing import load as checkpoint
 
     report.apply_extras(cfg)
     run_cfg = OmegaConf.create(checkpoint.load(cfg.ckpt_path)[CONFIG_KEY])

@@ -11,19 +11,22 @@ Only Hydra and OmegaConf are imported before the command line is parsed: `--help
 import hydra
 from omegaconf import DictConfig
 
-from litlab.utils import cli, resolvers  # noqa: F401  (cheap; registers config resolvers)
+from litlab import cli
+from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """The recipe: seed, data, model, trainer, fit, test, report. Returns the final metrics."""
-    from litlab.utils import distributed, validate
+    from litlab.utils import distributed
+    from litlab.config import validate
 
     # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
     with distributed.early_ranks(cfg, __file__):
         validate.train_config(cfg)  # bad input fails here, in one line, before data is read
         import lightning as L
 
-        from litlab.utils import build, report
+        from litlab.utils import report
+        from litlab.config import build
 
         distributed.install(__file__)  # DDP children re-run this job exactly (not the sweep)
         report.apply_extras(cfg)

@@ -15,7 +15,7 @@ import pytest
 # models down several times. Results do not depend on it; set OMP_NUM_THREADS to override.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from litlab.utils.config import compose  # noqa: F401  (re-exported for tests)
+from litlab.config.compose import compose  # noqa: F401  (re-exported for tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LITLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))

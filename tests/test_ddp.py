@@ -201,7 +201,7 @@ def test_which_ddp_runs_start_their_ranks_early(trainer, env, expected, monkeypa
 def test_unreachable_rendezvous_address_is_one_line_not_a_30_minute_wait():
     """With no usable interface for MASTER_ADDR (loopback down, a foreign address) the ranks
     could never meet: a UserError at once instead of Lightning's rendezvous timeout."""
-    from litlab.utils.cli import UserError
+    from litlab.errors import UserError
     from litlab.utils.distributed import _check_reachable
 
     _check_reachable("127.0.0.1")  # the normal case passes

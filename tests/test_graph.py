@@ -29,8 +29,8 @@ def test_incompatible_pair_is_one_line(tmp_path):
     """`model=gnn data=digits` fails before any data is read, in one line that names the data
     fitting the model (the entry point prints a UserError as one line, exit 2:
     tests/test_bad_inputs.py)."""
-    from litlab.utils import build
-    from litlab.utils.cli import UserError
+    from litlab.config import build
+    from litlab.errors import UserError
 
     cfg = compose("train", ["model=gnn", "data=digits"], output_dir=tmp_path)
     with pytest.raises(UserError) as err:
@@ -89,7 +89,7 @@ def test_folds_partition_mutag(shared_data):
 
 def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
     from litlab.data.graph import PlanetoidDataModule, TUDataModule
-    from litlab.utils.cli import UserError
+    from litlab.errors import UserError
 
     with pytest.raises(UserError, match="data.fold=10 is not valid; choose 0 to 9"):
         TUDataModule(name="MUTAG", data_dir=str(tmp_path), fold=10)

@@ -64,8 +64,8 @@ def test_resnet3d_classifies_phantoms_well_above_chance(tmp_path):
 
 
 def test_incompatible_pair_fails_in_one_line(tmp_path):
-    from litlab.utils import build
-    from litlab.utils.cli import UserError
+    from litlab.config import build
+    from litlab.errors import UserError
 
     cfg = compose("train", ["model=resnet3d", "data=phantom_seg"], output_dir=tmp_path)
     with pytest.raises(UserError) as err:
@@ -154,7 +154,7 @@ def test_nifti_loader_reads_msd_layout_splits_and_caches(tmp_path):
 
 def test_nifti_loader_accepts_images_labels_folders_and_rejects_bad_labels(tmp_path):
     from litlab.data.medical3d import NiftiDataModule
-    from litlab.utils.cli import UserError
+    from litlab.errors import UserError
 
     root = hippocampus_cases(tmp_path / "set", 3, images="images", labels="labels")
     with pytest.raises(UserError, match="num_classes=3"):
@@ -175,7 +175,7 @@ def write_medmnist_npz(path: Path, size: int = 28) -> None:
 
 def test_medmnist3d_reads_a_local_npz_through_the_package(tmp_path):
     from litlab.data.medmnist3d import MedMNIST3DDataModule
-    from litlab.utils.cli import UserError
+    from litlab.errors import UserError
 
     write_medmnist_npz(tmp_path / "nodulemnist3d.npz")
     dm = MedMNIST3DDataModule(flag="nodulemnist3d", data_dir=str(tmp_path), batch_size=4)

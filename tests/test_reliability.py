@@ -100,7 +100,7 @@ def test_resume_after_six_failures_is_bit_identical(tmp_path):
 
 
 def test_atomic_checkpoint_io_keeps_old_file_on_failure(tmp_path):
-    from litlab.callbacks.checkpoint_io import AtomicCheckpointIO
+    from litlab.checkpointing.atomic_io import AtomicCheckpointIO
 
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint({"w": torch.ones(3)}, path)
@@ -116,8 +116,8 @@ def test_atomic_checkpoint_io_keeps_old_file_on_failure(tmp_path):
 
 
 def test_resume_translation(tmp_path):
-    from litlab.utils.cli import UserError
-    from litlab.utils.resume import translate
+    from litlab.errors import UserError
+    from litlab.checkpointing.resume import translate
 
     runs = tmp_path / "train" / "runs"
     old, new = runs / "2026-01-01_00-00-00", runs / "2026-01-02_00-00-00"
@@ -152,7 +152,7 @@ def test_step_checkpoint_exists_only_when_switched_on(tmp_path):
     last.ckpt write); every_n_train_steps=N switches it on."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from litlab.utils import build
+    from litlab.config import build
 
     def checkpoints(*overrides):
         cfg = compose("train", ["trainer.accelerator=cpu", *overrides], output_dir=tmp_path)

@@ -45,7 +45,7 @@ def test_corrupt_idx_file_is_a_user_error(tmp_path):
     """A corrupt download is bad input: a UserError naming the file and the fix (which the entry
     point prints as one line, exit 2: tests/test_bad_inputs.py), not a gzip traceback."""
     from litlab.data.vision_downloads import MNISTDataModule
-    from litlab.utils.cli import UserError
+    from litlab.errors import UserError
 
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 from litlab.data.base import SplitDataModule
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 from litlab.utils.splits import stratified_folds, stratified_split
 
 log = logging.getLogger(__name__)

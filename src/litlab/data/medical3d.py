@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from litlab.data import volumes as V
 from litlab.data.base import SplitDataModule
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from litlab.data.medical3d import ClassificationDataModule
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 
 
 class MedMNIST3DDataModule(ClassificationDataModule):

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from litlab.data.base import SplitDataModule
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 from litlab.utils.splits import stratified_split
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from litlab.data.vision import VisionDataModule, random_affine
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 

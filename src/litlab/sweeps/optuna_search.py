@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from litlab.sweeps import search_space
 from litlab.sweeps.summary import one_line
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
 ENV = "LITLAB_OPTUNA_TRIAL"

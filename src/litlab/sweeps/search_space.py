@@ -51,7 +51,7 @@ def from_spec(name: str, spec: Any):
     """One Optuna distribution from a YAML entry (dict, list of choices, or sweep string)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from litlab.utils.cli import UserError
+    from litlab.errors import UserError
 
     if isinstance(spec, str):
         return from_override(f"{name}={spec}")
@@ -87,7 +87,7 @@ def from_override(text: str):
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from litlab.utils.cli import UserError
+    from litlab.errors import UserError
 
     override = OverridesParser.create().parse_overrides([text])[0]
     sweep = override.value()

@@ -80,7 +80,7 @@ def local_processes(trainer_cfg) -> int:
     if not isinstance(devices, (int, str)) and devices is not None:  # a list of GPU indices
         return len(devices)
     if devices in ("auto", -1, "-1") and accelerator in ("auto", "gpu", "cuda"):
-        from litlab.utils.resolvers import certainly_no_gpu
+        from litlab.config.resolvers import certainly_no_gpu
 
         if certainly_no_gpu():
             return 0  # Lightning's "auto" on the CPU is one process
@@ -99,7 +99,7 @@ def _free_port() -> int:
 def _check_reachable(address: str) -> None:
     """The ranks meet over TCP at MASTER_ADDR: say so in one line when they cannot, instead of
     waiting out the 30-minute rendezvous timeout (e.g. loopback down inside `unshare -n`)."""
-    from litlab.utils.cli import UserError
+    from litlab.errors import UserError
 
     try:
         with socket.socket() as server, socket.socket() as client:
@@ -186,7 +186,7 @@ def install(script: str) -> None:
     from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
     from lightning.pytorch.strategies.launchers import subprocess_script as launcher
 
-    from litlab.utils.cli import rank
+    from litlab.cli import rank
 
     _remember(script)
     launcher._hydra_subprocess_cmd = fabric_launcher._hydra_subprocess_cmd = child_command

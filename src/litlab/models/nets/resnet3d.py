@@ -2,7 +2,7 @@
 no bias in the downsampling convs, so MedicalNet's pretrained weights fit when loaded."""
 from torch import nn
 
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 
 DEPTHS = {10: [1, 1, 1, 1], 18: [2, 2, 2, 2], 34: [3, 4, 6, 3]}
 

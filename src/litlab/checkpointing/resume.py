@@ -14,7 +14,7 @@ Lightning's meaning: resume from it in a new run dir. Hydra and omegaconf only (
 import time
 from pathlib import Path
 
-from litlab.utils.cli import UserError
+from litlab.errors import UserError
 
 LAST = "last"
 RESUMABLE_CONFIGS = ("train",)
@@ -45,7 +45,7 @@ def translate(argv: list[str], config_name: str) -> list[str]:
     if value == LAST:
         rest = [a for a in args if not a.startswith(("-", "ckpt_path=", "hydra."))]
         try:
-            from litlab.utils.config import compose
+            from litlab.config.compose import compose
 
             cfg = compose(config_name, rest)
             log_dir, task = Path(cfg.paths.log_dir), str(cfg.task_name)

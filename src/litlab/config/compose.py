@@ -2,7 +2,7 @@
 benchmarks and notebooks that call `train(cfg)` in-process."""
 from pathlib import Path
 
-from litlab.utils.resolvers import PROJECT_ROOT
+from litlab.config.resolvers import PROJECT_ROOT
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
 

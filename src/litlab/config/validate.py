@@ -17,10 +17,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.utils.cli import UserError, first_line
-from litlab.utils.signatures import closest as _closest
-from litlab.utils.signatures import conforms, describe, parameters
-from litlab.utils.signatures import fmt as _fmt
+from litlab.errors import UserError, first_line
+from litlab.config.signatures import closest as _closest
+from litlab.config.signatures import conforms, describe, parameters
+from litlab.config.signatures import fmt as _fmt
 
 PRECISIONS_NOT_ON_CPU = ("16-mixed", "16", 16)
 
@@ -197,8 +197,8 @@ def _check_paths(data: dict) -> None:
 
 def _check_checkpoint(path, cfg_model: dict | None) -> None:
     """The file exists, is a complete litlab checkpoint (weights_only), of this model."""
-    from litlab.callbacks.run_config import CONFIG_KEY
-    from litlab.utils import checkpoint
+    from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.checkpointing import load as checkpoint
 
     p = Path(str(path))
     if p.is_dir():
@@ -245,7 +245,7 @@ def train_config(cfg: DictConfig) -> None:
     _walk("", {k: v for k, v in c.items() if k != "trainer"})
     _check_optimizer(c["model"])
     _check_paths(c["data"])
-    from litlab.utils.build import check_compatible
+    from litlab.config.build import check_compatible
 
     check_compatible(cfg)
     if c.get("ckpt_path"):
@@ -265,7 +265,7 @@ def eval_config(cfg: DictConfig) -> None:
 
 def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:
     """'; did you mean trainer.max_epochs?' for a key Hydra refused (composes without it)."""
-    from litlab.utils.config import compose
+    from litlab.config.compose import compose
 
     bad = dotted.lstrip("+~")
     kept = [o for o in overrides if not o.startswith(("-", "hydra."))

@@ -14,17 +14,9 @@ import re
 import shutil
 import sys
 
+from litlab.errors import UserError, first_line  # noqa: F401  (raised by everyone, printed here)
+
 EXIT_BAD_INPUT = 2
-
-
-class UserError(Exception):
-    """Bad input: a config value, a file, an incompatible pair. Shown as one line."""
-
-
-def first_line(err: BaseException) -> str:
-    """An exception's first line, short enough to end a one-line UserError."""
-    text = str(err).strip()
-    return text.splitlines()[0][:160] if text else type(err).__name__
 
 
 def _full_errors() -> bool:
@@ -61,7 +53,7 @@ class _Buffer(io.StringIO):
 def _export_package_path() -> None:
     """Launchers (submitit, joblib) run jobs in new interpreters that unpickle litlab functions:
     they find the package through PYTHONPATH, as this process finds it beside the script."""
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if src not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([src, *paths])
@@ -72,7 +64,7 @@ def run(hydra_main) -> None:
     _export_package_path()
     config_name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
     if any(a.startswith("ckpt_path=") for a in sys.argv[1:]):  # `last` or a run dir: resume there
-        from litlab.utils import resume
+        from litlab.checkpointing import resume
 
         try:
             sys.argv = resume.translate(sys.argv, config_name)
@@ -97,7 +89,7 @@ def run(hydra_main) -> None:
                 message = condense(text)
                 key = re.match(r"unknown config key '([^']+)'", message)
                 if key:  # a typo: name the closest valid key
-                    from litlab.utils.validate import closest_key
+                    from litlab.config.validate import closest_key
 
                     message = message.replace(f"'{key.group(1)}'", f"'{key.group(1)}'" + closest_key(
                         key.group(1), config_name, sys.argv[1:]), 1)

@@ -2,8 +2,8 @@
 missing, truncated, corrupt, or not a litlab checkpoint."""
 from pathlib import Path
 
-from litlab.callbacks.run_config import CONFIG_KEY
-from litlab.utils.cli import UserError, first_line
+from litlab.checkpointing.run_config import CONFIG_KEY
+from litlab.errors import UserError, first_line
 
 
 def load(path: str | Path, mmap: bool = False) -> dict:

@@ -8,8 +8,8 @@ import logging
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.utils.cli import UserError
-from litlab.utils.config import CONFIG_DIR
+from litlab.errors import UserError
+from litlab.config.compose import CONFIG_DIR
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _without_idle_checkpoints(callbacks: list) -> list:
 
 
 def trainer(cfg: DictConfig, extra_callbacks=()):
-    from litlab.callbacks.run_config import RunConfigInCheckpoint
+    from litlab.checkpointing.run_config import RunConfigInCheckpoint
 
     callbacks = _without_idle_checkpoints(instantiate_all(cfg.get("callbacks")))
     callbacks += list(extra_callbacks)

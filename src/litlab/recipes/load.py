@@ -1,0 +1,33 @@
+"""Rebuild a trained run from its checkpoint alone: the stored config gives the exact data split
+and net; the weights are loaded weights-only. eval, export, serve and compress start here."""
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class LoadedRun:
+    model: Any  # the LightningModule, holding the checkpoint's weights, in eval mode
+    datamodule: Any  # built from the stored config (call setup() for the split you need)
+    config: DictConfig  # the run's resolved config, as stored in the checkpoint
+    checkpoint: dict  # the raw checkpoint dict (tensors on CPU)
+
+
+def load_run(ckpt_path, data_overrides: dict | None = None) -> LoadedRun:
+    """The model and datamodule of the run that wrote `ckpt_path`.
+
+    `data_overrides` replaces data settings (e.g. a batch size or a data_dir on this machine)."""
+    from litlab.checkpointing.load import load
+    from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.config import build
+
+    ckpt = load(ckpt_path)
+    cfg = OmegaConf.create(ckpt[CONFIG_KEY])
+    if data_overrides:
+        cfg.data = OmegaConf.merge(cfg.data, data_overrides)
+    datamodule = build.datamodule(cfg)
+    model = build.model(cfg, datamodule)
+    model.load_state_dict(ckpt["state_dict"])
+    model.eval()
+    return LoadedRun(model, datamodule, cfg, ckpt)
