@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 
+from litlab import threads
 from litlab.errors import UserError, first_line  # noqa: F401  (raised by everyone, printed here)
 
 EXIT_BAD_INPUT = 2
@@ -136,6 +137,7 @@ def task(fn):
         out = _output_dir()
         fresh = out is not None and _only_hydra_files(out) and is_rank_zero()
         try:
+            threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
             return fn(cfg)
         except UserError as err:
             if _full_errors() or _is_multirun():

@@ -1,19 +1,25 @@
 """What a run tells its user: the config at start, hyperparameters to the loggers, and a
 summary at the end (metrics and where the checkpoint, logs and config are)."""
+import io
 import logging
 import warnings
 from pathlib import Path
 
+import rich
+import rich.console
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.cli import is_rank_zero
 
 log = logging.getLogger(__name__)
 FIRST_KEYS = ("data", "model", "callbacks", "logger", "trainer", "paths", "extras")
+HEADER_GROUPS = ("data", "model", "trainer", "logger", "experiment", "debug", "hparams_search")
+CONFIG_TREE = "config_tree.txt"
 
 
 def apply_extras(cfg: DictConfig) -> None:
-    """Logging and warnings set-up, and the config tree, from `extras` (rank 0 prints)."""
+    """Logging and warnings set-up, a short header, and the config tree: saved to
+    <run dir>/config_tree.txt, printed too with extras.print_config=true (rank 0 only)."""
     lightning_console = logging.getLogger("lightning")
     if logging.getLogger().handlers:  # Hydra's handlers print it already: no second copy
         lightning_console.handlers = []
@@ -22,12 +28,41 @@ def apply_extras(cfg: DictConfig) -> None:
     extras = cfg.get("extras") or {}
     if extras.get("ignore_warnings"):
         warnings.filterwarnings("ignore")
-    if extras.get("print_config") and is_rank_zero():
-        print_config_tree(cfg)
+    if not is_rank_zero():
+        return
+    out = Path(cfg.paths.output_dir) if cfg.get("paths") else None
+    tree = config_tree(cfg)
+    if out is not None and out.is_dir():
+        console = rich.console.Console(file=io.StringIO(), width=100, color_system=None)
+        console.print(tree)
+        text = "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())
+        (out / CONFIG_TREE).write_text(text + "\n")
+    if extras.get("print_config"):
+        rich.print(tree)
+    print(header(cfg, out), flush=True)
 
 
-def print_config_tree(cfg: DictConfig, save_to: Path | None = None) -> None:
-    import rich
+def header(cfg: DictConfig, out: Path | None) -> str:
+    """What this run is, in a few lines: the chosen options, threads, where its files go."""
+    import os
+
+    from hydra.core.hydra_config import HydraConfig
+
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    shown = [f"{g}={choices[g]}" for g in HEADER_GROUPS if choices.get(g) not in (None, "null")]
+    lines = [f"{cfg.get('task_name', 'run')}: {' '.join(shown)}".rstrip()]
+    if cfg.get("ckpt_path"):
+        lines.append(f"  checkpoint  {cfg.ckpt_path}")
+    lines.append(f"  threads     {os.environ.get('OMP_NUM_THREADS', 'torch default')} "
+                 f"(threads={cfg.get('threads', 'auto')})")
+    if out is not None:
+        lines.append(f"  run dir     {out}  (config tree: {CONFIG_TREE}; "
+                     "extras.print_config=true prints it)")
+    return "\n".join(lines)
+
+
+def config_tree(cfg: DictConfig):
+    """The composed config as a rich tree, main groups first (not resolved: as composed)."""
     import rich.syntax
     import rich.tree
 
@@ -37,7 +72,7 @@ def print_config_tree(cfg: DictConfig, save_to: Path | None = None) -> None:
         node = cfg[key]
         text = OmegaConf.to_yaml(node, resolve=False) if isinstance(node, DictConfig) else str(node)
         tree.add(key, style="dim").add(rich.syntax.Syntax(text, "yaml"))
-    rich.print(tree)
+    return tree
 
 
 def log_hyperparameters(cfg: DictConfig, model, trainer) -> None:

@@ -1,0 +1,75 @@
+"""CPU threads of a run: `threads=auto` (default), `threads=N`, or `threads=null` (torch's own).
+
+Why: torch starts one OpenMP thread per core, and a thread that finds its core taken by another
+job holds every parallel op back. On a 2-core machine with other jobs on it, the default digits
+run took 5-12x longer with torch's 2 threads than with 1 (BENCHMARKS.md, "Threads").
+`auto` takes the cores this process may use (its CPU affinity), subtracts the 1-minute load
+average, and splits what is left between the run's local processes (DDP): never less than one.
+An `OMP_NUM_THREADS` already in the environment wins over `auto` (the test suite sets 1).
+
+`apply` runs from `litlab.cli.task`, before the task imports torch: it exports the count as
+OMP_NUM_THREADS/MKL_NUM_THREADS, which torch, its DDP child processes and dataloader workers
+read. If torch is already imported (a second job of a multirun), it calls torch.set_num_threads.
+The count stays in the environment, so the later jobs of a multirun keep the first job's
+decision (the load they would see is their own).
+"""
+import os
+import sys
+
+def cores() -> int:
+    """CPU cores this process may run on (taskset/cgroup affinity), not the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def free_cores(processes: int = 1) -> int:
+    """Cores not busy with other jobs (1-minute load average), per local process; at least 1."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this platform
+        load = 0.0
+    free = min(cores(), int(cores() - load + 0.5))
+    return max(1, free // max(1, processes))
+
+
+def choose(setting, processes: int = 1) -> int | None:
+    """Thread count for a `threads` setting: auto | N | null (None: torch decides)."""
+    if setting is None or str(setting).lower() in ("null", "none", "torch"):
+        return None
+    if str(setting).lower() == "auto":
+        env = os.environ.get("OMP_NUM_THREADS", "")
+        return int(env) if env.isdigit() and int(env) > 0 else free_cores(processes)
+    try:
+        count = int(setting)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1:
+        from litlab.errors import UserError
+
+        raise UserError(f"threads={setting} is not valid; use auto, a positive integer, or null "
+                        "(torch's default: one thread per core)")
+    return count
+
+
+def local_processes(cfg) -> int:
+    """Processes this run starts on this machine: trainer.devices when it is a number."""
+    from omegaconf import OmegaConf
+
+    try:
+        devices = OmegaConf.select(cfg, "trainer.devices", default=1)
+    except Exception:  # noqa: BLE001  (an interpolation that needs torch: count one)
+        return 1
+    return devices if isinstance(devices, int) and devices > 0 else 1
+
+
+def apply(cfg) -> int | None:
+    """Set the thread count chosen from `cfg.threads` (see the module docstring); returns it."""
+    count = choose(cfg.get("threads", "auto"), local_processes(cfg))
+    if count is None:
+        return None
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[key] = str(count)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(count)
+    return count
