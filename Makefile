@@ -4,6 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
+# TORCH=cpu: torch and torchvision come from PyTorch's CPU wheel index (no CUDA libraries:
+# about 4 GB less in .venv); everything else, and the default (empty) route, from PyPI only.
+TORCH ?=
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PINS := $(shell grep -oE '^torch(vision)?==[^ ]+' requirements.txt)
 
 .PHONY: train test bench clean help
 
@@ -13,6 +18,11 @@ help:  ## list the targets
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
+ifeq ($(TORCH),cpu)
+	$(PY) -m pip install --index-url $(TORCH_INDEX) $(TORCH_PINS)
+else ifneq ($(TORCH),)
+	$(error TORCH=$(TORCH) is not known; use TORCH=cpu or leave it unset)
+endif
 	$(PY) -m pip install -r requirements.txt
 	touch $@
 

@@ -8,6 +8,7 @@ so that the 1-minute load average `threads=auto` reads has risen), runs `python 
 with each thread setting, interleaved, and prints wall time, test accuracy, the thread count
 the run used and the load average before it. The figures are in BENCHMARKS.md ("Threads").
 """
+
 import argparse
 import os
 import subprocess
@@ -33,42 +34,68 @@ def run(setting: str, epochs: int | None, log_dir: str) -> tuple[float, float, s
     cmd = [PY, "src/train.py", override, f"paths.log_dir={log_dir}"]
     cmd += [f"trainer.max_epochs={epochs}"] if epochs else []
     wall, proc = time_command(cmd, env=env)
-    acc = float(next(ln.split()[-1] for ln in proc.stdout.splitlines()
-                     if ln.strip().startswith("test/acc")))
-    used = next((ln.split()[1] for ln in proc.stdout.splitlines()
-                 if ln.strip().startswith("threads ")), "?")
+    acc = float(
+        next(ln.split()[-1] for ln in proc.stdout.splitlines() if ln.strip().startswith("test/acc"))
+    )
+    used = next(
+        (ln.split()[1] for ln in proc.stdout.splitlines() if ln.strip().startswith("threads ")), "?"
+    )
     return wall, acc, used
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--busy", type=int, nargs="+", default=[0, 2],
-                        help="load conditions: number of busy loops beside the runs")
-    parser.add_argument("--epochs", type=int, nargs="+", default=[0, 5],
-                        help="trainer.max_epochs per run; 0 = the config's (30)")
+    parser.add_argument(
+        "--busy",
+        type=int,
+        nargs="+",
+        default=[0, 2],
+        help="load conditions: number of busy loops beside the runs",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        nargs="+",
+        default=[0, 5],
+        help="trainer.max_epochs per run; 0 = the config's (30)",
+    )
     parser.add_argument("--warmup", type=float, default=45.0)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS))
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for busy in args.busy:
-            loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                     for _ in range(busy)]
+            loops = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)
+            ]
             try:
                 time.sleep(args.warmup if busy else 0)
                 for epochs in args.epochs:
                     for setting in args.settings:
                         load = os.getloadavg()[0]
                         wall, acc, used = run(setting, epochs or None, tmp)
-                        rows.append([busy, epochs or 30, setting, used, f"{load:.2f}",
-                                     f"{wall:.1f}", f"{100 * acc:.2f}%"])
+                        rows.append(
+                            [
+                                busy,
+                                epochs or 30,
+                                setting,
+                                used,
+                                f"{load:.2f}",
+                                f"{wall:.1f}",
+                                f"{100 * acc:.2f}%",
+                            ]
+                        )
                         print(" | ".join(str(c) for c in rows[-1]), flush=True)
             finally:
                 for loop in loops:
                     loop.kill()
                     loop.wait()
-    print(table(["busy loops", "epochs", "setting", "threads", "load before", "wall (s)",
-                 "test acc"], rows))
+    print(
+        table(
+            ["busy loops", "epochs", "setting", "threads", "load before", "wall (s)", "test acc"],
+            rows,
+        )
+    )
     print(f"\n{len(os.sched_getaffinity(0))} cores; run from {ROOT}")
 
 

@@ -13,8 +13,10 @@ read. If torch is already imported (a second job of a multirun), it calls torch.
 The count stays in the environment, so the later jobs of a multirun keep the first job's
 decision (the load they would see is their own).
 """
+
 import os
 import sys
+
 
 def cores() -> int:
     """CPU cores this process may run on (taskset/cgroup affinity), not the machine's count."""
@@ -47,8 +49,10 @@ def choose(setting, processes: int = 1) -> int | None:
     if count < 1:
         from litlab.errors import UserError
 
-        raise UserError(f"threads={setting} is not valid; use auto, a positive integer, or null "
-                        "(torch's default: one thread per core)")
+        raise UserError(
+            f"threads={setting} is not valid; use auto, a positive integer, or null "
+            "(torch's default: one thread per core)"
+        )
     return count
 
 

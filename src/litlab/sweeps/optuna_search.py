@@ -23,9 +23,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from litlab.errors import UserError
 from litlab.sweeps import search_space
 from litlab.sweeps.summary import one_line
-from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
 ENV = "LITLAB_OPTUNA_TRIAL"

@@ -25,6 +25,10 @@ def apply_extras(cfg: DictConfig) -> None:
         lightning_console.handlers = []
     # Lightning 2.6 on torch 2.14 warns about its own use of a torch API, once per run
     warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_drop_noise)
+    if cfg.get("model") is None:  # eval.py: rebuilt from a checkpoint, training callbacks left out
+        warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`")
     extras = cfg.get("extras") or {}
     if extras.get("ignore_warnings"):
         warnings.filterwarnings("ignore")
@@ -40,6 +44,13 @@ def apply_extras(cfg: DictConfig) -> None:
     if extras.get("print_config"):
         rich.print(tree)
     print(header(cfg, out), flush=True)
+
+
+def _drop_noise(record: logging.LogRecord) -> bool:
+    """Lightning's lines that tell a user nothing about the run: advertisements for its cloud
+    packages, and "100% of the batches will be used" for the config's explicit limits of 1.0."""
+    message = record.getMessage()
+    return not (message.startswith("💡 Tip") or "was configured so 100% of the batches" in message)
 
 
 def header(cfg: DictConfig, out: Path | None) -> str:
