@@ -42,10 +42,8 @@ def choose(setting, processes: int = 1) -> int | None:
     if str(setting).lower() == "auto":
         env = os.environ.get("OMP_NUM_THREADS", "")
         return int(env) if env.isdigit() and int(env) > 0 else free_cores(processes)
-    try:
-        count = int(setting)
-    except (TypeError, ValueError):
-        count = 0
+    text = str(setting).strip()
+    count = int(text) if text.lstrip("-").isdigit() else 0  # 1.5 or "many" are not counts
     if count < 1:
         from litlab.errors import UserError
 

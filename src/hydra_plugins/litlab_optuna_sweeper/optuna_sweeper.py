@@ -39,6 +39,9 @@ class LitlabOptunaSweeperConf:
     enqueue_trials: List[Dict[str, Any]] = field(default_factory=list)
     # seconds; marks trials of dead workers on other machines as failed (RDB storages)
     heartbeat_interval: Optional[int] = None
+    # refuse to resume a study whose non-searched overrides (e.g. trainer.max_epochs) differ
+    # from this command's: its trials would mix budgets (false: resume anyway, on purpose)
+    strict_resume: bool = True
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="litlab_optuna",
@@ -61,6 +64,16 @@ class LitlabOptunaSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> None:
+        import sys
+
+        from litlab.errors import UserError
         from litlab.sweeps import optuna_search
 
-        optuna_search.run(self, list(arguments))
+        try:
+            optuna_search.run(self, list(arguments))
+        except UserError as err:  # bad input to the search: one line, exit 2 (as in litlab.cli)
+            if sys.stderr is not sys.__stderr__ and hasattr(sys.stderr, "truncate"):
+                sys.stderr.seek(0)  # litlab.cli holds stderr until a task starts: drop the
+                sys.stderr.truncate()  # info lines Optuna wrote there, keep the one error line
+            print(f"error: {err}", file=sys.__stderr__)
+            raise SystemExit(2) from None

@@ -105,7 +105,7 @@ class SegmentationDataModule(Medical3DDataModule):
         if path.exists():
             return
         names = self.names or [f"case_{i:04d}" for i in range(sum(map(len, split.values())))]
-        # predictions.csv's `case` is the position in these lists
+        # predictions.csv's `case` is these names (without .nii.gz), as are the masks'
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({k: [names[i] for i in v] for k, v in split.items()}, indent=1)
         path.write_text(text)

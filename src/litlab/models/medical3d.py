@@ -87,14 +87,16 @@ class VolumeSegmenter(LitModule):
             self.mask_dir = out / "masks"
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
-        """Per-volume Dice and predicted voxel counts; masks go to `mask_dir` as NIfTI."""
+        """Per-volume Dice and predicted voxel counts, by case name; masks go to `mask_dir`."""
         x, y = batch["image"], batch["label"]
         pred = self.infer(x).argmax(1)
         dice = dice_score(pred, y[:, 0], self.num_classes, include_background=False,
                           average="none", input_format="index")
         if self.mask_dir is not None:
             self.write_masks(pred, batch)
-        out = {"case": batch["index"], "dice": dice.nanmean(1)}
+        # the case id of the mask file (masks/<case>.nii.gz) and of data_split.json
+        cases = [n.removesuffix(".gz").removesuffix(".nii") for n in batch["name"]]
+        out = {"case": cases, "dice": dice.nanmean(1)}
         for k in range(1, self.num_classes):
             out[f"dice_{k}"] = dice[:, k - 1]
             out[f"voxels_{k}"] = (pred == k).flatten(1).sum(1)

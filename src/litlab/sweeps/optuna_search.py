@@ -24,7 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from litlab.errors import UserError
-from litlab.sweeps import search_space
+from litlab.sweeps import search_space, study_settings
 from litlab.sweeps.summary import one_line
 
 log = logging.getLogger(__name__)
@@ -143,6 +143,7 @@ def run(sweeper, arguments: list[str]) -> None:
         study_name=opts["study_name"], storage=storage, direction=direction,
         load_if_exists=True, sampler=instantiate(sampler_spec),
         pruner=instantiate(opts.get("pruner")) or optuna.pruners.NopPruner())
+    study_settings.check(study, fixed, strict=opts.get("strict_resume", True))  # no mixed budgets
     for params in opts.get("enqueue_trials") or []:  # known-good params to try first
         study.enqueue_trial(dict(params), skip_if_exists=True)
     requeue_interrupted(study)

@@ -176,6 +176,22 @@ def stats_rows(records: list[dict], replica_keys) -> list[dict]:
     return rows
 
 
+def override_settings(overrides: list[str]) -> dict[str, str]:
+    """A job's overrides as {key: value}: one summary.csv column per key (`~key`: deleted)."""
+    settings = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        settings[key.lstrip("+~")] = "(deleted)" if key.startswith("~") else value
+    return settings
+
+
+def metric_column(metric: str) -> str:
+    """Column of a final logged value: train/val/test metrics keep their names; anything else
+    (e.g. LearningRateMonitor's `lr-AdamW`, the last learning rate of the schedule) is
+    `logged/<name>`, so that nobody reads it as the job's setting."""
+    return metric if metric.startswith(("train/", "val/", "test/")) else f"logged/{metric}"
+
+
 def _varying(records: list[dict]) -> tuple[list[str], list[str]]:
     """(overrides shared by every job, per-job text of the overrides that differ)."""
     common = set.intersection(*(set(r["overrides"]) for r in records))
@@ -193,15 +209,18 @@ def write_summary(sweep_dir: Path, records: list[dict], replica_keys=("seed", "f
     shown = [m for m in every_metric if m.startswith(("val/", "test/"))]
     objective = next((r["objective_name"] for r in records if r["objective_name"]), "objective")
     shared, varying = _varying(records)
+    settings = [override_settings(r["overrides"]) for r in records]
+    keys = list(dict.fromkeys(k for job in settings for k in job))  # in the order first given
     rows = []
     for i, r in enumerate(records):
         rows.append({"job": r["job"], "best": "*" if i == best else "", "status": r["status"],
-                     "objective": r["objective"], **{m: r["metrics"].get(m) for m in every_metric},
+                     "objective": r["objective"], **{k: settings[i].get(k, "") for k in keys},
+                     **{metric_column(m): r["metrics"].get(m) for m in every_metric},
                      "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
                      "overrides": " ".join(r["overrides"]),
                      "varying": varying[i], "run_dir": r["run_dir"], "error": r["error"]})
-    header = ["job", "best", "status", "objective", *every_metric, "wall_s", "overrides",
-              "run_dir", "error"]
+    header = ["job", "best", "status", "objective", *keys, *map(metric_column, every_metric),
+              "wall_s", "overrides", "run_dir", "error"]
     with open(sweep_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
