@@ -21,6 +21,7 @@ from common import PY, ROOT, table, time_command
 # name -> (train.py override, extra environment); OMP_NUM_THREADS is removed for all of them
 SETTINGS = {
     "torch default": ("threads=null", {}),
+    "2 threads, passive wait": ("threads=2", {}),
     "1 thread": ("threads=1", {}),
     "torch default, passive wait": ("threads=null", {"OMP_WAIT_POLICY": "PASSIVE"}),
     "auto (litlab default)": ("threads=auto", {}),

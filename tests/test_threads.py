@@ -14,6 +14,7 @@ def machine(monkeypatch):
     """A fake machine: `machine(cores, load)`; OMP_NUM_THREADS unset."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
 
     def set_machine(cores: int, load: float) -> None:
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
@@ -59,6 +60,7 @@ def test_apply_exports_the_count_before_torch_and_sets_it_after(machine, monkeyp
     cfg = OmegaConf.create({"threads": "auto", "trainer": {"devices": 1}})
     assert threads.apply(cfg) == 3
     assert os.environ["OMP_NUM_THREADS"] == "3" and os.environ["MKL_NUM_THREADS"] == "3"
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"  # waiting threads sleep, never spin
     import torch
 
     before = torch.get_num_threads()

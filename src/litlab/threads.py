@@ -8,8 +8,8 @@ average, and splits what is left between the run's local processes (DDP): never 
 An `OMP_NUM_THREADS` already in the environment wins over `auto` (the test suite sets 1).
 
 `apply` runs from `litlab.cli.task`, before the task imports torch: it exports the count as
-OMP_NUM_THREADS/MKL_NUM_THREADS, which torch, its DDP child processes and dataloader workers
-read. If torch is already imported (a second job of a multirun), it calls torch.set_num_threads.
+OMP_NUM_THREADS/MKL_NUM_THREADS, and OMP_WAIT_POLICY=PASSIVE unless set, which torch, its DDP
+child processes and dataloader workers read. If torch is already imported (a second job of a multirun), it calls torch.set_num_threads.
 The count stays in the environment, so the later jobs of a multirun keep the first job's
 decision (the load they would see is their own).
 """
@@ -72,6 +72,9 @@ def apply(cfg) -> int | None:
         return None
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[key] = str(count)
+    # threads that sleep while they wait, instead of spinning: if other jobs start after this
+    # run chose its count, 2 threads on 2 busy cores ran 3.4x faster so (BENCHMARKS.md)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(count)
     return count

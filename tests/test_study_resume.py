@@ -1,0 +1,113 @@
+"""Resuming an Optuna study never mixes budgets silently: the non-searched overrides are stored
+with the study, and a command with other values is refused in one line (litlab.sweeps.study_settings)."""
+
+import logging
+
+import pytest
+
+from litlab.errors import UserError
+from litlab.sweeps import study_settings
+
+FAST = [
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1",
+    "trainer.num_sanity_val_steps=0",
+    "hydra.sweeper.pruner=null",
+]
+
+
+def new_study(storage=None):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(study_name="digits_cnn", storage=storage, load_if_exists=True)
+
+
+def test_the_first_command_stores_its_settings_and_the_same_settings_resume():
+    study = new_study()
+    study_settings.check(study, ["trainer.max_epochs=3", "+data.fold=2", "paths.log_dir=/a"])
+    assert study.user_attrs["fixed_overrides"] == {"trainer.max_epochs": "3", "data.fold": "2"}
+    # where files go and what is printed may differ: a second worker on another machine
+    study_settings.check(
+        study,
+        [
+            "data.fold=2",
+            "trainer.max_epochs=3",
+            "paths.log_dir=/b",
+            "extras.print_config=false",
+            "threads=1",
+            "logger=tensorboard",
+        ],
+    )
+
+
+def test_other_settings_are_refused_naming_the_keys_and_both_ways_out(caplog):
+    study = new_study()
+    study_settings.check(study, ["trainer.max_epochs=3", "seed=1"])
+    with pytest.raises(UserError) as err:
+        study_settings.check(study, ["trainer.max_epochs=5", "seed=1", "data.batch_size=32"])
+    message = str(err.value)
+    assert "data.batch_size=(not set) then, 32 now, trainer.max_epochs=3 then, 5 now" in message
+    assert "hydra.sweeper.study_name=digits_cnn_2" in message
+    assert "hydra.sweeper.strict_resume=false" in message and "\n" not in message
+    with caplog.at_level(logging.WARNING):  # on purpose: resumed, with a warning
+        study_settings.check(study, ["trainer.max_epochs=5", "seed=1"], strict=False)
+    assert "trainer.max_epochs=3 then, 5 now" in caplog.text
+    assert study.user_attrs["fixed_overrides"]["trainer.max_epochs"] == "3"  # the study's own
+
+
+def test_the_command_line_refuses_before_any_trial(cli, tmp_path):
+    folder = tmp_path / "logs" / "train" / "searches" / "digits_cnn"
+    folder.mkdir(parents=True)
+    study = new_study(f"sqlite:///{folder / 'optuna.db'}")
+    study_settings.check(study, ["hparams_search=digits_cnn", "trainer.max_epochs=3"])
+    proc = cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        "hparams_search=digits_cnn",
+        "trainer.max_epochs=5",
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    expected = (
+        "error: study digits_cnn was started with other settings (trainer.max_epochs=3 then, "
+        "5 now): its trials would not be comparable. Start a new study with "
+        "hydra.sweeper.study_name=digits_cnn_2, rerun with the study's settings, or mix them on "
+        "purpose with hydra.sweeper.strict_resume=false"
+    )
+    assert proc.stderr.strip().splitlines() == [expected]
+    assert new_study(f"sqlite:///{folder / 'optuna.db'}").trials == []
+    assert not list(folder.glob("trial_*"))
+
+
+@pytest.mark.slow
+def test_a_real_search_resumed_with_another_budget(cli, tmp_path):
+    """The issue's sequence, with 1-epoch trials: 1 trial; the same search with 2 epochs is
+    refused; resumed on purpose it runs the second trial; a new study name starts afresh."""
+    search = ["hydra.mode=MULTIRUN", "hparams_search=digits_cnn", *FAST]
+    cli("train.py", *search, "hydra.sweeper.n_trials=1")
+    refused = cli(
+        "train.py", *search, "hydra.sweeper.n_trials=2", "trainer.max_epochs=2", check=False
+    )
+    assert refused.returncode == 2 and "trainer.max_epochs=1 then, 2 now" in refused.stderr
+    folder = tmp_path / "logs" / "train" / "searches"
+    db = f"sqlite:///{folder / 'digits_cnn' / 'optuna.db'}"
+    assert len(new_study(db).trials) == 1
+    cli(
+        "train.py",
+        *search,
+        "hydra.sweeper.n_trials=2",
+        "trainer.max_epochs=2",
+        "hydra.sweeper.strict_resume=false",
+    )
+    assert len(new_study(db).trials) == 2
+    cli(
+        "train.py",
+        *search,
+        "hydra.sweeper.n_trials=1",
+        "trainer.max_epochs=2",
+        "hydra.sweeper.study_name=digits_cnn_2",
+    )
+    assert (folder / "digits_cnn_2" / "best_params.yaml").is_file()
