@@ -1,0 +1,185 @@
+"""What a template repository ships, each working: LICENSE, pre-commit hooks that pass on the
+tree and run offline, CI calling `.ci/run`, an installable package, a complete .env.example,
+and a CPU-only torch route in the Makefile."""
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the venv's tools: ruff, nbstripout, pre-commit-hooks
+
+
+def tracked_files() -> list[Path]:
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    names = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    return [ROOT / n for n in names if n and (ROOT / n).is_file()]
+
+
+def test_license_is_mit_and_the_package_says_so():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] == "MIT"
+
+
+def test_pre_commit_hooks_are_local_and_their_tools_are_installed():
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = [h for repo in config["repos"] for h in repo["hooks"]]
+    assert all(repo["repo"] == "local" for repo in config["repos"])  # nothing to fetch
+    assert {h["id"] for h in hooks} >= {
+        "ruff-check",
+        "ruff-format",
+        "trailing-whitespace",
+        "end-of-file",
+        "nbstripout",
+    }
+    for hook in hooks:
+        assert hook["language"] == "system"
+        tool = hook["entry"].split()[0]
+        assert (BIN / tool).is_file() or shutil.which(tool), f"{tool} is not installed"
+
+
+def test_ruff_lint_and_format_pass_on_the_tree():
+    """The checks pre-commit's ruff hooks make, run with the installed ruff (pre-commit itself
+    would also work offline here, but it writes fixes into the tree)."""
+    ruff = str(BIN / "ruff") if (BIN / "ruff").is_file() else "ruff"
+    for args in (["check", "--force-exclude", "."], ["format", "--check", "--force-exclude", "."]):
+        proc = subprocess.run([ruff, *args], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, f"ruff {' '.join(args)}:\n{proc.stdout[-3000:]}"
+
+
+def test_tracked_text_files_have_no_trailing_whitespace_and_end_with_a_newline():
+    bad = []
+    for path in tracked_files():
+        data = path.read_bytes()
+        if b"\0" in data[:8192] or not data:
+            continue  # binary or empty
+        text = data.decode("utf-8", errors="replace")
+        if not text.endswith("\n") or text.endswith("\n\n"):
+            bad.append(f"{path.relative_to(ROOT)}: end of file")
+        if path.suffix != ".md" and re.search(r"[ \t]+$", text, re.MULTILINE):
+            bad.append(f"{path.relative_to(ROOT)}: trailing whitespace")
+    assert not bad, bad
+
+
+def test_notebooks_are_committed_without_outputs():
+    import json
+
+    for path in (p for p in tracked_files() if p.suffix == ".ipynb"):
+        cells = json.loads(path.read_text())["cells"]
+        code = [c for c in cells if c["cell_type"] == "code"]
+        assert all(not c["outputs"] and c["execution_count"] is None for c in code), path
+
+
+def test_github_ci_runs_the_same_make_test_as_ci_run():
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
+    steps = [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]
+    assert ".ci/run" in steps
+    assert re.search(r"^make test\b", (ROOT / ".ci" / "run").read_text(), re.MULTILINE)
+
+
+def test_editable_install_imports_litlab_without_pythonpath(tmp_path):
+    """`pip install -e .` (offline: no dependencies, no build isolation) into a temp prefix;
+    its site dir alone makes `litlab` and the Hydra plugin importable from another folder."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--prefix",
+            str(tmp_path / "p"),
+            "-e",
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [site] = (tmp_path / "p").glob("lib/python*/site-packages")
+    code = (
+        "import site, sys; site.addsitedir(sys.argv[1]); import litlab, litlab.threads; "
+        "import hydra_plugins.litlab_optuna_sweeper.optuna_sweeper as p; "
+        "print(litlab.__file__); print(p.__file__)"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no PYTHONPATH
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(site)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [
+        str(ROOT / "src" / "litlab" / "__init__.py"),
+        str(ROOT / "src" / "hydra_plugins" / "litlab_optuna_sweeper" / "optuna_sweeper.py"),
+    ]
+
+
+def test_env_example_lists_every_variable_the_project_reads():
+    listed = set(
+        re.findall(r"^([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.MULTILINE)
+    )
+    code = " ".join(
+        p.read_text() for p in [*ROOT.glob("src/**/*.py"), *ROOT.glob("configs/**/*.yaml")]
+    )
+    read = set(re.findall(r"environ(?:\.get\(|\[)\"([A-Z][A-Z0-9_]+)\"", code))
+    read |= set(re.findall(r"oc\.env:([A-Z][A-Z0-9_]+)", code))
+    user_facing = {v for v in read if v.startswith(("LITLAB_", "WANDB_", "MLFLOW_", "HYDRA_"))}
+    user_facing.discard("LITLAB_OPTUNA_TRIAL")  # set by the sweeper for its own jobs
+    assert user_facing <= listed, user_facing - listed
+    assert {
+        "LITLAB_DATA_DIR",
+        "OMP_NUM_THREADS",
+        "WANDB_MODE",
+        "WANDB_API_KEY",
+        "MLFLOW_TRACKING_URI",
+    } <= listed
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_installs_cpu_torch_only_when_asked():
+    """`make -n` prints the commands without running them; -B as if .venv did not exist."""
+
+    def commands(*args: str) -> str:
+        return subprocess.run(
+            ["make", "-n", "-B", *args, ".venv/.installed"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    pins = re.findall(
+        r"^(torch(?:vision)?==\S+)", (ROOT / "requirements.txt").read_text(), re.MULTILINE
+    )
+    assert len(pins) == 2
+    default = commands()
+    assert "download.pytorch.org" not in default and "pip install -r requirements.txt" in default
+    cpu = commands("TORCH=cpu").splitlines()
+    torch_line = next(ln for ln in cpu if "--index-url" in ln)
+    assert torch_line.endswith(f"--index-url https://download.pytorch.org/whl/cpu {' '.join(pins)}")
+    assert cpu.index(torch_line) < next(i for i, ln in enumerate(cpu) if "-r requirements" in ln)
+    wrong = subprocess.run(
+        ["make", "-n", "-B", "TORCH=gpu", ".venv/.installed"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert wrong.returncode != 0 and "TORCH=gpu is not known" in wrong.stderr
