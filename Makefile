@@ -36,6 +36,7 @@ bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an
 	PYTHONPATH=src $(PY) bench/startup.py
 	PYTHONPATH=src $(PY) bench/overhead.py
 	PYTHONPATH=src $(PY) bench/default_run.py
+	$(PY) bench/threads.py
 
 clean:  ## remove run outputs (keeps data/ and .venv)
 	rm -rf logs/* .pytest_cache
