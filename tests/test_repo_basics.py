@@ -2,6 +2,7 @@
 tree and run offline, CI calling `.ci/run`, an installable package, a complete .env.example,
 and a CPU-only torch route in the Makefile."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -151,6 +152,37 @@ def test_env_example_lists_every_variable_the_project_reads():
         "WANDB_API_KEY",
         "MLFLOW_TRACKING_URI",
     } <= listed
+
+
+def test_litlab_data_dir_moves_the_data_root(monkeypatch, tmp_path):
+    from litlab.config.compose import compose
+
+    assert compose("train", [], output_dir=tmp_path).paths.data_dir == str(ROOT / "data")
+    monkeypatch.setenv("LITLAB_DATA_DIR", "/shared/datasets")
+    assert compose("train", [], output_dir=tmp_path).paths.data_dir == "/shared/datasets"
+
+
+@pytest.mark.slow
+def test_pre_commit_itself_passes_offline_on_a_clone(tmp_path):
+    """`pre-commit run --all-files` on a clone of HEAD (it would write fixes into the tree);
+    all hooks are local, so it needs no network."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(tmp_path / "repo")], check=True)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "PRE_COMMIT_HOME": str(tmp_path / "cache"),
+    }
+    proc = subprocess.run(
+        [str(BIN / "pre-commit"), "run", "--all-files"],
+        cwd=tmp_path / "repo",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
