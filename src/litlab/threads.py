@@ -2,7 +2,7 @@
 
 Why: torch starts one OpenMP thread per core, and a thread that finds its core taken by another
 job holds every parallel op back. On a 2-core machine with other jobs on it, the default digits
-run took 5-12x longer with torch's 2 threads than with 1 (BENCHMARKS.md, "Threads").
+run took 3-7x longer with torch's 2 threads than with 1 (BENCHMARKS.md, "Threads").
 `auto` takes the cores this process may use (its CPU affinity), subtracts the 1-minute load
 average, and splits what is left between the run's local processes (DDP): never less than one.
 An `OMP_NUM_THREADS` already in the environment wins over `auto` (the test suite sets 1).
