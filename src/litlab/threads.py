@@ -9,9 +9,9 @@ An `OMP_NUM_THREADS` already in the environment wins over `auto` (the test suite
 
 `apply` runs from `litlab.cli.task`, before the task imports torch: it exports the count as
 OMP_NUM_THREADS/MKL_NUM_THREADS, and OMP_WAIT_POLICY=PASSIVE unless set, which torch, its DDP
-child processes and dataloader workers read. If torch is already imported (a second job of a multirun), it calls torch.set_num_threads.
-The count stays in the environment, so the later jobs of a multirun keep the first job's
-decision (the load they would see is their own).
+child processes and dataloader workers read. If torch is already imported (a later job of a
+multirun), it calls torch.set_num_threads. The count stays in the environment, so the later
+jobs of a multirun keep the first job's decision (the load they would see is their own).
 """
 
 import os
