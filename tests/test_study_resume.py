@@ -1,5 +1,6 @@
 """Resuming an Optuna study never mixes budgets silently: the non-searched overrides are stored
-with the study, and a command with other values is refused in one line (litlab.sweeps.study_settings)."""
+with the study, and a command with other values is refused in one line
+(litlab.sweeps.study_settings)."""
 
 import logging
 
