@@ -5,6 +5,7 @@ case ids that match between predictions.csv and the masks."""
 import csv
 from pathlib import Path
 
+import pytest
 from conftest import compose, run_dirs
 
 TINY = [
@@ -73,6 +74,7 @@ def test_summary_csv_has_a_column_per_override_and_marks_logged_values(tmp_path)
     assert float(rows[0]["logged/lr-AdamW"]) == 0.0025 and rows[0]["best"] == "*"
 
 
+@pytest.mark.slow  # MONAI's import and a sliding-window pass: ~10 s of CPU
 def test_unet3d_predictions_use_the_case_ids_of_the_mask_files(tmp_path):
     from litlab.config import build
     from litlab.utils import predictions
