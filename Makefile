@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: train test bench clean help
+.PHONY: train test bench doctor new-task clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
@@ -26,6 +26,12 @@ bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an
 	PYTHONPATH=src $(PY) bench/startup.py
 	PYTHONPATH=src $(PY) bench/overhead.py
 	PYTHONPATH=src $(PY) bench/default_run.py
+
+doctor: $(VENV)/.installed  ## check this machine: versions, devices, all-reduce, loopback, disk, data
+	PYTHONPATH=src $(PY) -m litlab.doctor $(ARGS)
+
+new-task: $(VENV)/.installed  ## copy a domain into a new task: make new-task NAME=mytask FROM=vision|medical3d|graph
+	PYTHONPATH=src $(PY) -m litlab.scaffold "$(NAME)" "$(FROM)"
 
 clean:  ## remove run outputs (keeps data/ and .venv)
 	rm -rf logs/* .pytest_cache

@@ -58,7 +58,9 @@ def _top_level_names(tree: ast.Module) -> dict[str, ast.stmt]:
                 names[(alias.asname or alias.name).split(".")[0]] = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update({t.id: node for t in targets if isinstance(t, ast.Name)})
+            for target in targets:  # `A = ...` and `A, B = ...`
+                elts = target.elts if isinstance(target, ast.Tuple) else [target]
+                names.update({e.id: node for e in elts if isinstance(e, ast.Name)})
     return names
 
 
