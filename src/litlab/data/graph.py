@@ -27,7 +27,7 @@ from torch_geometric.loader import DataLoader
 
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
-from litlab.utils.splits import stratified_folds, stratified_split
+from litlab.data.splits import stratified_folds, stratified_split
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from torchvision.transforms import v2
 
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
-from litlab.utils.splits import stratified_split
+from litlab.data.splits import stratified_split
 
 
 def random_affine(x: torch.Tensor, degrees: float = 0.0, translate: float = 0.0,
