@@ -5,7 +5,7 @@ that need them, after Hydra has parsed the command line. `from litlab import tra
 gives the Python API (`litlab.api`), loaded on first use.
 """
 
-__all__ = ["train", "evaluate"]
+__all__ = ["evaluate", "train"]
 
 
 def __getattr__(name: str):
