@@ -10,7 +10,7 @@ TORCH ?=
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PINS := $(shell grep -oE '^torch(vision)?==[^ ]+' requirements.txt)
 
-.PHONY: train test bench clean help
+.PHONY: train test bench doctor new-task clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
@@ -37,6 +37,12 @@ bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an
 	PYTHONPATH=src $(PY) bench/overhead.py
 	PYTHONPATH=src $(PY) bench/default_run.py
 	$(PY) bench/threads.py
+
+doctor: $(VENV)/.installed  ## check this machine: versions, devices, all-reduce, loopback, disk, data
+	PYTHONPATH=src $(PY) -m litlab.doctor $(ARGS)
+
+new-task: $(VENV)/.installed  ## copy a domain into a new task: make new-task NAME=mytask FROM=vision|medical3d|graph
+	PYTHONPATH=src $(PY) -m litlab.scaffold "$(NAME)" "$(FROM)"
 
 clean:  ## remove run outputs (keeps data/ and .venv)
 	rm -rf logs/* .pytest_cache

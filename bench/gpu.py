@@ -50,8 +50,8 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
     import torch
     from lightning.pytorch.callbacks import Callback
 
-    from litlab.utils import distributed
     from litlab.config import build
+    from litlab.recipes import ddp
 
     class Throughput(Callback):
         """Samples/s of the training batches after the first epoch (synchronized clocks)."""
@@ -79,21 +79,20 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
                    f"trainer.max_epochs={epochs}", "~logger", "callbacks=none",
                    "extras.print_config=false", "+trainer.enable_progress_bar=false",
                    "+trainer.enable_model_summary=false", "test=false"], out)
-    distributed.install(str(ROOT / "src" / "train.py"))
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule = build.datamodule(cfg)
-    model = build.model(cfg, datamodule)
-    meter = Throughput()
-    trainer = build.trainer(cfg, extra_callbacks=[meter])
-    start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule)
-    wall = time.perf_counter() - start
-    metric = float(trainer.callback_metrics.get(cfg.model.monitor, float("nan")))
-    info = {"precision": str(trainer.precision), "strategy": type(trainer.strategy).__name__,
-            "backend": getattr(trainer.strategy, "process_group_backend", None) or "-",
-            "scaler": type(getattr(trainer.precision_plugin, "scaler", None)).__name__
-            .replace("NoneType", "none")}
-    distributed.finish(trainer)
+    with ddp.lifecycle(cfg, ROOT / "src" / "train.py") as ranks:
+        L.seed_everything(cfg.seed, workers=True)
+        datamodule = build.datamodule(cfg)
+        model = build.model(cfg, datamodule)
+        meter = Throughput()
+        trainer = build.trainer(cfg, extra_callbacks=[meter, ranks.callback()])
+        start = time.perf_counter()
+        trainer.fit(model, datamodule=datamodule)
+        wall = time.perf_counter() - start
+        metric = float(trainer.callback_metrics.get(cfg.model.monitor, float("nan")))
+        info = {"precision": str(trainer.precision), "strategy": type(trainer.strategy).__name__,
+                "backend": getattr(trainer.strategy, "process_group_backend", None) or "-",
+                "scaler": type(getattr(trainer.precision_plugin, "scaler", None)).__name__
+                .replace("NoneType", "none")}
     return {"samples_s": meter.samples / meter.seconds if meter.seconds else float("nan"),
             "wall": wall, "metric": metric, "monitor": cfg.model.monitor, **info}
 

@@ -52,13 +52,13 @@ def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs
 
 
 def test_resnet3d_classifies_phantoms_well_above_chance(tmp_path):
-    import train
+    from litlab.recipes.train import train
 
     cfg = compose("train", ["model=resnet3d", "data.num_volumes=160", "data.size=20",
                             "data.size_jitter=2", "model.net.conv1_stride=1",
                             "trainer.max_epochs=6", "logger=csv", "extras.print_config=false",
                             "callbacks.rich_progress_bar=null", "seed=0"], output_dir=tmp_path)
-    metrics = train.train(cfg)
+    metrics = train(cfg).metrics
     assert metrics["test/acc"] >= 0.8, metrics  # chance is 0.5 (balanced nodule / no nodule)
     assert metrics["test/auroc"] >= 0.85, metrics
 

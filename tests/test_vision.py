@@ -108,7 +108,7 @@ def test_same_seed_gives_bit_identical_weights(tmp_path):
     """Two CPU runs with one seed end with exactly the same weights (and another seed not)."""
     from conftest import compose
 
-    from train import train
+    from litlab.recipes.train import train
 
     def final_weights(seed: int, name: str):
         cfg = compose("train", [f"seed={seed}", "trainer.max_epochs=2", "test=false",

@@ -1,5 +1,16 @@
 """litlab: a Lightning + Hydra research template (vision, 3D medical imaging, graphs).
 
 Importing the package is cheap on purpose: torch and lightning are imported by the modules
-that need them, after Hydra has parsed the command line.
+that need them, after Hydra has parsed the command line. `from litlab import train, evaluate`
+gives the Python API (`litlab.api`), loaded on first use.
 """
+
+__all__ = ["evaluate", "train"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from litlab import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'litlab' has no attribute {name!r}")

@@ -10,41 +10,19 @@ Set HYDRA_FULL_ERROR=1 to get full tracebacks instead.
 import functools
 import io
 import os
-import re
-import shutil
 import sys
 
 from litlab import threads
-from litlab.errors import UserError, first_line  # noqa: F401  (raised by everyone, printed here)
+from litlab.config import hydra_errors
+from litlab.errors import UserError
+from litlab.recipes import run_dir
+from litlab.utils.distributed import is_rank_zero
 
 EXIT_BAD_INPUT = 2
 
 
 def _full_errors() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
-
-
-def condense(message: str) -> str:
-    """Turn one of Hydra's multi-line composition errors into a single line."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if "HYDRA_FULL_ERROR" not in ln]
-    missing = re.search(r"Could not find '([^']+)'", message)
-    if missing and "Available options" in message:
-        group, _, value = missing.group(1).rpartition("/")
-        after = message.split("Available options", 1)[1].splitlines()[1:]
-        options = []
-        for line in after:  # the indented lines right after the heading are the options
-            if not line[:1].isspace() or not line.strip():
-                break
-            options.append(line.strip())
-        return f"unknown option {group}={value}; valid {group} options: {', '.join(options)}"
-    key = re.search(r"Could not override '([^']+)'", message)
-    if key:
-        hint = next((ln for ln in lines if ln.startswith("To append")), "")
-        hint = hint.replace("To append to your config use", "to add a new key use")
-        return f"unknown config key '{key.group(1)}'" + (f" ({hint})" if hint else "")
-    lines = [ln for ln in lines if not ln.startswith(("full_key:", "object_type=", "reference_type="))]
-    return " ".join(lines)
 
 
 class _Buffer(io.StringIO):
@@ -87,17 +65,7 @@ def run(hydra_main) -> None:
             sys.stderr = real
             text = buffer.getvalue()
             if exit_.code not in (0, None) and text.strip() and not _full_errors():
-                message = condense(text)
-                key = re.match(r"unknown config key '([^']+)'", message)
-                if key:  # a typo: name the closest valid key
-                    from litlab.config.validate import closest_key
-
-                    message = message.replace(f"'{key.group(1)}'", f"'{key.group(1)}'" + closest_key(
-                        key.group(1), config_name, sys.argv[1:]), 1)
-                syntax = re.search(r"at input '([^']*)'", message)
-                arg = syntax and next((a for a in sys.argv[1:] if syntax.group(1) in a), None)
-                if arg:  # Hydra's parse errors do not say which override
-                    message = f"cannot parse override '{arg}': {message}"
+                message = hydra_errors.one_line(text, config_name, sys.argv[1:])
                 print(f"error: {message}", file=sys.stderr)
                 raise SystemExit(EXIT_BAD_INPUT) from None
             sys.stderr.write(text)
@@ -135,7 +103,7 @@ def task(fn):
     def wrapper(cfg):
         _release_stderr()
         out = _output_dir()
-        fresh = out is not None and _only_hydra_files(out) and is_rank_zero()
+        fresh = out is not None and run_dir.only_hydra_files(out) and is_rank_zero()
         try:
             threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
             return fn(cfg)
@@ -143,39 +111,9 @@ def task(fn):
             if _full_errors() or _is_multirun():
                 raise  # a sweep records the failed job and goes on
             if fresh:
-                _close_log_files()
-                shutil.rmtree(out, ignore_errors=True)
+                run_dir.remove(out)
             if is_rank_zero():  # DDP ranks > 0 fail alike; rank 0 says it once
                 print(f"error: {err}", file=sys.stderr)
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
 
     return wrapper
-
-
-def rank() -> int:
-    """Global rank from the launcher's environment, in Lightning's order (0 outside DDP): a
-    child rank Lightning (or litlab) starts has LOCAL_RANK only, and SLURM_PROCID can be set
-    in an salloc shell that SLURM does not manage."""
-    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
-        if key in os.environ:
-            return int(os.environ[key])
-    return 0
-
-
-def is_rank_zero() -> bool:
-    """False in DDP ranks > 0 (they share rank 0's run dir: they never write or remove it)."""
-    return rank() == 0 and os.environ.get("NODE_RANK", "0") == "0"
-
-
-def _only_hydra_files(path: str) -> bool:
-    entries = os.listdir(path) if os.path.isdir(path) else []
-    return all(e == ".hydra" or e.endswith(".log") for e in entries)
-
-
-def _close_log_files() -> None:
-    import logging
-
-    for handler in logging.getLogger().handlers[:]:
-        if isinstance(handler, logging.FileHandler):
-            handler.close()
-            logging.getLogger().removeHandler(handler)

@@ -1,10 +1,13 @@
 """What every split-based datamodule shares: one loader recipe, four Lightning hooks.
 
-A subclass fills `train_set`, `val_set`, `test_set` in `setup` and says how to wrap a dataset in
-`loader(dataset, train)`. Under DDP, Lightning adds the distributed sampler itself and
+A subclass fills `train_set`, `val_set`, `test_set` in `setup`. Its `__init__` saves the
+loader settings (`batch_size`, `num_workers`, `persistent_workers`, `pin_memory`) as hparams,
+which `loader` turns into a torch DataLoader; a subclass with other batches (PyG graphs)
+overrides `loader(dataset, train)`. Under DDP, Lightning adds the distributed sampler itself and
 `litlab.utils.distributed` makes the val/test shards unpadded, so no sample counts twice.
 """
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
 
 
@@ -13,7 +16,16 @@ class SplitDataModule(L.LightningDataModule):
     predict_split = "test"
 
     def loader(self, dataset, train: bool) -> DataLoader:
-        raise NotImplementedError
+        """Shuffled training batches, ordered eval batches (of `eval_batch_size`)."""
+        h = self.hparams
+        # pin_memory null: pinned only when there is a GPU to copy to
+        pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
+        return DataLoader(dataset, batch_size=h.batch_size if train else self.eval_batch_size(),
+                          shuffle=train, num_workers=h.num_workers, pin_memory=pin,
+                          persistent_workers=h.persistent_workers and h.num_workers > 0)
+
+    def eval_batch_size(self) -> int:
+        return self.hparams.batch_size
 
     def train_dataloader(self):
         return self.loader(self.train_set, train=True)

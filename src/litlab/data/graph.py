@@ -27,7 +27,8 @@ from torch_geometric.loader import DataLoader
 
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
-from litlab.utils.splits import stratified_folds, stratified_split
+from litlab.data.splits import stratified_folds, stratified_split
+from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def _the_graph(items: list) -> Data:
 class NodeDataModule(L.LightningDataModule):
     """One graph with boolean `train_mask`/`val_mask`/`test_mask`; each loader yields it whole."""
 
-    task = "node_classification"
+    task = NODE_CLASSIFICATION
     predict_split = "test"
 
     def __init__(self, data_dir: str = "data", normalize_features: bool = False):
@@ -195,7 +196,7 @@ class TUDataModule(SplitDataModule):
     also the validation set: the protocol of Xu et al. (optimistic; see docs/graph.md).
     """
 
-    task = "graph_classification"
+    task = GRAPH_CLASSIFICATION
     def __init__(self, name: str = "MUTAG", data_dir: str = "data", batch_size: int = 32,
                  fold: int = 0, num_folds: int = 10, val_fraction: float = 0.1,
                  use_node_attr: bool = False, num_workers: int = 0, seed: int = 0):

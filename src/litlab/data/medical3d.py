@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from litlab.data import volumes as V
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
+from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +48,12 @@ class Medical3DDataModule(SplitDataModule):
         self.save_hyperparameters(logger=False)
         self.train_set = self.val_set = self.test_set = None
 
-    def loader(self, dataset, train: bool) -> DataLoader:
-        h = self.hparams
-        pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
-        return DataLoader(dataset, batch_size=h.batch_size if train else self.eval_batch_size(),
-                          shuffle=train, num_workers=h.num_workers, pin_memory=pin,
-                          persistent_workers=h.persistent_workers and h.num_workers > 0)
-
-    def eval_batch_size(self) -> int:
-        return self.hparams.batch_size
-
 
 # ============================================================================ segmentation
 class SegmentationDataModule(Medical3DDataModule):
     """Subclasses return preprocessed volumes; this class splits them and builds the datasets."""
 
-    task = "volume_segmentation"
+    task = VOLUME_SEGMENTATION
 
     def __init__(self, patch_size=(32, 32, 32), samples_per_volume: int = 2,
                  num_classes: int = 3, split_file: str | None = None, **kwargs):
@@ -193,7 +184,7 @@ class NiftiDataModule(SegmentationDataModule):
 class ClassificationDataModule(Medical3DDataModule):
     """Fixed-size volumes in memory (N, C, D, H, W) with integer labels; flips per batch."""
 
-    task = "volume_classification"
+    task = VOLUME_CLASSIFICATION
     in_channels, num_classes = 1, 2
 
     @property

@@ -6,12 +6,13 @@ datasets torchvision downloads (MNIST, Fashion-MNIST, CIFAR-10) are in `vision_d
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
-from litlab.utils.splits import stratified_split
+from litlab.data.splits import stratified_split
+from litlab.tasks import IMAGE_CLASSIFICATION
 
 
 def random_affine(x: torch.Tensor, degrees: float = 0.0, translate: float = 0.0,
@@ -59,7 +60,7 @@ class TensorImages(Dataset):
 class VisionDataModule(SplitDataModule):
     """Shared split/transform/loader logic; subclasses only say how to read their images."""
 
-    task = "image_classification"
+    task = IMAGE_CLASSIFICATION
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
@@ -117,13 +118,6 @@ class VisionDataModule(SplitDataModule):
         self.train_set = TensorImages(images[train_idx], labels[train_idx])
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*test)
-
-    def loader(self, dataset, train: bool) -> DataLoader:
-        h = self.hparams
-        pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
-        return DataLoader(dataset, batch_size=h.batch_size, shuffle=train,
-                          num_workers=h.num_workers, pin_memory=pin,
-                          persistent_workers=h.persistent_workers and h.num_workers > 0)
 
 
 class DigitsDataModule(VisionDataModule):

@@ -15,15 +15,14 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from litlab.models.base import LitModule
-
-NODE, GRAPH = "node_classification", "graph_classification"
+from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 
 
 class GNNClassifier(LitModule):
-    tasks = (NODE, GRAPH)
+    tasks = (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION)
 
-    def __init__(self, net, optimizer, num_classes: int, task: str = NODE, scheduler=None,
-                 **kwargs):
+    def __init__(self, net, optimizer, num_classes: int, task: str = NODE_CLASSIFICATION,
+                 scheduler=None, **kwargs):
         if task not in self.tasks:
             raise ValueError(f"task={task} is not one of {self.tasks}")
         self.num_classes = num_classes
@@ -38,7 +37,7 @@ class GNNClassifier(LitModule):
 
     @property
     def node_level(self) -> bool:
-        return self.hparams.task == NODE
+        return self.hparams.task == NODE_CLASSIFICATION
 
     def _share(self, mask: torch.Tensor) -> torch.Tensor:
         """This rank's nodes of a mask (all of them in a single process)."""

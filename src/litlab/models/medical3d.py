@@ -15,6 +15,7 @@ from torchmetrics.functional.segmentation import dice_score
 from torchmetrics.segmentation import DiceScore
 
 from litlab.models.base import LitModule
+from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class VolumeSegmenter(LitModule):
     """`val/dice` (the monitor) is the mean over volumes of the mean over foreground classes;
     `val/dice_K` is class K's mean over volumes."""
 
-    tasks = ("volume_segmentation",)
+    tasks = (VOLUME_SEGMENTATION,)
 
     def __init__(self, net, optimizer, num_classes: int, patch_size, scheduler=None,
                  sw_batch_size: int = 4, sw_overlap: float = 0.25, sw_mode: str = "gaussian",
@@ -116,7 +117,7 @@ class VolumeSegmenter(LitModule):
 class VolumeClassifier(LitModule):
     """Cross-entropy; accuracy and one-vs-rest macro AUROC (binary AUROC for two classes)."""
 
-    tasks = ("volume_classification",)
+    tasks = (VOLUME_CLASSIFICATION,)
 
     def __init__(self, net, optimizer, num_classes: int, scheduler=None,
                  label_smoothing: float = 0.0, **kwargs):

@@ -7,10 +7,11 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from torchvision.transforms import v2
 
 from litlab.models.base import LitModule
+from litlab.tasks import IMAGE_CLASSIFICATION
 
 
 class ImageClassifier(LitModule):
-    tasks = ("image_classification",)
+    tasks = (IMAGE_CLASSIFICATION,)
 
     def __init__(self, net, optimizer, num_classes: int, scheduler=None,
                  label_smoothing: float = 0.0, mixup_alpha: float = 0.0,

@@ -19,7 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.cli import is_rank_zero
+from litlab.utils.distributed import is_rank_zero
 
 RECORD = "sweep_job.json"
 

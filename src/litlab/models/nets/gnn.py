@@ -27,6 +27,8 @@ from torch_geometric.nn import (
 )
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
+from litlab.tasks import NODE_CLASSIFICATION
+
 CONVS = ("gcn", "gat", "sage", "gin", "mlp")
 READOUTS = {"sum": global_add_pool, "mean": global_mean_pool, "max": global_max_pool}
 
@@ -87,7 +89,7 @@ class GNN(nn.Module):
         act: str = "relu",
         norm: str | None = None,
         residual: bool = False,
-        task: str = "node_classification",
+        task: str = NODE_CLASSIFICATION,
         readout: str = "sum",
         jumping_knowledge: str = "last",
         readout_dropout: float | None = None,
@@ -101,7 +103,7 @@ class GNN(nn.Module):
             raise ValueError(f"conv={conv} is not one of {CONVS}")
         if readout not in READOUTS or jumping_knowledge not in ("last", "cat"):
             raise ValueError(f"readout must be one of {list(READOUTS)}, jumping_knowledge last|cat")
-        self.node_level = task == "node_classification"
+        self.node_level = task == NODE_CLASSIFICATION
         self.conv_name, self.heads, self.output_heads = conv, heads, output_heads
         self.attention_dropout, self.cached = attention_dropout, cached and self.node_level
         self.dropout = dropout

@@ -9,7 +9,7 @@ import rich
 import rich.console
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.cli import is_rank_zero
+from litlab.utils.distributed import is_rank_zero
 
 log = logging.getLogger(__name__)
 FIRST_KEYS = ("data", "model", "callbacks", "logger", "trainer", "paths", "extras")

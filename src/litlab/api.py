@@ -1,0 +1,54 @@
+"""litlab from Python (notebooks, scripts, new entry points): the same configs, run dir and
+one-line errors as the command line.
+
+    from litlab import train, evaluate
+    result = train(["model=gnn", "trainer.max_epochs=3"])   # as `python src/train.py ...`
+    result.metrics["test/acc"], result.run_dir, result.best_checkpoint
+    evaluate([f"ckpt_path={result.best_checkpoint}"])        # as `python src/eval.py ...`
+
+Bad input raises `litlab.errors.UserError` with the line the CLI prints after `error: `.
+"""
+from collections.abc import Sequence
+
+from litlab.errors import UserError
+from litlab.recipes.result import RunResult
+
+
+def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
+    from hydra.errors import HydraException
+
+    from litlab.checkpointing import resume
+    from litlab.config.compose import compose
+    from litlab.config.hydra_errors import one_line
+    from litlab.recipes import run_dir
+    from litlab.utils.distributed import is_rank_zero
+
+    overrides = resume.translate([config_name, *overrides], config_name)[1:]  # ckpt_path=last
+    try:
+        cfg = compose(config_name, overrides)
+    except (HydraException, ValueError) as err:
+        raise UserError(one_line(str(err), config_name, list(overrides))) from None
+    task_cfg = run_dir.start(cfg, config_name)
+    out = cfg.hydra.runtime.output_dir
+    fresh = run_dir.only_hydra_files(out) and is_rank_zero()
+    try:
+        return recipe(task_cfg)
+    except UserError:
+        if fresh:
+            run_dir.remove(out)
+        raise
+
+
+def train(overrides: Sequence[str] = ()) -> RunResult:
+    """Train and test as `python src/train.py *overrides` does; returns metrics, run dir and
+    the best checkpoint."""
+    from litlab.recipes.train import train as recipe
+
+    return _run("train", overrides, recipe)
+
+
+def evaluate(overrides: Sequence[str] = ()) -> RunResult:
+    """Test a checkpoint as `python src/eval.py ckpt_path=PATH *overrides` does."""
+    from litlab.recipes.evaluate import evaluate as recipe
+
+    return _run("eval", overrides, recipe)

@@ -1,0 +1,44 @@
+"""Hydra's composition errors (unknown group option, unknown key, bad override syntax) as the
+one line a user reads. The CLI condenses what Hydra prints; `litlab.train([...])` condenses the
+exception `compose` raises: both give the same line."""
+import re
+
+
+def condense(message: str) -> str:
+    """Turn one of Hydra's multi-line composition errors into a single line."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if "HYDRA_FULL_ERROR" not in ln]
+    missing = re.search(r"Could not find '([^']+)'", message)
+    if missing and "Available options" in message:
+        group, _, value = missing.group(1).rpartition("/")
+        after = message.split("Available options", 1)[1].splitlines()[1:]
+        options = []
+        for line in after:  # the indented lines right after the heading are the options
+            if not line[:1].isspace() or not line.strip():
+                break
+            options.append(line.strip())
+        return f"unknown option {group}={value}; valid {group} options: {', '.join(options)}"
+    key = re.search(r"Could not override '([^']+)'", message)
+    if key:
+        hint = next((ln for ln in lines if ln.startswith("To append")), "")
+        hint = hint.replace("To append to your config use", "to add a new key use")
+        return f"unknown config key '{key.group(1)}'" + (f" ({hint})" if hint else "")
+    lines = [ln for ln in lines if not ln.startswith(("full_key:", "object_type=", "reference_type="))]
+    return " ".join(lines)
+
+
+def one_line(message: str, config_name: str, overrides: list[str]) -> str:
+    """The condensed error, naming the closest valid key of a typo and the override Hydra
+    could not parse (its parse errors do not say which)."""
+    line = condense(message)
+    key = re.match(r"unknown config key '([^']+)'", line)
+    if key:
+        from litlab.config.validate import closest_key
+
+        hint = closest_key(key.group(1), config_name, list(overrides))
+        line = line.replace(f"'{key.group(1)}'", f"'{key.group(1)}'" + hint, 1)
+    syntax = re.search(r"at input '([^']*)'", line)
+    arg = syntax and next((a for a in overrides if syntax.group(1) in a), None)
+    if arg:
+        line = f"cannot parse override '{arg}': {line}"
+    return line

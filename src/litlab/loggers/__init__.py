@@ -1,0 +1,1 @@
+"""Loggers that Lightning lacks (named by configs/logger/)."""

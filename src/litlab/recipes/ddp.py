@@ -1,0 +1,274 @@
+"""The DDP lifecycle of a run, in one place: `with lifecycle(cfg, script) as ddp:` starts the
+ranks, `ddp.callback()` (given to the Trainer) hands them to Lightning, and leaving the block
+ends them together. The plumbing below is what Lightning + Hydra do not get right on their own.
+
+Lightning's `ddp` strategy re-executes the entry script once per extra local rank, with the
+parent's `sys.argv` plus `hydra.run.dir=<hydra.run.dir>`. Under a multirun that re-runs the
+whole sweep in every child (a sampling sweeper even draws other hyperparameters), writes into
+the wrong folder, and under submitit re-executes submitit's own module. `install` replaces
+that command: a child runs exactly its parent job's overrides, in the parent job's output dir.
+
+`early_ranks` starts trainer=ddp's other local ranks as soon as the config is composed, where
+Lightning starts them at `trainer.fit`: they import torch and build the job alongside rank 0
+instead of after it (a 10-epoch digits job: 2 processes took 1.7x one process's wall time,
+most of it rank 1's start-up while rank 0 waited). Lightning then finds the ranks' environment
+(LOCAL_RANK...) as under torchrun and starts none itself.
+
+`finish` ends a run cleanly: it destroys the process group while all ranks are alive, waits for
+the child ranks and fails when one failed. Plain Lightning does neither: rank 0, which hosts the
+rendezvous store, can exit while the other ranks' gloo threads still tear down against it (the
+likely cause of `terminate called without an active exception`; bench/ddp.py --stress).
+"""
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from collections.abc import Mapping
+
+from litlab.errors import UserError
+from litlab.utils.distributed import rank
+
+log = logging.getLogger(__name__)
+# environment a launch sets in the parent; restored after each job (multiruns start many)
+LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+# the job's hydra overrides that a child must not repeat (it is a single run, not a sweep)
+SWEEP_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.launcher", "hydra.sweeper",
+              "hydra.sweep", "hydra.run", "hydra.mode", "hydra.output_subdir")
+
+# set when something else starts the ranks (torchrun, SLURM, MPI, LSF) or we are a child rank
+STARTED_ELSEWHERE = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID",
+                     "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID")
+DDP = ("ddp", "lightning.pytorch.strategies.DDPStrategy",
+       "lightning.pytorch.strategies.ddp.DDPStrategy")
+
+_state: dict = {}
+
+
+def _remember(script: str) -> None:
+    """The entry script a child rank re-runs, and the environment before any launch."""
+    _state["script"] = os.path.abspath(script)
+    _state.setdefault("env", {k: os.environ.get(k) for k in LAUNCH_ENV})
+
+
+def child_command(local_rank: int) -> tuple[list[str], str]:
+    """The command of a child rank: the parent job's script and overrides, its output dir."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    hydra_overrides = [o for o in hc.overrides.hydra if not o.lstrip("~+").startswith(SWEEP_KEYS)]
+    out = hc.runtime.output_dir.replace("\\", "\\\\").replace('"', '\\"')
+    cmd = [sys.executable, _state["script"], *hc.overrides.task, *hydra_overrides,
+           f'hydra.run.dir="{out}"', "hydra.output_subdir=null"]
+    return cmd, hc.runtime.cwd
+
+
+def local_processes(trainer_cfg) -> int:
+    """How many processes trainer=ddp runs on this node; 0 when Lightning should start them
+    itself (another strategy, several nodes, a cluster launcher, devices it has to work out)."""
+    strategy = trainer_cfg.get("strategy")
+    target = strategy.get("_target_") if isinstance(strategy, Mapping) else strategy
+    if (target not in DDP or any(k in os.environ for k in STARTED_ELSEWHERE)
+            or trainer_cfg.get("num_nodes", 1) != 1
+            or isinstance(strategy, Mapping) and strategy.get("start_method", "popen") != "popen"):
+        return 0
+    devices, accelerator = trainer_cfg.get("devices"), trainer_cfg.get("accelerator", "auto")
+    if isinstance(devices, int) and devices > 0:
+        return devices
+    if isinstance(devices, str) and "," in devices:  # "0,1": GPU indices
+        return len([d for d in devices.split(",") if d.strip()])
+    if not isinstance(devices, (int, str)) and devices is not None:  # a list of GPU indices
+        return len(devices)
+    if devices in ("auto", -1, "-1") and accelerator in ("auto", "gpu", "cuda"):
+        from litlab.config.resolvers import certainly_no_gpu
+
+        if certainly_no_gpu():
+            return 0  # Lightning's "auto" on the CPU is one process
+        import torch
+
+        return torch.cuda.device_count()
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _check_reachable(address: str) -> None:
+    """The ranks meet over TCP at MASTER_ADDR: say so in one line when they cannot, instead of
+    waiting out the 30-minute rendezvous timeout (e.g. loopback down inside `unshare -n`)."""
+
+    try:
+        with socket.socket() as server, socket.socket() as client:
+            server.bind((address, 0))
+            server.listen(1)
+            client.settimeout(5)
+            client.connect(server.getsockname())
+    except OSError as err:
+        raise UserError(f"trainer=ddp: its processes cannot reach each other at {address} "
+                        f"({err.strerror or err}); bring the network interface up (for "
+                        f"127.0.0.1: ip link set lo up) or train in one process "
+                        f"(trainer=cpu)") from None
+
+
+@contextlib.contextmanager
+def early_ranks(cfg, script: str):
+    """Start the other local DDP ranks now (see the module's docstring), running `script`;
+    stop them if this process fails before the run ends."""
+    try:
+        n = local_processes(cfg.trainer) if cfg.get("trainer") else 0
+    except Exception:  # noqa: BLE001 (a broken trainer config: validation says it in one line)
+        n = 0
+    procs = []
+    if n > 1:
+        _check_reachable(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+        _remember(script)
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.update(NODE_RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(n))
+        for local_rank in range(1, n):
+            cmd, cwd = child_command(local_rank)
+            env = {**os.environ, "LOCAL_RANK": str(local_rank)}
+            procs.append(subprocess.Popen(cmd, env=env, cwd=cwd))
+    _state["early_procs"] = procs
+    try:
+        yield
+    except BaseException:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        if procs:
+            _restore_env()
+        raise
+    finally:
+        _state.pop("early_procs", None)
+
+
+def install(script: str) -> None:
+    """Patch Lightning (in memory) so that DDP children re-run exactly this job (above).
+
+    `script` is the entry point's path (a child re-executes it)."""
+    from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
+    from lightning.pytorch.strategies.launchers import subprocess_script as launcher
+
+    _remember(script)
+    launcher._hydra_subprocess_cmd = fabric_launcher._hydra_subprocess_cmd = child_command
+    if rank() > 0:
+        quiet_rank_console(rank())
+
+
+class _RankFormatter(logging.Formatter):
+    def __init__(self, inner: logging.Formatter | None, prefix: str):
+        super().__init__()
+        self.inner, self.prefix = inner or logging.Formatter(), prefix
+
+    def format(self, record):
+        return self.prefix + self.inner.format(record)
+
+
+def tag_log_lines(rank_: int) -> None:
+    """Prefix every log line with the rank (idempotent)."""
+    for handler in logging.getLogger().handlers:
+        if not isinstance(handler.formatter, _RankFormatter):
+            handler.setFormatter(_RankFormatter(handler.formatter, f"[rank{rank_}] "))
+
+
+def quiet_rank_console(rank_: int) -> None:
+    """Ranks > 0 log warnings and errors only (rank 0 already says the rest once)."""
+    tag_log_lines(rank_)
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    warnings.filterwarnings("ignore")  # the same Python warnings as rank 0's
+
+
+def attach(trainer) -> None:
+    """Hand the early-started ranks to Lightning's launcher (which kills them when this process
+    fails) and watch them as Lightning watches the ones it starts (a dead rank ends the job)."""
+    procs = _state.get("early_procs")
+    if not procs:
+        return
+    from lightning.fabric.strategies.launchers.subprocess_script import _launch_process_observer
+
+    launcher = getattr(trainer.strategy, "launcher", None)
+    if launcher is not None and hasattr(launcher, "procs"):
+        launcher.procs.extend(procs)
+    _launch_process_observer(procs)
+
+
+def describe(trainer, batch_size: int | None) -> None:
+    """Tag rank 0's lines and say how many samples one optimizer step sees."""
+    if trainer.world_size <= 1:
+        return
+    tag_log_lines(trainer.global_rank)
+    if batch_size and trainer.global_rank == 0:
+        accumulate = trainer.accumulate_grad_batches
+        log.info("DDP: %d processes x batch_size %d x accumulate_grad_batches %d = %d samples "
+                 "per optimizer step", trainer.world_size, batch_size, accumulate,
+                 trainer.world_size * batch_size * accumulate)
+
+
+def _restore_env() -> None:
+    """Undo the launch's environment: a multirun's next job starts afresh."""
+    for key, value in _state.get("env", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def finish(trainer) -> None:
+    """End a distributed run on every rank; rank 0 waits for its children and checks them."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()  # no rank tears down while another still talks to it
+        dist.destroy_process_group()
+    procs = getattr(getattr(trainer.strategy, "launcher", None), "procs", None) or []
+    procs = [p for p in procs if isinstance(p, subprocess.Popen)]  # ddp_spawn joined its own
+    failed = [(i + 1, p.wait()) for i, p in enumerate(procs)]
+    failed = [(r, code) for r, code in failed if code != 0]
+    _restore_env()
+    if failed:
+        raise RuntimeError(f"DDP child rank(s) failed: {failed} (local rank, exit code)")
+
+
+class _Run:
+    """What `lifecycle` yields: the callback that joins the Trainer to the started ranks."""
+
+    def __init__(self, script: str, cfg):
+        self.script, self.cfg, self.trainer = script, cfg, None
+
+    def callback(self):
+        """A Lightning callback for `build.trainer(..., extra_callbacks=[...])`: it makes DDP
+        children re-run this job (`install`), then at setup attaches and describes the ranks."""
+        from lightning.pytorch.callbacks import Callback
+
+        install(self.script)
+        run = self
+
+        class DDPLifecycle(Callback):
+            def setup(self, trainer, pl_module, stage: str) -> None:
+                if run.trainer is None:  # fit, then test: the ranks join once
+                    run.trainer = trainer
+                    attach(trainer)
+                    describe(trainer, run.cfg.data.get("batch_size"))
+
+        return DDPLifecycle()
+
+
+@contextlib.contextmanager
+def lifecycle(cfg, script):
+    """A run's ranks from start to end: early start (trainer=ddp), the child command, and a
+    clean end on every rank (barrier, process group destroyed, child ranks checked)."""
+    run = _Run(str(script), cfg)
+    with early_ranks(cfg, str(script)):
+        yield run
+        if run.trainer is not None:
+            finish(run.trainer)  # all ranks end together; fails if a child rank failed
+        else:
+            _restore_env()

@@ -1,0 +1,33 @@
+"""The evaluation recipe as a plain function: test a checkpoint on the split it was trained
+with (rebuilt from the config stored inside it) and write metrics.json and predictions.csv."""
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from litlab.recipes.result import RunResult
+
+
+def evaluate(cfg: DictConfig) -> RunResult:
+    """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
+    from litlab.config import validate
+
+    validate.eval_config(cfg)  # bad input fails here, in one line, before any data is read
+    from litlab.config import build
+    from litlab.recipes import predictions, report
+    from litlab.recipes.load import load_run
+
+    report.apply_extras(cfg)
+    run = load_run(cfg.ckpt_path, OmegaConf.to_container(cfg.data_overrides, resolve=True))
+    trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
+    evaluate_split = trainer.test if cfg.split == "test" else trainer.validate
+    metrics = evaluate_split(run.model, datamodule=run.datamodule)[0]
+    out = Path(cfg.paths.output_dir)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    if cfg.predictions:
+        run.datamodule.predict_split = cfg.split
+        batches = trainer.predict(run.model, datamodule=run.datamodule)
+        rows = predictions.write_csv(batches, out / "predictions.csv")
+        print(f"wrote {rows} predictions to {out / 'predictions.csv'}")
+    report.summary(cfg, metrics, cfg.ckpt_path)
+    return RunResult(metrics, out, str(cfg.ckpt_path))

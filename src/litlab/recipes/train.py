@@ -1,0 +1,44 @@
+"""The training recipe as a plain function of a composed config: seed, data, model, trainer,
+fit, test, report. `src/train.py` calls it under Hydra; `litlab.train([...])` composes first."""
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from litlab.config.resolvers import PROJECT_ROOT
+from litlab.recipes.result import RunResult
+
+#: what DDP child ranks re-run (the same job, its overrides; see litlab.recipes.ddp)
+ENTRY_POINT = PROJECT_ROOT / "src" / "train.py"
+
+
+def train(cfg: DictConfig) -> RunResult:
+    """Train (cfg.train), then test the best checkpoint (cfg.test); writes the run dir."""
+    from litlab.config import validate
+    from litlab.recipes import ddp
+
+    # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
+    with ddp.lifecycle(cfg, ENTRY_POINT) as ranks:
+        validate.train_config(cfg)  # bad input fails here, in one line, before data is read
+        import lightning as L
+
+        from litlab.config import build
+        from litlab.recipes import report
+
+        report.apply_extras(cfg)
+        L.seed_everything(cfg.seed, workers=True)
+        datamodule = build.datamodule(cfg)
+        model = build.model(cfg, datamodule)
+        trainer = build.trainer(cfg, extra_callbacks=[ranks.callback()])
+        report.log_hyperparameters(cfg, model, trainer)
+
+        if cfg.train:
+            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path,
+                        weights_only=True)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
+        if cfg.test:
+            trainer.test(model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
+            metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    report.save_metrics(cfg, metrics)
+    report.summary(cfg, metrics, checkpoint)
+    return RunResult(metrics, Path(cfg.paths.output_dir), checkpoint)

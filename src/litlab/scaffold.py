@@ -1,0 +1,182 @@
+"""`make new-task NAME=mytask FROM=vision|medical3d|graph`: copy one domain into a new task.
+
+A researcher's own task starts as a working copy of the closest domain: its datamodule,
+LightningModule and net under new names, their `data`/`model`/`experiment` configs and a test.
+Nothing outside the copy changes, and `python src/train.py experiment=NAME` trains at once.
+The copied classes subclass the same bases (SplitDataModule, LitModule...), so the copy is small:
+edit what the task needs and delete what it does not.
+"""
+import ast
+import keyword
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Domain:
+    data: tuple[str, str]  # (module, class) of the datamodule to copy
+    model: tuple[str, str]  # (module, class) of the LightningModule
+    net: tuple[str, str]  # (module, symbol) of the net; its whole module is copied
+    data_config: str
+    model_config: str
+    metric: str  # the test metric the copied test checks...
+    bar: float  # ... and the value it must beat after a short run of `epochs`
+    epochs: int
+
+
+DOMAINS = {
+    "vision": Domain(("litlab.data.vision", "DigitsDataModule"), ("litlab.models.vision", "ImageClassifier"),
+                     ("litlab.models.nets.cnn", "SmallCNN"), "digits", "cnn", "test/acc", 0.8, 3),
+    "medical3d": Domain(("litlab.data.medical3d", "PhantomSegmentationDataModule"),
+                        ("litlab.models.medical3d", "VolumeSegmenter"),
+                        ("litlab.models.nets.unet3d", "unet3d"), "phantom_seg", "unet3d", "test/dice", 0.3, 3),
+    "graph": Domain(("litlab.data.graph", "SBMDataModule"), ("litlab.models.graph", "GNNClassifier"),
+                    ("litlab.models.nets.gnn", "GNN"), "sbm", "gnn", "test/acc", 0.7, 60),
+}
+
+
+class ScaffoldError(Exception):
+    """A name that cannot become a task: shown as one line, exit 2."""
+
+
+def _source(module: str) -> str:
+    return (ROOT / "src" / (module.replace(".", "/") + ".py")).read_text()
+
+
+def _top_level_names(tree: ast.Module) -> dict[str, ast.stmt]:
+    """Each name the module binds at top level -> the statement that binds it."""
+    names = {}
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names[(alias.asname or alias.name).split(".")[0]] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:  # `A = ...` and `A, B = ...`
+                elts = target.elts if isinstance(target, ast.Tuple) else [target]
+                names.update({e.id: node for e in elts if isinstance(e, ast.Name)})
+    return names
+
+
+def copy_class(module: str, name: str, new_name: str) -> str:
+    """The class's source under `new_name`, with the imports it needs: the original module's
+    import lines for library names, and `from <module> import ...` for the module's own helpers."""
+    source = _source(module)
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    start = (cls.decorator_list[0] if cls.decorator_list else cls).lineno - 1
+    body = re.sub(rf"\b{name}\b", new_name, "\n".join(source.splitlines()[start:cls.end_lineno]))
+    used = {n.id for n in ast.walk(cls) if isinstance(n, ast.Name)}
+    bound = _top_level_names(tree)
+    is_import = lambda n: isinstance(n, (ast.Import, ast.ImportFrom))  # noqa: E731
+    needed = {bound[i] for i in used & set(bound) if is_import(bound[i])}
+    imports = [ast.get_source_segment(source, n) for n in sorted(needed, key=lambda n: n.lineno)]
+    own = sorted(i for i in used & set(bound) if i != name and not is_import(bound[i]))
+    if own:
+        imports.append(f"from {module} import {', '.join(own)}")
+    return "\n".join(imports) + "\n\n\n" + body + "\n"
+
+
+def camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def targets(name: str, root: Path) -> list[Path]:
+    """The files a copy named `name` writes: data, model, net, three configs, test."""
+    pkg = root / "src" / "litlab"
+    return [pkg / "data" / f"{name}.py", pkg / "models" / f"{name}.py", pkg / "models" / "nets" / f"{name}.py",
+            *(root / "configs" / group / f"{name}.yaml" for group in ("data", "model", "experiment")),
+            root / "tests" / f"test_{name}.py"]
+
+
+def check_name(name: str, root: Path) -> None:
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
+        raise ScaffoldError(f"NAME={name!r} is not a valid task name: use a lower-case Python "
+                            "identifier (letters, digits, underscores; e.g. NAME=lesions)")
+    taken = [p for p in targets(name, root) if p.exists()]
+    if taken:
+        raise ScaffoldError(f"NAME={name} exists already ({taken[0].relative_to(root)}): "
+                            "choose another name or delete the old copy first")
+
+
+def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
+    """Every file the copy writes, with its text (nothing is written until all are made)."""
+    if source not in DOMAINS:
+        raise ScaffoldError(f"FROM={source!r} is not a domain; valid: {', '.join(DOMAINS)}")
+    check_name(name, root)
+    d, C = DOMAINS[source], camel(name)
+    net_symbol = f"{C}Net" if d.net[1][0].isupper() else f"{name}_net"
+    header = f'"""{C}: copied from litlab\'s {source} domain by `make new-task` (edit freely)."""\n'
+    data_py, model_py, net_py, data_yaml, model_yaml, experiment_yaml, test_py = targets(name, root)
+    files = {data_py: header + copy_class(*d.data, f"{C}DataModule"),
+             model_py: header + copy_class(*d.model, f"{C}Module"),
+             net_py: re.sub(rf"\b{d.net[1]}\b", net_symbol, _source(d.net[0]))}
+    renamed = {f"{d.data[0]}.{d.data[1]}": f"litlab.data.{name}.{C}DataModule",
+               f"{d.model[0]}.{d.model[1]}": f"litlab.models.{name}.{C}Module",
+               f"{d.net[0]}.{d.net[1]}": f"litlab.models.nets.{name}.{net_symbol}"}
+    for group, old, path in (("data", d.data_config, data_yaml), ("model", d.model_config, model_yaml)):
+        text = (ROOT / "configs" / group / f"{old}.yaml").read_text()
+        for a, b in renamed.items():
+            text = text.replace(f"_target_: {a}\n", f"_target_: {b}\n")
+        # a model config that picks its own default data picks the copied data config
+        text = re.sub(rf"(override /data@_global_\.data: ){d.data_config}\b", rf"\g<1>{name}", text)
+        files[path] = f"# {name}: copied from {group}/{old}.yaml by `make new-task` (edit freely)\n" + text
+    files[experiment_yaml] = (
+        f"# @package _global_\n# {name}: `python src/train.py experiment={name}` "
+        f"(copied from the {source} domain by `make new-task`)\ndefaults:\n"
+        f"  - override /data: {name}\n  - override /model: {name}\n\ntask_name: {name}\ntags: [{name}]\n")
+    files[test_py] = TEST.format(name=name, metric=d.metric, bar=d.bar, epochs=d.epochs, source=source)
+    return files
+
+
+TEST = '''"""{name}: the copied task trains and beats its bar (copied from the {source} domain)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_{name}_trains(tmp_path):
+    cmd = [sys.executable, str(ROOT / "src" / "train.py"), "experiment={name}",
+           "trainer.max_epochs={epochs}", f"paths.log_dir={{tmp_path}}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads(next(tmp_path.glob("{name}/runs/*/metrics.json")).read_text())
+    assert metrics["{metric}"] > {bar}, metrics
+'''
+
+
+def create(name: str, source: str, root: Path = ROOT) -> list[Path]:
+    files = plan(name, source, root)
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(files)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or not all(argv):
+        print("error: usage: make new-task NAME=mytask FROM=vision|medical3d|graph", file=sys.stderr)
+        return 2
+    try:
+        written = create(*argv)
+    except ScaffoldError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path.relative_to(ROOT)}")
+    print(f"train it: python src/train.py experiment={argv[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
