@@ -27,6 +27,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
         from litlab.utils import report
         from litlab.config import build
+        from litlab import tuning
 
         distributed.install(__file__)  # DDP children re-run this job exactly (not the sweep)
         report.apply_extras(cfg)
@@ -39,6 +40,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         report.log_hyperparameters(cfg, model, trainer)
 
         if cfg.train:
+            tuning.run(build.instantiate_all(cfg.get("tune")), trainer, model, datamodule)
             trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path,
                         weights_only=True)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
