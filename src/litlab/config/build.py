@@ -59,10 +59,10 @@ def check_compatible(cfg: DictConfig) -> None:
             f"model={_choice('model')} ({', '.join(model_cls.tasks)}) cannot train on "
             f"data={_choice('data')} ({data_cls.task}); data that fit this model: "
             f"{', '.join(data_options(model_cls.tasks))}")
-    fitting_callbacks(cfg)
+    fitting_callbacks(cfg, quiet=True)
 
 
-def fitting_callbacks(cfg: DictConfig) -> dict:
+def fitting_callbacks(cfg: DictConfig, quiet: bool = False) -> dict:
     """The callbacks whose `tasks` (if they declare any) include the data task. One that does
     not fit is refused in one line, or left out when its config says `unfit: skip`."""
     task = hydra.utils.get_class(cfg.data._target_).task
@@ -74,7 +74,8 @@ def fitting_callbacks(cfg: DictConfig) -> dict:
             if node.get("unfit") != "skip":
                 raise UserError(f"callbacks.{name} ({', '.join(tasks)}) does not fit "
                                 f"data={_choice('data')} ({task}); remove it or pick other data")
-            log.info("callbacks.%s left out: it does not fit %s", name, task)
+            if not quiet:
+                log.info("callbacks.%s left out: it does not fit %s", name, task)
             continue
         fits[name] = node
     return fits

@@ -35,6 +35,10 @@ class ConfusionMatrix(TaskCallback):
         if not trainer.sanity_checking:
             self._update(pl_module, batch, "val")
 
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if trainer.state.fn == "validate" and self.matrix is not None:  # trainer.validate
+            self.write(trainer, "val")
+
     def on_fit_end(self, trainer, pl_module):
         if self.matrix is not None and self.matrix.update_called:  # the last val epoch
             self.write(trainer, "val")
