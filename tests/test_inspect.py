@@ -6,7 +6,6 @@ import os
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import compose, csv_test_metrics, results, run_cli, run_dirs
 
 MAX_POINTS, LR_RANGE = 100, (1e-5, 0.5)
@@ -115,7 +114,7 @@ def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(run):
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     import mlflow
 
-    run_dir, stdout, logs = run
+    _, stdout, logs = run
     client = mlflow.MlflowClient((logs / "mlflow").resolve().as_uri())
     mlflow.set_tracking_uri((logs / "mlflow").resolve().as_uri())
     runs = mlflow.search_runs(experiment_names=["litlab"])

@@ -2,6 +2,7 @@
 class, in 2D (a bright square on noise) and in 3D (the generated phantom's nodule). The maps are
 computed under `torch.inference_mode()`, as inside `trainer.test`."""
 import functools
+from typing import ClassVar
 
 import lightning as L
 import numpy as np
@@ -16,7 +17,7 @@ class BrightSquares(L.LightningDataModule):
     """16x16 noise images; class 1 holds a bright 4x4 square somewhere, class 0 none."""
 
     task = "image_classification"
-    dims = {"in_channels": 1, "num_classes": 2, "image_size": 16}
+    dims: ClassVar[dict] = {"in_channels": 1, "num_classes": 2, "image_size": 16}
 
     def __init__(self, n: int = 512, seed: int = 0):
         super().__init__()
@@ -80,10 +81,10 @@ def test_gradcam_3d_looks_at_the_phantom_nodule(tmp_path):
     from litlab.data.medical3d import PhantomClassificationDataModule, split_indices
     from litlab.models.medical3d import VolumeClassifier
 
-    size, L_seed = 24, L.seed_everything(0)
+    size = 24
+    L.seed_everything(0)
     dm = PhantomClassificationDataModule(num_volumes=240, size=size, size_jitter=2,
-                                         batch_size=16, augment=False, seed=L_seed,
-                                         data_dir=str(tmp_path))
+                                         batch_size=16, augment=False, seed=0)
     model = VolumeClassifier(small_3d_net(), functools.partial(torch.optim.Adam, lr=3e-3),
                              num_classes=2)
     L.Trainer(max_epochs=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,

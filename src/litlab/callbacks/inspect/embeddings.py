@@ -7,8 +7,15 @@ import csv
 import torch
 from torch import nn
 
-from litlab.callbacks.inspect.base import (CLASSIFICATION, TaskCallback, figure, flush,
-                                          save_figure, scores, tensorboards)
+from litlab.callbacks.inspect.base import (
+    CLASSIFICATION,
+    TaskCallback,
+    figure,
+    flush,
+    save_figure,
+    scores,
+    tensorboards,
+)
 
 
 def head(net: nn.Module) -> nn.Module:

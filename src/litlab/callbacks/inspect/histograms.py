@@ -6,8 +6,14 @@ import logging
 
 import torch
 
-from litlab.callbacks.inspect.base import (CLASSIFICATION, VOLUME_SEG, TaskCallback, flush, inputs,
-                                          tensorboards)
+from litlab.callbacks.inspect.base import (
+    CLASSIFICATION,
+    VOLUME_SEG,
+    TaskCallback,
+    flush,
+    inputs,
+    tensorboards,
+)
 
 log = logging.getLogger(__name__)
 
