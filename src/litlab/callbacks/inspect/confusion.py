@@ -5,7 +5,15 @@ import csv
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from litlab.callbacks.inspect.base import CLASSIFICATION, TaskCallback, figure, save_figure, scores
+from litlab.callbacks.inspect.base import (
+    CLASSIFICATION,
+    IMAGE,
+    VOLUME_CLS,
+    TaskCallback,
+    figure,
+    save_figure,
+    scores,
+)
 
 
 class ConfusionMatrix(TaskCallback):
@@ -22,10 +30,32 @@ class ConfusionMatrix(TaskCallback):
     def _reset(self, trainer, pl_module) -> None:
         n = self.num_classes or trainer.datamodule.dims["num_classes"]
         self.matrix = MulticlassConfusionMatrix(n, validate_args=False).to(pl_module.device)
+        self._logits = None
+        if self.task(trainer) in (IMAGE, VOLUME_CLS) and getattr(self, "_hook", None) is None:
+            # the step's own forward (one per batch) is captured: no second forward pass
+            self._hook = pl_module.register_forward_hook(self._capture)
+
+    def _capture(self, module, args, output) -> None:
+        if self._logits is None:  # the step's forward; not other callbacks' later ones
+            self._logits = output
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        self._logits = None
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        self._logits = None
 
     def _update(self, pl_module, batch, split: str) -> None:
-        logits, target = scores(pl_module, batch, split)
+        if getattr(self, "_hook", None) is not None and self._logits is not None:
+            logits, target = self._logits, batch[1]
+        else:
+            logits, target = scores(pl_module, batch, split)
         self.matrix.update(logits.argmax(1), target)
+
+    def _unhook(self) -> None:
+        if getattr(self, "_hook", None) is not None:
+            self._hook.remove()
+            self._hook = None
 
     def on_validation_epoch_start(self, trainer, pl_module):
         if not trainer.sanity_checking:
@@ -36,6 +66,7 @@ class ConfusionMatrix(TaskCallback):
             self._update(pl_module, batch, "val")
 
     def on_validation_epoch_end(self, trainer, pl_module):
+        self._unhook()
         if trainer.state.fn == "validate" and self.matrix is not None:  # trainer.validate
             self.write(trainer, "val")
 
@@ -50,6 +81,7 @@ class ConfusionMatrix(TaskCallback):
         self._update(pl_module, batch, "test")
 
     def on_test_epoch_end(self, trainer, pl_module):
+        self._unhook()
         self.write(trainer, "test")
 
     def write(self, trainer, split: str) -> None:

@@ -3,6 +3,7 @@ histograms every N epochs (TensorBoard), a one-line warning when a layer's gradi
 over `ratio` times below or above the median layer's, and the model graph once."""
 import copy
 import logging
+import warnings
 
 import torch
 
@@ -90,7 +91,8 @@ class ModelGraph(TaskCallback):
         writers = tensorboards(trainer)
         net = copy.deepcopy(pl_module.net).eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace's deprecation
                 for writer in writers:
                     writer.add_graph(net, inputs(batch)[:1].detach())
             flush(writers)
