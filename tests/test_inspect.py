@@ -164,3 +164,19 @@ def test_optional_logger_offline(logger, package, cli, tmp_path):
     cli("train.py", f"logger=[csv,{logger}]", "trainer.max_epochs=1",
         "trainer.limit_train_batches=2", env={"COMET_API_KEY": ""})
     assert csv_test_metrics(run_dirs(tmp_path / "logs")[-1])["test/acc"] > 0
+
+
+@pytest.mark.parametrize("override,key,target", [
+    ("profiler=simple", "trainer.profiler", "PrintedSimpleProfiler"),
+    ("profiler=advanced", "trainer.profiler", "PrintedAdvancedProfiler"),
+    ("profiler=pytorch", "callbacks.peak_memory", "PeakMemory"),
+    ("debug=profiler", "trainer.profiler", "PrintedSimpleProfiler"),
+    ("tune=batch_size", "tune.batch_size_find", "BatchSizeFinder"),
+    ("logger=many", "logger.mlflow", "LocalMLFlowLogger"),
+])
+def test_options_compose_to_their_classes(override, key, target, tmp_path):
+    from omegaconf import OmegaConf
+
+    cfg = compose("train", [override], output_dir=tmp_path)
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    assert OmegaConf.select(cfg, key)._target_.endswith(target)
