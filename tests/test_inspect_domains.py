@@ -51,7 +51,7 @@ def test_mlflow_multirun_one_run_per_job_named_by_overrides(cli, tmp_path):
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     import mlflow
 
-    cli("train.py", "-m", "logger=mlflow", "seed=1,2", "trainer.max_epochs=1",
+    cli("train.py", "hydra.mode=MULTIRUN", "logger=mlflow", "seed=1,2", "trainer.max_epochs=1",
         "trainer.limit_train_batches=2")
     mlflow.set_tracking_uri((tmp_path / "logs" / "mlflow").resolve().as_uri())
     runs = mlflow.search_runs(experiment_names=["litlab"])

@@ -47,8 +47,10 @@ class SamplePredictions(TaskCallback):
             pred, y = (torch.cat(t) for t in zip(*held))
             self.node_accuracy(trainer, pred, y, trainer.datamodule.dims["num_classes"])
             return
-        x, y, pred = (torch.cat(t) for t in zip(*held))
-        fig = grid(x, y, pred) if task == IMAGE else slices(x, y, pred)
+        if task == IMAGE:
+            fig = grid(*(torch.cat(t) for t in zip(*held)))
+        else:  # volumes may differ in size: one list entry each
+            fig = slices(*([v for t in part for v in t] for part in zip(*held)))
         save_figure(trainer, fig, "samples")
 
     def node_accuracy(self, trainer, pred, y, num_classes: int) -> None:
@@ -85,17 +87,17 @@ def grid(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor):
     return fig
 
 
-def slices(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor):
+def slices(x: list, y: list, pred: list):
     """Middle axial slice of each volume: the true mask (left) and the predicted one (right)."""
     import numpy as np
 
     n = len(x)
     fig = figure(4, 2 * n)
     for i in range(n):
-        d = x.shape[2] // 2
+        d = x[i].shape[1] // 2
         for j, (mask, name) in enumerate(((y[i], "true"), (pred[i], "predicted"))):
             ax = fig.add_subplot(n, 2, 2 * i + j + 1)
-            ax.imshow(x[i, 0, d].numpy(), cmap="gray")
+            ax.imshow(x[i][0, d].numpy(), cmap="gray")
             m = mask[d].numpy().astype(float)
             ax.imshow(np.ma.masked_where(m == 0, m), cmap="autumn", alpha=0.5)
             ax.set_title(f"volume {i}: {name}", fontsize=7)
