@@ -180,3 +180,25 @@ def test_options_compose_to_their_classes(override, key, target, tmp_path):
     cfg = compose("train", [override], output_dir=tmp_path)
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     assert OmegaConf.select(cfg, key)._target_.endswith(target)
+
+
+def test_vanishing_gradient_is_named_in_one_warning_line(tmp_path, caplog):
+    import torch
+    from torch import nn
+
+    from litlab.callbacks.inspect.histograms import WeightGradHistograms
+
+    net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4))
+    for p in net.parameters():
+        p.grad = torch.ones_like(p)
+    net[1].weight.grad *= 1e-5  # 100,000x below the median layer's norm
+    trainer = SimpleNamespace(current_epoch=0, global_step=0, is_global_zero=True, loggers=[],
+                              default_root_dir=str(tmp_path))
+    callback = WeightGradHistograms(every_n_epochs=1)
+    callback.on_train_epoch_start(trainer, net)
+    with caplog.at_level("WARNING"):
+        callback.on_before_optimizer_step(trainer, net, None)
+        callback.on_before_optimizer_step(trainer, net, None)  # once per checked epoch
+    warned = [r.getMessage() for r in caplog.records if "gradient norms" in r.getMessage()]
+    assert len(warned) == 1 and "vanishing in 1.weight" in warned[0]
+    assert "exploding" not in warned[0] and "\n" not in warned[0]
