@@ -59,3 +59,24 @@ def test_mlflow_multirun_one_run_per_job_named_by_overrides(cli, tmp_path):
     assert len(names) == 2 and "seed=1" in names[0] and "seed=2" in names[1]
     assert sorted(runs["params.seed"]) == ["1", "2"]
     assert runs["metrics.test/acc"].notna().all()
+
+
+@pytest.mark.slow
+def test_batch_size_finder_sets_the_batch_size_trained_with(cli, tmp_path):
+    import json
+
+    proc = cli("train.py", "tune=batch_size", "tune.batch_size_find.max_trials=3",
+               "trainer.max_epochs=1")
+    run = run_dirs(tmp_path / "logs")[-1]
+    found = json.loads((run / "tune" / "batch_size.json").read_text())["batch_size"]
+    assert found == 8  # three trials (2, 4, 8): none fails on this data
+    assert "Batch-size finder: batch_size=8" in proc.stdout
+    from conftest import compose
+
+    from litlab.config import build
+
+    dm = build.datamodule(compose("train", [], output_dir=tmp_path / "x"))
+    dm.setup("fit")
+    batches = -(-len(dm.train_set) // 8)  # one epoch of batches of 8
+    steps = [int(r["step"]) for r in read(run / "csv" / "metrics.csv") if r.get("train/loss")]
+    assert steps[-1] in (batches - 1, batches)  # Lightning logs epoch ends at the last step

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities import rank_zero_only
 
 
 class LocalMLFlowLogger(MLFlowLogger):
@@ -43,6 +44,7 @@ class LocalMLFlowLogger(MLFlowLogger):
             self.experiment.log_artifact(self.run_id, str(path), folder)
             self._uploaded.add(str(path))
 
+    @rank_zero_only
     def finalize(self, status: str = "success") -> None:
         if self._initialized and status == "success":
             if self.run_dir is not None:
