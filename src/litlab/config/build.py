@@ -59,6 +59,28 @@ def check_compatible(cfg: DictConfig) -> None:
             f"model={_choice('model')} ({', '.join(model_cls.tasks)}) cannot train on "
             f"data={_choice('data')} ({data_cls.task}); data that fit this model: "
             f"{', '.join(data_options(model_cls.tasks))}")
+    fitting_callbacks(cfg, quiet=True)
+
+
+def fitting_callbacks(cfg: DictConfig, quiet: bool = False) -> dict:
+    """The callbacks whose `tasks` (if they declare any) include the data task. One that does
+    not fit is refused in one line, or left out when its config says `unfit: skip`."""
+    if not cfg.get("callbacks") or "data" not in cfg:  # eval.yaml: no callbacks, no data group
+        return dict(cfg.get("callbacks") or {})
+    task = hydra.utils.get_class(cfg.data._target_).task
+    fits = {}
+    for name, node in (cfg.get("callbacks") or {}).items():
+        tasks = (getattr(hydra.utils.get_class(node._target_), "tasks", None)
+                 if isinstance(node, DictConfig) and "_target_" in node else None)
+        if tasks and task not in tasks:
+            if node.get("unfit") != "skip":
+                raise UserError(f"callbacks.{name} ({', '.join(tasks)}) does not fit "
+                                f"data={_choice('data')} ({task}); remove it or pick other data")
+            if not quiet:
+                log.info("callbacks.%s left out: it does not fit %s", name, task)
+            continue
+        fits[name] = node
+    return fits
 
 
 def datamodule(cfg: DictConfig):
@@ -105,7 +127,7 @@ def _without_idle_checkpoints(callbacks: list) -> list:
 def trainer(cfg: DictConfig, extra_callbacks=()):
     from litlab.checkpointing.run_config import RunConfigInCheckpoint
 
-    callbacks = _without_idle_checkpoints(instantiate_all(cfg.get("callbacks")))
+    callbacks = _without_idle_checkpoints(instantiate_all(fitting_callbacks(cfg)))
     callbacks += list(extra_callbacks)
     callbacks.append(RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True)))
     loggers = instantiate_all(cfg.get("logger"))

@@ -125,8 +125,9 @@ def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) 
               f"  run dir          {out}",
               f"  checkpoint       {checkpoint or '(none written)'}",
               f"  logs             {out / (cfg.task_name + '.log')}"]
-    lines += [f"  {name:<16} {out / name}" for name in ("csv", "tensorboard", "wandb")
+    lines += [f"  {name:<16} {out / name}" for name in ("csv", "tensorboard", "wandb", "inspect")
               if (out / name).exists()]
+    lines += [f"  profiler         {p}" for p in sorted((out / "profiler").glob("*.txt"))]
     if (out / ".hydra" / "config.yaml").exists():
         lines.append(f"  config           {out / '.hydra' / 'config.yaml'}")
     print("\n".join(lines), flush=True)

@@ -22,6 +22,7 @@ def train(cfg: DictConfig) -> RunResult:
         import lightning as L
 
         from litlab.config import build
+        from litlab import tuning
         from litlab.recipes import report
 
         report.apply_extras(cfg)
@@ -32,6 +33,7 @@ def train(cfg: DictConfig) -> RunResult:
         report.log_hyperparameters(cfg, model, trainer)
 
         if cfg.train:
+            tuning.run(build.instantiate_all(cfg.get("tune")), trainer, model, datamodule)  # tune=
             trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path,
                         weights_only=True)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -1,0 +1,111 @@
+"""What the inspection callbacks share: the tasks they fit, where their files go, how a picture
+reaches every active logger, and how a batch becomes (logits, targets) for any domain."""
+import logging
+from pathlib import Path
+from typing import Literal
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+log = logging.getLogger(__name__)
+
+IMAGE, VOLUME_CLS, VOLUME_SEG = "image_classification", "volume_classification", "volume_segmentation"
+NODE, GRAPH = "node_classification", "graph_classification"
+CLASSIFICATION = (IMAGE, VOLUME_CLS, NODE, GRAPH)
+
+
+class TaskCallback(Callback):
+    """A callback that only makes sense for some data tasks.
+
+    `unfit`: what to do when the run's data task is not in `tasks`. `refuse` (a callback chosen
+    on its own): the run stops at build time in one line. `skip` (`callbacks=inspect`, which
+    turns everything on): it is left out with one log line."""
+
+    #: data tasks (the datamodule's `task`) this callback fits
+    tasks: tuple[str, ...] = ()
+
+    def __init__(self, unfit: Literal["refuse", "skip"] = "refuse"):
+        self.unfit = unfit
+
+    @staticmethod
+    def out_dir(trainer) -> Path:
+        """<run dir>/inspect: PNG and CSV files of every inspection callback."""
+        path = Path(trainer.default_root_dir) / "inspect"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @staticmethod
+    def task(trainer) -> str:
+        return getattr(trainer.datamodule, "task", "")
+
+
+def save_figure(trainer, fig, name: str, step: int | None = None) -> Path:
+    """Write `fig` as <run dir>/inspect/<name>.png and send it to every active logger."""
+    path = TaskCallback.out_dir(trainer) / f"{name}.png"
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    publish_image(trainer, path, name, trainer.global_step if step is None else step)
+    return path
+
+
+def publish_image(trainer, path: Path, name: str, step: int) -> None:
+    """TensorBoard gets the pixels, W&B the image, MLflow the file (as an artifact)."""
+    from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
+
+    for logger in trainer.loggers:
+        try:
+            if isinstance(logger, TensorBoardLogger):
+                from matplotlib.image import imread
+
+                pixels = imread(path)[..., :3]
+                logger.experiment.add_image(f"inspect/{name}", pixels, step, dataformats="HWC")
+            elif isinstance(logger, WandbLogger):
+                logger.log_image(key=f"inspect/{name}", images=[str(path)], step=step)
+            elif isinstance(logger, MLFlowLogger):
+                logger.experiment.log_artifact(logger.run_id, str(path), "plots")
+        except Exception as err:  # noqa: BLE001 (a logger failing must not end the run)
+            log.warning("could not send %s to %s: %s", name, type(logger).__name__, err)
+
+
+_OWN_WRITERS: dict[str, object] = {}
+
+
+def tensorboards(trainer) -> list:
+    """SummaryWriters of the TensorBoard loggers; without one, a writer of our own in
+    <run dir>/tensorboard (histograms, graph and projector need TensorBoard's format)."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    writers = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+    if writers:
+        return writers
+    path = str(Path(trainer.default_root_dir) / "tensorboard")
+    if path not in _OWN_WRITERS:
+        from torch.utils.tensorboard import SummaryWriter
+
+        _OWN_WRITERS[path] = SummaryWriter(path)
+    return [_OWN_WRITERS[path]]
+
+
+def flush(writers) -> None:
+    for writer in writers:
+        writer.flush()
+
+
+def scores(pl_module, batch, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, targets) of one evaluation batch for any classifier: the nodes of `split` on
+    this rank for node classification (the module's own `_scores`), else the batch's samples."""
+    if hasattr(pl_module, "_scores"):
+        return pl_module._scores(batch, split)
+    x, y = batch
+    return pl_module(x), y
+
+
+def inputs(batch) -> torch.Tensor:
+    """The images/volumes of a (x, y) batch or of a dict batch (segmentation)."""
+    return batch["image"] if isinstance(batch, dict) else batch[0]
+
+
+def figure(width: float, height: float):
+    """A matplotlib figure that needs no display (no pyplot state, no GUI backend)."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))

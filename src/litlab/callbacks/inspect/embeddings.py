@@ -1,0 +1,94 @@
+"""How the features cluster: the test samples' penultimate features (the input of the last
+linear layer; for node classification the input of the last graph conv, i.e. node embeddings),
+projected to 2D with scikit-learn's t-SNE and coloured by class. Capped at `max_points`; the
+raw features also go to TensorBoard's projector."""
+import csv
+
+import torch
+from torch import nn
+
+from litlab.callbacks.inspect.base import (
+    CLASSIFICATION,
+    TaskCallback,
+    figure,
+    flush,
+    save_figure,
+    scores,
+    tensorboards,
+)
+
+
+def head(net: nn.Module) -> nn.Module:
+    """The layer whose input is the embedding: a node-level GNN's last conv, else the last
+    `nn.Linear` (the classifier of CNNs, ResNets and graph-level GNNs)."""
+    if getattr(net, "node_level", False) and hasattr(net, "convs"):
+        return net.convs[-1]
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError(f"{type(net).__name__} has no nn.Linear head to take features from")
+    return linears[-1]
+
+
+class Embeddings(TaskCallback):
+    tasks = CLASSIFICATION
+
+    def __init__(self, max_points: int = 500, perplexity: float = 30.0, **kwargs):
+        super().__init__(**kwargs)
+        self.max_points, self.perplexity = max_points, perplexity
+        self._feats, self._labels, self._seen = [], [], None
+
+    def on_test_epoch_start(self, trainer, pl_module):
+        self._feats, self._labels = [], []
+        self._hook = head(pl_module.net).register_forward_pre_hook(self._capture)
+
+    def _capture(self, module, args):
+        self._seen = args[0]
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        held = sum(len(f) for f in self._feats)
+        if held >= self.max_points:
+            return
+        self._seen = None
+        _, target = scores(pl_module, batch, "test")  # one more forward, features captured
+        feats = self._seen
+        if hasattr(pl_module, "_scores") and pl_module.node_level:  # all nodes: keep the split's
+            feats = feats[pl_module._share(batch["test_mask"])]
+        keep = self.max_points - held
+        self._feats.append(feats[:keep].flatten(1).float().cpu())
+        self._labels.append(target[:keep].cpu())
+
+    def on_test_epoch_end(self, trainer, pl_module):
+        self._hook.remove()
+        if not self._feats or not trainer.is_global_zero:
+            return
+        feats, labels = torch.cat(self._feats), torch.cat(self._labels)
+        self._feats, self._labels = [], []
+        xy = tsne(feats.numpy(), self.perplexity, trainer.current_epoch)
+        out = self.out_dir(trainer)
+        with open(out / "tsne.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["x", "y", "label"])
+            w.writerows([round(float(a), 4), round(float(b), 4), int(c)]
+                        for (a, b), c in zip(xy, labels))
+        fig = figure(5, 5)
+        ax = fig.add_subplot()
+        points = ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=8)
+        ax.legend(*points.legend_elements(), title="class", fontsize=7, loc="best")
+        ax.set(title=f"t-SNE of {len(xy)} test embeddings", xticks=[], yticks=[])
+        save_figure(trainer, fig, "tsne")
+        projector(trainer, feats, labels)
+
+
+def tsne(feats, perplexity: float, seed: int):
+    from sklearn.manifold import TSNE
+
+    perplexity = min(perplexity, max(1.0, (len(feats) - 1) / 3))  # sklearn needs < n points
+    return TSNE(2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(feats)
+
+
+def projector(trainer, feats: torch.Tensor, labels: torch.Tensor) -> None:
+    writers = tensorboards(trainer)
+    for writer in writers:
+        writer.add_embedding(feats, metadata=labels.tolist(), global_step=trainer.global_step,
+                             tag="test_embeddings")
+    flush(writers)

@@ -1,0 +1,105 @@
+"""What the predictions look like, per domain, on the test set:
+- images: a grid of the first N test images titled with the true and predicted class;
+- 3D segmentation: the middle slice of the first N volumes, true and predicted masks overlaid;
+- node classification: the accuracy of each class (CSV and bar chart)."""
+import csv
+
+import torch
+
+from litlab.callbacks.inspect.base import IMAGE, NODE, VOLUME_SEG, TaskCallback, figure, save_figure
+
+
+class SamplePredictions(TaskCallback):
+    tasks = (IMAGE, VOLUME_SEG, NODE)
+
+    def __init__(self, num_samples: int = 16, **kwargs):
+        super().__init__(**kwargs)
+        self.num_samples = num_samples
+        self._held: list = []
+
+    def on_test_epoch_start(self, trainer, pl_module):
+        self._held = []
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        task = self.task(trainer)
+        if task == NODE:
+            logits, y = pl_module._scores(batch, "test")
+            self._held.append((logits.argmax(1).cpu(), y.cpu()))
+            return
+        held = sum(len(x) for x, _, _ in self._held)
+        if held >= self.num_samples:
+            return
+        keep = self.num_samples - held
+        if task == VOLUME_SEG:
+            x, y = batch["image"][:keep], batch["label"][:keep, 0]
+            pred = pl_module.infer(x).argmax(1)
+        else:
+            x, y = batch[0][:keep], batch[1][:keep]
+            pred = pl_module(x).argmax(1)
+        self._held.append((x.float().cpu(), y.cpu(), pred.cpu()))
+
+    def on_test_epoch_end(self, trainer, pl_module):
+        held, self._held = self._held, []
+        if not held or not trainer.is_global_zero:
+            return
+        task = self.task(trainer)
+        if task == NODE:
+            pred, y = (torch.cat(t) for t in zip(*held))
+            self.node_accuracy(trainer, pred, y, trainer.datamodule.dims["num_classes"])
+            return
+        if task == IMAGE:
+            fig = grid(*(torch.cat(t) for t in zip(*held)))
+        else:  # volumes may differ in size: one list entry each
+            fig = slices(*([v for t in part for v in t] for part in zip(*held)))
+        save_figure(trainer, fig, "samples")
+
+    def node_accuracy(self, trainer, pred, y, num_classes: int) -> None:
+        rows = []
+        for k in range(num_classes):
+            mine = y == k
+            rows.append([k, int(mine.sum()), round((pred[mine] == k).float().mean().item(), 4)
+                         if mine.any() else float("nan")])
+        with open(self.out_dir(trainer) / "per_class_accuracy.csv", "w", newline="") as f:
+            csv.writer(f).writerows([["class", "nodes", "accuracy"], *rows])
+        fig = figure(max(4, 0.5 * num_classes), 3)
+        ax = fig.add_subplot()
+        ax.bar([r[0] for r in rows], [r[2] for r in rows], color="tab:blue")
+        ax.set(xlabel="class", ylabel="test accuracy", ylim=(0, 1), xticks=range(num_classes),
+               title="node classification: accuracy per class")
+        save_figure(trainer, fig, "samples")
+
+
+def grid(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor):
+    n = len(x)
+    cols = min(n, 8)
+    rows = -(-n // cols)
+    fig = figure(1.4 * cols, 1.6 * rows)
+    for i in range(n):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        img = x[i]
+        img = (img - img.min()) / (img.max() - img.min() + 1e-12)  # normalized inputs back to [0, 1]
+        ax.imshow(img[0] if len(img) == 1 else img[:3].permute(1, 2, 0),
+                  cmap="gray" if len(img) == 1 else None)
+        ok = int(y[i]) == int(pred[i])
+        ax.set_title(f"true {int(y[i])} / pred {int(pred[i])}", fontsize=7,
+                     color="green" if ok else "red")
+        ax.axis("off")
+    return fig
+
+
+def slices(x: list, y: list, pred: list):
+    """Middle axial slice of each volume: the true mask (left) and the predicted one (right)."""
+    import numpy as np
+
+    n = len(x)
+    fig = figure(4, 2 * n)
+    for i in range(n):
+        d = x[i].shape[1] // 2
+        for j, (mask, name) in enumerate(((y[i], "true"), (pred[i], "predicted"))):
+            ax = fig.add_subplot(n, 2, 2 * i + j + 1)
+            ax.imshow(x[i][0, d].numpy(), cmap="gray")
+            m = mask[d].numpy().astype(float)
+            ax.imshow(np.ma.masked_where(m == 0, m), cmap="autumn", alpha=0.5)
+            ax.set_title(f"volume {i}: {name}", fontsize=7)
+            ax.axis("off")
+    return fig

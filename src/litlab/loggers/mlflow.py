@@ -1,0 +1,55 @@
+"""MLflow, offline: a local file store (default <log_dir>/mlflow), no server and no account.
+
+Lightning's MLFlowLogger already sends the flattened config as params and every logged metric
+with its step; this adds the run's artifacts (its config and best checkpoint; the inspection
+callbacks add their plots) and takes the list of tags the other loggers take. Loggers log on
+rank 0 only under DDP. Browse with `mlflow ui --backend-store-uri <log_dir>/mlflow`."""
+import os
+from pathlib import Path
+
+from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities import rank_zero_only
+
+
+class LocalMLFlowLogger(MLFlowLogger):
+    """`tracking_uri` wins when given (e.g. a server, or MLFLOW_TRACKING_URI); else the file
+    store in `save_dir`. `run_dir`: the run's folder, whose .hydra/config.yaml is uploaded."""
+
+    def __init__(self, experiment_name: str = "litlab", run_name: str | None = None,
+                 save_dir: str = "mlflow", tracking_uri: str | None = None,
+                 tags: list[str] | None = None, run_dir: str | None = None,
+                 log_best_checkpoint: bool = True, **kwargs):
+        tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if not tracking_uri:
+            # mlflow 3 keeps its file store behind this switch (SQLite's first use costs ~10 s)
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            tracking_uri = Path(save_dir).resolve().as_uri()
+        super().__init__(experiment_name=experiment_name, run_name=run_name or None,
+                         tracking_uri=tracking_uri, save_dir=save_dir,
+                         tags={str(t): "true" for t in tags or []}, **kwargs)
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.log_best_checkpoint = log_best_checkpoint
+        self._uploaded: set[str] = set()
+        self._selector = None  # the ModelCheckpoint that picks the best checkpoint
+
+    def after_save_checkpoint(self, checkpoint_callback) -> None:
+        super().after_save_checkpoint(checkpoint_callback)
+        if getattr(checkpoint_callback, "monitor", None):
+            self._selector = checkpoint_callback
+
+    def upload(self, path, folder: str | None = None) -> None:
+        """Send a file once (finalize runs after fit and again after test)."""
+        path = Path(path)
+        if path.is_file() and str(path) not in self._uploaded:
+            self.experiment.log_artifact(self.run_id, str(path), folder)
+            self._uploaded.add(str(path))
+
+    @rank_zero_only
+    def finalize(self, status: str = "success") -> None:
+        if self._initialized and status == "success":
+            if self.run_dir is not None:
+                self.upload(self.run_dir / ".hydra" / "config.yaml", "config")
+            best = self._selector and self._selector.best_model_path
+            if self.log_best_checkpoint and best:
+                self.upload(best, "checkpoints")
+        super().finalize(status)

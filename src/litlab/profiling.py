@@ -1,0 +1,90 @@
+"""Where time and memory go (`profiler=simple|advanced|pytorch`, docs/inspect.md).
+
+Lightning's profilers write their report into a file when given a `dirpath`, and then print
+nothing; these print it at the end of each stage too, and write into <run dir>/profiler/
+(listed in the run's "Files" summary). The PyTorch one records memory and input shapes,
+writes a trace per profiled action (Chrome/TensorBoard format: chrome://tracing, Perfetto or
+TensorBoard's profiler plugin) and two `key_averages` tables: by self CPU time and by memory.
+`PeakMemory` logs the peak memory of every training epoch."""
+import logging
+import resource
+import sys
+from pathlib import Path
+
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.profilers import AdvancedProfiler, PyTorchProfiler, SimpleProfiler
+
+log = logging.getLogger(__name__)
+
+
+class _Printed:
+    """Also print the report (rank 0), not only write it into the file."""
+
+    def _prepare_streams(self) -> None:
+        if self._write_stream is not None:
+            return
+        super()._prepare_streams()
+        write = self._write_stream
+
+        def both(text: str) -> None:
+            write(text)
+            if self._local_rank in (None, 0):
+                print(text, flush=True)
+
+        self._write_stream = both
+
+
+class PrintedSimpleProfiler(_Printed, SimpleProfiler):
+    """Time per Lightning hook (mean, count, total, share of the run)."""
+
+
+class PrintedAdvancedProfiler(_Printed, AdvancedProfiler):
+    """cProfile of every hook: time per Python function."""
+
+
+class MemoryPyTorchProfiler(_Printed, PyTorchProfiler):
+    """torch.profiler with memory and shapes on; the report holds two tables."""
+
+    def __init__(self, dirpath: str | None = None, filename: str | None = "profiler",
+                 row_limit: int = 20, record_module_names: bool = False, **kwargs):
+        super().__init__(dirpath=dirpath, filename=filename, export_to_chrome=True,
+                         profile_memory=True, record_shapes=True, row_limit=row_limit,
+                         record_module_names=record_module_names, **kwargs)
+        # torch's table sorts by it; Lightning's argument check does not list it
+        self._sort_by_key = "self_cpu_time_total"
+
+    def summary(self) -> str:
+        by_time = super().summary()  # stops the profiler, fills function_events
+        if not by_time:
+            return ""
+        events = self.function_events.key_averages()
+        memory_key = "self_device_memory_usage" if torch.cuda.is_available() else "self_cpu_memory_usage"
+        by_memory = events.table(sort_by=memory_key, row_limit=self._row_limit)
+        return (f"{by_time}\nPyTorch profiler, sorted by {memory_key} "
+                f"(memory allocated by the op itself)\n{by_memory}\n")
+
+
+class PeakMemory(Callback):
+    """Per training epoch: `memory/cuda_max_allocated_mb` (and the CUDA memory summary into
+    <run dir>/profiler/cuda_memory_summary.txt) on a GPU; `memory/peak_rss_mb` on a CPU."""
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if pl_module.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(pl_module.device) / 2**20
+            pl_module.log("memory/cuda_max_allocated_mb", peak)
+            if trainer.is_global_zero:
+                path = Path(trainer.default_root_dir) / "profiler" / "cuda_memory_summary.txt"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "a") as f:
+                    f.write(f"epoch {trainer.current_epoch}\n"
+                            f"{torch.cuda.memory_summary(pl_module.device)}\n")
+        else:
+            # ru_maxrss: the process's peak resident set size, KiB on Linux, bytes on macOS
+            scale = 2**20 if sys.platform == "darwin" else 2**10
+            pl_module.log("memory/peak_rss_mb",
+                          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale)
