@@ -8,7 +8,7 @@
 
 Hyperparameters saved into checkpoints are plain values only (no modules, no partials), so
 checkpoints load with `torch.load(..., weights_only=True)`; the full run config is stored
-beside them by `litlab.callbacks.RunConfigInCheckpoint`.
+beside them by `litlab.checkpointing.run_config.RunConfigInCheckpoint`.
 """
 from collections.abc import Callable
 
