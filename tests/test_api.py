@@ -22,7 +22,7 @@ def test_importing_litlab_is_cheap_and_lazy():
 
 def test_train_from_python_equals_the_cli(cli, tmp_path):
     """Same overrides and seed: the same test/acc, the same run dir layout and files."""
-    from litlab import train
+    from litlab import evaluate, train
 
     proc = cli("train.py", *TINY)
     cli_metrics = results(proc.stdout)[0]
@@ -36,6 +36,11 @@ def test_train_from_python_equals_the_cli(cli, tmp_path):
         assert (cli_dir / name).is_file() and (result.run_dir / name).is_file(), name
     saved = json.loads((result.run_dir / "metrics.json").read_text())
     assert saved["test/acc"] == pytest.approx(result.metrics["test/acc"])
+    # the best checkpoint alone rebuilds the run: evaluate() gives the same test/acc
+    evaluated = evaluate([f"ckpt_path={result.best_checkpoint}", "extras.print_config=false",
+                          f"paths.log_dir={tmp_path / 'api'}"])
+    assert evaluated.metrics["test/acc"] == pytest.approx(result.metrics["test/acc"], abs=1e-4)
+    assert (evaluated.run_dir / "predictions.csv").is_file()
 
 
 @pytest.mark.parametrize("override", ["data=mnits", "trainer.max_epoch=3",

@@ -147,7 +147,7 @@ def test_a_callback_that_does_not_fit_the_task_is_refused_in_one_line(tmp_path):
 
 
 def test_tuning_is_refused_under_ddp():
-    from litlab import tuning
+    from litlab.recipes import tuning
     from litlab.errors import UserError
 
     DDPStrategy = type("DDPStrategy", (), {})

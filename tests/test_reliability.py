@@ -147,20 +147,23 @@ def test_dead_ddp_rank_ends_the_job(tmp_path):
     assert elapsed < 240, f"took {elapsed:.0f} s to notice the dead rank"
 
 
-def test_step_checkpoint_exists_only_when_switched_on(tmp_path):
-    """An idle step checkpoint is left out (it would cost hooks every step and one more
-    last.ckpt write); every_n_train_steps=N switches it on."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
+def test_step_checkpoint_stands_aside_until_switched_on(tmp_path):
+    """An idle step checkpoint writes nothing and adds no state (it would only write last.ckpt
+    once more); every_n_train_steps=N switches it on. The trainer gets what the YAML lists."""
+    from litlab.checkpointing.step_checkpoint import StepCheckpoint
     from litlab.config import build
 
-    def checkpoints(*overrides):
+    def step_checkpoints(*overrides):
         cfg = compose("train", ["trainer.accelerator=cpu", *overrides], output_dir=tmp_path)
-        return [c for c in build.trainer(cfg).callbacks if isinstance(c, ModelCheckpoint)]
+        trainer = build.trainer(cfg)
+        steps = [c for c in trainer.callbacks if isinstance(c, StepCheckpoint)]
+        for c in steps:
+            c.setup(trainer, None, "fit")
+        return steps
 
-    assert len(checkpoints()) == 1
-    # with no other checkpoint writing last.ckpt, an idle one still writes it at the end: kept
-    assert len(checkpoints("callbacks.model_checkpoint=null")) == 1
-    steps = [c for c in checkpoints("callbacks.step_checkpoint.every_n_train_steps=7")
-             if c._every_n_train_steps == 7]
-    assert len(steps) == 1
+    [idle] = step_checkpoints()
+    assert idle.standing_aside and idle.state_dict() == {}
+    # with no other checkpoint writing last.ckpt, an idle one still writes it at the end
+    assert not step_checkpoints("callbacks.model_checkpoint=null")[0].standing_aside
+    [on] = step_checkpoints("callbacks.step_checkpoint.every_n_train_steps=7")
+    assert on._every_n_train_steps == 7 and not on.standing_aside and on.state_dict()

@@ -108,32 +108,11 @@ def instantiate_all(cfg: DictConfig | None) -> list:
             if isinstance(c, DictConfig) and "_target_" in c]
 
 
-def _without_idle_checkpoints(callbacks: list) -> list:
-    """Leave out a ModelCheckpoint with every trigger off (callbacks.step_checkpoint while
-    every_n_train_steps=0) when it would only rewrite the last.ckpt another one writes: Lightning
-    would still call its hooks at every step and write last.ckpt once more at the end."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    def idle(c) -> bool:
-        return (isinstance(c, ModelCheckpoint) and not c._every_n_train_steps
-                and not c._every_n_epochs and c._train_time_interval is None)
-
-    last_writers = {c.dirpath for c in callbacks
-                    if isinstance(c, ModelCheckpoint) and not idle(c) and c.save_last}
-    return [c for c in callbacks
-            if not (idle(c) and (not c.save_last or c.dirpath in last_writers))]
-
-
 def trainer(cfg: DictConfig, extra_callbacks=()):
-    from litlab.checkpointing.run_config import RunConfigInCheckpoint
-
-    callbacks = _without_idle_checkpoints(instantiate_all(fitting_callbacks(cfg)))
-    callbacks += list(extra_callbacks)
-    callbacks.append(RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True)))
+    """The Trainer of `cfg.trainer`, with the callbacks and loggers the config lists, plus
+    `extra_callbacks` that the caller passes in plain sight. The only callbacks left out are
+    those whose YAML says `unfit: skip` for another data task (see `fitting_callbacks`)."""
+    callbacks = instantiate_all(fitting_callbacks(cfg)) + list(extra_callbacks)
     loggers = instantiate_all(cfg.get("logger"))
-    if not loggers:  # LearningRateMonitor refuses to run without a logger: skip it
-        from lightning.pytorch.callbacks import LearningRateMonitor
-
-        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     log.info("Instantiating trainer <%s>", cfg.trainer._target_)
     return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

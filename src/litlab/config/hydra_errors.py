@@ -23,7 +23,8 @@ def condense(message: str) -> str:
         hint = next((ln for ln in lines if ln.startswith("To append")), "")
         hint = hint.replace("To append to your config use", "to add a new key use")
         return f"unknown config key '{key.group(1)}'" + (f" ({hint})" if hint else "")
-    lines = [ln for ln in lines if not ln.startswith(("full_key:", "object_type=", "reference_type="))]
+    details = ("full_key:", "object_type=", "reference_type=")
+    lines = [ln for ln in lines if not ln.startswith(details)]
     return " ".join(lines)
 
 

@@ -26,8 +26,8 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 from litlab.data.base import SplitDataModule
-from litlab.errors import UserError
 from litlab.data.splits import stratified_folds, stratified_split
+from litlab.errors import UserError
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from litlab.data.base import SplitDataModule
-from litlab.errors import UserError
 from litlab.data.splits import stratified_split
+from litlab.errors import UserError
 from litlab.tasks import IMAGE_CLASSIFICATION
 
 

@@ -8,12 +8,13 @@
 
 Hyperparameters saved into checkpoints are plain values only (no modules, no partials), so
 checkpoints load with `torch.load(..., weights_only=True)`; the full run config is stored
-beside them by `litlab.callbacks.RunConfigInCheckpoint`.
+beside them by `litlab.checkpointing.run_config.RunConfigInCheckpoint`.
 """
 from collections.abc import Callable
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 
@@ -143,3 +144,21 @@ class LitModule(L.LightningModule):
                      "interval": self.hparams.scheduler_interval,
                      "monitor": self.hparams.monitor}
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+class Classifier(LitModule):
+    """A LitModule for `(x, y)` batches scored by cross-entropy: the eval and predict steps the
+    image and volume classifiers share. `metric_preds` is what their metrics take."""
+
+    def metric_preds(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(1)
+
+    def eval_step(self, split: str, batch):
+        x, y = batch
+        logits = self(x)
+        self.log_step(split, F.cross_entropy(logits, y), self.metric_preds(logits), y, len(y))
+
+    def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
+        """Per-sample columns for eval.py's predictions.csv."""
+        x, y = batch
+        return self.class_columns(self(x), y)

@@ -14,7 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 from torchmetrics.functional.segmentation import dice_score
 from torchmetrics.segmentation import DiceScore
 
-from litlab.models.base import LitModule
+from litlab.models.base import Classifier, LitModule
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class VolumeSegmenter(LitModule):
                        batch["affine"][i].cpu().double().numpy(), like=source or None)
 
 
-class VolumeClassifier(LitModule):
+class VolumeClassifier(Classifier):
     """Cross-entropy; accuracy and one-vs-rest macro AUROC (binary AUROC for two classes)."""
 
     tasks = (VOLUME_CLASSIFICATION,)
@@ -132,14 +132,8 @@ class VolumeClassifier(LitModule):
         x, y = batch
         logits = self(x)
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
-        self.log_step("train", loss, logits.softmax(1), y, len(y))  # log_step detaches
+        self.log_step("train", loss, self.metric_preds(logits), y, len(y))  # log_step detaches
         return loss
 
-    def eval_step(self, split: str, batch):
-        x, y = batch
-        logits = self(x)
-        self.log_step(split, F.cross_entropy(logits, y), logits.softmax(1), y, len(y))
-
-    def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
-        x, y = batch
-        return self.class_columns(self(x), y)
+    def metric_preds(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.softmax(1)  # AUROC needs the probabilities

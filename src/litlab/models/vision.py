@@ -1,16 +1,15 @@
 """Image classification: cross-entropy with label smoothing, optional mixup/cutmix and EMA
 weights (the recipe of torchvision's classification references), accuracy and macro-F1."""
-import torch
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from torchvision.transforms import v2
 
-from litlab.models.base import LitModule
+from litlab.models.base import Classifier
 from litlab.tasks import IMAGE_CLASSIFICATION
 
 
-class ImageClassifier(LitModule):
+class ImageClassifier(Classifier):
     tasks = (IMAGE_CLASSIFICATION,)
 
     def __init__(self, net, optimizer, num_classes: int, scheduler=None,
@@ -42,15 +41,5 @@ class ImageClassifier(LitModule):
             x, target = self.mix(x, y)  # target becomes soft labels
         logits = self(x)
         loss = F.cross_entropy(logits, target, label_smoothing=self.hparams.label_smoothing)
-        self.log_step("train", loss, logits.argmax(1), y, len(y))
+        self.log_step("train", loss, self.metric_preds(logits), y, len(y))
         return loss
-
-    def eval_step(self, split: str, batch):
-        x, y = batch
-        logits = self(x)
-        self.log_step(split, F.cross_entropy(logits, y), logits.argmax(1), y, len(y))
-
-    def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
-        """Per-sample columns for eval.py's predictions.csv."""
-        x, y = batch
-        return self.class_columns(self(x), y)

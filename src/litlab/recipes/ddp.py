@@ -266,6 +266,8 @@ def lifecycle(cfg, script):
     """A run's ranks from start to end: early start (trainer=ddp), the child command, and a
     clean end on every rank (barrier, process group destroyed, child ranks checked)."""
     run = _Run(str(script), cfg)
+    if rank() > 0:  # a child rank: quiet before it builds anything (rank 0 says it once)
+        quiet_rank_console(rank())
     with early_ranks(cfg, str(script)):
         yield run
         if run.trainer is not None:

@@ -28,7 +28,7 @@ def start(cfg: DictConfig, config_name: str) -> DictConfig:
     if cfg.hydra.output_subdir is not None:
         saved = out / str(cfg.hydra.output_subdir)
         _save_config(task_cfg, "config.yaml", saved)
-        _save_config(cfg.hydra, "hydra.yaml", saved)  # hydra.yaml holds the hydra node
+        _save_config(OmegaConf.masked_copy(cfg, "hydra"), "hydra.yaml", saved)
         _save_config(OmegaConf.create(list(cfg.hydra.overrides.task)), "overrides.yaml", saved)
     configure_log(cfg.hydra.job_logging, cfg.hydra.verbose)
     return task_cfg

@@ -2,7 +2,7 @@
 fit, test, report. `src/train.py` calls it under Hydra; `litlab.train([...])` composes first."""
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from litlab.config.resolvers import PROJECT_ROOT
 from litlab.recipes.result import RunResult
@@ -21,15 +21,19 @@ def train(cfg: DictConfig) -> RunResult:
         validate.train_config(cfg)  # bad input fails here, in one line, before data is read
         import lightning as L
 
+        from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
-        from litlab import tuning
+        from litlab.recipes import tuning
         from litlab.recipes import report
 
         report.apply_extras(cfg)
         L.seed_everything(cfg.seed, workers=True)
         datamodule = build.datamodule(cfg)
         model = build.model(cfg, datamodule)
-        trainer = build.trainer(cfg, extra_callbacks=[ranks.callback()])
+        # besides the config's callbacks: the run config in every checkpoint (eval, resume and
+        # load_run rebuild the run from it) and the DDP ranks joining the Trainer
+        stored = RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True))
+        trainer = build.trainer(cfg, extra_callbacks=[stored, ranks.callback()])
         report.log_hyperparameters(cfg, model, trainer)
 
         if cfg.train:

@@ -10,7 +10,7 @@ import json
 import logging
 from pathlib import Path
 
-from litlab.cli import is_rank_zero
+from litlab.utils.distributed import is_rank_zero
 from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
