@@ -20,14 +20,21 @@ def _net(model: nn.Module) -> nn.Module:
 
 
 def _dim_specs(dynamic: Mapping[str, Mapping[int, str]], names: Sequence[str]):
-    """{input: {axis: name}} -> torch.export dynamic_shapes (one Dim per name, shared)."""
+    """{input: {axis: name or Dim}} -> torch.export dynamic_shapes (one Dim per name, shared;
+    a Dim, e.g. `8 * Dim("d")` for multiples of 8, is used as given)."""
     dims: dict[str, torch.export.Dim] = {}
-    specs = []
-    for name in names:
-        axes = dynamic.get(name, {})
-        specs.append({axis: dims.setdefault(dim, torch.export.Dim(dim, min=1))
-                      for axis, dim in axes.items()} or None)
-    return tuple(specs)
+
+    def dim(d):
+        return dims.setdefault(d, torch.export.Dim(d, min=1)) if isinstance(d, str) else d
+
+    return tuple({axis: dim(d) for axis, d in dynamic.get(name, {}).items()} or None
+                 for name in names)
+
+
+def _axis_names(dynamic: Mapping[str, Mapping[int, object]]) -> dict[str, dict[int, str]]:
+    """Names of the dynamic axes for the legacy exporter (a Dim becomes its name)."""
+    return {k: {a: d if isinstance(d, str) else str(d) for a, d in axes.items()}
+            for k, axes in dynamic.items()}
 
 
 def export_onnx(model: nn.Module, example_inputs: tuple, path, *,
@@ -38,7 +45,8 @@ def export_onnx(model: nn.Module, example_inputs: tuple, path, *,
     """Write `model` (a LitModule: its `net` is exported; or any nn.Module) to one ONNX file.
 
     `dynamic` names the dynamic axes per input, e.g. `{"x": {0: "batch"}}` (the default: axis 0
-    of every input is the batch); the same name on two inputs means the same size.
+    of every input is the batch); the same name on two inputs means the same size; a
+    `torch.export.Dim` expression instead of a name constrains the size (e.g. multiples of 8).
     `metadata` values are stored as ONNX `metadata_props` (non-strings as JSON).
     `exporter`: "dynamo", "legacy" or "auto" (dynamo, then legacy if dynamo fails).
     Example inputs should have a batch of at least 2 (a size-1 axis gets specialized)."""
@@ -69,8 +77,9 @@ def _export(kind, net, args, path, input_names, output_names, dynamic, opset) ->
                 optimize=True, verbose=False)
             program.save(str(path), external_data=False)
         else:
-            axes = {**dynamic, **{o: {0: "batch"} for o in output_names
-                                  if any(0 in a and a[0] == "batch" for a in dynamic.values())}}
+            axes = _axis_names(dynamic)
+            if any(a.get(0) == "batch" for a in axes.values()):
+                axes |= {o: {0: "batch"} for o in output_names}
             torch.onnx.export(net, args, str(path), dynamo=False, input_names=input_names,
                               output_names=output_names, dynamic_axes=axes,
                               opset_version=opset, do_constant_folding=True)
