@@ -131,6 +131,28 @@ def _node_spec(run, dm, task) -> Spec:
                 lambda k: iter([inputs]), score)
 
 
+class SizedPooling(torch.nn.Module):
+    """A graph-level GNN whose pooling is told the graph count. PyG's pooling otherwise calls
+    `int(batch.max()) + 1`, a data-dependent Python int that torch.export cannot trace
+    (pt2 and the dynamo ONNX exporter fail on it); as a symbolic size both export it."""
+
+    def __init__(self, gnn: torch.nn.Module):
+        super().__init__()
+        self.gnn = gnn
+
+    def forward(self, x, edge_index, batch):
+        import functools
+
+        graphs = batch.max().item() + 1
+        torch._check(graphs >= 1)
+        pool = self.gnn.pool
+        self.gnn.pool = functools.partial(pool, size=graphs)
+        try:
+            return self.gnn(x, edge_index, batch)
+        finally:
+            self.gnn.pool = pool
+
+
 def _graph_spec(run, dm, task) -> Spec:
     """Mini-batches of graphs: x, edge_index and batch (graph id per node, sorted)."""
     def batches(dataset):
