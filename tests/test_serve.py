@@ -189,6 +189,64 @@ def test_signal_drains_and_exits_zero(digits, sig):
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == 0, proc.stdout.read()
     assert "stopped" in proc.stdout.read()
-    with socket.socket() as s:  # the port is free again
+    with socket.socket() as s:  # nothing listens on the port: a new server can bind it
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
         s.bind(("127.0.0.1", port))
     assert all(not Path(f"/proc/{k}").exists() for k in kids)
+
+
+SERVE_DOMAINS = {"unet3d": ["model=unet3d", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+                            "trainer.limit_val_batches=1", "data.num_volumes=12"],
+                 "gcn": ["model=gnn", "trainer.max_epochs=3"],
+                 "gin": ["model=gin", "data=mutag", "trainer.max_epochs=1"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", list(SERVE_DOMAINS))
+def test_volume_and_graph_requests(domain, tmp_path, shared_data):
+    """NIfTI in, NIfTI mask out (3D); JSON graphs in, per-node/per-graph classes out; the
+    eager net's classes; malformed volumes and graphs get 4xx (in-process app, same code)."""
+    import gzip
+
+    import nibabel as nib
+    import torch
+    from fastapi.testclient import TestClient
+
+    from litlab.export.recipe import export
+    from litlab.recipes.load import load_run
+    from litlab.serve.app import create_app
+    from litlab.serve.limits import BodyLimit
+
+    extra = [f"paths.data_dir={shared_data('TUDataset').parent}"] if domain == "gin" else []
+    run_cli("train.py", *SERVE_DOMAINS[domain], *extra, "test=false", log_dir=tmp_path / "logs")
+    ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
+    assert export(ckpt, ["onnx"], tmp_path / "export", latency_batch_sizes=())["ok"]
+    run = load_run(ckpt)
+    net = run.model.net.eval()
+    app = BodyLimit(create_app(tmp_path / "export" / "model.onnx", max_batch=8), 1 << 22)
+    with TestClient(app) as client:
+        assert client.get("/health").json()["status"] == "ready"
+        if domain == "unet3d":
+            volume = np.random.default_rng(0).normal(size=(20, 26, 30)).astype(np.float32)
+            raw = gzip.compress(nib.Nifti1Image(volume, np.eye(4)).to_bytes())
+            r = client.post("/predict", files={"file": ("case.nii.gz", raw)})
+            assert r.status_code == 200 and r.headers["content-type"] == "application/gzip"
+            mask = nib.Nifti1Image.from_bytes(gzip.decompress(r.content)).get_fdata()
+            assert mask.shape == volume.shape and set(np.unique(mask)) <= {0, 1, 2}
+            r = client.post("/predict", files={"file": ("case.nii.gz", raw[: len(raw) // 2])})
+            assert r.status_code == 400 and "NIfTI" in r.json()["error"]
+            return
+        data = run.datamodule.data if domain == "gcn" else \
+            next(iter(run.datamodule.loader(run.datamodule.dataset[:2], train=False)))
+        body = {"x": data.x.tolist(), "edge_index": data.edge_index.tolist()}
+        args = [data.x, data.edge_index]
+        if domain == "gin":
+            body["batch"] = data.batch.tolist()
+            args.append(data.batch)
+        r = client.post("/predict", json=body)
+        assert r.status_code == 200, r.json()
+        with torch.no_grad():
+            assert r.json()["class_ids"] == net(*args).argmax(1).tolist()
+        bad = {**body, "edge_index": [[0], [len(data.x)]]}
+        assert client.post("/predict", json=bad).status_code == 422
+        assert client.post("/predict", json={"x": [[1.0]], "edge_index": []}).status_code == 422

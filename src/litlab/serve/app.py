@@ -145,11 +145,14 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
     async def predict_files(request: Request):
         try:
             form = await request.form(max_files=max_batch, max_fields=max_batch)
-        except HTTPException:
-            raise
+        except HTTPException as err:  # starlette's own limits (files, fields)
+            if "Too many" in str(err.detail):
+                raise BadRequest(f"The request holds more than {max_batch} files or fields; "
+                                 f"the limit is {max_batch}.", 413) from None
+            raise BadRequest("The multipart body cannot be parsed.") from None
         except Exception:  # noqa: BLE001 (python-multipart's parse errors)
             raise BadRequest("The multipart body cannot be parsed.") from None
-        files = [v for v in form.values() if hasattr(v, "read")]
+        files = [v for _, v in form.multi_items() if hasattr(v, "read")]
         inputs.count(len(files), max_batch if runner.task in BATCHABLE else 1, "files")
         raw = [await f.read() for f in files]
         if runner.task == "image_classification":
