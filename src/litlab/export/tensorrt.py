@@ -22,9 +22,11 @@ def missing() -> str | None:
 
 def compile_fp16(net: torch.nn.Module, example_inputs: tuple, dynamic=None):
     """A Torch-TensorRT fp16 module of `net` (weights and inputs moved to the GPU)."""
+    import copy
+
     import torch_tensorrt
 
-    net = net.eval().cuda()
+    net = copy.deepcopy(net).eval().cuda()  # the CPU net stays the eager reference
     inputs = [t.cuda() for t in example_inputs]
     return torch_tensorrt.compile(net, ir="dynamo", inputs=inputs,
                                   enabled_precisions={torch.float16, torch.float32})

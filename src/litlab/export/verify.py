@@ -27,6 +27,11 @@ def predictor(fmt: str, path: Path, input_names: list[str]) -> Callable[..., tor
 
         module = load_pt2(path)[0]
         return lambda *inputs: module(*inputs).detach()
+    if fmt == "tensorrt":
+        import torch_tensorrt
+
+        module = torch_tensorrt.load(str(path)).module()
+        return lambda *inputs: module(*(t.cuda() for t in inputs)).float().cpu()
     raise ValueError(f"no runtime for format {fmt}")
 
 
