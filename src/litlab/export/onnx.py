@@ -90,7 +90,8 @@ def _as_text(value) -> str:
 
 
 def write_metadata(path, metadata: Mapping[str, object]) -> None:
-    """Add (or replace) `metadata_props` of the ONNX file at `path`, keeping it one file."""
+    """Add (or replace) `metadata_props` of the ONNX file at `path`, keeping it one file;
+    node-level debug metadata is dropped."""
     import onnx
 
     path = Path(path)
@@ -98,6 +99,10 @@ def write_metadata(path, metadata: Mapping[str, object]) -> None:
     props = {p.key: p.value for p in model.metadata_props}
     props.update({str(k): _as_text(v) for k, v in metadata.items()})
     onnx.helper.set_model_props(model, props)
+    # the exporter's per-node debug info (stack traces with this machine's paths, FX names):
+    # 14 kB of a 400 kB CNN, and nothing a runtime reads
+    for node in [*model.graph.node, *(n for f in model.functions for n in f.node)]:
+        del node.metadata_props[:]
     external = model.ByteSize() > PROTOBUF_LIMIT  # only then a `.onnx.data` beside it
     onnx.save(model, str(path), save_as_external_data=external)
 
