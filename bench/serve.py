@@ -5,7 +5,9 @@
 Starts `src/serve.py` in a subprocess for each mode (a shared ONNX Runtime session; dynamic
 micro-batching with max_wait_ms 1 and 3), then runs a bounded load loop: `--concurrency`
 keep-alive connections (asyncio, loopback only), each sending requests back to back, until
-`--requests` are answered or `--seconds` pass. Prints p50/p99 latency and requests/s per mode.
+`--requests` are answered or `--seconds` pass. Prints p50/p99 latency and requests/s per mode,
+and the server's CPU time per request (from /proc: what the load costs the server whatever else
+runs on the machine; 1 / that is the requests/s one free core could serve).
 Bars: p99 <= 10 ms at concurrency 8 and >= 500 requests/s (2 cores; the client shares them).
 """
 import argparse
@@ -74,6 +76,12 @@ async def load(port: int, concurrency: int, requests: int, seconds: float) -> di
             "rps": len(ms) / wall, "errors": state["errors"]}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def serve(model: Path, port: int, extra: list[str], log_dir: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, str(ROOT / "src" / "serve.py"), f"model_path={model}",
                              f"port={port}", f"paths.log_dir={log_dir}",
@@ -100,21 +108,25 @@ def main() -> int:
     args = parser.parse_args()
     import tempfile
 
-    print(f"{os.cpu_count()} cores (shared with other work: figures are noisy); concurrency "
-          f"{args.concurrency}, one PNG per request\n")
-    print("| mode | requests | p50 (ms) | p99 (ms) | requests/s | errors | bars (p99<=10, >=500/s) |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (shared with other "
+          f"work: figures are noisy); concurrency {args.concurrency}, one PNG per request\n")
+    print("| mode | requests | p50 (ms) | p99 (ms) | requests/s | server CPU ms/request | errors "
+          "| bars (p99<=10, >=500/s) |")
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as logs:
         for name, extra in MODES.items():
             proc = serve(Path(args.model).resolve(), args.port, extra, logs)
             try:
+                cpu = cpu_seconds(proc.pid)
                 r = asyncio.run(load(args.port, args.concurrency, args.requests, args.seconds))
+                cpu = cpu_seconds(proc.pid) - cpu  # the warm-up requests count too: +50 each
+                r["cpu_ms"] = cpu * 1e3 / (r["n"] + 50 * args.concurrency)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=60)
             bars = "met" if r["p99"] <= 10 and r["rps"] >= 500 else "NOT met"
             print(f"| {name} | {r['n']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['rps']:.0f} | "
-                  f"{r['errors']} | {bars} |", flush=True)
+                  f"{r['cpu_ms']:.2f} | {r['errors']} | {bars} |", flush=True)
     return 0
 
 

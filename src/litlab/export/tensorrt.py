@@ -16,7 +16,7 @@ def missing() -> str | None:
         lacks.append("the torch_tensorrt package (pip install -r requirements-gpu.txt)")
     if not lacks:
         return None
-    return "tensorrt: skipped, this machine lacks " + " and ".join(lacks) + \
+    return "tensorrt cannot run here: this machine lacks " + " and ".join(lacks) + \
         "; formats onnx, pt2 and onnx_int8 work here"
 
 
