@@ -173,6 +173,8 @@ def test_good_request_after_200_bad_ones(server, digits):
     status, out = request(server + "/predict", json.dumps({"inputs": x.tolist()}).encode(),
                           "application/json")
     assert status == 200 and out["class_ids"] == digits["preds"][:3]
+    metrics = request(server + "/metrics")[1].decode()
+    assert 'litlab_requests_total{path="/predict",status="413"}' in metrics  # body limit too
 
 
 def children(pid: int) -> list[int]:
@@ -215,7 +217,6 @@ def test_volume_and_graph_requests(domain, tmp_path, shared_data):
     from litlab.export.recipe import export
     from litlab.recipes.load import load_run
     from litlab.serve.app import create_app
-    from litlab.serve.limits import BodyLimit
 
     extra = [f"paths.data_dir={shared_data('TUDataset').parent}"] if domain == "gin" else []
     run_cli("train.py", *SERVE_DOMAINS[domain], *extra, "test=false", log_dir=tmp_path / "logs")
@@ -223,7 +224,7 @@ def test_volume_and_graph_requests(domain, tmp_path, shared_data):
     assert export(ckpt, ["onnx"], tmp_path / "export", latency_batch_sizes=())["ok"]
     run = load_run(ckpt)
     net = run.model.net.eval()
-    app = BodyLimit(create_app(tmp_path / "export" / "model.onnx", max_batch=8), 1 << 22)
+    app = create_app(tmp_path / "export" / "model.onnx", max_batch=8, max_body_bytes=1 << 22)
     with TestClient(app) as client:
         assert client.get("/health").json()["status"] == "ready"
         if domain == "unet3d":

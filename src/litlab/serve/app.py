@@ -2,7 +2,6 @@
 
 Every bad request gets a 4xx and one JSON sentence, {"error": ...}; the body size limit is
 enforced before the body is read (`BodyLimit`)."""
-import time
 import uuid
 
 import numpy as np
@@ -21,6 +20,7 @@ from starlette.exceptions import HTTPException
 
 from litlab.serve import inputs
 from litlab.serve.inputs import BadRequest
+from litlab.serve.limits import BodyLimit, Metrics
 from litlab.serve.runner import MicroBatcher, Runner
 
 BATCHABLE = ("image_classification", "volume_classification")
@@ -39,7 +39,8 @@ def error(status: int, message: str) -> JSONResponse:
 
 
 def create_app(model_path, max_batch: int = 64, batching: bool = False,
-               max_wait_ms: float = 2.0, threads: int = 1) -> FastAPI:
+               max_wait_ms: float = 2.0, threads: int = 1, max_body_bytes: int = 8 << 20):
+    """The ASGI app: metrics and body limit (litlab.serve.limits) around the FastAPI app."""
     state = {"ready": False}
     runner = Runner(model_path, threads)
     batcher = MicroBatcher(runner, max_batch, max_wait_ms) \
@@ -61,15 +62,6 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
 
     app = FastAPI(title="litlab inference", lifespan=lifespan,
                   description=f"{runner.task} model {runner.path.name} on ONNX Runtime")
-
-    @app.middleware("http")
-    async def observe(request: Request, call_next):
-        start = time.perf_counter()
-        response = await call_next(request)
-        path = request.url.path if request.url.path in PATHS else "other"
-        requests.labels(path, str(response.status_code)).inc()
-        latency.labels(path).observe(time.perf_counter() - start)
-        return response
 
     @app.exception_handler(BadRequest)
     async def bad_request(request, err: BadRequest):
@@ -167,9 +159,9 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
                 "Content-Disposition": 'attachment; filename="mask.nii.gz"'})
         raise BadRequest("This model takes JSON (x, edge_index), not file uploads.", 415)
 
-    PATHS = {"/health", "/metadata", "/metrics", "/predict"}
     channels = int(runner.layout["x"]["shape"][1])
-    return app
+    paths = {"/health", "/metadata", "/metrics", "/predict"}
+    return Metrics(BodyLimit(app, max_body_bytes), requests, latency, paths)
 
 
 def fit_volume(volume: np.ndarray, layout: dict) -> np.ndarray:

@@ -1,6 +1,8 @@
-"""A body size limit in front of the app: 413 before the body is read (Content-Length), or as
-soon as a streamed body passes the limit, so a huge upload never reaches memory."""
+"""Pure ASGI layers in front of the app: request metrics (every response, the 413s of the body
+limit too; cheaper than Starlette's per-request middleware) and a body size limit: 413 before
+the body is read (Content-Length), or as soon as a streamed body passes the limit."""
 import json
+import time
 
 
 async def _send_error(send, status: int, message: str) -> None:
@@ -52,3 +54,27 @@ class BodyLimit:
             return {"type": "http.request", "body": body, "more_body": False}
 
         return await self.app(scope, replay, send)
+
+
+class Metrics:
+    """Count each response by path and status and time it (prometheus-client metrics)."""
+
+    def __init__(self, app, requests, latency, paths: set[str]):
+        self.app, self.requests, self.latency, self.paths = app, requests, latency, paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), [500]
+
+        async def observe(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observe)
+        finally:
+            path = scope["path"] if scope["path"] in self.paths else "other"
+            self.requests.labels(path, str(status[0])).inc()
+            self.latency.labels(path).observe(time.perf_counter() - start)

@@ -40,7 +40,6 @@ def serve(model_path, export_dir, host: str = "127.0.0.1", port: int = 8000, wor
           max_batch: int = 64, max_body_bytes: int = 8 << 20, batching: bool = False,
           max_wait_ms: float = 2.0, threads: int = 1, log_level: str = "warning") -> None:
     from litlab.serve.app import create_app
-    from litlab.serve.limits import BodyLimit
 
     path = model_file(model_path, export_dir)
     if workers != 1:  # processes of their own: uvicorn's supervisor builds one app each
@@ -51,7 +50,7 @@ def serve(model_path, export_dir, host: str = "127.0.0.1", port: int = 8000, wor
         uvicorn.run("litlab.serve.server:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level=log_level, timeout_graceful_shutdown=10)
         return
-    app = BodyLimit(create_app(path, max_batch, batching, max_wait_ms, threads), max_body_bytes)
+    app = create_app(path, max_batch, batching, max_wait_ms, threads, max_body_bytes)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=10, lifespan="on")
     print(f"serving {path} on http://{host}:{port} (docs: /docs)", flush=True)
@@ -64,7 +63,6 @@ def app_from_env():
     import os
 
     from litlab.serve.app import create_app
-    from litlab.serve.limits import BodyLimit
 
     path, max_batch, batching, wait, threads, max_body = ast.literal_eval(os.environ["LITLAB_SERVE"])
-    return BodyLimit(create_app(path, max_batch, batching, wait, threads), max_body)
+    return create_app(path, max_batch, batching, wait, threads, max_body)
