@@ -183,7 +183,8 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM,
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_signal_drains_and_exits_zero(digits, sig):
     proc, url = start(digits["onnx"], digits["logs"])
     kids = children(proc.pid)
