@@ -3,6 +3,7 @@
 Every bad request gets a 4xx and one JSON sentence, {"error": ...}; the body size limit is
 enforced before the body is read (`BodyLimit`)."""
 import uuid
+from contextlib import asynccontextmanager
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -50,6 +51,7 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
     latency = Histogram("litlab_request_seconds", "request latency", ["path"], registry=registry,
                         buckets=(.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5))
 
+    @asynccontextmanager
     async def lifespan(app):
         runner.warm_up()
         if batcher is not None:
