@@ -114,8 +114,10 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
                             headers={"X-Request-ID": request_id})
 
     async def classify_batch(x: np.ndarray) -> dict:
-        logits = await batcher(x) if batcher is not None else \
-            await run_in_threadpool(runner.run, x)
+        if batcher is not None:
+            logits = await batcher(x)
+        else:
+            logits = runner.run(x) if runner.inline else await run_in_threadpool(runner.run, x)
         return runner.classify(logits)
 
     async def predict_json(data: dict) -> dict:

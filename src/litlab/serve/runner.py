@@ -23,6 +23,7 @@ class Runner:
         self.classes = self.meta["classes"]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
+        self.inline = False
 
     def run(self, *inputs: np.ndarray) -> np.ndarray:
         return self.session.run(None, dict(zip(self.input_names, inputs)))[0]
@@ -46,8 +47,21 @@ class Runner:
                 mode=window["mode"])
         return logits.argmax(1)[0].numpy().astype(np.uint8)
 
+    #: runs faster than this (measured at warm-up) happen on the event loop: a thread
+    #: hand-off costs more than the run itself for small models
+    INLINE_S = 0.001
+
     def warm_up(self) -> None:
-        """One inference on zeros of the input shape (ORT allocates and tunes on the first)."""
+        """Inference on zeros of the input shape (ORT allocates and tunes on the first);
+        decides whether runs stay on the event loop (`inline`)."""
+        import time
+
+        self._warm_up()
+        start = time.perf_counter()
+        self._warm_up()
+        self.inline = time.perf_counter() - start < self.INLINE_S
+
+    def _warm_up(self) -> None:
         if self.task in ("node_classification", "graph_classification"):
             feats = self.layout["x"]["shape"][1]
             args = [np.zeros((2, feats), np.float32), np.zeros((2, 1), np.int64)]
@@ -95,7 +109,8 @@ class MicroBatcher:
                 size += len(items[-1][0])
             batch = np.concatenate([x for x, _ in items])
             try:
-                out = await loop.run_in_executor(None, self.runner.run, batch)
+                out = self.runner.run(batch) if self.runner.inline else \
+                    await loop.run_in_executor(None, self.runner.run, batch)
             except Exception as err:  # noqa: BLE001 (handed to each waiting request)
                 for _, future in items:
                     future.set_exception(err)
