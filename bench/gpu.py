@@ -8,6 +8,9 @@ On a machine without CUDA the GPU rows are printed as skipped and only the CPU f
 build functions), trains a few digits epochs in this process and reports:
   samples/s    training throughput after the first epoch (warm-up and compile excluded)
   val metric   the model's monitor after the last epoch (must be finite and above chance)
+Then, per model, inference rows: eager fp32 on the GPU next to TensorRT fp16 (Torch-TensorRT,
+`pip install -r requirements-gpu.txt`): samples/s of one eval batch, and the largest output
+difference of TensorRT from eager (skipped, with the reason, where TensorRT cannot run).
 """
 import argparse
 import math
@@ -97,6 +100,47 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
             "wall": wall, "metric": metric, "monitor": cfg.model.monitor, **info}
 
 
+def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
+    """Eager fp32 and TensorRT fp16 inference of one eval batch on the GPU (untrained weights:
+    speed and agreement only)."""
+    import torch
+
+    from litlab.config import build
+    from litlab.export.domains import spec_for
+    from litlab.export.recipe import prepare_net
+    from litlab.export.tensorrt import compile_fp16, missing
+    from litlab.recipes.load import LoadedRun
+
+    cfg = train_config([f"model={model_name}", *DOMAINS[model_name], "~logger",
+                        "callbacks=none", "extras.print_config=false"], out)
+    datamodule = build.datamodule(cfg)
+    model = build.model(cfg, datamodule).eval()
+    spec = spec_for(LoadedRun(model, datamodule, cfg, {}))
+    net = prepare_net(model).cuda()
+    inputs = tuple(t.cuda() for t in spec.example)
+    size = len(inputs[0])
+
+    def rate(fn) -> float:
+        with torch.inference_mode():
+            for _ in range(5):
+                fn(*inputs)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn(*inputs)
+            torch.cuda.synchronize()
+        return size * iters / (time.perf_counter() - start)
+
+    rows = [(model_name, "inference eager fp32", "ok", f"{rate(net):,.0f}", "", "")]
+    if (why := missing()) is not None:
+        return rows + [(model_name, "inference TensorRT fp16", f"skipped: {why}", "", "", "")]
+    trt = compile_fp16(net, inputs)
+    with torch.inference_mode():
+        diff = float((trt(*inputs).float() - net(*inputs).float()).abs().max())
+    return rows + [(model_name, "inference TensorRT fp16", "ok", f"{rate(trt):,.0f}", "",
+                    f"max abs diff vs eager fp32 {diff:.2e}")]
+
+
 def main() -> int:
     import importlib.util
     import os
@@ -140,9 +184,22 @@ def main() -> int:
                 rows.append((model_name, name, f"FAILED: {type(err).__name__}: "
                              f"{str(err).splitlines()[0][:120] if str(err) else ''}", "", "", ""))
             print(f"  {rows[-1][0]} | {rows[-1][1]} | {rows[-1][2]}", flush=True)
+        if not cuda:
+            rows.append((model_name, "inference TensorRT fp16", "skipped: no CUDA device", "",
+                         "", ""))
+            continue
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                rows += inference_rows(model_name, Path(tmp))
+        except Exception as err:  # a TensorRT failure must not hide the training rows
+            failures += 1
+            rows.append((model_name, "inference TensorRT fp16", f"FAILED: {type(err).__name__}: "
+                         f"{str(err).splitlines()[0][:120] if str(err) else ''}", "", "", ""))
+        print(f"  {rows[-1][0]} | {rows[-1][1]} | {rows[-1][2]}", flush=True)
     print(f"\n{device}, {epochs} epochs of data=digits (default batch_size), "
           f"throughput after epoch 1\n")
-    print("| model | setting | check | train samples/s | fit wall (s) | details |")
+    print("| model | setting | check | samples/s (train; inference rows: eval batch) | "
+          "fit wall (s) | details |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")

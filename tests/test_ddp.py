@@ -168,7 +168,7 @@ def test_gpu_bench_runs_its_cpu_row_and_skips_cuda_cleanly():
     assert "| cnn | cpu fp32 | ok |" in proc.stdout
     assert "FAILED" not in proc.stdout
     assert proc.stdout.count("| cpu fp32 | ok |") == 4  # cnn, gnn, unet3d, resnet3d
-    assert proc.stdout.count("skipped: no CUDA device") == 7 * 4  # 7 GPU settings each
+    assert proc.stdout.count("skipped: no CUDA device") == 8 * 4  # 7 GPU settings + TensorRT
 
 
 @pytest.mark.parametrize(("trainer", "env", "expected"), [

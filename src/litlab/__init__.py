@@ -5,6 +5,8 @@ that need them, after Hydra has parsed the command line. `from litlab import tra
 gives the Python API (`litlab.api`), loaded on first use.
 """
 
+__version__ = "0.1.0"  # keep equal to pyproject.toml (stored in exported files)
+
 __all__ = ["evaluate", "train"]
 
 

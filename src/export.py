@@ -1,0 +1,25 @@
+"""Export a checkpoint: `python src/export.py ckpt_path=PATH [formats=[onnx,pt2,onnx_int8]]`.
+
+Writes logs/export/runs/<timestamp>/ (model.onnx, model.pt2, model.int8.onnx, export_report.md
+and .json); each format is verified against the checkpoint; a failed one makes the exit code 1.
+"""
+import hydra
+from omegaconf import DictConfig
+
+from litlab import cli
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="export")
+@cli.task
+def main(cfg: DictConfig) -> None:
+    from litlab.export.recipe import export
+
+    report = export(cfg.ckpt_path, list(cfg.formats), cfg.paths.output_dir, cfg.data_overrides,
+                    cfg.rtol, cfg.int8_max_drop, cfg.calibration_batches,
+                    tuple(cfg.latency.batch_sizes), cfg.latency.budget_s)
+    if not report["ok"]:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,164 @@
+"""`python src/export.py ckpt_path=PATH`: rebuild the run, write each format, verify each one
+against the checkpoint (outputs and test metric), time them, and write the report."""
+import hashlib
+import re
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from litlab.errors import UserError
+
+FILES = {"onnx": "model.onnx", "pt2": "model.pt2", "onnx_int8": "model.int8.onnx",
+         "tensorrt": "model.trt.ep"}
+FP32 = ("onnx", "pt2")
+# what still works when a format's exporter fails on an op
+FALLBACK = {"onnx": "pt2", "pt2": "onnx", "onnx_int8": "onnx"}
+
+
+def sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def litlab_version() -> str:
+    import litlab
+
+    return getattr(litlab, "__version__", "unknown")
+
+
+def unsupported(fmt: str, err: Exception) -> str:
+    """One line naming the op the exporter could not handle, and a format that works."""
+    text = str(err)
+    op = re.search(r"(aten::\w+|aten\.\w+(?:\.\w+)?|torch\.ops\.[\w.]+|Op ?type[:=]? ?'?\w+)", text)
+    what = f"op {op.group(1)}" if op else text.strip().splitlines()[0][:200] if text else \
+        type(err).__name__
+    return f"{fmt}: the exporter cannot handle {what}; formats=[{FALLBACK.get(fmt, 'onnx')}] works"
+
+
+def prepare_net(model) -> torch.nn.Module:
+    """The module's plain net in eval mode, without graph caches (a cached GCN adjacency would
+    be baked into the file as a constant of the training graph); graph-level GNNs get their
+    pooling sized symbolically (domains.SizedPooling)."""
+    from litlab.export.domains import SizedPooling
+
+    net = model.net.eval()
+    for m in net.modules():
+        if getattr(m, "cached", False):
+            m.cached, m._cached_edge_index, m._cached_adj_t = False, None, None
+    return SizedPooling(net).eval() if getattr(net, "node_level", True) is False else net
+
+
+def metadata(run, spec, ckpt_path, metric: str) -> dict:
+    return {"task": spec.task, "classes": spec.classes, "input_names": spec.input_names,
+            "inputs": spec.layout, "metric": f"test/{metric}",
+            "config": OmegaConf.to_container(run.config, resolve=True),
+            "checkpoint": str(ckpt_path), "checkpoint_sha256": sha256(ckpt_path),
+            "litlab_version": litlab_version(), "torch_version": torch.__version__}
+
+
+def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
+    from litlab.export import onnx, pt2, quantize
+
+    if fmt == "onnx":
+        onnx.export_onnx(net, spec.example, path, input_names=spec.input_names,
+                         dynamic=spec.dynamic, metadata=meta)
+    elif fmt == "pt2":
+        pt2.export_pt2(net, spec.example, path, input_names=spec.input_names,
+                       dynamic=spec.dynamic, metadata=meta)
+    elif fmt == "onnx_int8":
+        quantize.quantize_int8(path.with_name(FILES["onnx"]),
+                               spec.calibration(calibration_batches), path)
+    elif fmt == "tensorrt":
+        from litlab.export import tensorrt
+
+        tensorrt.export_tensorrt(net, spec.example, path, meta)
+
+
+def export(ckpt_path, formats, output_dir, data_overrides=None, rtol: float = 1e-4,
+           int8_max_drop: float = 0.01, calibration_batches: int = 16,
+           latency_batch_sizes=(1, 64), latency_budget_s: float = 3.0) -> dict:
+    """Export, verify and time; returns the report (also written as export_report.md/.json).
+    `report["ok"]` is False when a format failed to export or to verify."""
+    import logging
+
+    from litlab.export import report as reporting
+    from litlab.export.domains import spec_for
+    from litlab.export.latency import measure_latency
+    from litlab.export.verify import eager_predictor, max_diffs, predictor, test_metric
+    from litlab.recipes.load import load_run
+
+    for name in ("onnx_ir", "onnxscript", "onnxruntime"):  # their INFO lines: noise
+        logging.getLogger(name).setLevel(logging.WARNING)
+    formats = list(dict.fromkeys(formats))
+    unknown = [f for f in formats if f not in FILES]
+    if unknown or not formats:
+        raise UserError(f"formats={formats}: choose from {list(FILES)}")
+    if "tensorrt" in formats:
+        from litlab.export.tensorrt import missing
+
+        if (why := missing()) is not None:
+            raise UserError(why)
+    if "onnx_int8" in formats and "onnx" not in formats:
+        formats.insert(formats.index("onnx_int8"), "onnx")  # int8 is quantized from it
+
+    run = load_run(ckpt_path, data_overrides)
+    spec = spec_for(run)
+    net = prepare_net(run.model)
+    metric = run.model.hparams.monitor.split("/", 1)[1]
+    higher_better = run.model.hparams.monitor_mode == "max"
+    meta = metadata(run, spec, ckpt_path, metric)
+    eager = eager_predictor(net)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    reference = test_metric(run.model, spec, eager, metric)
+    print(f"checkpoint (eager torch): test/{metric} {reference:.4f}")
+    rows = {}
+    for fmt in formats:
+        path = out / FILES[fmt]
+        row = rows[fmt] = {"file": path.name, "ok": False}
+        try:
+            write_format(fmt, net, spec, path, meta, calibration_batches)
+        except Exception as err:  # noqa: BLE001 (any exporter failure is reported per format)
+            row["error"] = unsupported(fmt, err)
+            print(row["error"])
+            continue
+        row["size_bytes"] = path.stat().st_size
+        try:
+            predict = predictor(fmt, path, spec.input_names)
+            row |= max_diffs(eager, predict, spec.held_out)
+            row["metric"] = test_metric(run.model, spec, predict, metric)
+        except Exception as err:  # noqa: BLE001
+            row["error"] = f"{fmt}: verification could not run: {str(err).splitlines()[0][:200]}"
+            print(row["error"])
+            continue
+        if fmt in FP32:
+            row["ok"] = row["max_rel_diff"] <= rtol
+            row["check"] = f"max rel diff <= {rtol:g}"
+        else:
+            drop = reference - row["metric"] if higher_better else row["metric"] - reference
+            row["ok"] = drop <= int8_max_drop
+            row["check"] = f"test/{metric} at most {int8_max_drop:g} worse than the checkpoint"
+        print(f"{fmt:10s} {'ok    ' if row['ok'] else 'FAILED'} max abs diff "
+              f"{row['max_abs_diff']:.2e}, rel {row['max_rel_diff']:.2e}; test/{metric} "
+              f"{row['metric']:.4f} (checkpoint {reference:.4f}); {row['size_bytes']:,} bytes")
+    onnx_files = {f: out / FILES[f] for f in ("onnx", "onnx_int8") if rows.get(f, {}).get("ok")}
+    batched = spec.dynamic[spec.input_names[0]].get(0) == "batch"
+    if batched:
+        one = spec.example[0][:1]
+        sizes, make = tuple(latency_batch_sizes), \
+            lambda b: (one.expand(b, *one.shape[1:]).contiguous(),)
+    else:  # graphs: one row per whole input (a graph, or a batch of graphs)
+        sizes, make = (1,), lambda b: spec.example
+    latency = measure_latency(net, onnx_files, make, sizes, budget_s=latency_budget_s)
+    result = {"ok": all(r["ok"] for r in rows.values()), "checkpoint": str(ckpt_path),
+              "task": spec.task, "metric": f"test/{metric}", "checkpoint_metric": reference,
+              "formats": rows, "latency": latency, "threads": torch.get_num_threads(),
+              "batch_unit": "samples" if batched else "whole input (graph or graph batch)",
+              "metadata": {k: v for k, v in meta.items() if k != "config"}}
+    reporting.write(result, out)
+    print(f"report: {out / 'export_report.md'}")
+    return result

@@ -1,0 +1,1 @@
+"""HTTP inference on an exported ONNX file: FastAPI + uvicorn + ONNX Runtime (see docs/deploy.md)."""

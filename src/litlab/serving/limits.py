@@ -1,0 +1,80 @@
+"""Pure ASGI layers in front of the app: request metrics (every response, the 413s of the body
+limit too; cheaper than Starlette's per-request middleware) and a body size limit: 413 before
+the body is read (Content-Length), or as soon as a streamed body passes the limit."""
+import json
+import time
+
+
+async def _send_error(send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """ASGI middleware: at most `max_bytes` of request body."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        too_big = f"The request body is larger than the limit of {self.max_bytes} bytes."
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                return await _send_error(send, 400, "The Content-Length header is not a number.")
+            if int(length) > self.max_bytes:
+                return await _send_error(send, 413, too_big)
+            return await self.app(scope, receive, send)
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        chunks, size, more = [], 0, True  # streamed (chunked): read up to the limit first
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.max_bytes:
+                return await _send_error(send, 413, too_big)
+        body, sent = b"".join(chunks), False
+
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+
+class Metrics:
+    """Count each response by path and status and time it (prometheus-client metrics)."""
+
+    def __init__(self, app, requests, latency, paths: set[str]):
+        self.app, self.requests, self.latency, self.paths = app, requests, latency, paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), [500]
+
+        async def observe(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observe)
+        finally:
+            path = scope["path"] if scope["path"] in self.paths else "other"
+            self.requests.labels(path, str(status[0])).inc()
+            self.latency.labels(path).observe(time.perf_counter() - start)

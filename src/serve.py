@@ -1,0 +1,22 @@
+"""Serve a model over HTTP: `python src/serve.py model_path=PATH [port=8000]`.
+
+PATH is a model.onnx from src/export.py, or a checkpoint, exported (and verified) first.
+Binds 127.0.0.1 by default; Ctrl-C or SIGTERM drains in-flight requests and exits 0.
+"""
+import hydra
+from omegaconf import DictConfig
+
+from litlab import cli
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="serve")
+@cli.task
+def main(cfg: DictConfig) -> None:
+    from litlab.serving.server import serve
+
+    serve(cfg.model_path, cfg.paths.output_dir, cfg.host, cfg.port, cfg.workers, cfg.max_batch,
+          cfg.max_body_bytes, cfg.batching, cfg.max_wait_ms, cfg.threads, cfg.log_level)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,132 @@
+"""src/export.py: every format is verified against the checkpoint (same outputs, same test
+metric through the artifact's own runtime), metadata travels inside the files, and a format
+that cannot run says so in one line. Per-domain exports on tiny trained models are `slow`."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_cli, run_dirs
+
+from litlab.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def digits_ckpt(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("export") / "logs"
+    run_cli("train.py", "trainer.max_epochs=3", "test=false", log_dir=logs)
+    return run_dirs(logs)[-1] / "checkpoints" / "last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def digits_export(digits_ckpt, tmp_path_factory):
+    from litlab.export.recipe import export
+
+    out = tmp_path_factory.mktemp("digits_export")
+    report = export(digits_ckpt, ["onnx", "pt2", "onnx_int8"], out,
+                    latency_batch_sizes=(1, 64), latency_budget_s=0.2)
+    return report, out
+
+
+def test_digits_formats_verified(digits_export):
+    report, out = digits_export
+    assert report["ok"], report["formats"]
+    fmts = report["formats"]
+    for fmt in ("onnx", "pt2"):  # fp32: the checkpoint's outputs and its test accuracy
+        assert fmts[fmt]["max_rel_diff"] <= 1e-4
+        assert fmts[fmt]["metric"] == pytest.approx(report["checkpoint_metric"], abs=1e-9)
+    assert report["checkpoint_metric"] - fmts["onnx_int8"]["metric"] <= 0.01
+    assert fmts["onnx_int8"]["size_bytes"] < 0.35 * fmts["onnx"]["size_bytes"]
+    assert not list(out.glob("*.onnx.data"))  # one file
+    assert json.loads((out / "export_report.json").read_text())["formats"] == fmts
+    md = (out / "export_report.md").read_text()
+    assert "| onnx_int8 | model.int8.onnx |" in md and "| eager | 64 |" in md
+    rows = {(x["format"], x["batch"]) for x in report["latency"]}
+    assert rows == {(f, b) for f in ("eager", "onnx", "onnx_int8") for b in (1, 64)}
+
+
+def test_dynamic_batch_axis(digits_export):
+    from litlab.export.latency import ort_session
+    from litlab.export.pt2 import load_pt2
+
+    out = digits_export[1]
+    session = ort_session(out / "model.onnx")
+    module = load_pt2(out / "model.pt2")[0]
+    for n in (1, 3, 130):
+        x = np.random.default_rng(n).normal(size=(n, 1, 8, 8)).astype(np.float32)
+        assert session.run(None, {"x": x})[0].shape == (n, 10)
+        assert module(torch.from_numpy(x)).shape == (n, 10)
+
+
+def test_metadata_round_trip(digits_export, digits_ckpt):
+    from litlab.checkpointing.load import load
+    from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.export import onnx, pt2
+    from litlab.export.recipe import sha256
+
+    out = digits_export[1]
+    stored = load(digits_ckpt)[CONFIG_KEY]
+    for meta in (onnx.read_metadata(out / "model.onnx"), pt2.read_metadata(out / "model.pt2"),
+                 onnx.read_metadata(out / "model.int8.onnx")):
+        assert meta["task"] == "image_classification"
+        assert meta["classes"] == [str(i) for i in range(10)]
+        assert meta["inputs"]["x"]["normalization"]["mean"] == [0.3051]
+        assert meta["checkpoint_sha256"] == sha256(digits_ckpt)
+        assert meta["config"]["model"]["net"] == stored["model"]["net"]
+        assert meta["litlab_version"] == "0.1.0"
+    assert "int8" in onnx.read_metadata(out / "model.int8.onnx")["quantization"]
+
+
+def test_tensorrt_without_gpu_is_one_line(digits_ckpt, tmp_path):
+    from litlab.export.recipe import export
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine can try TensorRT")
+    with pytest.raises(UserError) as err:
+        export(digits_ckpt, ["tensorrt"], tmp_path / "out")
+    assert "CUDA GPU" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_unsupported_op_message_names_op_and_working_format():
+    from litlab.export.recipe import unsupported
+
+    err = RuntimeError("Unsupported FX nodes: {'call_function': ['aten.linalg_eig.default']}.")
+    line = unsupported("onnx", err)
+    assert line == ("onnx: the exporter cannot handle op aten.linalg_eig.default; "
+                    "formats=[pt2] works")
+
+
+DOMAINS = {  # train overrides of a tiny model per domain
+    "resnet18": ["model=resnet18", "trainer.max_epochs=1", "trainer.limit_train_batches=3"],
+    "gcn": ["model=gnn", "trainer.max_epochs=5"],
+    "gat": ["model=gat", "data=sbm", "trainer.max_epochs=5"],
+    "sage": ["model=sage", "data=sbm", "trainer.max_epochs=5"],
+    "gin": ["model=gin", "data=mutag", "trainer.max_epochs=3"],
+    "resnet3d": ["model=resnet3d", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+                 "trainer.limit_val_batches=1", "data.num_volumes=60"],
+    "unet3d": ["model=unet3d", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+               "trainer.limit_val_batches=1", "data.num_volumes=12"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", list(DOMAINS))
+def test_every_domain_exports_and_verifies(domain, tmp_path, shared_data):
+    """Dynamic node/edge counts (graphs) and spatial dims (unet3d) are part of the held-out
+    check: each format also runs inputs of another size than the export example."""
+    extra = []
+    if domain == "gin":
+        extra = [f"paths.data_dir={shared_data('TUDataset').parent}"]
+    run_cli("train.py", *DOMAINS[domain], *extra, "test=false", log_dir=tmp_path / "logs")
+    ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
+    proc = run_cli("export.py", f"ckpt_path={ckpt}", "latency.budget_s=0.2",
+                   log_dir=tmp_path / "logs", check=False, timeout=900)
+    report = json.loads(next((tmp_path / "logs" / "export").rglob("export_report.json"))
+                        .read_text())
+    for fmt in ("onnx", "pt2"):
+        row = report["formats"][fmt]
+        assert row["ok"] and row["max_rel_diff"] <= 1e-4, row
+        assert row["metric"] == pytest.approx(report["checkpoint_metric"], abs=1e-6)
+    assert proc.returncode == (0 if report["ok"] else 1), proc.stdout[-3000:]
+    assert report["formats"]["onnx_int8"]["ok"], report["formats"]["onnx_int8"]
