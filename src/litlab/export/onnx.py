@@ -1,0 +1,108 @@
+"""One-file ONNX export with dynamic axes and metadata that travels inside the file.
+
+`torch.onnx.export(dynamo=True)` (torch.export based, the maintained exporter) is tried first;
+the legacy exporter is the fallback for nets torch.export cannot trace. Weights are embedded
+(no `.onnx.data` beside the file) whenever the model fits ONNX's 2 GB protobuf limit.
+"""
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+PROTOBUF_LIMIT = 2 * 1024**3 - 1024  # bytes a single-file ONNX can hold (protobuf limit)
+
+
+def _net(model: nn.Module) -> nn.Module:
+    """A LitModule's plain net (no trainer, metrics or compile wrapper), or the model itself."""
+    return getattr(model, "net", model)
+
+
+def _dim_specs(dynamic: Mapping[str, Mapping[int, str]], names: Sequence[str]):
+    """{input: {axis: name}} -> torch.export dynamic_shapes (one Dim per name, shared)."""
+    dims: dict[str, torch.export.Dim] = {}
+    specs = []
+    for name in names:
+        axes = dynamic.get(name, {})
+        specs.append({axis: dims.setdefault(dim, torch.export.Dim(dim, min=1))
+                      for axis, dim in axes.items()} or None)
+    return tuple(specs)
+
+
+def export_onnx(model: nn.Module, example_inputs: tuple, path, *,
+                input_names: Sequence[str] = ("x",), output_names: Sequence[str] = ("logits",),
+                dynamic: Mapping[str, Mapping[int, str]] | None = None,
+                metadata: Mapping[str, object] | None = None, exporter: str = "auto",
+                opset: int = 18) -> Path:
+    """Write `model` (a LitModule: its `net` is exported; or any nn.Module) to one ONNX file.
+
+    `dynamic` names the dynamic axes per input, e.g. `{"x": {0: "batch"}}` (the default: axis 0
+    of every input is the batch); the same name on two inputs means the same size.
+    `metadata` values are stored as ONNX `metadata_props` (non-strings as JSON).
+    `exporter`: "dynamo", "legacy" or "auto" (dynamo, then legacy if dynamo fails).
+    Example inputs should have a batch of at least 2 (a size-1 axis gets specialized)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    net = _net(model).eval()
+    dynamic = dict(dynamic) if dynamic is not None else {n: {0: "batch"} for n in input_names}
+    errors = []
+    for kind in (["dynamo", "legacy"] if exporter == "auto" else [exporter]):
+        try:
+            _export(kind, net, tuple(example_inputs), path, list(input_names),
+                    list(output_names), dynamic, opset)
+            break
+        except Exception as e:  # noqa: BLE001 (the exporters raise many types)
+            errors.append(f"{kind}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    else:
+        raise RuntimeError("ONNX export failed; " + " | ".join(errors))
+    write_metadata(path, {**(metadata or {}), "exporter": kind})
+    return path
+
+
+def _export(kind, net, args, path, input_names, output_names, dynamic, opset) -> None:
+    with torch.no_grad():
+        if kind == "dynamo":
+            program = torch.onnx.export(
+                net, args, dynamo=True, input_names=input_names, output_names=output_names,
+                dynamic_shapes=_dim_specs(dynamic, input_names), opset_version=opset,
+                optimize=True, verbose=False)
+            program.save(str(path), external_data=False)
+        else:
+            axes = {**dynamic, **{o: {0: "batch"} for o in output_names
+                                  if any(0 in a and a[0] == "batch" for a in dynamic.values())}}
+            torch.onnx.export(net, args, str(path), dynamo=False, input_names=input_names,
+                              output_names=output_names, dynamic_axes=axes,
+                              opset_version=opset, do_constant_folding=True)
+
+
+def _as_text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def write_metadata(path, metadata: Mapping[str, object]) -> None:
+    """Add (or replace) `metadata_props` of the ONNX file at `path`, keeping it one file."""
+    import onnx
+
+    path = Path(path)
+    model = onnx.load(str(path))
+    props = {p.key: p.value for p in model.metadata_props}
+    props.update({str(k): _as_text(v) for k, v in metadata.items()})
+    onnx.helper.set_model_props(model, props)
+    external = model.ByteSize() > PROTOBUF_LIMIT  # only then a `.onnx.data` beside it
+    onnx.save(model, str(path), save_as_external_data=external)
+
+
+def read_metadata(path) -> dict[str, object]:
+    """The file's `metadata_props`, JSON values decoded (a plain string stays a string)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    props = {p.key: p.value for p in model.metadata_props}
+    out = {}
+    for key, value in props.items():
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
