@@ -83,6 +83,6 @@ def test_and_save(model, run_cfg: dict, datamodule, path: Path, metric: str,
                         callbacks=[RunConfigInCheckpoint(run_cfg)], enable_progress_bar=False,
                         enable_model_summary=False)
     metrics = trainer.test(model, datamodule=datamodule, verbose=False)[0]
-    trainer.save_checkpoint(path, weights_only=True)
+    trainer.save_checkpoint(path)  # a test-only trainer: no optimizer state to store
     model.cpu().eval()
     return float(metrics[metric])

@@ -25,8 +25,11 @@ def check(cfg: DictConfig) -> None:
 
 
 def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
-    """`ckpt_path=last` (or a checkpoint of a compress run's training): that run's own config,
-    and which step to resume from which checkpoint; else the config as given."""
+    """`ckpt_path=last` (or the last.ckpt of a compress run's training): the steps, source
+    checkpoint and data of that run, and which step resumes from which checkpoint. As with
+    train.py, trainer/callbacks/logger come from the command line (repeat your overrides)."""
+    from omegaconf import open_dict
+
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
 
@@ -34,9 +37,12 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     if stored.get("task_name") != "compress" or "compress_step" not in stored:
         return cfg, None
     resume = {"path": str(cfg.ckpt_path), "step": stored["compress_step"], "model": stored["model"]}
-    print(f"resuming step {resume['step']} ({list(stored['compress'])[resume['step'] - 1]}) "
-          f"of the compress run of {stored['ckpt_path']}", flush=True)
-    return OmegaConf.create(stored), resume
+    with open_dict(cfg):
+        cfg.compress, cfg.ckpt_path = stored["compress"], stored["ckpt_path"]
+        cfg.data_overrides, cfg.seed = stored["data_overrides"], stored["seed"]
+    print(f"resuming step {resume['step']} ({list(cfg.compress)[resume['step'] - 1]}) of the "
+          f"compress run of {cfg.ckpt_path}", flush=True)
+    return cfg, resume
 
 
 def compress(cfg: DictConfig) -> list[dict]:
