@@ -64,7 +64,7 @@ def stage_row(name: str, net, ckpt: Path | None, onnx: Path | None, metric: floa
               metric_name: str, lat: dict) -> dict:
     """One row of the report."""
     params, nonzero = count(net) if net is not None else (None, None)
-    size = lambda p: round(Path(p).stat().st_size / 1e6, 3) if p else None  # noqa: E731
+    size = lambda p: round(Path(p).stat().st_size / 1e6, 3) if p else None
     return {"stage": name, "params": params, "nonzero_params": nonzero,
             "checkpoint_mb": size(ckpt), "onnx_mb": size(onnx), metric_name: metric,
             "checkpoint": str(ckpt) if ckpt else None, "onnx": str(onnx) if onnx else None,

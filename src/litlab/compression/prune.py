@@ -3,7 +3,6 @@ smaller and faster. Unstructured (Lightning's ModelPruning): single weights are 
 tensors keep their shapes, so the file and the dense kernels stay as big and as slow."""
 import copy
 
-import torch
 from torch import nn
 
 from litlab.compression import resize

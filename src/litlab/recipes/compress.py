@@ -52,7 +52,7 @@ def compress(cfg: DictConfig) -> list[dict]:
     import lightning as L
     import torch
 
-    from litlab.compression import measure, report, steps
+    from litlab.compression import report, steps
     from litlab.recipes.load import load_run
 
     out = Path(cfg.paths.output_dir)
