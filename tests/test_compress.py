@@ -93,6 +93,25 @@ def test_pruning_ratio_outside_0_1_is_one_line(ratio):
         check(cfg)
 
 
+@pytest.mark.parametrize("option,steps", [
+    ("prune", ["prune"]), ("distill", ["distill"]), ("distill_graph", ["distill"]),
+    ("quantize", ["quantize"]), ("[distill,quantize]", ["distill", "quantize"]),
+    ("[prune,quantize]", ["prune", "quantize"])])
+def test_every_compress_option_composes_and_chains_in_order(option, steps, tmp_path):
+    from litlab.compression.steps import training_config
+    from litlab.recipes.compress import check
+
+    cfg = compose("compress", ["ckpt_path=x", f"compress={option}", "trainer.max_epochs=3"],
+                  output_dir=tmp_path)
+    assert list(cfg.compress) == steps
+    check(cfg)
+    model = {"monitor": "val/acc", "monitor_mode": "max"}
+    train = training_config(cfg, {"model": model, "data": {}}, 1)  # every interpolation resolves
+    assert train.callbacks.model_checkpoint.dirpath == f"{tmp_path}/checkpoints"
+    if "distill" in steps and option != "distill_graph":
+        assert train.compress.distill.student.scheduler.T_max == 3
+
+
 def test_teacher_of_another_task_or_class_count_is_one_line():
     with pytest.raises(UserError, match="teacher predicts 10 classes, the student's data has 7"):
         distill.check_pair("image_classification", 10, "image_classification", 7)
