@@ -72,8 +72,8 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
             model = rebuild(run_cfg, dm)
         else:
             if not measure.has_tensor_inputs(dm):
-                raise UserError("structured pruning supports image and volume nets; for graph "
-                                "nets use compress.prune.method=unstructured")
+                raise UserError(f"structured pruning supports image and volume classifiers, "
+                                f"not {dm.task}: use compress.prune.method=unstructured")
             net = stage.model.net
             shapes = prune.structured(net, (measure.example(dm),), ratio, step.steps,
                                       step.round_to, step.importance_norm,
@@ -126,7 +126,8 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     from litlab.export.quantize import quantize_int8
 
     if not measure.has_tensor_inputs(dm):
-        raise UserError("compress=quantize needs image or volume data (ONNX tensor inputs)")
+        raise UserError(f"compress=quantize supports image and volume classifiers, not "
+                        f"{dm.task} (its report is the int8 model's test accuracy)")
     fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx")
     batches = [x for x, _ in measure.tensor_batches(dm, "train", step.calibration_batches)]
     q = quantize_int8(fp32, batches, out / f"{index}_quantize.onnx",

@@ -22,6 +22,9 @@ def check(cfg: DictConfig) -> None:
         from litlab.compression.prune import check_ratio
 
         check_ratio(cfg.compress.prune.ratio)
+        if cfg.compress.prune.method not in ("structured", "unstructured"):
+            raise UserError(f"compress.prune.method={cfg.compress.prune.method}: use structured "
+                            f"or unstructured")
 
 
 def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
