@@ -90,10 +90,13 @@ def check_rebuilds(net: nn.Module, rebuilt: nn.Module) -> None:
 
 
 def unstructured_callback(ratio: float, epochs: int):
-    """Lightning's ModelPruning: global L1 magnitude pruning of the weights after each epoch,
-    reaching `1 - ratio` zeros at the end, then made permanent (masks folded into weights)."""
+    """Lightning's ModelPruning: global L1 magnitude pruning of the weights at the end of each
+    epoch but the last, which fine-tunes with the final `1 - ratio` zeros; then made
+    permanent (masks folded into the weights)."""
     from lightning.pytorch.callbacks import ModelPruning
 
-    per_epoch = 1 - ratio ** (1 / max(epochs, 1))  # share of the remaining weights, each epoch
-    return ModelPruning("l1_unstructured", amount=per_epoch, use_global_unstructured=True,
-                        parameter_names=["weight"], make_pruning_permanent=True, verbose=0)
+    rounds = max(epochs - 1, 1)
+    per_round = 1 - ratio ** (1 / rounds)  # share of the remaining weights, each round
+    return ModelPruning("l1_unstructured", amount=per_round, use_global_unstructured=True,
+                        apply_pruning=lambda epoch: epoch < rounds, parameter_names=["weight"],
+                        make_pruning_permanent=True, verbose=0)
