@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import compose, results
+from conftest import compose
 
 from litlab.compression import distill, prune, resize
 from litlab.errors import UserError
@@ -159,6 +159,13 @@ def _report(log_dir):
     return run, {s["stage"]: s for s in json.loads((run / "compress_report.json").read_text())["stages"]}
 
 
+def _evaluated(cli, tmp_path, ckpt) -> float:
+    """eval.py's test accuracy of a checkpoint, from its metrics.json (all digits)."""
+    cli("eval.py", f"ckpt_path={ckpt}", "predictions=false")
+    out = next((tmp_path / "logs" / "eval" / "runs").glob("*/metrics.json"))
+    return json.loads(out.read_text())["test/acc"]
+
+
 @pytest.mark.slow
 def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckpt):
     cli("compress.py", f"ckpt_path={digits_ckpt}", "compress=[prune,quantize]",
@@ -172,8 +179,7 @@ def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckp
     # 0.2, BENCHMARKS.md); the bound is 5 points (18 images)
     assert abs(int8["test/acc"] - pruned["test/acc"]) <= 0.05
     assert int8["onnx_mb"] <= 0.7 * pruned["onnx_mb"]  # tiny net: QDQ scales weigh (ResNet: 0.25x)
-    evaluated = results(cli("eval.py", f"ckpt_path={run / '1_prune.ckpt'}").stdout)[0]
-    assert evaluated["test/acc"] == pytest.approx(pruned["test/acc"], abs=1e-6)
+    assert _evaluated(cli, tmp_path, run / "1_prune.ckpt") == pytest.approx(pruned["test/acc"])
     assert "## " not in (run / "compress_report.md").read_text()[:2] and "| prune |" in (
         run / "compress_report.md").read_text()
     from litlab.export.onnx import export_onnx
@@ -195,8 +201,7 @@ def test_distilled_student_trains_and_eval_reproduces_it(tmp_path, cli, digits_c
     assert student["test/acc"] >= 0.85 * stages["original"]["test/acc"]
     stored = torch.load(run / "1_distill.ckpt", weights_only=True)["litlab_config"]
     assert stored["model"]["net"]["channels"] == [16, 32]
-    evaluated = results(cli("eval.py", f"ckpt_path={run / '1_distill.ckpt'}").stdout)[0]
-    assert evaluated["test/acc"] == pytest.approx(student["test/acc"], abs=1e-6)
+    assert _evaluated(cli, tmp_path, run / "1_distill.ckpt") == pytest.approx(student["test/acc"])
 
 
 @pytest.mark.slow
