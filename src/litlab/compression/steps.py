@@ -102,22 +102,24 @@ def student_config(step, teacher_model_cfg: dict) -> dict:
     return OmegaConf.to_container(OmegaConf.merge(teacher_model_cfg, student), resolve=True)
 
 
-def distill_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> Stage:
+def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:
+    """One line when the teacher solves another task or predicts other classes."""
     import hydra
 
-    teacher, teacher_cfg = stage.model, stage.run_cfg
-    if step.get("teacher"):  # another run's checkpoint teaches this run's data
-        from litlab.recipes.load import load_run
+    task = lambda c: hydra.utils.get_class(c["data"]["_target_"]).task
+    distill.check_pair(task(teacher.run_cfg), getattr(teacher.model, "num_classes", None),
+                       task(run_cfg), dm.dims.get("num_classes"))
 
-        run = load_run(step.teacher)
-        teacher, teacher_cfg = run.model, OmegaConf.to_container(run.config)
+
+def distill_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None,
+                 teacher: Stage | None = None) -> Stage:
+    """`teacher`: another run's model (compress.distill.teacher); else the current stage."""
+    teacher = teacher or stage
+    check_teacher(teacher, stage.run_cfg, dm)
     run_cfg = copy.deepcopy(stage.run_cfg)
-    run_cfg["model"] = student_config(step, teacher_cfg["model"])
-    task = hydra.utils.get_class(run_cfg["data"]["_target_"]).task
-    distill.check_pair(hydra.utils.get_class(teacher_cfg["data"]["_target_"]).task,
-                       getattr(teacher, "num_classes", None), task, dm.dims.get("num_classes"))
+    run_cfg["model"] = student_config(step, teacher.run_cfg["model"])
     student = rebuild(run_cfg, dm)
-    distiller = distill.Distiller(student, teacher, step.alpha, step.temperature)
+    distiller = distill.Distiller(student, teacher.model, step.alpha, step.temperature)
     fit(distiller, training_config(cfg, run_cfg, index), dm, resume=resume and resume["path"])
     return Stage("distill", student.cpu(), run_cfg)
 

@@ -66,6 +66,11 @@ def compress(cfg: DictConfig) -> list[dict]:
     context = {"source": str(cfg.ckpt_path), "steps": list(cfg.compress),
                "threads": torch.get_num_threads()}
     stage = steps.Stage("original", run.model, OmegaConf.to_container(run.config))
+    teacher = None
+    if "distill" in cfg.compress and cfg.compress.distill.get("teacher"):
+        other = load_run(cfg.compress.distill.teacher)  # another run teaches this run's data
+        teacher = steps.Stage("teacher", other.model, OmegaConf.to_container(other.config))
+        steps.check_teacher(teacher, stage.run_cfg, dm)  # before anything is measured
     rows = [_measure(stage, cfg, dm, out, 0, metric)]
     for index, name in enumerate(cfg.compress, start=1):
         step, done = cfg.compress[name], out / f"{index}_{name}.ckpt"
@@ -75,9 +80,10 @@ def compress(cfg: DictConfig) -> list[dict]:
         elif done.is_file():  # finished before an interruption: reuse it
             again = load_run(done, dict(cfg.data_overrides))
             stage = steps.Stage(name, again.model, OmegaConf.to_container(again.config))
+        elif name == "prune":
+            stage = steps.prune_step(stage, cfg, step, dm, index, here)
         else:
-            fn = steps.prune_step if name == "prune" else steps.distill_step
-            stage = fn(stage, cfg, step, dm, index, here)
+            stage = steps.distill_step(stage, cfg, step, dm, index, here, teacher)
         rows.append(_measure(stage, cfg, dm, out, index, metric))
         report.write(rows, metric, out, context)
     print((out / "compress_report.md").read_text(), flush=True)
