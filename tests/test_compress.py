@@ -118,6 +118,15 @@ def test_teacher_of_another_task_or_class_count_is_one_line():
         distill.check_pair("image_classification", 10, "image_classification", 7)
     with pytest.raises(UserError, match="teacher was trained for node_classification"):
         distill.check_pair("node_classification", 7, "image_classification", 7)
+    from types import SimpleNamespace
+
+    from litlab.compression.steps import Stage, check_teacher
+
+    cora = {"data": {"_target_": "litlab.data.graph.PlanetoidDataModule"}}
+    digits = {"data": {"_target_": "litlab.data.vision.DigitsDataModule"}}
+    gcn = Stage("teacher", SimpleNamespace(num_classes=7), cora)  # what the recipe checks
+    with pytest.raises(UserError, match="the student's data is image_classification"):
+        check_teacher(gcn, digits, SimpleNamespace(dims={"num_classes": 10}))
 
 
 def test_bad_inputs_exit_2_with_one_line(tmp_path, cli):
