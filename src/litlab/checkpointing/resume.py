@@ -17,7 +17,7 @@ from pathlib import Path
 from litlab.errors import UserError
 
 LAST = "last"
-RESUMABLE_CONFIGS = ("train",)
+RESUMABLE_CONFIGS = ("train", "compress")
 
 
 def checkpoint_of(run_dir: Path) -> Path:

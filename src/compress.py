@@ -1,0 +1,27 @@
+"""Make a trained model smaller: `python src/compress.py ckpt_path=PATH compress=prune`.
+
+    python src/compress.py ckpt_path=PATH compress=prune compress.prune.ratio=0.1
+    python src/compress.py ckpt_path=PATH compress=distill model@compress.distill.student=cnn
+    python src/compress.py ckpt_path=PATH compress=[distill,quantize]
+    python src/compress.py ckpt_path=last                # resume an interrupted fine-tuning
+
+Writes logs/compress/runs/<timestamp>/: a checkpoint per step (eval.py loads it) and
+compress_report.md/.json (parameters, size, test metric, latency). See docs/compress.md.
+"""
+import hydra
+from omegaconf import DictConfig
+
+from litlab import cli
+from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="compress")
+@cli.task
+def main(cfg: DictConfig) -> None:
+    from litlab.compression.recipe import compress
+
+    compress(cfg)
+
+
+if __name__ == "__main__":
+    cli.run(main)

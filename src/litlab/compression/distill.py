@@ -1,0 +1,100 @@
+"""Knowledge distillation (Hinton et al., 2015): a student learns from a frozen teacher's
+softened outputs and from the labels,
+
+    loss = alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE.
+
+T^2 keeps the soft term's gradients on the scale of the hard one's as T changes. `Distiller`
+trains the student LitModule inside Lightning; validation and test are the student's own, so
+its metrics and checkpoints read like those of any run."""
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from litlab.errors import UserError
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, target: torch.Tensor,
+            alpha: float, temperature: float) -> torch.Tensor:
+    t = temperature
+    soft = F.kl_div(F.log_softmax(student_logits / t, 1), F.log_softmax(teacher_logits / t, 1),
+                    reduction="batchmean", log_target=True)
+    return alpha * t * t * soft + (1 - alpha) * F.cross_entropy(student_logits, target)
+
+
+def scores(module, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, targets) of a classifier LitModule on a training batch: the training nodes of
+    a graph (node classification), else an (inputs, labels) batch."""
+    if hasattr(module, "_scores"):  # litlab.models.graph.GNNClassifier
+        return module._scores(batch, "train")
+    x, y = batch
+    return module(x), y
+
+
+def check_pair(teacher_task: str, teacher_classes, student_task: str, student_classes) -> None:
+    """A teacher can only teach a student of the same task and classes."""
+    if teacher_task != student_task:
+        raise UserError(f"the teacher was trained for {teacher_task}, the student's data is "
+                        f"{student_task}: distillation needs the same task")
+    if teacher_classes != student_classes:
+        raise UserError(f"the teacher predicts {teacher_classes} classes, the student's data "
+                        f"has {student_classes}: distillation needs the same classes")
+
+
+class Distiller(L.LightningModule):
+    """Trains `student` (a LitModule) with `kd_loss` against `teacher` (frozen, eval mode)."""
+
+    def __init__(self, student, teacher, alpha: float = 0.7, temperature: float = 4.0):
+        super().__init__()
+        if not 0 <= alpha <= 1 or temperature <= 0:
+            raise UserError(f"compress.distill: alpha={alpha} must be in [0, 1] and "
+                            f"temperature={temperature} > 0")
+        self.student, self.teacher = student, teacher
+        self.alpha, self.temperature = alpha, temperature
+        self.teacher.requires_grad_(False)
+        self.teacher.eval()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.teacher.eval()  # Lightning calls train() each epoch: the teacher stays in eval
+        return self
+
+    def training_step(self, batch, batch_idx):
+        logits, y = scores(self.student, batch)
+        with torch.no_grad():
+            teacher_logits, _ = scores(self.teacher, batch)
+        loss = kd_loss(logits, teacher_logits, y, self.alpha, self.temperature)
+        self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True,
+                 batch_size=len(y))
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.student.eval_step("val", batch)
+
+    def test_step(self, batch, batch_idx):
+        self.student.eval_step("test", batch)
+
+    def _log_epoch(self, split: str) -> None:
+        """The student's metrics for `split`, logged by this (attached) module."""
+        s = self.student
+        s.update_metrics(split)
+        metrics, loss = s.metrics(split), getattr(s, f"{split}_loss")
+        if loss.update_called:
+            self.log_dict({**metrics.compute(), f"{split}/loss": loss.compute()}, prog_bar=True)
+        metrics.reset()
+        loss.reset()
+
+    def on_validation_epoch_end(self):
+        self._log_epoch("val")
+
+    def on_test_epoch_end(self):
+        self._log_epoch("test")
+
+    def configure_optimizers(self):
+        s = self.student  # the student's own optimizer and scheduler, on its parameters only
+        optimizer = s._optimizer(params=s.parameters())
+        if s._scheduler is None:
+            return optimizer
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": s._scheduler(optimizer=optimizer),
+                                 "interval": s.hparams.scheduler_interval,
+                                 "monitor": s.hparams.monitor}}

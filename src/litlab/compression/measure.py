@@ -1,0 +1,89 @@
+"""What a compression step bought: parameters (all and non-zero), size on disk (checkpoint
+and ONNX), the test metric, and batch-1/batch-64 latency, eager torch and ONNX Runtime."""
+from pathlib import Path
+
+import torch
+
+from litlab.compression.prune import count
+
+
+def tensor_batches(datamodule, split: str, limit: int | None = None):
+    """Preprocessed (inputs, labels) batches of a split, as the model sees them at test time
+    (scaled and normalized by the datamodule's batch hook; no augmentation)."""
+    datamodule.setup("fit" if split == "train" else "test")
+    loader = datamodule.loader(getattr(datamodule, f"{split}_set"), train=split == "train")
+    for i, batch in enumerate(loader):
+        if limit is not None and i >= limit:
+            return
+        yield datamodule.on_after_batch_transfer(batch, 0)
+
+
+def has_tensor_inputs(datamodule) -> bool:
+    """Image and volume classification: fixed-size (inputs, labels) batches that ONNX export,
+    int8 calibration and batch-64 latency can be fed (not graphs, not whole 3D volumes)."""
+    return getattr(datamodule, "task", "") in ("image_classification", "volume_classification")
+
+
+def onnx_accuracy(onnx_path: Path, datamodule) -> float:
+    """Test accuracy of an ONNX classifier under ONNX Runtime (the eager metric's definition:
+    argmax of the logits equals the label, averaged over all test samples)."""
+    from litlab.export.latency import ort_session
+
+    session = ort_session(onnx_path)
+    name = session.get_inputs()[0].name
+    correct = total = 0
+    for x, y in tensor_batches(datamodule, "test"):
+        logits = torch.from_numpy(session.run(None, {name: x.numpy()})[0])
+        correct += int((logits.argmax(1) == y).sum())
+        total += len(y)
+    return correct / total
+
+
+def example(datamodule, batch: int = 2) -> torch.Tensor:
+    x, _ = next(iter(tensor_batches(datamodule, "test")))
+    return x[:batch].repeat(batch // len(x[:batch]) + 1, *[1] * (x.dim() - 1))[:batch]
+
+
+def export(model, datamodule, path: Path) -> Path:
+    """The model's net as one ONNX file (batch axis dynamic), via the exporter's code."""
+    from litlab.export.onnx import export_onnx
+
+    return Path(export_onnx(model, (example(datamodule),), path))
+
+
+def latency(net, onnx_files: dict, datamodule, batch_sizes, budget_s: float) -> dict:
+    """{"eager_b1": ms, "onnx_b64": ms, ...}: median latency per format and batch size."""
+    from litlab.export.latency import measure_latency
+
+    sample = example(datamodule, 1)[0]
+    rows = measure_latency(net, onnx_files, sample, batch_sizes=tuple(batch_sizes),
+                           budget_s=budget_s)
+    return {f"{r['format']}_b{r['batch']}": round(r["p50_ms"], 3) for r in rows}
+
+
+def stage_row(name: str, net, ckpt: Path | None, onnx: Path | None, metric: float | None,
+              metric_name: str, lat: dict) -> dict:
+    """One row of the report."""
+    params, nonzero = count(net) if net is not None else (None, None)
+    size = lambda p: round(Path(p).stat().st_size / 1e6, 3) if p else None
+    return {"stage": name, "params": params, "nonzero_params": nonzero,
+            "checkpoint_mb": size(ckpt), "onnx_mb": size(onnx), metric_name: metric,
+            "checkpoint": str(ckpt) if ckpt else None, "onnx": str(onnx) if onnx else None,
+            **{f"latency_ms_{k}": v for k, v in lat.items()}}
+
+
+def test_and_save(model, run_cfg: dict, datamodule, path: Path, metric: str,
+                  accelerator: str = "auto") -> float:
+    """The model's test metric, and its checkpoint at `path` as train.py writes them (weights,
+    hyperparameters, run config; no optimizer state): eval.py and export load it."""
+    import lightning as L
+
+    from litlab.checkpointing.run_config import RunConfigInCheckpoint
+
+    trainer = L.Trainer(accelerator=accelerator, devices=1, logger=False,
+                        callbacks=[RunConfigInCheckpoint(run_cfg)], enable_progress_bar=False,
+                        enable_model_summary=False)
+    metrics = trainer.test(model, datamodule=datamodule, verbose=False)[0]
+    trainer.save_checkpoint(path)  # a test-only trainer: no optimizer state to store
+    model.cpu().eval()
+    return float(metrics[metric])

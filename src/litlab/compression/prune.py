@@ -1,0 +1,102 @@
+"""Pruning. Structured (Torch-Pruning): whole channels go, so tensors shrink and the net gets
+smaller and faster. Unstructured (Lightning's ModelPruning): single weights are zeroed; the
+tensors keep their shapes, so the file and the dense kernels stay as big and as slow."""
+import copy
+
+from torch import nn
+
+from litlab.compression import resize
+from litlab.errors import UserError
+
+
+def check_ratio(ratio) -> float:
+    if not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
+        raise UserError(f"compress.prune.ratio={ratio}: the share of parameters to keep must "
+                        f"be in (0, 1), e.g. 0.1 keeps 10%")
+    return float(ratio)
+
+
+def count(net: nn.Module) -> tuple[int, int]:
+    """(parameters, non-zero parameters) of a net."""
+    params = list(net.parameters())
+    return sum(p.numel() for p in params), sum(int(p.count_nonzero()) for p in params)
+
+
+def _heads(net: nn.Module, num_classes: int | None) -> list[nn.Module]:
+    """The output layers (their outputs are the classes): never pruned."""
+    layers = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))]
+    heads = [m for m in layers if (resize.shape_of(m) or [0, 0])[1] == num_classes]
+    return heads or layers[-1:]
+
+
+def _pruner(net, example_inputs, channel_ratio: float, steps: int, round_to, norm: int,
+            num_classes):
+    import torch_pruning as tp
+
+    return tp.pruner.MetaPruner(
+        net, example_inputs, importance=tp.importance.GroupMagnitudeImportance(p=norm),
+        pruning_ratio=channel_ratio, iterative_steps=steps, round_to=round_to,
+        ignored_layers=_heads(net, num_classes))
+
+
+def _channel_ratio(net, example_inputs, ratio: float, round_to, norm, num_classes) -> float:
+    """The share of channels to remove per layer so that at most `ratio` of the parameters
+    remain: parameters shrink about quadratically in channels, so it is searched (bisection on
+    throw-away copies; the count does not depend on which channels go, only on how many)."""
+    total = count(net)[0]
+    lo, hi = 0.0, 0.99
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        trial = copy.deepcopy(net)
+        _pruner(trial, example_inputs, mid, 1, round_to, norm, num_classes).step()
+        lo, hi = (mid, hi) if count(trial)[0] > ratio * total else (lo, mid)
+    return hi
+
+
+def structured(net: nn.Module, example_inputs, ratio: float, steps: int = 5,
+               round_to: int | None = None, norm: int = 2,
+               num_classes: int | None = None) -> dict[str, list[int]]:
+    """Prune `net` in place, in `steps` rounds, to at most `ratio` of its parameters; returns
+    the changed layer shapes (what `resize.resized_net` needs to rebuild it)."""
+    before = resize.all_shapes(net)
+    was_training = net.training
+    net.eval()  # the dependency graph traces a forward; BN statistics must not move
+    # (no torch.no_grad: the dependency graph is traced through autograd)
+    channel_ratio = _channel_ratio(net, example_inputs, ratio, round_to, norm, num_classes)
+    pruner = _pruner(net, example_inputs, channel_ratio, steps, round_to, norm, num_classes)
+    for _ in range(steps):
+        pruner.step()
+    net.train(was_training)
+    return resize.changed_shapes(before, net)
+
+
+def pruned_net_config(net_cfg: dict, shapes: dict[str, list[int]]) -> dict:
+    """The stored net config of a pruned net: the original factory plus the new shapes."""
+    if net_cfg.get("_target_") == "litlab.compression.resize.resized_net":  # pruned twice
+        return {**net_cfg, "shapes": {**net_cfg["shapes"], **shapes}}
+    kwargs = {k: v for k, v in net_cfg.items() if k != "_target_"}
+    return {"_target_": "litlab.compression.resize.resized_net",
+            "base_target": net_cfg["_target_"], "base_kwargs": kwargs, "shapes": shapes}
+
+
+def check_rebuilds(net: nn.Module, rebuilt: nn.Module) -> None:
+    """The net rebuilt from config must have the pruned net's tensor shapes exactly."""
+    want = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
+    if want != got:
+        bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
+        raise UserError(f"the pruned net cannot be rebuilt from its config (layers other than "
+                        f"Conv/Linear/BatchNorm changed shape: {', '.join(bad[:4])})")
+
+
+def unstructured_callback(ratio: float, epochs: int):
+    """Lightning's ModelPruning: global L1 magnitude pruning of the weights at the end of each
+    epoch but the last, which fine-tunes with the final `1 - ratio` zeros; then made
+    permanent (masks folded into the weights)."""
+    from lightning.pytorch.callbacks import ModelPruning
+
+    rounds = max(epochs - 1, 1)
+    per_round = 1 - ratio ** (1 / rounds)  # share of the remaining weights, each round
+    return ModelPruning("l1_unstructured", amount=per_round, use_global_unstructured=True,
+                        apply_pruning=lambda epoch: epoch < rounds, parameter_names=["weight"],
+                        make_pruning_permanent=True, verbose=0)

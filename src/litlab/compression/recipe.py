@@ -1,0 +1,110 @@
+"""The compress recipe: rebuild a run from its checkpoint, apply the chosen steps in order
+(prune, distill, quantize), and measure the original and every step into a report."""
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from litlab.errors import UserError
+
+STEPS = ("prune", "distill", "quantize")
+
+
+def check(cfg: DictConfig) -> None:
+    """Bad step settings fail here, in one line, before any data is read."""
+    names = list(cfg.compress or {})
+    unknown = [n for n in names if n not in STEPS]
+    if not names or unknown:
+        raise UserError(f"compress={','.join(unknown) or '[]'}: steps are {', '.join(STEPS)} "
+                        f"(chain them: compress=[distill,quantize])")
+    if "quantize" in names and names[-1] != "quantize":
+        raise UserError("compress: quantize must be the last step (it leaves an int8 ONNX file)")
+    if "prune" in names:
+        from litlab.compression.prune import check_ratio
+
+        check_ratio(cfg.compress.prune.ratio)
+        if cfg.compress.prune.method not in ("structured", "unstructured"):
+            raise UserError(f"compress.prune.method={cfg.compress.prune.method}: use structured "
+                            f"or unstructured")
+
+
+def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
+    """`ckpt_path=last` (or the last.ckpt of a compress run's training): the steps, source
+    checkpoint and data of that run, and which step resumes from which checkpoint. As with
+    train.py, trainer/callbacks/logger come from the command line (repeat your overrides)."""
+    from omegaconf import open_dict
+
+    from litlab.checkpointing.load import load
+    from litlab.checkpointing.run_config import CONFIG_KEY
+
+    stored = load(cfg.ckpt_path, mmap=True)[CONFIG_KEY]  # one line if not litlab's
+    if stored.get("task_name") != "compress" or "compress_step" not in stored:
+        return cfg, None
+    resume = {"path": str(cfg.ckpt_path), "step": stored["compress_step"], "model": stored["model"]}
+    with open_dict(cfg):
+        cfg.compress, cfg.ckpt_path = stored["compress"], stored["ckpt_path"]
+        cfg.data_overrides, cfg.seed = stored["data_overrides"], stored["seed"]
+    print(f"resuming step {resume['step']} ({list(cfg.compress)[resume['step'] - 1]}) of the "
+          f"compress run of {cfg.ckpt_path}", flush=True)
+    return cfg, resume
+
+
+def compress(cfg: DictConfig) -> list[dict]:
+    """Run the chain; returns the report's rows (original first)."""
+    check(cfg)
+    cfg, resume = _resumed(cfg)
+    import lightning as L
+    import torch
+
+    from litlab.compression import report, steps
+    from litlab.recipes.load import load_run
+
+    out = Path(cfg.paths.output_dir)
+    run = load_run(cfg.ckpt_path, dict(cfg.data_overrides))
+    L.seed_everything(cfg.seed, workers=True)
+    dm = run.datamodule
+    metric = "test/" + str(run.config.model.monitor).split("/", 1)[-1]
+    context = {"source": str(cfg.ckpt_path), "steps": list(cfg.compress),
+               "threads": torch.get_num_threads()}
+    stage = steps.Stage("original", run.model, OmegaConf.to_container(run.config))
+    teacher = None
+    if "distill" in cfg.compress and cfg.compress.distill.get("teacher"):
+        other = load_run(cfg.compress.distill.teacher)  # another run teaches this run's data
+        teacher = steps.Stage("teacher", other.model, OmegaConf.to_container(other.config))
+        steps.check_teacher(teacher, stage.run_cfg, dm)  # before anything is measured
+    rows = [_measure(stage, cfg, dm, out, 0, metric)]
+    for index, name in enumerate(cfg.compress, start=1):
+        step, done = cfg.compress[name], out / f"{index}_{name}.ckpt"
+        here = resume if resume and resume["step"] == index else None
+        if name == "quantize":
+            stage = steps.quantize_step(stage, cfg, step, dm, out, index)
+        elif done.is_file():  # finished before an interruption: reuse it
+            again = load_run(done, dict(cfg.data_overrides))
+            stage = steps.Stage(name, again.model, OmegaConf.to_container(again.config))
+        elif name == "prune":
+            stage = steps.prune_step(stage, cfg, step, dm, index, here)
+        else:
+            stage = steps.distill_step(stage, cfg, step, dm, index, here, teacher)
+        rows.append(_measure(stage, cfg, dm, out, index, metric))
+        report.write(rows, metric, out, context)
+    print((out / "compress_report.md").read_text(), flush=True)
+    return rows
+
+
+def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
+    """Test, save (checkpoint and ONNX) and time one stage."""
+    from litlab.compression import measure
+
+    tensors = measure.has_tensor_inputs(dm)
+    if stage.quantized:
+        lat = measure.latency(None, {"onnx": stage.onnx}, dm, cfg.report.batch_sizes,
+                              cfg.report.budget_s)
+        return measure.stage_row(stage.name, stage.model.net, None, stage.onnx,
+                                 measure.onnx_accuracy(stage.onnx, dm), metric, lat)
+    ckpt = out / f"{index}_{stage.name}.ckpt"
+    value = measure.test_and_save(stage.model, stage.run_cfg, dm, ckpt, metric,
+                                  cfg.trainer.accelerator)
+    if tensors and cfg.report.onnx:
+        stage.onnx = measure.export(stage.model, dm, out / f"{index}_{stage.name}.onnx")
+    lat = measure.latency(stage.model.net, {"onnx": stage.onnx} if stage.onnx else {}, dm,
+                          cfg.report.batch_sizes, cfg.report.budget_s) if tensors else {}
+    return measure.stage_row(stage.name, stage.model.net, ckpt, stage.onnx, value, metric, lat)

@@ -1,0 +1,137 @@
+"""The steps a compression chain is made of. Each takes the current `Stage` (a model with the
+run config that rebuilds it) and returns the next; trainings run in Lightning with the
+compress command's trainer, callbacks and logger, so they checkpoint and resume like train.py."""
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from litlab.compression import distill, measure, prune
+from litlab.errors import UserError
+
+
+@dataclass
+class Stage:
+    name: str
+    model: Any  # the LitModule (after quantize: the fp32 model the int8 file came from)
+    run_cfg: dict  # the run config that rebuilds `model` (stored in its checkpoint)
+    onnx: Path | None = None
+    quantized: bool = False
+
+
+def rebuild(run_cfg: dict, dm, state_dict: dict | None = None):
+    from litlab.config import build
+
+    model = build.model(OmegaConf.create(run_cfg), dm)
+    if state_dict is not None:
+        model.load_state_dict(state_dict)
+    return model
+
+
+def training_config(cfg, run_cfg: dict, index: int):
+    """The config of a training inside step `index`: this command's trainer, callbacks and
+    logger around the stage's model and data. Its checkpoints store it: `ckpt_path=last`
+    resumes the step, eval.py tests the model."""
+    merged = OmegaConf.to_container(cfg, resolve=False)
+    merged |= {"model": run_cfg["model"], "data": run_cfg["data"], "compress_step": index}
+    return OmegaConf.create(OmegaConf.to_container(OmegaConf.create(merged), resolve=True))
+
+
+def fit(module, train_cfg, dm, callbacks=(), resume: Path | None = None, best: bool = True):
+    """Train with a Trainer from `litlab.config.build`; then hold the best weights (by the
+    model's monitor) unless `best` is false."""
+    from litlab.config import build
+
+    trainer = build.trainer(train_cfg, extra_callbacks=callbacks)
+    trainer.fit(module, datamodule=dm, ckpt_path=resume, weights_only=True)
+    path = getattr(trainer.checkpoint_callback, "best_model_path", "")
+    if best and path:
+        module.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
+    return module.cpu()
+
+
+def _fine_tune_optimizer(run_cfg: dict, lr, epochs: int) -> None:
+    model = run_cfg["model"]
+    if lr is not None:
+        model["optimizer"]["lr"] = lr
+    if (model.get("scheduler") or {}).get("T_max") is not None:
+        model["scheduler"]["T_max"] = epochs  # a cosine schedule over the fine-tuning
+
+
+def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> Stage:
+    ratio = prune.check_ratio(step.ratio)
+    run_cfg = copy.deepcopy(stage.run_cfg)
+    _fine_tune_optimizer(run_cfg, step.get("lr"), cfg.trainer.max_epochs)
+    callbacks = []
+    if step.method == "structured":
+        if resume:  # the pruned shapes are in the interrupted fine-tuning's checkpoint
+            run_cfg["model"] = resume["model"]
+            model = rebuild(run_cfg, dm)
+        else:
+            if not measure.has_tensor_inputs(dm):
+                raise UserError(f"structured pruning supports image and volume classifiers, "
+                                f"not {dm.task}: use compress.prune.method=unstructured")
+            net = stage.model.net
+            shapes = prune.structured(net, (measure.example(dm),), ratio, step.steps,
+                                      step.round_to, step.importance_norm,
+                                      dm.dims.get("num_classes"))
+            run_cfg["model"]["net"] = prune.pruned_net_config(run_cfg["model"]["net"], shapes)
+            model = rebuild(run_cfg, dm)
+            prune.check_rebuilds(net, model.net)
+            model.load_state_dict(stage.model.state_dict())
+    elif step.method == "unstructured":
+        model = rebuild(run_cfg, dm, stage.model.state_dict())
+        callbacks.append(prune.unstructured_callback(ratio, cfg.trainer.max_epochs))
+    else:
+        raise UserError(f"compress.prune.method={step.method}: use structured or unstructured")
+    train_cfg = training_config(cfg, run_cfg, index)
+    # unstructured: the last epoch's weights hold the final sparsity (earlier ones less)
+    model = fit(model, train_cfg, dm, callbacks, resume and resume["path"],
+                best=step.method == "structured")
+    return Stage("prune", model, run_cfg)
+
+
+def student_config(step, teacher_model_cfg: dict) -> dict:
+    """A full model config, or keys merged onto the teacher's (no `_target_`)."""
+    student = OmegaConf.to_container(step.student, resolve=True)
+    if "_target_" in student:
+        return student
+    return OmegaConf.to_container(OmegaConf.merge(teacher_model_cfg, student), resolve=True)
+
+
+def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:
+    """One line when the teacher solves another task or predicts other classes."""
+    import hydra
+
+    task = lambda c: hydra.utils.get_class(c["data"]["_target_"]).task
+    distill.check_pair(task(teacher.run_cfg), getattr(teacher.model, "num_classes", None),
+                       task(run_cfg), dm.dims.get("num_classes"))
+
+
+def distill_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None,
+                 teacher: Stage | None = None) -> Stage:
+    """`teacher`: another run's model (compress.distill.teacher); else the current stage."""
+    teacher = teacher or stage
+    check_teacher(teacher, stage.run_cfg, dm)
+    run_cfg = copy.deepcopy(stage.run_cfg)
+    run_cfg["model"] = student_config(step, teacher.run_cfg["model"])
+    student = rebuild(run_cfg, dm)
+    distiller = distill.Distiller(student, teacher.model, step.alpha, step.temperature)
+    fit(distiller, training_config(cfg, run_cfg, index), dm, resume=resume and resume["path"])
+    return Stage("distill", student.cpu(), run_cfg)
+
+
+def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
+    from litlab.export.quantize import quantize_int8
+
+    if not measure.has_tensor_inputs(dm):
+        raise UserError(f"compress=quantize supports image and volume classifiers, not "
+                        f"{dm.task} (its report is the int8 model's test accuracy)")
+    fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx")
+    batches = [x for x, _ in measure.tensor_batches(dm, "train", step.calibration_batches)]
+    q = quantize_int8(fp32, batches, out / f"{index}_quantize.onnx",
+                      per_channel=step.per_channel)
+    return Stage("quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True)
