@@ -154,9 +154,9 @@ def federate(cfg: DictConfig) -> dict[str, float]:
 
     def progress(rnd: int, metrics: dict) -> None:
         done = recorded.rounds[-1] if recorded.rounds and rnd > 0 else {}
-        print(f"round {rnd:>3}/{f.rounds}  test/acc {metrics.get('test/acc', float('nan')):.4f}"
-              f"  clients {done.get('clients', 0)} ok, {done.get('failed', 0)} failed"
-              f"  sent {done.get('bytes_sent', 0) / 1e6:.2f} MB", flush=True)
+        log.info("round %d/%d  test/acc %.4f  clients %d ok, %d failed  sent %.2f MB", rnd,
+                 f.rounds, metrics.get("test/acc", float("nan")), done.get("clients", 0),
+                 done.get("failed", 0), done.get("bytes_sent", 0) / 1e6)
 
     evaluation = CentralEvaluation(model, datamodule, build.trainer(cfg), progress)
     config = OmegaConf.to_container(cfg, resolve=True)

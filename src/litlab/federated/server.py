@@ -34,7 +34,7 @@ class Recorded(Strategy):
     def __init__(self, strategy: Strategy):
         self.strategy = strategy
         self.rounds: list[dict] = []
-        self._global: ArrayRecord | None = None
+        self.global_arrays: ArrayRecord | None = None
         self._started = time.time()
 
     def summary(self) -> None:
@@ -42,7 +42,7 @@ class Recorded(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        self._global = arrays
+        self.global_arrays = arrays
         self._started = time.time()
         return self.strategy.configure_train(server_round, arrays, config, grid)
 
@@ -51,9 +51,9 @@ class Recorded(Strategy):
         ok = [m for m in replies if not m.has_error()]
         failed = [_client_of(m.error.reason) for m in replies if m.has_error()]
         sent = sum(compression.count_bytes(m.content["arrays"]) for m in ok)
-        dense = compression.count_bytes(self._global) * len(ok)
+        dense = compression.count_bytes(self.global_arrays) * len(ok)
         for m in ok:  # full weights again, for any strategy and DP wrapper
-            m.content["arrays"] = compression.decode(m.content["arrays"], self._global)
+            m.content["arrays"] = compression.decode(m.content["arrays"], self.global_arrays)
         self.rounds.append({"round": server_round, "clients": len(ok), "failed": len(failed),
                             "failures": "; ".join(failed), "bytes_sent": sent,
                             "bytes_uncompressed": dense,
