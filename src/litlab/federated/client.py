@@ -7,6 +7,7 @@ on the client's partition only. FedProx's proximal term enters as a gradient cal
 LitModule trains under it unchanged.
 """
 import logging
+import math
 
 import torch
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
@@ -67,6 +68,8 @@ def train_client(config: dict, parts: list, fail: list, msg: Message, partition_
     L.seed_everything(cfg.seed + 1000 * round_ + partition_id, workers=True, verbose=False)
     if partition_id in fail:  # fault injection (federate.fail_clients): tests and demos
         raise RuntimeError("injected failure (federate.fail_clients)")
+    if cfg.federate.lr_decay == "cosine" and "lr" in cfg.model.optimizer:  # across rounds
+        cfg.model.optimizer.lr *= 0.5 * (1 + math.cos(math.pi * (round_ - 1) / cfg.federate.rounds))
     datamodule, full_train = _datamodule(cfg)
     datamodule.train_set = Subset(full_train, parts[partition_id])
     model = build.model(cfg, datamodule)

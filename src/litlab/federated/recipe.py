@@ -19,6 +19,7 @@ from litlab.errors import UserError
 log = logging.getLogger(__name__)
 PARTITIONS = ("iid", "dirichlet")
 DP_MODES = ("none", "local", "central")
+LR_DECAYS = ("constant", "cosine")
 
 
 def check(f: DictConfig) -> None:
@@ -41,6 +42,8 @@ def check(f: DictConfig) -> None:
         bad("compression", f.compression, f"use one of {', '.join(KINDS)}")
     if not 0 < f.topk_ratio < 1:
         bad("topk_ratio", f.topk_ratio, "use a share of the entries in (0, 1)")
+    if f.lr_decay not in LR_DECAYS:
+        bad("lr_decay", f.lr_decay, f"use one of {', '.join(LR_DECAYS)}")
     if f.dp.mode not in DP_MODES:
         bad("dp.mode", f.dp.mode, f"use one of {', '.join(DP_MODES)}")
     if f.dp.mode != "none" and f.dp.clipping_norm <= 0:
@@ -48,21 +51,40 @@ def check(f: DictConfig) -> None:
 
 
 @contextlib.contextmanager
-def no_orphans():
-    """Shut Ray down and end every process it started (workers, raylet, GCS), on any exit."""
+def no_orphans(poll_s: float = 0.5):
+    """Shut Ray down and end every process it started (workers, raylet, GCS), on any exit.
+
+    Flower shuts Ray down itself when a simulation ends, and the raylet's workers are then
+    re-parented to init: no longer our children, but not always gone (seen here). So the tree
+    is watched while the simulation runs, and every process ever seen in it is ended after."""
     import psutil
 
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
+    seen: dict[int, psutil.Process] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while True:
+            with contextlib.suppress(psutil.Error):
+                seen.update({p.pid: p for p in me.children(recursive=True) if p.pid not in before})
+            if done.wait(poll_s):
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True, name="litlab-process-watch")
+    watcher.start()
     try:
         yield
     finally:
         import ray
 
+        done.set()
+        watcher.join()
+        seen.update({p.pid: p for p in me.children(recursive=True) if p.pid not in before})
         with contextlib.suppress(Exception):
             if ray.is_initialized():
                 ray.shutdown()
-        left = [p for p in me.children(recursive=True) if p.pid not in before]
+        left = [p for p in seen.values() if p.is_running()]
         for p in left:
             with contextlib.suppress(psutil.Error):
                 p.terminate()
@@ -137,7 +159,8 @@ def federate(cfg: DictConfig) -> dict[str, float]:
     f, out = cfg.federate, Path(cfg.paths.output_dir)
     report.apply_extras(cfg)
     if not f.verbose:
-        logging.getLogger("flwr").setLevel(logging.ERROR)  # litlab prints its own round lines
+        # Flower logs each failed client's traceback; litlab logs one line per failure
+        logging.getLogger("flwr").setLevel(logging.CRITICAL)
         for name in ("alembic", "lightning.pytorch", "lightning.fabric"):
             logging.getLogger(name).setLevel(logging.WARNING)
     L.seed_everything(cfg.seed, workers=True)  # also seeds Flower's client sampling

@@ -5,6 +5,7 @@ The wrapper delegates sampling and aggregation to the wrapped strategy unchanged
 weighted by each client's `num-examples`). Federated evaluation is off: the global model is
 evaluated centrally, on the datamodule's test split, before the first round and after each.
 """
+import logging
 import re
 import time
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from flwr.serverapp.strategy import Strategy
 from litlab.errors import UserError
 from litlab.federated import compression
 
+log = logging.getLogger(__name__)
 
 class NoClientSucceeded(UserError):
     """A round whose sampled clients all failed: the run ends, exit code 1."""
@@ -58,6 +60,8 @@ class Recorded(Strategy):
                             "failures": "; ".join(failed), "bytes_sent": sent,
                             "bytes_uncompressed": dense,
                             "train_s": round(time.time() - self._started, 2)})
+        for failure in failed:
+            log.warning("round %d: client %s", server_round, failure)
         if not ok:
             raise NoClientSucceeded(f"round {server_round}: none of the {len(replies)} sampled "
                                     f"clients succeeded (client {failed[0] if failed else '?'})")
