@@ -194,7 +194,9 @@ def federate(cfg: DictConfig) -> dict[str, float]:
         if rows:
             outputs.write_history(out, rows)
     checkpoint = out / "global.ckpt"
-    evaluation.trainer.save_checkpoint(checkpoint, weights_only=True)
+    # not weights_only: that would skip the callbacks' save hook, which stores the run config
+    # (this trainer only tested: the checkpoint holds no optimizer state either way)
+    evaluation.trainer.save_checkpoint(checkpoint, weights_only=False)
     final = rows[-1]
     metrics = {"test/acc": final["accuracy"], "test/loss": final["loss"],
                "federate/bytes_per_round": sum(r["bytes_sent"] for r in rows) / f.rounds}
