@@ -132,13 +132,13 @@ def _model_like_record(seed=0):
     return ArrayRecord({k: Array(rng.normal(size=s).astype(np.float32)) for k, s in shapes.items()})
 
 
-@pytest.mark.parametrize("kind,max_share", [("int8", 0.27), ("topk", 0.21)])
+@pytest.mark.parametrize("kind,max_share", [("int8", 0.26), ("topk", 0.31)])
 def test_compressed_updates_send_60_percent_fewer_bytes(kind, max_share):
     glob, local = _model_like_record(0), _model_like_record(1)
     update = compression.flat(local) - compression.flat(glob)
-    sent, left = compression.encode(update, compression.sizes(glob), kind, topk_ratio=0.1)
+    sent, left = compression.encode(update, compression.sizes(glob), kind, topk_ratio=0.2)
     share = compression.count_bytes(sent) / compression.count_bytes(local)
-    assert share <= max_share  # int8: 1 byte of 4; top-10%: (4 + 4 bytes) for 1 entry of 10
+    assert share <= max_share  # int8: 1 byte of 4; top-20%: (4 + 2 bytes) for 1 entry of 5
     decoded = compression.decode(sent, glob)
     assert list(decoded.keys()) == list(glob.keys())
     error = compression.flat(decoded) - compression.flat(local)

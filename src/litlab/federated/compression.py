@@ -3,7 +3,7 @@
 A client sends its *update* (local minus global weights), flattened into one vector:
 - `int8`: each tensor's slice quantized to int8 with its own scale (max |x| / 127): 4x fewer
   bytes than float32;
-- `topk`: only the `topk_ratio` largest-magnitude entries (int32 index + float32 value), with
+- `topk`: only the `topk_ratio` largest-magnitude entries (int32 index + float16 value), with
   error feedback (Stich et al., 2018): what was not sent is kept by the client, in its Flower
   context, and added to its next update, so no part of an update is lost for good.
 The client side is a Flower mod (it wraps the ClientApp, outside any DP mod); the server
@@ -47,9 +47,9 @@ def encode(update: np.ndarray, tensor_sizes: list[int], kind: str,
         k = max(1, int(round(topk_ratio * update.size)))
         index = np.argpartition(np.abs(update), -k)[-k:].astype(np.int32)
         index.sort()
-        value = update[index].astype(np.float32)
+        value = update[index].astype(np.float16)  # its rounding error is fed back too
         rest = update.copy()
-        rest[index] -= value
+        rest[index] -= value.astype(np.float64)
         return ArrayRecord({_TOPK[0]: Array(index), _TOPK[1]: Array(value)}), rest
     raise ValueError(f"unknown compression {kind!r}")
 
@@ -62,7 +62,7 @@ def decode_update(sent: ArrayRecord, tensor_sizes: list[int]) -> np.ndarray | No
         return q.astype(np.float64) * np.repeat(scale.astype(np.float64), tensor_sizes)
     if keys == _TOPK:
         update = np.zeros(sum(tensor_sizes))
-        update[sent[_TOPK[0]].numpy()] = sent[_TOPK[1]].numpy()
+        update[sent[_TOPK[0]].numpy()] = sent[_TOPK[1]].numpy().astype(np.float64)
         return update
     return None
 
