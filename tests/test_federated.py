@@ -10,11 +10,21 @@ import uuid
 import numpy as np
 import pytest
 import torch
-
 from conftest import ROOT, compose
 
-import litlab.federated  # noqa: F401  (telemetry off before flwr is imported)
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
+
+# isort: split
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -156,7 +166,7 @@ def test_topk_error_feedback_loses_nothing_over_rounds():
     for rnd in range(3):
         local = _model_like_record(10 + rnd)
         msg = _train_message(glob, rnd + 1)
-        reply = mod(msg, ctx, lambda m, c: _reply(m, local, 5))
+        reply = mod(msg, ctx, lambda m, c, local=local: _reply(m, local, 5))
         total_update = total_update + compression.flat(local) - compression.flat(glob)
         total_sent = total_sent + compression.decode_update(reply.content["arrays"],
                                                             compression.sizes(glob))
@@ -194,7 +204,7 @@ def test_bad_federate_config_is_one_line(tmp_path, override, message):
 def test_bad_federate_config_exits_2_with_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "src/federate.py", "federate.num_clients=0",
                            f"paths.log_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: federate.num_clients=0 is not valid; use an integer >= 1"
     assert not list((tmp_path / "federate" / "runs").glob("*"))  # nothing half-written
@@ -202,11 +212,12 @@ def test_bad_federate_config_exits_2_with_one_line(tmp_path):
 
 def test_two_clients_two_rounds_beat_round_zero(tmp_path):
     """The ClientApp's training and the server's FedAvg + central test, in-process (no Ray)."""
+    from omegaconf import OmegaConf
+
     from litlab.config import build
     from litlab.federated.client import train_client
     from litlab.federated.recipe import _strategy
     from litlab.federated.server import CentralEvaluation
-    from omegaconf import OmegaConf
 
     cfg = compose("federate", ["federate.num_clients=2", "federate.rounds=2",
                                "extras.print_config=false"], output_dir=tmp_path)
@@ -233,21 +244,13 @@ def test_two_clients_two_rounds_beat_round_zero(tmp_path):
 def _run_marked(tmp_path, *overrides, timeout=600):
     """Run federate.py with a unique marker in its environment; return (proc, leftovers): the
     processes still alive afterwards that carry the marker (Ray workers inherit it)."""
-    import psutil
-
     marker = uuid.uuid4().hex
     env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "src/federate.py", f"paths.log_dir={tmp_path / 'logs'}",
            "extras.print_config=false", *overrides]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
-    leftovers = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("LITLAB_TEST_MARKER") == marker:
-                leftovers.append(p.cmdline())
-        except psutil.Error:
-            continue
-    return proc, leftovers
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env,
+                          check=False)
+    return proc, _marked(marker)
 
 
 @pytest.mark.slow
@@ -276,7 +279,7 @@ def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
     assert ckpt[CONFIG_KEY]["federate"]["num_clients"] == 3
     ev = subprocess.run([sys.executable, "src/eval.py", f"ckpt_path={run_dir / 'global.ckpt'}",
                          f"paths.log_dir={tmp_path / 'logs'}", "extras.print_config=false"],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+                        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert ev.returncode == 0, ev.stderr[-3000:]
     eval_dir = next((tmp_path / "logs" / "eval" / "runs").glob("*"))
     metrics = json.loads((eval_dir / "metrics.json").read_text())
@@ -291,3 +294,39 @@ def test_a_round_without_any_successful_client_ends_the_run(tmp_path):
     assert re.fullmatch(r"error: round 1: none of the 2 sampled clients succeeded \(client "
                         r"[01]: injected failure \(federate.fail_clients\)\)", proc.stderr.strip())
     assert leftovers == []
+
+
+def _marked(marker: str) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("LITLAB_TEST_MARKER") == marker:
+                found.append(p.cmdline())
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_simulation_leaves_no_process(tmp_path):
+    import signal
+    import time
+
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "src/federate.py", f"paths.log_dir={tmp_path}",
+                             "extras.print_config=false", "federate.num_clients=4",
+                             "federate.rounds=50"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    for line in proc.stdout:  # wait until the workers trained a round
+        if "round 1/50" in line:
+            break
+    assert len(_marked(marker)) > 1  # Ray's processes are running
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, rest[-2000:]
+    assert "interrupted: the simulation was stopped and its workers ended" in rest
+    time.sleep(1)
+    assert _marked(marker) == []

@@ -9,6 +9,8 @@ A client sends its *update* (local minus global weights), flattened into one vec
 The client side is a Flower mod (it wraps the ClientApp, outside any DP mod); the server
 decodes replies back into full weights before the strategy aggregates them.
 """
+import itertools
+
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
@@ -38,13 +40,13 @@ def encode(update: np.ndarray, tensor_sizes: list[int], kind: str,
     if kind == "int8":
         bounds = np.cumsum([0, *tensor_sizes])
         scale = np.array([np.abs(update[a:b]).max(initial=0.0) / 127.0
-                          for a, b in zip(bounds[:-1], bounds[1:])], dtype=np.float32)
+                          for a, b in itertools.pairwise(bounds)], dtype=np.float32)
         per_entry = np.repeat(np.where(scale > 0, scale, 1.0), tensor_sizes)
         q = np.clip(np.rint(update / per_entry), -127, 127).astype(np.int8)
         sent = ArrayRecord({_INT8[0]: Array(q), _INT8[1]: Array(scale)})
         return sent, update - q * per_entry
     if kind == "topk":
-        k = max(1, int(round(topk_ratio * update.size)))
+        k = max(1, round(topk_ratio * update.size))
         index = np.argpartition(np.abs(update), -k)[-k:].astype(np.int32)
         index.sort()
         value = update[index].astype(np.float16)  # its rounding error is fed back too

@@ -79,11 +79,11 @@ def summary(out: Path, rows: list[dict], checkpoint: Path | None, seconds: float
     failed = sum(r["failed"] for r in done)
     lines = ["", "Federated results",
              f"  rounds           {len(done)} in {seconds:.1f} s",
-             f"  test/acc         {last['accuracy']:.4f} (round 0: {rows[0]['accuracy']:.4f}, "
-             f"best {max(r['accuracy'] for r in rows):.4f})",
+             (f"  test/acc         {last['accuracy']:.4f} (round 0: {rows[0]['accuracy']:.4f}, "
+              f"best {max(r['accuracy'] for r in rows):.4f})"),
              f"  test/loss        {last['loss']:.4f}",
-             f"  sent by clients  {sent / 1e6:.2f} MB"
-             + (f" ({1 - sent / dense:.0%} less than uncompressed)" if dense else ""),
+             (f"  sent by clients  {sent / 1e6:.2f} MB"
+              + (f" ({1 - sent / dense:.0%} less than uncompressed)" if dense else "")),
              f"  failed updates   {failed}",
              "Files",
              f"  run dir          {out}",
