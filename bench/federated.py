@@ -20,7 +20,7 @@ SETTINGS = {  # name -> overrides
     "iid": ["federate.partition=iid"],
     "int8": ["federate.partition=dirichlet", "federate.alpha=0.5", "federate.compression=int8"],
     "topk": ["federate.partition=dirichlet", "federate.alpha=0.5", "federate.compression=topk",
-             "federate.topk_ratio=0.2"],
+             "federate.topk_ratio=0.25"],
 }
 
 

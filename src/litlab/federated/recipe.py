@@ -7,6 +7,7 @@ failure, Ctrl-C), Ray is shut down and any process it left is ended before retur
 import contextlib
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -71,19 +72,17 @@ def no_orphans(poll_s: float = 0.5):
             if done.wait(poll_s):
                 return
 
-    watcher = threading.Thread(target=watch, daemon=True, name="litlab-process-watch")
-    watcher.start()
-    try:
-        yield
-    finally:
-        import ray
-
+    def end(shutdown_ray: bool = True) -> None:
+        """End every process seen (idempotent). From a signal handler: no ray.shutdown, which
+        may wait on the very call the main thread was interrupted in."""
         done.set()
-        watcher.join()
         seen.update({p.pid: p for p in me.children(recursive=True) if p.pid not in before})
-        with contextlib.suppress(Exception):
-            if ray.is_initialized():
-                ray.shutdown()
+        if shutdown_ray:
+            import ray
+
+            with contextlib.suppress(Exception):
+                if ray.is_initialized():
+                    ray.shutdown()
         left = [p for p in seen.values() if p.is_running()]
         for p in left:
             with contextlib.suppress(psutil.Error):
@@ -92,6 +91,15 @@ def no_orphans(poll_s: float = 0.5):
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+    watcher = threading.Thread(target=watch, daemon=True, name="litlab-process-watch")
+    watcher.start()
+    try:
+        yield end
+    finally:
+        done.set()
+        watcher.join()
+        end()
 
 
 def _strategy(cfg: DictConfig):
@@ -126,21 +134,24 @@ def _simulate(server_app, client_app, f: DictConfig) -> None:
     from flwr.simulation import run_simulation
 
     backend = OmegaConf.to_container(f.backend, resolve=True)
-    try:
-        with no_orphans():
-            run_simulation(server_app, client_app, num_supernodes=f.num_clients,
-                           backend_config=backend)
-    except KeyboardInterrupt:
-        # Flower's server thread waits for replies that will never come: end the process
-        # here, now that no worker is left, rather than hang at interpreter exit
-        print("\ninterrupted: the simulation was stopped and its workers ended", file=sys.stderr)
-        if any(t.is_alive() and not t.daemon for t in threading.enumerate()
-               if t is not threading.main_thread()):
+    with no_orphans() as end:
+
+        def interrupted(signum, frame) -> None:
+            # Flower's runtime does not stop on KeyboardInterrupt (its worker threads go on
+            # training, seen here): end the workers, then this process, at once
+            print("\ninterrupted: the simulation was stopped and its workers ended",
+                  file=sys.stderr, flush=True)
+            end(shutdown_ray=False)
             logging.shutdown()
             sys.stdout.flush()
-            sys.stderr.flush()
             os._exit(130)
-        raise
+
+        previous = signal.signal(signal.SIGINT, interrupted)
+        try:
+            run_simulation(server_app, client_app, num_supernodes=f.num_clients,
+                           backend_config=backend)
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def federate(cfg: DictConfig) -> dict[str, float]:
