@@ -85,7 +85,7 @@ def test_partition_items_of_each_domain(shared_data):
     from litlab.data.medical3d import PhantomClassificationDataModule
     from litlab.data.vision import DigitsDataModule
 
-    phantoms = PhantomClassificationDataModule(num_volumes=40, size=16, size_jitter=0)
+    phantoms = PhantomClassificationDataModule(num_volumes=24, size=12, size_jitter=0)
     mutag = TUDataModule(name="MUTAG", data_dir=str(shared_data("TUDataset/MUTAG").parents[1]))
     for dm in (DigitsDataModule(), phantoms, mutag):
         dm.setup("fit")
