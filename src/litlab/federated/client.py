@@ -1,0 +1,103 @@
+"""The Flower ClientApp: one client trains litlab's own LightningModule on its partition.
+
+Each Ray worker builds the datamodule once (cached per process), then for every message it
+gets: the model from the run config (`litlab.config.build`), the global weights loaded into
+it, and a Lightning Trainer built from the same config as train.py's, fit for `local_epochs`
+on the client's partition only. FedProx's proximal term enters as a gradient callback, so any
+LitModule trains under it unchanged.
+"""
+import logging
+import math
+
+import torch
+from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from lightning.pytorch.callbacks import Callback
+from omegaconf import OmegaConf
+
+from litlab.errors import first_line
+
+_DATAMODULES: dict[str, tuple] = {}  # per worker process: run dir -> (datamodule, full train set)
+
+
+class ProximalTerm(Callback):
+    """FedProx: adds the gradient of (mu / 2) * ||w - w_global||^2 after every backward pass."""
+
+    def __init__(self, mu: float, global_params: dict[str, torch.Tensor]):
+        self.mu, self.global_params = mu, global_params
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        for name, p in pl_module.named_parameters():
+            if p.grad is not None and name in self.global_params:
+                p.grad.add_(p.detach() - self.global_params[name], alpha=self.mu)
+
+
+def exchanged(model) -> dict[str, torch.Tensor]:
+    """The state a client and the server exchange: floating-point entries (weights and
+    normalization statistics); integer counters such as BatchNorm's stay local."""
+    return {k: v.detach().cpu() for k, v in model.state_dict().items() if v.is_floating_point()}
+
+
+def load_arrays(model, arrays: ArrayRecord) -> None:
+    model.load_state_dict(arrays.to_torch_state_dict(), strict=False)
+
+
+def _datamodule(cfg):
+    from litlab.config import build
+
+    key = cfg.paths.output_dir
+    if key not in _DATAMODULES:
+        datamodule = build.datamodule(cfg)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        _DATAMODULES[key] = (datamodule, datamodule.train_set)
+    return _DATAMODULES[key]
+
+
+def train_client(config: dict, parts: list, fail: list, msg: Message, partition_id: int):
+    """Train on partition `partition_id`; returns the reply's RecordDict."""
+    import lightning as L
+    from torch.utils.data import Subset
+
+    from litlab.config import build
+
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    cfg = OmegaConf.create(config)
+    round_ = int(msg.content["config"]["server-round"])
+    L.seed_everything(cfg.seed + 1000 * round_ + partition_id, workers=True, verbose=False)
+    if partition_id in fail:  # fault injection (federate.fail_clients): tests and demos
+        raise RuntimeError("injected failure (federate.fail_clients)")
+    if cfg.federate.lr_decay == "cosine" and "lr" in cfg.model.optimizer:  # across rounds
+        cfg.model.optimizer.lr *= 0.5 * (1 + math.cos(math.pi * (round_ - 1) / cfg.federate.rounds))
+    datamodule, full_train = _datamodule(cfg)
+    datamodule.train_set = Subset(full_train, parts[partition_id])
+    model = build.model(cfg, datamodule)
+    load_arrays(model, msg.content["arrays"])
+    mu = float(msg.content["config"].get("proximal-mu", 0.0))
+    extra = [ProximalTerm(mu, {k: p.detach().clone() for k, p in model.named_parameters()})] \
+        if mu > 0 else []
+    trainer = build.trainer(cfg, extra_callbacks=extra)
+    trainer.fit(model, datamodule=datamodule)
+    loss = trainer.callback_metrics.get("train/loss")
+    metrics = {"num-examples": len(parts[partition_id]), "partition-id": partition_id}
+    if loss is not None:
+        metrics["train-loss"] = float(loss)
+    return RecordDict({"arrays": ArrayRecord(exchanged(model)),
+                       "metrics": MetricRecord(metrics)})
+
+
+def make_client_app(config: dict, parts: list, fail: list, mods: list) -> ClientApp:
+    """A ClientApp over the resolved run config (plain dicts: it travels to Ray workers)."""
+    app = ClientApp(mods=mods)
+
+    @app.train()
+    def train(msg: Message, context) -> Message:
+        partition_id = int(context.node_config["partition-id"])
+        try:
+            content = train_client(config, parts, fail, msg, partition_id)
+        except Exception as err:  # the server records which client failed, and why
+            raise RuntimeError(f"client {partition_id} failed: {first_line(err)}") from err
+        return Message(content, reply_to=msg)
+
+    return app
