@@ -43,9 +43,12 @@ def training_config(cfg, run_cfg: dict, index: int):
 def fit(module, train_cfg, dm, callbacks=(), resume: Path | None = None, best: bool = True):
     """Train with a Trainer from `litlab.config.build`; then hold the best weights (by the
     model's monitor) unless `best` is false."""
+    from litlab.checkpointing.run_config import RunConfigInCheckpoint
     from litlab.config import build
 
-    trainer = build.trainer(train_cfg, extra_callbacks=callbacks)
+    # its checkpoints carry the step's config, as train.py's do (resume, eval.py, load_run)
+    stored = RunConfigInCheckpoint(OmegaConf.to_container(train_cfg, resolve=True))
+    trainer = build.trainer(train_cfg, extra_callbacks=[stored, *callbacks])
     trainer.fit(module, datamodule=dm, ckpt_path=resume, weights_only=True)
     path = getattr(trainer.checkpoint_callback, "best_model_path", "")
     if best and path:

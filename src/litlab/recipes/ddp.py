@@ -158,8 +158,6 @@ def install(script: str) -> None:
 
     _remember(script)
     launcher._hydra_subprocess_cmd = fabric_launcher._hydra_subprocess_cmd = child_command
-    if rank() > 0:
-        quiet_rank_console(rank())
 
 
 class _RankFormatter(logging.Formatter):
@@ -266,7 +264,7 @@ def lifecycle(cfg, script):
     """A run's ranks from start to end: early start (trainer=ddp), the child command, and a
     clean end on every rank (barrier, process group destroyed, child ranks checked)."""
     run = _Run(str(script), cfg)
-    if rank() > 0:  # a child rank: quiet before it builds anything (rank 0 says it once)
+    if rank() > 0:  # a child rank: warnings and errors only (rank 0 says the rest once)
         quiet_rank_console(rank())
     with early_ranks(cfg, str(script)):
         yield run
