@@ -2,13 +2,14 @@
 
 Every `_target_` is instantiated here, in one place, so modules never receive raw configs.
 """
+import contextlib
 import inspect
 import logging
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.errors import UserError
+from litlab.errors import UserError, first_line
 from litlab.config.compose import CONFIG_DIR
 
 log = logging.getLogger(__name__)
@@ -61,21 +62,53 @@ def check_compatible(cfg: DictConfig) -> None:
             f"{', '.join(data_options(model_cls.tasks))}")
 
 
+@contextlib.contextmanager
+def building(group: str, target: str):
+    """Any error while `group` is built becomes one line (UserError), Hydra's wrapper removed:
+    the message of a UserError inside it, else '<group> (<target>) cannot be built: <first
+    line>'. HYDRA_FULL_ERROR=1 still shows the traceback (the cause is chained)."""
+    from hydra.errors import InstantiationException
+
+    try:
+        yield
+    except UserError:
+        raise
+    except InstantiationException as err:
+        cause = err.__cause__ or err.__context__
+        if isinstance(cause, UserError):
+            raise cause from None
+        raise UserError(f"{group} ({target}) cannot be built: {first_line(cause or err)}") from err
+    except Exception as err:
+        raise UserError(f"{group} ({target}) cannot be built: {first_line(err)}") from err
+
+
 def datamodule(cfg: DictConfig):
     log.info("Instantiating datamodule <%s>", cfg.data._target_)
-    return hydra.utils.instantiate(cfg.data, _convert_="all")
+    with building("data", cfg.data._target_):
+        return hydra.utils.instantiate(cfg.data, _convert_="all")
 
 
 def model(cfg: DictConfig, dm):
     """The LightningModule, its net sized by the datamodule's `dims` (never duplicated in configs)."""
     check_compatible(cfg)
-    dims = dm.dims
-    net_factory = hydra.utils.instantiate(cfg.model.net, _partial_=True, _convert_="all")
-    net = net_factory(**_accepted(net_factory.func, dims))
+    with building("data", cfg.data._target_):
+        dims = dm.dims
+    with building("model.net", cfg.model.net._target_):
+        net_factory = hydra.utils.instantiate(cfg.model.net, _partial_=True, _convert_="all")
+        check_dims = getattr(net_factory.func, "check_dims", None)
+        if callable(check_dims):  # a net's rules on the data's dims (patch sides vs strides)
+            check_dims({**_defaults(net_factory.func), **net_factory.keywords}, dims, "model.net")
+        net = net_factory(**_accepted(net_factory.func, dims))
     model_cls = hydra.utils.get_class(cfg.model._target_)
     log.info("Instantiating model <%s> with net <%s>", cfg.model._target_, cfg.model.net._target_)
-    return hydra.utils.instantiate(cfg.model, net=net, _convert_="all",
-                                   **_accepted(model_cls.__init__, dims))
+    with building("model", cfg.model._target_):
+        return hydra.utils.instantiate(cfg.model, net=net, _convert_="all",
+                                       **_accepted(model_cls.__init__, dims))
+
+
+def _defaults(fn) -> dict:
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+            if p.default is not p.empty}
 
 
 def instantiate_all(cfg: DictConfig | None) -> list:

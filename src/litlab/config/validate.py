@@ -1,14 +1,15 @@
 """Checks a composed config before any data is loaded or any model built: bad input costs one
-line (key, bad value, what is valid) and exit 2, in seconds.
+line (key, bad value, what is valid) and exit 2, in seconds, before anything is printed.
 
-Generic on purpose, so every domain's configs are covered without lists per class:
-- every node with a `_target_` is checked against the signature of its target: unknown keys
-  (with the closest valid one), and value types against the annotations (int, float, bool,
-  str, Literal choices, Optional, unions);
-- range rules by key name (`lr`, `batch_size`, `*_fraction`, `dropout`, `num_workers`, ...);
-- Trainer rules: max_epochs, precision (and 16-mixed on CPU), accelerator, strategy, devices
-  against the hardware present;
-- missing `???` values, missing folders and checkpoint files, model/data task mismatch.
+Generic on purpose, so every domain's configs are covered without lists per key name:
+- every node with a `_target_` is checked against its target (`config.signatures`): unknown
+  keys (with the closest valid one), value types and bounds from the annotations
+  (`Annotated[int, Ge(1)]`, Literal choices), then the class's own `check_settings` hook, if
+  it declares one (rules across parameters, files it will read);
+- the run's own keys against a schema (seed, train, test, ckpt_path);
+- the Trainer against the hardware present (accelerator, strategy, devices, precision);
+- across groups: the monitored metric is one the model logs and is computed at all, missing
+  `???` values, folders and checkpoint files, model/data task mismatch.
 Only targets are imported (torch and lightning are, no data is read).
 """
 import os
@@ -17,52 +18,50 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.errors import UserError, first_line
+from litlab.bounds import Seed
 from litlab.config.signatures import closest as _closest
-from litlab.config.signatures import conforms, describe, parameters
+from litlab.config.signatures import conforms, describe, signature
 from litlab.config.signatures import fmt as _fmt
+from litlab.errors import UserError, first_line
 
 PRECISIONS_NOT_ON_CPU = ("16-mixed", "16", 16)
+_RAW: dict = {}  # the unresolved config, to say where an interpolated value came from
 
 
-# ---------------------------------------------------------------- rules by key name
-def _number(key, value, low=None, high=None, integer=False, what=""):
-    ok_type = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
-    if not ok_type or (low is not None and value < low) or (high is not None and value > high):
-        raise UserError(f"{key}={_fmt(value)} is not valid; {what}")
+def _origin(key: str) -> str:
+    node = _RAW
+    for part in key.replace("]", "").replace("[", ".").split("."):
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return ""
+    return f" (set from {node})" if isinstance(node, str) and "${" in node else ""
 
 
-def _name_rules(key: str, name: str, value) -> None:
-    if value is None:
-        return
-    if name in ("lr", "learning_rate") or name.endswith("_lr"):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            raise UserError(f"{key}={_fmt(value)} is not valid; a learning rate must be > 0 (e.g. 1e-3)")
-    elif name == "batch_size":
-        _number(key, value, 1, integer=True, what="use an integer >= 1")
-    elif name == "num_workers":
-        _number(key, value, 0, integer=True, what="use an integer >= 0 (0 loads in the main process)")
-    elif name.endswith("_fraction"):
-        _number(key, value, 0, 1, what="use a fraction between 0 and 1")
-        if value in (0, 1):
-            raise UserError(f"{key}={value} is not valid; use a fraction strictly between 0 and 1")
-    elif name == "dropout":
-        _number(key, value, 0, 0.999999, what="use a probability in [0, 1)")
-    elif name in ("mode", "monitor_mode") and value not in ("min", "max"):
-        raise UserError(f"{key}={_fmt(value)} is not valid; use min or max")
+def _refuse(key: str, value, ann) -> None:
+    raise UserError(f"{key}={_fmt(value)} has the wrong type or value; valid: {describe(ann)}"
+                    f"{_origin(key)}")
 
 
-def _check_node(path: str, node: dict) -> None:
-    """A config node with `_target_`: importable target, known keys, typed values; recursive."""
+# ---------------------------------------------------------------- nodes with a _target_
+def _import(path: str, target_name: str):
     import hydra
 
-    target_name = node["_target_"]
     try:
-        target = hydra.utils.get_object(target_name)
+        return hydra.utils.get_object(target_name)
     except Exception as err:
         raise UserError(f"{path}._target_={target_name} cannot be imported: "
                         f"{first_line(err)}") from None
-    params, open_ended = parameters(target)
+
+
+def _check_node(path: str, node: dict) -> None:
+    """A config node with `_target_`: importable target, known keys, typed and bounded values,
+    the target's own `check_settings`; recursive."""
+    target_name = node["_target_"]
+    target = _import(path, target_name)
+    params, defaults, open_ended = signature(target)
     for name, value in node.items():
         key = f"{path}.{name}"
         if name.startswith("_"):
@@ -78,20 +77,16 @@ def _check_node(path: str, node: dict) -> None:
                 if isinstance(item, dict) and "_target_" in item:
                     _check_node(f"{key}[{i}]", item)
         if name in params and conforms(value, params[name]) is False:
-            raise UserError(f"{key}={_fmt(value)} has the wrong type or value; valid: "
-                            f"{describe(params[name])}")
-
-
-def _walk_names(path: str, node) -> None:
-    """The rules by key name over the whole tree: no imports, so they fail in a second."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) \
-        else ()
-    for k, v in items:
-        key = f"{path}.{k}" if path else str(k)
-        if isinstance(v, (dict, list)):
-            _walk_names(key, v)
-        elif isinstance(k, str):
-            _name_rules(key, k, v)
+            _refuse(key, value, params[name])
+    hook = getattr(target, "check_settings", None)
+    if callable(hook):
+        settings = {**defaults, **{k: v for k, v in node.items() if not k.startswith("_")}}
+        try:
+            hook(settings, path)
+        except UserError:
+            raise
+        except Exception as err:  # a hook's own slip must not become a traceback
+            raise UserError(f"{path} ({target_name}): {first_line(err)}") from None
 
 
 def _walk(path: str, node) -> None:
@@ -114,21 +109,11 @@ def _available(accelerator: str) -> int:
     return os.cpu_count() or 1
 
 
-def _check_trainer_numbers(t: dict) -> None:
-    for key in ("max_epochs", "max_steps"):
-        value = t.get(key)
-        if value is not None and value != -1:
-            _number(f"trainer.{key}", value, 1, integer=True,
-                    what="use an integer >= 1 (or -1 for no limit)")
-    for key in ("min_epochs", "accumulate_grad_batches", "check_val_every_n_epoch", "log_every_n_steps"):
-        if t.get(key) is not None:
-            low = 0 if key == "min_epochs" else 1
-            _number(f"trainer.{key}", t[key], low, integer=True, what=f"use an integer >= {low}")
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
-        value = t.get(key)
-        if isinstance(value, float) and not 0.0 <= value <= 1.0 or isinstance(value, int) and value < 0:
-            raise UserError(f"trainer.{key}={value} is not valid; use a fraction in [0, 1] "
-                            f"or a number of batches >= 0")
+def _check_trainer_plain(t: dict) -> None:
+    """What needs no import: precision on an explicit CPU."""
+    if t.get("accelerator") == "cpu" and t.get("precision") in PRECISIONS_NOT_ON_CPU:
+        raise UserError(f"trainer.precision={t['precision']} is not supported on CPU; use "
+                        f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed needs a GPU)")
 
 
 def _check_trainer(t: dict) -> None:
@@ -153,10 +138,7 @@ def _check_trainer(t: dict) -> None:
             raise UserError(f"trainer.strategy={strategy} is not valid; valid: auto, ddp, "
                             f"ddp_spawn, fsdp, deepspeed, ... (lightning's StrategyRegistry)"
                             f"{_closest(strategy, valid)}")
-    precision = t.get("precision")
-    if accelerator == "cpu" and precision in PRECISIONS_NOT_ON_CPU:
-        raise UserError(f"trainer.precision={precision} is not supported on CPU; use "
-                        f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed needs a GPU)")
+    _check_trainer_plain({**t, "accelerator": accelerator})
     devices = t.get("devices")
     if isinstance(devices, str) and devices.lstrip("-").isdigit():
         devices = int(devices)
@@ -170,7 +152,7 @@ def _check_trainer(t: dict) -> None:
 
 
 def _check_optimizer(model: dict) -> None:
-    """Build the optimizer on a dummy parameter: torch's own range checks (lr, betas, eps)."""
+    """Build the optimizer on a dummy parameter: torch's own range checks (betas, eps...)."""
     import hydra
     import torch
 
@@ -179,9 +161,46 @@ def _check_optimizer(model: dict) -> None:
         return
     try:
         hydra.utils.instantiate(opt, _partial_=True)(params=[torch.nn.Parameter(torch.zeros(1))])
-    except (ValueError, TypeError) as err:
+    except Exception as err:
         raise UserError(f"model.optimizer ({opt['_target_']}) rejects its settings: "
-                        f"{str(err).splitlines()[0]}") from None
+                        f"{first_line(err)}") from None
+
+
+# ---------------------------------------------------------------- across groups
+def _check_monitor(c: dict) -> None:
+    """The monitored metric is one the model logs, and it is computed in this run."""
+    import hydra
+
+    model_cls = hydra.utils.get_class(c["model"]["_target_"])
+    names = getattr(model_cls, "monitorable", None)
+    keys = [("model.monitor", c["model"].get("monitor"))]
+    keys += [(f"callbacks.{k}.monitor", v["monitor"]) for k, v in (c.get("callbacks") or {}).items()
+             if isinstance(v, dict) and v.get("monitor")]
+    for key, value in keys:
+        if value and callable(names) and not names(value):
+            valid = ", ".join(model_cls.monitor_examples())
+            raise UserError(f"{key}={value} is not a metric {model_cls.__name__} logs; "
+                            f"valid: {valid}")
+    t, monitor = c["trainer"], str(c["model"].get("monitor") or "")
+    no_val = t.get("limit_val_batches") == 0 or (
+        isinstance(t.get("check_val_every_n_epoch"), int) and isinstance(t.get("max_epochs"), int)
+        and 0 < t["max_epochs"] < t["check_val_every_n_epoch"])
+    if c.get("train") and monitor.startswith("val/") and no_val:
+        raise UserError(f"model.monitor={monitor} but this run never validates "
+                        f"(trainer.limit_val_batches={t.get('limit_val_batches')}, "
+                        f"check_val_every_n_epoch={t.get('check_val_every_n_epoch')}); "
+                        f"validate, or set model.monitor=train/loss model.monitor_mode=min")
+
+
+def _check_run(c: dict) -> None:
+    if not c.get("train") and not c.get("test"):
+        raise UserError("train=false and test=false: nothing to do; set train=true or test=true")
+    if not c.get("train") and not c.get("ckpt_path"):
+        raise UserError("train=false tests an untrained model; pass ckpt_path=<.ckpt file or "
+                        "run dir> (or use src/eval.py ckpt_path=...)")
+    if c.get("train") and c["trainer"].get("limit_train_batches") in (0, 0.0):
+        raise UserError("trainer.limit_train_batches=0 trains nothing; use a fraction in (0, 1] "
+                        "or a number of batches >= 1 (or train=false ckpt_path=... to only test)")
 
 
 # ---------------------------------------------------------------- files
@@ -195,10 +214,12 @@ def _check_paths(data: dict) -> None:
                                 f"point it at the folder that holds the data (or download=true)")
 
 
-def _check_checkpoint(path, cfg_model: dict | None) -> None:
-    """The file exists, is a complete litlab checkpoint (weights_only), of this model."""
-    from litlab.checkpointing.run_config import CONFIG_KEY
+def _check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
+    """The file exists, is a complete litlab checkpoint (weights_only), of this model, and
+    (unless trusted) names only targets litlab's own configs can name."""
     from litlab.checkpointing import load as checkpoint
+    from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.checkpointing.trust import check_targets
 
     p = Path(str(path))
     if p.is_dir():
@@ -206,7 +227,10 @@ def _check_checkpoint(path, cfg_model: dict | None) -> None:
         raise UserError(f"ckpt_path={path} is a folder; pass a .ckpt file"
                         + (f" such as {p / 'checkpoints' / files[0]}" if files else ""))
     ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
-    theirs = (ckpt[CONFIG_KEY].get("model") or {}).get("_target_")
+    stored = ckpt[CONFIG_KEY]
+    if not trust:
+        check_targets(stored, str(path))
+    theirs = (stored.get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
         raise UserError(f"ckpt_path={path} holds a {theirs} model; this run builds "
                         f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint")
@@ -214,32 +238,34 @@ def _check_checkpoint(path, cfg_model: dict | None) -> None:
 
 # ---------------------------------------------------------------- entry points
 def _container(cfg: DictConfig) -> dict:
+    global _RAW
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
     if missing:
         key = missing[0]
         hint = "=logs/train/runs/<run>/checkpoints/<file>.ckpt" if key == "ckpt_path" else "=VALUE"
         raise UserError(f"{key} is required: add {key}{hint} to the command")
     try:
-        return OmegaConf.to_container(cfg, resolve=True)
+        _RAW = OmegaConf.to_container(cfg, resolve=False)
+        c = OmegaConf.to_container(cfg, resolve=True)
     except Exception as err:
-        raise UserError(f"the config does not resolve: {str(err).splitlines()[0]}") from None
+        raise UserError(f"the config does not resolve: {first_line(err)}") from None
+    c.pop("hydra", None)
+    return c
 
 
 def _top(c: dict, schema: dict) -> None:
     for key, ann in schema.items():
         if key in c and conforms(c[key], ann) is False:
-            raise UserError(f"{key}={_fmt(c[key])} has the wrong type or value; valid: {describe(ann)}")
+            _refuse(key, c[key], ann)
 
 
 def train_config(cfg: DictConfig) -> None:
     """Everything train.py needs, checked in about a second."""
     c = _container(cfg)
-    c.pop("hydra", None)
-    _top(c, {"seed": int, "train": bool, "test": bool, "ckpt_path": str | None, "task_name": str})
-    if not c.get("train") and not c.get("test"):
-        raise UserError("train=false and test=false: nothing to do; set train=true or test=true")
-    _check_trainer_numbers(c["trainer"])  # first the checks that import nothing
-    _walk_names("", c)
+    _top(c, {"seed": Seed, "train": bool, "test": bool, "ckpt_path": str | None,
+             "task_name": str})
+    _check_run(c)
+    _check_trainer_plain(c["trainer"])  # first the checks that import nothing
     _walk("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     _check_trainer(c["trainer"])
     _walk("", {k: v for k, v in c.items() if k != "trainer"})
@@ -248,19 +274,19 @@ def train_config(cfg: DictConfig) -> None:
     from litlab.config.build import check_compatible
 
     check_compatible(cfg)
+    _check_monitor(c)
     if c.get("ckpt_path"):
         _check_checkpoint(c["ckpt_path"], c["model"])
 
 
 def eval_config(cfg: DictConfig) -> None:
     c = _container(cfg)
-    c.pop("hydra", None)
-    _top(c, {"split": typing.Literal["test", "val"], "predictions": bool, "ckpt_path": str})
-    _check_trainer_numbers(c["trainer"])
-    _walk_names("", c)
+    _top(c, {"split": typing.Literal["test", "val"], "predictions": bool, "ckpt_path": str,
+             "trust_checkpoint": bool})
+    _check_trainer_plain(c["trainer"])
     _walk("", c)
     _check_trainer(c["trainer"])
-    _check_checkpoint(c["ckpt_path"], None)
+    _check_checkpoint(c["ckpt_path"], None, trust=bool(c.get("trust_checkpoint")))
 
 
 def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:

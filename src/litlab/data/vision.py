@@ -4,11 +4,13 @@
 datasets torchvision downloads (MNIST, Fashion-MNIST, CIFAR-10) are in `vision_downloads.py`.
 """
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
+from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
 from litlab.utils.splits import stratified_split
@@ -67,13 +69,13 @@ class VisionDataModule(SplitDataModule):
     def __init__(
         self,
         data_dir: str = "data",
-        batch_size: int = 128,
-        num_workers: int = 0,
+        batch_size: PosInt = 128,
+        num_workers: NonNegInt = 0,
         persistent_workers: bool = False,
         pin_memory: bool | None = None,
         augment: bool = True,
-        val_fraction: float = 0.1,
-        seed: int = 42,
+        val_fraction: Fraction = 0.1,
+        seed: Seed = 42,
     ):
         super().__init__()
         self.save_hyperparameters(logger=False)
@@ -135,7 +137,7 @@ class DigitsDataModule(VisionDataModule):
     mean, std = (0.3051,), (0.3781,)
     channels, image_size, num_classes = 1, 8, 10
 
-    def __init__(self, test_fraction: float = 0.2, **kwargs):
+    def __init__(self, test_fraction: Fraction = 0.2, **kwargs):
         super().__init__(**kwargs)
         self.test_fraction = test_fraction
 
@@ -161,20 +163,31 @@ class ImageFolderDataModule(VisionDataModule):
 
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
-    def __init__(self, root: str, image_size: int = 64, channels: int = 3,
-                 test_fraction: float = 0.2, **kwargs):
+    def __init__(self, root: str, image_size: PosInt = 64, channels: Literal[1, 3] = 3,
+                 test_fraction: Fraction = 0.2, **kwargs):
         super().__init__(**kwargs)
         self.root, self.image_size, self.channels = Path(root), image_size, channels
         self.test_fraction = test_fraction
         if channels == 1:
             self.mean, self.std = (0.5,), (0.5,)
-        if not self.root.is_dir():
-            raise UserError(f"data.root={root} is not a folder (expected class sub-folders)")
-        self.classes = sorted(p.name for p in self._split_root("train").iterdir() if p.is_dir())
-        if len(self.classes) < 2:
-            raise UserError(f"data.root={root} needs at least 2 class sub-folders, "
-                            f"found {self.classes}")
+        self.classes = self.class_folders(self.root, "data")
         self.num_classes = len(self.classes)
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        cls.class_folders(Path(str(settings["root"])), key)
+
+    @staticmethod
+    def class_folders(root: Path, key: str) -> list[str]:
+        """The class sub-folders (of root/train when there is one); at least 2."""
+        if not root.is_dir():
+            raise UserError(f"{key}.root={root} is not a folder (expected class sub-folders)")
+        split_root = root / "train" if (root / "train").is_dir() else root
+        classes = sorted(p.name for p in split_root.iterdir() if p.is_dir())
+        if len(classes) < 2:
+            raise UserError(f"{key}.root={root} needs at least 2 class sub-folders, "
+                            f"found {len(classes)}: {classes}")
+        return classes
 
     def _split_root(self, split: str) -> Path:
         return self.root / split if (self.root / "train").is_dir() else self.root

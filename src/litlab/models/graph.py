@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from typing import Literal
+
 from litlab.models.base import LitModule
 
 NODE, GRAPH = "node_classification", "graph_classification"
@@ -22,7 +24,8 @@ NODE, GRAPH = "node_classification", "graph_classification"
 class GNNClassifier(LitModule):
     tasks = (NODE, GRAPH)
 
-    def __init__(self, net, optimizer, num_classes: int, task: str = NODE, scheduler=None,
+    def __init__(self, net, optimizer, num_classes: int,
+                 task: Literal["node_classification", "graph_classification"] = NODE, scheduler=None,
                  **kwargs):
         if task not in self.tasks:
             raise ValueError(f"task={task} is not one of {self.tasks}")
