@@ -12,6 +12,7 @@ subclasses: the annotations those libraries would carry if they were stricter.
 """
 import difflib
 import inspect
+import re
 import types
 import typing
 from typing import Annotated, Literal
@@ -179,12 +180,12 @@ def _bound_text(b) -> str:
             inc = [s for s in inc if s]
             return f"between {lo} and {hi}" + (f" ({', '.join(inc)})" if inc else " (exclusive)")
         return " ".join(_bound_text(x) for x in b)
-    for cls, attr, sign in ((at.Gt, "gt", ">"), (at.Ge, "ge", ">="), (at.Lt, "lt", "<"),
-                            (at.Le, "le", "<="), (at.MinLen, "min_length", "entries >="),
-                            (at.MaxLen, "max_length", "entries <="),
-                            (at.MultipleOf, "multiple_of", "a multiple of")):
+    for cls, attr, text in ((at.Gt, "gt", "> {}"), (at.Ge, "ge", ">= {}"), (at.Lt, "lt", "< {}"),
+                            (at.Le, "le", "<= {}"), (at.MinLen, "min_length", "with at least {} entries"),
+                            (at.MaxLen, "max_length", "with at most {} entries"),
+                            (at.MultipleOf, "multiple_of", "a multiple of {}")):
         if isinstance(b, cls):
-            return f"{sign} {getattr(b, attr)}"
+            return text.format(getattr(b, attr)).replace(" 1 entries", " 1 entry")
     return ""
 
 
@@ -195,6 +196,8 @@ def describe(ann) -> str:
         if text:
             return text[0]
         bounds = " ".join(filter(None, (_bound_text(b) for b in args[1:])))
+        bounds = re.sub(r"with at least (\d+) entries with at most \1 entries",
+                        r"with exactly \1 entries", bounds)
         return f"{describe(args[0])} {bounds}".strip()
     if origin in (typing.Union, types.UnionType):
         if all(typing.get_origin(a) is Literal or a is type(None) for a in args):
@@ -207,7 +210,14 @@ def describe(ann) -> str:
         return "null"
     if ann is int:
         return "an integer"
+    if ann is float:
+        return "a number"
     if ann in (list, tuple) or origin in (list, tuple, typing.Sequence):
         item = _element(ann)
-        return f"a list of {describe(item)}" if item is not inspect.Parameter.empty else "a list"
+        if item is inspect.Parameter.empty or item is ...:
+            return "a list"
+        text = describe(item)
+        for one, many in (("an integer", "integers"), ("a number", "numbers")):
+            text = text.replace(one, many, 1) if text.startswith(one) else text
+        return f"a list of {text}"
     return getattr(ann, "__name__", str(ann))

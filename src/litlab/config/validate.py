@@ -244,13 +244,17 @@ def _container(cfg: DictConfig) -> dict:
         key = missing[0]
         hint = "=logs/train/runs/<run>/checkpoints/<file>.ckpt" if key == "ckpt_path" else "=VALUE"
         raise UserError(f"{key} is required: add {key}{hint} to the command")
+    keys = [k for k in cfg if k != "hydra"]
+
+    def plain(resolve: bool) -> dict:
+        return {k: OmegaConf.to_container(cfg[k], resolve=resolve)
+                if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
+
     try:
-        _RAW = OmegaConf.to_container(cfg, resolve=False)
-        c = OmegaConf.to_container(cfg, resolve=True)
+        _RAW = plain(resolve=False)
+        return plain(resolve=True)
     except Exception as err:
         raise UserError(f"the config does not resolve: {first_line(err)}") from None
-    c.pop("hydra", None)
-    return c
 
 
 def _top(c: dict, schema: dict) -> None:
