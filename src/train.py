@@ -20,6 +20,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from litlab.utils import distributed
     from litlab.config import validate
 
+    validate.trainer_config(cfg)  # devices and strategy, before any DDP rank starts
     # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
     with distributed.early_ranks(cfg, __file__):
         validate.train_config(cfg)  # bad input fails here, in one line, before data is read

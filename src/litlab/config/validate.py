@@ -283,6 +283,18 @@ def train_config(cfg: DictConfig) -> None:
         _check_checkpoint(c["ckpt_path"], c["model"])
 
 
+def trainer_config(cfg: DictConfig) -> None:
+    """The trainer alone (run before DDP ranks start, so a bad trainer.devices fails at once)."""
+    try:
+        trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
+    except Exception:  # noqa: BLE001 (train_config says what does not resolve, in one line)
+        return
+    if isinstance(trainer, dict):
+        _check_trainer_plain(trainer)
+        _walk("trainer", trainer)
+        _check_trainer(trainer)
+
+
 def eval_config(cfg: DictConfig) -> None:
     c = _container(cfg)
     _top(c, {"split": typing.Literal["test", "val"], "predictions": bool, "ckpt_path": str,
