@@ -160,8 +160,10 @@ def task(fn):
         try:
             return fn(cfg)
         except UserError as err:
-            if _full_errors() or _is_multirun():
-                raise  # a sweep records the failed job and goes on
+            if _full_errors():
+                raise
+            if _is_multirun():  # a sweep records the failed job and goes on
+                raise _one_line_in_sweep(err) from None
             if fresh:
                 _close_log_files()
                 shutil.rmtree(out, ignore_errors=True)
@@ -170,6 +172,17 @@ def task(fn):
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
 
     return wrapper
+
+
+def _one_line_in_sweep(err: UserError) -> UserError:
+    """The same error, as one of Hydra's compact exceptions: at the end of a sweep Hydra prints
+    its message alone (not a traceback); the job's row in the sweep summary carries it."""
+    from hydra.errors import CompactHydraException
+
+    compact = type("UserError", (UserError, CompactHydraException), {})
+    new = compact(str(err))
+    new.exit_code = getattr(err, "exit_code", EXIT_BAD_INPUT)
+    return new
 
 
 def rank() -> int:

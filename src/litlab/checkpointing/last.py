@@ -14,8 +14,10 @@ from litlab.bounds import NonNegInt
 
 class LastCheckpoint(ModelCheckpoint):
     def __init__(self, dirpath: str | None = None, every_n_train_steps: NonNegInt = 0):
+        # Lightning wants step and epoch triggers exclusive; the epoch save is ours anyway
         super().__init__(dirpath=dirpath, monitor=None, save_top_k=0, save_last=True,
-                         every_n_train_steps=every_n_train_steps or None, every_n_epochs=1,
+                         every_n_train_steps=every_n_train_steps or None,
+                         every_n_epochs=None if every_n_train_steps else 1,
                          save_on_train_epoch_end=True, enable_version_counter=False)
 
     def _skip(self, trainer) -> bool:

@@ -46,7 +46,7 @@ def allowed(name) -> bool:
 
     try:
         obj = hydra.utils.get_object(name)
-    except Exception:
+    except Exception:  # noqa: BLE001
         return True  # importable or not, it is in litlab's packages: build reports the error
     module = f"{getattr(obj, '__module__', '')}."
     if not _allowed_name(module):

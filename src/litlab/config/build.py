@@ -9,8 +9,8 @@ import logging
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.errors import UserError, first_line
 from litlab.config.compose import CONFIG_DIR
+from litlab.errors import UserError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def building(group: str, target: str):
         if isinstance(cause, UserError):
             raise cause from None
         raise UserError(f"{group} ({target}) cannot be built: {first_line(cause or err)}") from err
-    except Exception as err:
+    except Exception as err:  # whatever a constructor raises: one line
         raise UserError(f"{group} ({target}) cannot be built: {first_line(err)}") from err
 
 

@@ -50,6 +50,23 @@ EXTERNAL: dict[str, dict] = {
 }
 
 
+# public names of EXTERNAL's classes, so their bounds are checked before torch is imported
+PUBLIC = {"lightning.pytorch.Trainer": "lightning.pytorch.trainer.trainer.Trainer",
+          "lightning.pytorch.callbacks.EarlyStopping":
+              "lightning.pytorch.callbacks.early_stopping.EarlyStopping",
+          "lightning.pytorch.callbacks.ModelCheckpoint":
+              "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint"}
+
+
+def bounds_by_name(target_name: str) -> dict:
+    """EXTERNAL's bounds for a target known by its name alone (no import): a first, fast pass."""
+    if target_name.startswith("torch.optim.lr_scheduler."):
+        return EXTERNAL["torch.optim.lr_scheduler.LRScheduler"]
+    if target_name.startswith("torch.optim.") and target_name.count(".") == 2:
+        return EXTERNAL["torch.optim.optimizer.Optimizer"]
+    return EXTERNAL.get(PUBLIC.get(target_name, target_name), {})
+
+
 def fmt(value) -> str:
     return repr(value) if isinstance(value, str) and (not value or " " in value) else str(value)
 
@@ -82,7 +99,7 @@ def signature(target) -> tuple[dict, dict, bool]:
             break
         try:
             hints = typing.get_type_hints(inspect.unwrap(fn), include_extras=True)
-        except Exception:
+        except Exception:  # noqa: BLE001
             hints = {}
         for name, p in sig.parameters.items():
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self":

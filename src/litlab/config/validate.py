@@ -14,13 +14,16 @@ Only targets are imported (torch and lightning are, no data is read).
 """
 import os
 import typing
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.bounds import Seed
+from litlab.config.checks import check_checkpoint as _check_checkpoint
+from litlab.config.checks import check_monitor as _check_monitor
+from litlab.config.checks import check_paths as _check_paths
+from litlab.config.checks import check_run as _check_run
+from litlab.config.signatures import bounds_by_name, conforms, describe, signature
 from litlab.config.signatures import closest as _closest
-from litlab.config.signatures import conforms, describe, signature
 from litlab.config.signatures import fmt as _fmt
 from litlab.errors import UserError, first_line
 
@@ -85,8 +88,20 @@ def _check_node(path: str, node: dict) -> None:
             hook(settings, path)
         except UserError:
             raise
-        except Exception as err:  # a hook's own slip must not become a traceback
+        except Exception as err:  # noqa: BLE001 (a hook's slip must not become a traceback)
             raise UserError(f"{path} ({target_name}): {first_line(err)}") from None
+
+
+def _walk_plain(path: str, node) -> None:
+    """The bounds known from a target's name alone (signatures.bounds_by_name): no import, so
+    the common mistakes (epochs, learning rate, patience) fail in about a second."""
+    if isinstance(node, dict):
+        if isinstance(node.get("_target_"), str):
+            for name, ann in bounds_by_name(node["_target_"]).items():
+                if name in node and conforms(node[name], ann) is False:
+                    _refuse(f"{path}.{name}", node[name], ann)
+        for k, v in node.items():
+            _walk_plain(f"{path}.{k}" if path else str(k), v)
 
 
 def _walk(path: str, node) -> None:
@@ -161,79 +176,9 @@ def _check_optimizer(model: dict) -> None:
         return
     try:
         hydra.utils.instantiate(opt, _partial_=True)(params=[torch.nn.Parameter(torch.zeros(1))])
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 (torch's checks raise ValueError, TypeError...)
         raise UserError(f"model.optimizer ({opt['_target_']}) rejects its settings: "
                         f"{first_line(err)}") from None
-
-
-# ---------------------------------------------------------------- across groups
-def _check_monitor(c: dict) -> None:
-    """The monitored metric is one the model logs, and it is computed in this run."""
-    import hydra
-
-    model_cls = hydra.utils.get_class(c["model"]["_target_"])
-    names = getattr(model_cls, "monitorable", None)
-    keys = [("model.monitor", c["model"].get("monitor"))]
-    keys += [(f"callbacks.{k}.monitor", v["monitor"]) for k, v in (c.get("callbacks") or {}).items()
-             if isinstance(v, dict) and v.get("monitor")]
-    for key, value in keys:
-        if value and callable(names) and not names(value):
-            valid = ", ".join(model_cls.monitor_examples())
-            raise UserError(f"{key}={value} is not a metric {model_cls.__name__} logs; "
-                            f"valid: {valid}")
-    t, monitor = c["trainer"], str(c["model"].get("monitor") or "")
-    no_val = t.get("limit_val_batches") == 0 or (
-        isinstance(t.get("check_val_every_n_epoch"), int) and isinstance(t.get("max_epochs"), int)
-        and 0 < t["max_epochs"] < t["check_val_every_n_epoch"])
-    if c.get("train") and monitor.startswith("val/") and no_val:
-        raise UserError(f"model.monitor={monitor} but this run never validates "
-                        f"(trainer.limit_val_batches={t.get('limit_val_batches')}, "
-                        f"check_val_every_n_epoch={t.get('check_val_every_n_epoch')}); "
-                        f"validate, or set model.monitor=train/loss model.monitor_mode=min")
-
-
-def _check_run(c: dict) -> None:
-    if not c.get("train") and not c.get("test"):
-        raise UserError("train=false and test=false: nothing to do; set train=true or test=true")
-    if not c.get("train") and not c.get("ckpt_path"):
-        raise UserError("train=false tests an untrained model; pass ckpt_path=<.ckpt file or "
-                        "run dir> (or use src/eval.py ckpt_path=...)")
-    if c.get("train") and c["trainer"].get("limit_train_batches") in (0, 0.0):
-        raise UserError("trainer.limit_train_batches=0 trains nothing; use a fraction in (0, 1] "
-                        "or a number of batches >= 1 (or train=false ckpt_path=... to only test)")
-
-
-# ---------------------------------------------------------------- files
-def _check_paths(data: dict) -> None:
-    if data.get("root") is not None and not Path(str(data["root"])).is_dir():
-        raise UserError(f"data.root={data['root']} is not an existing folder; point it at your data")
-    if data.get("download") is False:
-        for key, value in data.items():
-            if key.endswith("_dir") and value is not None and not Path(str(value)).is_dir():
-                raise UserError(f"data.{key}={value} does not exist and data.download=false; "
-                                f"point it at the folder that holds the data (or download=true)")
-
-
-def _check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
-    """The file exists, is a complete litlab checkpoint (weights_only), of this model, and
-    (unless trusted) names only targets litlab's own configs can name."""
-    from litlab.checkpointing import load as checkpoint
-    from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check_targets
-
-    p = Path(str(path))
-    if p.is_dir():
-        files = sorted(f.name for f in (p / "checkpoints").glob("*.ckpt")) or sorted(f.name for f in p.glob("*.ckpt"))
-        raise UserError(f"ckpt_path={path} is a folder; pass a .ckpt file"
-                        + (f" such as {p / 'checkpoints' / files[0]}" if files else ""))
-    ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
-    stored = ckpt[CONFIG_KEY]
-    if not trust:
-        check_targets(stored, str(path))
-    theirs = (stored.get("model") or {}).get("_target_")
-    if cfg_model is not None and theirs != cfg_model.get("_target_"):
-        raise UserError(f"ckpt_path={path} holds a {theirs} model; this run builds "
-                        f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint")
 
 
 # ---------------------------------------------------------------- entry points
@@ -270,6 +215,7 @@ def train_config(cfg: DictConfig) -> None:
              "task_name": str})
     _check_run(c)
     _check_trainer_plain(c["trainer"])  # first the checks that import nothing
+    _walk_plain("", c)
     _walk("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     _check_trainer(c["trainer"])
     _walk("", {k: v for k, v in c.items() if k != "trainer"})
@@ -300,6 +246,7 @@ def eval_config(cfg: DictConfig) -> None:
     _top(c, {"split": typing.Literal["test", "val"], "predictions": bool, "ckpt_path": str,
              "trust_checkpoint": bool})
     _check_trainer_plain(c["trainer"])
+    _walk_plain("", c)
     _walk("", c)
     _check_trainer(c["trainer"])
     _check_checkpoint(c["ckpt_path"], None, trust=bool(c.get("trust_checkpoint")))

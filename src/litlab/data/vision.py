@@ -12,7 +12,7 @@ from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data.base import SplitDataModule
-from litlab.errors import UserError
+from litlab.errors import UserError, first_line
 from litlab.utils.splits import stratified_split
 
 
@@ -56,6 +56,21 @@ class TensorImages(Dataset):
 
     def __getitem__(self, i):
         return self.images[i], self.labels[i]
+
+
+def read_image(path: str, header_only: bool = False):
+    """An image as RGB PIL (ImageFolder's loader), or one line naming the file it cannot read."""
+    from PIL import Image
+
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            if header_only:
+                return None
+            return img.convert("RGB")
+    except Exception as err:  # noqa: BLE001 (PIL raises many kinds; all mean a bad file)
+        raise UserError(f"cannot read image {path}: {first_line(err)}; fix or remove the "
+                        f"file") from None
 
 
 class VisionDataModule(SplitDataModule):
@@ -198,7 +213,11 @@ class ImageFolderDataModule(VisionDataModule):
         decode = v2.Compose([v2.Grayscale(self.channels) if self.channels == 1 else v2.RGB(),
                              v2.Resize(self.image_size), v2.CenterCrop(self.image_size),
                              v2.PILToTensor()])
-        return ImageFolder(str(self._split_root(split)), transform=decode, allow_empty=False)
+        folder = ImageFolder(str(self._split_root(split)), transform=decode, allow_empty=False,
+                             loader=read_image)
+        for path, _ in folder.samples:  # headers only: a broken file fails now, by name
+            read_image(path, header_only=True)
+        return folder
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:

@@ -9,12 +9,12 @@ the single-process gradient when the shares are equal in size. Evaluation: each 
 share only, so torchmetrics' sync counts every node exactly once (equal metrics to 1 process).
 Graph classification: the datamodule splits the graphs between ranks (no duplicates at eval).
 """
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
-
-from typing import Literal
 
 from litlab.models.base import LitModule
 

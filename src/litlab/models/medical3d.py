@@ -4,10 +4,9 @@ inference on whole volumes, NIfTI masks on predict) and volume classification (a
 Metrics are torchmetrics (synced across DDP ranks); evaluation loaders never pad under DDP, so
 every volume counts exactly once.
 """
-from typing import Literal
-
 import logging
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F

@@ -1,7 +1,7 @@
 """A small CNN for small images: conv-BN-ReLU blocks, 2x2 max-pooling, a dropout head."""
-import torch
 from typing import Annotated
 
+import torch
 from torch import nn
 
 from litlab.bounds import MinLen, PosInt, Probability

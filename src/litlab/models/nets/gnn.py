@@ -8,7 +8,7 @@ readout) works the same for each layer type.
   then one linear layer scores the classes.
 """
 
-from typing import Annotated, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
