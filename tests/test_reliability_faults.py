@@ -118,3 +118,18 @@ def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data):
     assert list(rows["status"]) == ["completed", "completed"], rows
     # val/acc is computed on the test fold (Xu et al.): the two are equal
     assert (rows["val/acc"] == rows["test/acc"]).all()
+
+
+def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path):
+    """Resuming a cnn checkpoint with other channels: one line naming the net it holds."""
+    tiny = ["trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1",
+            "test=false"]
+    p = train(tmp_path / "a", *tiny, "model.net.channels=[8,16]")
+    assert p.returncode == 0, p.stderr[-3000:]
+    ckpt = run_dirs(tmp_path / "a")[0] / "checkpoints" / "last.ckpt"
+    p = train(tmp_path / "b", *tiny, "trainer.max_epochs=2", f"ckpt_path={ckpt}")
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: the checkpoint holds another net"), lines
+    assert "channels=[8, 16]" in lines[0] and "has shape" in lines[0]
+    assert run_dirs(tmp_path / "b") == []

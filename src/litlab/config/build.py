@@ -40,11 +40,14 @@ def target_of(path) -> str | None:
 
 def data_options(tasks) -> list[str]:
     """Names of the data configs whose datamodule has a task in `tasks`."""
+    from litlab.config.checks import static_attr
+
     fits = []
     for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
         try:
             target = target_of(path)
-            if target and hydra.utils.get_class(target).task in tasks:
+            task = target and (static_attr(target, "task") or hydra.utils.get_class(target).task)
+            if task in tasks:
                 fits.append(path.stem)
         except Exception:  # a broken data config must not hide the real error
             continue
@@ -56,10 +59,13 @@ def check_compatible(cfg: DictConfig) -> None:
     model_cls = hydra.utils.get_class(cfg.model._target_)
     data_cls = hydra.utils.get_class(cfg.data._target_)
     if data_cls.task not in model_cls.tasks:
-        raise UserError(
-            f"model={_choice('model')} ({', '.join(model_cls.tasks)}) cannot train on "
-            f"data={_choice('data')} ({data_cls.task}); data that fit this model: "
-            f"{', '.join(data_options(model_cls.tasks))}")
+        raise UserError(incompatible(model_cls.tasks, data_cls.task))
+
+
+def incompatible(tasks, task: str) -> str:
+    return (f"model={_choice('model')} ({', '.join(tasks)}) cannot train on "
+            f"data={_choice('data')} ({task}); data that fit this model: "
+            f"{', '.join(data_options(tasks))}")
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ Only targets are imported (torch and lightning are, no data is read).
 """
 import os
 import typing
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -22,6 +23,7 @@ from litlab.config.checks import check_checkpoint as _check_checkpoint
 from litlab.config.checks import check_monitor as _check_monitor
 from litlab.config.checks import check_paths as _check_paths
 from litlab.config.checks import check_run as _check_run
+from litlab.config.checks import check_tasks_statically
 from litlab.config.signatures import bounds_by_name, conforms, describe, signature
 from litlab.config.signatures import closest as _closest
 from litlab.config.signatures import fmt as _fmt
@@ -125,8 +127,17 @@ def _available(accelerator: str) -> int:
 
 
 def _check_trainer_plain(t: dict) -> None:
-    """What needs no import: precision on an explicit CPU."""
-    if t.get("accelerator") == "cpu" and t.get("precision") in PRECISIONS_NOT_ON_CPU:
+    """What needs no import: a GPU asked for where none can be (no device files), precision
+    on a CPU."""
+    from litlab.config.resolvers import certainly_no_gpu
+
+    accelerator = t.get("accelerator")
+    if accelerator in ("gpu", "cuda") and certainly_no_gpu():
+        raise UserError(f"trainer.accelerator={accelerator} but no GPU device is visible; use "
+                        f"trainer.accelerator=cpu (or trainer=cpu)")
+    if accelerator in ("auto", None) and certainly_no_gpu():
+        accelerator = "cpu"
+    if accelerator == "cpu" and t.get("precision") in PRECISIONS_NOT_ON_CPU:
         raise UserError(f"trainer.precision={t['precision']} is not supported on CPU; use "
                         f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed needs a GPU)")
 
@@ -206,6 +217,9 @@ def _top(c: dict, schema: dict) -> None:
     for key, ann in schema.items():
         if key in c and conforms(c[key], ann) is False:
             _refuse(key, c[key], ann)
+    path = c.get("ckpt_path")
+    if isinstance(path, str) and not Path(path).exists():  # before torch is imported
+        raise UserError(f"ckpt_path={path}: no such checkpoint file")
 
 
 def train_config(cfg: DictConfig) -> None:
@@ -216,6 +230,7 @@ def train_config(cfg: DictConfig) -> None:
     _check_run(c)
     _check_trainer_plain(c["trainer"])  # first the checks that import nothing
     _walk_plain("", c)
+    check_tasks_statically(c)
     _walk("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     _check_trainer(c["trainer"])
     _walk("", {k: v for k, v in c.items() if k != "trainer"})

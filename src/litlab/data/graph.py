@@ -29,6 +29,7 @@ from torch_geometric.loader import DataLoader
 from litlab.bounds import Ge, Interval, NonNegInt, OptionalFraction, PosInt
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
+from litlab.utils.fetching import fetching
 from litlab.utils.splits import stratified_folds, stratified_split
 
 log = logging.getLogger(__name__)
@@ -171,14 +172,14 @@ class PlanetoidDataModule(NodeDataModule):
         from torch_geometric.datasets import Planetoid
 
         root = self.data_dir / "Planetoid"
-        with _locked(root):
-            try:
+        try:
+            with fetching(root / self.name / "raw"), _locked(root):
                 return Planetoid(str(root), self.name, split=self.split)[0]
-            except (urllib.error.URLError, OSError) as err:
-                raise UserError(
-                    f"{self.name} is not in {root / self.name / 'raw'} and downloading it failed "
-                    f"({err}); connect to the internet once or copy the ind.{self.name.lower()}.* "
-                    f"files there") from err
+        except (urllib.error.URLError, OSError) as err:
+            raise UserError(
+                f"{self.name} is not in {root / self.name / 'raw'} and downloading it failed "
+                f"({err}); connect to the internet once or copy the ind.{self.name.lower()}.* "
+                f"files there") from err
 
 
 class KarateDataModule(NodeDataModule):
@@ -225,13 +226,13 @@ class TUDataModule(SplitDataModule):
 
         root = self.data_dir / "TUDataset"
         name = self.hparams.name
-        with _locked(root):
-            try:
+        try:
+            with fetching(root / name / "raw"), _locked(root):
                 return TUDataset(str(root), name, use_node_attr=self.hparams.use_node_attr)
-            except (urllib.error.URLError, OSError) as err:
-                raise UserError(f"{name} is not in {root / name / 'raw'} and downloading it "
-                                f"failed ({err}); connect to the internet once or copy the "
-                                f"{name}_*.txt files there") from err
+        except (urllib.error.URLError, OSError) as err:
+            raise UserError(f"{name} is not in {root / name / 'raw'} and downloading it "
+                            f"failed ({err}); connect to the internet once or copy the "
+                            f"{name}_*.txt files there") from err
 
     def _check_folds(self, dataset) -> None:
         """Every test fold needs a graph of each class: num_folds <= the smallest class."""
