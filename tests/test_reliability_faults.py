@@ -64,7 +64,7 @@ def test_crafted_checkpoint_runs_no_code_in_eval(tmp_path):
     copied = _crafted_checkpoint(tmp_path / "evil.ckpt")
     p = subprocess.run([sys.executable, str(ROOT / "src" / "eval.py"), f"paths.log_dir={tmp_path}",
                         "extras.print_config=false", f"ckpt_path={tmp_path / 'evil.ckpt'}"],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=120)
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=300)
     assert p.returncode == 2, p.stderr[-3000:]
     assert p.stderr.count("\n") == 1 and "data._target_=shutil.copy" in p.stderr, p.stderr
     assert "trust_checkpoint=true" in p.stderr
@@ -97,7 +97,7 @@ def test_allowlist_admits_every_target_of_litlabs_own_configs():
 def test_multirun_resume_is_refused_in_one_line(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m",
                         f"paths.log_dir={tmp_path}", "ckpt_path=last", *QUIET],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=120)
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=300)
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert "ckpt_path=last cannot be used with -m" in p.stderr
 
