@@ -119,3 +119,54 @@ def test_too_many_folds_for_the_data(tmp_path, shared_data):
                             "data.num_folds=1000"], output_dir=tmp_path / "run")
     with pytest.raises(UserError, match="data.num_folds=1000 is too many for MUTAG .* use 2 to 63"):
         build.model(cfg, build.datamodule(cfg))
+
+
+def test_unreadable_image_is_named_when_the_dataset_is_built(tmp_path):
+    from PIL import Image
+
+    from litlab.data.vision import ImageFolderDataModule
+
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+        for i in range(5):
+            Image.new("RGB", (8, 8), (i * 40, 0, 0)).save(tmp_path / name / f"{i}.png")
+    (tmp_path / "dog" / "broken.png").write_bytes(b"not a png at all")
+    dm = ImageFolderDataModule(root=str(tmp_path), image_size=8)
+    with pytest.raises(UserError, match=r"cannot read image .*dog/broken.png"):
+        dm.setup()
+
+
+def test_unlabelled_volumes_are_counted_in_one_warning(tmp_path, caplog):
+    from litlab.data.volumes import find_pairs
+
+    (tmp_path / "imagesTr").mkdir()
+    (tmp_path / "labelsTr").mkdir()
+    for i in range(4):
+        (tmp_path / "imagesTr" / f"case_{i}.nii.gz").touch()
+    for i in range(3):
+        (tmp_path / "labelsTr" / f"case_{i}.nii.gz").touch()
+    assert len(find_pairs(tmp_path)) == 3
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "1 of 4 images have no label" in warning and "case_3.nii.gz" in warning
+
+
+def test_a_split_smaller_than_the_classes_is_warned_about(caplog):
+    from litlab.utils.splits import stratified_split
+
+    labels = [i % 10 for i in range(1000)]
+    _, held = stratified_split(labels, 0.002, seed=0)
+    assert len(held) == 2
+    assert any("leaves 2 of 1000 samples" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failed_download_leaves_no_folder_and_prints_nothing(tmp_path, capsys):
+    from litlab.utils.fetching import fetching
+
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    with pytest.raises(OSError), fetching(raw):
+        raw.mkdir(parents=True)
+        (tmp_path / "data" / ".litlab.lock").touch()
+        print("Downloading https://example.invalid/train-images-idx3-ubyte.gz")
+        raise OSError("offline")
+    assert not (tmp_path / "data").exists()
+    assert capsys.readouterr().out == ""
