@@ -60,7 +60,7 @@ TRAIN = [  # (overrides, words the error line must contain)
     # issue 18, one per mechanism (the full set, in process: test_reliability_inputs.py)
     (["seed=-5"], ["seed=-5", "4294967295"]),
     (["model=gnn", "model.net.conv=foo"], ["model.net.conv=foo", "gcn | gat | sage"]),
-    (["trainer.max_epochs=-1"], ["model.scheduler.T_max=-1", "${trainer.max_epochs}"]),
+    (["trainer.max_epochs=-1"], ["trainer.max_epochs=-1", "used as model.scheduler.T_max"]),
     (["model.optimizer.lr=fast"], ["model.optimizer.lr=fast", "learning rate > 0"]),
     (["model=gnn", "data=mutag", "data.fold=10"], ["data.fold=10", "choose 0 to 9"]),
     (["data=imagefolder", "data.root=@fake/oneclass"], ["oneclass", "at least 2 class sub-folders"]),

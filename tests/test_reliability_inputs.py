@@ -40,8 +40,8 @@ ANNOTATED = [
 # bounds declared for the classes of other libraries (signatures.EXTERNAL), by class
 EXTERNAL = [
     (["model.scheduler.T_max=0"], "integer >= 1"),
-    (["trainer.max_epochs=-1"], ("model.scheduler.T_max=-1 has the wrong type or value; valid: "
-                                 "an integer >= 1 (set from ${trainer.max_epochs})")),
+    (["trainer.max_epochs=-1"], ("trainer.max_epochs=-1 has the wrong type or value; valid: "
+                                 "an integer >= 1 (used as model.scheduler.T_max)")),
     (["model.optimizer.lr=fast"], ("model.optimizer.lr=fast has the wrong type or value; valid: "
                                    "a learning rate > 0")),
     (["trainer.gradient_clip_val=-1"], ">= 0 or null"),

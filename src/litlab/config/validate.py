@@ -13,6 +13,7 @@ Generic on purpose, so every domain's configs are covered without lists per key 
 Only targets are imported (torch and lightning are, no data is read).
 """
 import os
+import re
 import typing
 from pathlib import Path
 
@@ -33,7 +34,7 @@ PRECISIONS_NOT_ON_CPU = ("16-mixed", "16", 16)
 _RAW: dict = {}  # the unresolved config, to say where an interpolated value came from
 
 
-def _origin(key: str) -> str:
+def _raw(key: str):
     node = _RAW
     for part in key.replace("]", "").replace("[", ".").split("."):
         if isinstance(node, dict):
@@ -41,13 +42,22 @@ def _origin(key: str) -> str:
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return ""
-    return f" (set from {node})" if isinstance(node, str) and "${" in node else ""
+            return None
+    return node
 
 
 def _refuse(key: str, value, ann) -> None:
+    """One line naming the key the user set: for a value interpolated from another key
+    (`mode: ${model.monitor_mode}`), that key, and where its value is used."""
+    raw = _raw(key)
+    source = re.fullmatch(r"\$\{([\w.]+)\}", raw) if isinstance(raw, str) else None
+    used = ""
+    if source:
+        key, used = source.group(1), f" (used as {key})"
+    elif isinstance(raw, str) and "${" in raw:
+        used = f" (set from {raw})"
     raise UserError(f"{key}={_fmt(value)} has the wrong type or value; valid: {describe(ann)}"
-                    f"{_origin(key)}")
+                    f"{used}")
 
 
 # ---------------------------------------------------------------- nodes with a _target_
