@@ -239,6 +239,7 @@ def train_config(cfg: DictConfig) -> None:
              "task_name": str})
     _check_run(c)
     _check_trainer_plain(c["trainer"])  # first the checks that import nothing
+    _walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     _walk_plain("", c)
     check_tasks_statically(c)
     _walk("trainer", c["trainer"])  # first: other groups interpolate trainer keys
@@ -255,13 +256,17 @@ def train_config(cfg: DictConfig) -> None:
 
 
 def trainer_config(cfg: DictConfig) -> None:
-    """The trainer alone (run before DDP ranks start, so a bad trainer.devices fails at once)."""
+    """A DDP trainer alone, before its ranks start: a bad trainer.devices fails at once, not
+    after every rank has imported torch (other trainers are checked by train_config)."""
     try:
         trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
     except Exception:  # noqa: BLE001 (train_config says what does not resolve, in one line)
         return
-    if isinstance(trainer, dict):
+    strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
+    target = strategy.get("_target_", "") if isinstance(strategy, dict) else str(strategy)
+    if "ddp" in target.lower():
         _check_trainer_plain(trainer)
+        _walk_plain("trainer", trainer)
         _walk("trainer", trainer)
         _check_trainer(trainer)
 
