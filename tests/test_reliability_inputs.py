@@ -36,6 +36,7 @@ ANNOTATED = [
     (["model=gnn", "data=cora", "data.split=bogus"], "public | full | geom-gcn | random"),
     (["model=unet3d", "data.patch_size=[32,32]"], "exactly 3 entries"),
     (["model=unet3d", "model.net.dropout=-0.1"], "between 0 and 1"),
+    (["model=resnet3d", "data=phantom_cls", "model.net.depth=11"], "10 | 18 | 34"),
 ]
 # bounds declared for the classes of other libraries (signatures.EXTERNAL), by class
 EXTERNAL = [
@@ -55,6 +56,9 @@ DECLARED = [
     (["model=gnn", "data=mutag", "data.fold=10"], "data.fold=10 is not valid with data.num_folds=10"),
     (["model=gnn", "model.net.conv=gat", "model.net.heads=3"], "not a multiple of model.net.heads=3"),
     (["model=unet3d", "model.net.strides=[2,2]"], "one entry fewer"),
+    (["model=gnn", "data=cora", "data.name=Foo"], "valid: Cora, CiteSeer, PubMed"),
+    (["model=gnn", "model.net.act=foo"], "not an activation PyG knows"),
+    (["model=gnn", "model.net.norm=foo"], "not a normalization PyG knows"),
 ]
 # across groups: what the run as a whole needs
 ACROSS = [

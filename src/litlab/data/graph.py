@@ -168,6 +168,12 @@ class PlanetoidDataModule(NodeDataModule):
         super().__init__(normalize_features=normalize_features, **kwargs)
         self.name, self.split = name, split
 
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        if str(settings["name"]).lower() not in ("cora", "citeseer", "pubmed"):
+            raise UserError(f"{key}.name={settings['name']} is not a Planetoid graph; valid: "
+                            f"Cora, CiteSeer, PubMed")
+
     def load(self) -> Data:
         from torch_geometric.datasets import Planetoid
 

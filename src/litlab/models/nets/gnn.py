@@ -131,6 +131,15 @@ class GNN(nn.Module):
 
     @classmethod
     def check_settings(cls, s: dict, key: str) -> None:
+        for name, what, resolve, examples in (
+                ("act", "an activation", activation_resolver, "relu, elu, gelu"),
+                ("norm", "a normalization", normalization_resolver, "batch_norm, layer_norm")):
+            if s.get(name) is not None:
+                try:
+                    resolve(s[name], **({"in_channels": 8} if name == "norm" else {}))
+                except (ValueError, KeyError, TypeError):
+                    raise UserError(f"{key}.{name}={s[name]} is not {what} PyG knows; e.g. "
+                                    f"{examples}") from None
         if s["conv"] == "gat" and s["num_layers"] > 1 and s["hidden_channels"] % s["heads"]:
             raise UserError(f"{key}.hidden_channels={s['hidden_channels']} is not a multiple of "
                             f"{key}.heads={s['heads']} (GAT splits the width between heads)")
