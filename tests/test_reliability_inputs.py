@@ -21,12 +21,12 @@ def refused(overrides, tmp_path) -> str:
 ANNOTATED = [
     (["seed=-5"], "an integer in [0, 4294967295]"),
     (["seed=99999999999"], "an integer in [0, 4294967295]"),
-    (["model.label_smoothing=2"], "between 0 and 1"),
+    (["model.label_smoothing=2"], "a probability in [0, 1)"),
     (["model.ema_decay=1.5"], "between 0 and 1"),
     (["model.mixup_alpha=-1"], ">= 0"),
     (["model.net.channels=[]"], "at least 1 entry"),
     (["model.net.channels=[8,0]"], "integers >= 1"),
-    (["model.net.dropout=1"], "between 0 and 1"),
+    (["model.net.dropout=1"], "a probability in [0, 1)"),
     (["data.batch_size=0"], "integer >= 1"),
     (["data.test_fraction=1"], "between 0 and 1 (exclusive)"),
     (["model=gnn", "model.net.num_layers=0"], "integer >= 1"),
@@ -35,7 +35,7 @@ ANNOTATED = [
     (["model=gnn", "data=mutag", "data.num_folds=1"], "integer >= 2"),
     (["model=gnn", "data=cora", "data.split=bogus"], "public | full | geom-gcn | random"),
     (["model=unet3d", "data.patch_size=[32,32]"], "exactly 3 entries"),
-    (["model=unet3d", "model.net.dropout=-0.1"], "between 0 and 1"),
+    (["model=unet3d", "model.net.dropout=-0.1"], "a probability in [0, 1)"),
     (["model=resnet3d", "data=phantom_cls", "model.net.depth=11"], "10 | 18 | 34"),
 ]
 # bounds declared for the classes of other libraries (signatures.EXTERNAL), by class
@@ -53,7 +53,7 @@ EXTERNAL = [
 ]
 # rules a class declares across its parameters (check_settings)
 DECLARED = [
-    (["model=gnn", "data=mutag", "data.fold=10"], "data.fold=10 is not valid with data.num_folds=10"),
+    (["model=gnn", "data=mutag", "data.fold=10"], "data.fold=10 is not valid; choose 0 to 9 (data.num_folds=10)"),
     (["model=gnn", "model.net.conv=gat", "model.net.heads=3"], "not a multiple of model.net.heads=3"),
     (["model=unet3d", "model.net.strides=[2,2]"], "one entry fewer"),
     (["model=gnn", "data=cora", "data.name=Foo"], "valid: Cora, CiteSeer, PubMed"),

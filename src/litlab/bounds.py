@@ -15,7 +15,7 @@ NonNegInt = Annotated[int, at.Ge(0)]
 NonNegFloat = Annotated[float, at.Ge(0)]
 PosFloat = Annotated[float, at.Gt(0)]
 #: dropout, label smoothing: 1 would zero everything
-Probability = Annotated[float, at.Interval(ge=0, lt=1)]
+Probability = Annotated[float, at.Interval(ge=0, lt=1), "a probability in [0, 1)"]
 #: a held-out share: both parts non-empty
 Fraction = Annotated[float, at.Interval(gt=0, lt=1)]
 #: a share where 0 means "none held out"

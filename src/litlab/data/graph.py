@@ -223,8 +223,8 @@ class TUDataModule(SplitDataModule):
     def check_settings(cls, settings, key: str) -> None:
         fold, folds = settings["fold"], settings["num_folds"]
         if not 0 <= fold < folds:
-            raise UserError(f"{key}.fold={fold} is not valid with {key}.num_folds={folds}; "
-                            f"choose 0 to {folds - 1}")
+            raise UserError(f"{key}.fold={fold} is not valid; choose 0 to {folds - 1} "
+                            f"({key}.num_folds={folds})")
 
     @cached_property
     def dataset(self):
