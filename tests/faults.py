@@ -6,6 +6,7 @@
 `step` optimizer steps, on rank `rank`, it does one of:
   sigkill            kill -9 this process (nothing can clean up)
   sigint             send this process Ctrl-C (SIGINT)
+  sigterm            send this process SIGTERM (how SLURM, Kubernetes and `timeout` stop jobs)
   oom                raise torch.OutOfMemoryError, as CUDA does
   nan_input          fill the batch's inputs with NaN
   kill_during_save   kill -9 in the middle of writing the next checkpoint file
@@ -28,6 +29,8 @@ class Fault(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.kind == "sigint":
             os.kill(os.getpid(), signal.SIGINT)
+        elif self.kind == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
         elif self.kind == "oom":
             raise torch.OutOfMemoryError("CUDA out of memory (simulated by tests/faults.py)")
         elif self.kind == "nan_input":
@@ -72,3 +75,20 @@ class Trace(Callback):
         with open(self.path, "a") as f:
             f.write(f"{trainer.global_step} {batch_idx} rng={digest(torch.get_rng_state())} "
                     f"x={digest(batch[0])} w={digest(weights)}\n")
+
+
+class Exporter:
+    """A future config node whose keys once tripped rules by key name (`mode: dynamic`,
+    `client_fraction: 1.0`): validation must follow its signature only."""
+
+    def __init__(self, mode: str = "static", client_fraction: float = 0.5):
+        self.mode, self.client_fraction = mode, client_fraction
+
+
+class BrokenData:
+    """A datamodule that fails while it is built, with a plain exception."""
+
+    task = "image_classification"
+
+    def __init__(self, **kwargs):
+        raise ValueError("the disk said no")

@@ -57,6 +57,17 @@ TRAIN = [  # (overrides, words the error line must contain)
     (["ckpt_path=@fake/truncated.ckpt"], ["truncated.ckpt", "truncated or corrupt"]),
     (["ckpt_path=@fake/other_model.ckpt"], ["other_model.ckpt", "holds a x.OtherModel model"]),
     (["trainer.max_epochs=[1,"], ["trainer.max_epochs=[1,"]),
+    # issue 18, one per mechanism (the full set, in process: test_reliability_inputs.py)
+    (["seed=-5"], ["seed=-5", "4294967295"]),
+    (["model=gnn", "model.net.conv=foo"], ["model.net.conv=foo", "gcn | gat | sage"]),
+    (["trainer.max_epochs=-1"], ["trainer.max_epochs=-1", "used as model.scheduler.T_max"]),
+    (["model.optimizer.lr=fast"], ["model.optimizer.lr=fast", "learning rate > 0"]),
+    (["model=gnn", "data=mutag", "data.fold=10"], ["data.fold=10", "choose 0 to 9"]),
+    (["data=imagefolder", "data.root=@fake/oneclass"], ["oneclass", "at least 2 class sub-folders"]),
+    (["model.monitor=val/nope"], ["model.monitor=val/nope", "val/acc"]),
+    (["train=false"], ["train=false", "ckpt_path="]),
+    (["paths.log_dir=/proc/nope"], ["cannot create the run dir", "/proc/nope"]),
+    (["tags=[mön tag]"], ["cannot parse override 'tags=[mön tag]'", "quote"]),
 ]
 EVAL = [
     ([], ["ckpt_path is required"]),
@@ -65,12 +76,14 @@ EVAL = [
     (["ckpt_path=@fake/not_litlab.ckpt"], ["not_litlab.ckpt", "not a checkpoint written by litlab"]),
     (["ckpt_path=@fake/truncated.ckpt"], ["truncated.ckpt", "truncated or corrupt"]),
     (["ckpt_path=@fake/other_model.ckpt", "split=train"], ["split=train", "test | val"]),
+    (["ckpt_path=@fake/crafted.ckpt"], ["data._target_=shutil.copy", "trust_checkpoint=true"]),
 ]
 
 
 @pytest.fixture
 def fake(tmp_path):
-    """A folder of broken checkpoint files: truncated, not litlab's, another model's."""
+    """A folder of broken checkpoint files (truncated, not litlab's, another model's, one whose
+    config would call shutil.copy) and an image folder with one class."""
     import torch
 
     folder = tmp_path / "fake"
@@ -78,6 +91,10 @@ def fake(tmp_path):
     torch.save({"a": torch.zeros(1000)}, folder / "not_litlab.ckpt")
     torch.save({"state_dict": {}, "litlab_config": {"model": {"_target_": "x.OtherModel"}}},
                folder / "other_model.ckpt")
+    torch.save({"state_dict": {}, "litlab_config": {
+        "data": {"_target_": "shutil.copy", "src": "x", "dst": "y"},
+        "model": {"_target_": "litlab.models.vision.ImageClassifier"}}}, folder / "crafted.ckpt")
+    (folder / "oneclass" / "cat").mkdir(parents=True)
     data = (folder / "not_litlab.ckpt").read_bytes()
     (folder / "truncated.ckpt").write_bytes(data[: len(data) // 2])
     return folder

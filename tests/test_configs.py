@@ -43,7 +43,7 @@ def test_common_keys_need_no_plus(key, tmp_path):
 def test_configs_point_at_real_classes():
     import hydra
 
-    from litlab.config.build import target_of
+    from litlab.config.options import target_of
 
     for path in (ROOT / "configs" / "data").glob("*.yaml"):  # extended configs: their parent's
         assert hasattr(hydra.utils.get_class(target_of(path)), "task"), path

@@ -15,7 +15,7 @@ from conftest import QUIET, ROOT, compose, csv_test_metrics, run_dirs
 
 # digits, 3 epochs of 6 batches, last.ckpt every 4 steps (and at each epoch end)
 BUDGET = ["trainer.max_epochs=3", "trainer.limit_train_batches=6", "data.batch_size=128",
-          "callbacks.step_checkpoint.every_n_train_steps=4", "callbacks.early_stopping=null"]
+          "callbacks.last_checkpoint.every_n_train_steps=4", "callbacks.early_stopping=null"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "PYTHONUNBUFFERED": "1"}
 
 
@@ -147,23 +147,22 @@ def test_dead_ddp_rank_ends_the_job(tmp_path):
     assert elapsed < 240, f"took {elapsed:.0f} s to notice the dead rank"
 
 
-def test_step_checkpoint_stands_aside_until_switched_on(tmp_path):
-    """An idle step checkpoint writes nothing and adds no state (it would only write last.ckpt
-    once more); every_n_train_steps=N switches it on. The trainer gets what the YAML lists."""
-    from litlab.checkpointing.step_checkpoint import StepCheckpoint
+def test_last_checkpoint_is_always_there_and_takes_steps(tmp_path):
+    """callbacks.last_checkpoint writes last.ckpt every epoch (also with model_checkpoint=null);
+    every_n_train_steps=N adds a save every N steps; model_checkpoint keeps only the best."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from litlab.checkpointing.last import LastCheckpoint
     from litlab.config import build
 
-    def step_checkpoints(*overrides):
+    def checkpoints(*overrides):
         cfg = compose("train", ["trainer.accelerator=cpu", *overrides], output_dir=tmp_path)
-        trainer = build.trainer(cfg)
-        steps = [c for c in trainer.callbacks if isinstance(c, StepCheckpoint)]
-        for c in steps:
-            c.setup(trainer, None, "fit")
-        return steps
+        return [c for c in build.trainer(cfg).callbacks if isinstance(c, ModelCheckpoint)]
 
-    [idle] = step_checkpoints()
-    assert idle.standing_aside and idle.state_dict() == {}
-    # with no other checkpoint writing last.ckpt, an idle one still writes it at the end
-    assert not step_checkpoints("callbacks.model_checkpoint=null")[0].standing_aside
-    [on] = step_checkpoints("callbacks.step_checkpoint.every_n_train_steps=7")
-    assert on._every_n_train_steps == 7 and not on.standing_aside and on.state_dict()
+    last = [c for c in checkpoints() if isinstance(c, LastCheckpoint)]
+    assert len(last) == 1 and last[0].save_last and last[0]._every_n_epochs == 1
+    assert [c.save_last for c in checkpoints() if not isinstance(c, LastCheckpoint)] == [False]
+    assert len(checkpoints("callbacks.model_checkpoint=null")) == 1
+    steps = [c for c in checkpoints("callbacks.last_checkpoint.every_n_train_steps=7")
+             if c._every_n_train_steps == 7]
+    assert len(steps) == 1

@@ -49,7 +49,7 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
     [sweep] = list((tmp_path / "logs" / "train" / "multiruns").glob("*"))
     rows = read_summary(sweep)
     assert [r["status"] for r in rows] == ["completed", "completed", "failed", "failed"]
-    assert all("learning rate must be > 0" in r["error"] for r in rows[2:])
+    assert all("a learning rate > 0" in r["error"] for r in rows[2:])
     assert [r["best"] for r in rows].count("*") == 1
     best = max(rows[:2], key=lambda r: float(r["val/acc"]))
     assert best["best"] == "*" and float(best["objective"]) == float(best["val/acc"])
@@ -78,7 +78,7 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
     trials = load_trials(log_dir)
     states = [t.state.name for t in trials]
     assert len(trials) == 4 and states[:3] == ["FAIL", "COMPLETE", "PRUNED"], states
-    assert "use a probability in [0, 1)" in trials[0].user_attrs["error"]
+    assert "a probability in [0, 1)" in trials[0].user_attrs["error"]
     assert trials[0].params["model.net.dropout"] == 1.5
     out = study_dir(log_dir)
     best = yaml.safe_load((out / "best_params.yaml").read_text())
@@ -87,7 +87,7 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
     assert (out / "optimization_history.png").stat().st_size > 0
     rows = read_summary(out)
     assert [r["status"] for r in rows][:3] == ["failed", "completed", "pruned"]
-    assert "use a probability in [0, 1)" in rows[0]["error"]
+    assert "a probability in [0, 1)" in rows[0]["error"]
     # DDP-safe: each trial's params are ordinary overrides of its job (what a child rank re-reads)
     overrides = yaml.safe_load((out / "trial_1" / ".hydra" / "overrides.yaml").read_text())
     for name, value in trials[1].params.items():

@@ -108,8 +108,10 @@ def task(fn):
             threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
             return fn(cfg)
         except UserError as err:
-            if _full_errors() or _is_multirun():
-                raise  # a sweep records the failed job and goes on
+            if _full_errors():
+                raise
+            if _is_multirun():  # a sweep records the failed job and goes on
+                raise _one_line_in_sweep(err) from None
             if fresh:
                 run_dir.remove(out)
             if is_rank_zero():  # DDP ranks > 0 fail alike; rank 0 says it once
@@ -117,3 +119,15 @@ def task(fn):
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
 
     return wrapper
+
+
+def _one_line_in_sweep(err: UserError) -> UserError:
+    """The same error, as one of Hydra's compact exceptions: at the end of a sweep Hydra prints
+    its message alone (not a traceback); the job's row in the sweep summary carries it."""
+    from hydra.errors import CompactHydraException
+
+    compact = type("UserError", (UserError, CompactHydraException), {})
+    new = compact(str(err))
+    new.exit_code = getattr(err, "exit_code", EXIT_BAD_INPUT)
+    return new
+

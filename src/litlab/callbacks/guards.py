@@ -4,8 +4,13 @@
   never reaches the weights; it stops the run with a message that names the step and the last
   good checkpoint (which it does not overwrite).
 - `GracefulInterrupt` turns the first Ctrl-C (SIGINT) into: finish the current batch, write
-  `last.ckpt`, close the loggers, exit 1. A second Ctrl-C stops at once. After an out-of-memory
-  error it writes `last.ckpt` too (one process only: a collective save could hang under DDP).
+  `last.ckpt`, close the loggers, exit 1. A second Ctrl-C stops at once. SIGTERM (how SLURM,
+  Kubernetes and `timeout` stop a job) is handled alike: Lightning finishes the batch and raises
+  its SIGTERMException on every rank; this writes `last.ckpt` and makes the exit code 143
+  (128 + 15, what a shell reports for a process that SIGTERM ended), not 0. Under SLURM,
+  Lightning's SLURMEnvironment also requeues the job on its requeue signal (SIGUSR1, see
+  docs/reliability.md). After an out-of-memory error it writes `last.ckpt` too (one process
+  only: a collective save could hang under DDP).
 Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`.
 """
 import logging
@@ -20,6 +25,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
+EXIT_SIGTERM = 128 + signal.SIGTERM
 
 
 class NonFiniteLoss(UserError):
@@ -95,6 +101,14 @@ class GracefulInterrupt(Callback):
             raise KeyboardInterrupt
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if isinstance(exception, SIGTERMException):
+            self._restore()
+            if trainer.state.fn == "fit" and not trainer.sanity_checking:
+                self._save(trainer, "SIGTERM")
+            exception.code = EXIT_SIGTERM  # Lightning re-raises it: the process exits 143
+            return
         if isinstance(exception, KeyboardInterrupt):
             self._previous = None  # Lightning now ignores SIGINT while it shuts down: keep that
         self._restore()

@@ -39,9 +39,15 @@ def translate(argv: list[str], config_name: str) -> list[str]:
     args = argv[1:]
     given = [i for i, a in enumerate(args) if a.startswith("ckpt_path=")]
     multirun = any(a in ("-m", "--multirun") for a in args)
-    if config_name not in RESUMABLE_CONFIGS or not given or multirun:
+    if config_name not in RESUMABLE_CONFIGS or not given:
         return argv
     value = args[given[-1]].split("=", 1)[1].strip("'\"")
+    if multirun:
+        if value == LAST or Path(value).is_dir():
+            raise UserError(f"ckpt_path={value} cannot be used with -m: every job of a sweep "
+                            f"would resume the same run; resume each job on its own "
+                            f"(python src/train.py ckpt_path=<its run dir>), or pass a .ckpt file")
+        return argv
     if value == LAST:
         rest = [a for a in args if not a.startswith(("-", "ckpt_path=", "hydra."))]
         try:

@@ -3,11 +3,32 @@ one line a user reads. The CLI condenses what Hydra prints; `litlab.train([...])
 exception `compose` raises: both give the same line."""
 import re
 
+QUOTING = ("quote a value with spaces or other characters than letters, digits and _-./: "
+           "'key=\"my value\"' (the outer quotes are for the shell)")
+
+
+def _condense_special(lines: list[str]) -> str | None:
+    """A traceback (e.g. the run dir cannot be made): its last line. An unquoted value: how
+    to quote it."""
+    if any(ln.startswith("Traceback (most recent call last)") for ln in lines):
+        last = next(ln for ln in reversed(lines) if not ln.startswith(("File ", "Traceback")))
+        if "mkdir" in " ".join(lines):
+            return f"cannot create the run dir (check paths.log_dir / hydra.run.dir): {last}"
+        return last
+    lexer = next((ln for ln in lines if "LexerNoViableAltException" in ln), None)
+    if lexer:
+        text = lexer.split("LexerNoViableAltException:", 1)[1].split(" ^")[0].strip()
+        return f"cannot parse override '{text}': {QUOTING}"
+    return None
+
 
 def condense(message: str) -> str:
     """Turn one of Hydra's multi-line composition errors into a single line."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     lines = [ln for ln in lines if "HYDRA_FULL_ERROR" not in ln]
+    special = _condense_special(lines)
+    if special:
+        return special
     missing = re.search(r"Could not find '([^']+)'", message)
     if missing and "Available options" in message:
         group, _, value = missing.group(1).rpartition("/")

@@ -1,10 +1,70 @@
 """Checks a config node against the Python signature it will be instantiated with: known keys
-(with the closest valid one) and value types from the annotations. Generic, so it covers every
-domain's classes without a list per class; `validate` uses it."""
+(with the closest valid one), value types from the annotations, and bounds from
+`typing.Annotated` metadata (annotated_types' Ge, Gt, Le, Lt, Interval, MinLen; a plain string
+in the metadata is the text shown to the user). Generic, so it covers every domain's classes
+without a list per class; `validate` uses it.
+
+The checks come from the targets themselves, never from key names: a litlab class annotates
+its parameters, and may declare a classmethod `check_settings(settings, key)` for rules that
+span parameters (fold < num_folds). Classes litlab does not own (torch optimizers, Lightning's
+Trainer and callbacks) get their bounds from `EXTERNAL`, keyed by class and inherited by
+subclasses: the annotations those libraries would carry if they were stricter.
+"""
 import difflib
 import inspect
+import re
 import types
 import typing
+from typing import Annotated, Literal
+
+import annotated_types as at
+
+from litlab.bounds import MinMax, NonNegFloat, NonNegInt, PosFloat, PosInt
+
+_BATCHES = Annotated[Annotated[float, at.Interval(ge=0, le=1)] | NonNegInt,
+                     "a fraction in [0, 1] or a number of batches >= 0"]
+_EPOCHS = Annotated[PosInt | Literal[-1], "an integer >= 1 (or -1 for no limit)"]
+
+# Bounds for the classes of other libraries, by "module.QualName" (no import needed here).
+EXTERNAL: dict[str, dict] = {
+    "torch.optim.optimizer.Optimizer": {"lr": Annotated[PosFloat, "a learning rate > 0 (e.g. 1e-3)"],
+                                        "weight_decay": NonNegFloat, "momentum": NonNegFloat,
+                                        "eps": PosFloat},
+    "torch.optim.lr_scheduler.LRScheduler": {"T_max": PosInt, "step_size": PosInt,
+                                             "gamma": PosFloat, "eta_min": NonNegFloat,
+                                             "T_0": PosInt, "warmup_steps": NonNegInt},
+    "lightning.pytorch.trainer.trainer.Trainer": {
+        "max_epochs": _EPOCHS, "max_steps": _EPOCHS, "min_epochs": NonNegInt | None,
+        "limit_train_batches": _BATCHES, "limit_val_batches": _BATCHES,
+        "limit_test_batches": _BATCHES, "limit_predict_batches": _BATCHES,
+        "accumulate_grad_batches": PosInt, "check_val_every_n_epoch": PosInt | None,
+        "log_every_n_steps": PosInt | None, "gradient_clip_val": NonNegFloat | None,
+        "num_sanity_val_steps": Annotated[NonNegInt | Literal[-1],
+                                          "an integer >= 0 (or -1 for all batches)"],
+        "num_nodes": PosInt},
+    "lightning.pytorch.callbacks.early_stopping.EarlyStopping": {
+        "mode": MinMax, "patience": NonNegInt, "min_delta": NonNegFloat},
+    "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint": {
+        "mode": MinMax, "save_top_k": Annotated[int, at.Ge(-1)],
+        "every_n_train_steps": NonNegInt | None, "every_n_epochs": NonNegInt | None},
+}
+
+
+# public names of EXTERNAL's classes, so their bounds are checked before torch is imported
+PUBLIC = {"lightning.pytorch.Trainer": "lightning.pytorch.trainer.trainer.Trainer",
+          "lightning.pytorch.callbacks.EarlyStopping":
+              "lightning.pytorch.callbacks.early_stopping.EarlyStopping",
+          "lightning.pytorch.callbacks.ModelCheckpoint":
+              "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint"}
+
+
+def bounds_by_name(target_name: str) -> dict:
+    """EXTERNAL's bounds for a target known by its name alone (no import): a first, fast pass."""
+    if target_name.startswith("torch.optim.lr_scheduler."):
+        return EXTERNAL["torch.optim.lr_scheduler.LRScheduler"]
+    if target_name.startswith("torch.optim.") and target_name.count(".") == 2:
+        return EXTERNAL["torch.optim.optimizer.Optimizer"]
+    return EXTERNAL.get(PUBLIC.get(target_name, target_name), {})
 
 
 def fmt(value) -> str:
@@ -16,32 +76,75 @@ def closest(word: str, options) -> str:
     return f"; did you mean {match[0]}?" if match else ""
 
 
-def parameters(target) -> tuple[dict, bool]:
-    """Named parameters of a class (following litlab's **kwargs up the MRO) or function; open-ended?"""
-    params, fns = {}, [target]
+def _external(target) -> dict:
+    found = {}
+    for cls in reversed(getattr(target, "__mro__", ())):  # subclasses' entries win
+        found.update(EXTERNAL.get(f"{cls.__module__}.{cls.__qualname__}", {}))
+    return found
+
+
+def signature(target) -> tuple[dict, dict, bool]:
+    """(annotations, defaults, open_ended) of a class's constructor (following litlab's
+    **kwargs up the MRO) or a function's parameters."""
+    params, defaults, fns = {}, {}, [target]
     if inspect.isclass(target):
         fns = [c.__dict__["__init__"] for c in target.__mro__ if "__init__" in c.__dict__]
+    open_ended = True
     for fn in fns:
         if fn is object.__init__:  # every __init__ above passed **kwargs on: open-ended
             break
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
-            return params, True
+            break
         try:
-            hints = typing.get_type_hints(inspect.unwrap(fn))
-        except Exception:
+            hints = typing.get_type_hints(inspect.unwrap(fn), include_extras=True)
+        except Exception:  # noqa: BLE001
             hints = {}
         for name, p in sig.parameters.items():
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self":
                 params.setdefault(name, hints.get(name, inspect.Parameter.empty))
+                if p.default is not p.empty:
+                    defaults.setdefault(name, p.default)
         if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
-            return params, False
+            open_ended = False
+            break
         if not getattr(fn, "__module__", "").startswith("litlab."):
             # third-party **kwargs may go anywhere (DDPStrategy's go to DistributedDataParallel);
             # litlab's own classes pass theirs to the base class, so keep following those
-            return params, True
-    return params, True
+            break
+    for name, ann in _external(target).items():
+        if name in params:
+            params[name] = ann
+    return params, defaults, open_ended
+
+
+def parameters(target) -> tuple[dict, bool]:
+    """Named parameters (with annotations) of a class or function; open-ended?"""
+    params, _, open_ended = signature(target)
+    return params, open_ended
+
+
+def _meets(value, bound) -> bool:
+    if isinstance(bound, at.Interval):
+        return all(_meets(value, b) for b in bound)
+    for cls, test in ((at.Gt, lambda v, b: v > b.gt), (at.Ge, lambda v, b: v >= b.ge),
+                      (at.Lt, lambda v, b: v < b.lt), (at.Le, lambda v, b: v <= b.le),
+                      (at.MinLen, lambda v, b: len(v) >= b.min_length),
+                      (at.MaxLen, lambda v, b: len(v) <= b.max_length),
+                      (at.MultipleOf, lambda v, b: v % b.multiple_of == 0),
+                      (at.Predicate, lambda v, b: b.func(v))):
+        if isinstance(bound, cls):
+            try:
+                return bool(test(value, bound))
+            except TypeError:  # compared with the wrong type: the type check says so
+                return False
+    return True
+
+
+def _element(ann):
+    args = typing.get_args(ann)
+    return args[0] if args else inspect.Parameter.empty
 
 
 def conforms(value, ann) -> bool | None:
@@ -49,11 +152,17 @@ def conforms(value, ann) -> bool | None:
     if ann in (inspect.Parameter.empty, typing.Any):
         return None
     origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is Annotated:
+        ok = conforms(value, args[0])
+        if ok is False or value is None:
+            return ok
+        return ok if all(_meets(value, b) for b in args[1:]) else False
     if origin in (typing.Union, types.UnionType):
         results = [conforms(value, a) for a in args]
         return True if True in results else (None if None in results else False)
-    if origin is typing.Literal:
-        return value in args
+    if origin is Literal:
+        return value in args and not (isinstance(value, bool) and True not in args
+                                      and False not in args)
     if ann is type(None):
         return value is None
     if ann is bool:
@@ -64,22 +173,68 @@ def conforms(value, ann) -> bool | None:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if ann is str:
         return isinstance(value, str)
-    if ann in (list, tuple) or origin in (list, tuple):
-        return isinstance(value, (list, tuple))
+    if ann in (list, tuple) or origin in (list, tuple, typing.Sequence):
+        if not isinstance(value, (list, tuple)):
+            return False
+        item = _element(ann)
+        if origin is tuple and len(typing.get_args(ann)) > 1 and typing.get_args(ann)[1] is not ...:
+            return None
+        checks = [conforms(v, item) for v in value]
+        return False if False in checks else (True if all(checks) else None)
     if ann is dict or origin is dict:
         return isinstance(value, dict)
+    if getattr(ann, "__name__", "") == "Tensor" and isinstance(value, (str, bool, list, dict)):
+        return False  # a config scalar is never a tensor (lr=fast)
     return None
+
+
+def _bound_text(b) -> str:
+    if isinstance(b, at.Interval):
+        lo = b.ge if b.ge is not None else b.gt
+        hi = b.le if b.le is not None else b.lt
+        if lo is not None and hi is not None:
+            inc = [f"{lo} included" if b.ge is not None else "", f"{hi} included" if b.le is not None else ""]
+            inc = [s for s in inc if s]
+            return f"between {lo} and {hi}" + (f" ({', '.join(inc)})" if inc else " (exclusive)")
+        return " ".join(_bound_text(x) for x in b)
+    for cls, attr, text in ((at.Gt, "gt", "> {}"), (at.Ge, "ge", ">= {}"), (at.Lt, "lt", "< {}"),
+                            (at.Le, "le", "<= {}"), (at.MinLen, "min_length", "with at least {} entries"),
+                            (at.MaxLen, "max_length", "with at most {} entries"),
+                            (at.MultipleOf, "multiple_of", "a multiple of {}")):
+        if isinstance(b, cls):
+            return text.format(getattr(b, attr)).replace(" 1 entries", " 1 entry")
+    return ""
 
 
 def describe(ann) -> str:
     origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is Annotated:
+        text = [m for m in args[1:] if isinstance(m, str)]
+        if text:
+            return text[0]
+        bounds = " ".join(filter(None, (_bound_text(b) for b in args[1:])))
+        bounds = re.sub(r"with at least (\d+) entries with at most \1 entries",
+                        r"with exactly \1 entries", bounds)
+        return f"{describe(args[0])} {bounds}".strip()
     if origin in (typing.Union, types.UnionType):
-        if all(typing.get_origin(a) is typing.Literal or a is type(None) for a in args):
+        if all(typing.get_origin(a) is Literal or a is type(None) for a in args):
             values = [v for a in args for v in (typing.get_args(a) or [None])]
             return ", ".join(dict.fromkeys("null" if v is None else str(v) for v in values))
         return " or ".join(dict.fromkeys(describe(a) for a in args))
-    if origin is typing.Literal:
+    if origin is Literal:
         return " | ".join(str(a) for a in args)
     if ann is type(None):
         return "null"
+    if ann is int:
+        return "an integer"
+    if ann is float:
+        return "a number"
+    if ann in (list, tuple) or origin in (list, tuple, typing.Sequence):
+        item = _element(ann)
+        if item is inspect.Parameter.empty or item is ...:
+            return "a list"
+        text = describe(item)
+        for one, many in (("an integer", "integers"), ("a number", "numbers")):
+            text = text.replace(one, many, 1) if text.startswith(one) else text
+        return f"a list of {text}"
     return getattr(ann, "__name__", str(ann))

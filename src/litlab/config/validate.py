@@ -1,68 +1,82 @@
 """Checks a composed config before any data is loaded or any model built: bad input costs one
-line (key, bad value, what is valid) and exit 2, in seconds.
+line (key, bad value, what is valid) and exit 2, in seconds, before anything is printed.
 
-Generic on purpose, so every domain's configs are covered without lists per class:
-- every node with a `_target_` is checked against the signature of its target: unknown keys
-  (with the closest valid one), and value types against the annotations (int, float, bool,
-  str, Literal choices, Optional, unions);
-- range rules by key name (`lr`, `batch_size`, `*_fraction`, `dropout`, `num_workers`, ...);
-- Trainer rules: max_epochs, precision (and 16-mixed on CPU), accelerator, strategy, devices
-  against the hardware present;
-- missing `???` values, missing folders and checkpoint files, model/data task mismatch.
+Generic on purpose, so every domain's configs are covered without lists per key name:
+- every node with a `_target_` is checked against its target (`config.signatures`): unknown
+  keys (with the closest valid one), value types and bounds from the annotations
+  (`Annotated[int, Ge(1)]`, Literal choices), then the class's own `check_settings` hook, if
+  it declares one (rules across parameters, files it will read);
+- the run's own keys against a schema (seed, train, test, ckpt_path);
+- the Trainer against the hardware present (accelerator, strategy, devices, precision);
+- across groups: the monitored metric is one the model logs and is computed at all, missing
+  `???` values, folders and checkpoint files, model/data task mismatch.
 Only targets are imported (torch and lightning are, no data is read).
 """
 import os
+import re
 import typing
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.errors import UserError, first_line
+from litlab.bounds import Seed
+from litlab.config.checks import check_checkpoint as _check_checkpoint
+from litlab.config.checks import check_monitor as _check_monitor
+from litlab.config.checks import check_paths as _check_paths
+from litlab.config.checks import check_run as _check_run
+from litlab.config.checks import check_tasks_statically
+from litlab.config.signatures import bounds_by_name, conforms, describe, signature
 from litlab.config.signatures import closest as _closest
-from litlab.config.signatures import conforms, describe, parameters
 from litlab.config.signatures import fmt as _fmt
+from litlab.errors import UserError, first_line
 
 PRECISIONS_NOT_ON_CPU = ("16-mixed", "16", 16)
+_RAW: dict = {}  # the unresolved config, to say where an interpolated value came from
 
 
-# ---------------------------------------------------------------- rules by key name
-def _number(key, value, low=None, high=None, integer=False, what=""):
-    ok_type = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
-    if not ok_type or (low is not None and value < low) or (high is not None and value > high):
-        raise UserError(f"{key}={_fmt(value)} is not valid; {what}")
+def _raw(key: str):
+    node = _RAW
+    for part in key.replace("]", "").replace("[", ".").split("."):
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
-def _name_rules(key: str, name: str, value) -> None:
-    if value is None:
-        return
-    if name in ("lr", "learning_rate") or name.endswith("_lr"):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            raise UserError(f"{key}={_fmt(value)} is not valid; a learning rate must be > 0 (e.g. 1e-3)")
-    elif name == "batch_size":
-        _number(key, value, 1, integer=True, what="use an integer >= 1")
-    elif name == "num_workers":
-        _number(key, value, 0, integer=True, what="use an integer >= 0 (0 loads in the main process)")
-    elif name.endswith("_fraction"):
-        _number(key, value, 0, 1, what="use a fraction between 0 and 1")
-        if value in (0, 1):
-            raise UserError(f"{key}={value} is not valid; use a fraction strictly between 0 and 1")
-    elif name == "dropout":
-        _number(key, value, 0, 0.999999, what="use a probability in [0, 1)")
-    elif name in ("mode", "monitor_mode") and value not in ("min", "max"):
-        raise UserError(f"{key}={_fmt(value)} is not valid; use min or max")
+def _refuse(key: str, value, ann) -> None:
+    """One line naming the key the user set: for a value interpolated from another key
+    (`mode: ${model.monitor_mode}`), that key, and where its value is used."""
+    raw = _raw(key)
+    source = re.fullmatch(r"\$\{([\w.]+)\}", raw) if isinstance(raw, str) else None
+    used = ""
+    if source:
+        key, used = source.group(1), f" (used as {key})"
+    elif isinstance(raw, str) and "${" in raw:
+        used = f" (set from {raw})"
+    raise UserError(f"{key}={_fmt(value)} has the wrong type or value; valid: {describe(ann)}"
+                    f"{used}")
 
 
-def _check_node(path: str, node: dict) -> None:
-    """A config node with `_target_`: importable target, known keys, typed values; recursive."""
+# ---------------------------------------------------------------- nodes with a _target_
+def _import(path: str, target_name: str):
     import hydra
 
-    target_name = node["_target_"]
     try:
-        target = hydra.utils.get_object(target_name)
+        return hydra.utils.get_object(target_name)
     except Exception as err:
         raise UserError(f"{path}._target_={target_name} cannot be imported: "
                         f"{first_line(err)}") from None
-    params, open_ended = parameters(target)
+
+
+def _check_node(path: str, node: dict) -> None:
+    """A config node with `_target_`: importable target, known keys, typed and bounded values,
+    the target's own `check_settings`; recursive."""
+    target_name = node["_target_"]
+    target = _import(path, target_name)
+    params, defaults, open_ended = signature(target)
     for name, value in node.items():
         key = f"{path}.{name}"
         if name.startswith("_"):
@@ -78,20 +92,28 @@ def _check_node(path: str, node: dict) -> None:
                 if isinstance(item, dict) and "_target_" in item:
                     _check_node(f"{key}[{i}]", item)
         if name in params and conforms(value, params[name]) is False:
-            raise UserError(f"{key}={_fmt(value)} has the wrong type or value; valid: "
-                            f"{describe(params[name])}")
+            _refuse(key, value, params[name])
+    hook = getattr(target, "check_settings", None)
+    if callable(hook):
+        settings = {**defaults, **{k: v for k, v in node.items() if not k.startswith("_")}}
+        try:
+            hook(settings, path)
+        except UserError:
+            raise
+        except Exception as err:  # noqa: BLE001 (a hook's slip must not become a traceback)
+            raise UserError(f"{path} ({target_name}): {first_line(err)}") from None
 
 
-def _walk_names(path: str, node) -> None:
-    """The rules by key name over the whole tree: no imports, so they fail in a second."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) \
-        else ()
-    for k, v in items:
-        key = f"{path}.{k}" if path else str(k)
-        if isinstance(v, (dict, list)):
-            _walk_names(key, v)
-        elif isinstance(k, str):
-            _name_rules(key, k, v)
+def _walk_plain(path: str, node) -> None:
+    """The bounds known from a target's name alone (signatures.bounds_by_name): no import, so
+    the common mistakes (epochs, learning rate, patience) fail in about a second."""
+    if isinstance(node, dict):
+        if isinstance(node.get("_target_"), str):
+            for name, ann in bounds_by_name(node["_target_"]).items():
+                if name in node and conforms(node[name], ann) is False:
+                    _refuse(f"{path}.{name}", node[name], ann)
+        for k, v in node.items():
+            _walk_plain(f"{path}.{k}" if path else str(k), v)
 
 
 def _walk(path: str, node) -> None:
@@ -114,21 +136,20 @@ def _available(accelerator: str) -> int:
     return os.cpu_count() or 1
 
 
-def _check_trainer_numbers(t: dict) -> None:
-    for key in ("max_epochs", "max_steps"):
-        value = t.get(key)
-        if value is not None and value != -1:
-            _number(f"trainer.{key}", value, 1, integer=True,
-                    what="use an integer >= 1 (or -1 for no limit)")
-    for key in ("min_epochs", "accumulate_grad_batches", "check_val_every_n_epoch", "log_every_n_steps"):
-        if t.get(key) is not None:
-            low = 0 if key == "min_epochs" else 1
-            _number(f"trainer.{key}", t[key], low, integer=True, what=f"use an integer >= {low}")
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
-        value = t.get(key)
-        if isinstance(value, float) and not 0.0 <= value <= 1.0 or isinstance(value, int) and value < 0:
-            raise UserError(f"trainer.{key}={value} is not valid; use a fraction in [0, 1] "
-                            f"or a number of batches >= 0")
+def _check_trainer_plain(t: dict) -> None:
+    """What needs no import: a GPU asked for where none can be (no device files), precision
+    on a CPU."""
+    from litlab.config.resolvers import certainly_no_gpu
+
+    accelerator = t.get("accelerator")
+    if accelerator in ("gpu", "cuda") and certainly_no_gpu():
+        raise UserError(f"trainer.accelerator={accelerator} but no GPU device is visible; use "
+                        f"trainer.accelerator=cpu (or trainer=cpu)")
+    if accelerator in ("auto", None) and certainly_no_gpu():
+        accelerator = "cpu"
+    if accelerator == "cpu" and t.get("precision") in PRECISIONS_NOT_ON_CPU:
+        raise UserError(f"trainer.precision={t['precision']} is not supported on CPU; use "
+                        f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed needs a GPU)")
 
 
 def _check_trainer(t: dict) -> None:
@@ -153,10 +174,7 @@ def _check_trainer(t: dict) -> None:
             raise UserError(f"trainer.strategy={strategy} is not valid; valid: auto, ddp, "
                             f"ddp_spawn, fsdp, deepspeed, ... (lightning's StrategyRegistry)"
                             f"{_closest(strategy, valid)}")
-    precision = t.get("precision")
-    if accelerator == "cpu" and precision in PRECISIONS_NOT_ON_CPU:
-        raise UserError(f"trainer.precision={precision} is not supported on CPU; use "
-                        f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed needs a GPU)")
+    _check_trainer_plain({**t, "accelerator": accelerator})
     devices = t.get("devices")
     if isinstance(devices, str) and devices.lstrip("-").isdigit():
         devices = int(devices)
@@ -170,7 +188,7 @@ def _check_trainer(t: dict) -> None:
 
 
 def _check_optimizer(model: dict) -> None:
-    """Build the optimizer on a dummy parameter: torch's own range checks (lr, betas, eps)."""
+    """Build the optimizer on a dummy parameter: torch's own range checks (betas, eps...)."""
     import hydra
     import torch
 
@@ -179,67 +197,51 @@ def _check_optimizer(model: dict) -> None:
         return
     try:
         hydra.utils.instantiate(opt, _partial_=True)(params=[torch.nn.Parameter(torch.zeros(1))])
-    except (ValueError, TypeError) as err:
+    except Exception as err:  # noqa: BLE001 (torch's checks raise ValueError, TypeError...)
         raise UserError(f"model.optimizer ({opt['_target_']}) rejects its settings: "
-                        f"{str(err).splitlines()[0]}") from None
-
-
-# ---------------------------------------------------------------- files
-def _check_paths(data: dict) -> None:
-    if data.get("root") is not None and not Path(str(data["root"])).is_dir():
-        raise UserError(f"data.root={data['root']} is not an existing folder; point it at your data")
-    if data.get("download") is False:
-        for key, value in data.items():
-            if key.endswith("_dir") and value is not None and not Path(str(value)).is_dir():
-                raise UserError(f"data.{key}={value} does not exist and data.download=false; "
-                                f"point it at the folder that holds the data (or download=true)")
-
-
-def _check_checkpoint(path, cfg_model: dict | None) -> None:
-    """The file exists, is a complete litlab checkpoint (weights_only), of this model."""
-    from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing import load as checkpoint
-
-    p = Path(str(path))
-    if p.is_dir():
-        files = sorted(f.name for f in (p / "checkpoints").glob("*.ckpt")) or sorted(f.name for f in p.glob("*.ckpt"))
-        raise UserError(f"ckpt_path={path} is a folder; pass a .ckpt file"
-                        + (f" such as {p / 'checkpoints' / files[0]}" if files else ""))
-    ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
-    theirs = (ckpt[CONFIG_KEY].get("model") or {}).get("_target_")
-    if cfg_model is not None and theirs != cfg_model.get("_target_"):
-        raise UserError(f"ckpt_path={path} holds a {theirs} model; this run builds "
-                        f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint")
+                        f"{first_line(err)}") from None
 
 
 # ---------------------------------------------------------------- entry points
 def _container(cfg: DictConfig) -> dict:
+    global _RAW
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
     if missing:
         key = missing[0]
         hint = "=logs/train/runs/<run>/checkpoints/<file>.ckpt" if key == "ckpt_path" else "=VALUE"
         raise UserError(f"{key} is required: add {key}{hint} to the command")
+    keys = [k for k in cfg if k != "hydra"]
+
+    def plain(resolve: bool) -> dict:
+        return {k: OmegaConf.to_container(cfg[k], resolve=resolve)
+                if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
+
     try:
-        return OmegaConf.to_container(cfg, resolve=True)
+        _RAW = plain(resolve=False)
+        return plain(resolve=True)
     except Exception as err:
-        raise UserError(f"the config does not resolve: {str(err).splitlines()[0]}") from None
+        raise UserError(f"the config does not resolve: {first_line(err)}") from None
 
 
 def _top(c: dict, schema: dict) -> None:
     for key, ann in schema.items():
         if key in c and conforms(c[key], ann) is False:
-            raise UserError(f"{key}={_fmt(c[key])} has the wrong type or value; valid: {describe(ann)}")
+            _refuse(key, c[key], ann)
+    path = c.get("ckpt_path")
+    if isinstance(path, str) and not Path(path).exists():  # before torch is imported
+        raise UserError(f"ckpt_path={path}: no such checkpoint file")
 
 
 def train_config(cfg: DictConfig) -> None:
     """Everything train.py needs, checked in about a second."""
     c = _container(cfg)
-    c.pop("hydra", None)
-    _top(c, {"seed": int, "train": bool, "test": bool, "ckpt_path": str | None, "task_name": str})
-    if not c.get("train") and not c.get("test"):
-        raise UserError("train=false and test=false: nothing to do; set train=true or test=true")
-    _check_trainer_numbers(c["trainer"])  # first the checks that import nothing
-    _walk_names("", c)
+    _top(c, {"seed": Seed, "train": bool, "test": bool, "ckpt_path": str | None,
+             "task_name": str})
+    _check_run(c)
+    _check_trainer_plain(c["trainer"])  # first the checks that import nothing
+    _walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
+    _walk_plain("", c)
+    check_tasks_statically(c)
     _walk("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     _check_trainer(c["trainer"])
     _walk("", {k: v for k, v in c.items() if k != "trainer"})
@@ -248,19 +250,36 @@ def train_config(cfg: DictConfig) -> None:
     from litlab.config.build import check_compatible
 
     check_compatible(cfg)
+    _check_monitor(c)
     if c.get("ckpt_path"):
         _check_checkpoint(c["ckpt_path"], c["model"])
 
 
+def trainer_config(cfg: DictConfig) -> None:
+    """A DDP trainer alone, before its ranks start: a bad trainer.devices fails at once, not
+    after every rank has imported torch (other trainers are checked by train_config)."""
+    try:
+        trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
+    except Exception:  # noqa: BLE001 (train_config says what does not resolve, in one line)
+        return
+    strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
+    target = strategy.get("_target_", "") if isinstance(strategy, dict) else str(strategy)
+    if "ddp" in target.lower():
+        _check_trainer_plain(trainer)
+        _walk_plain("trainer", trainer)
+        _walk("trainer", trainer)
+        _check_trainer(trainer)
+
+
 def eval_config(cfg: DictConfig) -> None:
     c = _container(cfg)
-    c.pop("hydra", None)
-    _top(c, {"split": typing.Literal["test", "val"], "predictions": bool, "ckpt_path": str})
-    _check_trainer_numbers(c["trainer"])
-    _walk_names("", c)
+    _top(c, {"split": typing.Literal["test", "val"], "predictions": bool, "ckpt_path": str,
+             "trust_checkpoint": bool})
+    _check_trainer_plain(c["trainer"])
+    _walk_plain("", c)
     _walk("", c)
     _check_trainer(c["trainer"])
-    _check_checkpoint(c["ckpt_path"], None)
+    _check_checkpoint(c["ckpt_path"], None, trust=bool(c.get("trust_checkpoint")))
 
 
 def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:

@@ -13,6 +13,7 @@ import logging
 import urllib.error
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated, Literal
 
 import lightning as L
 import torch
@@ -25,12 +26,15 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
+from litlab.bounds import Ge, Interval, NonNegInt, OptionalFraction, PosInt
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_folds, stratified_split
 from litlab.errors import UserError
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
+from litlab.utils.fetching import fetching
 
 log = logging.getLogger(__name__)
+Probability01 = Annotated[float, Interval(ge=0, le=1)]
 
 
 def _locked(root: Path):
@@ -121,10 +125,11 @@ class SBMDataModule(NodeDataModule):
     `graph_seed` (not the run seed), so every run sees the same graph.
     """
 
-    def __init__(self, num_classes: int = 4, nodes_per_class: int = 250, p_in: float = 0.03,
-                 p_out: float = 0.003, num_features: int = 32, feature_signal: float = 0.2,
-                 train_per_class: int = 20, num_val: int = 200, num_test: int = 500,
-                 graph_seed: int = 0, **kwargs):
+    def __init__(self, num_classes: Annotated[int, Ge(2)] = 4, nodes_per_class: PosInt = 250,
+                 p_in: Probability01 = 0.03, p_out: Probability01 = 0.003,
+                 num_features: PosInt = 32, feature_signal: float = 0.2,
+                 train_per_class: PosInt = 20, num_val: PosInt = 200, num_test: PosInt = 500,
+                 graph_seed: NonNegInt = 0, **kwargs):
         super().__init__(**kwargs)
         self.settings = dict(num_classes=num_classes, nodes_per_class=nodes_per_class,
                              p_in=p_in, p_out=p_out, num_features=num_features,
@@ -157,23 +162,31 @@ class SBMDataModule(NodeDataModule):
 class PlanetoidDataModule(NodeDataModule):
     """Cora, CiteSeer, PubMed citation graphs with the Planetoid split (PyG's `Planetoid`)."""
 
-    def __init__(self, name: str = "Cora", split: str = "public", normalize_features: bool = True,
+    def __init__(self, name: str = "Cora",
+                 split: Literal["public", "full", "geom-gcn", "random"] = "public",
+                 normalize_features: bool = True,
                  **kwargs):
         super().__init__(normalize_features=normalize_features, **kwargs)
         self.name, self.split = name, split
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        if str(settings["name"]).lower() not in ("cora", "citeseer", "pubmed"):
+            raise UserError(f"{key}.name={settings['name']} is not a Planetoid graph; valid: "
+                            f"Cora, CiteSeer, PubMed")
 
     def load(self) -> Data:
         from torch_geometric.datasets import Planetoid
 
         root = self.data_dir / "Planetoid"
-        with _locked(root):
-            try:
+        try:
+            with fetching(root / self.name / "raw"), _locked(root):
                 return Planetoid(str(root), self.name, split=self.split)[0]
-            except (urllib.error.URLError, OSError) as err:
-                raise UserError(
-                    f"{self.name} is not in {root / self.name / 'raw'} and downloading it failed "
-                    f"({err}); connect to the internet once or copy the ind.{self.name.lower()}.* "
-                    f"files there") from err
+        except (urllib.error.URLError, OSError) as err:
+            raise UserError(
+                f"{self.name} is not in {root / self.name / 'raw'} and downloading it failed "
+                f"({err}); connect to the internet once or copy the ind.{self.name.lower()}.* "
+                f"files there") from err
 
 
 class KarateDataModule(NodeDataModule):
@@ -197,15 +210,22 @@ class TUDataModule(SplitDataModule):
     """
 
     task = GRAPH_CLASSIFICATION
-    def __init__(self, name: str = "MUTAG", data_dir: str = "data", batch_size: int = 32,
-                 fold: int = 0, num_folds: int = 10, val_fraction: float = 0.1,
-                 use_node_attr: bool = False, num_workers: int = 0, seed: int = 0):
+    def __init__(self, name: str = "MUTAG", data_dir: str = "data", batch_size: PosInt = 32,
+                 fold: NonNegInt = 0, num_folds: Annotated[int, Ge(2)] = 10,
+                 val_fraction: OptionalFraction = 0.1, use_node_attr: bool = False,
+                 num_workers: NonNegInt = 0, seed: NonNegInt = 0):
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.data_dir = Path(data_dir)
-        if not 0 <= fold < num_folds:
-            raise UserError(f"data.fold={fold} is not valid; choose 0 to {num_folds - 1}")
+        self.check_settings(self.hparams, "data")
         self.train_set = self.val_set = self.test_set = None
+
+    @classmethod
+    def check_settings(cls, settings, key: str) -> None:
+        fold, folds = settings["fold"], settings["num_folds"]
+        if not 0 <= fold < folds:
+            raise UserError(f"{key}.fold={fold} is not valid; choose 0 to {folds - 1} "
+                            f"({key}.num_folds={folds})")
 
     @cached_property
     def dataset(self):
@@ -213,16 +233,25 @@ class TUDataModule(SplitDataModule):
 
         root = self.data_dir / "TUDataset"
         name = self.hparams.name
-        with _locked(root):
-            try:
+        try:
+            with fetching(root / name / "raw"), _locked(root):
                 return TUDataset(str(root), name, use_node_attr=self.hparams.use_node_attr)
-            except (urllib.error.URLError, OSError) as err:
-                raise UserError(f"{name} is not in {root / name / 'raw'} and downloading it "
-                                f"failed ({err}); connect to the internet once or copy the "
-                                f"{name}_*.txt files there") from err
+        except (urllib.error.URLError, OSError) as err:
+            raise UserError(f"{name} is not in {root / name / 'raw'} and downloading it "
+                            f"failed ({err}); connect to the internet once or copy the "
+                            f"{name}_*.txt files there") from err
+
+    def _check_folds(self, dataset) -> None:
+        """Every test fold needs a graph of each class: num_folds <= the smallest class."""
+        smallest = int(torch.bincount(dataset.y.view(-1)).min())
+        if self.hparams.num_folds > smallest:
+            raise UserError(f"data.num_folds={self.hparams.num_folds} is too many for "
+                            f"{self.hparams.name} ({len(dataset)} graphs, smallest class "
+                            f"{smallest}); use 2 to {smallest}")
 
     @property
     def dims(self) -> dict:
+        self._check_folds(self.dataset)
         return {"in_channels": max(self.dataset.num_features, 1),
                 "num_classes": self.dataset.num_classes, "task": self.task}
 

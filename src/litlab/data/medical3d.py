@@ -10,11 +10,13 @@ disk as one .npz, written atomically by one process.
 import json
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from litlab.bounds import Fraction, Ge, MaxLen, MinLen, NonNegFloat, NonNegInt, PosInt, Seed
 from litlab.data import volumes as V
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
@@ -40,10 +42,10 @@ class Medical3DDataModule(SplitDataModule):
     """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP."""
 
 
-    def __init__(self, batch_size: int = 2, num_workers: int = 0,
+    def __init__(self, batch_size: PosInt = 2, num_workers: NonNegInt = 0,
                  persistent_workers: bool = False, pin_memory: bool | None = None,
-                 augment: bool = True, val_fraction: float = 0.1, test_fraction: float = 0.2,
-                 seed: int = 42):
+                 augment: bool = True, val_fraction: Fraction = 0.1,
+                 test_fraction: Fraction = 0.2, seed: Seed = 42):
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.train_set = self.val_set = self.test_set = None
@@ -55,8 +57,9 @@ class SegmentationDataModule(Medical3DDataModule):
 
     task = VOLUME_SEGMENTATION
 
-    def __init__(self, patch_size=(32, 32, 32), samples_per_volume: int = 2,
-                 num_classes: int = 3, split_file: str | None = None, **kwargs):
+    def __init__(self, patch_size: Annotated[list[PosInt], MinLen(3), MaxLen(3)] = (32, 32, 32),
+                 samples_per_volume: PosInt = 2, num_classes: Annotated[int, Ge(2)] = 3,
+                 split_file: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.patch_size = tuple(int(p) for p in patch_size)
         self.samples_per_volume = samples_per_volume
@@ -105,8 +108,9 @@ class SegmentationDataModule(Medical3DDataModule):
 class PhantomSegmentationDataModule(SegmentationDataModule):
     """Generated phantoms (organ = 1, nodule = 2), deterministic from `seed`; offline default."""
 
-    def __init__(self, num_volumes: int = 48, size: int = 32, size_jitter: int = 4,
-                 noise: float = 0.1, nodule_radius=(2.0, 3.5), **kwargs):
+    def __init__(self, num_volumes: Annotated[int, Ge(3)] = 48, size: Annotated[int, Ge(8)] = 32,
+                 size_jitter: NonNegInt = 4, noise: NonNegFloat = 0.1, nodule_radius=(2.0, 3.5),
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_volumes, self.size, self.size_jitter, self.noise = (num_volumes, size,
                                                                      size_jitter, noise)
@@ -130,11 +134,17 @@ class NiftiDataModule(SegmentationDataModule):
     def __init__(self, root: str, cache_dir: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.root = Path(root)
-        if not self.root.is_dir():
-            raise UserError(f"data.root={root} is not a folder (expected imagesTr/ and labelsTr/)")
-        self.pairs = V.find_pairs(self.root)
+        self.pairs = self.check_settings({"root": root}, "data")
         self.names = [p.name for p, _ in self.pairs]
         self.cache_dir = Path(cache_dir) if cache_dir else None
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> list:
+        """The folder holds at least 3 image/label pairs (read before anything is printed)."""
+        root = Path(str(settings["root"]))
+        if not root.is_dir():
+            raise UserError(f"{key}.root={root} is not a folder (expected imagesTr/ and labelsTr/)")
+        return V.find_pairs(root, key)
 
     def _cache_path(self) -> Path | None:
         if self.cache_dir is None:
@@ -213,8 +223,9 @@ class ClassificationDataModule(Medical3DDataModule):
 class PhantomClassificationDataModule(ClassificationDataModule):
     """Generated phantoms labelled 1 when they hold a nodule (half of them); offline default."""
 
-    def __init__(self, num_volumes: int = 400, size: int = 32, size_jitter: int = 4,
-                 noise: float = 0.1, **kwargs):
+    def __init__(self, num_volumes: Annotated[int, Ge(3)] = 400,
+                 size: Annotated[int, Ge(8)] = 32, size_jitter: NonNegInt = 4,
+                 noise: NonNegFloat = 0.1, **kwargs):
         super().__init__(**kwargs)
         self.num_volumes, self.size, self.size_jitter, self.noise = (num_volumes, size,
                                                                      size_jitter, noise)

@@ -17,20 +17,27 @@ class MedMNIST3DDataModule(ClassificationDataModule):
     def __init__(self, flag: str = "nodulemnist3d", size: int = 28, data_dir: str = "data",
                  download: bool = True, **kwargs):
         super().__init__(**kwargs)
-        import medmnist
-
-        if flag not in medmnist.INFO or not flag.endswith("3d"):
-            valid = ", ".join(k for k in medmnist.INFO if k.endswith("3d"))
-            raise UserError(f"data.flag={flag} is not a MedMNIST 3D set; valid: {valid}")
-        if size not in (28, 64):
-            raise UserError(f"data.size={size} is not available; valid: 28, 64")
-        info = medmnist.INFO[flag]
-        if info["task"] not in ("binary-class", "multi-class"):
-            raise UserError(f"data.flag={flag} is a {info['task']} task, not single-label")
+        info = self.check_settings({"flag": flag, "size": size}, "data")
         self.flag, self.size, self.download = flag, size, download
         self.data_dir = Path(data_dir)
         self.info, self.num_classes = info, len(info["label"])
         self.in_channels = info["n_channels"]
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> dict:
+        """A single-label MedMNIST 3D set in a size it comes in (before anything is printed)."""
+        import medmnist
+
+        flag, size = settings["flag"], settings["size"]
+        if flag not in medmnist.INFO or not flag.endswith("3d"):
+            valid = ", ".join(k for k in medmnist.INFO if k.endswith("3d"))
+            raise UserError(f"{key}.flag={flag} is not a MedMNIST 3D set; valid: {valid}")
+        if size not in (28, 64):
+            raise UserError(f"{key}.size={size} is not available; valid: 28, 64")
+        info = medmnist.INFO[flag]
+        if info["task"] not in ("binary-class", "multi-class"):
+            raise UserError(f"{key}.flag={flag} is a {info['task']} task, not single-label")
+        return info
 
     @property
     def npz_path(self) -> Path:

@@ -1,4 +1,6 @@
 """Seeded, stratified index splits shared by the domains' datamodules."""
+import logging
+
 import numpy as np
 
 
@@ -16,6 +18,11 @@ def stratified_split(labels, fraction: float, seed: int) -> tuple[np.ndarray, np
         raise ValueError(f"split fraction must be in (0, 1), got {fraction}")
     _, counts = np.unique(labels, return_counts=True)
     held = int(np.ceil(fraction * len(labels)))
+    if held < len(counts) or len(labels) - held < len(counts):
+        logging.getLogger(__name__).warning(
+            "a split fraction of %s leaves %d of %d samples on one side, fewer than the %d "
+            "classes: its metrics will be noisy (choose a fraction nearer 0.5)",
+            fraction, min(held, len(labels) - held), len(labels), len(counts))
     small = counts.min() < 2 or min(held, len(labels) - held) < len(counts)
     stratify = None if small else labels
     rest, held = train_test_split(index, test_size=fraction, random_state=seed, stratify=stratify)

@@ -4,14 +4,16 @@
 datasets torchvision downloads (MNIST, Fashion-MNIST, CIFAR-10) are in `vision_downloads.py`.
 """
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
-from litlab.errors import UserError
+from litlab.errors import UserError, first_line
 from litlab.tasks import IMAGE_CLASSIFICATION
 
 
@@ -57,6 +59,21 @@ class TensorImages(Dataset):
         return self.images[i], self.labels[i]
 
 
+def read_image(path: str, header_only: bool = False):
+    """An image as RGB PIL (ImageFolder's loader), or one line naming the file it cannot read."""
+    from PIL import Image
+
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            if header_only:
+                return None
+            return img.convert("RGB")
+    except Exception as err:  # noqa: BLE001 (PIL raises many kinds; all mean a bad file)
+        raise UserError(f"cannot read image {path}: {first_line(err)}; fix or remove the "
+                        f"file") from None
+
+
 class VisionDataModule(SplitDataModule):
     """Shared split/transform/loader logic; subclasses only say how to read their images."""
 
@@ -68,13 +85,13 @@ class VisionDataModule(SplitDataModule):
     def __init__(
         self,
         data_dir: str = "data",
-        batch_size: int = 128,
-        num_workers: int = 0,
+        batch_size: PosInt = 128,
+        num_workers: NonNegInt = 0,
         persistent_workers: bool = False,
         pin_memory: bool | None = None,
         augment: bool = True,
-        val_fraction: float = 0.1,
-        seed: int = 42,
+        val_fraction: Fraction = 0.1,
+        seed: Seed = 42,
     ):
         super().__init__()
         self.save_hyperparameters(logger=False)
@@ -129,7 +146,7 @@ class DigitsDataModule(VisionDataModule):
     mean, std = (0.3051,), (0.3781,)
     channels, image_size, num_classes = 1, 8, 10
 
-    def __init__(self, test_fraction: float = 0.2, **kwargs):
+    def __init__(self, test_fraction: Fraction = 0.2, **kwargs):
         super().__init__(**kwargs)
         self.test_fraction = test_fraction
 
@@ -155,20 +172,31 @@ class ImageFolderDataModule(VisionDataModule):
 
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
-    def __init__(self, root: str, image_size: int = 64, channels: int = 3,
-                 test_fraction: float = 0.2, **kwargs):
+    def __init__(self, root: str, image_size: PosInt = 64, channels: Literal[1, 3] = 3,
+                 test_fraction: Fraction = 0.2, **kwargs):
         super().__init__(**kwargs)
         self.root, self.image_size, self.channels = Path(root), image_size, channels
         self.test_fraction = test_fraction
         if channels == 1:
             self.mean, self.std = (0.5,), (0.5,)
-        if not self.root.is_dir():
-            raise UserError(f"data.root={root} is not a folder (expected class sub-folders)")
-        self.classes = sorted(p.name for p in self._split_root("train").iterdir() if p.is_dir())
-        if len(self.classes) < 2:
-            raise UserError(f"data.root={root} needs at least 2 class sub-folders, "
-                            f"found {self.classes}")
+        self.classes = self.class_folders(self.root, "data")
         self.num_classes = len(self.classes)
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        cls.class_folders(Path(str(settings["root"])), key)
+
+    @staticmethod
+    def class_folders(root: Path, key: str) -> list[str]:
+        """The class sub-folders (of root/train when there is one); at least 2."""
+        if not root.is_dir():
+            raise UserError(f"{key}.root={root} is not a folder (expected class sub-folders)")
+        split_root = root / "train" if (root / "train").is_dir() else root
+        classes = sorted(p.name for p in split_root.iterdir() if p.is_dir())
+        if len(classes) < 2:
+            raise UserError(f"{key}.root={root} needs at least 2 class sub-folders, "
+                            f"found {len(classes)}: {classes}")
+        return classes
 
     def _split_root(self, split: str) -> Path:
         return self.root / split if (self.root / "train").is_dir() else self.root
@@ -179,7 +207,11 @@ class ImageFolderDataModule(VisionDataModule):
         decode = v2.Compose([v2.Grayscale(self.channels) if self.channels == 1 else v2.RGB(),
                              v2.Resize(self.image_size), v2.CenterCrop(self.image_size),
                              v2.PILToTensor()])
-        return ImageFolder(str(self._split_root(split)), transform=decode, allow_empty=False)
+        folder = ImageFolder(str(self._split_root(split)), transform=decode, allow_empty=False,
+                             loader=read_image)
+        for path, _ in folder.samples:  # headers only: a broken file fails now, by name
+            read_image(path, header_only=True)
+        return folder
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:

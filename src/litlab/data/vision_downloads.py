@@ -11,6 +11,7 @@ import torch
 
 from litlab.data.vision import VisionDataModule, random_affine
 from litlab.errors import UserError
+from litlab.utils.fetching import fetching
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,9 @@ class MNISTDataModule(VisionDataModule):
         import torchvision.datasets as tvd
 
         try:
-            for train in (True, False):
-                getattr(tvd, self.dataset_name)(str(self.data_dir), train=train, download=True)
+            with fetching(self.raw_dir):  # quiet; no empty MNIST/raw left when offline
+                for train in (True, False):
+                    getattr(tvd, self.dataset_name)(str(self.data_dir), train=train, download=True)
         except Exception as err:  # offline: fall back to what is on disk (checked in setup)
             log.warning("%s download failed (%s); using the files in %s", self.dataset_name,
                         err, self.raw_dir)
@@ -115,8 +117,9 @@ class CIFAR10DataModule(VisionDataModule):
         from torchvision.datasets import CIFAR10
 
         try:
-            return CIFAR10(str(self.data_dir), train=train, download=self.download)
-        except RuntimeError as err:
+            with fetching(self.data_dir):
+                return CIFAR10(str(self.data_dir), train=train, download=self.download)
+        except (RuntimeError, OSError) as err:
             raise UserError(f"CIFAR-10 not found in {self.data_dir} ({err})") from err
 
     def load(self):

@@ -5,6 +5,7 @@ Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, 
 MONAI is imported inside the functions that use it (its import costs seconds).
 """
 import hashlib
+import logging
 import os
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import torch
 from torch.utils.data import Dataset
 
 from litlab.errors import UserError
+
+log = logging.getLogger(__name__)
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
@@ -61,21 +64,27 @@ def _stem(path: Path) -> str:
     return name.removesuffix("_0000")  # nnU-Net names the first channel *_0000
 
 
-def find_pairs(root: Path) -> list[tuple[Path, Path]]:
-    """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/."""
+def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
+    """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/; images
+    without a label are left out, with one warning that counts them."""
     for images, labels in (("imagesTr", "labelsTr"), ("images", "labels")):
         if (root / images).is_dir() and (root / labels).is_dir():
             break
     else:
-        raise UserError(f"data.root={root} has no imagesTr/+labelsTr/ or images/+labels/ folders")
+        raise UserError(f"{key}.root={root} has no imagesTr/+labelsTr/ or images/+labels/ folders")
     found = {_stem(p): p for p in (root / labels).iterdir()
              if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")}
-    pairs = [(p, found[_stem(p)]) for p in sorted((root / images).iterdir())
-             if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
-             and _stem(p) in found]
+    volumes = [p for p in sorted((root / images).iterdir())
+               if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")]
+    pairs = [(p, found[_stem(p)]) for p in volumes if _stem(p) in found]
     if len(pairs) < 3:
-        raise UserError(f"data.root={root}: found {len(pairs)} image/label pairs with matching "
-                        "names, need at least 3 (train, val, test)")
+        raise UserError(f"{key}.root={root}: found {len(pairs)} image/label pairs with matching "
+                        f"names in {images}/ and {labels}/ ({len(volumes)} NIfTI images), need "
+                        f"at least 3 (train, val, test)")
+    if len(volumes) > len(pairs):
+        unlabelled = [p.name for p in volumes if _stem(p) not in found]
+        log.warning("%s: %d of %d images have no label in %s/ and are left out (e.g. %s)",
+                    root, len(unlabelled), len(volumes), labels, unlabelled[0])
     return pairs
 
 

@@ -10,7 +10,9 @@ Hyperparameters saved into checkpoints are plain values only (no modules, no par
 checkpoints load with `torch.load(..., weights_only=True)`; the full run config is stored
 beside them by `litlab.checkpointing.run_config.RunConfigInCheckpoint`.
 """
+import fnmatch
 from collections.abc import Callable
+from typing import Literal
 
 import lightning as L
 import torch
@@ -18,23 +20,40 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 
+from litlab.bounds import MinMax
+from litlab.errors import UserError
+
 SPLITS = ("train", "val", "test")
 
 
 class LitModule(L.LightningModule):
     #: data tasks this module can train on (checked against the datamodule's `task`)
     tasks: tuple[str, ...] = ()
+    #: names of the metrics make_metrics() returns (glob patterns allowed): a monitor is
+    #: checked against them before the run starts
+    metric_names: tuple[str, ...] = ("acc", "f1")
     #: predictions held before a bulk metric update (see log_step)
     QUEUE_NUMEL = 1 << 16
+
+    @classmethod
+    def monitorable(cls, name: str) -> bool:
+        """True when `name` (e.g. val/acc) is a metric this module logs."""
+        split, _, metric = str(name).partition("/")
+        return split in SPLITS and any(fnmatch.fnmatchcase(metric, p)
+                                       for p in (*cls.metric_names, "loss"))
+
+    @classmethod
+    def monitor_examples(cls) -> list[str]:
+        return [f"{s}/{m}" for s in ("val", "train") for m in (*cls.metric_names, "loss")]
 
     def __init__(
         self,
         net: nn.Module,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
-        scheduler_interval: str = "epoch",
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
         monitor: str = "val/acc",
-        monitor_mode: str = "max",
+        monitor_mode: MinMax = "max",
         compile: bool = False,
     ):
         super().__init__()
@@ -63,6 +82,22 @@ class LitModule(L.LightningModule):
         unpad_eval_shards()  # exact val/test metrics under DDP, in every process that runs
         if self.hparams.compile and self._forward is self.net:
             self._forward = torch.compile(self.net)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Before the weights are loaded: a checkpoint of another net (another model=, other
+        model.net settings) is refused in one line that names the net it holds."""
+        ours = self.state_dict()
+        theirs = checkpoint.get("state_dict", {})
+        wrong = [k for k in ours if k in theirs and tuple(theirs[k].shape) != tuple(ours[k].shape)]
+        missing = [k for k in ours if k not in theirs]
+        if not wrong and not missing:
+            return
+        net = dict((checkpoint.get("litlab_config") or {}).get("model", {}).get("net") or {})
+        held = ", ".join(f"{k}={v}" for k, v in net.items()) or "an unknown net"
+        detail = (f"{wrong[0]} has shape {list(theirs[wrong[0]].shape)} there, "
+                  f"{list(ours[wrong[0]].shape)} here" if wrong else f"it lacks {missing[0]}")
+        raise UserError(f"the checkpoint holds another net ({held}): {detail}; use the "
+                        f"model settings it was trained with, or another checkpoint")
 
     def forward(self, *args, **kwargs):
         return self._forward(*args, **kwargs)

@@ -9,6 +9,8 @@ the single-process gradient when the shares are equal in size. Evaluation: each 
 share only, so torchmetrics' sync counts every node exactly once (equal metrics to 1 process).
 Graph classification: the datamodule splits the graphs between ranks (no duplicates at eval).
 """
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
@@ -21,8 +23,9 @@ from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 class GNNClassifier(LitModule):
     tasks = (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION)
 
-    def __init__(self, net, optimizer, num_classes: int, task: str = NODE_CLASSIFICATION,
-                 scheduler=None, **kwargs):
+    def __init__(self, net, optimizer, num_classes: int,
+                 task: Literal["node_classification", "graph_classification"] = NODE_CLASSIFICATION, scheduler=None,
+                 **kwargs):
         if task not in self.tasks:
             raise ValueError(f"task={task} is not one of {self.tasks}")
         self.num_classes = num_classes

@@ -6,6 +6,7 @@ every volume counts exactly once.
 """
 import logging
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 from torchmetrics.functional.segmentation import dice_score
 from torchmetrics.segmentation import DiceScore
 
+from litlab.bounds import NonNegFloat, PosInt, Probability
 from litlab.models.base import Classifier, LitModule
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
@@ -44,9 +46,13 @@ class VolumeSegmenter(LitModule):
 
     tasks = (VOLUME_SEGMENTATION,)
 
+    metric_names = ("dice", "dice_*")
+
     def __init__(self, net, optimizer, num_classes: int, patch_size, scheduler=None,
-                 sw_batch_size: int = 4, sw_overlap: float = 0.25, sw_mode: str = "gaussian",
-                 dice_weight: float = 1.0, ce_weight: float = 1.0, batch_dice: bool = True,
+                 sw_batch_size: PosInt = 4, sw_overlap: Probability = 0.25,
+                 sw_mode: Literal["constant", "gaussian"] = "gaussian",
+                 dice_weight: NonNegFloat = 1.0, ce_weight: NonNegFloat = 1.0,
+                 batch_dice: bool = True,
                  mask_dir: str | None = None, **kwargs):
         self.num_classes = num_classes
         super().__init__(net, optimizer, scheduler, **kwargs)
@@ -119,8 +125,10 @@ class VolumeClassifier(Classifier):
 
     tasks = (VOLUME_CLASSIFICATION,)
 
+    metric_names = ("acc", "auroc")
+
     def __init__(self, net, optimizer, num_classes: int, scheduler=None,
-                 label_smoothing: float = 0.0, **kwargs):
+                 label_smoothing: Probability = 0.0, **kwargs):
         self.num_classes = num_classes
         super().__init__(net, optimizer, scheduler, **kwargs)
 

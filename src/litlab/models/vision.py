@@ -1,10 +1,13 @@
 """Image classification: cross-entropy with label smoothing, optional mixup/cutmix and EMA
 weights (the recipe of torchvision's classification references), accuracy and macro-F1."""
+from typing import Annotated
+
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from torchvision.transforms import v2
 
+from litlab.bounds import Interval, NonNegFloat, PosInt, Probability
 from litlab.models.base import Classifier
 from litlab.tasks import IMAGE_CLASSIFICATION
 
@@ -12,9 +15,10 @@ from litlab.tasks import IMAGE_CLASSIFICATION
 class ImageClassifier(Classifier):
     tasks = (IMAGE_CLASSIFICATION,)
 
-    def __init__(self, net, optimizer, num_classes: int, scheduler=None,
-                 label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
-                 cutmix_alpha: float = 0.0, ema_decay: float | None = None, **kwargs):
+    def __init__(self, net, optimizer, num_classes: PosInt, scheduler=None,
+                 label_smoothing: Probability = 0.0, mixup_alpha: NonNegFloat = 0.0,
+                 cutmix_alpha: NonNegFloat = 0.0,
+                 ema_decay: Annotated[float, Interval(gt=0, lt=1)] | None = None, **kwargs):
         self.num_classes = num_classes
         super().__init__(net, optimizer, scheduler, **kwargs)
         mixes = [cls(alpha=a, num_classes=num_classes)

@@ -14,15 +14,20 @@ class LoadedRun:
     checkpoint: dict  # the raw checkpoint dict (tensors on CPU)
 
 
-def load_run(ckpt_path, data_overrides: dict | None = None) -> LoadedRun:
+def load_run(ckpt_path, data_overrides: dict | None = None, *, trust: bool = False) -> LoadedRun:
     """The model and datamodule of the run that wrote `ckpt_path`.
 
-    `data_overrides` replaces data settings (e.g. a batch size or a data_dir on this machine)."""
+    `data_overrides` replaces data settings (e.g. a batch size or a data_dir on this machine).
+    The stored config may name only litlab's classes and the libraries it builds from
+    (`litlab.checkpointing.trust`), unless `trust=True`: a crafted file cannot run code."""
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.checkpointing.trust import check_targets
     from litlab.config import build
 
     ckpt = load(ckpt_path)
+    if not trust:
+        check_targets(ckpt[CONFIG_KEY], str(ckpt_path))
     cfg = OmegaConf.create(ckpt[CONFIG_KEY])
     if data_overrides:
         cfg.data = OmegaConf.merge(cfg.data, data_overrides)

@@ -16,6 +16,7 @@ def train(cfg: DictConfig) -> RunResult:
     from litlab.config import validate
     from litlab.recipes import ddp
 
+    validate.trainer_config(cfg)  # devices and strategy, before any DDP rank starts
     # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
     with ddp.lifecycle(cfg, ENTRY_POINT) as ranks:
         validate.train_config(cfg)  # bad input fails here, in one line, before data is read

@@ -1,6 +1,10 @@
 """A small CNN for small images: conv-BN-ReLU blocks, 2x2 max-pooling, a dropout head."""
+from typing import Annotated
+
 import torch
 from torch import nn
+
+from litlab.bounds import MinLen, PosInt, Probability
 
 
 def conv_block(c_in: int, c_out: int, pool: bool) -> nn.Sequential:
@@ -14,7 +18,8 @@ class SmallCNN(nn.Module):
     config fits 8x8 digits and 32x32 CIFAR. Global average pooling makes the head size-free."""
 
     def __init__(self, in_channels: int, num_classes: int, image_size: int,
-                 channels: tuple[int, ...] = (32, 64, 128), dropout: float = 0.3,
+                 channels: Annotated[list[PosInt], MinLen(1)] = (32, 64, 128),
+                 dropout: Probability = 0.3,
                  xavier_init: bool = False):
         super().__init__()
         blocks, size, c_in = [], image_size, in_channels

@@ -8,10 +8,14 @@ readout) works the same for each layer type.
   then one linear layer scores the classes.
 """
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from litlab.bounds import PosInt, Probability
+from litlab.errors import UserError
 from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
 
 # isort: split
@@ -78,21 +82,21 @@ class GNN(nn.Module):
         self,
         in_channels: int,
         num_classes: int,
-        conv: str = "gcn",
-        hidden_channels: int = 16,
-        num_layers: int = 2,
-        heads: int = 1,
-        output_heads: int = 1,
-        dropout: float = 0.5,
-        input_dropout: float | None = None,
-        attention_dropout: float = 0.0,
+        conv: Literal["gcn", "gat", "sage", "gin", "mlp"] = "gcn",
+        hidden_channels: PosInt = 16,
+        num_layers: PosInt = 2,
+        heads: PosInt = 1,
+        output_heads: PosInt = 1,
+        dropout: Probability = 0.5,
+        input_dropout: Probability | None = None,
+        attention_dropout: Probability = 0.0,
         act: str = "relu",
         norm: str | None = None,
         residual: bool = False,
         task: str = NODE_CLASSIFICATION,
-        readout: str = "sum",
-        jumping_knowledge: str = "last",
-        readout_dropout: float | None = None,
+        readout: Literal["sum", "mean", "max"] = "sum",
+        jumping_knowledge: Literal["last", "cat"] = "last",
+        readout_dropout: Probability | None = None,
         cached: bool = True,
     ):
         """`hidden_channels` is a layer's total width (GAT: heads x channels per head);
@@ -126,6 +130,21 @@ class GNN(nn.Module):
         if not self.node_level:
             pooled = sum(widths) if jumping_knowledge == "cat" else hidden_channels
             self.classifier = nn.Linear(pooled, num_classes)
+
+    @classmethod
+    def check_settings(cls, s: dict, key: str) -> None:
+        for name, what, resolve, examples in (
+                ("act", "an activation", activation_resolver, "relu, elu, gelu"),
+                ("norm", "a normalization", normalization_resolver, "batch_norm, layer_norm")):
+            if s.get(name) is not None:
+                try:
+                    resolve(s[name], **({"in_channels": 8} if name == "norm" else {}))
+                except (ValueError, KeyError, TypeError):
+                    raise UserError(f"{key}.{name}={s[name]} is not {what} PyG knows; e.g. "
+                                    f"{examples}") from None
+        if s["conv"] == "gat" and s["num_layers"] > 1 and s["hidden_channels"] % s["heads"]:
+            raise UserError(f"{key}.hidden_channels={s['hidden_channels']} is not a multiple of "
+                            f"{key}.heads={s['heads']} (GAT splits the width between heads)")
 
     def _conv(self, n_in: int, n_out: int, last: bool) -> nn.Module:
         name = self.conv_name

@@ -1,0 +1,135 @@
+"""Faults of issue 18, as a user meets them: a kill after an epoch that did not improve the
+metric, SIGTERM from a scheduler, a crafted checkpoint. Real runs as subprocesses."""
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+from conftest import QUIET, ROOT, run_dirs
+from test_reliability import ENV, assert_same_as_reference, load, reference, train
+
+# no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the
+# "best" never improves again while the model learns
+NO_IMPROVEMENT = ["callbacks.last_checkpoint.every_n_train_steps=0", "model.monitor_mode=min"]
+
+
+def test_kill_after_an_epoch_without_improvement_resumes_from_that_epoch(tmp_path):
+    logs = tmp_path / "logs"
+    p = train(logs, *NO_IMPROVEMENT, fault=(12, "sigkill"))  # first batch of epoch 2
+    assert p.returncode == -9, p.stderr[-3000:]
+    run = run_dirs(logs)[0]
+    files = sorted(f.name for f in (run / "checkpoints").iterdir())
+    assert files == ["epoch_000.ckpt", "last.ckpt"], files  # epoch 1 did not improve...
+    last = load(run / "checkpoints" / "last.ckpt")
+    assert (last["epoch"], last["global_step"]) == (1, 12)  # ...and last.ckpt still has it
+    p = train(logs, *NO_IMPROVEMENT, "ckpt_path=last")
+    assert p.returncode == 0, p.stderr[-3000:]
+    trained = pd.read_csv(run / "csv" / "metrics.csv").dropna(subset=["train/loss"])
+    assert sorted(trained["epoch"]) == [0, 1, 2], "no epoch was trained twice"
+
+
+def test_sigterm_saves_last_ckpt_closes_logs_and_exits_143(tmp_path):
+    """SIGTERM at step 5: the batch finishes, last.ckpt holds step 6, the CSV log is on disk."""
+    logs = tmp_path / "logs"
+    p = train(logs, fault=(5, "sigterm"))
+    assert p.returncode == 143, p.stderr[-3000:]
+    run = run_dirs(logs)[0]
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 6
+    assert "SIGTERM at global step 6" in p.stdout + p.stderr
+    assert (run / "csv" / "metrics.csv").is_file()
+    assert not (run / "metrics.json").exists(), "no test results after a SIGTERM"
+
+
+@pytest.mark.slow
+def test_resume_after_sigterm_is_bit_identical(tmp_path):
+    ref_run, logs = reference(tmp_path), tmp_path / "logs"
+    assert train(logs, fault=(5, "sigterm")).returncode == 143
+    p = train(logs, "ckpt_path=last")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert_same_as_reference(run_dirs(logs)[0], ref_run)
+
+
+def _crafted_checkpoint(path, target="shutil.copy"):
+    """A litlab-looking checkpoint whose stored data config would call `target`."""
+    victim = path.parent / "victim.txt"
+    victim.write_text("secret")
+    config = {"data": {"_target_": target, "src": str(victim), "dst": str(path.parent / "copied")},
+              "model": {"_target_": "litlab.models.vision.ImageClassifier"}}
+    torch.save({"state_dict": {}, "litlab_config": config}, path)
+    return path.parent / "copied"
+
+
+def test_crafted_checkpoint_runs_no_code_in_eval(tmp_path):
+    copied = _crafted_checkpoint(tmp_path / "evil.ckpt")
+    p = subprocess.run([sys.executable, str(ROOT / "src" / "eval.py"), f"paths.log_dir={tmp_path}",
+                        "extras.print_config=false", f"ckpt_path={tmp_path / 'evil.ckpt'}"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=300)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert p.stderr.count("\n") == 1 and "data._target_=shutil.copy" in p.stderr, p.stderr
+    assert "trust_checkpoint=true" in p.stderr
+    assert not copied.exists(), "the checkpoint ran code"
+
+
+@pytest.mark.parametrize("target", ["shutil.copy", "os.system",
+                                    "litlab.checkpointing.atomic_io.os.remove",
+                                    "torch.load", "builtins.exec"])
+def test_load_run_refuses_targets_outside_the_allowlist(tmp_path, target):
+    from litlab.errors import UserError
+    from litlab.recipes.load import load_run
+
+    copied = _crafted_checkpoint(tmp_path / "evil.ckpt", target)
+    with pytest.raises(UserError, match=f"data._target_={target}.*trust"):
+        load_run(tmp_path / "evil.ckpt")
+    assert not copied.exists()
+
+
+def test_allowlist_admits_every_target_of_litlabs_own_configs():
+    import re
+
+    from litlab.checkpointing.trust import allowed
+
+    names = {m for p in (ROOT / "configs").rglob("*.yaml")
+             for m in re.findall(r"_target_: *([\w.]+)", p.read_text())}
+    assert names and [n for n in names if not allowed(n)] == []
+
+
+def test_multirun_resume_is_refused_in_one_line(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m",
+                        f"paths.log_dir={tmp_path}", "ckpt_path=last", *QUIET],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=300)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "ckpt_path=last cannot be used with -m" in p.stderr
+
+
+def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data):
+    """README/docs/graph.md: experiment=gin_mutag data.val_fraction=0
+    callbacks.model_checkpoint=null, as a 2-fold sweep of one epoch each."""
+    data = shared_data("TUDataset/MUTAG").parents[1]
+    p = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m",
+                        f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={data}", *QUIET,
+                        "experiment=gin_mutag", "data.val_fraction=0",
+                        "callbacks.model_checkpoint=null", "data.fold=0,1",
+                        "trainer.max_epochs=1"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").glob("*")
+    rows = pd.read_csv(sweep / "summary.csv")
+    assert list(rows["status"]) == ["completed", "completed"], rows
+    # val/acc is computed on the test fold (Xu et al.): the two are equal
+    assert (rows["val/acc"] == rows["test/acc"]).all()
+
+
+def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path):
+    """Resuming a cnn checkpoint with other channels: one line naming the net it holds."""
+    tiny = ["trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1",
+            "test=false"]
+    p = train(tmp_path / "a", *tiny, "model.net.channels=[8,16]")
+    assert p.returncode == 0, p.stderr[-3000:]
+    ckpt = run_dirs(tmp_path / "a")[0] / "checkpoints" / "last.ckpt"
+    p = train(tmp_path / "b", *tiny, "trainer.max_epochs=2", f"ckpt_path={ckpt}")
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: the checkpoint holds another net"), lines
+    assert "channels=[8, 16]" in lines[0] and "has shape" in lines[0]
+    assert run_dirs(tmp_path / "b") == []

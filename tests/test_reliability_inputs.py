@@ -1,0 +1,176 @@
+"""Bad inputs of issue 18, grouped by the mechanism that refuses them, in process (a second
+each): `validate.train_config` on a composed config, or the build step. The end-to-end form
+(exit 2, one line, no run dir) is in test_bad_inputs.py for one case of each group."""
+import pytest
+from conftest import compose
+
+from litlab.errors import UserError
+
+
+def refused(overrides, tmp_path) -> str:
+    from litlab.config import validate
+
+    with pytest.raises(UserError) as err:
+        validate.train_config(compose("train", overrides, output_dir=tmp_path / "run"))
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+# bounds that litlab's classes annotate (typing.Annotated with annotated_types)
+ANNOTATED = [
+    (["seed=-5"], "an integer in [0, 4294967295]"),
+    (["seed=99999999999"], "an integer in [0, 4294967295]"),
+    (["model.label_smoothing=2"], "a probability in [0, 1)"),
+    (["model.ema_decay=1.5"], "between 0 and 1"),
+    (["model.mixup_alpha=-1"], ">= 0"),
+    (["model.net.channels=[]"], "at least 1 entry"),
+    (["model.net.channels=[8,0]"], "integers >= 1"),
+    (["model.net.dropout=1"], "a probability in [0, 1)"),
+    (["data.batch_size=0"], "integer >= 1"),
+    (["data.test_fraction=1"], "between 0 and 1 (exclusive)"),
+    (["model=gnn", "model.net.num_layers=0"], "integer >= 1"),
+    (["model=gnn", "model.net.hidden_channels=0"], "integer >= 1"),
+    (["model=gnn", "model.net.conv=foo"], "gcn | gat | sage | gin | mlp"),
+    (["model=gnn", "data=mutag", "data.num_folds=1"], "integer >= 2"),
+    (["model=gnn", "data=cora", "data.split=bogus"], "public | full | geom-gcn | random"),
+    (["model=unet3d", "data.patch_size=[32,32]"], "exactly 3 entries"),
+    (["model=unet3d", "model.net.dropout=-0.1"], "a probability in [0, 1)"),
+    (["model=resnet3d", "data=phantom_cls", "model.net.depth=11"], "10 | 18 | 34"),
+]
+# bounds declared for the classes of other libraries (signatures.EXTERNAL), by class
+EXTERNAL = [
+    (["model.scheduler.T_max=0"], "integer >= 1"),
+    (["trainer.max_epochs=-1"], ("trainer.max_epochs=-1 has the wrong type or value; valid: "
+                                 "an integer >= 1 (used as model.scheduler.T_max)")),
+    (["model.optimizer.lr=fast"], ("model.optimizer.lr=fast has the wrong type or value; valid: "
+                                   "a learning rate > 0")),
+    (["trainer.gradient_clip_val=-1"], ">= 0 or null"),
+    (["trainer.num_sanity_val_steps=-5"], "-1 for all batches"),
+    (["callbacks.early_stopping.patience=-1"], "integer >= 0"),
+    (["callbacks.early_stopping.mode=dynamic"], "min or max"),
+    (["trainer.limit_val_batches=-0.5"], "a fraction in [0, 1]"),
+]
+# rules a class declares across its parameters (check_settings)
+DECLARED = [
+    (["model=gnn", "data=mutag", "data.fold=10"], "data.fold=10 is not valid; choose 0 to 9 (data.num_folds=10)"),
+    (["model=gnn", "model.net.conv=gat", "model.net.heads=3"], "not a multiple of model.net.heads=3"),
+    (["model=unet3d", "model.net.strides=[2,2]"], "one entry fewer"),
+    (["model=gnn", "data=cora", "data.name=Foo"], "valid: Cora, CiteSeer, PubMed"),
+    (["model=gnn", "model.net.act=foo"], "not an activation PyG knows"),
+    (["model=gnn", "model.net.norm=foo"], "not a normalization PyG knows"),
+]
+# across groups: what the run as a whole needs
+ACROSS = [
+    (["model.monitor=val/nope"], "valid: val/acc, val/f1, val/loss"),
+    (["callbacks.early_stopping.monitor=val/accuracy"], "is not a metric ImageClassifier logs"),
+    (["model=unet3d", "model.monitor=val/acc"], "val/dice"),
+    (["trainer.limit_val_batches=0"], "never validates"),
+    (["train=false"], "pass ckpt_path="),
+    (["trainer.limit_train_batches=0"], "trains nothing"),
+]
+
+
+@pytest.mark.parametrize("overrides,words", ANNOTATED + EXTERNAL + DECLARED + ACROSS)
+def test_refused_before_anything_is_built(overrides, words, tmp_path):
+    assert words in refused(overrides, tmp_path)
+
+
+def test_folders_a_datamodule_reads_are_checked_before_it_is_built(tmp_path):
+    (tmp_path / "one" / "cat").mkdir(parents=True)
+    assert "needs at least 2 class sub-folders, found 1" in refused(
+        ["data=imagefolder", f"data.root={tmp_path / 'one'}"], tmp_path)
+    (tmp_path / "vols" / "imagesTr").mkdir(parents=True)
+    (tmp_path / "vols" / "labelsTr").mkdir()
+    (tmp_path / "vols" / "imagesTr" / "a.txt").touch()
+    assert "found 0 image/label pairs" in refused(
+        ["model=unet3d", "data=nifti", f"data.root={tmp_path / 'vols'}"], tmp_path)
+
+
+@pytest.mark.parametrize("overrides", [
+    # a key name alone no longer decides: a future mode/client_fraction is the target's business
+    ["+callbacks.export._target_=faults.Exporter", "+callbacks.export.mode=dynamic",
+     "+callbacks.export.client_fraction=1.0"],
+    ["model=gnn", "data=mutag", "data.val_fraction=0", "callbacks.model_checkpoint=null"],  # Xu
+    ["trainer.max_epochs=-1", "model.scheduler=null"],
+    ["model.monitor=train/loss", "model.monitor_mode=min", "trainer.limit_val_batches=0"],
+])
+def test_valid_inputs_are_accepted(overrides, tmp_path):
+    from litlab.config import validate
+
+    validate.train_config(compose("train", overrides, output_dir=tmp_path / "run"))
+
+
+def test_build_errors_become_one_line(tmp_path):
+    """Anything raised while a group is built: one UserError line, Hydra's wrapper removed."""
+    from litlab.config import build
+
+    cfg = compose("train", ["data._target_=faults.BrokenData"], output_dir=tmp_path / "run")
+    with pytest.raises(UserError, match=r"^data \(faults.BrokenData\) cannot be built: the disk "
+                                        r"said no$"):
+        build.datamodule(cfg)
+    cfg = compose("train", ["model=unet3d", "data.patch_size=[30,30,30]"], output_dir=tmp_path / "r2")
+    with pytest.raises(UserError, match=r"data.patch_size=\[30, 30, 30\] .* multiple of 8 "
+                                        r"\(e.g. \[32, 32, 32\]\)"):
+        build.model(cfg, build.datamodule(cfg))
+
+
+def test_too_many_folds_for_the_data(tmp_path, shared_data):
+    from litlab.config import build
+
+    data = shared_data("TUDataset/MUTAG").parents[1]
+    cfg = compose("train", ["model=gnn", "data=mutag", f"paths.data_dir={data}",
+                            "data.num_folds=1000"], output_dir=tmp_path / "run")
+    with pytest.raises(UserError, match="data.num_folds=1000 is too many for MUTAG .* use 2 to 63"):
+        build.model(cfg, build.datamodule(cfg))
+
+
+def test_unreadable_image_is_named_when_the_dataset_is_built(tmp_path):
+    from PIL import Image
+
+    from litlab.data.vision import ImageFolderDataModule
+
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+        for i in range(5):
+            Image.new("RGB", (8, 8), (i * 40, 0, 0)).save(tmp_path / name / f"{i}.png")
+    (tmp_path / "dog" / "broken.png").write_bytes(b"not a png at all")
+    dm = ImageFolderDataModule(root=str(tmp_path), image_size=8)
+    with pytest.raises(UserError, match=r"cannot read image .*dog/broken.png"):
+        dm.setup()
+
+
+def test_unlabelled_volumes_are_counted_in_one_warning(tmp_path, caplog):
+    from litlab.data.volumes import find_pairs
+
+    (tmp_path / "imagesTr").mkdir()
+    (tmp_path / "labelsTr").mkdir()
+    for i in range(4):
+        (tmp_path / "imagesTr" / f"case_{i}.nii.gz").touch()
+    for i in range(3):
+        (tmp_path / "labelsTr" / f"case_{i}.nii.gz").touch()
+    assert len(find_pairs(tmp_path)) == 3
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "1 of 4 images have no label" in warning and "case_3.nii.gz" in warning
+
+
+def test_a_split_smaller_than_the_classes_is_warned_about(caplog):
+    from litlab.data.splits import stratified_split
+
+    labels = [i % 10 for i in range(1000)]
+    _, held = stratified_split(labels, 0.002, seed=0)
+    assert len(held) == 2
+    assert any("leaves 2 of 1000 samples" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failed_download_leaves_no_folder_and_prints_nothing(tmp_path, capsys):
+    from litlab.utils.fetching import fetching
+
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    with pytest.raises(OSError), fetching(raw):
+        raw.mkdir(parents=True)
+        (tmp_path / "data" / ".litlab.lock").touch()
+        print("Downloading https://example.invalid/train-images-idx3-ubyte.gz")
+        raise OSError("offline")
+    assert not (tmp_path / "data").exists()
+    assert capsys.readouterr().out == ""
