@@ -109,20 +109,6 @@ def test_eval_shards_are_unpadded():
     assert shards == [[0], [0]]
 
 
-def test_submitit_local_sweep(tmp_path):
-    """The cluster path without a cluster: submitit starts each job as its own process."""
-    run_cli("train.py", "hydra.mode=MULTIRUN", "hydra/launcher=submitit_local", "model.optimizer.lr=0.01,0.1",
-            *TINY, log_dir=tmp_path / "logs", timeout=400)
-    sweeps = list((tmp_path / "logs" / "train" / "multiruns").iterdir())
-    assert len(sweeps) == 1
-    with open(sweeps[0] / "summary.csv") as f:
-        assert [row["status"] for row in csv.DictReader(f)] == ["completed", "completed"]
-    submitted = [p for p in (sweeps[0] / ".submitit").iterdir() if p.name.isdigit()]
-    assert len(submitted) == 2, "each job ran as its own submitit job"
-    for job in ("0", "1"):
-        assert "test/acc" in csv_test_metrics(sweeps[0] / job)
-
-
 DOMAINS = [pytest.param("gnn", id="graph"), pytest.param("unet3d", id="3d-segmentation"),
            pytest.param("resnet3d", id="3d-classification", marks=pytest.mark.slow)]
 
