@@ -54,7 +54,7 @@ def test_ddp_spawn_metrics_equal_single_process(tmp_path):
     one process gives the metrics the spawned ranks logged (synced, unpadded)."""
     from train import train
 
-    run_cli("train.py", "trainer=ddp_spawn", *TINY, log_dir=tmp_path / "ddp")
+    run_cli("train.py", "trainer=ddp_spawn", *TINY, log_dir=tmp_path / "ddp", timeout=600)
     [run] = run_dirs(tmp_path / "ddp")
     ckpt = run / "checkpoints" / "epoch_000.ckpt"
     assert ckpt.is_file()
