@@ -43,14 +43,16 @@ def test_incompatible_pair_is_one_line(tmp_path):
 
 
 def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
-    """The paper's recipe on real Cora (copied raw files, no network), shortened: >= 78%.
-    eval.py on the best checkpoint prints the same test metrics and writes node predictions."""
+    """The papers' recipes on real Cora (copied raw files, no network), shortened to 100 epochs
+    in one multirun: GCN and GAT >= 78% (measured 80.4%, 82.0%). eval.py on GCN's best
+    checkpoint prints the same test metrics and writes node predictions."""
     data = shared_data("Planetoid").parent
-    proc = cli("train.py", "experiment=gcn_cora", "trainer.max_epochs=100",
-               f"paths.data_dir={data}", *QUICK)
-    (train,) = results(proc.stdout)
-    assert train["test/acc"] >= 0.78, train
-    ckpt = next((run_dirs(tmp_path / "logs")[0] / "checkpoints").glob("epoch_*.ckpt"))
+    proc = cli("train.py", "hydra.mode=MULTIRUN", "experiment=gcn_cora,gat_cora",
+               "trainer.max_epochs=100", f"paths.data_dir={data}", *QUICK, timeout=600)
+    train, gat = results(proc.stdout)
+    assert train["test/acc"] >= 0.78 and gat["test/acc"] >= 0.78, (train, gat)
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    ckpt = next((sweep / "0" / "checkpoints").glob("epoch_*.ckpt"))
     proc = cli("eval.py", f"ckpt_path={ckpt}", "extras.print_config=false", quiet=False)
     (evaluated,) = results(proc.stdout)
     assert evaluated["test/acc"] == pytest.approx(train["test/acc"], abs=1e-4)
