@@ -76,7 +76,7 @@ def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
                "callbacks.model_summary=null", "callbacks.lr_monitor=null", timeout=600)
     folds = results(proc.stdout)  # 25 s CPU in all (3.5 min wall at load 25)
     assert len(folds) == 3
-    mean = lambda key: sum(f[key] for f in folds) / len(folds)  # noqa: E731
+    mean = lambda key: sum(f[key] for f in folds) / len(folds)
     assert mean("test/acc") >= 0.78, folds
     assert mean("test/f1") >= 0.70 and min(f["test/f1"] for f in folds) >= 0.60, folds
     import runpy

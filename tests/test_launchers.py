@@ -5,7 +5,6 @@ import csv
 import json
 
 import pytest
-
 from conftest import QUIET, compose, csv_test_metrics, run_cli, run_dirs
 from test_ddp import PROBE, TINY, probe_env
 

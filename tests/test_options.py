@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import compose
 
 QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
@@ -168,7 +167,7 @@ def test_eval_data_overrides_change_the_stored_data_config(ema_run, tmp_path):
 def test_compile_wraps_the_forward_and_keeps_checkpoint_keys(tmp_path):
     """model.compile=true: the net runs through torch.compile; state-dict keys stay those of
     the plain net, so checkpoints load either way."""
-    model, x, _ = classifier(tmp_path, "model.compile=true")
+    model, _, _ = classifier(tmp_path, "model.compile=true")
     plain, _, _ = classifier(tmp_path / "plain")
     model.setup("fit")
     assert isinstance(model._forward, torch._dynamo.eval_frame.OptimizedModule)

@@ -11,7 +11,6 @@ import time
 
 import pytest
 import yaml
-
 from conftest import ROOT, compose
 
 README = (ROOT / "README.md").read_text()
@@ -94,12 +93,12 @@ def readme_commands(text: str = README) -> list[str]:
     """Commands in code blocks (a `$ ` prompt and trailing `# comments` stripped) and in inline
     code that starts like a command; whitespace normalized, first occurrence kept."""
     found = []
-    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.S | re.M):
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.DOTALL | re.MULTILINE):
         for line in block.splitlines():
             line = re.sub(r"\s+#.*$", "", line.strip().removeprefix("$ ")).strip()
             if line.startswith(STARTS):
                 found += [part.strip() for part in line.split("&&")]
-    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
     found += [code for code in re.findall(r"`([^`\n]+)`", prose) if code.startswith(STARTS)]
     return list(dict.fromkeys(re.sub(r"\s+", " ", c) for c in found))
 
@@ -118,7 +117,7 @@ def test_every_readme_command_is_covered(command):
         f"README command {command!r} is run by no test: add a test and list it in COVERED")
     if command in COVERED and COVERED[command] != ".ci/run":
         file, name = COVERED[command].split("::")
-        assert re.search(rf"^def {name}\(", (ROOT / "tests" / file).read_text(), re.M), (
+        assert re.search(rf"^def {name}\(", (ROOT / "tests" / file).read_text(), re.MULTILINE), (
             f"{COVERED[command]} does not exist")
 
 
@@ -184,7 +183,7 @@ def cli_cpu(*args: str, log_dir) -> tuple[subprocess.CompletedProcess, float, fl
 
 def readme_error_examples() -> list[tuple[str, str]]:
     """(`$ python src/train.py ...`, the `error:` line printed below it) in README blocks."""
-    return re.findall(r"^\$ (python src/train\.py [^\n]+)\n(error: [^\n]+)$", README, re.M)
+    return re.findall(r"^\$ (python src/train\.py [^\n]+)\n(error: [^\n]+)$", README, re.MULTILINE)
 
 
 def test_readme_error_examples_are_what_users_see(tmp_path):
@@ -205,7 +204,7 @@ def test_readme_error_examples_are_what_users_see(tmp_path):
 def test_help_lists_every_group_and_option(tmp_path):
     proc, wall, cpu = cli_cpu("--help", log_dir=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    listed = dict(re.findall(r"^([a-z_/]+): (.+)$", proc.stdout.split("== Config ==")[0], re.M))
+    listed = dict(re.findall(r"^([a-z_/]+): (.+)$", proc.stdout.split("== Config ==")[0], re.MULTILINE))
     for group in ("data", "model", "trainer", "logger", "debug", "experiment", "hparams_search"):
         options = sorted(p.stem for p in (ROOT / "configs" / group).glob("*.yaml"))
         assert listed[group].split(", ") == options, group

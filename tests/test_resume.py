@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import QUIET, ROOT, compose, run_dirs
 
 # the README's "any key" command, on 4 batches of 32 per epoch; last.ckpt at each epoch's end
