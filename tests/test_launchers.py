@@ -25,7 +25,8 @@ def in_process(tmp_path_factory) -> dict[float, dict]:
     return out
 
 
-@pytest.mark.parametrize("launcher", ["submitit_local", "joblib"])
+@pytest.mark.parametrize("launcher", ["submitit_local",
+                                      pytest.param("joblib", marks=pytest.mark.slow)])
 def test_every_launcher_gives_the_same_results(launcher, in_process, tmp_path):
     """`python src/train.py -m hydra/launcher=NAME model.optimizer.lr=0.01,0.1`: each job runs
     in a process of its own and ends with exactly the in-process metrics; one summary."""
