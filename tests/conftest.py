@@ -24,14 +24,29 @@ QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
 QUIET_EVAL = ["extras.print_config=false"]
 
 
+def on_ci() -> bool:
+    """CI services (GitHub Actions, GitLab, ...) set CI=true."""
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def require_shared(relative: str) -> Path:
+    """The path of ../shared/data/<relative>. Absent: a skip with the reason, except on CI
+    (CI=true), where a missing copy is a failure: a green CI run has run the real-data tests."""
+    src = SHARED_DATA / relative
+    if not src.exists():
+        reason = f"real data {src} is absent (see ../shared/data/README.md)"
+        if on_ci():
+            pytest.fail(f"{reason}; CI=true, so this fails instead of skipping")
+        pytest.skip(reason)
+    return src
+
+
 @pytest.fixture
 def shared_data(tmp_path):
-    """Copy a folder of ../shared/data (read-only there) into tmp; skip when it is absent."""
+    """Copy a folder of ../shared/data (read-only there) into tmp (see require_shared)."""
 
     def copy(relative: str) -> Path:
-        src = SHARED_DATA / relative
-        if not src.exists():
-            pytest.skip(f"real data {src} is absent (see ../shared/data/README)")
+        src = require_shared(relative)
         dst = tmp_path / "shared" / relative
         shutil.copytree(src, dst)
         for path in dst.rglob("*"):  # copies keep the read-only bits: make them writable

@@ -1,6 +1,7 @@
 """A callback that DDP tests add with `+callbacks.rank_probe`: each rank writes what it trains
-with (rank, learning rate, run dir) to `<out>/<random>.json`, outside the run dir."""
+with (rank, learning rate, run dir, process id) to `<out>/<random>.json`, outside the run dir."""
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -15,5 +16,5 @@ class RankProbe(Callback):
         self.out.mkdir(parents=True, exist_ok=True)
         record = {"rank": trainer.global_rank, "world_size": trainer.world_size,
                   "lr": trainer.optimizers[0].param_groups[0]["lr"],
-                  "root_dir": str(Path(trainer.default_root_dir).resolve())}
+                  "root_dir": str(Path(trainer.default_root_dir).resolve()), "pid": os.getpid()}
         (self.out / f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))

@@ -13,9 +13,9 @@ def test_default_graph_needs_the_edges(cli):
     alone cannot (one multirun: one interpreter start for both)."""
     proc = cli("train.py", "hydra.mode=MULTIRUN", "model=gnn,mlp", "trainer.max_epochs=60", *QUICK)
     gcn, mlp = results(proc.stdout)
-    assert gcn["test/acc"] >= 0.90, gcn
-    assert mlp["test/acc"] <= 0.60, mlp
-    assert gcn["test/acc"] - mlp["test/acc"] >= 0.30
+    assert gcn["test/acc"] >= 0.90, gcn  # README: "a GCN reaches over 90%"
+    assert 0.30 <= mlp["test/acc"] <= 0.50, mlp  # "an MLP stays near 40%" (chance: 25%)
+    assert gcn["test/acc"] - mlp["test/acc"] >= 0.40
 
 
 def test_model_gnn_selects_graph_data_and_data_wins(tmp_path):
@@ -43,14 +43,16 @@ def test_incompatible_pair_is_one_line(tmp_path):
 
 
 def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
-    """The paper's recipe on real Cora (copied raw files, no network), shortened: >= 78%.
-    eval.py on the best checkpoint prints the same test metrics and writes node predictions."""
+    """The papers' recipes on real Cora (copied raw files, no network), shortened to 100 epochs
+    in one multirun: GCN and GAT >= 78% (measured 80.4%, 82.0%). eval.py on GCN's best
+    checkpoint prints the same test metrics and writes node predictions."""
     data = shared_data("Planetoid").parent
-    proc = cli("train.py", "experiment=gcn_cora", "trainer.max_epochs=100",
-               f"paths.data_dir={data}", *QUICK)
-    (train,) = results(proc.stdout)
-    assert train["test/acc"] >= 0.78, train
-    ckpt = next((run_dirs(tmp_path / "logs")[0] / "checkpoints").glob("epoch_*.ckpt"))
+    proc = cli("train.py", "hydra.mode=MULTIRUN", "experiment=gcn_cora,gat_cora",
+               "trainer.max_epochs=100", f"paths.data_dir={data}", *QUICK, timeout=600)
+    train, gat = results(proc.stdout)
+    assert train["test/acc"] >= 0.78 and gat["test/acc"] >= 0.78, (train, gat)
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    ckpt = next((sweep / "0" / "checkpoints").glob("epoch_*.ckpt"))
     proc = cli("eval.py", f"ckpt_path={ckpt}", "extras.print_config=false", quiet=False)
     (evaluated,) = results(proc.stdout)
     assert evaluated["test/acc"] == pytest.approx(train["test/acc"], abs=1e-4)
@@ -63,12 +65,32 @@ def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
         train["test/acc"], abs=1e-3)
 
 
-def test_gin_mutag_fold_run(cli, shared_data):
+def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
+    """`-m experiment=gin_mutag data.fold=...` on 3 of the 10 folds, shortened to 50 epochs
+    (one multirun). Predicting the majority class scores 0.63-0.68 accuracy and 0.40 macro-F1
+    on a fold of 19 graphs: the bars below are out of a broken model's reach (measured:
+    0.789, 0.895, 0.789; F1 0.73-0.86). bench/graph_sweep.py reads the same sweep."""
     data = shared_data("TUDataset/MUTAG").parents[1]
-    proc = cli("train.py", "experiment=gin_mutag", "data.fold=3", "trainer.max_epochs=20",
-               f"paths.data_dir={data}", *QUICK)
-    (fold,) = results(proc.stdout)
-    assert fold["test/acc"] >= 0.70, fold  # 19 graphs; the 10-fold mean is in docs/graph.md
+    proc = cli("train.py", "hydra.mode=MULTIRUN", "experiment=gin_mutag", "data.fold=0,3,6",
+               "trainer.max_epochs=50", f"paths.data_dir={data}", "logger=csv",
+               "callbacks.model_summary=null", "callbacks.lr_monitor=null", timeout=600)
+    folds = results(proc.stdout)  # 25 s CPU in all (3.5 min wall at load 25)
+    assert len(folds) == 3
+    mean = lambda key: sum(f[key] for f in folds) / len(folds)
+    assert mean("test/acc") >= 0.78, folds
+    assert mean("test/f1") >= 0.70 and min(f["test/f1"] for f in folds) >= 0.60, folds
+    import runpy
+
+    from conftest import ROOT
+
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    bench = runpy.run_path(str(ROOT / "bench" / "graph_sweep.py"))
+    line = bench["summarize"]([sweep], "test/acc")
+    import re
+
+    printed = float(re.search(r"test/acc ([0-9.]+) ± ", line).group(1))
+    assert printed == pytest.approx(mean("test/acc") * 100, abs=0.01) and "over 3 jobs" in line
+    assert "best epoch" in bench["best_epoch_of_mean_curve"]([sweep], "val/acc")
 
 
 def test_folds_partition_mutag(shared_data):
@@ -118,9 +140,10 @@ def test_every_net_gives_class_scores(conv, task):
 def test_ddp_eval_equals_single_process(cli, shared_data, tmp_path, overrides):
     """Training runs under 2-process gloo DDP, and testing one checkpoint under DDP gives the
     single-process metrics: each node (single graph) or graph (mini-batches) counts once."""
-    data = shared_data("TUDataset/MUTAG").parents[1]
+    if "data=mutag" in overrides:  # the SBM graph is generated: no shared data needed
+        overrides = [*overrides, f"paths.data_dir={shared_data('TUDataset/MUTAG').parents[1]}"]
     ddp = ["+trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
-    cli("train.py", *overrides, "trainer.max_epochs=5", f"paths.data_dir={data}", *QUICK, *ddp)
+    cli("train.py", *overrides, "trainer.max_epochs=5", *QUICK, *ddp)
     ckpt = next((run_dirs(tmp_path / "logs")[0] / "checkpoints").glob("epoch_*.ckpt"))
     quiet = ["extras.print_config=false", "predictions=false"]
     (single,) = results(cli("eval.py", f"ckpt_path={ckpt}", *quiet, quiet=False).stdout)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import SHARED_DATA, compose, results, run_dirs
+from conftest import compose, require_shared, results, run_dirs
 
 # a small segmentation recipe on 24^3 phantoms (16^3 patches, a 3-level U-Net)
 TINY_SEG = ["model=unet3d", "data.num_volumes=24", "data.size=24", "data.size_jitter=3",
@@ -112,9 +112,7 @@ def test_written_mask_keeps_input_affine_and_header(tmp_path):
 
 
 def hippocampus_cases(dst: Path, count: int, images="imagesTr", labels="labelsTr") -> Path:
-    src = SHARED_DATA / "Hippocampus"
-    if not src.is_dir():
-        pytest.skip(f"real data {src} is absent (see ../shared/data/README)")
+    src = require_shared("Hippocampus")
     names = sorted(p.name for p in (src / "images").iterdir())[:count]
     for sub, folder in ((images, "images"), (labels, "labels")):
         (dst / sub).mkdir(parents=True)

@@ -38,10 +38,13 @@ def assert_same_weights(a: dict, b: dict) -> None:
     assert not different, f"weights differ: {different[:5]}"
 
 
-def reference(tmp_path) -> Path:
-    ref = train(tmp_path / "ref")
+@pytest.fixture(scope="module")
+def ref_run(tmp_path_factory) -> Path:
+    """The uninterrupted run both kill-resume tests compare with (trained once per module)."""
+    logs = tmp_path_factory.mktemp("ref")
+    ref = train(logs)
     assert ref.returncode == 0, ref.stderr[-3000:]
-    return run_dirs(tmp_path / "ref")[0]
+    return run_dirs(logs)[0]
 
 
 def assert_same_as_reference(run: Path, ref_run: Path) -> None:
@@ -53,9 +56,9 @@ def assert_same_as_reference(run: Path, ref_run: Path) -> None:
     assert not list((run / "checkpoints").glob("*.tmp")), "no temp file left behind"
 
 
-def test_resume_after_kill_9_is_bit_identical(tmp_path):
+def test_resume_after_kill_9_is_bit_identical(tmp_path, ref_run):
     """kill -9 mid-epoch, resume, kill -9 right after a checkpoint, resume: same weights."""
-    ref_run, logs = reference(tmp_path), tmp_path / "logs"
+    logs = tmp_path / "logs"
     last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
     p = train(logs, fault=(5, "sigkill"))  # step 5 of epoch 0; last.ckpt was written at step 4
     assert p.returncode == -9 and last()["global_step"] == 4
@@ -69,9 +72,9 @@ def test_resume_after_kill_9_is_bit_identical(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_six_failures_is_bit_identical(tmp_path):
+def test_resume_after_six_failures_is_bit_identical(tmp_path, ref_run):
     """One run broken six ways in a row, resumed each time, equals an unbroken run."""
-    ref_run, logs = reference(tmp_path), tmp_path / "logs"
+    logs = tmp_path / "logs"
     last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
 
     p = train(logs, fault=(5, "sigkill"))  # kill -9 mid-epoch

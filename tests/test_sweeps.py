@@ -45,7 +45,7 @@ def command(log_dir: Path, *overrides: str) -> list[str]:
 def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
     proc = cli("train.py", "hydra.mode=MULTIRUN", "model.optimizer.lr=0.003,-1.0", "seed=1,2",
                *FAST, check=False)
-    assert proc.returncode != 0, "a failed job must fail the sweep"
+    assert proc.returncode == 1, "a failed job fails the sweep with exit code 1 (docs/sweeps.md)"
     [sweep] = list((tmp_path / "logs" / "train" / "multiruns").glob("*"))
     rows = read_summary(sweep)
     assert [r["status"] for r in rows] == ["completed", "completed", "failed", "failed"]
@@ -65,11 +65,11 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
 
 
 def test_search_records_failed_and_pruned_trials(cli, tmp_path):
-    """4 trials: one raises (dropout 1.5 is refused by torch), one is pruned (lr=1e-7 learns
+    """3 trials: one raises (dropout 1.5 is refused by torch), one is pruned (lr=1e-7 learns
     nothing: its epoch-0 val/acc is below the completed trial's), the study goes on and writes
     its best params, history plot and summary. The dropout space comes from the command line."""
     log_dir = tmp_path / "logs"
-    cli("train.py", *SEARCH, "hydra.sweeper.n_trials=4", "model.net.dropout=choice(0.1,1.5)",
+    cli("train.py", *SEARCH, "hydra.sweeper.n_trials=3", "model.net.dropout=choice(0.1,1.5)",
         "hydra.sweeper.enqueue_trials=[{model.net.dropout:1.5},"
         "{model.optimizer.lr:0.003,model.net.dropout:0.1},"
         "{model.optimizer.lr:1.0e-7,model.net.dropout:0.1}]",
@@ -77,7 +77,7 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
         "n_warmup_steps:0}")
     trials = load_trials(log_dir)
     states = [t.state.name for t in trials]
-    assert len(trials) == 4 and states[:3] == ["FAIL", "COMPLETE", "PRUNED"], states
+    assert states == ["FAIL", "COMPLETE", "PRUNED"], states
     assert "a probability in [0, 1)" in trials[0].user_attrs["error"]
     assert trials[0].params["model.net.dropout"] == 1.5
     out = study_dir(log_dir)
@@ -86,7 +86,7 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
     assert best["best_value"] == max(t.value for t in completed)
     assert (out / "optimization_history.png").stat().st_size > 0
     rows = read_summary(out)
-    assert [r["status"] for r in rows][:3] == ["failed", "completed", "pruned"]
+    assert [r["status"] for r in rows] == ["failed", "completed", "pruned"]
     assert "a probability in [0, 1)" in rows[0]["error"]
     # DDP-safe: each trial's params are ordinary overrides of its job (what a child rank re-reads)
     overrides = yaml.safe_load((out / "trial_1" / ".hydra" / "overrides.yaml").read_text())

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import results, run_dirs
+from conftest import compose, results, run_dirs
 
 FAST = ["trainer.fast_dev_run=true", "data.num_workers=0", "logger=csv"]
 
@@ -15,30 +15,6 @@ def write_idx(path, array: np.ndarray) -> None:
     header = bytes([0, 0, 8, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
     with gzip.open(path, "wb") as f:
         f.write(header + array.astype(np.uint8).tobytes())
-
-
-def test_mnist_from_local_test_split(cli, shared_data):
-    """The shared copy has only the 10k test split: it is split into train/val/test."""
-    root = shared_data("MNIST")
-    proc = cli("train.py", "data=mnist", f"data.data_dir={root}", "data.download=false", *FAST)
-    assert "splitting its 10000 images" in proc.stdout + proc.stderr
-
-
-def test_fashion_mnist_reads_idx_files(tmp_path, cli):
-    raw = tmp_path / "data" / "FashionMNIST" / "raw"
-    raw.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for prefix, n in (("train", 300), ("t10k", 100)):
-        write_idx(raw / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 255, (n, 28, 28)))
-        write_idx(raw / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 10)
-    cli("train.py", "data=fashion_mnist", f"data.data_dir={tmp_path / 'data'}",
-        "data.download=false", *FAST)
-    from litlab.data.vision_downloads import FashionMNISTDataModule
-
-    dm = FashionMNISTDataModule(data_dir=str(tmp_path / "data"), download=False)
-    dm.setup()  # the official split is kept: train/val from the 300, test = the 100
-    assert len(dm.train_set) + len(dm.val_set) == 300 and len(dm.test_set) == 100
-    assert [int(dm.test_set[i][1]) for i in range(12)] == [i % 10 for i in range(12)]
 
 
 def test_corrupt_idx_file_is_a_user_error(tmp_path):
@@ -55,31 +31,80 @@ def test_corrupt_idx_file_is_a_user_error(tmp_path):
         MNISTDataModule(data_dir=str(tmp_path), download=False).setup()
 
 
-def test_imagefolder_from_written_images(tmp_path, cli):
-    """Both layouts (class folders; train/ and val/ of class folders) in one multirun: one
-    interpreter start for the two fast_dev_runs."""
+def write_images(root, splits: list[str], classes=("cat", "dog", "fox"), n: int = 8) -> None:
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    for layout, splits in (("flat", [""]), ("splits", ["train", "val"])):
-        for split in splits:
-            for cls in ("cat", "dog", "fox"):
-                folder = tmp_path / layout / split / cls
-                folder.mkdir(parents=True)
-                for i in range(8):
-                    image = rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)
-                    Image.fromarray(image).save(folder / f"{i}.png")
-    cli("train.py", "hydra.mode=MULTIRUN", "data=imagefolder", "data.image_size=16",
-        f"data.root={tmp_path / 'flat'},{tmp_path / 'splits'}", "model=resnet18", *FAST)
-    from litlab.data.vision import ImageFolderDataModule
+    for split in splits:
+        for cls in classes:
+            folder = root / split / cls
+            folder.mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(folder / f"{i}.png")
 
-    flat = ImageFolderDataModule(root=str(tmp_path / "flat"), image_size=16)
-    flat.setup()  # one folder: split by seed, stratified
-    assert flat.classes == ["cat", "dog", "fox"]
-    assert len(flat.train_set) + len(flat.val_set) + len(flat.test_set) == 24
-    splits = ImageFolderDataModule(root=str(tmp_path / "splits"), image_size=16)
-    splits.setup()  # train/ and val/ used as they are
-    assert len(splits.train_set) == 24 and len(splits.val_set) == 24
+
+def write_fashion_mnist(data_dir) -> None:
+    raw = data_dir / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 300), ("t10k", 100)):
+        write_idx(raw / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 255, (n, 28, 28)))
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+
+
+# README commands run with `debug=fdr` (one batch of train, val and test, no checkpoints), in
+# this process: (overrides, net class, dims, (train, val, test) sizes)
+VISION_RUNS = {
+    "mnist": (["data=mnist", "data.data_dir=@shared/MNIST", "data.download=false"],
+              "SmallCNN", {"in_channels": 1, "num_classes": 10, "image_size": 28}, 10000),
+    "fashion_mnist": (["data=fashion_mnist", "data.data_dir=@tmp", "data.download=false"],
+                      "SmallCNN", {"in_channels": 1, "num_classes": 10, "image_size": 28}, 400),
+    "imagefolder-resnet18": (["data=imagefolder", "data.root=@tmp/flat", "data.image_size=16",
+                              "model=resnet18"],
+                             "ResNet", {"in_channels": 3, "num_classes": 3, "image_size": 16}, 24),
+    "imagefolder-splits": (["data=imagefolder", "data.root=@tmp/splits", "data.image_size=16"],
+                           "SmallCNN", {"in_channels": 3, "num_classes": 3, "image_size": 16}, 72),
+    "digits_resnet18": (["experiment=digits_resnet18"],
+                        "ResNet", {"in_channels": 1, "num_classes": 10, "image_size": 8}, 1797),
+}
+
+
+@pytest.mark.parametrize("name", list(VISION_RUNS))
+def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
+    """`python src/train.py data=... [model=...] debug=fdr`, in process: the data reaches the
+    net with the datamodule's shape and classes, every image lands in a split, one batch of
+    each stage gives metrics, and fast_dev_run writes no best checkpoint."""
+    from litlab.config import build
+    from litlab.recipes.train import train
+
+    overrides, net_class, dims, total = VISION_RUNS[name]
+    if name == "mnist":  # the shared copy holds only the 10k test split: it is split in three
+        mnist = str(shared_data("MNIST"))
+        overrides = [o.replace("@shared/MNIST", mnist) for o in overrides]
+    write_fashion_mnist(tmp_path)
+    write_images(tmp_path / "flat", [""])
+    write_images(tmp_path / "splits", ["train", "val"])
+    built = {}
+    real_datamodule, real_model = build.datamodule, build.model
+    monkeypatch.setattr(build, "datamodule", lambda cfg: built.setdefault("dm", real_datamodule(cfg)))
+    monkeypatch.setattr(build, "model", lambda cfg, dm: built.setdefault("model", real_model(cfg, dm)))
+    cfg = compose("train", [*[o.replace("@tmp", str(tmp_path)) for o in overrides], "debug=fdr",
+                            "data.num_workers=0", "logger=csv", "extras.print_config=false",
+                            "callbacks.rich_progress_bar=null"], output_dir=tmp_path / "run")
+    metrics = train(cfg).metrics
+    dm, model = built["dm"], built["model"]
+    assert type(model.net).__name__ == net_class and dm.dims == dims
+    sizes = [len(dm.train_set), len(dm.val_set), len(dm.test_set)]
+    assert sum(sizes) == total and min(sizes) > 0, sizes
+    for split in ("train", "val", "test"):
+        assert 0 <= metrics[f"{split}/acc"] <= 1 and metrics[f"{split}/loss"] > 0, metrics
+    assert not list((tmp_path / "run").glob("checkpoints/epoch_*.ckpt"))  # no best checkpoint
+    if name == "fashion_mnist":  # the official split is kept: train/val from the 300, test = 100
+        assert sizes[2] == 100 and [int(dm.test_set[i][1]) for i in range(12)] == [i % 10 for i in range(12)]
+    if name.startswith("imagefolder"):
+        assert dm.classes == ["cat", "dog", "fox"]
+    if name == "imagefolder-splits":  # train/ and val/ used as they are; no test/: val tests
+        assert sizes[:2] == [24, 24] and dm.test_set is dm.val_set
 
 
 def test_default_recipe_learns_and_eval_reproduces_it(tmp_path, cli):

@@ -12,10 +12,23 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 
 class _AppendingWriter(ExperimentWriter):
+    def _header(self) -> list[str]:
+        if not self._fs.isfile(self.metrics_file_path):
+            return []
+        with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+            return next(csv.reader(f), [])
+
     def _check_log_dir_exists(self) -> None:
-        if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
-                self.metrics_keys = sorted(next(csv.reader(f), []))
+        self.metrics_keys = sorted(self._header())
+
+    def _record_new_keys(self) -> set[str]:
+        """Keys missing from the file's header (then it is rewritten). The header is re-read:
+        another copy of this writer may have grown it (under trainer=ddp_spawn the spawned
+        rank 0 writes the fit's metrics, then the test's copy starts from the parent's)."""
+        header = self._header()
+        self.metrics_keys = sorted(set(self.metrics_keys) | set(header))
+        super()._record_new_keys()
+        return set(self.metrics_keys) - set(header)
 
 
 class ResumableCSVLogger(CSVLogger):

@@ -60,7 +60,7 @@ class LitModule(L.LightningModule):
         self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"], logger=False)
         self.net = net
         self._optimizer, self._scheduler = optimizer, scheduler
-        self._forward = net
+        self._set_forward(net)
         for split in SPLITS:
             setattr(self, f"{split}_metrics", self.make_metrics().clone(prefix=f"{split}/"))
             # a metric, not a logged float: Lightning's own DDP mean truncates the synced
@@ -81,13 +81,23 @@ class LitModule(L.LightningModule):
 
         unpad_eval_shards()  # exact val/test metrics under DDP, in every process that runs
         if self.hparams.compile and self._forward is self.net:
-            self._forward = torch.compile(self.net)
+            self._set_forward(torch.compile(self.net))
+
+    def _set_forward(self, fn) -> None:
+        """What forward calls: the net or its compiled wrapper. Kept out of nn.Module's registry,
+        so state-dict keys are the net's alone (`net.*`) and a checkpoint of a compiled run
+        loads into a plain one and back."""
+        self.__dict__["_forward"] = fn
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Before the weights are loaded: a checkpoint of another net (another model=, other
-        model.net settings) is refused in one line that names the net it holds."""
+        model.net settings) is refused in one line that names the net it holds. Checkpoints
+        written before _set_forward held a second copy of the net's weights under `_forward.`
+        (or `_forward._orig_mod.`): it is dropped, `net.*` holds the same tensors."""
         ours = self.state_dict()
         theirs = checkpoint.get("state_dict", {})
+        for key in [k for k in theirs if k.startswith("_forward.")]:
+            del theirs[key]
         wrong = [k for k in ours if k in theirs and tuple(theirs[k].shape) != tuple(ours[k].shape)]
         missing = [k for k in ours if k not in theirs]
         if not wrong and not missing:
