@@ -330,3 +330,20 @@ def test_ctrl_c_during_the_simulation_leaves_no_process(tmp_path):
     assert "interrupted: the simulation was stopped and its workers ended" in rest
     time.sleep(1)
     assert _marked(marker) == []
+
+
+@pytest.mark.slow
+def test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary(tmp_path):
+    """README's `-m federate.alpha=...` sweep, with FedProx and int8 updates: one job per alpha,
+    both completed, in the sweep summary every multirun writes; no process left behind."""
+    import csv
+
+    proc, left = _run_marked(tmp_path, "-m", "federate.alpha=0.1,1.0", "federate/strategy=fedprox",
+                             "federate.strategy.proximal_mu=0.1", "federate.compression=int8",
+                             "federate.num_clients=2", "federate.rounds=1", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not left, left
+    [summary] = (tmp_path / "logs").glob("*/multiruns/*/summary.csv")
+    rows = list(csv.DictReader(summary.open()))
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    assert sorted(r["federate.alpha"] for r in rows) == ["0.1", "1.0"]

@@ -72,6 +72,51 @@ COVERED = {
     ".venv/bin/python -m pytest tests/test_bad_inputs.py": ".ci/run",
     '.venv/bin/python -m pytest -m "slow or not slow" tests/test_reliability.py tests/test_bad_inputs.py': ".ci/run",
     "python -m pytest": ".ci/run",
+    '.venv/bin/python -m pytest -m "slow or not slow" tests/test_reliability.py tests/test_reliability_faults.py': ".ci/run",
+    ".venv/bin/python -m pytest tests/test_reliability_inputs.py": ".ci/run",
+    "python src/train.py -m experiment=gin_mutag data.fold=0,1,2,3,4,5,6,7,8,9 data.val_fraction=0 "
+    "callbacks.model_checkpoint=null trainer.max_epochs=100":
+        "test_reliability_faults.py::test_xu_protocol_command_runs_under_multirun",
+    # start here
+    "PYTHONPATH=$PWD/src": "test_notebooks.py::test_notebook_runs",
+    "make doctor": "test_start.py::test_doctor_reports_facts_and_fails_on_an_unwritable_log_dir",
+    "make doctor ARGS=--json": "test_start.py::test_doctor_reports_facts_and_fails_on_an_unwritable_log_dir",
+    "make new-task NAME=mytask FROM=vision": "test_start.py::test_new_task_copies_every_domain_and_touches_nothing_else",
+    "python src/train.py experiment=mytask": "test_start.py::test_new_task_copies_every_domain_and_touches_nothing_else",
+    "python -m pytest tests/test_mytask.py": "test_start.py::test_the_copied_test_passes",
+    # install and threads
+    "pip install -e .": "test_repo_basics.py::test_editable_install_imports_litlab_without_pythonpath",
+    "make train TORCH=cpu": "test_repo_basics.py::test_make_installs_cpu_torch_only_when_asked",
+    "python src/train.py threads=2": "test_threads.py::test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both",
+    "python src/train.py -m hparams_search=digits_cnn hydra.sweeper.n_trials=5 trainer.max_epochs=3":
+        "test_study_resume.py::test_a_real_search_resumed_with_another_budget",
+    # inspect
+    "python src/train.py callbacks=inspect": "test_inspect.py::test_confusion_matrix_counts_the_test_set_and_matches_test_acc",
+    "python src/train.py logger=mlflow": "test_inspect.py::test_mlflow_run_reads_back_with_params_metrics_and_artifacts",
+    "python src/train.py profiler=pytorch": "test_inspect.py::test_pytorch_profiler_tables_name_the_convolution_and_memory",
+    "python src/train.py tune=lr": "test_inspect.py::test_lr_finder_suggestion_is_in_range_and_is_the_lr_trained_with",
+    "python src/train.py tune=batch_size": "test_inspect_domains.py::test_batch_size_finder_sets_the_batch_size_trained_with",
+    # deploy, compress, federated
+    "python src/eval.py ckpt_path=...": "test_options.py::test_eval_split_val_scores_and_predicts_the_validation_split",
+    "python src/export.py ckpt_path=logs/train/runs/<timestamp>/checkpoints/last.ckpt":
+        "test_export.py::test_digits_formats_verified",
+    "python src/serve.py model_path=logs/export/runs/<timestamp>/model.onnx":
+        "test_serve.py::test_uploaded_images_get_eval_predictions",
+    "python src/compress.py ckpt_path=PATH compress=prune compress.prune.ratio=0.1":
+        "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",
+    "python src/compress.py ckpt_path=PATH compress=distill":
+        "test_compress.py::test_distilled_student_trains_and_eval_reproduces_it",
+    "python src/compress.py ckpt_path=PATH compress=quantize":
+        "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",
+    "python src/compress.py ckpt_path=PATH compress=[distill,quantize]":
+        "test_compress.py::test_every_compress_option_composes_and_chains_in_order",
+    "python src/federate.py": "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
+    "python src/federate.py -m federate.alpha=0.1,0.5,1.0":
+        "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
+    "python src/federate.py federate/strategy=fedprox federate.strategy.proximal_mu=0.1":
+        "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
+    "python src/federate.py federate.partition=iid federate.compression=int8":
+        "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
 }
 # needs hardware or set-up this suite cannot have: composed only (test_every_train_command_composes)
 NOT_RUN = {
@@ -81,11 +126,8 @@ NOT_RUN = {
     ". .venv/bin/activate": "set-up",
     "pip install -r requirements.txt": "set-up (make's .venv/.installed step)",
     "make bench": "benchmarks, not a check (BENCHMARKS.md)",
-}
-# documented commands another branch makes work: flip to COVERED when it is merged
-PENDING = {
-    "python src/train.py -m experiment=gin_mutag data.fold=0,1,2,3,4,5,6,7,8,9 data.val_fraction=0 "
-    "callbacks.model_checkpoint=null trainer.max_epochs=100": "fixed on branch reliability",
+    "pip install --index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1":
+        "needs PyTorch's own index (make's TORCH=cpu route is checked with make -n)",
 }
 
 
@@ -121,19 +163,6 @@ def test_every_readme_command_is_covered(command):
             f"{COVERED[command]} does not exist")
 
 
-@pytest.mark.xfail(reason="fixed on branch reliability", strict=False)
-@pytest.mark.parametrize("command", list(PENDING))
-def test_pending_readme_commands(command, tmp_path):
-    """The Xu-protocol GIN command must at least pass validation (one job, one epoch)."""
-    overrides = [o.split(",")[0] for o in command.split()[3:] if o != "-m"]
-    proc = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), *overrides,
-                           f"paths.log_dir={tmp_path}", "trainer.max_epochs=1",
-                           "trainer.limit_train_batches=1", "test=false", "logger=[]",
-                           "extras.print_config=false", "callbacks.rich_progress_bar=null"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-
-
 def overrides_of(command: str) -> list[str]:
     """A README train.py command as compose overrides: placeholders filled, flags dropped, the
     first value of each sweep list."""
@@ -149,8 +178,10 @@ def overrides_of(command: str) -> list[str]:
     return out
 
 
-TRAIN_COMMANDS = [c for c in [*readme_commands(), *PENDING] if c.startswith("python src/train.py")
-                  and c not in ("python src/train.py data=mnits", "python src/train.py model=gnn data=digits")]
+TRAIN_COMMANDS = [c for c in readme_commands() if c.startswith("python src/train.py")
+                  and c not in ("python src/train.py data=mnits", "python src/train.py model=gnn data=digits",
+                                # exists after `make new-task NAME=mytask` (test_start.py)
+                                "python src/train.py experiment=mytask")]
 
 
 @pytest.mark.parametrize("command", TRAIN_COMMANDS)
