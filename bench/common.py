@@ -1,4 +1,5 @@
 """Small helpers shared by the benchmarks: timing commands, medians, Markdown output."""
+
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,14 @@ def plain_trainer(epochs: int, callback, **kwargs):
     import lightning as L
 
     L.seed_everything(0)
-    return L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, callbacks=[callback],
-                     enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
+    return L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=False,
+        callbacks=[callback],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **kwargs,
+    )

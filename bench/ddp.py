@@ -7,6 +7,7 @@ stress test: N short DDP runs, each must exit 0 with no `terminate called` and n
 
 Each run is `python src/train.py ...` in a subprocess, as a user types it, logs in a temp dir.
 """
+
 import argparse
 import statistics
 import subprocess
@@ -20,14 +21,24 @@ QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null", "logge
 # the timed job: the default digits run, a fixed number of epochs (no early stop)
 JOB = ["trainer.max_epochs=10", "callbacks.early_stopping=null"]
 # a stress run: as short as a real run gets (fit, validate, test, exit)
-SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2",
-         "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0"]
+SHORT = [
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=4",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.num_sanity_val_steps=0",
+]
 BAD_SIGNS = ("terminate called", "Traceback", "core dumped", "Aborted")
 
 
 def run(overrides: list[str], log_dir: str) -> tuple[float, subprocess.CompletedProcess]:
-    cmd = [sys.executable, str(ROOT / "src" / "train.py"), f"paths.log_dir={log_dir}",
-           *QUIET, *overrides]
+    cmd = [
+        sys.executable,
+        str(ROOT / "src" / "train.py"),
+        f"paths.log_dir={log_dir}",
+        *QUIET,
+        *overrides,
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     return time.perf_counter() - start, proc
@@ -56,8 +67,10 @@ def timing(repeats: int, extra: list[str]) -> None:
     for name, t in times.items():
         print(f"| {name} | {statistics.median(t):.1f} |")
     verdict = "ok" if ddp / single <= 1.4 else "over the 1.4x bar"
-    print(f"\nratio ddp / 1 process: {ddp / single:.2f}x ({verdict}); {repeats} runs each, "
-          f"overrides: {' '.join(JOB + extra)}")
+    print(
+        f"\nratio ddp / 1 process: {ddp / single:.2f}x ({verdict}); {repeats} runs each, "
+        f"overrides: {' '.join(JOB + extra)}"
+    )
 
 
 def stress(n: int, extra: list[str]) -> int:

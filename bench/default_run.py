@@ -6,6 +6,7 @@ test accuracy >= 98.5%).
 Each run is the full command (start-up, data, 30 epochs, test of the best checkpoint); the
 first seed is the default. Prints wall time and test accuracy per seed, and their medians.
 """
+
 import argparse
 import tempfile
 
@@ -20,8 +21,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             wall, proc = time_command([PY, "src/train.py", f"seed={seed}", f"paths.log_dir={tmp}"])
-            acc = float(next(ln.split()[-1] for ln in proc.stdout.splitlines()
-                             if ln.strip().startswith("test/acc")))
+            acc = float(
+                next(
+                    ln.split()[-1]
+                    for ln in proc.stdout.splitlines()
+                    if ln.strip().startswith("test/acc")
+                )
+            )
             walls.append(wall)
             accs.append(acc)
             rows.append([seed, f"{wall:.1f}", f"{100 * acc:.2f}%"])

@@ -6,6 +6,7 @@ Runs the same recipe as `python src/export.py ckpt_path=PATH` (formats onnx, pt2
 every format verified), then checks the bars: ORT fp32 batch-1 p50 <= 0.7x eager torch; int8
 test accuracy within 1 point of fp32; int8 file <= 0.3x the fp32 file. One intra-op thread.
 """
+
 import argparse
 import os
 import subprocess
@@ -17,9 +18,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def train_default(log_dir: Path) -> Path:
-    subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), f"paths.log_dir={log_dir}",
-                    "extras.print_config=false", "callbacks.rich_progress_bar=null"],
-                   cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "src" / "train.py"),
+            f"paths.log_dir={log_dir}",
+            "extras.print_config=false",
+            "callbacks.rich_progress_bar=null",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return next((log_dir / "train" / "runs").glob("*/checkpoints/last.ckpt"))
 
 
@@ -31,8 +41,12 @@ def main() -> int:
     import importlib.util
 
     if importlib.util.find_spec("litlab") is None:  # the package lives in src/: re-run with it
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
+            ),
+        }
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -52,10 +66,10 @@ def main() -> int:
     print(f"\n{os.cpu_count()} cores shared with other work: timings are noisy\n")
     print("| bar | measured | target | status |\n|---|---|---|---|")
     for name, value, target, ok in [
-            ("ORT fp32 / eager, batch 1 p50", f"{ratio:.2f}x", "<= 0.7x", ratio <= 0.7),
-            ("int8 accuracy drop vs fp32 ONNX", f"{drop * 100:.2f} points", "<= 1 point",
-             drop <= 0.01),
-            ("int8 file / fp32 file", f"{size:.3f}x", "<= 0.3x", size <= 0.3)]:
+        ("ORT fp32 / eager, batch 1 p50", f"{ratio:.2f}x", "<= 0.7x", ratio <= 0.7),
+        ("int8 accuracy drop vs fp32 ONNX", f"{drop * 100:.2f} points", "<= 1 point", drop <= 0.01),
+        ("int8 file / fp32 file", f"{size:.3f}x", "<= 0.3x", size <= 0.3),
+    ]:
         print(f"| {name} | {value} | {target} | {'met' if ok else 'NOT met'} |")
     print("\n| runtime | batch | p50 (ms) | p99 (ms) |\n|---|---|---|---|")
     for x in r["latency"]:

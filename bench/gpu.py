@@ -12,6 +12,7 @@ Then, per model, inference rows: eager fp32 on the GPU next to TensorRT fp16 (To
 `pip install -r requirements-gpu.txt`): samples/s of one eval batch, and the largest output
 difference of TensorRT from eager (skipped, with the reason, where TensorRT cannot run).
 """
+
 import argparse
 import math
 import sys
@@ -29,8 +30,16 @@ SETTINGS = [
     ("gpu 16-mixed (AMP + GradScaler)", ["trainer=gpu", "trainer.precision=16-mixed"], True),
     ("gpu bf16-mixed (trainer=gpu default)", ["trainer=gpu"], True),
     ("gpu bf16-true", ["trainer=gpu", "trainer.precision=bf16-true"], True),
-    ("gpu ddp, NCCL, 1 GPU, bf16-mixed", ["trainer=ddp", "trainer.accelerator=gpu",
-                                          "trainer.devices=1", "trainer.precision=bf16-mixed"], True),
+    (
+        "gpu ddp, NCCL, 1 GPU, bf16-mixed",
+        [
+            "trainer=ddp",
+            "trainer.accelerator=gpu",
+            "trainer.devices=1",
+            "trainer.precision=bf16-mixed",
+        ],
+        True,
+    ),
     ("gpu bf16-mixed + model.compile=true", ["trainer=gpu", "model.compile=true"], True),
     ("gpu fsdp, 1 GPU, bf16-mixed", ["trainer=fsdp", "trainer.devices=1"], True),
 ]
@@ -78,10 +87,21 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
                 self.samples += batch_size(batch)
                 self.start = None
 
-    cfg = train_config([f"model={model_name}", *DOMAINS[model_name], *overrides,
-                   f"trainer.max_epochs={epochs}", "~logger", "callbacks=none",
-                   "extras.print_config=false", "+trainer.enable_progress_bar=false",
-                   "+trainer.enable_model_summary=false", "test=false"], out)
+    cfg = train_config(
+        [
+            f"model={model_name}",
+            *DOMAINS[model_name],
+            *overrides,
+            f"trainer.max_epochs={epochs}",
+            "~logger",
+            "callbacks=none",
+            "extras.print_config=false",
+            "+trainer.enable_progress_bar=false",
+            "+trainer.enable_model_summary=false",
+            "test=false",
+        ],
+        out,
+    )
     with ddp.lifecycle(cfg, ROOT / "src" / "train.py") as ranks:
         L.seed_everything(cfg.seed, workers=True)
         datamodule = build.datamodule(cfg)
@@ -92,12 +112,21 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
         trainer.fit(model, datamodule=datamodule)
         wall = time.perf_counter() - start
         metric = float(trainer.callback_metrics.get(cfg.model.monitor, float("nan")))
-        info = {"precision": str(trainer.precision), "strategy": type(trainer.strategy).__name__,
-                "backend": getattr(trainer.strategy, "process_group_backend", None) or "-",
-                "scaler": type(getattr(trainer.precision_plugin, "scaler", None)).__name__
-                .replace("NoneType", "none")}
-    return {"samples_s": meter.samples / meter.seconds if meter.seconds else float("nan"),
-            "wall": wall, "metric": metric, "monitor": cfg.model.monitor, **info}
+        info = {
+            "precision": str(trainer.precision),
+            "strategy": type(trainer.strategy).__name__,
+            "backend": getattr(trainer.strategy, "process_group_backend", None) or "-",
+            "scaler": type(getattr(trainer.precision_plugin, "scaler", None)).__name__.replace(
+                "NoneType", "none"
+            ),
+        }
+    return {
+        "samples_s": meter.samples / meter.seconds if meter.seconds else float("nan"),
+        "wall": wall,
+        "metric": metric,
+        "monitor": cfg.model.monitor,
+        **info,
+    }
 
 
 def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
@@ -111,8 +140,16 @@ def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
     from litlab.export.tensorrt import compile_fp16, missing
     from litlab.recipes.load import LoadedRun
 
-    cfg = train_config([f"model={model_name}", *DOMAINS[model_name], "~logger",
-                        "callbacks=none", "extras.print_config=false"], out)
+    cfg = train_config(
+        [
+            f"model={model_name}",
+            *DOMAINS[model_name],
+            "~logger",
+            "callbacks=none",
+            "extras.print_config=false",
+        ],
+        out,
+    )
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule).eval()
     spec = spec_for(LoadedRun(model, datamodule, cfg, {}))
@@ -137,8 +174,16 @@ def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
     trt = compile_fp16(net, inputs)
     with torch.inference_mode():
         diff = float((trt(*inputs).float() - net(*inputs).float()).abs().max())
-    return rows + [(model_name, "inference TensorRT fp16", "ok", f"{rate(trt):,.0f}", "",
-                    f"max abs diff vs eager fp32 {diff:.2e}")]
+    return rows + [
+        (
+            model_name,
+            "inference TensorRT fp16",
+            "ok",
+            f"{rate(trt):,.0f}",
+            "",
+            f"max abs diff vs eager fp32 {diff:.2e}",
+        )
+    ]
 
 
 def main() -> int:
@@ -146,8 +191,12 @@ def main() -> int:
     import os
 
     if importlib.util.find_spec("litlab") is None:  # the package lives in src/: re-run with it
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
+            ),
+        }
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=4)
@@ -175,31 +224,61 @@ def main() -> int:
                     r = measure(model_name, overrides + extra, epochs, Path(tmp))
                 ok = math.isfinite(r["metric"])
                 failures += not ok
-                rows.append((model_name, name, "ok" if ok else "FAILED: non-finite metric",
-                             f"{r['samples_s']:,.0f}", f"{r['wall']:.1f}",
-                             f"{r['monitor']}={r['metric']:.3f} ({r['precision']}, "
-                             f"{r['strategy']}, backend {r['backend']}, scaler {r['scaler']})"))
+                rows.append(
+                    (
+                        model_name,
+                        name,
+                        "ok" if ok else "FAILED: non-finite metric",
+                        f"{r['samples_s']:,.0f}",
+                        f"{r['wall']:.1f}",
+                        f"{r['monitor']}={r['metric']:.3f} ({r['precision']}, "
+                        f"{r['strategy']}, backend {r['backend']}, scaler {r['scaler']})",
+                    )
+                )
             except Exception as err:  # one broken setting must not hide the others
                 failures += 1
-                rows.append((model_name, name, f"FAILED: {type(err).__name__}: "
-                             f"{str(err).splitlines()[0][:120] if str(err) else ''}", "", "", ""))
+                rows.append(
+                    (
+                        model_name,
+                        name,
+                        f"FAILED: {type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:120] if str(err) else ''}",
+                        "",
+                        "",
+                        "",
+                    )
+                )
             print(f"  {rows[-1][0]} | {rows[-1][1]} | {rows[-1][2]}", flush=True)
         if not cuda:
-            rows.append((model_name, "inference TensorRT fp16", "skipped: no CUDA device", "",
-                         "", ""))
+            rows.append(
+                (model_name, "inference TensorRT fp16", "skipped: no CUDA device", "", "", "")
+            )
             continue
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 rows += inference_rows(model_name, Path(tmp))
         except Exception as err:  # a TensorRT failure must not hide the training rows
             failures += 1
-            rows.append((model_name, "inference TensorRT fp16", f"FAILED: {type(err).__name__}: "
-                         f"{str(err).splitlines()[0][:120] if str(err) else ''}", "", "", ""))
+            rows.append(
+                (
+                    model_name,
+                    "inference TensorRT fp16",
+                    f"FAILED: {type(err).__name__}: "
+                    f"{str(err).splitlines()[0][:120] if str(err) else ''}",
+                    "",
+                    "",
+                    "",
+                )
+            )
         print(f"  {rows[-1][0]} | {rows[-1][1]} | {rows[-1][2]}", flush=True)
-    print(f"\n{device}, {epochs} epochs of data=digits (default batch_size), "
-          f"throughput after epoch 1\n")
-    print("| model | setting | check | samples/s (train; inference rows: eval batch) | "
-          "fit wall (s) | details |")
+    print(
+        f"\n{device}, {epochs} epochs of data=digits (default batch_size), "
+        f"throughput after epoch 1\n"
+    )
+    print(
+        "| model | setting | check | samples/s (train; inference rows: eval batch) | "
+        "fit wall (s) | details |"
+    )
     print("|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -11,6 +11,7 @@ is left out: warm-up); the bar applies to the median per-pair ratio of CPU time:
 row runs the loop as a minimal LightningModule with everything off: Lightning's own floor. Needs
 Cora's raw files in <data_dir>/Planetoid/Cora/raw (default: ../shared/data copied to a temp dir).
 """
+
 import argparse
 import shutil
 import statistics
@@ -37,8 +38,15 @@ def since(start: tuple[float, float]) -> tuple[float, float]:
 
 NETS = {  # the nets of configs/model/{gnn,gat}.yaml as the experiments use them
     "gcn_cora": {"conv": "gcn", "hidden_channels": 16, "dropout": 0.5, "lr": 0.01},
-    "gat_cora": {"conv": "gat", "hidden_channels": 64, "heads": 8, "dropout": 0.6,
-                 "attention_dropout": 0.6, "act": "elu", "lr": 0.005},
+    "gat_cora": {
+        "conv": "gat",
+        "hidden_channels": 64,
+        "heads": 8,
+        "dropout": 0.6,
+        "attention_dropout": 0.6,
+        "act": "elu",
+        "lr": 0.005,
+    },
 }
 
 
@@ -103,15 +111,29 @@ def paired_timer(hand: HandWritten):
     return PairedEpochs()
 
 
-def template_pairs(experiment: str, data_dir: Path, epochs: int, out: Path,
-                   bare: bool = False) -> list:
+def template_pairs(
+    experiment: str, data_dir: Path, epochs: int, out: Path, bare: bool = False
+) -> list:
     """The template's fit as train.py builds it; `bare`: no callbacks and no logger."""
-    callbacks = (["callbacks=none", "logger=[]"] if bare else
-                 ["callbacks.rich_progress_bar=null", "callbacks.model_summary=null"])
-    cfg = train_config([f"experiment={experiment}", f"trainer.max_epochs={epochs}", "seed=0",
-                   f"paths.data_dir={data_dir}", "extras.print_config=false",
-                   "+trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
-                   "+trainer.enable_model_summary=false", *callbacks], out)
+    callbacks = (
+        ["callbacks=none", "logger=[]"]
+        if bare
+        else ["callbacks.rich_progress_bar=null", "callbacks.model_summary=null"]
+    )
+    cfg = train_config(
+        [
+            f"experiment={experiment}",
+            f"trainer.max_epochs={epochs}",
+            "seed=0",
+            f"paths.data_dir={data_dir}",
+            "extras.print_config=false",
+            "+trainer.enable_progress_bar=false",
+            "trainer.num_sanity_val_steps=0",
+            "+trainer.enable_model_summary=false",
+            *callbacks,
+        ],
+        out,
+    )
     timer = paired_timer(HandWritten(experiment, data_dir))
     fit_template(cfg, timer)
     return timer.pairs[1:]
@@ -175,28 +197,41 @@ def main() -> int:
             shutil.copytree(ROOT.parent / "shared" / "data" / "Planetoid", tmp / "Planetoid")
             data_dir = tmp
         HandWritten(args.experiment, data_dir)  # process Cora once
-        ex, sides = args.experiment, {"template (train.py)": [], "template, callbacks=none "
-                                      "logger=[]": [], "plain Lightning (minimal module)": []}
+        ex, sides = (
+            args.experiment,
+            {
+                "template (train.py)": [],
+                "template, callbacks=none logger=[]": [],
+                "plain Lightning (minimal module)": [],
+            },
+        )
         for rep in range(args.repeats):
             runs = list(sides.values())
             runs[0] += template_pairs(ex, data_dir, args.epochs, tmp / f"run{rep}")
             runs[1] += template_pairs(ex, data_dir, args.epochs, tmp / f"bare{rep}", bare=True)
             runs[2] += plain_lightning_pairs(ex, data_dir, args.epochs)
-    print(f"{ex}, {args.repeats} x {args.epochs} epochs (train step + validation), each paired "
-          f"with a hand-written epoch run just before it; medians, wall and CPU of this process:")
+    print(
+        f"{ex}, {args.repeats} x {args.epochs} epochs (train step + validation), each paired "
+        f"with a hand-written epoch run just before it; medians, wall and CPU of this process:"
+    )
     median = statistics.median
     for name, pairs in sides.items():
         hand_wall, hand_cpu = (median(h[i] for h, _ in pairs) for i in (0, 1))
         wall, cpu = (median(t[i] for _, t in pairs) for i in (0, 1))
         ratio_wall, ratio_cpu = (median(t[i] / h[i] for h, t in pairs) for i in (0, 1))
-        print(f"  {name:<36} wall {wall * 1e3:6.2f} ms vs {hand_wall * 1e3:6.2f} ms "
-              f"({ratio_wall:4.2f}x)   CPU {cpu * 1e3:6.2f} vs {hand_cpu * 1e3:6.2f} ms "
-              f"({ratio_cpu:4.2f}x)")
+        print(
+            f"  {name:<36} wall {wall * 1e3:6.2f} ms vs {hand_wall * 1e3:6.2f} ms "
+            f"({ratio_wall:4.2f}x)   CPU {cpu * 1e3:6.2f} vs {hand_cpu * 1e3:6.2f} ms "
+            f"({ratio_cpu:4.2f}x)"
+        )
         if name.startswith("template (train.py)"):
             t = ratio_cpu
-    print(f"bar: template CPU time <= {BAR:.2f}x the hand-written loop's (median per-pair "
-          f"ratio): {'pass' if t <= BAR else 'FAIL'} ({t:.2f}x)")
+    print(
+        f"bar: template CPU time <= {BAR:.2f}x the hand-written loop's (median per-pair "
+        f"ratio): {'pass' if t <= BAR else 'FAIL'} ({t:.2f}x)"
+    )
     return 0 if t <= BAR else 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,6 +7,7 @@ logs (until the generic multirun summary lands):
 val/acc` also prints the best epoch of the jobs' mean per-epoch curve: the protocol of
 Xu et al. (GIN) when each fold validated on its test fold (`data.val_fraction=0`): optimistic.
 """
+
 import argparse
 from datetime import datetime
 from pathlib import Path
@@ -28,8 +29,10 @@ def summarize(sweeps: list[Path], metric: str) -> str:
     logs = [lines for lines in logs if lines]
     wall = (max(stamp(ls[-1]) for ls in logs) - min(stamp(ls[0]) for ls in logs)).total_seconds()
     s = pd.Series(values)
-    return (f"{' + '.join(map(str, sweeps))}: {metric} {s.mean():.2f} ± {s.std():.2f} % over {len(s)} jobs "
-            f"(min {s.min():.1f}, max {s.max():.1f}), wall {wall / 60:.0f} min")
+    return (
+        f"{' + '.join(map(str, sweeps))}: {metric} {s.mean():.2f} ± {s.std():.2f} % over {len(s)} jobs "
+        f"(min {s.min():.1f}, max {s.max():.1f}), wall {wall / 60:.0f} min"
+    )
 
 
 def best_epoch_of_mean_curve(sweeps: list[Path], metric: str) -> str:
@@ -41,8 +44,10 @@ def best_epoch_of_mean_curve(sweeps: list[Path], metric: str) -> str:
     mean = pd.DataFrame(curves).dropna().mean(axis=1) * 100
     spread = pd.DataFrame(curves).dropna().std(axis=1) * 100
     epoch = mean.idxmax()
-    return (f"{' + '.join(map(str, sweeps))}: best epoch of the mean {metric} curve over {len(curves)} jobs: epoch "
-            f"{epoch}, {mean[epoch]:.2f} ± {spread[epoch]:.2f} % (last epoch {mean.iloc[-1]:.2f} %)")
+    return (
+        f"{' + '.join(map(str, sweeps))}: best epoch of the mean {metric} curve over {len(curves)} jobs: epoch "
+        f"{epoch}, {mean[epoch]:.2f} ± {spread[epoch]:.2f} % (last epoch {mean.iloc[-1]:.2f} %)"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ the paired ratios. The bar is checked on the wall ratio; on a shared, overloaded
 times swing by tens of percent between runs, and the CPU-time ratio (what the process itself
 spent) is the steadier figure.
 """
+
 import argparse
 import resource
 import tempfile
@@ -33,15 +34,32 @@ def main() -> None:
             values = [*walls, *cpus, walls[1] / walls[0], cpus[1] / cpus[0]]
             for key, v in zip(cols, values):
                 cols[key].append(v)
-            rows.append([i + 1, *(f"{v:.1f}" for v in values[:4]), *(f"{v:.3f}" for v in values[4:])])
+            rows.append(
+                [i + 1, *(f"{v:.1f}" for v in values[:4]), *(f"{v:.3f}" for v in values[4:])]
+            )
     meds = [median(v) for v in cols.values()]
-    rows.append(["**median**", *(f"**{v:.1f}**" for v in meds[:4]),
-                 *(f"**{v:.3f}**" for v in meds[4:])])
-    print(table(["pair", "default wall (s)", "inspect wall (s)", "default CPU (s)",
-                 "inspect CPU (s)", "wall ratio", "CPU ratio"], rows))
+    rows.append(
+        ["**median**", *(f"**{v:.1f}**" for v in meds[:4]), *(f"**{v:.3f}**" for v in meds[4:])]
+    )
+    print(
+        table(
+            [
+                "pair",
+                "default wall (s)",
+                "inspect wall (s)",
+                "default CPU (s)",
+                "inspect CPU (s)",
+                "wall ratio",
+                "CPU ratio",
+            ],
+            rows,
+        )
+    )
     ok = meds[4] <= 1.15
-    print(f"\nbar: callbacks=inspect <= 1.15x the default job's wall time: "
-          f"{'PASS' if ok else 'FAIL'} (CPU-time ratio {meds[5]:.3f})")
+    print(
+        f"\nbar: callbacks=inspect <= 1.15x the default job's wall time: "
+        f"{'PASS' if ok else 'FAIL'} (CPU-time ratio {meds[5]:.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ batch and the median time of one training step (forward, backward, optimizer). B
 of step. Then it fits the default phantom segmentation for 2 epochs and reports the second
 epoch's wall time. Prints a markdown table; quote medians and ratios from one run.
 """
+
 import argparse
 import shutil
 import statistics
@@ -76,12 +77,27 @@ def epoch_time(out: Path) -> float:
         def on_train_epoch_end(self, trainer, module):
             self.last = time.perf_counter() - self.start
 
-    cfg = train_config(["model=unet3d", "trainer.max_epochs=2", "callbacks=none", "logger=csv",
-                   "extras.print_config=false", f"paths.log_dir={out}"], out)
+    cfg = train_config(
+        [
+            "model=unet3d",
+            "trainer.max_epochs=2",
+            "callbacks=none",
+            "logger=csv",
+            "extras.print_config=false",
+            f"paths.log_dir={out}",
+        ],
+        out,
+    )
     dm, clock = build.datamodule(cfg), Clock()
     model = build.model(cfg, dm)
-    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, callbacks=[clock], num_sanity_val_steps=0)
+    trainer = L.Trainer(
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=[clock],
+        num_sanity_val_steps=0,
+    )
     trainer.fit(model, datamodule=dm)
     return clock.last
 
@@ -116,8 +132,10 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- |")
     for name, data_s, step_s in rows:
         ratio = data_s / step_s
-        print(f"| {name} | {1e3 * data_s:.1f} | {1e3 * step_s:.0f} | {100 * ratio:.1f}% | "
-              f"{'pass' if ratio < 0.1 else 'FAIL'} |")
+        print(
+            f"| {name} | {1e3 * data_s:.1f} | {1e3 * step_s:.0f} | {100 * ratio:.1f}% | "
+            f"{'pass' if ratio < 0.1 else 'FAIL'} |"
+        )
     print(f"\nphantom segmentation (model=unet3d defaults): epoch time {epoch_s:.1f} s")
 
 

@@ -15,6 +15,7 @@ repetition skipped as warm-up). Bar: <= 1.10x. A second row pairs the hand-writt
 plain Lightning (a minimal LightningModule, everything off): Lightning's own floor, so the
 template's share of the overhead is the difference between the two rows.
 """
+
 import argparse
 import statistics
 import tempfile
@@ -76,10 +77,18 @@ def paired_callback(manual: ManualLoop):
 
 
 def paired_epochs(epochs: int, batch_size: int, out: Path) -> list[tuple[float, float]]:
-    cfg = train_config([f"trainer.max_epochs={epochs}", "trainer.limit_val_batches=0",
-                        "trainer.num_sanity_val_steps=0", f"data.batch_size={batch_size}",
-                        "callbacks.early_stopping=null", "trainer.accelerator=cpu",
-                        "callbacks.model_checkpoint.monitor=null"], out)
+    cfg = train_config(
+        [
+            f"trainer.max_epochs={epochs}",
+            "trainer.limit_val_batches=0",
+            "trainer.num_sanity_val_steps=0",
+            f"data.batch_size={batch_size}",
+            "callbacks.early_stopping=null",
+            "trainer.accelerator=cpu",
+            "callbacks.model_checkpoint.monitor=null",
+        ],
+        out,
+    )
     pairs = paired_callback(ManualLoop(batch_size, epochs))
     fit_template(cfg, pairs)
     return pairs.pairs[1:]
@@ -117,9 +126,13 @@ def plain_lightning_pairs(epochs: int, batch_size: int) -> list[tuple[float, flo
 def summary(name: str, pairs: list[tuple[float, float]]) -> tuple[list, float]:
     ratios = [t / m for m, t in pairs]
     q1, ratio, q3 = statistics.quantiles(ratios, n=4)
-    return [name, f"{1000 * median([m for m, _ in pairs]):.1f}",
-            f"{1000 * median([t for _, t in pairs]):.1f}", f"{ratio:.3f}x ({q1:.2f}-{q3:.2f})",
-            len(pairs)], ratio
+    return [
+        name,
+        f"{1000 * median([m for m, _ in pairs]):.1f}",
+        f"{1000 * median([t for _, t in pairs]):.1f}",
+        f"{ratio:.3f}x ({q1:.2f}-{q3:.2f})",
+        len(pairs),
+    ], ratio
 
 
 def main() -> None:
@@ -135,10 +148,23 @@ def main() -> None:
             plain += plain_lightning_pairs(args.epochs, args.batch_size)
     row, ratio = summary("litlab Trainer.fit (default config)", template)
     floor_row, _ = summary("plain Lightning (minimal module, all off)", plain)
-    print(table(["loop", "hand-written epoch (ms)", "its epoch (ms)",
-                 "median per-pair ratio (quartiles)", "pairs"], [row, floor_row]))
-    print(f"\ntemplate: median per-pair ratio {ratio:.3f}x (bar 1.10x): "
-          f"{'PASS' if ratio <= 1.10 else 'FAIL'}")
+    print(
+        table(
+            [
+                "loop",
+                "hand-written epoch (ms)",
+                "its epoch (ms)",
+                "median per-pair ratio (quartiles)",
+                "pairs",
+            ],
+            [row, floor_row],
+        )
+    )
+    print(
+        f"\ntemplate: median per-pair ratio {ratio:.3f}x (bar 1.10x): "
+        f"{'PASS' if ratio <= 1.10 else 'FAIL'}"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,7 @@ and the server's CPU time per request (from /proc: what the load costs the serve
 runs on the machine; 1 / that is the requests/s one free core could serve).
 Bars: p99 <= 10 ms at concurrency 8 and >= 500 requests/s (2 cores; the client shares them).
 """
+
 import argparse
 import asyncio
 import io
@@ -24,9 +25,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = {"shared session": ["batching=false"],
-         "micro-batching 1 ms": ["batching=true", "max_wait_ms=1"],
-         "micro-batching 3 ms": ["batching=true", "max_wait_ms=3"]}
+MODES = {
+    "shared session": ["batching=false"],
+    "micro-batching 1 ms": ["batching=true", "max_wait_ms=1"],
+    "micro-batching 3 ms": ["batching=true", "max_wait_ms=3"],
+}
 
 
 def png_request(port: int) -> bytes:
@@ -37,10 +40,18 @@ def png_request(port: int) -> bytes:
     buf = io.BytesIO()
     Image.fromarray((load_digits().images[0] / 16 * 255).astype(np.uint8)).save(buf, "PNG")
     b = "benchboundary"
-    body = (f"--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"0.png\"\r\n"
-            "Content-Type: image/png\r\n\r\n").encode() + buf.getvalue() + f"\r\n--{b}--\r\n".encode()
-    head = (f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: multipart/"
-            f"form-data; boundary={b}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    body = (
+        (
+            f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="0.png"\r\n'
+            "Content-Type: image/png\r\n\r\n"
+        ).encode()
+        + buf.getvalue()
+        + f"\r\n--{b}--\r\n".encode()
+    )
+    head = (
+        f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: multipart/"
+        f"form-data; boundary={b}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
     return head + body
 
 
@@ -52,8 +63,13 @@ async def client(port: int, raw: bytes, state: dict, latencies: list) -> None:
             start = time.perf_counter()
             writer.write(raw)
             head = await reader.readuntil(b"\r\n\r\n")
-            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length")))
+            length = int(
+                next(
+                    line.split(b":")[1]
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+            )
             await reader.readexactly(length)
             if not head.startswith(b"HTTP/1.1 200"):
                 state["errors"] += 1
@@ -65,15 +81,24 @@ async def client(port: int, raw: bytes, state: dict, latencies: list) -> None:
 async def load(port: int, concurrency: int, requests: int, seconds: float) -> dict:
     raw, latencies = png_request(port), []
     state = {"left": requests, "stop": time.perf_counter() + seconds, "errors": 0}
-    await asyncio.gather(*(client(port, raw, {"left": 50, "stop": state["stop"], "errors": 0},
-                                  []) for _ in range(concurrency)))  # warm-up
+    await asyncio.gather(
+        *(
+            client(port, raw, {"left": 50, "stop": state["stop"], "errors": 0}, [])
+            for _ in range(concurrency)
+        )
+    )  # warm-up
     state["stop"] = time.perf_counter() + seconds
     start = time.perf_counter()
     await asyncio.gather(*(client(port, raw, state, latencies) for _ in range(concurrency)))
     wall = time.perf_counter() - start
     ms = np.asarray(latencies) * 1e3
-    return {"n": len(ms), "p50": np.percentile(ms, 50), "p99": np.percentile(ms, 99),
-            "rps": len(ms) / wall, "errors": state["errors"]}
+    return {
+        "n": len(ms),
+        "p50": np.percentile(ms, 50),
+        "p99": np.percentile(ms, 99),
+        "rps": len(ms) / wall,
+        "errors": state["errors"],
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -83,10 +108,20 @@ def cpu_seconds(pid: int) -> float:
 
 
 def serve(model: Path, port: int, extra: list[str], log_dir: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "src" / "serve.py"), f"model_path={model}",
-                             f"port={port}", f"paths.log_dir={log_dir}",
-                             "extras.print_config=false", *extra], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "src" / "serve.py"),
+            f"model_path={model}",
+            f"port={port}",
+            f"paths.log_dir={log_dir}",
+            "extras.print_config=false",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     for _ in range(600):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
@@ -108,10 +143,14 @@ def main() -> int:
     args = parser.parse_args()
     import tempfile
 
-    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (shared with other "
-          f"work: figures are noisy); concurrency {args.concurrency}, one PNG per request\n")
-    print("| mode | requests | p50 (ms) | p99 (ms) | requests/s | server CPU ms/request | errors "
-          "| bars (p99<=10, >=500/s) |")
+    print(
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (shared with other "
+        f"work: figures are noisy); concurrency {args.concurrency}, one PNG per request\n"
+    )
+    print(
+        "| mode | requests | p50 (ms) | p99 (ms) | requests/s | server CPU ms/request | errors "
+        "| bars (p99<=10, >=500/s) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as logs:
         for name, extra in MODES.items():
@@ -125,8 +164,11 @@ def main() -> int:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=60)
             bars = "met" if r["p99"] <= 10 and r["rps"] >= 500 else "NOT met"
-            print(f"| {name} | {r['n']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['rps']:.0f} | "
-                  f"{r['cpu_ms']:.2f} | {r['errors']} | {bars} |", flush=True)
+            print(
+                f"| {name} | {r['n']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['rps']:.0f} | "
+                f"{r['cpu_ms']:.2f} | {r['errors']} | {bars} |",
+                flush=True,
+            )
     return 0
 
 

@@ -5,6 +5,7 @@
 `--help` and `--cfg job` never import torch: Hydra parses the command line first, and the
 heavy imports happen inside the task. Runs are interleaved so machine noise hits all alike.
 """
+
 import argparse
 
 from common import PY, median, table, time_command
@@ -26,7 +27,9 @@ def main() -> None:
         for name, cmd in COMMANDS.items():
             times[name].append(time_command(cmd)[0])
     base = median(times['python -c "import torch"'])
-    rows = [[f"`{name}`", f"{median(t):.2f}", f"{median(t) / base:.2f}x"] for name, t in times.items()]
+    rows = [
+        [f"`{name}`", f"{median(t):.2f}", f"{median(t) / base:.2f}x"] for name, t in times.items()
+    ]
     print(table(["command", "median wall (s)", "vs import torch"], rows))
     worst = max(median(t) / base for name, t in times.items() if "src/" in name)
     print(f"\nworst ratio {worst:.2f}x (bar 1.3x): {'PASS' if worst <= 1.3 else 'FAIL'}")

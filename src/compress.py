@@ -8,6 +8,7 @@
 Writes logs/compress/runs/<timestamp>/: a checkpoint per step (eval.py loads it) and
 compress_report.md/.json (parameters, size, test metric, latency). See docs/compress.md.
 """
+
 import hydra
 from omegaconf import DictConfig
 

@@ -5,6 +5,7 @@ are rebuilt exactly; the metrics equal the ones train.py printed for the same ch
 Outputs go to logs/eval/runs/<timestamp>/ (metrics.json, predictions.csv). The recipe is
 `litlab.recipes.evaluate.evaluate` (also `litlab.evaluate([...])` from Python).
 """
+
 import hydra
 from omegaconf import DictConfig
 

@@ -3,6 +3,7 @@
 Writes logs/export/runs/<timestamp>/ (model.onnx, model.pt2, model.int8.onnx, export_report.md
 and .json); each format is verified against the checkpoint; a failed one makes the exit code 1.
 """
+
 import hydra
 from omegaconf import DictConfig
 
@@ -14,9 +15,17 @@ from litlab import cli
 def main(cfg: DictConfig) -> None:
     from litlab.export.recipe import export
 
-    report = export(cfg.ckpt_path, list(cfg.formats), cfg.paths.output_dir, cfg.data_overrides,
-                    cfg.rtol, cfg.int8_max_drop, cfg.calibration_batches,
-                    tuple(cfg.latency.batch_sizes), cfg.latency.budget_s)
+    report = export(
+        cfg.ckpt_path,
+        list(cfg.formats),
+        cfg.paths.output_dir,
+        cfg.data_overrides,
+        cfg.rtol,
+        cfg.int8_max_drop,
+        cfg.calibration_batches,
+        tuple(cfg.latency.batch_sizes),
+        cfg.latency.budget_s,
+    )
     if not report["ok"]:
         raise SystemExit(1)
 

@@ -8,6 +8,7 @@
 Each simulated client trains the configured LightningModule on its own partition; the server
 aggregates with Flower's strategy and tests the global model after each round (docs/federated.md).
 """
+
 import hydra
 from omegaconf import DictConfig
 

@@ -3,6 +3,7 @@
 PATH is a model.onnx from src/export.py, or a checkpoint, exported (and verified) first.
 Binds 127.0.0.1 by default; Ctrl-C or SIGTERM drains in-flight requests and exits 0.
 """
+
 import hydra
 from omegaconf import DictConfig
 
@@ -14,8 +15,19 @@ from litlab import cli
 def main(cfg: DictConfig) -> None:
     from litlab.serving.server import serve
 
-    serve(cfg.model_path, cfg.paths.output_dir, cfg.host, cfg.port, cfg.workers, cfg.max_batch,
-          cfg.max_body_bytes, cfg.batching, cfg.max_wait_ms, cfg.threads, cfg.log_level)
+    serve(
+        cfg.model_path,
+        cfg.paths.output_dir,
+        cfg.host,
+        cfg.port,
+        cfg.workers,
+        cfg.max_batch,
+        cfg.max_body_bytes,
+        cfg.batching,
+        cfg.max_wait_ms,
+        cfg.threads,
+        cfg.log_level,
+    )
 
 
 if __name__ == "__main__":

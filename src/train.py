@@ -8,6 +8,7 @@
 The recipe is `litlab.recipes.train.train` (also `litlab.train([...])` from Python). Only Hydra
 and OmegaConf are imported before the command line is parsed: `--help` and `--cfg job` stay fast.
 """
+
 import hydra
 from omegaconf import DictConfig
 

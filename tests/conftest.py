@@ -1,4 +1,5 @@
 """Shared test helpers: real data copies, CLI runs in subprocesses, in-process config composition."""
+
 import csv
 import os
 import re
@@ -56,19 +57,29 @@ def shared_data(tmp_path):
     return copy
 
 
-def run_cli(script: str, *overrides: str, log_dir: Path, timeout: float = 240, env=None,
-            check: bool = True, quiet: bool = True) -> subprocess.CompletedProcess:
+def run_cli(
+    script: str,
+    *overrides: str,
+    log_dir: Path,
+    timeout: float = 240,
+    env=None,
+    check: bool = True,
+    quiet: bool = True,
+) -> subprocess.CompletedProcess:
     """Run `python src/<script> overrides...` as a user would, logs under `log_dir`."""
     cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={log_dir}"]
     if quiet:
         cmd += QUIET if script == "train.py" else QUIET_EVAL
     cmd += list(overrides)
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env=full_env)
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n"
-                             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n"
+            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
+        )
     return proc
 
 
@@ -86,12 +97,13 @@ def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
     return sorted((log_dir / task / "runs").glob("*"))
 
 
-
 def results(stdout: str) -> list[dict[str, float]]:
     """The 'Results' blocks that train.py/eval.py print, one dict per job."""
     blocks = stdout.split("\nResults\n")[1:]
-    return [{k: float(v) for k, v in re.findall(r"^  (\S+/\S+)\s+([0-9.]+)$", b, re.MULTILINE)}
-            for b in blocks]
+    return [
+        {k: float(v) for k, v in re.findall(r"^  (\S+/\S+)\s+([0-9.]+)$", b, re.MULTILINE)}
+        for b in blocks
+    ]
 
 
 def csv_test_metrics(run_dir: Path) -> dict[str, float]:

@@ -1,5 +1,6 @@
 """A callback that DDP tests add with `+callbacks.rank_probe`: each rank writes what it trains
 with (rank, learning rate, run dir, process id) to `<out>/<random>.json`, outside the run dir."""
+
 import json
 import os
 import uuid
@@ -14,7 +15,11 @@ class RankProbe(Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        record = {"rank": trainer.global_rank, "world_size": trainer.world_size,
-                  "lr": trainer.optimizers[0].param_groups[0]["lr"],
-                  "root_dir": str(Path(trainer.default_root_dir).resolve()), "pid": os.getpid()}
+        record = {
+            "rank": trainer.global_rank,
+            "world_size": trainer.world_size,
+            "lr": trainer.optimizers[0].param_groups[0]["lr"],
+            "root_dir": str(Path(trainer.default_root_dir).resolve()),
+            "pid": os.getpid(),
+        }
         (self.out / f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))

@@ -11,6 +11,7 @@
   nan_input          fill the batch's inputs with NaN
   kill_during_save   kill -9 in the middle of writing the next checkpoint file
 """
+
 import os
 import signal
 
@@ -73,8 +74,10 @@ class Trace(Callback):
 
         weights = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
         with open(self.path, "a") as f:
-            f.write(f"{trainer.global_step} {batch_idx} rng={digest(torch.get_rng_state())} "
-                    f"x={digest(batch[0])} w={digest(weights)}\n")
+            f.write(
+                f"{trainer.global_step} {batch_idx} rng={digest(torch.get_rng_state())} "
+                f"x={digest(batch[0])} w={digest(weights)}\n"
+            )
 
 
 class Exporter:

@@ -1,5 +1,6 @@
 """The Python API (`from litlab import train`) is the command line in-process: same configs,
 same run dir, same numbers, same one-line errors."""
+
 import json
 import subprocess
 import sys
@@ -7,16 +8,29 @@ import sys
 import pytest
 from conftest import QUIET, ROOT, results, run_dirs
 
-TINY = ["trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.log_every_n_steps=2",
-        "seed=3", *QUIET]
+TINY = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=4",
+    "trainer.log_every_n_steps=2",
+    "seed=3",
+    *QUIET,
+]
 
 
 def test_importing_litlab_is_cheap_and_lazy():
     """`from litlab import train` must not import torch/lightning (notebooks, --help)."""
-    code = ("import sys; from litlab import train, evaluate; "
-            "print(callable(train), callable(evaluate), 'torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src")}, check=True)
+    code = (
+        "import sys; from litlab import train, evaluate; "
+        "print(callable(train), callable(evaluate), 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src")},
+        check=True,
+    )
     assert out.stdout.split() == ["True", "True", "False"]
 
 
@@ -31,20 +45,31 @@ def test_train_from_python_equals_the_cli(cli, tmp_path):
     assert result.run_dir.parent == tmp_path / "api" / "train" / "runs"
     assert result.best_checkpoint.startswith(str(result.run_dir / "checkpoints" / "epoch_"))
     cli_dir = run_dirs(tmp_path / "logs")[0]
-    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "metrics.json",
-                 "csv/metrics.csv"):
+    for name in (
+        ".hydra/config.yaml",
+        ".hydra/overrides.yaml",
+        "train.log",
+        "metrics.json",
+        "csv/metrics.csv",
+    ):
         assert (cli_dir / name).is_file() and (result.run_dir / name).is_file(), name
     saved = json.loads((result.run_dir / "metrics.json").read_text())
     assert saved["test/acc"] == pytest.approx(result.metrics["test/acc"])
     # the best checkpoint alone rebuilds the run: evaluate() gives the same test/acc
-    evaluated = evaluate([f"ckpt_path={result.best_checkpoint}", "extras.print_config=false",
-                          f"paths.log_dir={tmp_path / 'api'}"])
+    evaluated = evaluate(
+        [
+            f"ckpt_path={result.best_checkpoint}",
+            "extras.print_config=false",
+            f"paths.log_dir={tmp_path / 'api'}",
+        ]
+    )
     assert evaluated.metrics["test/acc"] == pytest.approx(result.metrics["test/acc"], abs=1e-4)
     assert (evaluated.run_dir / "predictions.csv").is_file()
 
 
-@pytest.mark.parametrize("override", ["data=mnits", "trainer.max_epoch=3",
-                                      "trainer.max_epochs=abc"])
+@pytest.mark.parametrize(
+    "override", ["data=mnits", "trainer.max_epoch=3", "trainer.max_epochs=abc"]
+)
 def test_bad_override_raises_the_cli_line(override, cli, tmp_path):
     """Hydra's composition errors and litlab's checks: UserError carrying the CLI's line, and
     no run dir left behind."""

@@ -1,5 +1,6 @@
 """The layout holds: import contracts (.importlinter), thin entry points, short files, and a
 utils/ that only holds what several modules share."""
+
 import ast
 import os
 import shutil
@@ -16,8 +17,14 @@ def test_import_contracts_hold():
     """entry points -> recipes -> config/checkpointing -> domains -> basics; nets import no
     litlab module above them; no cycles (the contracts and why: .importlinter)."""
     exe = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
-    proc = subprocess.run([exe, "--no-cache", "--no-logo"], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, check=False)
+    proc = subprocess.run(
+        [exe, "--no-cache", "--no-logo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "0 broken" in proc.stdout
 
@@ -33,8 +40,10 @@ def _litlab_imports(path: Path) -> set[str]:
 
 
 def test_entry_points_are_thin_and_call_a_recipe():
-    for script, recipe in (("train.py", "litlab.recipes.train"),
-                           ("eval.py", "litlab.recipes.evaluate")):
+    for script, recipe in (
+        ("train.py", "litlab.recipes.train"),
+        ("eval.py", "litlab.recipes.evaluate"),
+    ):
         path = SRC / script
         assert len(path.read_text().splitlines()) <= 30, script
         imports = _litlab_imports(path)
@@ -49,6 +58,9 @@ def test_files_are_short_and_utils_modules_have_several_users():
         if module.name == "__init__.py":
             continue
         name = f"litlab.utils.{module.stem}"
-        users = [p for p, names in imports.items() if p != module
-                 and any(n == name or n.startswith(name + ".") for n in names)]
+        users = [
+            p
+            for p, names in imports.items()
+            if p != module and any(n == name or n.startswith(name + ".") for n in names)
+        ]
         assert len(users) >= 2, (name, users)

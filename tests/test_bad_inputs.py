@@ -1,6 +1,7 @@
 """A table of bad commands: each fails with exit code 2, one line that names the key, the bad
 value and what is valid, and leaves no run dir behind. Run in-process (the entry points'
 real `cli.run(main)`, argv and all) so the table costs seconds; a few run as subprocesses."""
+
 import logging
 import runpy
 import subprocess
@@ -8,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import QUIET, QUIET_EVAL, ROOT, run_dirs
 
 FAKE_CKPT = "@fake"  # replaced by a file made by the `files` fixture
@@ -36,23 +36,42 @@ TRAIN = [  # (overrides, words the error line must contain)
     (["trainer.max_epochs=0"], ["trainer.max_epochs=0", ">= 1"]),
     (["trainer.limit_train_batches=1.5"], ["trainer.limit_train_batches=1.5", "fraction"]),
     (["trainer.precision=17"], ["trainer.precision=17", "bf16-mixed", "32-true"]),
-    (["trainer.precision=16-mixed", "trainer.accelerator=cpu"],
-     ["trainer.precision=16-mixed", "not supported on CPU", "bf16-mixed"]),
-    (["trainer.devices=999", "trainer.accelerator=cpu"], ["trainer.devices=999", "this machine has"]),
+    (
+        ["trainer.precision=16-mixed", "trainer.accelerator=cpu"],
+        ["trainer.precision=16-mixed", "not supported on CPU", "bf16-mixed"],
+    ),
+    (
+        ["trainer.devices=999", "trainer.accelerator=cpu"],
+        ["trainer.devices=999", "this machine has"],
+    ),
     (["trainer.accelerator=tpux"], ["trainer.accelerator=tpux", "cpu", "did you mean tpu"]),
     (["++trainer.strategy=dpp"], ["trainer.strategy=dpp", "did you mean ddp"]),
-    pytest.param(["trainer.accelerator=gpu"], ["trainer.accelerator=gpu", "trainer.accelerator=cpu"],
-                 marks=pytest.mark.skipif("_cuda()", reason="a GPU is present")),
+    pytest.param(
+        ["trainer.accelerator=gpu"],
+        ["trainer.accelerator=gpu", "trainer.accelerator=cpu"],
+        marks=pytest.mark.skipif("_cuda()", reason="a GPU is present"),
+    ),
     (["data=imagefolder"], ["data.root is required", "data.root="]),
-    (["data=imagefolder", "data.root=/nonexistent/images"], ["data.root=/nonexistent/images", "folder"]),
-    (["data=mnist", "data.download=false", "data.data_dir=/nonexistent/mnist"],
-     ["data.data_dir=/nonexistent/mnist", "download"]),
+    (
+        ["data=imagefolder", "data.root=/nonexistent/images"],
+        ["data.root=/nonexistent/images", "folder"],
+    ),
+    (
+        ["data=mnist", "data.download=false", "data.data_dir=/nonexistent/mnist"],
+        ["data.data_dir=/nonexistent/mnist", "download"],
+    ),
     (["data.val_fraction=1.5"], ["data.val_fraction=1.5", "between 0 and 1"]),
     (["model.monitor_mode=maximum"], ["model.monitor_mode=maximum", "min or max"]),
     (["data._target_=faults.OtherTaskData"], ["cannot train on", "other_task"]),
-    (["model._target_=litlab.models.nope.Net"], ["model._target_=litlab.models.nope.Net", "cannot be imported"]),
+    (
+        ["model._target_=litlab.models.nope.Net"],
+        ["model._target_=litlab.models.nope.Net", "cannot be imported"],
+    ),
     (["train=false", "test=false"], ["nothing to do"]),
-    (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path=/nonexistent/last.ckpt", "no such checkpoint"]),
+    (
+        ["ckpt_path=/nonexistent/last.ckpt"],
+        ["ckpt_path=/nonexistent/last.ckpt", "no such checkpoint"],
+    ),
     (["ckpt_path=last"], ["ckpt_path=last", "no run of task 'train'"]),
     (["ckpt_path=@fake/truncated.ckpt"], ["truncated.ckpt", "truncated or corrupt"]),
     (["ckpt_path=@fake/other_model.ckpt"], ["other_model.ckpt", "holds a x.OtherModel model"]),
@@ -63,7 +82,10 @@ TRAIN = [  # (overrides, words the error line must contain)
     (["trainer.max_epochs=-1"], ["trainer.max_epochs=-1", "used as model.scheduler.T_max"]),
     (["model.optimizer.lr=fast"], ["model.optimizer.lr=fast", "learning rate > 0"]),
     (["model=gnn", "data=mutag", "data.fold=10"], ["data.fold=10", "choose 0 to 9"]),
-    (["data=imagefolder", "data.root=@fake/oneclass"], ["oneclass", "at least 2 class sub-folders"]),
+    (
+        ["data=imagefolder", "data.root=@fake/oneclass"],
+        ["oneclass", "at least 2 class sub-folders"],
+    ),
     (["model.monitor=val/nope"], ["model.monitor=val/nope", "val/acc"]),
     (["train=false"], ["train=false", "ckpt_path="]),
     (["paths.log_dir=/proc/nope"], ["cannot create the run dir", "/proc/nope"]),
@@ -73,7 +95,10 @@ EVAL = [
     ([], ["ckpt_path is required"]),
     (["ckpt_path=/nonexistent.ckpt"], ["ckpt_path=/nonexistent.ckpt", "no such checkpoint"]),
     (["ckpt_path=@fake"], ["is a folder", "pass a .ckpt file"]),
-    (["ckpt_path=@fake/not_litlab.ckpt"], ["not_litlab.ckpt", "not a checkpoint written by litlab"]),
+    (
+        ["ckpt_path=@fake/not_litlab.ckpt"],
+        ["not_litlab.ckpt", "not a checkpoint written by litlab"],
+    ),
     (["ckpt_path=@fake/truncated.ckpt"], ["truncated.ckpt", "truncated or corrupt"]),
     (["ckpt_path=@fake/other_model.ckpt", "split=train"], ["split=train", "test | val"]),
     (["ckpt_path=@fake/crafted.ckpt"], ["data._target_=shutil.copy", "trust_checkpoint=true"]),
@@ -89,11 +114,20 @@ def fake(tmp_path):
     folder = tmp_path / "fake"
     folder.mkdir()
     torch.save({"a": torch.zeros(1000)}, folder / "not_litlab.ckpt")
-    torch.save({"state_dict": {}, "litlab_config": {"model": {"_target_": "x.OtherModel"}}},
-               folder / "other_model.ckpt")
-    torch.save({"state_dict": {}, "litlab_config": {
-        "data": {"_target_": "shutil.copy", "src": "x", "dst": "y"},
-        "model": {"_target_": "litlab.models.vision.ImageClassifier"}}}, folder / "crafted.ckpt")
+    torch.save(
+        {"state_dict": {}, "litlab_config": {"model": {"_target_": "x.OtherModel"}}},
+        folder / "other_model.ckpt",
+    )
+    torch.save(
+        {
+            "state_dict": {},
+            "litlab_config": {
+                "data": {"_target_": "shutil.copy", "src": "x", "dst": "y"},
+                "model": {"_target_": "litlab.models.vision.ImageClassifier"},
+            },
+        },
+        folder / "crafted.ckpt",
+    )
     (folder / "oneclass" / "cat").mkdir(parents=True)
     data = (folder / "not_litlab.ckpt").read_bytes()
     (folder / "truncated.ckpt").write_bytes(data[: len(data) // 2])
@@ -108,7 +142,10 @@ def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[i
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
     quiet = QUIET if script == "train.py" else QUIET_EVAL
-    saved, sys.argv = sys.argv, [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *quiet, *overrides]
+    saved, sys.argv = (
+        sys.argv,
+        [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *quiet, *overrides],
+    )
     capfd.readouterr()
     try:
         runpy.run_path(str(ROOT / "src" / script), run_name="__main__")  # as `python src/...`
@@ -150,16 +187,30 @@ def test_bad_eval_command(overrides, words, fake, tmp_path, capfd):
     _check(code, err, words, tmp_path / "logs", "eval")
 
 
-@pytest.mark.parametrize("script,overrides", [
-    ("train.py", ["trainer.max_epochs=0"]),
-    ("eval.py", []),
-])
+@pytest.mark.parametrize(
+    "script,overrides",
+    [
+        ("train.py", ["trainer.max_epochs=0"]),
+        ("eval.py", []),
+    ],
+)
 def test_bad_command_subprocess_fails_fast(script, overrides, tmp_path):
     """End to end, as a user types it: exit 2, one line, no traceback, in seconds."""
     quiet = QUIET if script == "train.py" else []
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "src" / script), f"paths.log_dir={tmp_path}",
-                           *quiet, *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "src" / script),
+            f"paths.log_dir={tmp_path}",
+            *quiet,
+            *overrides,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     elapsed = time.perf_counter() - start
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr

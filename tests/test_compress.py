@@ -1,6 +1,7 @@
 """compress.py: structured pruning really removes parameters, the distillation loss is the
 textbook one, students and pruned nets evaluate like any run, int8 stays close, and bad input
 costs one line. The end-to-end runs on digits are `slow`."""
+
 import json
 import math
 
@@ -12,8 +13,7 @@ from litlab.compression import distill, prune, resize
 from litlab.errors import UserError
 from litlab.models.nets.cnn import SmallCNN
 
-FAST = ["extras.print_config=false", "callbacks.rich_progress_bar=null",
-        "report.budget_s=0.2"]
+FAST = ["extras.print_config=false", "callbacks.rich_progress_bar=null", "report.budget_s=0.2"]
 
 
 def test_kd_loss_matches_a_hand_computation():
@@ -33,11 +33,21 @@ class TinyResNet(torch.nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int, width: int = 32):
         super().__init__()
-        conv = lambda a, b: torch.nn.Conv2d(a, b, 3, padding=1, bias=False)
+
+        def conv(a, b):
+            return torch.nn.Conv2d(a, b, 3, padding=1, bias=False)
+
         self.stem, self.bn = conv(in_channels, width), torch.nn.BatchNorm2d(width)
-        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(
-            conv(width, width), torch.nn.BatchNorm2d(width), torch.nn.ReLU(),
-            conv(width, width), torch.nn.BatchNorm2d(width)) for _ in range(2))
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(
+                conv(width, width),
+                torch.nn.BatchNorm2d(width),
+                torch.nn.ReLU(),
+                conv(width, width),
+                torch.nn.BatchNorm2d(width),
+            )
+            for _ in range(2)
+        )
         self.fc = torch.nn.Linear(width, num_classes)
 
     def forward(self, x):
@@ -57,8 +67,14 @@ def test_structured_pruning_removes_channels_and_rebuilds_from_config():
     assert not any("mask" in k for k in net.state_dict()) and net.fc.out_features == 10
     cfg = prune.pruned_net_config({"_target_": "test_compress.TinyResNet"}, shapes)
     assert json.loads(json.dumps(cfg)) == cfg  # plain values: weights_only checkpoints
-    rebuilt = resize.resized_net(cfg["base_target"], cfg["base_kwargs"], cfg["shapes"],
-                                 in_channels=1, num_classes=10, image_size=8)
+    rebuilt = resize.resized_net(
+        cfg["base_target"],
+        cfg["base_kwargs"],
+        cfg["shapes"],
+        in_channels=1,
+        num_classes=10,
+        image_size=8,
+    )
     prune.check_rebuilds(net, rebuilt)
     rebuilt.load_state_dict(net.state_dict())
     x = torch.randn(4, 1, 8, 8)
@@ -73,8 +89,9 @@ def test_unstructured_pruning_zeroes_weights_but_keeps_shapes():
     cb = prune.unstructured_callback(0.25, epochs=3)
     net = SmallCNN(1, 10, 8, channels=(8, 16))
     total = prune.count(net)[0]
-    cb._parameters_to_prune = [(m, "weight") for m in net.modules()
-                               if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    cb._parameters_to_prune = [
+        (m, "weight") for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+    ]
     for epoch in range(3):  # what ModelPruning does at the end of each epoch
         if cb._apply_pruning(epoch):  # not after the last: it fine-tunes the final sparsity
             cb.apply_pruning(cb.amount)
@@ -94,16 +111,26 @@ def test_pruning_ratio_outside_0_1_is_one_line(ratio):
         check(cfg)
 
 
-@pytest.mark.parametrize("option,steps", [
-    ("prune", ["prune"]), ("distill", ["distill"]), ("distill_graph", ["distill"]),
-    ("quantize", ["quantize"]), ("[distill,quantize]", ["distill", "quantize"]),
-    ("[prune,quantize]", ["prune", "quantize"])])
+@pytest.mark.parametrize(
+    "option,steps",
+    [
+        ("prune", ["prune"]),
+        ("distill", ["distill"]),
+        ("distill_graph", ["distill"]),
+        ("quantize", ["quantize"]),
+        ("[distill,quantize]", ["distill", "quantize"]),
+        ("[prune,quantize]", ["prune", "quantize"]),
+    ],
+)
 def test_every_compress_option_composes_and_chains_in_order(option, steps, tmp_path):
-    from litlab.compression.steps import training_config
     from litlab.compression.recipe import check
+    from litlab.compression.steps import training_config
 
-    cfg = compose("compress", ["ckpt_path=x", f"compress={option}", "trainer.max_epochs=3"],
-                  output_dir=tmp_path)
+    cfg = compose(
+        "compress",
+        ["ckpt_path=x", f"compress={option}", "trainer.max_epochs=3"],
+        output_dir=tmp_path,
+    )
     assert list(cfg.compress) == steps
     check(cfg)
     model = {"monitor": "val/acc", "monitor_mode": "max"}
@@ -135,8 +162,11 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, cli):
     proc = cli("compress.py", f"ckpt_path={foreign}", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        (f"error: ckpt_path={foreign} is not a checkpoint written by litlab's train.py "
-         f"(no 'litlab_config' entry)")]
+        (
+            f"error: ckpt_path={foreign} is not a checkpoint written by litlab's train.py "
+            f"(no 'litlab_config' entry)"
+        )
+    ]
     runs = tmp_path / "logs" / "compress" / "runs"
     assert not runs.exists() or not any(runs.iterdir())  # no half-written run dir
 
@@ -158,14 +188,21 @@ def digits_ckpt(tmp_path_factory):
     from conftest import run_cli
 
     logs = tmp_path_factory.mktemp("teacher") / "logs"
-    run_cli("train.py", "trainer.max_epochs=3", "data.num_workers=0",
-            "model.net.channels=[32,64]", log_dir=logs)
+    run_cli(
+        "train.py",
+        "trainer.max_epochs=3",
+        "data.num_workers=0",
+        "model.net.channels=[32,64]",
+        log_dir=logs,
+    )
     return next((logs / "train" / "runs").glob("*/checkpoints/epoch_*.ckpt"))
 
 
 def _report(log_dir):
     run = next((log_dir / "compress" / "runs").glob("*"))
-    return run, {s["stage"]: s for s in json.loads((run / "compress_report.json").read_text())["stages"]}
+    return run, {
+        s["stage"]: s for s in json.loads((run / "compress_report.json").read_text())["stages"]
+    }
 
 
 def _evaluated(cli, tmp_path, ckpt) -> float:
@@ -177,8 +214,15 @@ def _evaluated(cli, tmp_path, ckpt) -> float:
 
 @pytest.mark.slow
 def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckpt):
-    cli("compress.py", f"ckpt_path={digits_ckpt}", "compress=[prune,quantize]",
-        "compress.prune.ratio=0.3", "trainer.max_epochs=2", *FAST, timeout=600)
+    cli(
+        "compress.py",
+        f"ckpt_path={digits_ckpt}",
+        "compress=[prune,quantize]",
+        "compress.prune.ratio=0.3",
+        "trainer.max_epochs=2",
+        *FAST,
+        timeout=600,
+    )
     run, stages = _report(tmp_path / "logs")
     original, pruned, int8 = stages["original"], stages["prune"], stages["quantize"]
     assert pruned["params"] <= 0.3 * original["params"]
@@ -189,8 +233,10 @@ def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckp
     assert abs(int8["test/acc"] - pruned["test/acc"]) <= 0.05
     assert int8["onnx_mb"] <= 0.7 * pruned["onnx_mb"]  # tiny net: QDQ scales weigh (ResNet: 0.25x)
     assert _evaluated(cli, tmp_path, run / "1_prune.ckpt") == pytest.approx(pruned["test/acc"])
-    assert "## " not in (run / "compress_report.md").read_text()[:2] and "| prune |" in (
-        run / "compress_report.md").read_text()
+    assert (
+        "## " not in (run / "compress_report.md").read_text()[:2]
+        and "| prune |" in (run / "compress_report.md").read_text()
+    )
     from litlab.export.onnx import export_onnx
     from litlab.recipes.load import load_run
 
@@ -201,9 +247,16 @@ def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckp
 
 @pytest.mark.slow
 def test_distilled_student_trains_and_eval_reproduces_it(tmp_path, cli, digits_ckpt):
-    cli("compress.py", f"ckpt_path={digits_ckpt}", "compress=distill", "report.onnx=false",
-        "compress.distill.student.net.channels=[16,32]", "trainer.max_epochs=8", *FAST,
-        timeout=600)
+    cli(
+        "compress.py",
+        f"ckpt_path={digits_ckpt}",
+        "compress=distill",
+        "report.onnx=false",
+        "compress.distill.student.net.channels=[16,32]",
+        "trainer.max_epochs=8",
+        *FAST,
+        timeout=600,
+    )
     run, stages = _report(tmp_path / "logs")
     student = stages["distill"]
     assert student["params"] < 0.3 * stages["original"]["params"]
@@ -215,11 +268,15 @@ def test_distilled_student_trains_and_eval_reproduces_it(tmp_path, cli, digits_c
 
 @pytest.mark.slow
 def test_interrupted_fine_tuning_resumes_with_ckpt_path_last(tmp_path, cli, digits_ckpt):
-    fault = ["+callbacks.fault._target_=faults.Fault", "+callbacks.fault.step=30"]  # epoch 2 of 3 (21 steps each)
+    fault = [
+        "+callbacks.fault._target_=faults.Fault",
+        "+callbacks.fault.step=30",
+    ]  # epoch 2 of 3 (21 steps each)
     args = ["compress.prune.ratio=0.5", "trainer.max_epochs=3", "report.onnx=false", *FAST]
     env = {"PYTHONPATH": str(__import__("conftest").ROOT / "tests")}
-    killed = cli("compress.py", f"ckpt_path={digits_ckpt}", *args, *fault, env=env, check=False,
-                 timeout=600)
+    killed = cli(
+        "compress.py", f"ckpt_path={digits_ckpt}", *args, *fault, env=env, check=False, timeout=600
+    )
     assert killed.returncode != 0
     run = next((tmp_path / "logs" / "compress" / "runs").glob("*"))
     assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "1_prune.ckpt").exists()
@@ -227,6 +284,10 @@ def test_interrupted_fine_tuning_resumes_with_ckpt_path_last(tmp_path, cli, digi
     assert "resuming step 1 (prune)" in resumed.stdout
     _, stages = _report(tmp_path / "logs")  # the same run dir, finished
     metrics = (run / "csv").rglob("metrics.csv")
-    epochs = {int(r.split(",")[0]) for f in metrics for r in f.read_text().splitlines()[1:]
-              if r.split(",")[0]}
+    epochs = {
+        int(r.split(",")[0])
+        for f in metrics
+        for r in f.read_text().splitlines()[1:]
+        if r.split(",")[0]
+    }
     assert epochs == {0, 1, 2} and stages["prune"]["params"] <= 0.5 * stages["original"]["params"]

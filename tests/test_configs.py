@@ -8,8 +8,11 @@ GROUPS = ["data", "model", "trainer", "callbacks", "logger", "debug", "experimen
 
 
 def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (ROOT / "configs" / group).glob("*.yaml") if p.stem != "default"
-                  or group in ("trainer", "callbacks"))
+    return sorted(
+        p.stem
+        for p in (ROOT / "configs" / group).glob("*.yaml")
+        if p.stem != "default" or group in ("trainer", "callbacks")
+    )
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
@@ -28,9 +31,18 @@ def test_eval_config_composes(tmp_path):
     assert cfg.ckpt_path == "x.ckpt" and cfg.split == "test"
 
 
-@pytest.mark.parametrize("key", ["trainer.fast_dev_run=true", "trainer.limit_train_batches=3",
-                                 "trainer.precision=bf16-mixed", "trainer.accumulate_grad_batches=2",
-                                 "trainer.gradient_clip_val=1.0", "trainer.max_epochs=3", "seed=7"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "trainer.fast_dev_run=true",
+        "trainer.limit_train_batches=3",
+        "trainer.precision=bf16-mixed",
+        "trainer.accumulate_grad_batches=2",
+        "trainer.gradient_clip_val=1.0",
+        "trainer.max_epochs=3",
+        "seed=7",
+    ],
+)
 def test_common_keys_need_no_plus(key, tmp_path):
     cfg = compose("train", [key], output_dir=tmp_path)
     name, value = key.split("=")

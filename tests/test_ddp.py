@@ -1,19 +1,22 @@
 """trainer=ddp as users type it: real 2-process gloo runs on the CPU, started as subprocesses
 (Lightning re-executes src/train.py for rank 1). Launches are few and tiny: each one costs two
 interpreter starts, so one multirun carries most assertions."""
-import csv
+
 import json
 import os
 import re
 from pathlib import Path
 
 import pytest
-
 from conftest import QUIET, ROOT, compose, csv_test_metrics, run_cli, run_dirs
 
 TESTS = Path(__file__).resolve().parent
-TINY = ["trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
-        "trainer.num_sanity_val_steps=0"]
+TINY = [
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=3",
+    "trainer.limit_val_batches=2",
+    "trainer.num_sanity_val_steps=0",
+]
 # 361 test and 145 val digits: shards padded to equal sizes would count duplicates
 ODD_SPLITS = ["data.test_fraction=0.2006", "data.val_fraction=0.1007"]
 PROBE = ["+callbacks.rank_probe._target_=ddp_probe.RankProbe"]
@@ -23,17 +26,26 @@ def probe_env() -> dict:
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
 
 
-
-
 @pytest.fixture(scope="module")
 def ddp_sweep(tmp_path_factory):
     """`train.py -m trainer=ddp model.optimizer.lr=0.01,0.1`: 2 jobs x 2 ranks."""
     tmp = tmp_path_factory.mktemp("ddp_sweep")
     probes = tmp / "probes"
-    proc = run_cli("train.py", "hydra.mode=MULTIRUN", "trainer=ddp", "model.optimizer.lr=0.01,0.1",
-                   "trainer.accumulate_grad_batches=2", "trainer.gradient_clip_val=1.0",
-                   *TINY, *ODD_SPLITS, *PROBE, f"+callbacks.rank_probe.out={probes}",
-                   log_dir=tmp / "logs", env=probe_env(), timeout=400)
+    proc = run_cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        "trainer=ddp",
+        "model.optimizer.lr=0.01,0.1",
+        "trainer.accumulate_grad_batches=2",
+        "trainer.gradient_clip_val=1.0",
+        *TINY,
+        *ODD_SPLITS,
+        *PROBE,
+        f"+callbacks.rank_probe.out={probes}",
+        log_dir=tmp / "logs",
+        env=probe_env(),
+        timeout=400,
+    )
     return proc, tmp / "logs", probes
 
 
@@ -59,7 +71,10 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
     assert sorted(lrs) == [0.01, 0.1]
 
     for job in jobs:  # files come from rank 0 only, the parent's .hydra is kept
-        assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["epoch_000.ckpt", "last.ckpt"]
+        assert sorted(p.name for p in (job / "checkpoints").iterdir()) == [
+            "epoch_000.ckpt",
+            "last.ckpt",
+        ]
         assert "trainer=ddp" in (job / ".hydra" / "overrides.yaml").read_text()
         assert set(csv_test_metrics(job)) == {"test/acc", "test/f1", "test/loss"}  # values: below
 
@@ -81,9 +96,20 @@ def test_ddp_test_metrics_equal_single_process(ddp_sweep, tmp_path, job):
     _, logs, _ = ddp_sweep
     run = next((logs / "train" / "multiruns").iterdir()) / job
     ddp = csv_test_metrics(run)
-    train(compose("train", ["train=false", f"ckpt_path={run / 'checkpoints' / 'epoch_000.ckpt'}",
-                            "trainer.accelerator=cpu", "logger=csv", *ODD_SPLITS, *QUIET],
-                  output_dir=tmp_path))
+    train(
+        compose(
+            "train",
+            [
+                "train=false",
+                f"ckpt_path={run / 'checkpoints' / 'epoch_000.ckpt'}",
+                "trainer.accelerator=cpu",
+                "logger=csv",
+                *ODD_SPLITS,
+                *QUIET,
+            ],
+            output_dir=tmp_path,
+        )
+    )
     single = csv_test_metrics(tmp_path)
     assert ddp["test/acc"] == single["test/acc"] and ddp["test/f1"] == single["test/f1"]
     assert ddp["test/loss"] == pytest.approx(single["test/loss"], rel=1e-5)
@@ -102,19 +128,37 @@ def test_eval_shards_are_unpadded():
     seen = []
     for rank in (0, 1):
         sampler = data_connector._get_distributed_sampler(
-            loader, shuffle=False, overfit_batches=0, mode=RunningStage.TESTING,
-            num_replicas=2, rank=rank)
+            loader,
+            shuffle=False,
+            overfit_batches=0,
+            mode=RunningStage.TESTING,
+            num_replicas=2,
+            rank=rank,
+        )
         seen += list(sampler)
     assert sorted(seen) == list(range(361))
     one = DataLoader([0], batch_size=1)  # fewer samples than ranks: every rank gets one
-    shards = [list(data_connector._get_distributed_sampler(
-        one, shuffle=False, overfit_batches=0, mode=RunningStage.VALIDATING, num_replicas=2,
-        rank=r)) for r in (0, 1)]
+    shards = [
+        list(
+            data_connector._get_distributed_sampler(
+                one,
+                shuffle=False,
+                overfit_batches=0,
+                mode=RunningStage.VALIDATING,
+                num_replicas=2,
+                rank=r,
+            )
+        )
+        for r in (0, 1)
+    ]
     assert shards == [[0], [0]]
 
 
-DOMAINS = [pytest.param("gnn", id="graph"), pytest.param("unet3d", id="3d-segmentation"),
-           pytest.param("resnet3d", id="3d-classification", marks=pytest.mark.slow)]
+DOMAINS = [
+    pytest.param("gnn", id="graph"),
+    pytest.param("unet3d", id="3d-segmentation"),
+    pytest.param("resnet3d", id="3d-classification", marks=pytest.mark.slow),
+]
 
 
 @pytest.mark.parametrize("model", DOMAINS)
@@ -124,8 +168,14 @@ def test_ddp_per_domain_metrics_equal_single_process(model, tmp_path):
     ddp_dir = run_dirs(tmp_path / "ddp")
     assert len(ddp_dir) == 1  # one run dir, not one per rank
     ckpt = ddp_dir[0] / "checkpoints" / "epoch_000.ckpt"
-    run_cli("train.py", f"model={model}", "train=false", f"ckpt_path={ckpt}",
-            "trainer.accelerator=cpu", log_dir=tmp_path / "single")
+    run_cli(
+        "train.py",
+        f"model={model}",
+        "train=false",
+        f"ckpt_path={ckpt}",
+        "trainer.accelerator=cpu",
+        log_dir=tmp_path / "single",
+    )
     ddp, single = csv_test_metrics(ddp_dir[0]), csv_test_metrics(run_dirs(tmp_path / "single")[0])
     assert ddp.keys() == single.keys()
     for key in ddp:
@@ -152,8 +202,13 @@ def test_gpu_bench_runs_its_cpu_row_and_skips_cuda_cleanly():
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine runs the full bench/gpu.py, not this check")
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu.py"), "--quick"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu.py"), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "| cnn | cpu fp32 | ok |" in proc.stdout
     assert "FAILED" not in proc.stdout
@@ -161,19 +216,35 @@ def test_gpu_bench_runs_its_cpu_row_and_skips_cuda_cleanly():
     assert proc.stdout.count("skipped: no CUDA device") == 8 * 4  # 7 GPU settings + TensorRT
 
 
-@pytest.mark.parametrize(("trainer", "env", "expected"), [
-    ({"strategy": {"_target_": "lightning.pytorch.strategies.DDPStrategy"}, "devices": 2}, {}, 2),
-    ({"strategy": "ddp", "devices": [0, 1, 2]}, {}, 3),
-    ({"strategy": "ddp", "devices": "0,1"}, {}, 2),
-    ({"strategy": "ddp", "devices": 2, "num_nodes": 2}, {}, 0),  # multi-node: Lightning
-    ({"strategy": "ddp", "devices": 2}, {"LOCAL_RANK": "1"}, 0),  # a child rank
-    ({"strategy": "ddp", "devices": 2}, {"SLURM_NTASKS": "4"}, 0),  # the cluster starts them
-    ({"strategy": "ddp", "devices": 2}, {"TORCHELASTIC_RUN_ID": "x"}, 0),  # torchrun
-    ({"strategy": {"_target_": "lightning.pytorch.strategies.DDPStrategy",
-                   "start_method": "spawn"}, "devices": 2}, {}, 0),
-    ({"strategy": "fsdp", "devices": 2}, {}, 0),
-    ({"strategy": "auto", "devices": 1}, {}, 0),
-])
+@pytest.mark.parametrize(
+    ("trainer", "env", "expected"),
+    [
+        (
+            {"strategy": {"_target_": "lightning.pytorch.strategies.DDPStrategy"}, "devices": 2},
+            {},
+            2,
+        ),
+        ({"strategy": "ddp", "devices": [0, 1, 2]}, {}, 3),
+        ({"strategy": "ddp", "devices": "0,1"}, {}, 2),
+        ({"strategy": "ddp", "devices": 2, "num_nodes": 2}, {}, 0),  # multi-node: Lightning
+        ({"strategy": "ddp", "devices": 2}, {"LOCAL_RANK": "1"}, 0),  # a child rank
+        ({"strategy": "ddp", "devices": 2}, {"SLURM_NTASKS": "4"}, 0),  # the cluster starts them
+        ({"strategy": "ddp", "devices": 2}, {"TORCHELASTIC_RUN_ID": "x"}, 0),  # torchrun
+        (
+            {
+                "strategy": {
+                    "_target_": "lightning.pytorch.strategies.DDPStrategy",
+                    "start_method": "spawn",
+                },
+                "devices": 2,
+            },
+            {},
+            0,
+        ),
+        ({"strategy": "fsdp", "devices": 2}, {}, 0),
+        ({"strategy": "auto", "devices": 1}, {}, 0),
+    ],
+)
 def test_which_ddp_runs_start_their_ranks_early(trainer, env, expected, monkeypatch):
     """trainer=ddp on one node starts its ranks with the job; everything else is left to
     Lightning or to the cluster (see litlab.recipes.ddp.early_ranks)."""

@@ -1,6 +1,7 @@
 """src/export.py: every format is verified against the checkpoint (same outputs, same test
 metric through the artifact's own runtime), metadata travels inside the files, and a format
 that cannot run says so in one line. Per-domain exports on tiny trained models are `slow`."""
+
 import json
 
 import numpy as np
@@ -23,8 +24,13 @@ def digits_export(digits_ckpt, tmp_path_factory):
     from litlab.export.recipe import export
 
     out = tmp_path_factory.mktemp("digits_export")
-    report = export(digits_ckpt, ["onnx", "pt2", "onnx_int8"], out,
-                    latency_batch_sizes=(1, 64), latency_budget_s=0.2)
+    report = export(
+        digits_ckpt,
+        ["onnx", "pt2", "onnx_int8"],
+        out,
+        latency_batch_sizes=(1, 64),
+        latency_budget_s=0.2,
+    )
     return report, out
 
 
@@ -66,8 +72,11 @@ def test_metadata_round_trip(digits_export, digits_ckpt):
 
     out = digits_export[1]
     stored = load(digits_ckpt)[CONFIG_KEY]
-    for meta in (onnx.read_metadata(out / "model.onnx"), pt2.read_metadata(out / "model.pt2"),
-                 onnx.read_metadata(out / "model.int8.onnx")):
+    for meta in (
+        onnx.read_metadata(out / "model.onnx"),
+        pt2.read_metadata(out / "model.pt2"),
+        onnx.read_metadata(out / "model.int8.onnx"),
+    ):
         assert meta["task"] == "image_classification"
         assert meta["classes"] == [str(i) for i in range(10)]
         assert meta["inputs"]["x"]["normalization"]["mean"] == [0.3051]
@@ -93,8 +102,9 @@ def test_unsupported_op_message_names_op_and_working_format():
 
     err = RuntimeError("Unsupported FX nodes: {'call_function': ['aten.linalg_eig.default']}.")
     line = unsupported("onnx", err)
-    assert line == ("onnx: the exporter cannot handle op aten.linalg_eig.default; "
-                    "formats=[pt2] works")
+    assert line == (
+        "onnx: the exporter cannot handle op aten.linalg_eig.default; formats=[pt2] works"
+    )
 
 
 DOMAINS = {  # train overrides of a tiny model per domain
@@ -103,10 +113,20 @@ DOMAINS = {  # train overrides of a tiny model per domain
     "gat": ["model=gat", "data=sbm", "trainer.max_epochs=5"],
     "sage": ["model=sage", "data=sbm", "trainer.max_epochs=5"],
     "gin": ["model=gin", "data=mutag", "trainer.max_epochs=3"],
-    "resnet3d": ["model=resnet3d", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                 "trainer.limit_val_batches=1", "data.num_volumes=60"],
-    "unet3d": ["model=unet3d", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-               "trainer.limit_val_batches=1", "data.num_volumes=12"],
+    "resnet3d": [
+        "model=resnet3d",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "data.num_volumes=60",
+    ],
+    "unet3d": [
+        "model=unet3d",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "data.num_volumes=12",
+    ],
 }
 
 
@@ -120,10 +140,17 @@ def test_every_domain_exports_and_verifies(domain, tmp_path, shared_data):
         extra = [f"paths.data_dir={shared_data('TUDataset').parent}"]
     run_cli("train.py", *DOMAINS[domain], *extra, "test=false", log_dir=tmp_path / "logs")
     ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
-    proc = run_cli("export.py", f"ckpt_path={ckpt}", "latency.budget_s=0.2",
-                   log_dir=tmp_path / "logs", check=False, timeout=900)
-    report = json.loads(next((tmp_path / "logs" / "export").rglob("export_report.json"))
-                        .read_text())
+    proc = run_cli(
+        "export.py",
+        f"ckpt_path={ckpt}",
+        "latency.budget_s=0.2",
+        log_dir=tmp_path / "logs",
+        check=False,
+        timeout=900,
+    )
+    report = json.loads(
+        next((tmp_path / "logs" / "export").rglob("export_report.json")).read_text()
+    )
     for fmt in ("onnx", "pt2"):
         row = report["formats"][fmt]
         assert row["ok"] and row["max_rel_diff"] <= 1e-4, row

@@ -1,6 +1,7 @@
 """Federated learning (litlab.federated, src/federate.py): partitions, FedAvg aggregation,
 compressed updates, FedProx, client rounds, faults. Ray runs are slow (marked); the default
 suite drives the same client and server code in-process."""
+
 import os
 import re
 import subprocess
@@ -40,13 +41,17 @@ def _flower_identity():
 
 
 def _train_message(arrays: ArrayRecord, rnd: int = 1) -> Message:
-    return Message(RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": rnd})}),
-                   dst_node_id=7, message_type="train")
+    return Message(
+        RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": rnd})}),
+        dst_node_id=7,
+        message_type="train",
+    )
 
 
 def _reply(to: Message, arrays: ArrayRecord, n: int) -> Message:
-    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": n})}),
-                   reply_to=to)
+    return Message(
+        RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": n})}), reply_to=to
+    )
 
 
 # --- partitions ---------------------------------------------------------------------------
@@ -81,8 +86,8 @@ def test_dirichlet_skew_follows_alpha():
 
 def test_partition_items_of_each_domain(shared_data):
     """Digits images, phantom volumes and whole MUTAG graphs: labels read, items partitioned."""
-    from litlab.data.graph import TUDataModule
     from litlab.data.medical3d import PhantomClassificationDataModule
+    from litlab.data.tudataset import TUDataModule
     from litlab.data.vision import DigitsDataModule
 
     phantoms = PhantomClassificationDataModule(num_volumes=24, size=12, size_jitter=0)
@@ -90,8 +95,10 @@ def test_partition_items_of_each_domain(shared_data):
     for dm in (DigitsDataModule(), phantoms, mutag):
         dm.setup("fit")
         labels = partition.labels_of(dm.train_set)
-        truth = [int(item[1]) if isinstance(item, (tuple, list)) else int(item.y)
-                 for item in dm.train_set]
+        truth = [
+            int(item[1]) if isinstance(item, (tuple, list)) else int(item.y)
+            for item in dm.train_set
+        ]
         assert labels.tolist() == truth
         parts = partition.partition(labels, 4, "dirichlet", alpha=1.0, seed=0)
         _check_partition(parts, len(dm.train_set))
@@ -105,14 +112,24 @@ def test_too_many_clients_is_one_line():
 # --- aggregation and compression ------------------------------------------------------------
 def test_fedavg_aggregation_is_the_sample_weighted_mean_exactly():
     """Through litlab's wrapper: Flower's FedAvg weights each client by its sample count."""
-    glob = ArrayRecord({"w": Array(np.zeros((2, 2), np.float32)), "b": Array(np.zeros(3, np.float32))})
-    a = {"w": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), "b": np.array([0.5, -1.0, 8.0], np.float32)}
-    b = {"w": np.array([[5.0, 6.0], [7.0, 8.0]], np.float32), "b": np.array([1.5, 3.0, 0.0], np.float32)}
+    glob = ArrayRecord(
+        {"w": Array(np.zeros((2, 2), np.float32)), "b": Array(np.zeros(3, np.float32))}
+    )
+    a = {
+        "w": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32),
+        "b": np.array([0.5, -1.0, 8.0], np.float32),
+    }
+    b = {
+        "w": np.array([[5.0, 6.0], [7.0, 8.0]], np.float32),
+        "b": np.array([1.5, 3.0, 0.0], np.float32),
+    }
     strategy = Recorded(FedAvg())
     strategy.global_arrays = glob
     msg = _train_message(glob)
-    replies = [_reply(msg, ArrayRecord({k: Array(v) for k, v in a.items()}), 10),
-               _reply(msg, ArrayRecord({k: Array(v) for k, v in b.items()}), 30)]
+    replies = [
+        _reply(msg, ArrayRecord({k: Array(v) for k, v in a.items()}), 10),
+        _reply(msg, ArrayRecord({k: Array(v) for k, v in b.items()}), 30),
+    ]
     arrays, _ = strategy.aggregate_train(1, replies)
     for key in ("w", "b"):
         expected = (10 * a[key] + 30 * b[key]) / 40  # hand-computed weighted mean
@@ -127,8 +144,12 @@ def test_failed_clients_are_recorded_and_a_round_without_success_stops():
     strategy = Recorded(FedAvg())
     strategy.global_arrays = glob
     msg = _train_message(glob)
-    failure = Message(Error(code=0, reason="ClientAppException: client 3 failed: boom"), reply_to=msg)
-    arrays, _ = strategy.aggregate_train(1, [_reply(msg, ArrayRecord({"w": Array(np.ones(4, np.float32))}), 5), failure])
+    failure = Message(
+        Error(code=0, reason="ClientAppException: client 3 failed: boom"), reply_to=msg
+    )
+    arrays, _ = strategy.aggregate_train(
+        1, [_reply(msg, ArrayRecord({"w": Array(np.ones(4, np.float32))}), 5), failure]
+    )
     np.testing.assert_array_equal(arrays["w"].numpy(), np.ones(4))
     assert strategy.rounds[0]["failed"] == 1 and strategy.rounds[0]["failures"] == "3: boom"
     with pytest.raises(NoClientSucceeded, match="round 2: none of the 1 sampled clients succeeded"):
@@ -168,8 +189,9 @@ def test_topk_error_feedback_loses_nothing_over_rounds():
         msg = _train_message(glob, rnd + 1)
         reply = mod(msg, ctx, lambda m, c, local=local: _reply(m, local, 5))
         total_update = total_update + compression.flat(local) - compression.flat(glob)
-        total_sent = total_sent + compression.decode_update(reply.content["arrays"],
-                                                            compression.sizes(glob))
+        total_sent = total_sent + compression.decode_update(
+            reply.content["arrays"], compression.sizes(glob)
+        )
     residual = ctx.state[compression.RESIDUAL_KEY]["residual"].numpy()
     np.testing.assert_allclose(total_sent + residual, total_update, atol=1e-4)
 
@@ -187,12 +209,21 @@ def test_fedprox_term_pulls_toward_the_global_weights():
 
 
 # --- config and runs -----------------------------------------------------------------------
-@pytest.mark.parametrize("override,message", [
-    ("federate.num_clients=0", "federate.num_clients=0 is not valid; use an integer >= 1"),
-    ("federate.alpha=0", "federate.alpha=0 is not valid; the Dirichlet concentration must be > 0"),
-    ("federate.fraction=1.5", "federate.fraction=1.5 is not valid; use a fraction of the clients in (0, 1]"),
-    ("federate.fraction=0", "federate.fraction=0 is not valid"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("federate.num_clients=0", "federate.num_clients=0 is not valid; use an integer >= 1"),
+        (
+            "federate.alpha=0",
+            "federate.alpha=0 is not valid; the Dirichlet concentration must be > 0",
+        ),
+        (
+            "federate.fraction=1.5",
+            "federate.fraction=1.5 is not valid; use a fraction of the clients in (0, 1]",
+        ),
+        ("federate.fraction=0", "federate.fraction=0 is not valid"),
+    ],
+)
 def test_bad_federate_config_is_one_line(tmp_path, override, message):
     from litlab.federated.recipe import check
 
@@ -202,9 +233,14 @@ def test_bad_federate_config_is_one_line(tmp_path, override, message):
 
 
 def test_bad_federate_config_exits_2_with_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "src/federate.py", "federate.num_clients=0",
-                           f"paths.log_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "src/federate.py", "federate.num_clients=0", f"paths.log_dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: federate.num_clients=0 is not valid; use an integer >= 1"
     assert not list((tmp_path / "federate" / "runs").glob("*"))  # nothing half-written
@@ -219,8 +255,11 @@ def test_two_clients_two_rounds_beat_round_zero(tmp_path):
     from litlab.federated.recipe import _strategy
     from litlab.federated.server import CentralEvaluation
 
-    cfg = compose("federate", ["federate.num_clients=2", "federate.rounds=2",
-                               "extras.print_config=false"], output_dir=tmp_path)
+    cfg = compose(
+        "federate",
+        ["federate.num_clients=2", "federate.rounds=2", "extras.print_config=false"],
+        output_dir=tmp_path,
+    )
     dm = build.datamodule(cfg)
     dm.setup("fit")
     labels = partition.labels_of(dm.train_set)
@@ -232,7 +271,9 @@ def test_two_clients_two_rounds_beat_round_zero(tmp_path):
     accuracy = [evaluation(0, arrays)["test/acc"]]
     for rnd in (1, 2):
         msg = _train_message(arrays, rnd)
-        replies = [Message(train_client(config, parts, [], msg, pid), reply_to=msg) for pid in (0, 1)]
+        replies = [
+            Message(train_client(config, parts, [], msg, pid), reply_to=msg) for pid in (0, 1)
+        ]
         strategy.global_arrays = arrays
         arrays, _ = strategy.aggregate_train(rnd, replies)
         accuracy.append(evaluation(rnd, arrays)["test/acc"])
@@ -246,10 +287,16 @@ def _run_marked(tmp_path, *overrides, timeout=600):
     processes still alive afterwards that carry the marker (Ray workers inherit it)."""
     marker = uuid.uuid4().hex
     env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "src/federate.py", f"paths.log_dir={tmp_path / 'logs'}",
-           "extras.print_config=false", *overrides]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env,
-                          check=False)
+    cmd = [
+        sys.executable,
+        "src/federate.py",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        "extras.print_config=false",
+        *overrides,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
     return proc, _marked(marker)
 
 
@@ -262,24 +309,43 @@ def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
 
     from litlab.checkpointing.run_config import CONFIG_KEY
 
-    proc, leftovers = _run_marked(tmp_path, "federate.num_clients=3", "federate.rounds=2",
-                                  "federate.fail_clients=[2]", "federate.compression=int8")
+    proc, leftovers = _run_marked(
+        tmp_path,
+        "federate.num_clients=3",
+        "federate.rounds=2",
+        "federate.fail_clients=[2]",
+        "federate.compression=int8",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert leftovers == []
     run_dir = next((tmp_path / "logs" / "federate" / "runs").glob("*"))
     with open(run_dir / "history.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["round"], r["clients"], r["failed"]) for r in rows] == [
-        ("0", "0", "0"), ("1", "2", "1"), ("2", "2", "1")]
+        ("0", "0", "0"),
+        ("1", "2", "1"),
+        ("2", "2", "1"),
+    ]
     assert rows[1]["failures"].startswith("2: injected failure")
     assert float(rows[2]["accuracy"]) > float(rows[0]["accuracy"])
     assert int(rows[1]["bytes_sent"]) < 0.3 * int(rows[1]["bytes_uncompressed"])
     assert (run_dir / "history.png").is_file() and (run_dir / "client_classes.png").is_file()
     ckpt = torch.load(run_dir / "global.ckpt", weights_only=True)
     assert ckpt[CONFIG_KEY]["federate"]["num_clients"] == 3
-    ev = subprocess.run([sys.executable, "src/eval.py", f"ckpt_path={run_dir / 'global.ckpt'}",
-                         f"paths.log_dir={tmp_path / 'logs'}", "extras.print_config=false"],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    ev = subprocess.run(
+        [
+            sys.executable,
+            "src/eval.py",
+            f"ckpt_path={run_dir / 'global.ckpt'}",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            "extras.print_config=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert ev.returncode == 0, ev.stderr[-3000:]
     eval_dir = next((tmp_path / "logs" / "eval" / "runs").glob("*"))
     metrics = json.loads((eval_dir / "metrics.json").read_text())
@@ -288,11 +354,15 @@ def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
 
 @pytest.mark.slow
 def test_a_round_without_any_successful_client_ends_the_run(tmp_path):
-    proc, leftovers = _run_marked(tmp_path, "federate.num_clients=2", "federate.rounds=3",
-                                  "federate.fail_clients=[0,1]")
+    proc, leftovers = _run_marked(
+        tmp_path, "federate.num_clients=2", "federate.rounds=3", "federate.fail_clients=[0,1]"
+    )
     assert proc.returncode == 1
-    assert re.fullmatch(r"error: round 1: none of the 2 sampled clients succeeded \(client "
-                        r"[01]: injected failure \(federate.fail_clients\)\)", proc.stderr.strip())
+    assert re.fullmatch(
+        r"error: round 1: none of the 2 sampled clients succeeded \(client "
+        r"[01]: injected failure \(federate.fail_clients\)\)",
+        proc.stderr.strip(),
+    )
     assert leftovers == []
 
 
@@ -316,10 +386,21 @@ def test_ctrl_c_during_the_simulation_leaves_no_process(tmp_path):
 
     marker = uuid.uuid4().hex
     env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "src/federate.py", f"paths.log_dir={tmp_path}",
-                             "extras.print_config=false", "federate.num_clients=4",
-                             "federate.rounds=50"], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "src/federate.py",
+            f"paths.log_dir={tmp_path}",
+            "extras.print_config=false",
+            "federate.num_clients=4",
+            "federate.rounds=50",
+        ],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     for line in proc.stdout:  # wait until the workers trained a round
         if "round 1/50" in line:
             break
@@ -338,9 +419,17 @@ def test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary(tmp_pat
     both completed, in the sweep summary every multirun writes; no process left behind."""
     import csv
 
-    proc, left = _run_marked(tmp_path, "-m", "federate.alpha=0.1,1.0", "federate/strategy=fedprox",
-                             "federate.strategy.proximal_mu=0.1", "federate.compression=int8",
-                             "federate.num_clients=2", "federate.rounds=1", timeout=900)
+    proc, left = _run_marked(
+        tmp_path,
+        "-m",
+        "federate.alpha=0.1,1.0",
+        "federate/strategy=fedprox",
+        "federate.strategy.proximal_mu=0.1",
+        "federate.compression=int8",
+        "federate.num_clients=2",
+        "federate.rounds=1",
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not left, left
     [summary] = (tmp_path / "logs").glob("*/multiruns/*/summary.csv")

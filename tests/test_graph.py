@@ -22,7 +22,7 @@ def test_model_gnn_selects_graph_data_and_data_wins(tmp_path):
     cfg = compose("train", ["model=gnn"], output_dir=tmp_path)
     assert cfg.data._target_ == "litlab.data.graph.SBMDataModule"
     cfg = compose("train", ["model=gin", "data=mutag"], output_dir=tmp_path)
-    assert cfg.data._target_ == "litlab.data.graph.TUDataModule" and cfg.data.name == "MUTAG"
+    assert cfg.data._target_ == "litlab.data.tudataset.TUDataModule" and cfg.data.name == "MUTAG"
 
 
 def test_incompatible_pair_is_one_line(tmp_path):
@@ -47,8 +47,15 @@ def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
     in one multirun: GCN and GAT >= 78% (measured 80.4%, 82.0%). eval.py on GCN's best
     checkpoint prints the same test metrics and writes node predictions."""
     data = shared_data("Planetoid").parent
-    proc = cli("train.py", "hydra.mode=MULTIRUN", "experiment=gcn_cora,gat_cora",
-               "trainer.max_epochs=100", f"paths.data_dir={data}", *QUICK, timeout=600)
+    proc = cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        "experiment=gcn_cora,gat_cora",
+        "trainer.max_epochs=100",
+        f"paths.data_dir={data}",
+        *QUICK,
+        timeout=600,
+    )
     train, gat = results(proc.stdout)
     assert train["test/acc"] >= 0.78 and gat["test/acc"] >= 0.78, (train, gat)
     [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
@@ -58,11 +65,13 @@ def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
     assert evaluated["test/acc"] == pytest.approx(train["test/acc"], abs=1e-4)
     import pandas as pd
 
-    predictions = pd.read_csv(next((tmp_path / "logs" / "eval" / "runs").glob("*")) /
-                              "predictions.csv")
+    predictions = pd.read_csv(
+        next((tmp_path / "logs" / "eval" / "runs").glob("*")) / "predictions.csv"
+    )
     assert len(predictions) == 1000 and predictions["node"].min() >= 1708  # Cora's test nodes
     assert (predictions["pred"] == predictions["target"]).mean() == pytest.approx(
-        train["test/acc"], abs=1e-3)
+        train["test/acc"], abs=1e-3
+    )
 
 
 def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
@@ -71,12 +80,24 @@ def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
     on a fold of 19 graphs: the bars below are out of a broken model's reach (measured:
     0.789, 0.895, 0.789; F1 0.73-0.86). bench/graph_sweep.py reads the same sweep."""
     data = shared_data("TUDataset/MUTAG").parents[1]
-    proc = cli("train.py", "hydra.mode=MULTIRUN", "experiment=gin_mutag", "data.fold=0,3,6",
-               "trainer.max_epochs=50", f"paths.data_dir={data}", "logger=csv",
-               "callbacks.model_summary=null", "callbacks.lr_monitor=null", timeout=600)
+    proc = cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        "experiment=gin_mutag",
+        "data.fold=0,3,6",
+        "trainer.max_epochs=50",
+        f"paths.data_dir={data}",
+        "logger=csv",
+        "callbacks.model_summary=null",
+        "callbacks.lr_monitor=null",
+        timeout=600,
+    )
     folds = results(proc.stdout)  # 25 s CPU in all (3.5 min wall at load 25)
     assert len(folds) == 3
-    mean = lambda key: sum(f[key] for f in folds) / len(folds)
+
+    def mean(key):
+        return sum(f[key] for f in folds) / len(folds)
+
     assert mean("test/acc") >= 0.78, folds
     assert mean("test/f1") >= 0.70 and min(f["test/f1"] for f in folds) >= 0.60, folds
     import runpy
@@ -95,7 +116,7 @@ def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
 
 def test_folds_partition_mutag(shared_data):
     """Ten test folds cover every graph once; validation never overlaps the test fold."""
-    from litlab.data.graph import TUDataModule
+    from litlab.data.tudataset import TUDataModule
 
     data = shared_data("TUDataset/MUTAG").parents[1]
     seen = []
@@ -126,8 +147,17 @@ def test_every_net_gives_class_scores(conv, task):
 
     from litlab.models.nets.gnn import GNN
 
-    net = GNN(5, 3, conv=conv, hidden_channels=8, heads=2, norm="batch_norm", residual=True,
-              task=task, jumping_knowledge="cat")
+    net = GNN(
+        5,
+        3,
+        conv=conv,
+        hidden_channels=8,
+        heads=2,
+        norm="batch_norm",
+        residual=True,
+        task=task,
+        jumping_knowledge="cat",
+    )
     x, edge_index = torch.randn(6, 5), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 0, 4, 5]])
     batch = torch.tensor([0, 0, 0, 1, 1, 1])
     out = net(x, edge_index, batch if task == "graph_classification" else None)

@@ -1,5 +1,6 @@
 """See inside a run: one digits run with `callbacks=inspect`, MLflow, the LR finder and the
 PyTorch profiler, checked file by file against the run's own numbers (docs/inspect.md)."""
+
 import csv
 import json
 import os
@@ -15,13 +16,22 @@ MAX_POINTS, LR_RANGE = 100, (1e-5, 0.5)
 def run(tmp_path_factory):
     """One short run with everything on; returns (run dir, stdout, log dir)."""
     logs = tmp_path_factory.mktemp("inspect") / "logs"
-    proc = run_cli("train.py", "callbacks=inspect", "logger=[csv,tensorboard,mlflow]",
-                   "profiler=pytorch", "tune=lr", "tune.lr_find.num_training=20",
-                   f"tune.lr_find.min_lr={LR_RANGE[0]}", f"tune.lr_find.max_lr={LR_RANGE[1]}",
-                   "trainer.max_epochs=2", "callbacks.histograms.every_n_epochs=1",
-                   f"callbacks.embeddings.max_points={MAX_POINTS}",
-                   "callbacks.gradcam.num_samples=4", "callbacks.sample_predictions.num_samples=8",
-                   log_dir=logs)
+    proc = run_cli(
+        "train.py",
+        "callbacks=inspect",
+        "logger=[csv,tensorboard,mlflow]",
+        "profiler=pytorch",
+        "tune=lr",
+        "tune.lr_find.num_training=20",
+        f"tune.lr_find.min_lr={LR_RANGE[0]}",
+        f"tune.lr_find.max_lr={LR_RANGE[1]}",
+        "trainer.max_epochs=2",
+        "callbacks.histograms.every_n_epochs=1",
+        f"callbacks.embeddings.max_points={MAX_POINTS}",
+        "callbacks.gradcam.num_samples=4",
+        "callbacks.sample_predictions.num_samples=8",
+        log_dir=logs,
+    )
     return run_dirs(logs)[-1], proc.stdout, logs
 
 
@@ -51,8 +61,13 @@ def test_confusion_matrix_counts_the_test_set_and_matches_test_acc(run, tmp_path
     for k, row in enumerate(per_class[1:]):
         assert int(row[4]) == sum(counts[k])
         assert float(row[2]) == pytest.approx(counts[k][k] / sum(counts[k]), abs=1e-4)
-    for name in ("confusion_val.png", "confusion_val.csv", "gradcam.png", "samples.png",
-                 "tsne.png"):
+    for name in (
+        "confusion_val.png",
+        "confusion_val.csv",
+        "gradcam.png",
+        "samples.png",
+        "tsne.png",
+    ):
         assert (run_dir / "inspect" / name).stat().st_size > 200, name
 
 
@@ -73,10 +88,13 @@ def test_histograms_for_every_parameter_tensor_and_images_in_tensorboard(run, tm
     run_dir, _, _ = run
     cfg = compose("train", [], output_dir=tmp_path)
     names = [n for n, _ in build.model(cfg, build.datamodule(cfg)).named_parameters()]
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"histograms": 0,
-                                                                           "images": 0})
+    events = EventAccumulator(
+        str(run_dir / "tensorboard"), size_guidance={"histograms": 0, "images": 0}
+    )
     tags = events.Reload().Tags()
-    assert {f"weights/{n}" for n in names} | {f"grads/{n}" for n in names} <= set(tags["histograms"])
+    assert {f"weights/{n}" for n in names} | {f"grads/{n}" for n in names} <= set(
+        tags["histograms"]
+    )
     assert len(events.Histograms(f"weights/{names[0]}")) == 2  # every_n_epochs=1, 2 epochs
     assert tags["graph"]
     assert {"inspect/confusion_test", "inspect/gradcam", "inspect/tsne"} <= set(tags["images"])
@@ -105,8 +123,9 @@ def test_pytorch_profiler_tables_name_the_convolution_and_memory(run):
     assert f"profiler         {run_dir / 'profiler' / 'fit-profiler.txt'}" in stdout  # Files
     assert list((run_dir / "profiler").glob("fit-*.pt.trace.json"))
     with open(run_dir / "csv" / "metrics.csv") as f:
-        peaks = [float(r["memory/peak_rss_mb"]) for r in csv.DictReader(f)
-                 if r.get("memory/peak_rss_mb")]
+        peaks = [
+            float(r["memory/peak_rss_mb"]) for r in csv.DictReader(f) if r.get("memory/peak_rss_mb")
+        ]
     assert len(peaks) == 2 and all(p > 50 for p in peaks)  # one per epoch, in MB
 
 
@@ -121,11 +140,15 @@ def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(run):
     assert len(runs) == 1
     found = runs.iloc[0]
     assert found["params.data/batch_size"] == "64" and found["params.model/_target_"].endswith(
-        "ImageClassifier")
+        "ImageClassifier"
+    )
     assert found["metrics.test/acc"] == pytest.approx(results(stdout)[0]["test/acc"], abs=1e-4)
     assert len(client.get_metric_history(found.run_id, "val/acc")) == 2  # per epoch
-    artifacts = {f.path for folder in ("plots", "config", "checkpoints")
-                 for f in client.list_artifacts(found.run_id, folder)}
+    artifacts = {
+        f.path
+        for folder in ("plots", "config", "checkpoints")
+        for f in client.list_artifacts(found.run_id, folder)
+    }
     assert {"plots/confusion_test.png", "plots/tsne.png", "config/config.yaml"} <= artifacts
     assert any(a.startswith("checkpoints/epoch_") for a in artifacts)
 
@@ -147,33 +170,45 @@ def test_a_callback_that_does_not_fit_the_task_is_refused_in_one_line(tmp_path):
 
 
 def test_tuning_is_refused_under_ddp():
-    from litlab.recipes import tuning
     from litlab.errors import UserError
+    from litlab.recipes import tuning
 
     DDPStrategy = type("DDPStrategy", (), {})
     with pytest.raises(UserError, match="cannot run under DDPStrategy"):
-        tuning.run([lambda *a: None], SimpleNamespace(strategy=DDPStrategy(), world_size=2),
-                   None, None)
+        tuning.run(
+            [lambda *a: None], SimpleNamespace(strategy=DDPStrategy(), world_size=2), None, None
+        )
 
 
-@pytest.mark.parametrize("logger,package", [("comet", "comet_ml"), ("neptune", "neptune"),
-                                            ("aim", "aim")])
+@pytest.mark.parametrize(
+    "logger,package", [("comet", "comet_ml"), ("neptune", "neptune"), ("aim", "aim")]
+)
 def test_optional_logger_offline(logger, package, cli, tmp_path):
-    pytest.importorskip(package, reason=f"optional: {package} is not installed "
-                                        f"(pip install -r requirements-optional.txt)")
-    cli("train.py", f"logger=[csv,{logger}]", "trainer.max_epochs=1",
-        "trainer.limit_train_batches=2", env={"COMET_API_KEY": ""})
+    pytest.importorskip(
+        package,
+        reason=f"optional: {package} is not installed (pip install -r requirements-optional.txt)",
+    )
+    cli(
+        "train.py",
+        f"logger=[csv,{logger}]",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        env={"COMET_API_KEY": ""},
+    )
     assert csv_test_metrics(run_dirs(tmp_path / "logs")[-1])["test/acc"] > 0
 
 
-@pytest.mark.parametrize("override,key,target", [
-    ("profiler=simple", "trainer.profiler", "PrintedSimpleProfiler"),
-    ("profiler=advanced", "trainer.profiler", "PrintedAdvancedProfiler"),
-    ("profiler=pytorch", "callbacks.peak_memory", "PeakMemory"),
-    ("debug=profiler", "trainer.profiler", "PrintedSimpleProfiler"),
-    ("tune=batch_size", "tune.batch_size_find", "BatchSizeFinder"),
-    ("logger=many", "logger.mlflow", "LocalMLFlowLogger"),
-])
+@pytest.mark.parametrize(
+    "override,key,target",
+    [
+        ("profiler=simple", "trainer.profiler", "PrintedSimpleProfiler"),
+        ("profiler=advanced", "trainer.profiler", "PrintedAdvancedProfiler"),
+        ("profiler=pytorch", "callbacks.peak_memory", "PeakMemory"),
+        ("debug=profiler", "trainer.profiler", "PrintedSimpleProfiler"),
+        ("tune=batch_size", "tune.batch_size_find", "BatchSizeFinder"),
+        ("logger=many", "logger.mlflow", "LocalMLFlowLogger"),
+    ],
+)
 def test_options_compose_to_their_classes(override, key, target, tmp_path):
     from omegaconf import OmegaConf
 
@@ -192,8 +227,13 @@ def test_vanishing_gradient_is_named_in_one_warning_line(tmp_path, caplog):
     for p in net.parameters():
         p.grad = torch.ones_like(p)
     net[1].weight.grad *= 1e-5  # 100,000x below the median layer's norm
-    trainer = SimpleNamespace(current_epoch=0, global_step=0, is_global_zero=True, loggers=[],
-                              default_root_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        current_epoch=0,
+        global_step=0,
+        is_global_zero=True,
+        loggers=[],
+        default_root_dir=str(tmp_path),
+    )
     callback = WeightGradHistograms(every_n_epochs=1)
     callback.on_train_epoch_start(trainer, net)
     with caplog.at_level("WARNING"):

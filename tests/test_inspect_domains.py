@@ -1,15 +1,25 @@
 """`callbacks=inspect` on the other domains (nodes, 3D segmentation) and MLflow under a
 multirun. Slow: each is a full CLI run (or two)."""
+
 import csv
 import os
 
 import pytest
 from conftest import csv_test_metrics, run_dirs
 
-TINY_SEG = ["model=unet3d", "data.num_volumes=24", "data.size=24", "data.size_jitter=3",
-            "data.patch_size=[16,16,16]", "data.samples_per_volume=8", "data.batch_size=8",
-            "model.net.channels=[8,16,32]", "model.net.strides=[2,2]",
-            "model.net.num_res_units=1", "seed=1"]
+TINY_SEG = [
+    "model=unet3d",
+    "data.num_volumes=24",
+    "data.size=24",
+    "data.size_jitter=3",
+    "data.patch_size=[16,16,16]",
+    "data.samples_per_volume=8",
+    "data.batch_size=8",
+    "model.net.channels=[8,16,32]",
+    "model.net.strides=[2,2]",
+    "model.net.num_res_units=1",
+    "seed=1",
+]
 
 
 def read(path) -> list[dict]:
@@ -19,8 +29,14 @@ def read(path) -> list[dict]:
 
 @pytest.mark.slow
 def test_inspect_on_node_classification(cli, tmp_path):
-    proc = cli("train.py", "model=gnn", "data=karate", "callbacks=inspect", "trainer.max_epochs=20",
-               "callbacks.embeddings.max_points=10")
+    proc = cli(
+        "train.py",
+        "model=gnn",
+        "data=karate",
+        "callbacks=inspect",
+        "trainer.max_epochs=20",
+        "callbacks.embeddings.max_points=10",
+    )
     run = run_dirs(tmp_path / "logs")[-1]
     per_class = read(run / "inspect" / "per_class_accuracy.csv")
     counts = read(run / "inspect" / "per_class_test.csv")
@@ -32,14 +48,21 @@ def test_inspect_on_node_classification(cli, tmp_path):
     diagonal = sum(int(r[k + 1]) for k, r in enumerate(rows))
     assert diagonal / test_nodes == pytest.approx(csv_test_metrics(run)["test/acc"], abs=1e-6)
     assert len(read(run / "inspect" / "tsne.csv")) == min(10, test_nodes)
-    assert "callbacks.gradcam left out" in proc.stdout + proc.stderr + (run / "train.log").read_text()
+    assert (
+        "callbacks.gradcam left out" in proc.stdout + proc.stderr + (run / "train.log").read_text()
+    )
     assert not (run / "inspect" / "gradcam.png").exists()
 
 
 @pytest.mark.slow
 def test_inspect_on_3d_segmentation_draws_slices(cli, tmp_path):
-    cli("train.py", *TINY_SEG, "callbacks=inspect", "trainer.max_epochs=1",
-        "callbacks.sample_predictions.num_samples=2")
+    cli(
+        "train.py",
+        *TINY_SEG,
+        "callbacks=inspect",
+        "trainer.max_epochs=1",
+        "callbacks.sample_predictions.num_samples=2",
+    )
     run = run_dirs(tmp_path / "logs")[-1]
     assert (run / "inspect" / "samples.png").stat().st_size > 1000
     assert not (run / "inspect" / "confusion_test.csv").exists()  # classification only
@@ -51,8 +74,14 @@ def test_mlflow_multirun_one_run_per_job_named_by_overrides(cli, tmp_path):
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     import mlflow
 
-    cli("train.py", "hydra.mode=MULTIRUN", "logger=mlflow", "seed=1,2", "trainer.max_epochs=1",
-        "trainer.limit_train_batches=2")
+    cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        "logger=mlflow",
+        "seed=1,2",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+    )
     mlflow.set_tracking_uri((tmp_path / "logs" / "mlflow").resolve().as_uri())
     runs = mlflow.search_runs(experiment_names=["litlab"])
     names = sorted(runs["tags.mlflow.runName"])
@@ -65,8 +94,9 @@ def test_mlflow_multirun_one_run_per_job_named_by_overrides(cli, tmp_path):
 def test_batch_size_finder_sets_the_batch_size_trained_with(cli, tmp_path):
     import json
 
-    proc = cli("train.py", "tune=batch_size", "tune.batch_size_find.max_trials=3",
-               "trainer.max_epochs=1")
+    proc = cli(
+        "train.py", "tune=batch_size", "tune.batch_size_find.max_trials=3", "trainer.max_epochs=1"
+    )
     run = run_dirs(tmp_path / "logs")[-1]
     found = json.loads((run / "tune" / "batch_size.json").read_text())["batch_size"]
     assert found == 8  # three trials (2, 4, 8): none fails on this data

@@ -1,6 +1,7 @@
 """Grad-CAM localizes: a model trained for a few epochs looks at the object that decides its
 class, in 2D (a bright square on noise) and in 3D (the generated phantom's nodule). The maps are
 computed under `torch.inference_mode()`, as inside `trainer.test`."""
+
 import functools
 from typing import ClassVar
 
@@ -28,7 +29,7 @@ class BrightSquares(L.LightningDataModule):
         corners = torch.randint(0, 13, (n, 2), generator=g)
         for i in range(n):
             r, c = corners[i].tolist()
-            self.masks[i, r:r + 4, c:c + 4] = bool(y[i])
+            self.masks[i, r : r + 4, c : c + 4] = bool(y[i])
         x[:, 0][self.masks] = 1.0
         self.x, self.y = x, y
 
@@ -48,8 +49,13 @@ def test_gradcam_2d_looks_at_the_bright_square():
     dm = BrightSquares()
     net = SmallCNN(1, 2, 16, channels=(8, 16), dropout=0.0)
     model = ImageClassifier(net, functools.partial(torch.optim.Adam, lr=3e-3), num_classes=2)
-    L.Trainer(max_epochs=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False).fit(model, datamodule=dm)
+    L.Trainer(
+        max_epochs=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(model, datamodule=dm)
     test = BrightSquares(n=64, seed=1)
     ones = test.y == 1
     model.eval()
@@ -68,9 +74,17 @@ def small_3d_net() -> torch.nn.Module:
     from torch import nn
 
     return nn.Sequential(
-        nn.Conv3d(1, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU(), nn.MaxPool3d(2),
-        nn.Conv3d(8, 16, 3, padding=1), nn.BatchNorm3d(16), nn.ReLU(),
-        nn.AdaptiveMaxPool3d(1), nn.Flatten(), nn.Linear(16, 2))
+        nn.Conv3d(1, 8, 3, padding=1),
+        nn.BatchNorm3d(8),
+        nn.ReLU(),
+        nn.MaxPool3d(2),
+        nn.Conv3d(8, 16, 3, padding=1),
+        nn.BatchNorm3d(16),
+        nn.ReLU(),
+        nn.AdaptiveMaxPool3d(1),
+        nn.Flatten(),
+        nn.Linear(16, 2),
+    )
 
 
 @pytest.mark.slow
@@ -83,12 +97,20 @@ def test_gradcam_3d_looks_at_the_phantom_nodule(tmp_path):
 
     size = 24
     L.seed_everything(0)
-    dm = PhantomClassificationDataModule(num_volumes=240, size=size, size_jitter=2,
-                                         batch_size=16, augment=False, seed=0)
-    model = VolumeClassifier(small_3d_net(), functools.partial(torch.optim.Adam, lr=3e-3),
-                             num_classes=2)
-    L.Trainer(max_epochs=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False, limit_val_batches=0).fit(model, datamodule=dm)
+    dm = PhantomClassificationDataModule(
+        num_volumes=240, size=size, size_jitter=2, batch_size=16, augment=False, seed=0
+    )
+    model = VolumeClassifier(
+        small_3d_net(), functools.partial(torch.optim.Adam, lr=3e-3), num_classes=2
+    )
+    L.Trainer(
+        max_epochs=5,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    ).fit(model, datamodule=dm)
 
     # the test volumes' nodules, regenerated exactly as the datamodule made the images
     h = dm.hparams
@@ -97,9 +119,21 @@ def test_gradcam_3d_looks_at_the_phantom_nodule(tmp_path):
     fit = ResizeWithPadOrCrop([size] * 3)
     x_test, y_test = dm.test_set.tensors
     with_nodule = [i for i, y in enumerate(y_test.tolist()) if y == 1]
-    masks = torch.stack([torch.as_tensor(np.asarray(fit(V.phantom(
-        h.seed, int(test_idx[i]), shapes[int(test_idx[i])], 0.5, dm.noise)[1])))[0] == 2
-        for i in with_nodule])
+    masks = torch.stack(
+        [
+            torch.as_tensor(
+                np.asarray(
+                    fit(
+                        V.phantom(
+                            h.seed, int(test_idx[i]), shapes[int(test_idx[i])], 0.5, dm.noise
+                        )[1]
+                    )
+                )
+            )[0]
+            == 2
+            for i in with_nodule
+        ]
+    )
     x = x_test[with_nodule].float()
     model.eval()
     with torch.inference_mode():  # as in trainer.test

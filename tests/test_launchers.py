@@ -1,6 +1,7 @@
 """Hydra launchers and DDP start methods give the results of one plain process: the same tiny
 digits jobs under `hydra/launcher=submitit_local` and `hydra/launcher=joblib` (each job in its
 own process), and `trainer=ddp_spawn`, against the same jobs trained in this process."""
+
 import csv
 import json
 
@@ -19,22 +20,35 @@ def in_process(tmp_path_factory) -> dict[float, dict]:
     out = {}
     for lr in LRS:
         run = tmp_path_factory.mktemp(f"lr{lr}")
-        train(compose("train", [*TINY, f"model.optimizer.lr={lr}", "logger=csv", *QUIET],
-                      output_dir=run))
+        train(
+            compose(
+                "train", [*TINY, f"model.optimizer.lr={lr}", "logger=csv", *QUIET], output_dir=run
+            )
+        )
         out[lr] = csv_test_metrics(run)
     return out
 
 
-@pytest.mark.parametrize("launcher", ["submitit_local",
-                                      pytest.param("joblib", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "launcher", ["submitit_local", pytest.param("joblib", marks=pytest.mark.slow)]
+)
 def test_every_launcher_gives_the_same_results(launcher, in_process, tmp_path):
     """`python src/train.py -m hydra/launcher=NAME model.optimizer.lr=0.01,0.1`: each job runs
     in a process of its own and ends with exactly the in-process metrics; one summary."""
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
-    proc = run_cli("train.py", "hydra.mode=MULTIRUN", f"hydra/launcher={launcher}", *extra,
-                   "model.optimizer.lr=0.01,0.1", *TINY, *PROBE,
-                   f"+callbacks.rank_probe.out={tmp_path / 'probes'}", log_dir=tmp_path / "logs",
-                   env=probe_env(), timeout=400)
+    proc = run_cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        f"hydra/launcher={launcher}",
+        *extra,
+        "model.optimizer.lr=0.01,0.1",
+        *TINY,
+        *PROBE,
+        f"+callbacks.rank_probe.out={tmp_path / 'probes'}",
+        log_dir=tmp_path / "logs",
+        env=probe_env(),
+        timeout=400,
+    )
     [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     with open(sweep / "summary.csv") as f:
         assert [row["status"] for row in csv.DictReader(f)] == ["completed", "completed"]
@@ -58,8 +72,13 @@ def test_ddp_spawn_metrics_equal_single_process(tmp_path):
     [run] = run_dirs(tmp_path / "ddp")
     ckpt = run / "checkpoints" / "epoch_000.ckpt"
     assert ckpt.is_file()
-    train(compose("train", ["train=false", f"ckpt_path={ckpt}", "trainer.accelerator=cpu",
-                            "logger=csv", *QUIET], output_dir=tmp_path / "single"))
+    train(
+        compose(
+            "train",
+            ["train=false", f"ckpt_path={ckpt}", "trainer.accelerator=cpu", "logger=csv", *QUIET],
+            output_dir=tmp_path / "single",
+        )
+    )
     ddp, single = csv_test_metrics(run), csv_test_metrics(tmp_path / "single")
     assert ddp.keys() == single.keys()
     for key in ddp:

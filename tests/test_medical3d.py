@@ -1,6 +1,7 @@
 """3D medical domain: what a user relies on. Phantoms are learnable (Dice, accuracy bars),
 eval writes masks that line up with the inputs, and the NIfTI / MedMNIST loaders read real
 layouts (a few Hippocampus cases; a locally written .npz)."""
+
 import json
 import shutil
 from pathlib import Path
@@ -9,14 +10,23 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import compose, require_shared, results, run_dirs
 
 # a small segmentation recipe on 24^3 phantoms (16^3 patches, a 3-level U-Net)
-TINY_SEG = ["model=unet3d", "data.num_volumes=24", "data.size=24", "data.size_jitter=3",
-            "data.patch_size=[16,16,16]", "data.samples_per_volume=8", "data.batch_size=8",
-            "model.net.channels=[8,16,32]", "model.net.strides=[2,2]",
-            "model.net.num_res_units=1", "model.optimizer.lr=0.01", "seed=1"]
+TINY_SEG = [
+    "model=unet3d",
+    "data.num_volumes=24",
+    "data.size=24",
+    "data.size_jitter=3",
+    "data.patch_size=[16,16,16]",
+    "data.samples_per_volume=8",
+    "data.batch_size=8",
+    "model.net.channels=[8,16,32]",
+    "model.net.strides=[2,2]",
+    "model.net.num_res_units=1",
+    "model.optimizer.lr=0.01",
+    "seed=1",
+]
 
 
 @pytest.mark.parametrize("epochs", [1, pytest.param(8, marks=pytest.mark.slow)])
@@ -54,10 +64,22 @@ def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs
 def test_resnet3d_classifies_phantoms_well_above_chance(tmp_path):
     from litlab.recipes.train import train
 
-    cfg = compose("train", ["model=resnet3d", "data.num_volumes=160", "data.size=20",
-                            "data.size_jitter=2", "model.net.conv1_stride=1",
-                            "trainer.max_epochs=6", "logger=csv", "extras.print_config=false",
-                            "callbacks.rich_progress_bar=null", "seed=0"], output_dir=tmp_path)
+    cfg = compose(
+        "train",
+        [
+            "model=resnet3d",
+            "data.num_volumes=160",
+            "data.size=20",
+            "data.size_jitter=2",
+            "model.net.conv1_stride=1",
+            "trainer.max_epochs=6",
+            "logger=csv",
+            "extras.print_config=false",
+            "callbacks.rich_progress_bar=null",
+            "seed=0",
+        ],
+        output_dir=tmp_path,
+    )
     metrics = train(cfg).metrics
     assert metrics["test/acc"] >= 0.8, metrics  # chance is 0.5 (balanced nodule / no nodule)
     assert metrics["test/auroc"] >= 0.85, metrics
@@ -127,9 +149,16 @@ def test_nifti_loader_reads_msd_layout_splits_and_caches(tmp_path):
     from litlab.data.medical3d import NiftiDataModule
 
     root = hippocampus_cases(tmp_path / "Task04", 6)
-    kwargs = {"root": str(root), "num_classes": 3, "patch_size": (32, 48, 32), "batch_size": 2,
-              "val_fraction": 0.2, "test_fraction": 0.2, "cache_dir": str(tmp_path / "cache"),
-              "split_file": str(tmp_path / "run" / "split.json")}
+    kwargs = {
+        "root": str(root),
+        "num_classes": 3,
+        "patch_size": (32, 48, 32),
+        "batch_size": 2,
+        "val_fraction": 0.2,
+        "test_fraction": 0.2,
+        "cache_dir": str(tmp_path / "cache"),
+        "split_file": str(tmp_path / "run" / "split.json"),
+    }
     dm = NiftiDataModule(**kwargs)
     assert dm.dims == {"in_channels": 1, "num_classes": 3, "patch_size": (32, 48, 32)}
     dm.prepare_data()
@@ -156,8 +185,9 @@ def test_nifti_loader_accepts_images_labels_folders_and_rejects_bad_labels(tmp_p
 
     root = hippocampus_cases(tmp_path / "set", 3, images="images", labels="labels")
     with pytest.raises(UserError, match="num_classes=3"):
-        NiftiDataModule(root=str(root), num_classes=2, val_fraction=0.3,
-                        test_fraction=0.3).setup("fit")
+        NiftiDataModule(root=str(root), num_classes=2, val_fraction=0.3, test_fraction=0.3).setup(
+            "fit"
+        )
     with pytest.raises(UserError, match="imagesTr"):
         NiftiDataModule(root=str(tmp_path))
 
@@ -182,10 +212,13 @@ def test_medmnist3d_reads_a_local_npz_through_the_package(tmp_path):
     assert dm.dims == {"in_channels": 1, "num_classes": 2}
     assert [len(s) for s in (dm.train_set, dm.val_set, dm.test_set)] == [12, 4, 6]
     x, y = dm.on_after_batch_transfer(next(iter(dm.test_dataloader())), 0)
-    assert x.shape == (4, 1, 28, 28, 28) and x.dtype == torch.float32 and 0 <= x.min() <= x.max() <= 1
+    assert (
+        x.shape == (4, 1, 28, 28, 28) and x.dtype == torch.float32 and 0 <= x.min() <= x.max() <= 1
+    )
     assert y.dtype == torch.long and y.shape == (4,)
     with pytest.raises(UserError, match="nodulemnist3d"):
         MedMNIST3DDataModule(flag="pathmnist", data_dir=str(tmp_path))
     with pytest.raises(UserError, match="not found"):
-        MedMNIST3DDataModule(flag="organmnist3d", data_dir=str(tmp_path),
-                             download=False).setup("fit")
+        MedMNIST3DDataModule(flag="organmnist3d", data_dir=str(tmp_path), download=False).setup(
+            "fit"
+        )

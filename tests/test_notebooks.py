@@ -1,4 +1,5 @@
 """The tutorial notebooks run offline from top to bottom (nbmake), and are committed clean."""
+
 import json
 import os
 import subprocess
@@ -28,9 +29,27 @@ def test_notebook_runs(notebook):
     # each notebook imports litlab from src/ (as an editable install would provide), draws plots
     # off screen, and fails on its first error cell; its own asserts check the numbers it shows
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NBMAKE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "--nbmake", "--nbmake-timeout=900",
-                           "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-o", "addopts=",
-                           str(notebook)], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--nbmake",
+            "--nbmake-timeout=900",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-q",
+            "-o",
+            "addopts=",
+            str(notebook),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-4000:]
     assert "1 passed" in done.stdout

@@ -2,6 +2,7 @@
 label smoothing, mixup, cutmix, Xavier init, EMA weights (validation and the checkpoint use
 the average), torch.compile, eval's `split=val` and `data_overrides`. In process: one tiny
 digits run (module fixture) serves every eval check."""
+
 import json
 
 import pandas as pd
@@ -12,8 +13,14 @@ from conftest import compose
 
 QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
 # 2 epochs of 5 batches; EMA on (decay 0.8: the average visibly differs from the raw weights)
-EMA_RUN = ["trainer.max_epochs=2", "trainer.limit_train_batches=5", "model.ema_decay=0.8",
-           "callbacks.early_stopping=null", "logger=csv", *QUIET]
+EMA_RUN = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=5",
+    "model.ema_decay=0.8",
+    "callbacks.early_stopping=null",
+    "logger=csv",
+    *QUIET,
+]
 
 
 def classifier(tmp_path, *overrides):
@@ -93,7 +100,7 @@ def test_xavier_init_sets_the_initial_weights(tmp_path, xavier):
     model, _, _ = classifier(tmp_path, f"model.net.xavier_init={xavier}")
     conv = model.net.features[1][0]  # 32 -> 64 channels, 3x3
     fan_in, fan_out = 32 * 9, 64 * 9
-    xavier_bound, default_bound = (6 / (fan_in + fan_out)) ** 0.5, 1 / fan_in ** 0.5
+    xavier_bound, default_bound = (6 / (fan_in + fan_out)) ** 0.5, 1 / fan_in**0.5
     largest = conv.weight.abs().max().item()
     head = model.net.head[-1]
     if xavier:
@@ -116,8 +123,11 @@ def evaluate(tmp_path, ckpt, *overrides) -> tuple[dict, pd.DataFrame]:
     from litlab.recipes.evaluate import evaluate as run_eval
 
     out = tmp_path / "eval"
-    metrics = run_eval(compose("eval", [f"ckpt_path={ckpt}", "extras.print_config=false",
-                                        *overrides], output_dir=out)).metrics
+    metrics = run_eval(
+        compose(
+            "eval", [f"ckpt_path={ckpt}", "extras.print_config=false", *overrides], output_dir=out
+        )
+    ).metrics
     assert json.loads((out / "metrics.json").read_text()) == pytest.approx(metrics)
     rows = out / "predictions.csv"
     return metrics, (pd.read_csv(rows) if rows.exists() else None)

@@ -2,6 +2,8 @@
 train.py command composes, the printed examples (`--help`, `--cfg job`, mistyped options) are
 what a user sees, and W&B stays offline unless logged in. A command added to the README fails
 test_every_readme_command_is_covered until it is added to COVERED with the test that runs it."""
+
+import itertools
 import os
 import re
 import resource
@@ -25,32 +27,22 @@ COVERED = {
     ".venv/bin/python src/train.py ...": "test_vision.py::test_default_recipe_learns_and_eval_reproduces_it",
     "python src/train.py data=mnits": "test_readme.py::test_readme_error_examples_are_what_users_see",
     "python src/train.py model=gnn data=digits": "test_readme.py::test_readme_error_examples_are_what_users_see",
-    "python src/eval.py ckpt_path=logs/train/runs/<timestamp>/checkpoints/last.ckpt":
-        "test_options.py::test_eval_split_val_scores_and_predicts_the_validation_split",
+    "python src/eval.py ckpt_path=logs/train/runs/<timestamp>/checkpoints/last.ckpt": "test_options.py::test_eval_split_val_scores_and_predicts_the_validation_split",
     "python src/train.py model=gnn": "test_graph.py::test_default_graph_needs_the_edges",
     "python src/train.py model=gnn data=cora": "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
     "python src/train.py experiment=gin_mutag data.fold=3": "test_graph.py::test_gin_mutag_folds_beat_the_majority_class",
-    "python src/train.py -m experiment=gin_mutag data.fold=0,1,2,3,4,5,6,7,8,9":
-        "test_graph.py::test_gin_mutag_folds_beat_the_majority_class",
-    "PYTHONPATH=src python bench/graph_sweep.py SWEEP_DIR --curve val/acc":
-        "test_graph.py::test_gin_mutag_folds_beat_the_majority_class",
-    "python src/train.py -m experiment=gcn_cora seed=0,1,2,3,4,5,6,7,8,9":
-        "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
-    "python src/train.py -m experiment=gat_cora seed=0,1,2,3,4,5,6,7,8,9":
-        "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
+    "python src/train.py -m experiment=gin_mutag data.fold=0,1,2,3,4,5,6,7,8,9": "test_graph.py::test_gin_mutag_folds_beat_the_majority_class",
+    "PYTHONPATH=src python bench/graph_sweep.py SWEEP_DIR --curve val/acc": "test_graph.py::test_gin_mutag_folds_beat_the_majority_class",
+    "python src/train.py -m experiment=gcn_cora seed=0,1,2,3,4,5,6,7,8,9": "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
+    "python src/train.py -m experiment=gat_cora seed=0,1,2,3,4,5,6,7,8,9": "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
     "python src/train.py model=unet3d": "test_medical3d.py::test_unet3d_on_phantoms_then_eval_writes_aligned_masks",
     "python src/train.py model=resnet3d": "test_medical3d.py::test_resnet3d_classifies_phantoms_well_above_chance",
-    "python src/train.py model=unet3d data=nifti data.root=/data/Task04_Hippocampus data.num_classes=3":
-        "test_medical3d.py::test_nifti_loader_reads_msd_layout_splits_and_caches",
-    "python src/train.py model=resnet3d data=medmnist3d data.flag=nodulemnist3d model.net.conv1_stride=1":
-        "test_medical3d.py::test_medmnist3d_reads_a_local_npz_through_the_package",
+    "python src/train.py model=unet3d data=nifti data.root=/data/Task04_Hippocampus data.num_classes=3": "test_medical3d.py::test_nifti_loader_reads_msd_layout_splits_and_caches",
+    "python src/train.py model=resnet3d data=medmnist3d data.flag=nodulemnist3d model.net.conv1_stride=1": "test_medical3d.py::test_medmnist3d_reads_a_local_npz_through_the_package",
     "python src/train.py model=gnn trainer=ddp": "test_ddp.py::test_ddp_per_domain_metrics_equal_single_process",
-    "python src/train.py trainer=ddp trainer.devices=4 trainer.num_nodes=2":
-        "test_ddp.py::test_which_ddp_runs_start_their_ranks_early",
-    "python src/train.py -m trainer=ddp model.optimizer.lr=0.01,0.1":
-        "test_ddp.py::test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params",
-    "python src/train.py -m hydra/launcher=submitit_local model.optimizer.lr=0.01,0.1":
-        "test_launchers.py::test_every_launcher_gives_the_same_results",
+    "python src/train.py trainer=ddp trainer.devices=4 trainer.num_nodes=2": "test_ddp.py::test_which_ddp_runs_start_their_ranks_early",
+    "python src/train.py -m trainer=ddp model.optimizer.lr=0.01,0.1": "test_ddp.py::test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params",
+    "python src/train.py -m hydra/launcher=submitit_local model.optimizer.lr=0.01,0.1": "test_launchers.py::test_every_launcher_gives_the_same_results",
     "python src/train.py -m hparams_search=digits_cnn": "test_sweeps.py::test_search_resumes_after_a_kill_without_rerunning_finished_trials",
     "python src/train.py ckpt_path=last": "test_reliability.py::test_resume_after_kill_9_is_bit_identical",
     "python src/train.py ckpt_path=logs/train/runs/<run>": "test_reliability.py::test_resume_after_kill_9_is_bit_identical",
@@ -61,8 +53,7 @@ COVERED = {
     "python src/train.py debug=fdr": "test_vision.py::test_every_vision_datamodule_runs",
     "python src/train.py trainer=cpu": "test_resume.py::test_continue_a_finished_run_then_branch_from_its_file",
     "python src/train.py logger=tensorboard": "test_resume.py::test_continue_a_finished_run_then_branch_from_its_file",
-    "python src/train.py trainer.max_epochs=3 seed=7 model.optimizer.lr=0.01":
-        "test_resume.py::test_continue_a_finished_run_then_branch_from_its_file",
+    "python src/train.py trainer.max_epochs=3 seed=7 model.optimizer.lr=0.01": "test_resume.py::test_continue_a_finished_run_then_branch_from_its_file",
     "python src/train.py model=resnet18 --cfg job": "test_readme.py::test_cfg_job_prints_the_config_and_runs_nothing",
     "python src/train.py --cfg job": "test_readme.py::test_cfg_job_prints_the_config_and_runs_nothing",
     "python src/train.py --help": "test_readme.py::test_help_lists_every_group_and_option",
@@ -75,8 +66,7 @@ COVERED = {
     '.venv/bin/python -m pytest -m "slow or not slow" tests/test_reliability.py tests/test_reliability_faults.py': ".ci/run",
     ".venv/bin/python -m pytest tests/test_reliability_inputs.py": ".ci/run",
     "python src/train.py -m experiment=gin_mutag data.fold=0,1,2,3,4,5,6,7,8,9 data.val_fraction=0 "
-    "callbacks.model_checkpoint=null trainer.max_epochs=100":
-        "test_reliability_faults.py::test_xu_protocol_command_runs_under_multirun",
+    "callbacks.model_checkpoint=null trainer.max_epochs=100": "test_reliability_faults.py::test_xu_protocol_command_runs_under_multirun",
     # start here
     "PYTHONPATH=$PWD/src": "test_notebooks.py::test_notebook_runs",
     "make doctor": "test_start.py::test_doctor_reports_facts_and_fails_on_an_unwritable_log_dir",
@@ -88,8 +78,7 @@ COVERED = {
     "pip install -e .": "test_repo_basics.py::test_editable_install_imports_litlab_without_pythonpath",
     "make train TORCH=cpu": "test_repo_basics.py::test_make_installs_cpu_torch_only_when_asked",
     "python src/train.py threads=2": "test_threads.py::test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both",
-    "python src/train.py -m hparams_search=digits_cnn hydra.sweeper.n_trials=5 trainer.max_epochs=3":
-        "test_study_resume.py::test_a_real_search_resumed_with_another_budget",
+    "python src/train.py -m hparams_search=digits_cnn hydra.sweeper.n_trials=5 trainer.max_epochs=3": "test_study_resume.py::test_a_real_search_resumed_with_another_budget",
     # inspect
     "python src/train.py callbacks=inspect": "test_inspect.py::test_confusion_matrix_counts_the_test_set_and_matches_test_acc",
     "python src/train.py logger=mlflow": "test_inspect.py::test_mlflow_run_reads_back_with_params_metrics_and_artifacts",
@@ -98,25 +87,16 @@ COVERED = {
     "python src/train.py tune=batch_size": "test_inspect_domains.py::test_batch_size_finder_sets_the_batch_size_trained_with",
     # deploy, compress, federated
     "python src/eval.py ckpt_path=...": "test_options.py::test_eval_split_val_scores_and_predicts_the_validation_split",
-    "python src/export.py ckpt_path=logs/train/runs/<timestamp>/checkpoints/last.ckpt":
-        "test_export.py::test_digits_formats_verified",
-    "python src/serve.py model_path=logs/export/runs/<timestamp>/model.onnx":
-        "test_serve.py::test_uploaded_images_get_eval_predictions",
-    "python src/compress.py ckpt_path=PATH compress=prune compress.prune.ratio=0.1":
-        "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",
-    "python src/compress.py ckpt_path=PATH compress=distill":
-        "test_compress.py::test_distilled_student_trains_and_eval_reproduces_it",
-    "python src/compress.py ckpt_path=PATH compress=quantize":
-        "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",
-    "python src/compress.py ckpt_path=PATH compress=[distill,quantize]":
-        "test_compress.py::test_every_compress_option_composes_and_chains_in_order",
+    "python src/export.py ckpt_path=logs/train/runs/<timestamp>/checkpoints/last.ckpt": "test_export.py::test_digits_formats_verified",
+    "python src/serve.py model_path=logs/export/runs/<timestamp>/model.onnx": "test_serve.py::test_uploaded_images_get_eval_predictions",
+    "python src/compress.py ckpt_path=PATH compress=prune compress.prune.ratio=0.1": "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",
+    "python src/compress.py ckpt_path=PATH compress=distill": "test_compress.py::test_distilled_student_trains_and_eval_reproduces_it",
+    "python src/compress.py ckpt_path=PATH compress=quantize": "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",
+    "python src/compress.py ckpt_path=PATH compress=[distill,quantize]": "test_compress.py::test_every_compress_option_composes_and_chains_in_order",
     "python src/federate.py": "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
-    "python src/federate.py -m federate.alpha=0.1,0.5,1.0":
-        "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
-    "python src/federate.py federate/strategy=fedprox federate.strategy.proximal_mu=0.1":
-        "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
-    "python src/federate.py federate.partition=iid federate.compression=int8":
-        "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
+    "python src/federate.py -m federate.alpha=0.1,0.5,1.0": "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
+    "python src/federate.py federate/strategy=fedprox federate.strategy.proximal_mu=0.1": "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
+    "python src/federate.py federate.partition=iid federate.compression=int8": "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
 }
 # needs hardware or set-up this suite cannot have: composed only (test_every_train_command_composes)
 NOT_RUN = {
@@ -126,8 +106,7 @@ NOT_RUN = {
     ". .venv/bin/activate": "set-up",
     "pip install -r requirements.txt": "set-up (make's .venv/.installed step)",
     "make bench": "benchmarks, not a check (BENCHMARKS.md)",
-    "pip install --index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1":
-        "needs PyTorch's own index (make's TORCH=cpu route is checked with make -n)",
+    "pip install --index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1": "needs PyTorch's own index (make's TORCH=cpu route is checked with make -n)",
 }
 
 
@@ -146,21 +125,30 @@ def readme_commands(text: str = README) -> list[str]:
 
 
 def test_readme_command_extraction_finds_every_form():
-    text = "```bash\nmake x   # note\npython a.py && pip b\n```\n```\n$ python src/train.py q=1\n" \
-           "error: ...\n```\nprose `python src/train.py k=v` and `key=value`"
-    assert readme_commands(text) == ["make x", "python a.py", "pip b", "python src/train.py q=1",
-                                     "python src/train.py k=v"]
+    text = (
+        "```bash\nmake x   # note\npython a.py && pip b\n```\n```\n$ python src/train.py q=1\n"
+        "error: ...\n```\nprose `python src/train.py k=v` and `key=value`"
+    )
+    assert readme_commands(text) == [
+        "make x",
+        "python a.py",
+        "pip b",
+        "python src/train.py q=1",
+        "python src/train.py k=v",
+    ]
 
 
 @pytest.mark.parametrize("command", readme_commands())
 def test_every_readme_command_is_covered(command):
     """Each README command names the test that runs it; that test exists."""
     assert command in COVERED or command in NOT_RUN, (
-        f"README command {command!r} is run by no test: add a test and list it in COVERED")
+        f"README command {command!r} is run by no test: add a test and list it in COVERED"
+    )
     if command in COVERED and COVERED[command] != ".ci/run":
         file, name = COVERED[command].split("::")
         assert re.search(rf"^def {name}\(", (ROOT / "tests" / file).read_text(), re.MULTILINE), (
-            f"{COVERED[command]} does not exist")
+            f"{COVERED[command]} does not exist"
+        )
 
 
 def overrides_of(command: str) -> list[str]:
@@ -168,7 +156,7 @@ def overrides_of(command: str) -> list[str]:
     first value of each sweep list."""
     words = command.replace("<timestamp>", "2026-01-01_00-00-00").replace("<run>", "run").split()
     out = []
-    for before, word in zip(words[1:], words[2:]):
+    for before, word in itertools.pairwise(words[1:]):
         if word.startswith("-") or word == "..." or before == "--cfg":
             continue
         key, _, value = word.partition("=")
@@ -178,10 +166,18 @@ def overrides_of(command: str) -> list[str]:
     return out
 
 
-TRAIN_COMMANDS = [c for c in readme_commands() if c.startswith("python src/train.py")
-                  and c not in ("python src/train.py data=mnits", "python src/train.py model=gnn data=digits",
-                                # exists after `make new-task NAME=mytask` (test_start.py)
-                                "python src/train.py experiment=mytask")]
+TRAIN_COMMANDS = [
+    c
+    for c in readme_commands()
+    if c.startswith("python src/train.py")
+    and c
+    not in (
+        "python src/train.py data=mnits",
+        "python src/train.py model=gnn data=digits",
+        # exists after `make new-task NAME=mytask` (test_start.py)
+        "python src/train.py experiment=mytask",
+    )
+]
 
 
 @pytest.mark.parametrize("command", TRAIN_COMMANDS)
@@ -196,16 +192,21 @@ def test_every_train_command_composes(command, tmp_path):
         if "/" not in key and not key.startswith(("hydra", "+")) and "." in key:
             expected = None if value == "null" else value.strip("'\"")
             got = OmegaConf.select(cfg, key)
-            assert (got is None if expected is None else str(got) == expected), override
+            assert got is None if expected is None else str(got) == expected, override
 
 
 def cli_cpu(*args: str, log_dir) -> tuple[subprocess.CompletedProcess, float, float]:
     """Run `python src/train.py args`; (process, wall seconds, CPU seconds of the child)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"),
-                           f"paths.log_dir={log_dir}", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "train.py"), f"paths.log_dir={log_dir}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -227,8 +228,10 @@ def test_readme_error_examples_are_what_users_see(tmp_path):
     from litlab.errors import UserError
 
     examples = dict(readme_error_examples())
-    assert set(examples) == {"python src/train.py data=mnits",
-                             "python src/train.py model=gnn data=digits"}
+    assert set(examples) == {
+        "python src/train.py data=mnits",
+        "python src/train.py model=gnn data=digits",
+    }
     line = examples["python src/train.py data=mnits"]
     proc, wall, cpu = cli_cpu("data=mnits", log_dir=tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip() == line, proc.stderr[-2000:]
@@ -244,7 +247,9 @@ def test_readme_error_examples_are_what_users_see(tmp_path):
 def test_help_lists_every_group_and_option(tmp_path):
     proc, wall, cpu = cli_cpu("--help", log_dir=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    listed = dict(re.findall(r"^([a-z_/]+): (.+)$", proc.stdout.split("== Config ==")[0], re.MULTILINE))
+    listed = dict(
+        re.findall(r"^([a-z_/]+): (.+)$", proc.stdout.split("== Config ==")[0], re.MULTILINE)
+    )
     for group in ("data", "model", "trainer", "logger", "debug", "experiment", "hparams_search"):
         options = sorted(p.stem for p in (ROOT / "configs" / group).glob("*.yaml"))
         assert listed[group].split(", ") == options, group
@@ -263,25 +268,31 @@ def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
 
 def test_make_targets_run_the_documented_commands():
     """`make train ARGS=...` passes ARGS to src/train.py; `make test` runs pytest (dry runs)."""
+
     def dry(*args):
         proc = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.splitlines()
 
-    assert ".venv/bin/python src/train.py trainer.max_epochs=3" in dry("train", "ARGS=trainer.max_epochs=3")
+    assert ".venv/bin/python src/train.py trainer.max_epochs=3" in dry(
+        "train", "ARGS=trainer.max_epochs=3"
+    )
     assert ".venv/bin/python src/train.py " in dry("train")
     assert any(line.startswith(".venv/bin/python -m pytest") for line in dry("test"))
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci and "-m slow" in ci and "set -euo pipefail" in ci
 
 
-@pytest.mark.parametrize(("env", "netrc", "offline"), [
-    ({}, None, True),  # no account: offline
-    ({}, "machine api.wandb.ai\n  login user\n  password KEY\n", False),  # `wandb login`
-    ({"WANDB_API_KEY": "KEY"}, None, False),
-    ({"WANDB_API_KEY": "KEY", "WANDB_MODE": "offline"}, None, True),  # forced either way
-    ({"WANDB_MODE": "online"}, None, False),
-])
+@pytest.mark.parametrize(
+    ("env", "netrc", "offline"),
+    [
+        ({}, None, True),  # no account: offline
+        ({}, "machine api.wandb.ai\n  login user\n  password KEY\n", False),  # `wandb login`
+        ({"WANDB_API_KEY": "KEY"}, None, False),
+        ({"WANDB_API_KEY": "KEY", "WANDB_MODE": "offline"}, None, True),  # forced either way
+        ({"WANDB_MODE": "online"}, None, False),
+    ],
+)
 def test_wandb_is_offline_unless_logged_in(env, netrc, offline, tmp_path, monkeypatch):
     for key in ("WANDB_MODE", "WANDB_API_KEY"):
         monkeypatch.delenv(key, raising=False)

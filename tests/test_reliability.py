@@ -1,6 +1,7 @@
 """Failure is a tested feature: real `kill -9`, Ctrl-C, OOM and NaN in the middle of a real
 run, then `ckpt_path=last` / `ckpt_path=<run dir>`, must end with the very same weights and
 test metrics as a run that was never interrupted; a dying DDP rank ends the job."""
+
 import os
 import subprocess
 import sys
@@ -10,21 +11,34 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-
 from conftest import QUIET, ROOT, compose, csv_test_metrics, run_dirs
 
 # digits, 3 epochs of 6 batches, last.ckpt every 4 steps (and at each epoch end)
-BUDGET = ["trainer.max_epochs=3", "trainer.limit_train_batches=6", "data.batch_size=128",
-          "callbacks.last_checkpoint.every_n_train_steps=4", "callbacks.early_stopping=null"]
+BUDGET = [
+    "trainer.max_epochs=3",
+    "trainer.limit_train_batches=6",
+    "data.batch_size=128",
+    "callbacks.last_checkpoint.every_n_train_steps=4",
+    "callbacks.early_stopping=null",
+]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "PYTHONUNBUFFERED": "1"}
 
 
 def train(log_dir: Path, *overrides: str, fault: tuple[int, str] | None = None, timeout=240):
-    cmd = [sys.executable, str(ROOT / "src" / "train.py"), f"paths.log_dir={log_dir}", *QUIET,
-           *BUDGET, *overrides]
+    cmd = [
+        sys.executable,
+        str(ROOT / "src" / "train.py"),
+        f"paths.log_dir={log_dir}",
+        *QUIET,
+        *BUDGET,
+        *overrides,
+    ]
     if fault:
-        cmd += ["+callbacks.fault._target_=faults.Fault", f"+callbacks.fault.step={fault[0]}",
-                f"+callbacks.fault.kind={fault[1]}"]
+        cmd += [
+            "+callbacks.fault._target_=faults.Fault",
+            f"+callbacks.fault.step={fault[0]}",
+            f"+callbacks.fault.kind={fault[1]}",
+        ]
     return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
@@ -119,8 +133,8 @@ def test_atomic_checkpoint_io_keeps_old_file_on_failure(tmp_path):
 
 
 def test_resume_translation(tmp_path):
-    from litlab.errors import UserError
     from litlab.checkpointing.resume import translate
+    from litlab.errors import UserError
 
     runs = tmp_path / "train" / "runs"
     old, new = runs / "2026-01-01_00-00-00", runs / "2026-01-02_00-00-00"
@@ -140,9 +154,17 @@ def test_resume_translation(tmp_path):
 def test_dead_ddp_rank_ends_the_job(tmp_path):
     """Rank 1 is killed (-9) at step 2 of a 2-process CPU DDP run: the job exits != 0, no hang."""
     start = time.perf_counter()
-    p = train(tmp_path, "++trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu",
-              "+callbacks.fault._target_=faults.Fault", "+callbacks.fault.step=2",
-              "+callbacks.fault.kind=sigkill", "+callbacks.fault.rank=1", timeout=300)
+    p = train(
+        tmp_path,
+        "++trainer.strategy=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        "+callbacks.fault._target_=faults.Fault",
+        "+callbacks.fault.step=2",
+        "+callbacks.fault.kind=sigkill",
+        "+callbacks.fault.rank=1",
+        timeout=300,
+    )
     elapsed = time.perf_counter() - start
     assert p.returncode not in (0, 2), p.stderr[-3000:]  # 2 would be a config error
     # gloo reports the lost peer at once; else Lightning's process observer kills the job (-9)
@@ -166,6 +188,9 @@ def test_last_checkpoint_is_always_there_and_takes_steps(tmp_path):
     assert len(last) == 1 and last[0].save_last and last[0]._every_n_epochs == 1
     assert [c.save_last for c in checkpoints() if not isinstance(c, LastCheckpoint)] == [False]
     assert len(checkpoints("callbacks.model_checkpoint=null")) == 1
-    steps = [c for c in checkpoints("callbacks.last_checkpoint.every_n_train_steps=7")
-             if c._every_n_train_steps == 7]
+    steps = [
+        c
+        for c in checkpoints("callbacks.last_checkpoint.every_n_train_steps=7")
+        if c._every_n_train_steps == 7
+    ]
     assert len(steps) == 1

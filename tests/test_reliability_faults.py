@@ -1,5 +1,6 @@
 """Faults of issue 18, as a user meets them: a kill after an epoch that did not improve the
 metric, SIGTERM from a scheduler, a crafted checkpoint. Real runs as subprocesses."""
+
 import subprocess
 import sys
 
@@ -54,26 +55,47 @@ def _crafted_checkpoint(path, target="shutil.copy"):
     """A litlab-looking checkpoint whose stored data config would call `target`."""
     victim = path.parent / "victim.txt"
     victim.write_text("secret")
-    config = {"data": {"_target_": target, "src": str(victim), "dst": str(path.parent / "copied")},
-              "model": {"_target_": "litlab.models.vision.ImageClassifier"}}
+    config = {
+        "data": {"_target_": target, "src": str(victim), "dst": str(path.parent / "copied")},
+        "model": {"_target_": "litlab.models.vision.ImageClassifier"},
+    }
     torch.save({"state_dict": {}, "litlab_config": config}, path)
     return path.parent / "copied"
 
 
 def test_crafted_checkpoint_runs_no_code_in_eval(tmp_path):
     copied = _crafted_checkpoint(tmp_path / "evil.ckpt")
-    p = subprocess.run([sys.executable, str(ROOT / "src" / "eval.py"), f"paths.log_dir={tmp_path}",
-                        "extras.print_config=false", f"ckpt_path={tmp_path / 'evil.ckpt'}"],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "src" / "eval.py"),
+            f"paths.log_dir={tmp_path}",
+            "extras.print_config=false",
+            f"ckpt_path={tmp_path / 'evil.ckpt'}",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert p.returncode == 2, p.stderr[-3000:]
     assert p.stderr.count("\n") == 1 and "data._target_=shutil.copy" in p.stderr, p.stderr
     assert "trust_checkpoint=true" in p.stderr
     assert not copied.exists(), "the checkpoint ran code"
 
 
-@pytest.mark.parametrize("target", ["shutil.copy", "os.system",
-                                    "litlab.checkpointing.atomic_io.os.remove",
-                                    "torch.load", "builtins.exec"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "shutil.copy",
+        "os.system",
+        "litlab.checkpointing.atomic_io.os.remove",
+        "torch.load",
+        "builtins.exec",
+    ],
+)
 def test_load_run_refuses_targets_outside_the_allowlist(tmp_path, target):
     from litlab.errors import UserError
     from litlab.recipes.load import load_run
@@ -89,15 +111,31 @@ def test_allowlist_admits_every_target_of_litlabs_own_configs():
 
     from litlab.checkpointing.trust import allowed
 
-    names = {m for p in (ROOT / "configs").rglob("*.yaml")
-             for m in re.findall(r"_target_: *([\w.]+)", p.read_text())}
+    names = {
+        m
+        for p in (ROOT / "configs").rglob("*.yaml")
+        for m in re.findall(r"_target_: *([\w.]+)", p.read_text())
+    }
     assert names and [n for n in names if not allowed(n)] == []
 
 
 def test_multirun_resume_is_refused_in_one_line(tmp_path):
-    p = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m",
-                        f"paths.log_dir={tmp_path}", "ckpt_path=last", *QUIET],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "src" / "train.py"),
+            "-m",
+            f"paths.log_dir={tmp_path}",
+            "ckpt_path=last",
+            *QUIET,
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert "ckpt_path=last cannot be used with -m" in p.stderr
 
@@ -106,12 +144,27 @@ def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data):
     """README/docs/graph.md: experiment=gin_mutag data.val_fraction=0
     callbacks.model_checkpoint=null, as a 2-fold sweep of one epoch each."""
     data = shared_data("TUDataset/MUTAG").parents[1]
-    p = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m",
-                        f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={data}", *QUIET,
-                        "experiment=gin_mutag", "data.val_fraction=0",
-                        "callbacks.model_checkpoint=null", "data.fold=0,1",
-                        "trainer.max_epochs=1"],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "src" / "train.py"),
+            "-m",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            f"paths.data_dir={data}",
+            *QUIET,
+            "experiment=gin_mutag",
+            "data.val_fraction=0",
+            "callbacks.model_checkpoint=null",
+            "data.fold=0,1",
+            "trainer.max_epochs=1",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     [sweep] = (tmp_path / "logs" / "train" / "multiruns").glob("*")
     rows = pd.read_csv(sweep / "summary.csv")
@@ -122,8 +175,12 @@ def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data):
 
 def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path):
     """Resuming a cnn checkpoint with other channels: one line naming the net it holds."""
-    tiny = ["trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1",
-            "test=false"]
+    tiny = [
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=1",
+        "trainer.limit_val_batches=1",
+        "test=false",
+    ]
     p = train(tmp_path / "a", *tiny, "model.net.channels=[8,16]")
     assert p.returncode == 0, p.stderr[-3000:]
     ckpt = run_dirs(tmp_path / "a")[0] / "checkpoints" / "last.ckpt"

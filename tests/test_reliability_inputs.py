@@ -1,6 +1,7 @@
 """Bad inputs of issue 18, grouped by the mechanism that refuses them, in process (a second
 each): `validate.train_config` on a composed config, or the build step. The end-to-end form
 (exit 2, one line, no run dir) is in test_bad_inputs.py for one case of each group."""
+
 import pytest
 from conftest import compose
 
@@ -41,10 +42,17 @@ ANNOTATED = [
 # bounds declared for the classes of other libraries (signatures.EXTERNAL), by class
 EXTERNAL = [
     (["model.scheduler.T_max=0"], "integer >= 1"),
-    (["trainer.max_epochs=-1"], ("trainer.max_epochs=-1 has the wrong type or value; valid: "
-                                 "an integer >= 1 (used as model.scheduler.T_max)")),
-    (["model.optimizer.lr=fast"], ("model.optimizer.lr=fast has the wrong type or value; valid: "
-                                   "a learning rate > 0")),
+    (
+        ["trainer.max_epochs=-1"],
+        (
+            "trainer.max_epochs=-1 has the wrong type or value; valid: "
+            "an integer >= 1 (used as model.scheduler.T_max)"
+        ),
+    ),
+    (
+        ["model.optimizer.lr=fast"],
+        ("model.optimizer.lr=fast has the wrong type or value; valid: a learning rate > 0"),
+    ),
     (["trainer.gradient_clip_val=-1"], ">= 0 or null"),
     (["trainer.num_sanity_val_steps=-5"], "-1 for all batches"),
     (["callbacks.early_stopping.patience=-1"], "integer >= 0"),
@@ -53,8 +61,14 @@ EXTERNAL = [
 ]
 # rules a class declares across its parameters (check_settings)
 DECLARED = [
-    (["model=gnn", "data=mutag", "data.fold=10"], "data.fold=10 is not valid; choose 0 to 9 (data.num_folds=10)"),
-    (["model=gnn", "model.net.conv=gat", "model.net.heads=3"], "not a multiple of model.net.heads=3"),
+    (
+        ["model=gnn", "data=mutag", "data.fold=10"],
+        "data.fold=10 is not valid; choose 0 to 9 (data.num_folds=10)",
+    ),
+    (
+        ["model=gnn", "model.net.conv=gat", "model.net.heads=3"],
+        "not a multiple of model.net.heads=3",
+    ),
     (["model=unet3d", "model.net.strides=[2,2]"], "one entry fewer"),
     (["model=gnn", "data=cora", "data.name=Foo"], "valid: Cora, CiteSeer, PubMed"),
     (["model=gnn", "model.net.act=foo"], "not an activation PyG knows"),
@@ -79,22 +93,30 @@ def test_refused_before_anything_is_built(overrides, words, tmp_path):
 def test_folders_a_datamodule_reads_are_checked_before_it_is_built(tmp_path):
     (tmp_path / "one" / "cat").mkdir(parents=True)
     assert "needs at least 2 class sub-folders, found 1" in refused(
-        ["data=imagefolder", f"data.root={tmp_path / 'one'}"], tmp_path)
+        ["data=imagefolder", f"data.root={tmp_path / 'one'}"], tmp_path
+    )
     (tmp_path / "vols" / "imagesTr").mkdir(parents=True)
     (tmp_path / "vols" / "labelsTr").mkdir()
     (tmp_path / "vols" / "imagesTr" / "a.txt").touch()
     assert "found 0 image/label pairs" in refused(
-        ["model=unet3d", "data=nifti", f"data.root={tmp_path / 'vols'}"], tmp_path)
+        ["model=unet3d", "data=nifti", f"data.root={tmp_path / 'vols'}"], tmp_path
+    )
 
 
-@pytest.mark.parametrize("overrides", [
-    # a key name alone no longer decides: a future mode/client_fraction is the target's business
-    ["+callbacks.export._target_=faults.Exporter", "+callbacks.export.mode=dynamic",
-     "+callbacks.export.client_fraction=1.0"],
-    ["model=gnn", "data=mutag", "data.val_fraction=0", "callbacks.model_checkpoint=null"],  # Xu
-    ["trainer.max_epochs=-1", "model.scheduler=null"],
-    ["model.monitor=train/loss", "model.monitor_mode=min", "trainer.limit_val_batches=0"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # a key name alone no longer decides: a future mode/client_fraction is the target's business
+        [
+            "+callbacks.export._target_=faults.Exporter",
+            "+callbacks.export.mode=dynamic",
+            "+callbacks.export.client_fraction=1.0",
+        ],
+        ["model=gnn", "data=mutag", "data.val_fraction=0", "callbacks.model_checkpoint=null"],  # Xu
+        ["trainer.max_epochs=-1", "model.scheduler=null"],
+        ["model.monitor=train/loss", "model.monitor_mode=min", "trainer.limit_val_batches=0"],
+    ],
+)
 def test_valid_inputs_are_accepted(overrides, tmp_path):
     from litlab.config import validate
 
@@ -106,12 +128,20 @@ def test_build_errors_become_one_line(tmp_path):
     from litlab.config import build
 
     cfg = compose("train", ["data._target_=faults.BrokenData"], output_dir=tmp_path / "run")
-    with pytest.raises(UserError, match=r"^data \(faults.BrokenData\) cannot be built: the disk "
-                                        r"said no$"):
+    with pytest.raises(
+        UserError,
+        match=r"^data \(faults.BrokenData\) cannot be built: the disk "
+        r"said no$",
+    ):
         build.datamodule(cfg)
-    cfg = compose("train", ["model=unet3d", "data.patch_size=[30,30,30]"], output_dir=tmp_path / "r2")
-    with pytest.raises(UserError, match=r"data.patch_size=\[30, 30, 30\] .* multiple of 8 "
-                                        r"\(e.g. \[32, 32, 32\]\)"):
+    cfg = compose(
+        "train", ["model=unet3d", "data.patch_size=[30,30,30]"], output_dir=tmp_path / "r2"
+    )
+    with pytest.raises(
+        UserError,
+        match=r"data.patch_size=\[30, 30, 30\] .* multiple of 8 "
+        r"\(e.g. \[32, 32, 32\]\)",
+    ):
         build.model(cfg, build.datamodule(cfg))
 
 
@@ -119,8 +149,11 @@ def test_too_many_folds_for_the_data(tmp_path, shared_data):
     from litlab.config import build
 
     data = shared_data("TUDataset/MUTAG").parents[1]
-    cfg = compose("train", ["model=gnn", "data=mutag", f"paths.data_dir={data}",
-                            "data.num_folds=1000"], output_dir=tmp_path / "run")
+    cfg = compose(
+        "train",
+        ["model=gnn", "data=mutag", f"paths.data_dir={data}", "data.num_folds=1000"],
+        output_dir=tmp_path / "run",
+    )
     with pytest.raises(UserError, match="data.num_folds=1000 is too many for MUTAG .* use 2 to 63"):
         build.model(cfg, build.datamodule(cfg))
 

@@ -1,6 +1,7 @@
 """Resuming as the README shows it, beyond the kill -9 chain of test_reliability.py: continue a
 finished run for one more epoch in its own run dir (TensorBoard and checkpoints continue),
 branch a new run from a checkpoint file, and, under DDP, survive the death of rank 0."""
+
 import json
 import os
 import subprocess
@@ -13,17 +14,37 @@ import torch
 from conftest import QUIET, ROOT, compose, run_dirs
 
 # the README's "any key" command, on 4 batches of 32 per epoch; last.ckpt at each epoch's end
-RUN = ["trainer=cpu", "seed=7", "model.optimizer.lr=0.01", "logger=tensorboard",
-       "data.batch_size=32", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2",
-       "trainer.limit_test_batches=2", "callbacks.step_checkpoint.every_n_train_steps=4",
-       "callbacks.early_stopping=null", "callbacks.model_summary=null"]
+RUN = [
+    "trainer=cpu",
+    "seed=7",
+    "model.optimizer.lr=0.01",
+    "logger=tensorboard",
+    "data.batch_size=32",
+    "trainer.limit_train_batches=4",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "callbacks.step_checkpoint.every_n_train_steps=4",
+    "callbacks.early_stopping=null",
+    "callbacks.model_summary=null",
+]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "PYTHONUNBUFFERED": "1"}
 
 
 def train(log_dir: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "src" / "train.py"),
-                           f"paths.log_dir={log_dir}", *QUIET, *overrides], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "src" / "train.py"),
+            f"paths.log_dir={log_dir}",
+            *QUIET,
+            *overrides,
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def last_step(run: Path) -> int:
@@ -61,7 +82,9 @@ def test_continue_a_finished_run_then_branch_from_its_file(tmp_path):
     assert len(steps) == 4 and steps == sorted(set(steps)) and steps[-1] == 15, steps
     assert tensorboard_steps(run, "test/acc"), "the continued run tested again"
 
-    proc = train(logs, *RUN, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "trainer.max_epochs=5")
+    proc = train(
+        logs, *RUN, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "trainer.max_epochs=5"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [branch] = [r for r in run_dirs(logs) if r != run]
     assert last_step(branch) == 20 and last_step(run) == 16
@@ -69,9 +92,17 @@ def test_continue_a_finished_run_then_branch_from_its_file(tmp_path):
 
 
 # DDP: 2 CPU processes; 6 batches of 64 per rank and epoch, last.ckpt every 4 steps
-DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.max_epochs=2", "data.batch_size=64",
-       "trainer.limit_train_batches=6", "callbacks.step_checkpoint.every_n_train_steps=4",
-       "callbacks.early_stopping=null", "logger=csv", "callbacks.model_summary=null"]
+DDP = [
+    "trainer=ddp",
+    "trainer.accelerator=cpu",
+    "trainer.max_epochs=2",
+    "data.batch_size=64",
+    "trainer.limit_train_batches=6",
+    "callbacks.step_checkpoint.every_n_train_steps=4",
+    "callbacks.early_stopping=null",
+    "logger=csv",
+    "callbacks.model_summary=null",
+]
 PROBE = ["+callbacks.rank_probe._target_=ddp_probe.RankProbe"]
 
 
@@ -90,14 +121,24 @@ def test_dead_rank_0_ends_the_job_and_ddp_resumes_bit_identical(tmp_path):
     ref = train(tmp_path / "ref", *DDP)
     assert ref.returncode == 0, ref.stderr[-3000:]
     logs, probes = tmp_path / "logs", tmp_path / "probes"
-    killed = train(logs, *DDP, "+callbacks.fault._target_=faults.Fault", "+callbacks.fault.step=5",
-                   "+callbacks.fault.kind=sigkill", "+callbacks.fault.rank=0", *PROBE,
-                   f"+callbacks.rank_probe.out={probes}")
+    killed = train(
+        logs,
+        *DDP,
+        "+callbacks.fault._target_=faults.Fault",
+        "+callbacks.fault.step=5",
+        "+callbacks.fault.kind=sigkill",
+        "+callbacks.fault.rank=0",
+        *PROBE,
+        f"+callbacks.rank_probe.out={probes}",
+    )
     assert killed.returncode == -9
     [run] = run_dirs(logs)
     assert last_step(run) == 4
-    rank1 = [r["pid"] for r in map(json.loads, map(Path.read_text, probes.glob("*.json")))
-             if r["rank"] == 1]
+    rank1 = [
+        r["pid"]
+        for r in map(json.loads, map(Path.read_text, probes.glob("*.json")))
+        if r["rank"] == 1
+    ]
     assert len(rank1) == 1
     deadline = time.time() + 120
     while alive(rank1[0]) and time.time() < deadline:
@@ -108,8 +149,13 @@ def test_dead_rank_0_ends_the_job_and_ddp_resumes_bit_identical(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert run_dirs(logs) == [run]
     ours = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    theirs = torch.load(run_dirs(tmp_path / "ref")[0] / "checkpoints" / "last.ckpt", weights_only=True)
+    theirs = torch.load(
+        run_dirs(tmp_path / "ref")[0] / "checkpoints" / "last.ckpt", weights_only=True
+    )
     assert ours["global_step"] == theirs["global_step"] == 12
-    different = [k for k in theirs["state_dict"] if not torch.equal(ours["state_dict"][k],
-                                                                    theirs["state_dict"][k])]
+    different = [
+        k
+        for k in theirs["state_dict"]
+        if not torch.equal(ours["state_dict"][k], theirs["state_dict"][k])
+    ]
     assert not different, f"weights differ: {different[:5]}"

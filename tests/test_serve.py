@@ -1,6 +1,7 @@
 """The inference service as a user runs it: `src/serve.py` in a subprocess on a free port, over
 real HTTP. Uploaded images get eval.py's predictions; bad requests get one-sentence 4xx errors
 and never break the worker; SIGTERM drains and exits 0 with nothing left behind."""
+
 import csv
 import io
 import json
@@ -27,11 +28,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def request(url, body: bytes | None = None, content_type: str | None = None,
-            headers: dict | None = None) -> tuple[int, dict | bytes]:
-    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET",
-                                 headers={**({"Content-Type": content_type} if content_type
-                                             else {}), **(headers or {})})
+def request(
+    url, body: bytes | None = None, content_type: str | None = None, headers: dict | None = None
+) -> tuple[int, dict | bytes]:
+    req = urllib.request.Request(
+        url,
+        data=body,
+        method="POST" if body is not None else "GET",
+        headers={**({"Content-Type": content_type} if content_type else {}), **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             status, raw, kind = r.status, r.read(), r.headers.get("content-type", "")
@@ -42,11 +47,18 @@ def request(url, body: bytes | None = None, content_type: str | None = None,
 
 def multipart(files: list[tuple[str, bytes]]) -> tuple[bytes, str]:
     boundary = "litlabboundary7MA4YWxk"
-    parts = [(f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
-              f"filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
-             + data + b"\r\n" for name, data in files]
-    return b"".join(parts) + f"--{boundary}--\r\n".encode(), \
-        f"multipart/form-data; boundary={boundary}"
+    parts = [
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+        ).encode()
+        + data
+        + b"\r\n"
+        for name, data in files
+    ]
+    return b"".join(
+        parts
+    ) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
 def png(pixels: np.ndarray) -> bytes:
@@ -76,10 +88,21 @@ def digits(tmp_path_factory):
 def start(model: Path, logs: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "src" / "serve.py"), f"model_path={model}", f"port={port}",
-         f"paths.log_dir={logs}", "extras.print_config=false", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            str(ROOT / "src" / "serve.py"),
+            f"model_path={model}",
+            f"port={port}",
+            f"paths.log_dir={logs}",
+            "extras.print_config=false",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     url, deadline = f"http://127.0.0.1:{port}", time.time() + START_TIMEOUT
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -114,7 +137,7 @@ def test_uploaded_images_get_eval_predictions(server, digits):
         body, kind = multipart([(f"{i}.png", png(images[i])) for i in range(start_, start_ + 4)])
         status, out = request(server + "/predict", body, kind)
         assert status == 200, out
-        assert out["class_ids"] == digits["preds"][start_:start_ + 4]
+        assert out["class_ids"] == digits["preds"][start_ : start_ + 4]
         assert len(out["request_id"]) == 32 and out["classes"] == [str(i) for i in range(10)]
         assert np.allclose(np.sum(out["probabilities"], 1), 1, atol=1e-4)
 
@@ -132,8 +155,12 @@ def test_health_metadata_metrics(server):
 SAMPLE = np.zeros((1, 8, 8)).tolist()
 BAD = [  # (body, content type, status, words of the error)
     (json.dumps({"inputs": [[1, 2]]}).encode(), "application/json", 422, "dimensions"),
-    (json.dumps({"inputs": [np.zeros((1, 7, 8)).tolist()]}).encode(), "application/json", 422,
-     "shape"),
+    (
+        json.dumps({"inputs": [np.zeros((1, 7, 8)).tolist()]}).encode(),
+        "application/json",
+        422,
+        "shape",
+    ),
     (json.dumps({"inputs": [[[["a"] * 8] * 8]]}).encode(), "application/json", 422, "numbers"),
     (json.dumps({"inputs": [SAMPLE] * 5}).encode(), "application/json", 413, "limit is 4"),
     (json.dumps({"inputs": []}).encode(), "application/json", 422, "no items"),
@@ -170,21 +197,24 @@ def test_good_request_after_200_bad_ones(server, digits):
     dm = DigitsDataModule()
     dm.setup()
     x, _ = dm.on_after_batch_transfer((dm.test_set.images[:3], dm.test_set.labels[:3]), 0)
-    status, out = request(server + "/predict", json.dumps({"inputs": x.tolist()}).encode(),
-                          "application/json")
+    status, out = request(
+        server + "/predict", json.dumps({"inputs": x.tolist()}).encode(), "application/json"
+    )
     assert status == 200 and out["class_ids"] == digits["preds"][:3]
     metrics = request(server + "/metrics")[1].decode()
     assert 'litlab_requests_total{path="/predict",status="413"}' in metrics  # body limit too
 
 
 def children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, check=False,
-                         text=True).stdout
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, check=False, text=True
+    ).stdout
     return [int(p) for p in out.split()]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM,
-                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)
 def test_signal_drains_and_exits_zero(digits, sig):
     proc, url = start(digits["onnx"], digits["logs"])
     kids = children(proc.pid)
@@ -198,10 +228,17 @@ def test_signal_drains_and_exits_zero(digits, sig):
     assert all(not Path(f"/proc/{k}").exists() for k in kids)
 
 
-SERVE_DOMAINS = {"unet3d": ["model=unet3d", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                            "trainer.limit_val_batches=1", "data.num_volumes=12"],
-                 "gcn": ["model=gnn", "trainer.max_epochs=3"],
-                 "gin": ["model=gin", "data=mutag", "trainer.max_epochs=1"]}
+SERVE_DOMAINS = {
+    "unet3d": [
+        "model=unet3d",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "data.num_volumes=12",
+    ],
+    "gcn": ["model=gnn", "trainer.max_epochs=3"],
+    "gin": ["model=gin", "data=mutag", "trainer.max_epochs=1"],
+}
 
 
 @pytest.mark.slow
@@ -238,8 +275,11 @@ def test_volume_and_graph_requests(domain, tmp_path, shared_data):
             r = client.post("/predict", files={"file": ("case.nii.gz", raw[: len(raw) // 2])})
             assert r.status_code == 400 and "NIfTI" in r.json()["error"]
             return
-        data = run.datamodule.data if domain == "gcn" else \
-            next(iter(run.datamodule.loader(run.datamodule.dataset[:2], train=False)))
+        data = (
+            run.datamodule.data
+            if domain == "gcn"
+            else next(iter(run.datamodule.loader(run.datamodule.dataset[:2], train=False)))
+        )
         body = {"x": data.x.tolist(), "edge_index": data.edge_index.tolist()}
         args = [data.x, data.edge_index]
         if domain == "gin":

@@ -1,4 +1,5 @@
 """Start here: the environment doctor and `make new-task` (a domain copied into a new task)."""
+
 import json
 import os
 import shutil
@@ -16,20 +17,43 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_doctor_reports_facts_and_fails_on_an_unwritable_log_dir(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    done = subprocess.run([sys.executable, "-m", "litlab.doctor", "--json",
-                           "--log-dir", str(blocker / "logs"), "--data-dir", str(tmp_path / "data")],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "litlab.doctor",
+            "--json",
+            "--log-dir",
+            str(blocker / "logs"),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
-    assert {"versions", "devices", "loopback", "all_reduce", "folders", "datasets", "trackers"} <= set(report)
+    assert {
+        "versions",
+        "devices",
+        "loopback",
+        "all_reduce",
+        "folders",
+        "datasets",
+        "trackers",
+    } <= set(report)
     assert report["versions"]["torch"] and report["versions"]["lightning"]
     assert report["devices"][0]["name"] == "cpu" and report["devices"][0]["matmul"]["ok"]
     assert report["all_reduce"]["gloo"]["ok"] and report["loopback"]["ok"]
     assert report["folders"]["data"]["ok"] and not report["folders"]["logs"]["ok"]
     assert report["datasets"]["digits"] is True
     # the one failing required check, as one line on stderr
-    assert report["failures"] == [f"logs folder {blocker / 'logs'} is not writable: Not a directory"]
+    assert report["failures"] == [
+        f"logs folder {blocker / 'logs'} is not writable: Not a directory"
+    ]
     assert done.stderr.strip().splitlines() == [f"error: {report['failures'][0]}"]
 
 
@@ -54,39 +78,75 @@ def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
     added = set(after) - set(before)
     assert {k: after[k] for k in before} == before  # nothing outside the copies changed
     assert len(added) == 7 * len(scaffold.DOMAINS)
-    assert "class MyvisionDataModule(VisionDataModule)" in after["src/litlab/data/myvision.py"].decode()
-    assert "_target_: litlab.models.nets.mygraph.MygraphNet" in after["configs/model/mygraph.yaml"].decode()
+    assert (
+        "class MyvisionDataModule(VisionDataModule)"
+        in after["src/litlab/data/myvision.py"].decode()
+    )
+    assert (
+        "_target_: litlab.models.nets.mygraph.MygraphNet"
+        in after["configs/model/mygraph.yaml"].decode()
+    )
     # every copy trains at once (one multirun over the three experiments, one batch each)
-    done = subprocess.run([sys.executable, str(root / "src" / "train.py"), "-m",
-                           "experiment=myvision,mymedical3d,mygraph", "trainer.fast_dev_run=true",
-                           f"paths.log_dir={tmp_path / 'logs'}"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(root / "src" / "train.py"),
+            "-m",
+            "experiment=myvision,mymedical3d,mygraph",
+            "trainer.fast_dev_run=true",
+            f"paths.log_dir={tmp_path / 'logs'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     for domain in scaffold.DOMAINS:  # each job wrote its metrics under the new task's name
         assert list((tmp_path / "logs").glob(f"my{domain}/multiruns/*/*/metrics.json")), domain
 
 
-@pytest.mark.parametrize("domain", [
-    "vision", pytest.param("medical3d", marks=pytest.mark.slow), pytest.param("graph", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "domain",
+    [
+        "vision",
+        pytest.param("medical3d", marks=pytest.mark.slow),
+        pytest.param("graph", marks=pytest.mark.slow),
+    ],
+)
 def test_the_copied_test_passes(tmp_path, domain):
     root = _repo_copy(tmp_path)
     scaffold.create("mytask", domain, root)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           str(root / "tests" / "test_mytask.py")], capture_output=True, text=True,
-                          timeout=900, cwd=root)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(root / "tests" / "test_mytask.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=root,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     assert "1 passed" in done.stdout
 
 
-@pytest.mark.parametrize("args, says", [
-    (["1task", "vision"], "NAME='1task' is not a valid task name"),
-    (["my-task", "vision"], "NAME='my-task' is not a valid task name"),
-    (["class", "graph"], "NAME='class' is not a valid task name"),
-    (["digits", "vision"], "NAME=digits exists already (configs/data/digits.yaml)"),
-    (["gnn", "graph"], "NAME=gnn exists already (src/litlab/models/nets/gnn.py)"),
-    (["mytask", "audio"], "FROM='audio' is not a domain; valid: vision, medical3d, graph"),
-    (["", ""], "usage: make new-task NAME=mytask FROM=vision|medical3d|graph"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["1task", "vision"], "NAME='1task' is not a valid task name"),
+        (["my-task", "vision"], "NAME='my-task' is not a valid task name"),
+        (["class", "graph"], "NAME='class' is not a valid task name"),
+        (["digits", "vision"], "NAME=digits exists already (configs/data/digits.yaml)"),
+        (["gnn", "graph"], "NAME=gnn exists already (src/litlab/models/nets/gnn.py)"),
+        (["mytask", "audio"], "FROM='audio' is not a domain; valid: vision, medical3d, graph"),
+        (["", ""], "usage: make new-task NAME=mytask FROM=vision|medical3d|graph"),
+    ],
+)
 def test_new_task_refuses_bad_names_in_one_line(capsys, args, says):
     before = _tree(ROOT / "configs")
     assert scaffold.main(args) == 2
@@ -103,7 +163,7 @@ def test_the_csv_example_of_docs_new_task_trains(tmp_path):
 
     root = _repo_copy(tmp_path)
     doc = (ROOT / "docs" / "new_task.md").read_text()
-    blocks = re.findall(r"```(?:python|yaml)\n# file: (\S+)\n(.*?)```", doc, flags=re.S)
+    blocks = re.findall(r"```(?:python|yaml)\n# file: (\S+)\n(.*?)```", doc, flags=re.DOTALL)
     assert len(blocks) == 4
     for rel, text in blocks:
         (root / rel).write_text(text)
@@ -112,9 +172,19 @@ def test_the_csv_example_of_docs_new_task_trains(tmp_path):
     x = rng.normal(size=(600, 5)) + 2.0 * np.eye(3, 5)[y]
     table = tmp_path / "table.csv"
     np.savetxt(table, np.column_stack([x, y]), delimiter=",", header="a,b,c,d,e,label", comments="")
-    done = subprocess.run([sys.executable, str(root / "src" / "train.py"), "experiment=table",
-                           f"data.path={table}", "trainer.max_epochs=5",
-                           f"paths.log_dir={tmp_path / 'logs'}"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(root / "src" / "train.py"),
+            "experiment=table",
+            f"data.path={table}",
+            "trainer.max_epochs=5",
+            f"paths.log_dir={tmp_path / 'logs'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads(next((tmp_path / "logs").glob("table/runs/*/metrics.json")).read_text())
     assert metrics["test/acc"] > 0.8  # chance is 1/3

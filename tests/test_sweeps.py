@@ -1,5 +1,6 @@
 """Sweeps as a user runs them (subprocesses): the grid summary, and the Optuna search with its
 failed and pruned trials, resume after a kill, and two workers sharing one study."""
+
 import csv
 import os
 import signal
@@ -13,9 +14,14 @@ import yaml
 from conftest import QUIET, ROOT, compose
 
 # tiny budgets: 2 epochs of 3 batches, 2 val/test batches, no sanity check
-FAST = ["trainer.max_epochs=2", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
-        "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0",
-        "callbacks.model_summary=null"]
+FAST = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=3",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "callbacks.model_summary=null",
+]
 SEARCH = ["hydra.mode=MULTIRUN", "hparams_search=digits_cnn", *FAST]
 NO_PRUNING = "hydra.sweeper.pruner=null"
 
@@ -38,13 +44,24 @@ def read_summary(sweep_dir: Path) -> list[dict]:
 
 
 def command(log_dir: Path, *overrides: str) -> list[str]:
-    return [sys.executable, str(ROOT / "src" / "train.py"), f"paths.log_dir={log_dir}", *QUIET,
-            *overrides]
+    return [
+        sys.executable,
+        str(ROOT / "src" / "train.py"),
+        f"paths.log_dir={log_dir}",
+        *QUIET,
+        *overrides,
+    ]
 
 
 def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
-    proc = cli("train.py", "hydra.mode=MULTIRUN", "model.optimizer.lr=0.003,-1.0", "seed=1,2",
-               *FAST, check=False)
+    proc = cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        "model.optimizer.lr=0.003,-1.0",
+        "seed=1,2",
+        *FAST,
+        check=False,
+    )
     assert proc.returncode == 1, "a failed job fails the sweep with exit code 1 (docs/sweeps.md)"
     [sweep] = list((tmp_path / "logs" / "train" / "multiruns").glob("*"))
     rows = read_summary(sweep)
@@ -59,7 +76,7 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
     accs = [float(r["test/acc"]) for r in rows[:2]]
     assert int(stats["test/acc"]["n"]) == 2
     assert float(stats["test/acc"]["mean"]) == pytest.approx(sum(accs) / 2)
-    assert float(stats["test/acc"]["std"]) == pytest.approx(abs(accs[0] - accs[1]) / 2 ** 0.5)
+    assert float(stats["test/acc"]["std"]) == pytest.approx(abs(accs[0] - accs[1]) / 2**0.5)
     assert (sweep / "summary.png").stat().st_size > 0
     assert "mean ± std" in proc.stdout and "| failed |" in (sweep / "summary.md").read_text()
 
@@ -69,12 +86,17 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
     nothing: its epoch-0 val/acc is below the completed trial's), the study goes on and writes
     its best params, history plot and summary. The dropout space comes from the command line."""
     log_dir = tmp_path / "logs"
-    cli("train.py", *SEARCH, "hydra.sweeper.n_trials=3", "model.net.dropout=choice(0.1,1.5)",
+    cli(
+        "train.py",
+        *SEARCH,
+        "hydra.sweeper.n_trials=3",
+        "model.net.dropout=choice(0.1,1.5)",
         "hydra.sweeper.enqueue_trials=[{model.net.dropout:1.5},"
         "{model.optimizer.lr:0.003,model.net.dropout:0.1},"
         "{model.optimizer.lr:1.0e-7,model.net.dropout:0.1}]",
         "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:1,"
-        "n_warmup_steps:0}")
+        "n_warmup_steps:0}",
+    )
     trials = load_trials(log_dir)
     states = [t.state.name for t in trials]
     assert states == ["FAIL", "COMPLETE", "PRUNED"], states
@@ -98,8 +120,9 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
 def test_search_resumes_after_a_kill_without_rerunning_finished_trials(cli, tmp_path):
     log_dir = tmp_path / "logs"
     args = [*SEARCH, NO_PRUNING, "hydra.sweeper.n_trials=2"]
-    proc = subprocess.Popen(command(log_dir, *args), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        command(log_dir, *args), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     second = study_dir(log_dir) / "trial_1" / "sweep_job.json"
     deadline = time.time() + 180
     while not second.exists() and proc.poll() is None and time.time() < deadline:
@@ -125,8 +148,12 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
     log_dir = tmp_path / "logs"
     cmd = command(log_dir, *SEARCH, NO_PRUNING, "hydra.sweeper.n_trials=3")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    workers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    workers = [
+        subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
     outputs = [w.communicate(timeout=300)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     trials = [t for t in load_trials(log_dir) if "surplus" not in t.user_attrs]
@@ -136,8 +163,9 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
     assert len({t.user_attrs["worker"] for t in trials}) == 2, "both workers ran trials"
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "configs" / "hparams_search")
-                                        .glob("*.yaml")))
+@pytest.mark.parametrize(
+    "name", sorted(p.stem for p in (ROOT / "configs" / "hparams_search").glob("*.yaml"))
+)
 def test_search_configs_compose_and_search_existing_keys(name, tmp_path):
     """Every searched key exists in the composed config (else every trial would fail)."""
     from omegaconf import OmegaConf
@@ -188,8 +216,10 @@ def test_command_line_sweep_overrides_join_the_search_space():
     from litlab.sweeps import search_space
 
     params = {"model.optimizer.lr": "interval(0.001,0.1)", "model.net.dropout": "choice(0.1,0.5)"}
-    space, fixed = search_space.build(params, ["model.net.dropout=tag(log,interval(0.01,0.5))",
-                                               "model.optimizer.lr=0.01", "seed=3"])
+    space, fixed = search_space.build(
+        params,
+        ["model.net.dropout=tag(log,interval(0.01,0.5))", "model.optimizer.lr=0.01", "seed=3"],
+    )
     assert space["model.net.dropout"].log and space["model.net.dropout"].low == 0.01
     assert "model.optimizer.lr" not in space
     assert fixed == ["model.optimizer.lr=0.01", "seed=3"]

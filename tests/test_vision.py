@@ -1,4 +1,5 @@
 """Vision domain: every datamodule runs, the default recipe learns, eval reproduces it."""
+
 import gzip
 import json
 
@@ -40,7 +41,9 @@ def write_images(root, splits: list[str], classes=("cat", "dog", "fox"), n: int 
             folder = root / split / cls
             folder.mkdir(parents=True)
             for i in range(n):
-                Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+                Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(
+                    folder / f"{i}.png"
+                )
 
 
 def write_fashion_mnist(data_dir) -> None:
@@ -55,17 +58,36 @@ def write_fashion_mnist(data_dir) -> None:
 # README commands run with `debug=fdr` (one batch of train, val and test, no checkpoints), in
 # this process: (overrides, net class, dims, (train, val, test) sizes)
 VISION_RUNS = {
-    "mnist": (["data=mnist", "data.data_dir=@shared/MNIST", "data.download=false"],
-              "SmallCNN", {"in_channels": 1, "num_classes": 10, "image_size": 28}, 10000),
-    "fashion_mnist": (["data=fashion_mnist", "data.data_dir=@tmp", "data.download=false"],
-                      "SmallCNN", {"in_channels": 1, "num_classes": 10, "image_size": 28}, 400),
-    "imagefolder-resnet18": (["data=imagefolder", "data.root=@tmp/flat", "data.image_size=16",
-                              "model=resnet18"],
-                             "ResNet", {"in_channels": 3, "num_classes": 3, "image_size": 16}, 24),
-    "imagefolder-splits": (["data=imagefolder", "data.root=@tmp/splits", "data.image_size=16"],
-                           "SmallCNN", {"in_channels": 3, "num_classes": 3, "image_size": 16}, 72),
-    "digits_resnet18": (["experiment=digits_resnet18"],
-                        "ResNet", {"in_channels": 1, "num_classes": 10, "image_size": 8}, 1797),
+    "mnist": (
+        ["data=mnist", "data.data_dir=@shared/MNIST", "data.download=false"],
+        "SmallCNN",
+        {"in_channels": 1, "num_classes": 10, "image_size": 28},
+        10000,
+    ),
+    "fashion_mnist": (
+        ["data=fashion_mnist", "data.data_dir=@tmp", "data.download=false"],
+        "SmallCNN",
+        {"in_channels": 1, "num_classes": 10, "image_size": 28},
+        400,
+    ),
+    "imagefolder-resnet18": (
+        ["data=imagefolder", "data.root=@tmp/flat", "data.image_size=16", "model=resnet18"],
+        "ResNet",
+        {"in_channels": 3, "num_classes": 3, "image_size": 16},
+        24,
+    ),
+    "imagefolder-splits": (
+        ["data=imagefolder", "data.root=@tmp/splits", "data.image_size=16"],
+        "SmallCNN",
+        {"in_channels": 3, "num_classes": 3, "image_size": 16},
+        72,
+    ),
+    "digits_resnet18": (
+        ["experiment=digits_resnet18"],
+        "ResNet",
+        {"in_channels": 1, "num_classes": 10, "image_size": 8},
+        1797,
+    ),
 }
 
 
@@ -86,11 +108,24 @@ def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
     write_images(tmp_path / "splits", ["train", "val"])
     built = {}
     real_datamodule, real_model = build.datamodule, build.model
-    monkeypatch.setattr(build, "datamodule", lambda cfg: built.setdefault("dm", real_datamodule(cfg)))
-    monkeypatch.setattr(build, "model", lambda cfg, dm: built.setdefault("model", real_model(cfg, dm)))
-    cfg = compose("train", [*[o.replace("@tmp", str(tmp_path)) for o in overrides], "debug=fdr",
-                            "data.num_workers=0", "logger=csv", "extras.print_config=false",
-                            "callbacks.rich_progress_bar=null"], output_dir=tmp_path / "run")
+    monkeypatch.setattr(
+        build, "datamodule", lambda cfg: built.setdefault("dm", real_datamodule(cfg))
+    )
+    monkeypatch.setattr(
+        build, "model", lambda cfg, dm: built.setdefault("model", real_model(cfg, dm))
+    )
+    cfg = compose(
+        "train",
+        [
+            *[o.replace("@tmp", str(tmp_path)) for o in overrides],
+            "debug=fdr",
+            "data.num_workers=0",
+            "logger=csv",
+            "extras.print_config=false",
+            "callbacks.rich_progress_bar=null",
+        ],
+        output_dir=tmp_path / "run",
+    )
     metrics = train(cfg).metrics
     dm, model = built["dm"], built["model"]
     assert type(model.net).__name__ == net_class and dm.dims == dims
@@ -100,7 +135,9 @@ def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
         assert 0 <= metrics[f"{split}/acc"] <= 1 and metrics[f"{split}/loss"] > 0, metrics
     assert not list((tmp_path / "run").glob("checkpoints/epoch_*.ckpt"))  # no best checkpoint
     if name == "fashion_mnist":  # the official split is kept: train/val from the 300, test = 100
-        assert sizes[2] == 100 and [int(dm.test_set[i][1]) for i in range(12)] == [i % 10 for i in range(12)]
+        assert sizes[2] == 100 and [int(dm.test_set[i][1]) for i in range(12)] == [
+            i % 10 for i in range(12)
+        ]
     if name.startswith("imagefolder"):
         assert dm.classes == ["cat", "dog", "fox"]
     if name == "imagefolder-splits":  # train/ and val/ used as they are; no test/: val tests
@@ -126,7 +163,9 @@ def test_default_recipe_learns_and_eval_reproduces_it(tmp_path, cli):
     import pandas as pd
 
     preds = pd.read_csv(out / "predictions.csv")
-    assert len(preds) == 360 and (preds.target == preds.pred).mean() == pytest.approx(test_acc, abs=1e-4)
+    assert len(preds) == 360 and (preds.target == preds.pred).mean() == pytest.approx(
+        test_acc, abs=1e-4
+    )
 
 
 def test_same_seed_gives_bit_identical_weights(tmp_path):
@@ -136,10 +175,19 @@ def test_same_seed_gives_bit_identical_weights(tmp_path):
     from litlab.recipes.train import train
 
     def final_weights(seed: int, name: str):
-        cfg = compose("train", [f"seed={seed}", "trainer.max_epochs=2", "test=false",
-                                "trainer.limit_train_batches=8", "trainer.log_every_n_steps=4",
-                                "extras.print_config=false", "callbacks.rich_progress_bar=null"],
-                      output_dir=tmp_path / name)
+        cfg = compose(
+            "train",
+            [
+                f"seed={seed}",
+                "trainer.max_epochs=2",
+                "test=false",
+                "trainer.limit_train_batches=8",
+                "trainer.log_every_n_steps=4",
+                "extras.print_config=false",
+                "callbacks.rich_progress_bar=null",
+            ],
+            output_dir=tmp_path / name,
+        )
         train(cfg)
         last = torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=True)
         return last["state_dict"]

@@ -8,6 +8,7 @@ one-line errors as the command line.
 
 Bad input raises `litlab.errors.UserError` with the line the CLI prints after `error: `.
 """
+
 from collections.abc import Sequence
 
 from litlab.errors import UserError

@@ -6,6 +6,7 @@ them from the signatures and refuses a bad value in one line before anything is 
 Metadata are annotated_types' (Ge, Gt, Interval, MinLen...); a string in the metadata is the
 text shown to the user. A leaf module: nets, data and models import it.
 """
+
 from typing import Annotated, Literal
 
 import annotated_types as at

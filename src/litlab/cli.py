@@ -7,6 +7,7 @@ Two kinds of bad input reach a user:
   `task` prints it as one line and removes the run dir that Hydra created for nothing.
 Set HYDRA_FULL_ERROR=1 to get full tracebacks instead.
 """
+
 import functools
 import io
 import os
@@ -130,4 +131,3 @@ def _one_line_in_sweep(err: UserError) -> UserError:
     new = compact(str(err))
     new.exit_code = getattr(err, "exit_code", EXIT_BAD_INPUT)
     return new
-

@@ -5,6 +5,7 @@ than the seconds spent here. Every check reports a fact; the required ones (Pyth
 each device, a 2-process all-reduce, loopback, writable logs/ and data/) set exit code 1, with
 one line each, when they fail.
 """
+
 import argparse
 import datetime
 import importlib.metadata as md
@@ -18,12 +19,28 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["torch", "lightning", "torch-geometric", "monai", "hydra-core", "torchmetrics",
-            "onnxruntime", "mlflow", "wandb", "flwr"]
+PACKAGES = [
+    "torch",
+    "lightning",
+    "torch-geometric",
+    "monai",
+    "hydra-core",
+    "torchmetrics",
+    "onnxruntime",
+    "mlflow",
+    "wandb",
+    "flwr",
+]
 # each local dataset as the datamodules read it, relative to data_dir
-DATASETS = {"MNIST": "MNIST/raw", "FashionMNIST": "FashionMNIST/raw", "CIFAR10": "cifar-10-batches-py",
-            "Cora": "Planetoid/Cora/raw", "CiteSeer": "Planetoid/CiteSeer/raw",
-            "MUTAG": "TUDataset/MUTAG/raw", "PROTEINS": "TUDataset/PROTEINS/raw"}
+DATASETS = {
+    "MNIST": "MNIST/raw",
+    "FashionMNIST": "FashionMNIST/raw",
+    "CIFAR10": "cifar-10-batches-py",
+    "Cora": "Planetoid/Cora/raw",
+    "CiteSeer": "Planetoid/CiteSeer/raw",
+    "MUTAG": "TUDataset/MUTAG/raw",
+    "PROTEINS": "TUDataset/PROTEINS/raw",
+}
 
 
 def _version(name: str) -> str | None:
@@ -64,10 +81,18 @@ def devices() -> list[dict]:
     found = [{"name": "cpu", "type": "cpu", "matmul": _matmul("cpu")}]
     for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
         p = torch.cuda.get_device_properties(i)
-        found.append({"name": p.name, "type": "cuda", "index": i,
-                      "memory_gib": round(p.total_memory / 2**30, 1),
-                      "capability": f"{p.major}.{p.minor}", "bf16": p.major >= 8, "tf32": p.major >= 8,
-                      "matmul": _matmul(f"cuda:{i}")})
+        found.append(
+            {
+                "name": p.name,
+                "type": "cuda",
+                "index": i,
+                "memory_gib": round(p.total_memory / 2**30, 1),
+                "capability": f"{p.major}.{p.minor}",
+                "bf16": p.major >= 8,
+                "tf32": p.major >= 8,
+                "matmul": _matmul(f"cuda:{i}"),
+            }
+        )
     if torch.backends.mps.is_available():
         found.append({"name": "mps", "type": "mps", "matmul": _matmul("mps")})
     return found
@@ -77,8 +102,13 @@ def _all_reduce_worker(rank: int, world: int, backend: str, port: int, out: str)
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=20))
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=20),
+    )
     device = f"cuda:{rank % torch.cuda.device_count()}" if backend == "nccl" else "cpu"
     t = torch.tensor([rank + 1.0], device=device)
     dist.all_reduce(t)
@@ -97,8 +127,13 @@ def all_reduce(backend: str) -> dict:
     out = Path(tempfile.gettempdir()) / f"litlab-doctor-{os.getpid()}-{backend}"
     start = time.perf_counter()
     try:
-        mp.start_processes(_all_reduce_worker, args=(2, backend, port, str(out)), nprocs=2,
-                           start_method="spawn", join=True)
+        mp.start_processes(
+            _all_reduce_worker,
+            args=(2, backend, port, str(out)),
+            nprocs=2,
+            start_method="spawn",
+            join=True,
+        )
         return {"ok": out.read_text() == "3.0", "seconds": round(time.perf_counter() - start, 1)}
     except Exception as err:  # noqa: BLE001  (the failure is the report)
         return {"ok": False, "error": str(err).strip().splitlines()[-1][:160]}
@@ -124,32 +159,44 @@ def folder(path: Path) -> dict:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path):
             pass
-        return {"ok": True, "path": str(path),
-                "free_gib": round(shutil.disk_usage(path).free / 2**30, 1)}
+        return {
+            "ok": True,
+            "path": str(path),
+            "free_gib": round(shutil.disk_usage(path).free / 2**30, 1),
+        }
     except OSError as err:
         return {"ok": False, "path": str(path), "error": err.strerror or str(err)}
 
 
 def datasets(data_dir: Path) -> dict:
-    present = {name: (data_dir / rel).is_dir() and any((data_dir / rel).iterdir())
-               for name, rel in DATASETS.items()}
+    present = {
+        name: (data_dir / rel).is_dir() and any((data_dir / rel).iterdir())
+        for name, rel in DATASETS.items()
+    }
     return {"digits": True, "phantoms": True, **present}  # the embedded two need no files
 
 
 def trackers() -> dict:
     from litlab.config.resolvers import wandb_offline
 
-    return {"wandb": "offline (no login)" if wandb_offline() else "online (logged in)",
-            "mlflow": os.environ.get("MLFLOW_TRACKING_URI") or "local store under logs/mlflow"}
+    return {
+        "wandb": "offline (no login)" if wandb_offline() else "online (logged in)",
+        "mlflow": os.environ.get("MLFLOW_TRACKING_URI") or "local store under logs/mlflow",
+    }
 
 
 def diagnose(log_dir: Path, data_dir: Path) -> dict:
     import torch
 
-    report = {"versions": versions(), "devices": devices(), "loopback": loopback(),
-              "all_reduce": {"gloo": all_reduce("gloo")},
-              "folders": {"logs": folder(log_dir), "data": folder(data_dir)},
-              "datasets": datasets(data_dir), "trackers": trackers()}
+    report = {
+        "versions": versions(),
+        "devices": devices(),
+        "loopback": loopback(),
+        "all_reduce": {"gloo": all_reduce("gloo")},
+        "folders": {"logs": folder(log_dir), "data": folder(data_dir)},
+        "datasets": datasets(data_dir),
+        "trackers": trackers(),
+    }
     if torch.cuda.is_available():
         report["all_reduce"]["nccl"] = all_reduce("nccl")
     report["failures"] = failures(report)
@@ -159,16 +206,22 @@ def diagnose(log_dir: Path, data_dir: Path) -> dict:
 def failures(report: dict) -> list[str]:
     """One line per failed required check."""
     lines = []
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036  (run by another interpreter than .venv's)
         lines.append(f"python {report['versions']['python']}: litlab needs 3.11 or newer")
     for d in report["devices"]:
         if not d["matmul"]["ok"]:
-            lines.append(f"matmul on {d['name']} failed: {d['matmul'].get('error', 'wrong result')}")
+            lines.append(
+                f"matmul on {d['name']} failed: {d['matmul'].get('error', 'wrong result')}"
+            )
     if not report["loopback"]["ok"]:
-        lines.append(f"loopback 127.0.0.1 unreachable ({report['loopback']['error']}): DDP cannot start")
+        lines.append(
+            f"loopback 127.0.0.1 unreachable ({report['loopback']['error']}): DDP cannot start"
+        )
     for backend, r in report["all_reduce"].items():
         if not r["ok"]:
-            lines.append(f"2-process all-reduce with {backend} failed: {r.get('error', 'wrong sum')}")
+            lines.append(
+                f"2-process all-reduce with {backend} failed: {r.get('error', 'wrong sum')}"
+            )
     for name, r in report["folders"].items():
         if not r["ok"]:
             lines.append(f"{name} folder {r['path']} is not writable: {r['error']}")
@@ -178,24 +231,37 @@ def failures(report: dict) -> list[str]:
 def table(report: dict) -> str:
     rows = [("versions", ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v))]
     for d in report["devices"]:
-        extra = ", ".join(f"{k} {d[k]}" for k in ("memory_gib", "capability", "bf16", "tf32") if k in d)
-        rows.append((f"device {d['name']}", f"matmul {'ok' if d['matmul']['ok'] else 'FAILED'}"
-                     + (f", {extra}" if extra else "")))
+        extra = ", ".join(
+            f"{k} {d[k]}" for k in ("memory_gib", "capability", "bf16", "tf32") if k in d
+        )
+        rows.append(
+            (
+                f"device {d['name']}",
+                f"matmul {'ok' if d['matmul']['ok'] else 'FAILED'}"
+                + (f", {extra}" if extra else ""),
+            )
+        )
     rows.append(("loopback", "up" if report["loopback"]["ok"] else "DOWN"))
     for backend, r in report["all_reduce"].items():
         rows.append((f"all-reduce {backend}", f"ok in {r['seconds']} s" if r["ok"] else "FAILED"))
     for name, r in report["folders"].items():
         state = f"{r['free_gib']} GiB free" if r["ok"] else "NOT WRITABLE"
         rows.append((f"{name}/", f"{r['path']}: {state}"))
-    rows.append(("datasets", ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in report["datasets"].items())))
+    rows.append(
+        (
+            "datasets",
+            ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in report["datasets"].items()),
+        )
+    )
     rows.append(("trackers", ", ".join(f"{k}: {v}" for k, v in report["trackers"].items())))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m litlab.doctor",
-                                     description="Check that this machine is ready to train.")
+    parser = argparse.ArgumentParser(
+        prog="python -m litlab.doctor", description="Check that this machine is ready to train."
+    )
     parser.add_argument("--json", action="store_true", help="print the facts as JSON")
     parser.add_argument("--log-dir", type=Path, default=ROOT / "logs")
     parser.add_argument("--data-dir", type=Path, default=ROOT / "data")

@@ -6,6 +6,7 @@ nothing; these print it at the end of each stage too, and write into <run dir>/p
 writes a trace per profiled action (Chrome/TensorBoard format: chrome://tracing, Perfetto or
 TensorBoard's profiler plugin) and two `key_averages` tables: by self CPU time and by memory.
 `PeakMemory` logs the peak memory of every training epoch."""
+
 import logging
 import resource
 import sys
@@ -46,11 +47,24 @@ class PrintedAdvancedProfiler(_Printed, AdvancedProfiler):
 class MemoryPyTorchProfiler(_Printed, PyTorchProfiler):
     """torch.profiler with memory and shapes on; the report holds two tables."""
 
-    def __init__(self, dirpath: str | None = None, filename: str | None = "profiler",
-                 row_limit: int = 20, record_module_names: bool = False, **kwargs):
-        super().__init__(dirpath=dirpath, filename=filename, export_to_chrome=True,
-                         profile_memory=True, record_shapes=True, row_limit=row_limit,
-                         record_module_names=record_module_names, **kwargs)
+    def __init__(
+        self,
+        dirpath: str | None = None,
+        filename: str | None = "profiler",
+        row_limit: int = 20,
+        record_module_names: bool = False,
+        **kwargs,
+    ):
+        super().__init__(
+            dirpath=dirpath,
+            filename=filename,
+            export_to_chrome=True,
+            profile_memory=True,
+            record_shapes=True,
+            row_limit=row_limit,
+            record_module_names=record_module_names,
+            **kwargs,
+        )
         # torch's table sorts by it; Lightning's argument check does not list it
         self._sort_by_key = "self_cpu_time_total"
 
@@ -59,10 +73,14 @@ class MemoryPyTorchProfiler(_Printed, PyTorchProfiler):
         if not by_time:
             return ""
         events = self.function_events.key_averages()
-        memory_key = "self_device_memory_usage" if torch.cuda.is_available() else "self_cpu_memory_usage"
+        memory_key = (
+            "self_device_memory_usage" if torch.cuda.is_available() else "self_cpu_memory_usage"
+        )
         by_memory = events.table(sort_by=memory_key, row_limit=self._row_limit)
-        return (f"{by_time}\nPyTorch profiler, sorted by {memory_key} "
-                f"(memory allocated by the op itself)\n{by_memory}\n")
+        return (
+            f"{by_time}\nPyTorch profiler, sorted by {memory_key} "
+            f"(memory allocated by the op itself)\n{by_memory}\n"
+        )
 
 
 class PeakMemory(Callback):
@@ -81,10 +99,13 @@ class PeakMemory(Callback):
                 path = Path(trainer.default_root_dir) / "profiler" / "cuda_memory_summary.txt"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "a") as f:
-                    f.write(f"epoch {trainer.current_epoch}\n"
-                            f"{torch.cuda.memory_summary(pl_module.device)}\n")
+                    f.write(
+                        f"epoch {trainer.current_epoch}\n"
+                        f"{torch.cuda.memory_summary(pl_module.device)}\n"
+                    )
         else:
             # ru_maxrss: the process's peak resident set size, KiB on Linux, bytes on macOS
             scale = 2**20 if sys.platform == "darwin" else 2**10
-            pl_module.log("memory/peak_rss_mb",
-                          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale)
+            pl_module.log(
+                "memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+            )

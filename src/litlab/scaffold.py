@@ -6,6 +6,7 @@ Nothing outside the copy changes, and `python src/train.py experiment=NAME` trai
 The copied classes subclass the same bases (SplitDataModule, LitModule...), so the copy is small:
 edit what the task needs and delete what it does not.
 """
+
 import ast
 import keyword
 import re
@@ -29,13 +30,36 @@ class Domain:
 
 
 DOMAINS = {
-    "vision": Domain(("litlab.data.vision", "DigitsDataModule"), ("litlab.models.vision", "ImageClassifier"),
-                     ("litlab.models.nets.cnn", "SmallCNN"), "digits", "cnn", "test/acc", 0.8, 3),
-    "medical3d": Domain(("litlab.data.medical3d", "PhantomSegmentationDataModule"),
-                        ("litlab.models.medical3d", "VolumeSegmenter"),
-                        ("litlab.models.nets.unet3d", "unet3d"), "phantom_seg", "unet3d", "test/dice", 0.3, 3),
-    "graph": Domain(("litlab.data.graph", "SBMDataModule"), ("litlab.models.graph", "GNNClassifier"),
-                    ("litlab.models.nets.gnn", "GNN"), "sbm", "gnn", "test/acc", 0.7, 60),
+    "vision": Domain(
+        ("litlab.data.vision", "DigitsDataModule"),
+        ("litlab.models.vision", "ImageClassifier"),
+        ("litlab.models.nets.cnn", "SmallCNN"),
+        "digits",
+        "cnn",
+        "test/acc",
+        0.8,
+        3,
+    ),
+    "medical3d": Domain(
+        ("litlab.data.medical3d", "PhantomSegmentationDataModule"),
+        ("litlab.models.medical3d", "VolumeSegmenter"),
+        ("litlab.models.nets.unet3d", "unet3d"),
+        "phantom_seg",
+        "unet3d",
+        "test/dice",
+        0.3,
+        3,
+    ),
+    "graph": Domain(
+        ("litlab.data.graph", "SBMDataModule"),
+        ("litlab.models.graph", "GNNClassifier"),
+        ("litlab.models.nets.gnn", "GNN"),
+        "sbm",
+        "gnn",
+        "test/acc",
+        0.7,
+        60,
+    ),
 }
 
 
@@ -71,7 +95,7 @@ def copy_class(module: str, name: str, new_name: str) -> str:
     tree = ast.parse(source)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
     start = (cls.decorator_list[0] if cls.decorator_list else cls).lineno - 1
-    body = re.sub(rf"\b{name}\b", new_name, "\n".join(source.splitlines()[start:cls.end_lineno]))
+    body = re.sub(rf"\b{name}\b", new_name, "\n".join(source.splitlines()[start : cls.end_lineno]))
     used = {n.id for n in ast.walk(cls) if isinstance(n, ast.Name)}
     bound = _top_level_names(tree)
     is_import = lambda n: isinstance(n, (ast.Import, ast.ImportFrom))  # noqa: E731
@@ -90,19 +114,27 @@ def camel(name: str) -> str:
 def targets(name: str, root: Path) -> list[Path]:
     """The files a copy named `name` writes: data, model, net, three configs, test."""
     pkg = root / "src" / "litlab"
-    return [pkg / "data" / f"{name}.py", pkg / "models" / f"{name}.py", pkg / "models" / "nets" / f"{name}.py",
-            *(root / "configs" / group / f"{name}.yaml" for group in ("data", "model", "experiment")),
-            root / "tests" / f"test_{name}.py"]
+    return [
+        pkg / "data" / f"{name}.py",
+        pkg / "models" / f"{name}.py",
+        pkg / "models" / "nets" / f"{name}.py",
+        *(root / "configs" / group / f"{name}.yaml" for group in ("data", "model", "experiment")),
+        root / "tests" / f"test_{name}.py",
+    ]
 
 
 def check_name(name: str, root: Path) -> None:
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
-        raise ScaffoldError(f"NAME={name!r} is not a valid task name: use a lower-case Python "
-                            "identifier (letters, digits, underscores; e.g. NAME=lesions)")
+        raise ScaffoldError(
+            f"NAME={name!r} is not a valid task name: use a lower-case Python "
+            "identifier (letters, digits, underscores; e.g. NAME=lesions)"
+        )
     taken = [p for p in targets(name, root) if p.exists()]
     if taken:
-        raise ScaffoldError(f"NAME={name} exists already ({taken[0].relative_to(root)}): "
-                            "choose another name or delete the old copy first")
+        raise ScaffoldError(
+            f"NAME={name} exists already ({taken[0].relative_to(root)}): "
+            "choose another name or delete the old copy first"
+        )
 
 
 def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
@@ -114,24 +146,36 @@ def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
     net_symbol = f"{C}Net" if d.net[1][0].isupper() else f"{name}_net"
     header = f'"""{C}: copied from litlab\'s {source} domain by `make new-task` (edit freely)."""\n'
     data_py, model_py, net_py, data_yaml, model_yaml, experiment_yaml, test_py = targets(name, root)
-    files = {data_py: header + copy_class(*d.data, f"{C}DataModule"),
-             model_py: header + copy_class(*d.model, f"{C}Module"),
-             net_py: re.sub(rf"\b{d.net[1]}\b", net_symbol, _source(d.net[0]))}
-    renamed = {f"{d.data[0]}.{d.data[1]}": f"litlab.data.{name}.{C}DataModule",
-               f"{d.model[0]}.{d.model[1]}": f"litlab.models.{name}.{C}Module",
-               f"{d.net[0]}.{d.net[1]}": f"litlab.models.nets.{name}.{net_symbol}"}
-    for group, old, path in (("data", d.data_config, data_yaml), ("model", d.model_config, model_yaml)):
+    files = {
+        data_py: header + copy_class(*d.data, f"{C}DataModule"),
+        model_py: header + copy_class(*d.model, f"{C}Module"),
+        net_py: re.sub(rf"\b{d.net[1]}\b", net_symbol, _source(d.net[0])),
+    }
+    renamed = {
+        f"{d.data[0]}.{d.data[1]}": f"litlab.data.{name}.{C}DataModule",
+        f"{d.model[0]}.{d.model[1]}": f"litlab.models.{name}.{C}Module",
+        f"{d.net[0]}.{d.net[1]}": f"litlab.models.nets.{name}.{net_symbol}",
+    }
+    for group, old, path in (
+        ("data", d.data_config, data_yaml),
+        ("model", d.model_config, model_yaml),
+    ):
         text = (ROOT / "configs" / group / f"{old}.yaml").read_text()
         for a, b in renamed.items():
             text = text.replace(f"_target_: {a}\n", f"_target_: {b}\n")
         # a model config that picks its own default data picks the copied data config
         text = re.sub(rf"(override /data@_global_\.data: ){d.data_config}\b", rf"\g<1>{name}", text)
-        files[path] = f"# {name}: copied from {group}/{old}.yaml by `make new-task` (edit freely)\n" + text
+        files[path] = (
+            f"# {name}: copied from {group}/{old}.yaml by `make new-task` (edit freely)\n" + text
+        )
     files[experiment_yaml] = (
         f"# @package _global_\n# {name}: `python src/train.py experiment={name}` "
         f"(copied from the {source} domain by `make new-task`)\ndefaults:\n"
-        f"  - override /data: {name}\n  - override /model: {name}\n\ntask_name: {name}\ntags: [{name}]\n")
-    files[test_py] = TEST.format(name=name, metric=d.metric, bar=d.bar, epochs=d.epochs, source=source)
+        f"  - override /data: {name}\n  - override /model: {name}\n\ntask_name: {name}\ntags: [{name}]\n"
+    )
+    files[test_py] = TEST.format(
+        name=name, metric=d.metric, bar=d.bar, epochs=d.epochs, source=source
+    )
     return files
 
 
@@ -165,7 +209,9 @@ def create(name: str, source: str, root: Path = ROOT) -> list[Path]:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not all(argv):
-        print("error: usage: make new-task NAME=mytask FROM=vision|medical3d|graph", file=sys.stderr)
+        print(
+            "error: usage: make new-task NAME=mytask FROM=vision|medical3d|graph", file=sys.stderr
+        )
         return 2
     try:
         written = create(*argv)

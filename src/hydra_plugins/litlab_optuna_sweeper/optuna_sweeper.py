@@ -4,6 +4,7 @@
 Hydra imports this module for every command (its plugin scan), so it only declares the config
 and the class; optuna is imported by `litlab.sweeps.optuna_search` when a search runs.
 """
+
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -30,7 +31,8 @@ class LitlabOptunaSweeperConf:
     # seconds; this worker starts no new trial after it
     timeout: Optional[float] = None
     sampler: Dict[str, Any] = field(
-        default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": None})
+        default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": None}
+    )
     # null: no pruning
     pruner: Optional[Dict[str, Any]] = None
     # {config.key: {type: float|int|categorical, low, high, log, step, choices}}
@@ -44,24 +46,29 @@ class LitlabOptunaSweeperConf:
     strict_resume: bool = True
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="litlab_optuna",
-                             node=LitlabOptunaSweeperConf, provider="litlab")
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="litlab_optuna", node=LitlabOptunaSweeperConf, provider="litlab"
+)
 
 
 class LitlabOptunaSweeper(Sweeper):
     def __init__(self, **options: Any) -> None:
-        self.options = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig)
-                        else v for k, v in options.items()}
+        self.options = {
+            k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
+            for k, v in options.items()
+        }
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
-              config: DictConfig) -> None:
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def sweep(self, arguments: List[str]) -> None:
         import sys

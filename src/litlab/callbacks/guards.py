@@ -13,6 +13,7 @@
   only: a collective save could hang under DDP).
 Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`.
 """
+
 import logging
 import math
 import signal
@@ -52,8 +53,11 @@ def _resume_hint(trainer) -> str:
 class NonFiniteLossGuard(Callback):
     def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
         # one host sync per step on GPUs; .item() on a scalar costs a fraction of isfinite()
-        finite = math.isfinite(loss.item()) if loss.numel() == 1 else \
-            bool(torch.isfinite(loss.detach()).all())
+        finite = (
+            math.isfinite(loss.item())
+            if loss.numel() == 1
+            else bool(torch.isfinite(loss.detach()).all())
+        )
         if trainer.world_size > 1:  # every rank stops together, none waits in an all-reduce
             finite = trainer.strategy.reduce_boolean_decision(finite, all=True)
         if not finite:
@@ -62,7 +66,8 @@ class NonFiniteLossGuard(Callback):
                 f"training loss is {loss.item()} at global step {trainer.global_step} "
                 f"(epoch {trainer.current_epoch}, batch {batch}); the weights were not updated; "
                 f"{_resume_hint(trainer)}; lower model.optimizer.lr or set "
-                f"trainer.gradient_clip_val")
+                f"trainer.gradient_clip_val"
+            )
 
 
 class GracefulInterrupt(Callback):
@@ -121,6 +126,11 @@ class GracefulInterrupt(Callback):
         path = last_checkpoint_path(trainer)
         trainer.save_checkpoint(path)
         if trainer.is_global_zero:
-            log.warning("%s at global step %d; resumable checkpoint: %s (resume: python "
-                        "src/train.py ckpt_path=%s)", why, trainer.global_step, path,
-                        path.parent.parent)
+            log.warning(
+                "%s at global step %d; resumable checkpoint: %s (resume: python "
+                "src/train.py ckpt_path=%s)",
+                why,
+                trainer.global_step,
+                path,
+                path.parent.parent,
+            )

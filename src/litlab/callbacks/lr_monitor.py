@@ -1,5 +1,6 @@
 """Lightning's LearningRateMonitor, which a run without loggers (`logger=null`, debug configs)
 can keep: there it does nothing, where Lightning's raises at the start of training."""
+
 from lightning.pytorch.callbacks import LearningRateMonitor as _LightningMonitor
 
 

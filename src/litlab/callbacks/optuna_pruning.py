@@ -5,6 +5,7 @@ Active only inside an Optuna search: the sweeper hands each job its trial throug
 Rank 0 alone talks to the study; under DDP its decision is broadcast so that every rank stops
 at the same epoch (optuna-integration is not installed, and this is all that is needed of it).
 """
+
 import json
 import os
 
@@ -20,8 +21,11 @@ def load_trial(ticket: str):
 
     spec = json.loads(ticket)
     pruner = hydra.utils.instantiate(spec["pruner"]) if spec.get("pruner") else None
-    study = optuna.load_study(study_name=spec["study"], storage=spec["storage"],
-                              pruner=pruner or optuna.pruners.NopPruner())
+    study = optuna.load_study(
+        study_name=spec["study"],
+        storage=spec["storage"],
+        pruner=pruner or optuna.pruners.NopPruner(),
+    )
     return optuna.Trial(study, spec["trial_id"])
 
 

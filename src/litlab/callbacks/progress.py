@@ -1,4 +1,5 @@
 """Lightning's rich progress bar, with its per-batch work throttled to what the eye can see."""
+
 import time
 
 from lightning.pytorch.callbacks import RichProgressBar

@@ -2,6 +2,7 @@
 `last.ckpt`. The file is written beside its target, flushed to disk, then renamed over it
 (`os.replace` is atomic on POSIX and Windows), so a reader sees the old file or the new one.
 """
+
 import os
 import tempfile
 from pathlib import Path

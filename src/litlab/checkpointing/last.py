@@ -7,6 +7,7 @@ epoch end (after validation, so the epoch's metrics and loop state are in it), a
 `every_n_train_steps` optimizer steps when that is > 0 (long epochs). The write is atomic (the
 trainer's `AtomicCheckpointIO`), so a kill during it leaves the previous file whole.
 """
+
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from litlab.bounds import NonNegInt
@@ -15,16 +16,25 @@ from litlab.bounds import NonNegInt
 class LastCheckpoint(ModelCheckpoint):
     def __init__(self, dirpath: str | None = None, every_n_train_steps: NonNegInt = 0):
         # Lightning wants step and epoch triggers exclusive; the epoch save is ours anyway
-        super().__init__(dirpath=dirpath, monitor=None, save_top_k=0, save_last=True,
-                         every_n_train_steps=every_n_train_steps or None,
-                         every_n_epochs=None if every_n_train_steps else 1,
-                         save_on_train_epoch_end=True, enable_version_counter=False)
+        super().__init__(
+            dirpath=dirpath,
+            monitor=None,
+            save_top_k=0,
+            save_last=True,
+            every_n_train_steps=every_n_train_steps or None,
+            every_n_epochs=None if every_n_train_steps else 1,
+            save_on_train_epoch_end=True,
+            enable_version_counter=False,
+        )
 
     def _skip(self, trainer) -> bool:
         from lightning.pytorch.trainer.states import TrainerFn
 
-        return (bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING
-                or trainer.sanity_checking)
+        return (
+            bool(trainer.fast_dev_run)
+            or trainer.state.fn != TrainerFn.FITTING
+            or trainer.sanity_checking
+        )
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         # also when a step save happened at this very step: the epoch-end state supersedes it

@@ -1,5 +1,6 @@
 """Loading checkpoints safely: `weights_only=True` always, and one clear line when a file is
 missing, truncated, corrupt, or not a litlab checkpoint."""
+
 from pathlib import Path
 
 from litlab.checkpointing.run_config import CONFIG_KEY
@@ -17,9 +18,12 @@ def load(path: str | Path, mmap: bool = False) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # zip errors, unpickling errors, EOF: all mean a bad file
-        raise UserError(f"ckpt_path={path} cannot be loaded (truncated or corrupt?): "
-                        f"{first_line(err)}") from None
+        raise UserError(
+            f"ckpt_path={path} cannot be loaded (truncated or corrupt?): {first_line(err)}"
+        ) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or CONFIG_KEY not in ckpt:
-        raise UserError(f"ckpt_path={path} is not a checkpoint written by litlab's train.py "
-                        f"(no '{CONFIG_KEY}' entry)")
+        raise UserError(
+            f"ckpt_path={path} is not a checkpoint written by litlab's train.py "
+            f"(no '{CONFIG_KEY}' entry)"
+        )
     return ckpt

@@ -11,6 +11,7 @@ log file and new checkpoints continue in the same folder. The resumed run's conf
 `.hydra/resume-<time>/` (the original `.hydra/config.yaml` is kept). A checkpoint *file* keeps
 Lightning's meaning: resume from it in a new run dir. Hydra and omegaconf only (cheap).
 """
+
 import time
 from pathlib import Path
 
@@ -26,7 +27,9 @@ def checkpoint_of(run_dir: Path) -> Path:
 
 def latest_run(log_dir: Path, task_name: str) -> Path | None:
     """The newest run dir (timestamps sort) of the task that holds a last.ckpt."""
-    runs = sorted(p for p in (Path(log_dir) / task_name / "runs").glob("*") if checkpoint_of(p).is_file())
+    runs = sorted(
+        p for p in (Path(log_dir) / task_name / "runs").glob("*") if checkpoint_of(p).is_file()
+    )
     return runs[-1] if runs else None
 
 
@@ -44,9 +47,11 @@ def translate(argv: list[str], config_name: str) -> list[str]:
     value = args[given[-1]].split("=", 1)[1].strip("'\"")
     if multirun:
         if value == LAST or Path(value).is_dir():
-            raise UserError(f"ckpt_path={value} cannot be used with -m: every job of a sweep "
-                            f"would resume the same run; resume each job on its own "
-                            f"(python src/train.py ckpt_path=<its run dir>), or pass a .ckpt file")
+            raise UserError(
+                f"ckpt_path={value} cannot be used with -m: every job of a sweep "
+                f"would resume the same run; resume each job on its own "
+                f"(python src/train.py ckpt_path=<its run dir>), or pass a .ckpt file"
+            )
         return argv
     if value == LAST:
         rest = [a for a in args if not a.startswith(("-", "ckpt_path=", "hydra."))]
@@ -59,13 +64,17 @@ def translate(argv: list[str], config_name: str) -> list[str]:
             return argv
         run = latest_run(log_dir, task)
         if run is None:
-            raise UserError(f"ckpt_path=last: no run of task '{task}' with checkpoints/last.ckpt "
-                            f"in {log_dir / task / 'runs'}; pass ckpt_path=<run dir or .ckpt file>")
+            raise UserError(
+                f"ckpt_path=last: no run of task '{task}' with checkpoints/last.ckpt "
+                f"in {log_dir / task / 'runs'}; pass ckpt_path=<run dir or .ckpt file>"
+            )
     elif Path(value).is_dir():
         run = Path(value).resolve()
         if not checkpoint_of(run).is_file():
-            raise UserError(f"ckpt_path={value} is a folder without checkpoints/last.ckpt; "
-                            f"pass a run dir of train.py or a .ckpt file")
+            raise UserError(
+                f"ckpt_path={value} is a folder without checkpoints/last.ckpt; "
+                f"pass a run dir of train.py or a .ckpt file"
+            )
     else:
         return argv
     args = [a for i, a in enumerate(args) if i not in given]

@@ -19,6 +19,7 @@ so only a training step that draws from those two resumes from an OOM with other
 It also flushes the loggers at each save, so the logs on disk are never behind the checkpoint.
 Plain lists and tensors only: the checkpoint still loads with `torch.load(weights_only=True)`.
 """
+
 import random
 import warnings
 
@@ -43,8 +44,11 @@ def rng_state(torch_state: tuple | None = None) -> dict:
     come from an earlier `torch_rng_state()`; numpy's and Python's are read now)."""
     cpu, cuda = torch_state or torch_rng_state()
     name, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {"torch": cpu, "python": random.getstate(),
-             "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]}
+    state = {
+        "torch": cpu,
+        "python": random.getstate(),
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+    }
     if cuda is not None:
         state["cuda"] = cuda
     return state

@@ -3,6 +3,7 @@
 That makes a checkpoint self-describing: eval.py, export and resume rebuild the exact data
 split and model from it, and it still loads with `torch.load(..., weights_only=True)`.
 """
+
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback

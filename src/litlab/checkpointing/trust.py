@@ -10,14 +10,24 @@ refused in one line, naming the target, unless the user trusts the file
 The name is checked before anything is imported, and the object it resolves to is checked
 again (`litlab.x.os.remove` resolves to `os.remove`, which is refused).
 """
+
 import inspect
 
 from litlab.errors import UserError
 
 # packages whose classes a stored config may instantiate (litlab's functions too)
-ALLOWED = ("litlab.", "torch.optim.", "torch.nn.", "lightning.pytorch.", "torchmetrics.",
-           "torch_geometric.nn.", "monai.networks.", "torchvision.models.", "optuna.samplers.",
-           "optuna.pruners.")
+ALLOWED = (
+    "litlab.",
+    "torch.optim.",
+    "torch.nn.",
+    "lightning.pytorch.",
+    "torchmetrics.",
+    "torch_geometric.nn.",
+    "monai.networks.",
+    "torchvision.models.",
+    "optuna.samplers.",
+    "optuna.pruners.",
+)
 TRUST_HINT = "pass trust_checkpoint=true (eval.py) or load_run(..., trust=True) if you trust it"
 
 
@@ -58,7 +68,8 @@ def check_targets(config: dict, source: str) -> None:
     """Refuse a stored config that names a target outside the allowlist."""
     for key, name in targets({k: v for k, v in config.items() if k != "hydra"}):
         if not allowed(name):
-            raise UserError(f"ckpt_path={source}: its stored config names {key}={name}, which "
-                            f"litlab does not build from a checkpoint (allowed: litlab and "
-                            f"{', '.join(p.rstrip('.') for p in ALLOWED[1:])}); {TRUST_HINT}")
-
+            raise UserError(
+                f"ckpt_path={source}: its stored config names {key}={name}, which "
+                f"litlab does not build from a checkpoint (allowed: litlab and "
+                f"{', '.join(p.rstrip('.') for p in ALLOWED[1:])}); {TRUST_HINT}"
+            )

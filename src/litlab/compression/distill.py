@@ -6,6 +6,7 @@ softened outputs and from the labels,
 T^2 keeps the soft term's gradients on the scale of the hard one's as T changes. `Distiller`
 trains the student LitModule inside Lightning; validation and test are the student's own, so
 its metrics and checkpoints read like those of any run."""
+
 import lightning as L
 import torch
 import torch.nn.functional as F
@@ -13,11 +14,20 @@ import torch.nn.functional as F
 from litlab.errors import UserError
 
 
-def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, target: torch.Tensor,
-            alpha: float, temperature: float) -> torch.Tensor:
+def kd_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    target: torch.Tensor,
+    alpha: float,
+    temperature: float,
+) -> torch.Tensor:
     t = temperature
-    soft = F.kl_div(F.log_softmax(student_logits / t, 1), F.log_softmax(teacher_logits / t, 1),
-                    reduction="batchmean", log_target=True)
+    soft = F.kl_div(
+        F.log_softmax(student_logits / t, 1),
+        F.log_softmax(teacher_logits / t, 1),
+        reduction="batchmean",
+        log_target=True,
+    )
     return alpha * t * t * soft + (1 - alpha) * F.cross_entropy(student_logits, target)
 
 
@@ -33,11 +43,15 @@ def scores(module, batch) -> tuple[torch.Tensor, torch.Tensor]:
 def check_pair(teacher_task: str, teacher_classes, student_task: str, student_classes) -> None:
     """A teacher can only teach a student of the same task and classes."""
     if teacher_task != student_task:
-        raise UserError(f"the teacher was trained for {teacher_task}, the student's data is "
-                        f"{student_task}: distillation needs the same task")
+        raise UserError(
+            f"the teacher was trained for {teacher_task}, the student's data is "
+            f"{student_task}: distillation needs the same task"
+        )
     if teacher_classes != student_classes:
-        raise UserError(f"the teacher predicts {teacher_classes} classes, the student's data "
-                        f"has {student_classes}: distillation needs the same classes")
+        raise UserError(
+            f"the teacher predicts {teacher_classes} classes, the student's data "
+            f"has {student_classes}: distillation needs the same classes"
+        )
 
 
 class Distiller(L.LightningModule):
@@ -46,8 +60,10 @@ class Distiller(L.LightningModule):
     def __init__(self, student, teacher, alpha: float = 0.7, temperature: float = 4.0):
         super().__init__()
         if not 0 <= alpha <= 1 or temperature <= 0:
-            raise UserError(f"compress.distill: alpha={alpha} must be in [0, 1] and "
-                            f"temperature={temperature} > 0")
+            raise UserError(
+                f"compress.distill: alpha={alpha} must be in [0, 1] and "
+                f"temperature={temperature} > 0"
+            )
         self.student, self.teacher = student, teacher
         self.alpha, self.temperature = alpha, temperature
         self.teacher.requires_grad_(False)
@@ -63,8 +79,7 @@ class Distiller(L.LightningModule):
         with torch.no_grad():
             teacher_logits, _ = scores(self.teacher, batch)
         loss = kd_loss(logits, teacher_logits, y, self.alpha, self.temperature)
-        self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True,
-                 batch_size=len(y))
+        self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=len(y))
         return loss
 
     def validation_step(self, batch, batch_idx):
@@ -94,7 +109,11 @@ class Distiller(L.LightningModule):
         optimizer = s._optimizer(params=s.parameters())
         if s._scheduler is None:
             return optimizer
-        return {"optimizer": optimizer,
-                "lr_scheduler": {"scheduler": s._scheduler(optimizer=optimizer),
-                                 "interval": s.hparams.scheduler_interval,
-                                 "monitor": s.hparams.monitor}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {
+                "scheduler": s._scheduler(optimizer=optimizer),
+                "interval": s.hparams.scheduler_interval,
+                "monitor": s.hparams.monitor,
+            },
+        }

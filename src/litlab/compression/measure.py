@@ -1,5 +1,6 @@
 """What a compression step bought: parameters (all and non-zero), size on disk (checkpoint
 and ONNX), the test metric, and batch-1/batch-64 latency, eager torch and ONNX Runtime."""
+
 from pathlib import Path
 
 import torch
@@ -56,33 +57,57 @@ def latency(net, onnx_files: dict, datamodule, batch_sizes, budget_s: float) -> 
     from litlab.export.latency import measure_latency
 
     sample = example(datamodule, 1)[0]
-    rows = measure_latency(net, onnx_files, sample, batch_sizes=tuple(batch_sizes),
-                           budget_s=budget_s)
+    rows = measure_latency(
+        net, onnx_files, sample, batch_sizes=tuple(batch_sizes), budget_s=budget_s
+    )
     return {f"{r['format']}_b{r['batch']}": round(r["p50_ms"], 3) for r in rows}
 
 
-def stage_row(name: str, net, ckpt: Path | None, onnx: Path | None, metric: float | None,
-              metric_name: str, lat: dict) -> dict:
+def stage_row(
+    name: str,
+    net,
+    ckpt: Path | None,
+    onnx: Path | None,
+    metric: float | None,
+    metric_name: str,
+    lat: dict,
+) -> dict:
     """One row of the report."""
     params, nonzero = count(net) if net is not None else (None, None)
-    size = lambda p: round(Path(p).stat().st_size / 1e6, 3) if p else None
-    return {"stage": name, "params": params, "nonzero_params": nonzero,
-            "checkpoint_mb": size(ckpt), "onnx_mb": size(onnx), metric_name: metric,
-            "checkpoint": str(ckpt) if ckpt else None, "onnx": str(onnx) if onnx else None,
-            **{f"latency_ms_{k}": v for k, v in lat.items()}}
+
+    def size(p):
+        return round(Path(p).stat().st_size / 1e6, 3) if p else None
+
+    return {
+        "stage": name,
+        "params": params,
+        "nonzero_params": nonzero,
+        "checkpoint_mb": size(ckpt),
+        "onnx_mb": size(onnx),
+        metric_name: metric,
+        "checkpoint": str(ckpt) if ckpt else None,
+        "onnx": str(onnx) if onnx else None,
+        **{f"latency_ms_{k}": v for k, v in lat.items()},
+    }
 
 
-def test_and_save(model, run_cfg: dict, datamodule, path: Path, metric: str,
-                  accelerator: str = "auto") -> float:
+def test_and_save(
+    model, run_cfg: dict, datamodule, path: Path, metric: str, accelerator: str = "auto"
+) -> float:
     """The model's test metric, and its checkpoint at `path` as train.py writes them (weights,
     hyperparameters, run config; no optimizer state): eval.py and export load it."""
     import lightning as L
 
     from litlab.checkpointing.run_config import RunConfigInCheckpoint
 
-    trainer = L.Trainer(accelerator=accelerator, devices=1, logger=False,
-                        callbacks=[RunConfigInCheckpoint(run_cfg)], enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator=accelerator,
+        devices=1,
+        logger=False,
+        callbacks=[RunConfigInCheckpoint(run_cfg)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     metrics = trainer.test(model, datamodule=datamodule, verbose=False)[0]
     trainer.save_checkpoint(path)  # a test-only trainer: no optimizer state to store
     model.cpu().eval()

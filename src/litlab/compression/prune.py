@@ -1,6 +1,7 @@
 """Pruning. Structured (Torch-Pruning): whole channels go, so tensors shrink and the net gets
 smaller and faster. Unstructured (Lightning's ModelPruning): single weights are zeroed; the
 tensors keep their shapes, so the file and the dense kernels stay as big and as slow."""
+
 import copy
 
 from torch import nn
@@ -11,8 +12,10 @@ from litlab.errors import UserError
 
 def check_ratio(ratio) -> float:
     if not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
-        raise UserError(f"compress.prune.ratio={ratio}: the share of parameters to keep must "
-                        f"be in (0, 1), e.g. 0.1 keeps 10%")
+        raise UserError(
+            f"compress.prune.ratio={ratio}: the share of parameters to keep must "
+            f"be in (0, 1), e.g. 0.1 keeps 10%"
+        )
     return float(ratio)
 
 
@@ -29,14 +32,20 @@ def _heads(net: nn.Module, num_classes: int | None) -> list[nn.Module]:
     return heads or layers[-1:]
 
 
-def _pruner(net, example_inputs, channel_ratio: float, steps: int, round_to, norm: int,
-            num_classes):
+def _pruner(
+    net, example_inputs, channel_ratio: float, steps: int, round_to, norm: int, num_classes
+):
     import torch_pruning as tp
 
     return tp.pruner.MetaPruner(
-        net, example_inputs, importance=tp.importance.GroupMagnitudeImportance(p=norm),
-        pruning_ratio=channel_ratio, iterative_steps=steps, round_to=round_to,
-        ignored_layers=_heads(net, num_classes))
+        net,
+        example_inputs,
+        importance=tp.importance.GroupMagnitudeImportance(p=norm),
+        pruning_ratio=channel_ratio,
+        iterative_steps=steps,
+        round_to=round_to,
+        ignored_layers=_heads(net, num_classes),
+    )
 
 
 def _channel_ratio(net, example_inputs, ratio: float, round_to, norm, num_classes) -> float:
@@ -53,9 +62,15 @@ def _channel_ratio(net, example_inputs, ratio: float, round_to, norm, num_classe
     return hi
 
 
-def structured(net: nn.Module, example_inputs, ratio: float, steps: int = 5,
-               round_to: int | None = None, norm: int = 2,
-               num_classes: int | None = None) -> dict[str, list[int]]:
+def structured(
+    net: nn.Module,
+    example_inputs,
+    ratio: float,
+    steps: int = 5,
+    round_to: int | None = None,
+    norm: int = 2,
+    num_classes: int | None = None,
+) -> dict[str, list[int]]:
     """Prune `net` in place, in `steps` rounds, to at most `ratio` of its parameters; returns
     the changed layer shapes (what `resize.resized_net` needs to rebuild it)."""
     before = resize.all_shapes(net)
@@ -75,8 +90,12 @@ def pruned_net_config(net_cfg: dict, shapes: dict[str, list[int]]) -> dict:
     if net_cfg.get("_target_") == "litlab.compression.resize.resized_net":  # pruned twice
         return {**net_cfg, "shapes": {**net_cfg["shapes"], **shapes}}
     kwargs = {k: v for k, v in net_cfg.items() if k != "_target_"}
-    return {"_target_": "litlab.compression.resize.resized_net",
-            "base_target": net_cfg["_target_"], "base_kwargs": kwargs, "shapes": shapes}
+    return {
+        "_target_": "litlab.compression.resize.resized_net",
+        "base_target": net_cfg["_target_"],
+        "base_kwargs": kwargs,
+        "shapes": shapes,
+    }
 
 
 def check_rebuilds(net: nn.Module, rebuilt: nn.Module) -> None:
@@ -85,8 +104,10 @@ def check_rebuilds(net: nn.Module, rebuilt: nn.Module) -> None:
     got = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
     if want != got:
         bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
-        raise UserError(f"the pruned net cannot be rebuilt from its config (layers other than "
-                        f"Conv/Linear/BatchNorm changed shape: {', '.join(bad[:4])})")
+        raise UserError(
+            f"the pruned net cannot be rebuilt from its config (layers other than "
+            f"Conv/Linear/BatchNorm changed shape: {', '.join(bad[:4])})"
+        )
 
 
 def unstructured_callback(ratio: float, epochs: int):
@@ -97,6 +118,12 @@ def unstructured_callback(ratio: float, epochs: int):
 
     rounds = max(epochs - 1, 1)
     per_round = 1 - ratio ** (1 / rounds)  # share of the remaining weights, each round
-    return ModelPruning("l1_unstructured", amount=per_round, use_global_unstructured=True,
-                        apply_pruning=lambda epoch: epoch < rounds, parameter_names=["weight"],
-                        make_pruning_permanent=True, verbose=0)
+    return ModelPruning(
+        "l1_unstructured",
+        amount=per_round,
+        use_global_unstructured=True,
+        apply_pruning=lambda epoch: epoch < rounds,
+        parameter_names=["weight"],
+        make_pruning_permanent=True,
+        verbose=0,
+    )

@@ -1,5 +1,6 @@
 """The compress recipe: rebuild a run from its checkpoint, apply the chosen steps in order
 (prune, distill, quantize), and measure the original and every step into a report."""
+
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -14,8 +15,10 @@ def check(cfg: DictConfig) -> None:
     names = list(cfg.compress or {})
     unknown = [n for n in names if n not in STEPS]
     if not names or unknown:
-        raise UserError(f"compress={','.join(unknown) or '[]'}: steps are {', '.join(STEPS)} "
-                        f"(chain them: compress=[distill,quantize])")
+        raise UserError(
+            f"compress={','.join(unknown) or '[]'}: steps are {', '.join(STEPS)} "
+            f"(chain them: compress=[distill,quantize])"
+        )
     if "quantize" in names and names[-1] != "quantize":
         raise UserError("compress: quantize must be the last step (it leaves an int8 ONNX file)")
     if "prune" in names:
@@ -23,8 +26,9 @@ def check(cfg: DictConfig) -> None:
 
         check_ratio(cfg.compress.prune.ratio)
         if cfg.compress.prune.method not in ("structured", "unstructured"):
-            raise UserError(f"compress.prune.method={cfg.compress.prune.method}: use structured "
-                            f"or unstructured")
+            raise UserError(
+                f"compress.prune.method={cfg.compress.prune.method}: use structured or unstructured"
+            )
 
 
 def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
@@ -43,8 +47,11 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     with open_dict(cfg):
         cfg.compress, cfg.ckpt_path = stored["compress"], stored["ckpt_path"]
         cfg.data_overrides, cfg.seed = stored["data_overrides"], stored["seed"]
-    print(f"resuming step {resume['step']} ({list(cfg.compress)[resume['step'] - 1]}) of the "
-          f"compress run of {cfg.ckpt_path}", flush=True)
+    print(
+        f"resuming step {resume['step']} ({list(cfg.compress)[resume['step'] - 1]}) of the "
+        f"compress run of {cfg.ckpt_path}",
+        flush=True,
+    )
     return cfg, resume
 
 
@@ -63,8 +70,11 @@ def compress(cfg: DictConfig) -> list[dict]:
     L.seed_everything(cfg.seed, workers=True)
     dm = run.datamodule
     metric = "test/" + str(run.config.model.monitor).split("/", 1)[-1]
-    context = {"source": str(cfg.ckpt_path), "steps": list(cfg.compress),
-               "threads": torch.get_num_threads()}
+    context = {
+        "source": str(cfg.ckpt_path),
+        "steps": list(cfg.compress),
+        "threads": torch.get_num_threads(),
+    }
     stage = steps.Stage("original", run.model, OmegaConf.to_container(run.config))
     teacher = None
     if "distill" in cfg.compress and cfg.compress.distill.get("teacher"):
@@ -96,15 +106,33 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
 
     tensors = measure.has_tensor_inputs(dm)
     if stage.quantized:
-        lat = measure.latency(None, {"onnx": stage.onnx}, dm, cfg.report.batch_sizes,
-                              cfg.report.budget_s)
-        return measure.stage_row(stage.name, stage.model.net, None, stage.onnx,
-                                 measure.onnx_accuracy(stage.onnx, dm), metric, lat)
+        lat = measure.latency(
+            None, {"onnx": stage.onnx}, dm, cfg.report.batch_sizes, cfg.report.budget_s
+        )
+        return measure.stage_row(
+            stage.name,
+            stage.model.net,
+            None,
+            stage.onnx,
+            measure.onnx_accuracy(stage.onnx, dm),
+            metric,
+            lat,
+        )
     ckpt = out / f"{index}_{stage.name}.ckpt"
-    value = measure.test_and_save(stage.model, stage.run_cfg, dm, ckpt, metric,
-                                  cfg.trainer.accelerator)
+    value = measure.test_and_save(
+        stage.model, stage.run_cfg, dm, ckpt, metric, cfg.trainer.accelerator
+    )
     if tensors and cfg.report.onnx:
         stage.onnx = measure.export(stage.model, dm, out / f"{index}_{stage.name}.onnx")
-    lat = measure.latency(stage.model.net, {"onnx": stage.onnx} if stage.onnx else {}, dm,
-                          cfg.report.batch_sizes, cfg.report.budget_s) if tensors else {}
+    lat = (
+        measure.latency(
+            stage.model.net,
+            {"onnx": stage.onnx} if stage.onnx else {},
+            dm,
+            cfg.report.batch_sizes,
+            cfg.report.budget_s,
+        )
+        if tensors
+        else {}
+    )
     return measure.stage_row(stage.name, stage.model.net, ckpt, stage.onnx, value, metric, lat)

@@ -5,6 +5,7 @@ of the layers pruning changed, and `resized_net` builds the original, then resiz
     net: {_target_: litlab.compression.resize.resized_net, base_target: <original factory>,
           base_kwargs: {...}, shapes: {"layer1.0.conv1": [in, out, groups], "bn1": [n], ...}}
 """
+
 import inspect
 
 import torch
@@ -28,8 +29,11 @@ def shape_of(module: nn.Module) -> list[int] | None:
 
 def changed_shapes(before: dict[str, list[int]], net: nn.Module) -> dict[str, list[int]]:
     """{layer name: new shape} of the layers whose shape differs from `before`."""
-    return {name: shape_of(m) for name, m in net.named_modules()
-            if shape_of(m) is not None and shape_of(m) != before.get(name)}
+    return {
+        name: shape_of(m)
+        for name, m in net.named_modules()
+        if shape_of(m) is not None and shape_of(m) != before.get(name)
+    }
 
 
 def all_shapes(net: nn.Module) -> dict[str, list[int]]:
@@ -58,17 +62,31 @@ def resize_(module: nn.Module, shape: list[int]) -> None:
     module.reset_parameters()
 
 
-def resized_net(base_target: str, base_kwargs: dict, shapes: dict[str, list[int]],
-                in_channels: int | None = None, num_classes: int | None = None,
-                image_size: int | None = None, patch_size=None, task: str | None = None):
+def resized_net(
+    base_target: str,
+    base_kwargs: dict,
+    shapes: dict[str, list[int]],
+    in_channels: int | None = None,
+    num_classes: int | None = None,
+    image_size: int | None = None,
+    patch_size=None,
+    task: str | None = None,
+):
     """The net `base_target(**base_kwargs, **dims)` with the layers in `shapes` resized."""
     import hydra
 
     factory = hydra.utils.get_object(base_target)
-    dims = {"in_channels": in_channels, "num_classes": num_classes, "image_size": image_size,
-            "patch_size": patch_size, "task": task}
+    dims = {
+        "in_channels": in_channels,
+        "num_classes": num_classes,
+        "image_size": image_size,
+        "patch_size": patch_size,
+        "task": task,
+    }
     accepted = inspect.signature(factory).parameters
-    net = factory(**base_kwargs, **{k: v for k, v in dims.items() if k in accepted and v is not None})
+    net = factory(
+        **base_kwargs, **{k: v for k, v in dims.items() if k in accepted and v is not None}
+    )
     modules = dict(net.named_modules())
     for name, shape in shapes.items():
         resize_(modules[name], list(shape))

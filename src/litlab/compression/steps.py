@@ -1,6 +1,7 @@
 """The steps a compression chain is made of. Each takes the current `Stage` (a model with the
 run config that rebuilds it) and returns the next; trainings run in Lightning with the
 compress command's trainer, callbacks and logger, so they checkpoint and resume like train.py."""
+
 import copy
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,9 @@ def fit(module, train_cfg, dm, callbacks=(), resume: Path | None = None, best: b
     trainer.fit(module, datamodule=dm, ckpt_path=resume, weights_only=True)
     path = getattr(trainer.checkpoint_callback, "best_model_path", "")
     if best and path:
-        module.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
+        module.load_state_dict(
+            torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+        )
     return module.cpu()
 
 
@@ -75,12 +78,20 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
             model = rebuild(run_cfg, dm)
         else:
             if not measure.has_tensor_inputs(dm):
-                raise UserError(f"structured pruning supports image and volume classifiers, "
-                                f"not {dm.task}: use compress.prune.method=unstructured")
+                raise UserError(
+                    f"structured pruning supports image and volume classifiers, "
+                    f"not {dm.task}: use compress.prune.method=unstructured"
+                )
             net = stage.model.net
-            shapes = prune.structured(net, (measure.example(dm),), ratio, step.steps,
-                                      step.round_to, step.importance_norm,
-                                      dm.dims.get("num_classes"))
+            shapes = prune.structured(
+                net,
+                (measure.example(dm),),
+                ratio,
+                step.steps,
+                step.round_to,
+                step.importance_norm,
+                dm.dims.get("num_classes"),
+            )
             run_cfg["model"]["net"] = prune.pruned_net_config(run_cfg["model"]["net"], shapes)
             model = rebuild(run_cfg, dm)
             prune.check_rebuilds(net, model.net)
@@ -92,8 +103,9 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
         raise UserError(f"compress.prune.method={step.method}: use structured or unstructured")
     train_cfg = training_config(cfg, run_cfg, index)
     # unstructured: the last epoch's weights hold the final sparsity (earlier ones less)
-    model = fit(model, train_cfg, dm, callbacks, resume and resume["path"],
-                best=step.method == "structured")
+    model = fit(
+        model, train_cfg, dm, callbacks, resume and resume["path"], best=step.method == "structured"
+    )
     return Stage("prune", model, run_cfg)
 
 
@@ -109,13 +121,20 @@ def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:
     """One line when the teacher solves another task or predicts other classes."""
     import hydra
 
-    task = lambda c: hydra.utils.get_class(c["data"]["_target_"]).task
-    distill.check_pair(task(teacher.run_cfg), getattr(teacher.model, "num_classes", None),
-                       task(run_cfg), dm.dims.get("num_classes"))
+    def task(c):
+        return hydra.utils.get_class(c["data"]["_target_"]).task
+
+    distill.check_pair(
+        task(teacher.run_cfg),
+        getattr(teacher.model, "num_classes", None),
+        task(run_cfg),
+        dm.dims.get("num_classes"),
+    )
 
 
-def distill_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None,
-                 teacher: Stage | None = None) -> Stage:
+def distill_step(
+    stage: Stage, cfg, step, dm, index: int, resume: dict | None, teacher: Stage | None = None
+) -> Stage:
     """`teacher`: another run's model (compress.distill.teacher); else the current stage."""
     teacher = teacher or stage
     check_teacher(teacher, stage.run_cfg, dm)
@@ -131,10 +150,11 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     from litlab.export.quantize import quantize_int8
 
     if not measure.has_tensor_inputs(dm):
-        raise UserError(f"compress=quantize supports image and volume classifiers, not "
-                        f"{dm.task} (its report is the int8 model's test accuracy)")
+        raise UserError(
+            f"compress=quantize supports image and volume classifiers, not "
+            f"{dm.task} (its report is the int8 model's test accuracy)"
+        )
     fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx")
     batches = [x for x, _ in measure.tensor_batches(dm, "train", step.calibration_batches)]
-    q = quantize_int8(fp32, batches, out / f"{index}_quantize.onnx",
-                      per_channel=step.per_channel)
+    q = quantize_int8(fp32, batches, out / f"{index}_quantize.onnx", per_channel=step.per_channel)
     return Stage("quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True)

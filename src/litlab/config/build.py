@@ -2,6 +2,7 @@
 
 Every `_target_` is instantiated here, in one place, so modules never receive raw configs.
 """
+
 import contextlib
 import inspect
 import logging
@@ -38,12 +39,17 @@ def fitting_callbacks(cfg: DictConfig, quiet: bool = False) -> dict:
     task = hydra.utils.get_class(cfg.data._target_).task
     fits = {}
     for name, node in (cfg.get("callbacks") or {}).items():
-        tasks = (getattr(hydra.utils.get_class(node._target_), "tasks", None)
-                 if isinstance(node, DictConfig) and "_target_" in node else None)
+        tasks = (
+            getattr(hydra.utils.get_class(node._target_), "tasks", None)
+            if isinstance(node, DictConfig) and "_target_" in node
+            else None
+        )
         if tasks and task not in tasks:
             if node.get("unfit") != "skip":
-                raise UserError(f"callbacks.{name} ({', '.join(tasks)}) does not fit "
-                                f"data={choice('data')} ({task}); remove it or pick other data")
+                raise UserError(
+                    f"callbacks.{name} ({', '.join(tasks)}) does not fit "
+                    f"data={choice('data')} ({task}); remove it or pick other data"
+                )
             if not quiet:
                 log.info("callbacks.%s left out: it does not fit %s", name, task)
             continue
@@ -91,21 +97,28 @@ def model(cfg: DictConfig, dm):
     model_cls = hydra.utils.get_class(cfg.model._target_)
     log.info("Instantiating model <%s> with net <%s>", cfg.model._target_, cfg.model.net._target_)
     with building("model", cfg.model._target_):
-        return hydra.utils.instantiate(cfg.model, net=net, _convert_="all",
-                                       **_accepted(model_cls.__init__, dims))
+        return hydra.utils.instantiate(
+            cfg.model, net=net, _convert_="all", **_accepted(model_cls.__init__, dims)
+        )
 
 
 def _defaults(fn) -> dict:
-    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
-            if p.default is not p.empty}
+    return {
+        k: p.default
+        for k, p in inspect.signature(fn).parameters.items()
+        if p.default is not p.empty
+    }
 
 
 def instantiate_all(cfg: DictConfig | None) -> list:
     """Instantiate every `_target_` entry of a group such as callbacks or logger."""
     if not cfg:
         return []
-    return [hydra.utils.instantiate(c) for c in cfg.values()
-            if isinstance(c, DictConfig) and "_target_" in c]
+    return [
+        hydra.utils.instantiate(c)
+        for c in cfg.values()
+        if isinstance(c, DictConfig) and "_target_" in c
+    ]
 
 
 def trainer(cfg: DictConfig, extra_callbacks=()):

@@ -2,6 +2,7 @@
 signature can say (the monitored metric exists and is computed; there is something to train;
 folders and checkpoints exist, are litlab's, of this model, and name only allowed targets).
 Used by `config.validate`; one line (`UserError`) each."""
+
 from pathlib import Path
 
 from litlab.config.options import incompatible, static_attr
@@ -15,44 +16,60 @@ def check_monitor(c: dict) -> None:
     model_cls = hydra.utils.get_class(c["model"]["_target_"])
     names = getattr(model_cls, "monitorable", None)
     keys = [("model.monitor", c["model"].get("monitor"))]
-    keys += [(f"callbacks.{k}.monitor", v["monitor"]) for k, v in (c.get("callbacks") or {}).items()
-             if isinstance(v, dict) and v.get("monitor")]
+    keys += [
+        (f"callbacks.{k}.monitor", v["monitor"])
+        for k, v in (c.get("callbacks") or {}).items()
+        if isinstance(v, dict) and v.get("monitor")
+    ]
     for key, value in keys:
         if value and callable(names) and not names(value):
             valid = ", ".join(model_cls.monitor_examples())
-            raise UserError(f"{key}={value} is not a metric {model_cls.__name__} logs; "
-                            f"valid: {valid}")
+            raise UserError(
+                f"{key}={value} is not a metric {model_cls.__name__} logs; valid: {valid}"
+            )
     t, monitor = c["trainer"], str(c["model"].get("monitor") or "")
     no_val = t.get("limit_val_batches") == 0 or (
-        isinstance(t.get("check_val_every_n_epoch"), int) and isinstance(t.get("max_epochs"), int)
-        and 0 < t["max_epochs"] < t["check_val_every_n_epoch"])
+        isinstance(t.get("check_val_every_n_epoch"), int)
+        and isinstance(t.get("max_epochs"), int)
+        and 0 < t["max_epochs"] < t["check_val_every_n_epoch"]
+    )
     if c.get("train") and monitor.startswith("val/") and no_val:
-        raise UserError(f"model.monitor={monitor} but this run never validates "
-                        f"(trainer.limit_val_batches={t.get('limit_val_batches')}, "
-                        f"check_val_every_n_epoch={t.get('check_val_every_n_epoch')}); "
-                        f"validate, or set model.monitor=train/loss model.monitor_mode=min")
+        raise UserError(
+            f"model.monitor={monitor} but this run never validates "
+            f"(trainer.limit_val_batches={t.get('limit_val_batches')}, "
+            f"check_val_every_n_epoch={t.get('check_val_every_n_epoch')}); "
+            f"validate, or set model.monitor=train/loss model.monitor_mode=min"
+        )
 
 
 def check_run(c: dict) -> None:
     if not c.get("train") and not c.get("test"):
         raise UserError("train=false and test=false: nothing to do; set train=true or test=true")
     if not c.get("train") and not c.get("ckpt_path"):
-        raise UserError("train=false tests an untrained model; pass ckpt_path=<.ckpt file or "
-                        "run dir> (or use src/eval.py ckpt_path=...)")
+        raise UserError(
+            "train=false tests an untrained model; pass ckpt_path=<.ckpt file or "
+            "run dir> (or use src/eval.py ckpt_path=...)"
+        )
     if c.get("train") and c["trainer"].get("limit_train_batches") in (0, 0.0):
-        raise UserError("trainer.limit_train_batches=0 trains nothing; use a fraction in (0, 1] "
-                        "or a number of batches >= 1 (or train=false ckpt_path=... to only test)")
+        raise UserError(
+            "trainer.limit_train_batches=0 trains nothing; use a fraction in (0, 1] "
+            "or a number of batches >= 1 (or train=false ckpt_path=... to only test)"
+        )
 
 
 # ---------------------------------------------------------------- files
 def check_paths(data: dict) -> None:
     if data.get("root") is not None and not Path(str(data["root"])).is_dir():
-        raise UserError(f"data.root={data['root']} is not an existing folder; point it at your data")
+        raise UserError(
+            f"data.root={data['root']} is not an existing folder; point it at your data"
+        )
     if data.get("download") is False:
         for key, value in data.items():
             if key.endswith("_dir") and value is not None and not Path(str(value)).is_dir():
-                raise UserError(f"data.{key}={value} does not exist and data.download=false; "
-                                f"point it at the folder that holds the data (or download=true)")
+                raise UserError(
+                    f"data.{key}={value} does not exist and data.download=false; "
+                    f"point it at the folder that holds the data (or download=true)"
+                )
 
 
 def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
@@ -64,17 +81,23 @@ def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
 
     p = Path(str(path))
     if p.is_dir():
-        files = sorted(f.name for f in (p / "checkpoints").glob("*.ckpt")) or sorted(f.name for f in p.glob("*.ckpt"))
-        raise UserError(f"ckpt_path={path} is a folder; pass a .ckpt file"
-                        + (f" such as {p / 'checkpoints' / files[0]}" if files else ""))
+        files = sorted(f.name for f in (p / "checkpoints").glob("*.ckpt")) or sorted(
+            f.name for f in p.glob("*.ckpt")
+        )
+        raise UserError(
+            f"ckpt_path={path} is a folder; pass a .ckpt file"
+            + (f" such as {p / 'checkpoints' / files[0]}" if files else "")
+        )
     ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
     stored = ckpt[CONFIG_KEY]
     if not trust:
         check_targets(stored, str(path))
     theirs = (stored.get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
-        raise UserError(f"ckpt_path={path} holds a {theirs} model; this run builds "
-                        f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint")
+        raise UserError(
+            f"ckpt_path={path} holds a {theirs} model; this run builds "
+            f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint"
+        )
 
 
 def check_tasks_statically(c: dict) -> None:

@@ -1,5 +1,6 @@
 """Compose a config in Python exactly as `python src/<name>.py overrides` would: for tests,
 benchmarks and notebooks that call `train(cfg)` in-process."""
+
 from pathlib import Path
 
 from litlab.config.resolvers import PROJECT_ROOT

@@ -1,10 +1,13 @@
 """Hydra's composition errors (unknown group option, unknown key, bad override syntax) as the
 one line a user reads. The CLI condenses what Hydra prints; `litlab.train([...])` condenses the
 exception `compose` raises: both give the same line."""
+
 import re
 
-QUOTING = ("quote a value with spaces or other characters than letters, digits and _-./: "
-           "'key=\"my value\"' (the outer quotes are for the shell)")
+QUOTING = (
+    "quote a value with spaces or other characters than letters, digits and _-./: "
+    "'key=\"my value\"' (the outer quotes are for the shell)"
+)
 
 
 def _condense_special(lines: list[str]) -> str | None:

@@ -1,6 +1,7 @@
 """Config options found without importing torch: a data config's target and task, the data
 configs that fit a model, and the one line of a model/data mismatch. Used by validation (before
 torch) and by building (after)."""
+
 from pathlib import Path
 
 import hydra
@@ -53,17 +54,23 @@ def static_attr(dotted: str, name: str):
     try:
         spec = importlib.util.find_spec(module)
         tree = ast.parse(Path(spec.origin).read_text())
-    except Exception:  # noqa: BLE001 (not a plain .py module: the import-based check decides)
+    except Exception:
         return None
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     consts, imported = {}, {}
     for n in tree.body:
         if isinstance(n, ast.Assign) and len(n.targets) == 1:
             names, values = n.targets[0], n.value
-            pairs = zip(names.elts, values.elts) if isinstance(names, ast.Tuple) and \
-                isinstance(values, ast.Tuple) else [(names, values)]
-            consts |= {t.id: v.value for t, v in pairs
-                       if isinstance(t, ast.Name) and isinstance(v, ast.Constant)}
+            pairs = (
+                zip(names.elts, values.elts)
+                if isinstance(names, ast.Tuple) and isinstance(values, ast.Tuple)
+                else [(names, values)]
+            )
+            consts |= {
+                t.id: v.value
+                for t, v in pairs
+                if isinstance(t, ast.Name) and isinstance(v, ast.Constant)
+            }
         elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
             imported |= {a.asname or a.name: f"{n.module}.{a.name}" for a in n.names}
     seen = set()
@@ -71,8 +78,10 @@ def static_attr(dotted: str, name: str):
         seen.add(cls_name)
         node = classes[cls_name]
         for stmt in node.body:
-            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
-                                                    for t in stmt.targets):
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+            ):
+
                 class Constants(ast.NodeTransformer):
                     def visit_Name(self, n):
                         return ast.Constant(consts[n.id]) if n.id in consts else n
@@ -89,6 +98,8 @@ def static_attr(dotted: str, name: str):
 
 
 def incompatible(tasks, task: str) -> str:
-    return (f"model={choice('model')} ({', '.join(tasks)}) cannot train on "
-            f"data={choice('data')} ({task}); data that fit this model: "
-            f"{', '.join(data_options(tasks))}")
+    return (
+        f"model={choice('model')} ({', '.join(tasks)}) cannot train on "
+        f"data={choice('data')} ({task}); data that fit this model: "
+        f"{', '.join(data_options(tasks))}"
+    )

@@ -1,4 +1,5 @@
 """OmegaConf resolvers used by configs/. Registered on import; omegaconf only (cheap)."""
+
 import os
 import sys
 from pathlib import Path

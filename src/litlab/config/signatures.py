@@ -10,6 +10,7 @@ span parameters (fold < num_folds). Classes litlab does not own (torch optimizer
 Trainer and callbacks) get their bounds from `EXTERNAL`, keyed by class and inherited by
 subclasses: the annotations those libraries would carry if they were stricter.
 """
+
 import difflib
 import inspect
 import re
@@ -21,41 +22,65 @@ import annotated_types as at
 
 from litlab.bounds import MinMax, NonNegFloat, NonNegInt, PosFloat, PosInt
 
-_BATCHES = Annotated[Annotated[float, at.Interval(ge=0, le=1)] | NonNegInt,
-                     "a fraction in [0, 1] or a number of batches >= 0"]
+_BATCHES = Annotated[
+    Annotated[float, at.Interval(ge=0, le=1)] | NonNegInt,
+    "a fraction in [0, 1] or a number of batches >= 0",
+]
 _EPOCHS = Annotated[PosInt | Literal[-1], "an integer >= 1 (or -1 for no limit)"]
 
 # Bounds for the classes of other libraries, by "module.QualName" (no import needed here).
 EXTERNAL: dict[str, dict] = {
-    "torch.optim.optimizer.Optimizer": {"lr": Annotated[PosFloat, "a learning rate > 0 (e.g. 1e-3)"],
-                                        "weight_decay": NonNegFloat, "momentum": NonNegFloat,
-                                        "eps": PosFloat},
-    "torch.optim.lr_scheduler.LRScheduler": {"T_max": PosInt, "step_size": PosInt,
-                                             "gamma": PosFloat, "eta_min": NonNegFloat,
-                                             "T_0": PosInt, "warmup_steps": NonNegInt},
+    "torch.optim.optimizer.Optimizer": {
+        "lr": Annotated[PosFloat, "a learning rate > 0 (e.g. 1e-3)"],
+        "weight_decay": NonNegFloat,
+        "momentum": NonNegFloat,
+        "eps": PosFloat,
+    },
+    "torch.optim.lr_scheduler.LRScheduler": {
+        "T_max": PosInt,
+        "step_size": PosInt,
+        "gamma": PosFloat,
+        "eta_min": NonNegFloat,
+        "T_0": PosInt,
+        "warmup_steps": NonNegInt,
+    },
     "lightning.pytorch.trainer.trainer.Trainer": {
-        "max_epochs": _EPOCHS, "max_steps": _EPOCHS, "min_epochs": NonNegInt | None,
-        "limit_train_batches": _BATCHES, "limit_val_batches": _BATCHES,
-        "limit_test_batches": _BATCHES, "limit_predict_batches": _BATCHES,
-        "accumulate_grad_batches": PosInt, "check_val_every_n_epoch": PosInt | None,
-        "log_every_n_steps": PosInt | None, "gradient_clip_val": NonNegFloat | None,
-        "num_sanity_val_steps": Annotated[NonNegInt | Literal[-1],
-                                          "an integer >= 0 (or -1 for all batches)"],
-        "num_nodes": PosInt},
+        "max_epochs": _EPOCHS,
+        "max_steps": _EPOCHS,
+        "min_epochs": NonNegInt | None,
+        "limit_train_batches": _BATCHES,
+        "limit_val_batches": _BATCHES,
+        "limit_test_batches": _BATCHES,
+        "limit_predict_batches": _BATCHES,
+        "accumulate_grad_batches": PosInt,
+        "check_val_every_n_epoch": PosInt | None,
+        "log_every_n_steps": PosInt | None,
+        "gradient_clip_val": NonNegFloat | None,
+        "num_sanity_val_steps": Annotated[
+            NonNegInt | Literal[-1], "an integer >= 0 (or -1 for all batches)"
+        ],
+        "num_nodes": PosInt,
+    },
     "lightning.pytorch.callbacks.early_stopping.EarlyStopping": {
-        "mode": MinMax, "patience": NonNegInt, "min_delta": NonNegFloat},
+        "mode": MinMax,
+        "patience": NonNegInt,
+        "min_delta": NonNegFloat,
+    },
     "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint": {
-        "mode": MinMax, "save_top_k": Annotated[int, at.Ge(-1)],
-        "every_n_train_steps": NonNegInt | None, "every_n_epochs": NonNegInt | None},
+        "mode": MinMax,
+        "save_top_k": Annotated[int, at.Ge(-1)],
+        "every_n_train_steps": NonNegInt | None,
+        "every_n_epochs": NonNegInt | None,
+    },
 }
 
 
 # public names of EXTERNAL's classes, so their bounds are checked before torch is imported
-PUBLIC = {"lightning.pytorch.Trainer": "lightning.pytorch.trainer.trainer.Trainer",
-          "lightning.pytorch.callbacks.EarlyStopping":
-              "lightning.pytorch.callbacks.early_stopping.EarlyStopping",
-          "lightning.pytorch.callbacks.ModelCheckpoint":
-              "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint"}
+PUBLIC = {
+    "lightning.pytorch.Trainer": "lightning.pytorch.trainer.trainer.Trainer",
+    "lightning.pytorch.callbacks.EarlyStopping": "lightning.pytorch.callbacks.early_stopping.EarlyStopping",
+    "lightning.pytorch.callbacks.ModelCheckpoint": "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint",
+}
 
 
 def bounds_by_name(target_name: str) -> dict:
@@ -99,7 +124,7 @@ def signature(target) -> tuple[dict, dict, bool]:
             break
         try:
             hints = typing.get_type_hints(inspect.unwrap(fn), include_extras=True)
-        except Exception:  # noqa: BLE001
+        except Exception:
             hints = {}
         for name, p in sig.parameters.items():
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self":
@@ -128,12 +153,16 @@ def parameters(target) -> tuple[dict, bool]:
 def _meets(value, bound) -> bool:
     if isinstance(bound, at.Interval):
         return all(_meets(value, b) for b in bound)
-    for cls, test in ((at.Gt, lambda v, b: v > b.gt), (at.Ge, lambda v, b: v >= b.ge),
-                      (at.Lt, lambda v, b: v < b.lt), (at.Le, lambda v, b: v <= b.le),
-                      (at.MinLen, lambda v, b: len(v) >= b.min_length),
-                      (at.MaxLen, lambda v, b: len(v) <= b.max_length),
-                      (at.MultipleOf, lambda v, b: v % b.multiple_of == 0),
-                      (at.Predicate, lambda v, b: b.func(v))):
+    for cls, test in (
+        (at.Gt, lambda v, b: v > b.gt),
+        (at.Ge, lambda v, b: v >= b.ge),
+        (at.Lt, lambda v, b: v < b.lt),
+        (at.Le, lambda v, b: v <= b.le),
+        (at.MinLen, lambda v, b: len(v) >= b.min_length),
+        (at.MaxLen, lambda v, b: len(v) <= b.max_length),
+        (at.MultipleOf, lambda v, b: v % b.multiple_of == 0),
+        (at.Predicate, lambda v, b: b.func(v)),
+    ):
         if isinstance(bound, cls):
             try:
                 return bool(test(value, bound))
@@ -161,8 +190,9 @@ def conforms(value, ann) -> bool | None:
         results = [conforms(value, a) for a in args]
         return True if True in results else (None if None in results else False)
     if origin is Literal:
-        return value in args and not (isinstance(value, bool) and True not in args
-                                      and False not in args)
+        return value in args and not (
+            isinstance(value, bool) and True not in args and False not in args
+        )
     if ann is type(None):
         return value is None
     if ann is bool:
@@ -193,14 +223,22 @@ def _bound_text(b) -> str:
         lo = b.ge if b.ge is not None else b.gt
         hi = b.le if b.le is not None else b.lt
         if lo is not None and hi is not None:
-            inc = [f"{lo} included" if b.ge is not None else "", f"{hi} included" if b.le is not None else ""]
+            inc = [
+                f"{lo} included" if b.ge is not None else "",
+                f"{hi} included" if b.le is not None else "",
+            ]
             inc = [s for s in inc if s]
             return f"between {lo} and {hi}" + (f" ({', '.join(inc)})" if inc else " (exclusive)")
         return " ".join(_bound_text(x) for x in b)
-    for cls, attr, text in ((at.Gt, "gt", "> {}"), (at.Ge, "ge", ">= {}"), (at.Lt, "lt", "< {}"),
-                            (at.Le, "le", "<= {}"), (at.MinLen, "min_length", "with at least {} entries"),
-                            (at.MaxLen, "max_length", "with at most {} entries"),
-                            (at.MultipleOf, "multiple_of", "a multiple of {}")):
+    for cls, attr, text in (
+        (at.Gt, "gt", "> {}"),
+        (at.Ge, "ge", ">= {}"),
+        (at.Lt, "lt", "< {}"),
+        (at.Le, "le", "<= {}"),
+        (at.MinLen, "min_length", "with at least {} entries"),
+        (at.MaxLen, "max_length", "with at most {} entries"),
+        (at.MultipleOf, "multiple_of", "a multiple of {}"),
+    ):
         if isinstance(b, cls):
             return text.format(getattr(b, attr)).replace(" 1 entries", " 1 entry")
     return ""
@@ -213,8 +251,11 @@ def describe(ann) -> str:
         if text:
             return text[0]
         bounds = " ".join(filter(None, (_bound_text(b) for b in args[1:])))
-        bounds = re.sub(r"with at least (\d+) entries with at most \1 entries",
-                        r"with exactly \1 entries", bounds)
+        bounds = re.sub(
+            r"with at least (\d+) entries with at most \1 entries",
+            r"with exactly \1 entries",
+            bounds,
+        )
         return f"{describe(args[0])} {bounds}".strip()
     if origin in (typing.Union, types.UnionType):
         if all(typing.get_origin(a) is Literal or a is type(None) for a in args):

@@ -12,7 +12,7 @@ Generic on purpose, so every domain's configs are covered without lists per key 
   `???` values, folders and checkpoint files, model/data task mismatch.
 Only targets are imported (torch and lightning are, no data is read).
 """
-import os
+
 import re
 import typing
 from pathlib import Path
@@ -28,9 +28,10 @@ from litlab.config.checks import check_tasks_statically
 from litlab.config.signatures import bounds_by_name, conforms, describe, signature
 from litlab.config.signatures import closest as _closest
 from litlab.config.signatures import fmt as _fmt
+from litlab.config.trainer_checks import check_trainer as _check_trainer
+from litlab.config.trainer_checks import check_trainer_plain as _check_trainer_plain
 from litlab.errors import UserError, first_line
 
-PRECISIONS_NOT_ON_CPU = ("16-mixed", "16", 16)
 _RAW: dict = {}  # the unresolved config, to say where an interpolated value came from
 
 
@@ -56,8 +57,9 @@ def _refuse(key: str, value, ann) -> None:
         key, used = source.group(1), f" (used as {key})"
     elif isinstance(raw, str) and "${" in raw:
         used = f" (set from {raw})"
-    raise UserError(f"{key}={_fmt(value)} has the wrong type or value; valid: {describe(ann)}"
-                    f"{used}")
+    raise UserError(
+        f"{key}={_fmt(value)} has the wrong type or value; valid: {describe(ann)}{used}"
+    )
 
 
 # ---------------------------------------------------------------- nodes with a _target_
@@ -67,8 +69,9 @@ def _import(path: str, target_name: str):
     try:
         return hydra.utils.get_object(target_name)
     except Exception as err:
-        raise UserError(f"{path}._target_={target_name} cannot be imported: "
-                        f"{first_line(err)}") from None
+        raise UserError(
+            f"{path}._target_={target_name} cannot be imported: {first_line(err)}"
+        ) from None
 
 
 def _check_node(path: str, node: dict) -> None:
@@ -82,8 +85,9 @@ def _check_node(path: str, node: dict) -> None:
         if name.startswith("_"):
             continue
         if name not in params and not open_ended:
-            raise UserError(f"unknown key {key} ({target_name} takes no '{name}')"
-                            f"{_closest(name, params)}")
+            raise UserError(
+                f"unknown key {key} ({target_name} takes no '{name}'){_closest(name, params)}"
+            )
         if isinstance(value, dict) and "_target_" in value:
             _check_node(key, value)
             continue
@@ -100,7 +104,7 @@ def _check_node(path: str, node: dict) -> None:
             hook(settings, path)
         except UserError:
             raise
-        except Exception as err:  # noqa: BLE001 (a hook's slip must not become a traceback)
+        except Exception as err:
             raise UserError(f"{path} ({target_name}): {first_line(err)}") from None
 
 
@@ -126,67 +130,6 @@ def _walk(path: str, node) -> None:
 
 
 # ---------------------------------------------------------------- trainer and hardware
-def _available(accelerator: str) -> int:
-    import torch
-
-    if accelerator in ("gpu", "cuda"):
-        return torch.cuda.device_count()
-    if accelerator == "mps":
-        return int(torch.backends.mps.is_available())
-    return os.cpu_count() or 1
-
-
-def _check_trainer_plain(t: dict) -> None:
-    """What needs no import: a GPU asked for where none can be (no device files), precision
-    on a CPU."""
-    from litlab.config.resolvers import certainly_no_gpu
-
-    accelerator = t.get("accelerator")
-    if accelerator in ("gpu", "cuda") and certainly_no_gpu():
-        raise UserError(f"trainer.accelerator={accelerator} but no GPU device is visible; use "
-                        f"trainer.accelerator=cpu (or trainer=cpu)")
-    if accelerator in ("auto", None) and certainly_no_gpu():
-        accelerator = "cpu"
-    if accelerator == "cpu" and t.get("precision") in PRECISIONS_NOT_ON_CPU:
-        raise UserError(f"trainer.precision={t['precision']} is not supported on CPU; use "
-                        f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed needs a GPU)")
-
-
-def _check_trainer(t: dict) -> None:
-    from lightning.pytorch.accelerators import AcceleratorRegistry
-    from lightning.pytorch.strategies import StrategyRegistry
-
-    accelerator = t.get("accelerator") or "auto"
-    if isinstance(accelerator, str):
-        valid = sorted(AcceleratorRegistry.available_accelerators()) + ["auto", "gpu"]
-        if accelerator not in valid:
-            raise UserError(f"trainer.accelerator={accelerator} is not valid; valid: "
-                            f"{', '.join(valid)}{_closest(accelerator, valid)}")
-        if accelerator in ("gpu", "cuda", "mps") and not _available(accelerator):
-            raise UserError(f"trainer.accelerator={accelerator} but no {accelerator.upper()} "
-                            f"device is visible; use trainer.accelerator=cpu (or trainer=cpu)")
-        if accelerator == "auto":
-            accelerator = "cuda" if _available("cuda") else ("mps" if _available("mps") else "cpu")
-    strategy = t.get("strategy")
-    if isinstance(strategy, str):
-        valid = StrategyRegistry.available_strategies() + ["auto"]
-        if strategy not in valid:
-            raise UserError(f"trainer.strategy={strategy} is not valid; valid: auto, ddp, "
-                            f"ddp_spawn, fsdp, deepspeed, ... (lightning's StrategyRegistry)"
-                            f"{_closest(strategy, valid)}")
-    _check_trainer_plain({**t, "accelerator": accelerator})
-    devices = t.get("devices")
-    if isinstance(devices, str) and devices.lstrip("-").isdigit():
-        devices = int(devices)
-    have = _available(accelerator) if isinstance(accelerator, str) else None
-    if have and isinstance(devices, int) and devices != -1 and not 1 <= devices <= have:
-        raise UserError(f"trainer.devices={devices} is not valid on {accelerator}: this "
-                        f"machine has {have}; use 1..{have}, -1 or auto")
-    if have and isinstance(devices, list) and any(int(d) >= have for d in devices):
-        raise UserError(f"trainer.devices={devices} names a device this machine lacks "
-                        f"({have} {accelerator} device(s): indices 0..{have - 1})")
-
-
 def _check_optimizer(model: dict) -> None:
     """Build the optimizer on a dummy parameter: torch's own range checks (betas, eps...)."""
     import hydra
@@ -197,9 +140,10 @@ def _check_optimizer(model: dict) -> None:
         return
     try:
         hydra.utils.instantiate(opt, _partial_=True)(params=[torch.nn.Parameter(torch.zeros(1))])
-    except Exception as err:  # noqa: BLE001 (torch's checks raise ValueError, TypeError...)
-        raise UserError(f"model.optimizer ({opt['_target_']}) rejects its settings: "
-                        f"{first_line(err)}") from None
+    except Exception as err:
+        raise UserError(
+            f"model.optimizer ({opt['_target_']}) rejects its settings: {first_line(err)}"
+        ) from None
 
 
 # ---------------------------------------------------------------- entry points
@@ -213,8 +157,12 @@ def _container(cfg: DictConfig) -> dict:
     keys = [k for k in cfg if k != "hydra"]
 
     def plain(resolve: bool) -> dict:
-        return {k: OmegaConf.to_container(cfg[k], resolve=resolve)
-                if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
+        return {
+            k: OmegaConf.to_container(cfg[k], resolve=resolve)
+            if OmegaConf.is_config(cfg[k])
+            else cfg[k]
+            for k in keys
+        }
 
     try:
         _RAW = plain(resolve=False)
@@ -235,8 +183,7 @@ def _top(c: dict, schema: dict) -> None:
 def train_config(cfg: DictConfig) -> None:
     """Everything train.py needs, checked in about a second."""
     c = _container(cfg)
-    _top(c, {"seed": Seed, "train": bool, "test": bool, "ckpt_path": str | None,
-             "task_name": str})
+    _top(c, {"seed": Seed, "train": bool, "test": bool, "ckpt_path": str | None, "task_name": str})
     _check_run(c)
     _check_trainer_plain(c["trainer"])  # first the checks that import nothing
     _walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
@@ -260,7 +207,7 @@ def trainer_config(cfg: DictConfig) -> None:
     after every rank has imported torch (other trainers are checked by train_config)."""
     try:
         trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
-    except Exception:  # noqa: BLE001 (train_config says what does not resolve, in one line)
+    except Exception:
         return
     strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
     target = strategy.get("_target_", "") if isinstance(strategy, dict) else str(strategy)
@@ -273,8 +220,15 @@ def trainer_config(cfg: DictConfig) -> None:
 
 def eval_config(cfg: DictConfig) -> None:
     c = _container(cfg)
-    _top(c, {"split": typing.Literal["test", "val"], "predictions": bool, "ckpt_path": str,
-             "trust_checkpoint": bool})
+    _top(
+        c,
+        {
+            "split": typing.Literal["test", "val"],
+            "predictions": bool,
+            "ckpt_path": str,
+            "trust_checkpoint": bool,
+        },
+    )
     _check_trainer_plain(c["trainer"])
     _walk_plain("", c)
     _walk("", c)
@@ -287,8 +241,11 @@ def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:
     from litlab.config.compose import compose
 
     bad = dotted.lstrip("+~")
-    kept = [o for o in overrides if not o.startswith(("-", "hydra."))
-            and o.split("=", 1)[0].lstrip("+~") != bad]
+    kept = [
+        o
+        for o in overrides
+        if not o.startswith(("-", "hydra.")) and o.split("=", 1)[0].lstrip("+~") != bad
+    ]
     try:
         cfg = compose(config_name, kept)
     except Exception:

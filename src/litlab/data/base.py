@@ -6,6 +6,7 @@ which `loader` turns into a torch DataLoader; a subclass with other batches (PyG
 overrides `loader(dataset, train)`. Under DDP, Lightning adds the distributed sampler itself and
 `litlab.utils.distributed` makes the val/test shards unpadded, so no sample counts twice.
 """
+
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
@@ -20,9 +21,14 @@ class SplitDataModule(L.LightningDataModule):
         h = self.hparams
         # pin_memory null: pinned only when there is a GPU to copy to
         pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
-        return DataLoader(dataset, batch_size=h.batch_size if train else self.eval_batch_size(),
-                          shuffle=train, num_workers=h.num_workers, pin_memory=pin,
-                          persistent_workers=h.persistent_workers and h.num_workers > 0)
+        return DataLoader(
+            dataset,
+            batch_size=h.batch_size if train else self.eval_batch_size(),
+            shuffle=train,
+            num_workers=h.num_workers,
+            pin_memory=pin,
+            persistent_workers=h.persistent_workers and h.num_workers > 0,
+        )
 
     def eval_batch_size(self) -> int:
         return self.hparams.batch_size

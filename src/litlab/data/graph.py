@@ -9,6 +9,7 @@ DDP: a single graph is given whole to every rank (the module splits the nodes of
 between ranks); graph datasets are split between ranks, without the padding duplicates of
 Lightning's default sampler at evaluation, so every graph is counted exactly once.
 """
+
 import logging
 import urllib.error
 from functools import cached_property
@@ -26,11 +27,9 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
-from litlab.bounds import Ge, Interval, NonNegInt, OptionalFraction, PosInt
-from litlab.data.base import SplitDataModule
-from litlab.data.splits import stratified_folds, stratified_split
+from litlab.bounds import Ge, Interval, NonNegInt, PosInt
 from litlab.errors import UserError
-from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
+from litlab.tasks import NODE_CLASSIFICATION
 from litlab.utils.fetching import fetching
 
 log = logging.getLogger(__name__)
@@ -92,16 +91,23 @@ class NodeDataModule(L.LightningDataModule):
 
     @property
     def dims(self) -> dict:
-        return {"in_channels": self.data.num_features, "num_classes": int(self.data.y.max()) + 1,
-                "task": self.task}
+        return {
+            "in_channels": self.data.num_features,
+            "num_classes": int(self.data.y.max()) + 1,
+            "task": self.task,
+        }
 
     def prepare_data(self) -> None:
         self.data  # noqa: B018  (downloads/processes once, on local rank 0)
 
     def _loader(self) -> DataLoader:
         distributed = self.trainer is not None and self.trainer.world_size > 1
-        return TorchDataLoader([self.data], batch_size=1, collate_fn=_the_graph,
-                               sampler=_WholeGraphOnEveryRank() if distributed else None)
+        return TorchDataLoader(
+            [self.data],
+            batch_size=1,
+            collate_fn=_the_graph,
+            sampler=_WholeGraphOnEveryRank() if distributed else None,
+        )
 
     def train_dataloader(self):
         return self._loader()
@@ -125,16 +131,33 @@ class SBMDataModule(NodeDataModule):
     `graph_seed` (not the run seed), so every run sees the same graph.
     """
 
-    def __init__(self, num_classes: Annotated[int, Ge(2)] = 4, nodes_per_class: PosInt = 250,
-                 p_in: Probability01 = 0.03, p_out: Probability01 = 0.003,
-                 num_features: PosInt = 32, feature_signal: float = 0.2,
-                 train_per_class: PosInt = 20, num_val: PosInt = 200, num_test: PosInt = 500,
-                 graph_seed: NonNegInt = 0, **kwargs):
+    def __init__(
+        self,
+        num_classes: Annotated[int, Ge(2)] = 4,
+        nodes_per_class: PosInt = 250,
+        p_in: Probability01 = 0.03,
+        p_out: Probability01 = 0.003,
+        num_features: PosInt = 32,
+        feature_signal: float = 0.2,
+        train_per_class: PosInt = 20,
+        num_val: PosInt = 200,
+        num_test: PosInt = 500,
+        graph_seed: NonNegInt = 0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        self.settings = dict(num_classes=num_classes, nodes_per_class=nodes_per_class,
-                             p_in=p_in, p_out=p_out, num_features=num_features,
-                             feature_signal=feature_signal, train_per_class=train_per_class,
-                             num_val=num_val, num_test=num_test, graph_seed=graph_seed)
+        self.settings = dict(
+            num_classes=num_classes,
+            nodes_per_class=nodes_per_class,
+            p_in=p_in,
+            p_out=p_out,
+            num_features=num_features,
+            feature_signal=feature_signal,
+            train_per_class=train_per_class,
+            num_val=num_val,
+            num_test=num_test,
+            graph_seed=graph_seed,
+        )
 
     def load(self) -> Data:
         from torch_geometric.utils import stochastic_blockmodel_graph
@@ -147,14 +170,18 @@ class SBMDataModule(NodeDataModule):
             edge_index = stochastic_blockmodel_graph([n] * k, probs)
             y = torch.arange(k).repeat_interleave(n)
             centroids = torch.nn.functional.normalize(torch.randn(k, s["num_features"]), dim=1)
-            x = s["feature_signal"] * centroids[y] * s["num_features"] ** 0.5 \
-                + torch.randn(k * n, s["num_features"])
+            x = s["feature_signal"] * centroids[y] * s["num_features"] ** 0.5 + torch.randn(
+                k * n, s["num_features"]
+            )
             order = torch.randperm(k * n)
         train = torch.cat([order[y[order] == c][: s["train_per_class"]] for c in range(k)])
         rest = order[~torch.isin(order, train)]
         masks = {}
-        for name, idx in (("train", train), ("val", rest[: s["num_val"]]),
-                          ("test", rest[s["num_val"]: s["num_val"] + s["num_test"]])):
+        for name, idx in (
+            ("train", train),
+            ("val", rest[: s["num_val"]]),
+            ("test", rest[s["num_val"] : s["num_val"] + s["num_test"]]),
+        ):
             masks[f"{name}_mask"] = torch.zeros(k * n, dtype=torch.bool).index_fill_(0, idx, True)
         return Data(x=x, edge_index=edge_index, y=y, **masks)
 
@@ -162,18 +189,23 @@ class SBMDataModule(NodeDataModule):
 class PlanetoidDataModule(NodeDataModule):
     """Cora, CiteSeer, PubMed citation graphs with the Planetoid split (PyG's `Planetoid`)."""
 
-    def __init__(self, name: str = "Cora",
-                 split: Literal["public", "full", "geom-gcn", "random"] = "public",
-                 normalize_features: bool = True,
-                 **kwargs):
+    def __init__(
+        self,
+        name: str = "Cora",
+        split: Literal["public", "full", "geom-gcn", "random"] = "public",
+        normalize_features: bool = True,
+        **kwargs,
+    ):
         super().__init__(normalize_features=normalize_features, **kwargs)
         self.name, self.split = name, split
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
         if str(settings["name"]).lower() not in ("cora", "citeseer", "pubmed"):
-            raise UserError(f"{key}.name={settings['name']} is not a Planetoid graph; valid: "
-                            f"Cora, CiteSeer, PubMed")
+            raise UserError(
+                f"{key}.name={settings['name']} is not a Planetoid graph; valid: "
+                f"Cora, CiteSeer, PubMed"
+            )
 
     def load(self) -> Data:
         from torch_geometric.datasets import Planetoid
@@ -186,7 +218,8 @@ class PlanetoidDataModule(NodeDataModule):
             raise UserError(
                 f"{self.name} is not in {root / self.name / 'raw'} and downloading it failed "
                 f"({err}); connect to the internet once or copy the ind.{self.name.lower()}.* "
-                f"files there") from err
+                f"files there"
+            ) from err
 
 
 class KarateDataModule(NodeDataModule):
@@ -199,79 +232,3 @@ class KarateDataModule(NodeDataModule):
         data = KarateClub()[0]
         data.val_mask = data.test_mask = ~data.train_mask
         return data
-
-
-class TUDataModule(SplitDataModule):
-    """TU Dortmund graph classification benchmarks (MUTAG, PROTEINS, ENZYMES...), mini-batched.
-
-    Fold `fold` of a seeded stratified `num_folds`-fold split is the test set. `val_fraction`
-    of the remaining graphs (stratified) validates; with `val_fraction: 0` the test fold is
-    also the validation set: the protocol of Xu et al. (optimistic; see docs/graph.md).
-    """
-
-    task = GRAPH_CLASSIFICATION
-    def __init__(self, name: str = "MUTAG", data_dir: str = "data", batch_size: PosInt = 32,
-                 fold: NonNegInt = 0, num_folds: Annotated[int, Ge(2)] = 10,
-                 val_fraction: OptionalFraction = 0.1, use_node_attr: bool = False,
-                 num_workers: NonNegInt = 0, seed: NonNegInt = 0):
-        super().__init__()
-        self.save_hyperparameters(logger=False)
-        self.data_dir = Path(data_dir)
-        self.check_settings(self.hparams, "data")
-        self.train_set = self.val_set = self.test_set = None
-
-    @classmethod
-    def check_settings(cls, settings, key: str) -> None:
-        fold, folds = settings["fold"], settings["num_folds"]
-        if not 0 <= fold < folds:
-            raise UserError(f"{key}.fold={fold} is not valid; choose 0 to {folds - 1} "
-                            f"({key}.num_folds={folds})")
-
-    @cached_property
-    def dataset(self):
-        from torch_geometric.datasets import TUDataset
-
-        root = self.data_dir / "TUDataset"
-        name = self.hparams.name
-        try:
-            with fetching(root / name / "raw"), _locked(root):
-                return TUDataset(str(root), name, use_node_attr=self.hparams.use_node_attr)
-        except (urllib.error.URLError, OSError) as err:
-            raise UserError(f"{name} is not in {root / name / 'raw'} and downloading it "
-                            f"failed ({err}); connect to the internet once or copy the "
-                            f"{name}_*.txt files there") from err
-
-    def _check_folds(self, dataset) -> None:
-        """Every test fold needs a graph of each class: num_folds <= the smallest class."""
-        smallest = int(torch.bincount(dataset.y.view(-1)).min())
-        if self.hparams.num_folds > smallest:
-            raise UserError(f"data.num_folds={self.hparams.num_folds} is too many for "
-                            f"{self.hparams.name} ({len(dataset)} graphs, smallest class "
-                            f"{smallest}); use 2 to {smallest}")
-
-    @property
-    def dims(self) -> dict:
-        self._check_folds(self.dataset)
-        return {"in_channels": max(self.dataset.num_features, 1),
-                "num_classes": self.dataset.num_classes, "task": self.task}
-
-    def prepare_data(self) -> None:
-        self.dataset  # noqa: B018  (downloads/processes once, on local rank 0)
-
-    def setup(self, stage: str | None = None) -> None:
-        if self.train_set is not None:
-            return
-        h, dataset = self.hparams, self.dataset
-        labels = dataset.y.numpy()
-        train, test = stratified_folds(labels, h.num_folds, h.fold, h.seed)
-        if h.val_fraction > 0:
-            fit, val = stratified_split(labels[train], h.val_fraction, h.seed)
-            train, val = train[fit], train[val]
-        else:
-            val = test
-        self.train_set, self.val_set, self.test_set = (
-            dataset[torch.as_tensor(i)] for i in (train, val, test))
-
-    def loader(self, dataset, train: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=self.hparams.batch_size, shuffle=train,
-                          num_workers=self.hparams.num_workers)

@@ -7,6 +7,7 @@ one at a time (sizes differ; the module runs sliding-window inference). Preproce
 live in memory, shared copy-on-write with DataLoader workers; NIfTI folders are also cached on
 disk as one .npz, written atomically by one process.
 """
+
 import json
 import logging
 from pathlib import Path
@@ -31,21 +32,31 @@ def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) 
     n_test = max(1, round(n * test_fraction))
     n_val = max(1, round(n * val_fraction))
     if n_test + n_val >= n:
-        raise UserError(f"{n} volumes are too few for val_fraction={val_fraction} and "
-                        f"test_fraction={test_fraction}")
-    return {"train": sorted(order[n_test + n_val:].tolist()),
-            "val": sorted(order[n_test: n_test + n_val].tolist()),
-            "test": sorted(order[:n_test].tolist())}
+        raise UserError(
+            f"{n} volumes are too few for val_fraction={val_fraction} and "
+            f"test_fraction={test_fraction}"
+        )
+    return {
+        "train": sorted(order[n_test + n_val :].tolist()),
+        "val": sorted(order[n_test : n_test + n_val].tolist()),
+        "test": sorted(order[:n_test].tolist()),
+    }
 
 
 class Medical3DDataModule(SplitDataModule):
     """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP."""
 
-
-    def __init__(self, batch_size: PosInt = 2, num_workers: NonNegInt = 0,
-                 persistent_workers: bool = False, pin_memory: bool | None = None,
-                 augment: bool = True, val_fraction: Fraction = 0.1,
-                 test_fraction: Fraction = 0.2, seed: Seed = 42):
+    def __init__(
+        self,
+        batch_size: PosInt = 2,
+        num_workers: NonNegInt = 0,
+        persistent_workers: bool = False,
+        pin_memory: bool | None = None,
+        augment: bool = True,
+        val_fraction: Fraction = 0.1,
+        test_fraction: Fraction = 0.2,
+        seed: Seed = 42,
+    ):
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.train_set = self.val_set = self.test_set = None
@@ -57,9 +68,14 @@ class SegmentationDataModule(Medical3DDataModule):
 
     task = VOLUME_SEGMENTATION
 
-    def __init__(self, patch_size: Annotated[list[PosInt], MinLen(3), MaxLen(3)] = (32, 32, 32),
-                 samples_per_volume: PosInt = 2, num_classes: Annotated[int, Ge(2)] = 3,
-                 split_file: str | None = None, **kwargs):
+    def __init__(
+        self,
+        patch_size: Annotated[list[PosInt], MinLen(3), MaxLen(3)] = (32, 32, 32),
+        samples_per_volume: PosInt = 2,
+        num_classes: Annotated[int, Ge(2)] = 3,
+        split_file: str | None = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.patch_size = tuple(int(p) for p in patch_size)
         self.samples_per_volume = samples_per_volume
@@ -70,8 +86,11 @@ class SegmentationDataModule(Medical3DDataModule):
     @property
     def dims(self) -> dict:
         """Given to the net and module: channels, classes, and the patch (= sliding window)."""
-        return {"in_channels": self.in_channels, "num_classes": self.num_classes,
-                "patch_size": self.patch_size}
+        return {
+            "in_channels": self.in_channels,
+            "num_classes": self.num_classes,
+            "patch_size": self.patch_size,
+        }
 
     def eval_batch_size(self) -> int:
         return 1  # whole volumes of different sizes
@@ -86,8 +105,9 @@ class SegmentationDataModule(Medical3DDataModule):
         vols = self.load()
         split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
         self._write_split(split)
-        self.train_set = V.PatchDataset([vols[i] for i in split["train"]], self.patch_size,
-                                        self.samples_per_volume, h.augment)
+        self.train_set = V.PatchDataset(
+            [vols[i] for i in split["train"]], self.patch_size, self.samples_per_volume, h.augment
+        )
         self.val_set = V.VolumeDataset([vols[i] for i in split["val"]])
         self.test_set = V.VolumeDataset([vols[i] for i in split["test"]])
 
@@ -108,12 +128,22 @@ class SegmentationDataModule(Medical3DDataModule):
 class PhantomSegmentationDataModule(SegmentationDataModule):
     """Generated phantoms (organ = 1, nodule = 2), deterministic from `seed`; offline default."""
 
-    def __init__(self, num_volumes: Annotated[int, Ge(3)] = 48, size: Annotated[int, Ge(8)] = 32,
-                 size_jitter: NonNegInt = 4, noise: NonNegFloat = 0.1, nodule_radius=(2.0, 3.5),
-                 **kwargs):
+    def __init__(
+        self,
+        num_volumes: Annotated[int, Ge(3)] = 48,
+        size: Annotated[int, Ge(8)] = 32,
+        size_jitter: NonNegInt = 4,
+        noise: NonNegFloat = 0.1,
+        nodule_radius=(2.0, 3.5),
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        self.num_volumes, self.size, self.size_jitter, self.noise = (num_volumes, size,
-                                                                     size_jitter, noise)
+        self.num_volumes, self.size, self.size_jitter, self.noise = (
+            num_volumes,
+            size,
+            size_jitter,
+            noise,
+        )
         self.nodule_radius = tuple(nodule_radius)
         self.num_classes = 3
 
@@ -158,14 +188,24 @@ class NiftiDataModule(SegmentationDataModule):
             image, affine = V.read_nifti(image_path)
             label, _ = V.read_nifti(label_path)
             if label.shape[1:] != image.shape[1:]:
-                raise UserError(f"{label_path} has shape {label.shape[1:]}, its image "
-                                f"{image.shape[1:]}")
+                raise UserError(
+                    f"{label_path} has shape {label.shape[1:]}, its image {image.shape[1:]}"
+                )
             found = int(label.max())
             if found >= self.num_classes:
-                raise UserError(f"{label_path} has label {found}; set data.num_classes="
-                                f"{found + 1} (background included)")
-            vols.append({"image": V.normalize(image), "label": label.astype(np.uint8),
-                         "affine": affine, "path": str(image_path), "name": image_path.name})
+                raise UserError(
+                    f"{label_path} has label {found}; set data.num_classes="
+                    f"{found + 1} (background included)"
+                )
+            vols.append(
+                {
+                    "image": V.normalize(image),
+                    "label": label.astype(np.uint8),
+                    "affine": affine,
+                    "path": str(image_path),
+                    "name": image_path.name,
+                }
+            )
         return vols
 
     def prepare_data(self) -> None:
@@ -223,12 +263,21 @@ class ClassificationDataModule(Medical3DDataModule):
 class PhantomClassificationDataModule(ClassificationDataModule):
     """Generated phantoms labelled 1 when they hold a nodule (half of them); offline default."""
 
-    def __init__(self, num_volumes: Annotated[int, Ge(3)] = 400,
-                 size: Annotated[int, Ge(8)] = 32, size_jitter: NonNegInt = 4,
-                 noise: NonNegFloat = 0.1, **kwargs):
+    def __init__(
+        self,
+        num_volumes: Annotated[int, Ge(3)] = 400,
+        size: Annotated[int, Ge(8)] = 32,
+        size_jitter: NonNegInt = 4,
+        noise: NonNegFloat = 0.1,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        self.num_volumes, self.size, self.size_jitter, self.noise = (num_volumes, size,
-                                                                     size_jitter, noise)
+        self.num_volumes, self.size, self.size_jitter, self.noise = (
+            num_volumes,
+            size,
+            size_jitter,
+            noise,
+        )
 
     def load(self):
         from monai.transforms import ResizeWithPadOrCrop
@@ -241,6 +290,7 @@ class PhantomClassificationDataModule(ClassificationDataModule):
             images.append(torch.as_tensor(np.asarray(fit(V.normalize(image)))))
             labels.append(has_nodule)
         images, labels = torch.stack(images), torch.tensor(labels)
-        split = split_indices(len(labels), self.hparams.val_fraction,
-                              self.hparams.test_fraction, seed)
+        split = split_indices(
+            len(labels), self.hparams.val_fraction, self.hparams.test_fraction, seed
+        )
         return {k: (images[v], labels[v]) for k, v in split.items()}

@@ -1,5 +1,6 @@
 """MedMNIST v2 3D classification sets through the `medmnist` package (its download path; a
 local `<flag>.npz` with the same keys is read as is)."""
+
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,14 @@ class MedMNIST3DDataModule(ClassificationDataModule):
     fracturemnist3d, vesselmnist3d, synapsemnist3d) with their official splits. Downloads with
     the `medmnist` package when `<data_dir>/<flag>[_64].npz` is absent."""
 
-    def __init__(self, flag: str = "nodulemnist3d", size: int = 28, data_dir: str = "data",
-                 download: bool = True, **kwargs):
+    def __init__(
+        self,
+        flag: str = "nodulemnist3d",
+        size: int = 28,
+        data_dir: str = "data",
+        download: bool = True,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         info = self.check_settings({"flag": flag, "size": size}, "data")
         self.flag, self.size, self.download = flag, size, download
@@ -50,8 +57,10 @@ class MedMNIST3DDataModule(ClassificationDataModule):
         try:
             return cls(split=split, root=str(self.data_dir), download=download, size=self.size)
         except RuntimeError as err:
-            raise UserError(f"{self.npz_path} not found and the download "
-                            f"{'failed' if download else 'is off'}: put it there") from err
+            raise UserError(
+                f"{self.npz_path} not found and the download "
+                f"{'failed' if download else 'is off'}: put it there"
+            ) from err
 
     def prepare_data(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

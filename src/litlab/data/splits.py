@@ -1,4 +1,5 @@
 """Seeded, stratified index splits shared by the domains' datamodules."""
+
 import logging
 
 import numpy as np
@@ -22,7 +23,11 @@ def stratified_split(labels, fraction: float, seed: int) -> tuple[np.ndarray, np
         logging.getLogger(__name__).warning(
             "a split fraction of %s leaves %d of %d samples on one side, fewer than the %d "
             "classes: its metrics will be noisy (choose a fraction nearer 0.5)",
-            fraction, min(held, len(labels) - held), len(labels), len(counts))
+            fraction,
+            min(held, len(labels) - held),
+            len(labels),
+            len(counts),
+        )
     small = counts.min() < 2 or min(held, len(labels) - held) < len(counts)
     stratify = None if small else labels
     rest, held = train_test_split(index, test_size=fraction, random_state=seed, stratify=stratify)

@@ -3,6 +3,7 @@
 `digits` (the default) is real data shipped inside scikit-learn, so it needs no network. The
 datasets torchvision downloads (MNIST, Fashion-MNIST, CIFAR-10) are in `vision_downloads.py`.
 """
+
 from pathlib import Path
 from typing import Literal
 
@@ -17,8 +18,13 @@ from litlab.errors import UserError, first_line
 from litlab.tasks import IMAGE_CLASSIFICATION
 
 
-def random_affine(x: torch.Tensor, degrees: float = 0.0, translate: float = 0.0,
-                  scale: tuple[float, float] = (1.0, 1.0), hflip: bool = False) -> torch.Tensor:
+def random_affine(
+    x: torch.Tensor,
+    degrees: float = 0.0,
+    translate: float = 0.0,
+    scale: tuple[float, float] = (1.0, 1.0),
+    hflip: bool = False,
+) -> torch.Tensor:
     """A different random rotation/shift/scale (and flip) for every image of a batch.
 
     `translate` is a fraction of the image size; empty borders are zero (black).
@@ -70,8 +76,9 @@ def read_image(path: str, header_only: bool = False):
                 return None
             return img.convert("RGB")
     except Exception as err:  # noqa: BLE001 (PIL raises many kinds; all mean a bad file)
-        raise UserError(f"cannot read image {path}: {first_line(err)}; fix or remove the "
-                        f"file") from None
+        raise UserError(
+            f"cannot read image {path}: {first_line(err)}; fix or remove the file"
+        ) from None
 
 
 class VisionDataModule(SplitDataModule):
@@ -101,8 +108,11 @@ class VisionDataModule(SplitDataModule):
     @property
     def dims(self) -> dict:
         """What a net needs to know about the input: passed to the net's constructor."""
-        return {"in_channels": self.channels, "num_classes": self.num_classes,
-                "image_size": self.image_size}
+        return {
+            "in_channels": self.channels,
+            "num_classes": self.num_classes,
+            "image_size": self.image_size,
+        }
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         """Train-time augmentation of a float batch in [0, 1], on the batch's device."""
@@ -172,8 +182,14 @@ class ImageFolderDataModule(VisionDataModule):
 
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
-    def __init__(self, root: str, image_size: PosInt = 64, channels: Literal[1, 3] = 3,
-                 test_fraction: Fraction = 0.2, **kwargs):
+    def __init__(
+        self,
+        root: str,
+        image_size: PosInt = 64,
+        channels: Literal[1, 3] = 3,
+        test_fraction: Fraction = 0.2,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.root, self.image_size, self.channels = Path(root), image_size, channels
         self.test_fraction = test_fraction
@@ -194,8 +210,10 @@ class ImageFolderDataModule(VisionDataModule):
         split_root = root / "train" if (root / "train").is_dir() else root
         classes = sorted(p.name for p in split_root.iterdir() if p.is_dir())
         if len(classes) < 2:
-            raise UserError(f"{key}.root={root} needs at least 2 class sub-folders, "
-                            f"found {len(classes)}: {classes}")
+            raise UserError(
+                f"{key}.root={root} needs at least 2 class sub-folders, "
+                f"found {len(classes)}: {classes}"
+            )
         return classes
 
     def _split_root(self, split: str) -> Path:
@@ -204,11 +222,17 @@ class ImageFolderDataModule(VisionDataModule):
     def _folder(self, split: str):
         from torchvision.datasets import ImageFolder
 
-        decode = v2.Compose([v2.Grayscale(self.channels) if self.channels == 1 else v2.RGB(),
-                             v2.Resize(self.image_size), v2.CenterCrop(self.image_size),
-                             v2.PILToTensor()])
-        folder = ImageFolder(str(self._split_root(split)), transform=decode, allow_empty=False,
-                             loader=read_image)
+        decode = v2.Compose(
+            [
+                v2.Grayscale(self.channels) if self.channels == 1 else v2.RGB(),
+                v2.Resize(self.image_size),
+                v2.CenterCrop(self.image_size),
+                v2.PILToTensor(),
+            ]
+        )
+        folder = ImageFolder(
+            str(self._split_root(split)), transform=decode, allow_empty=False, loader=read_image
+        )
         for path, _ in folder.samples:  # headers only: a broken file fails now, by name
             read_image(path, header_only=True)
         return folder
@@ -222,8 +246,11 @@ class ImageFolderDataModule(VisionDataModule):
         train = self._folder("train")
         if (self.root / "train").is_dir():
             has = {s: (self.root / s).is_dir() for s in ("val", "test")}
-            idx, val_idx = (range(len(train)), None) if has["val"] else \
-                stratified_split(train.targets, h.val_fraction, h.seed)
+            idx, val_idx = (
+                (range(len(train)), None)
+                if has["val"]
+                else stratified_split(train.targets, h.val_fraction, h.seed)
+            )
             self.train_set = Subset(train, idx)
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set

@@ -3,6 +3,7 @@
 The real download code stays (it needs the internet once); raw files already in `data_dir`
 are used as they are, which is how the tests run them offline.
 """
+
 import gzip
 import logging
 from pathlib import Path
@@ -59,7 +60,10 @@ class MNISTDataModule(VisionDataModule):
         return None
 
     def _split(self, prefix: str):
-        images, labels = self._find(f"{prefix}-images-idx3-ubyte"), self._find(f"{prefix}-labels-idx1-ubyte")
+        images, labels = (
+            self._find(f"{prefix}-images-idx3-ubyte"),
+            self._find(f"{prefix}-labels-idx1-ubyte"),
+        )
         if images and labels:
             return read_idx(images).unsqueeze(1), read_idx(labels).long()
         return None
@@ -74,17 +78,27 @@ class MNISTDataModule(VisionDataModule):
                 for train in (True, False):
                     getattr(tvd, self.dataset_name)(str(self.data_dir), train=train, download=True)
         except Exception as err:  # offline: fall back to what is on disk (checked in setup)
-            log.warning("%s download failed (%s); using the files in %s", self.dataset_name,
-                        err, self.raw_dir)
+            log.warning(
+                "%s download failed (%s); using the files in %s",
+                self.dataset_name,
+                err,
+                self.raw_dir,
+            )
 
     def load(self):
         train, test = self._split("train"), self._split("t10k")
         if train is None and test is None:
-            raise UserError(f"{self.dataset_name} not found in {self.raw_dir} (and download "
-                            f"{'failed' if self.download else 'is off'}): put the idx files there")
+            raise UserError(
+                f"{self.dataset_name} not found in {self.raw_dir} (and download "
+                f"{'failed' if self.download else 'is off'}): put the idx files there"
+            )
         if train is None:
-            log.warning("%s: only the test split is in %s; splitting its %d images into "
-                        "train/val/test", self.dataset_name, self.raw_dir, len(test[1]))
+            log.warning(
+                "%s: only the test split is in %s; splitting its %d images into train/val/test",
+                self.dataset_name,
+                self.raw_dir,
+                len(test[1]),
+            )
             return test, None
         return train, test
 
@@ -124,6 +138,8 @@ class CIFAR10DataModule(VisionDataModule):
 
     def load(self):
         def tensors(ds):
-            return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
+            return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(
+                ds.targets
+            )
 
         return tensors(self._dataset(True)), tensors(self._dataset(False))

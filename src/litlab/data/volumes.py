@@ -4,6 +4,7 @@ whole-volume datasets (DDP eval shards are unpadded by litlab.utils.distributed)
 Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, H, W) uint8`.
 MONAI is imported inside the functions that use it (its import costs seconds).
 """
+
 import hashlib
 import logging
 import os
@@ -21,16 +22,23 @@ NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
 
 # ----------------------------------------------------------------------------- phantoms
-def phantom(seed: int, index: int, shape, nodule_probability: float = 1.0, noise: float = 0.1,
-            nodule_radius=(2.0, 3.5)) -> tuple[np.ndarray, np.ndarray, int]:
+def phantom(
+    seed: int,
+    index: int,
+    shape,
+    nodule_probability: float = 1.0,
+    noise: float = 0.1,
+    nodule_radius=(2.0, 3.5),
+) -> tuple[np.ndarray, np.ndarray, int]:
     """One synthetic volume: a rotated ellipsoid "organ" (label 1) and, with probability
     `nodule_probability`, a bright sphere "nodule" (label 2), on a smooth intensity gradient
     with Gaussian noise. Same (seed, index, shape) gives the same volume. Returns
     (image (1, D, H, W), label (1, D, H, W), has_nodule)."""
     rng = np.random.default_rng([seed, index])
     shape = np.asarray(shape)
-    grid = np.stack(np.meshgrid(*[np.arange(s, dtype=np.float32) for s in shape],
-                                indexing="ij"), -1)
+    grid = np.stack(
+        np.meshgrid(*[np.arange(s, dtype=np.float32) for s in shape], indexing="ij"), -1
+    )
     rotation, _ = np.linalg.qr(rng.normal(size=(3, 3)))
     center = shape * rng.uniform(0.4, 0.6, 3)
     axes = shape * rng.uniform(0.18, 0.3, 3)
@@ -52,8 +60,10 @@ def phantom(seed: int, index: int, shape, nodule_probability: float = 1.0, noise
 def phantom_shapes(seed: int, count: int, size: int, jitter: int) -> list[tuple[int, int, int]]:
     """Per-volume shapes `size ± jitter` (real data varies in size too)."""
     rng = np.random.default_rng([seed, 10**6])
-    return [tuple(int(s) for s in rng.integers(size - jitter, size + jitter + 1, 3))
-            for _ in range(count)]
+    return [
+        tuple(int(s) for s in rng.integers(size - jitter, size + jitter + 1, 3))
+        for _ in range(count)
+    ]
 
 
 # ----------------------------------------------------------------------------- NIfTI
@@ -72,19 +82,33 @@ def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
             break
     else:
         raise UserError(f"{key}.root={root} has no imagesTr/+labelsTr/ or images/+labels/ folders")
-    found = {_stem(p): p for p in (root / labels).iterdir()
-             if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")}
-    volumes = [p for p in sorted((root / images).iterdir())
-               if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")]
+    found = {
+        _stem(p): p
+        for p in (root / labels).iterdir()
+        if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
+    }
+    volumes = [
+        p
+        for p in sorted((root / images).iterdir())
+        if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
+    ]
     pairs = [(p, found[_stem(p)]) for p in volumes if _stem(p) in found]
     if len(pairs) < 3:
-        raise UserError(f"{key}.root={root}: found {len(pairs)} image/label pairs with matching "
-                        f"names in {images}/ and {labels}/ ({len(volumes)} NIfTI images), need "
-                        f"at least 3 (train, val, test)")
+        raise UserError(
+            f"{key}.root={root}: found {len(pairs)} image/label pairs with matching "
+            f"names in {images}/ and {labels}/ ({len(volumes)} NIfTI images), need "
+            f"at least 3 (train, val, test)"
+        )
     if len(volumes) > len(pairs):
         unlabelled = [p.name for p in volumes if _stem(p) not in found]
-        log.warning("%s: %d of %d images have no label in %s/ and are left out (e.g. %s)",
-                    root, len(unlabelled), len(volumes), labels, unlabelled[0])
+        log.warning(
+            "%s: %d of %d images have no label in %s/ and are left out (e.g. %s)",
+            root,
+            len(unlabelled),
+            len(volumes),
+            labels,
+            unlabelled[0],
+        )
     return pairs
 
 
@@ -138,8 +162,16 @@ def save_cache(path: Path, volumes: list[dict]) -> None:
 
 def load_cache(path: Path, files: list[Path]) -> list[dict]:
     with np.load(path) as z:
-        return [{"image": z[f"image_{i}"], "label": z[f"label_{i}"], "affine": z[f"affine_{i}"],
-                 "path": str(f), "name": f.name} for i, f in enumerate(files)]
+        return [
+            {
+                "image": z[f"image_{i}"],
+                "label": z[f"label_{i}"],
+                "affine": z[f"affine_{i}"],
+                "path": str(f),
+                "name": f.name,
+            }
+            for i, f in enumerate(files)
+        ]
 
 
 # ----------------------------------------------------------------------------- preprocessing
@@ -167,12 +199,24 @@ def patch_transform(patch_size, augment: bool):
     import monai.transforms as T
 
     keys = ["image", "label"]
-    steps = [T.RandCropByPosNegLabeld(keys, "label", patch_size, pos=1, neg=1, num_samples=1,
-                                      fg_indices_key="fg", bg_indices_key="bg")]
+    steps = [
+        T.RandCropByPosNegLabeld(
+            keys,
+            "label",
+            patch_size,
+            pos=1,
+            neg=1,
+            num_samples=1,
+            fg_indices_key="fg",
+            bg_indices_key="bg",
+        )
+    ]
     if augment:
         steps += [T.RandFlipd(keys, prob=0.5, spatial_axis=axis) for axis in range(3)]
-        steps += [T.RandScaleIntensityd("image", factors=0.1, prob=0.5),
-                  T.RandShiftIntensityd("image", offsets=0.1, prob=0.5)]
+        steps += [
+            T.RandScaleIntensityd("image", factors=0.1, prob=0.5),
+            T.RandShiftIntensityd("image", offsets=0.1, prob=0.5),
+        ]
     return T.Compose(steps)
 
 
@@ -208,8 +252,10 @@ class PatchDataset(Dataset):
         finally:
             set_track_meta(tracking)
         out = out[0] if isinstance(out, list) else out
-        return {"image": torch.as_tensor(out["image"], dtype=torch.float32),
-                "label": torch.as_tensor(out["label"], dtype=torch.long)}
+        return {
+            "image": torch.as_tensor(out["image"], dtype=torch.float32),
+            "label": torch.as_tensor(out["label"], dtype=torch.long),
+        }
 
 
 class VolumeDataset(Dataset):
@@ -224,7 +270,11 @@ class VolumeDataset(Dataset):
 
     def __getitem__(self, i):
         v = self.volumes[i]
-        return {"image": torch.from_numpy(v["image"]), "label": torch.from_numpy(
-                    v["label"].astype(np.int64)), "index": i,
-                "affine": torch.from_numpy(v.get("affine", np.eye(4))), "path": v.get("path", ""),
-                "name": v.get("name", f"case_{i:04d}")}
+        return {
+            "image": torch.from_numpy(v["image"]),
+            "label": torch.from_numpy(v["label"].astype(np.int64)),
+            "index": i,
+            "affine": torch.from_numpy(v.get("affine", np.eye(4))),
+            "path": v.get("path", ""),
+            "name": v.get("name", f"case_{i:04d}"),
+        }

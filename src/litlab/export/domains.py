@@ -1,6 +1,7 @@
 """What export needs to know per task: input names and dynamic axes, example and calibration
 inputs preprocessed exactly as in training, the test split as (inputs, target) batches, and how
 the task's metric is computed from a model's outputs (the module's own torchmetrics)."""
+
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -37,9 +38,13 @@ def _probs(predict: Predict, inputs: tuple) -> torch.Tensor:
 def spec_for(run) -> Spec:
     """The Spec of a LoadedRun (litlab.recipes.load.load_run), split set up."""
     dm, task = run.datamodule, run.datamodule.task
-    builders = {"image_classification": _tensor_spec, "volume_classification": _tensor_spec,
-                "volume_segmentation": _segmentation_spec,
-                "node_classification": _node_spec, "graph_classification": _graph_spec}
+    builders = {
+        "image_classification": _tensor_spec,
+        "volume_classification": _tensor_spec,
+        "volume_segmentation": _segmentation_spec,
+        "node_classification": _node_spec,
+        "graph_classification": _graph_spec,
+    }
     if task not in builders:
         raise ValueError(f"export does not know task {task!r} (knows {sorted(builders)})")
     if hasattr(dm, "setup"):
@@ -49,6 +54,7 @@ def spec_for(run) -> Spec:
 
 def _tensor_spec(run, dm, task) -> Spec:
     """Vision and volume classification: one batched tensor, normalized per batch."""
+
     def batches(dataset):
         for x, y in dm.loader(dataset, train=False):  # no trainer: no augmentation
             yield dm.on_after_batch_transfer((x, y), 0)
@@ -56,17 +62,34 @@ def _tensor_spec(run, dm, task) -> Spec:
     x, _ = next(batches(dm.test_set))
     n = run.model.num_classes
     vision = task == "image_classification"
-    layout = {"x": {"shape": ["batch", *x.shape[1:]], "dtype": "float32",
-                    "layout": "NCHW" if vision else "NCDHW"}}
+    layout = {
+        "x": {
+            "shape": ["batch", *x.shape[1:]],
+            "dtype": "float32",
+            "layout": "NCHW" if vision else "NCDHW",
+        }
+    }
     if vision:
-        layout["x"]["normalization"] = {"scale": "pixel / 255 (uint8) or as stored in [0, 1]",
-                                        "mean": list(dm.mean), "std": list(dm.std)}
+        layout["x"]["normalization"] = {
+            "scale": "pixel / 255 (uint8) or as stored in [0, 1]",
+            "mean": list(dm.mean),
+            "std": list(dm.std),
+        }
         layout["image_size"], layout["channels"] = dm.image_size, dm.channels
     else:
         layout["x"]["normalization"] = "per-volume, per-channel z-score, fixed size"
-    return Spec(task, ["x"], {"x": {0: "batch"}}, (x[:2],), [(x[:1],), (x,)], layout,
-                class_names(dm, n), lambda: ((b[:1], b[1]) for b in batches(dm.test_set)),
-                lambda k: ((b[0],) for b in islice(batches(dm.train_set), k)), _probs)
+    return Spec(
+        task,
+        ["x"],
+        {"x": {0: "batch"}},
+        (x[:2],),
+        [(x[:1],), (x,)],
+        layout,
+        class_names(dm, n),
+        lambda: ((b[:1], b[1]) for b in batches(dm.test_set)),
+        lambda k: ((b[0],) for b in islice(batches(dm.train_set), k)),
+        _probs,
+    )
 
 
 def _segmentation_spec(run, dm, task) -> Spec:
@@ -77,16 +100,23 @@ def _segmentation_spec(run, dm, task) -> Spec:
     model, patch = run.model, tuple(run.model.patch_size)
     h = model.hparams
     stride = 2 ** len(run.config.model.net.get("strides", [2, 2, 2]))
-    dims = {axis: stride * torch.export.Dim(f"{name}_over_{stride}", min=1)
-            for axis, name in ((2, "depth"), (3, "height"), (4, "width"))}
+    dims = {
+        axis: stride * torch.export.Dim(f"{name}_over_{stride}", min=1)
+        for axis, name in ((2, "depth"), (3, "height"), (4, "width"))
+    }
     patches = [dm.train_set[i]["image"] for i in range(min(8, len(dm.train_set)))]
     example = (torch.stack(patches[:2]),)
     bigger = torch.nn.functional.pad(example[0][:1], (0, stride, 0, 0, 0, 2 * stride))
 
     def score(predict, inputs):
-        logits = sliding_window_inference(inputs[0], patch, h.sw_batch_size,
-                                          lambda x: predict(x), overlap=h.sw_overlap,
-                                          mode=h.sw_mode)
+        logits = sliding_window_inference(
+            inputs[0],
+            patch,
+            h.sw_batch_size,
+            lambda x: predict(x),
+            overlap=h.sw_overlap,
+            mode=h.sw_mode,
+        )
         return logits.argmax(1)
 
     def test_batches():
@@ -95,16 +125,35 @@ def _segmentation_spec(run, dm, task) -> Spec:
 
     def calibration(k):
         for i in range(0, min(k * 2, len(dm.train_set)), 2):
-            yield (torch.stack([dm.train_set[j]["image"] for j in (i, i + 1)
-                                if j < len(dm.train_set)]),)
+            yield (
+                torch.stack(
+                    [dm.train_set[j]["image"] for j in (i, i + 1) if j < len(dm.train_set)]
+                ),
+            )
 
-    layout = {"x": {"shape": ["batch", 1, "depth", "height", "width"], "dtype": "float32",
-                    "layout": "NCDHW", "spatial_multiple_of": stride,
-                    "normalization": "per-volume, per-channel z-score"},
-              "patch_size": list(patch), "sliding_window": {"overlap": h.sw_overlap,
-                                                            "mode": h.sw_mode}}
-    return Spec(task, ["x"], {"x": {0: "batch", **dims}}, example, [example, (bigger,)], layout,
-                class_names(dm, model.num_classes), test_batches, calibration, score)
+    layout = {
+        "x": {
+            "shape": ["batch", 1, "depth", "height", "width"],
+            "dtype": "float32",
+            "layout": "NCDHW",
+            "spatial_multiple_of": stride,
+            "normalization": "per-volume, per-channel z-score",
+        },
+        "patch_size": list(patch),
+        "sliding_window": {"overlap": h.sw_overlap, "mode": h.sw_mode},
+    }
+    return Spec(
+        task,
+        ["x"],
+        {"x": {0: "batch", **dims}},
+        example,
+        [example, (bigger,)],
+        layout,
+        class_names(dm, model.num_classes),
+        test_batches,
+        calibration,
+        score,
+    )
 
 
 def _graph_inputs(data, graph_level: bool) -> tuple:
@@ -120,15 +169,24 @@ def _node_spec(run, dm, task) -> Spec:
     def score(predict, inputs):
         return predict(*inputs)[data.test_mask].softmax(1)
 
-    layout = {"x": {"shape": ["nodes", data.num_features], "dtype": "float32"},
-              "edge_index": {"shape": [2, "edges"], "dtype": "int64"},
-              "output": "class scores per node"}
+    layout = {
+        "x": {"shape": ["nodes", data.num_features], "dtype": "float32"},
+        "edge_index": {"shape": [2, "edges"], "dtype": "int64"},
+        "output": "class scores per node",
+    }
     inputs = _graph_inputs(data, False)
-    return Spec(task, ["x", "edge_index"], {"x": {0: "nodes"}, "edge_index": {1: "edges"}},
-                inputs, [inputs, _graph_inputs(half, False)], layout,
-                class_names(dm, run.model.num_classes),
-                lambda: iter([(inputs, data.y[data.test_mask])]),
-                lambda k: iter([inputs]), score)
+    return Spec(
+        task,
+        ["x", "edge_index"],
+        {"x": {0: "nodes"}, "edge_index": {1: "edges"}},
+        inputs,
+        [inputs, _graph_inputs(half, False)],
+        layout,
+        class_names(dm, run.model.num_classes),
+        lambda: iter([(inputs, data.y[data.test_mask])]),
+        lambda k: iter([inputs]),
+        score,
+    )
 
 
 class SizedPooling(torch.nn.Module):
@@ -155,19 +213,32 @@ class SizedPooling(torch.nn.Module):
 
 def _graph_spec(run, dm, task) -> Spec:
     """Mini-batches of graphs: x, edge_index and batch (graph id per node, sorted)."""
+
     def batches(dataset):
         for b in dm.loader(dataset, train=False):
             yield _graph_inputs(b, True), b.y.view(-1)
 
     first = next(batches(dm.test_set))[0]
-    layout = {"x": {"shape": ["nodes", first[0].shape[1]], "dtype": "float32"},
-              "edge_index": {"shape": [2, "edges"], "dtype": "int64"},
-              "batch": {"shape": ["nodes"], "dtype": "int64",
-                        "meaning": "graph id of each node, 0..graphs-1, sorted"},
-              "output": "class scores per graph"}
+    layout = {
+        "x": {"shape": ["nodes", first[0].shape[1]], "dtype": "float32"},
+        "edge_index": {"shape": [2, "edges"], "dtype": "int64"},
+        "batch": {
+            "shape": ["nodes"],
+            "dtype": "int64",
+            "meaning": "graph id of each node, 0..graphs-1, sorted",
+        },
+        "output": "class scores per graph",
+    }
     small = next(batches(dm.test_set[:3]))[0]  # other node, edge and graph counts
-    return Spec(task, ["x", "edge_index", "batch"],
-                {"x": {0: "nodes"}, "edge_index": {1: "edges"}, "batch": {0: "nodes"}},
-                first, [first, small], layout, class_names(dm, run.model.num_classes),
-                lambda: batches(dm.test_set),
-                lambda k: (b[0] for b in islice(batches(dm.train_set), k)), _probs)
+    return Spec(
+        task,
+        ["x", "edge_index", "batch"],
+        {"x": {0: "nodes"}, "edge_index": {1: "edges"}, "batch": {0: "nodes"}},
+        first,
+        [first, small],
+        layout,
+        class_names(dm, run.model.num_classes),
+        lambda: batches(dm.test_set),
+        lambda k: (b[0] for b in islice(batches(dm.train_set), k)),
+        _probs,
+    )

@@ -3,6 +3,7 @@
 Same thread count for both (torch's intra-op threads = ORT's), inputs prepared beforehand, a
 warm-up first, so the rows compare the runtimes and not the setup.
 """
+
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -34,10 +35,16 @@ def _percentiles(fn: Callable[[], object], iters: int, warmup: int, budget_s: fl
     return float(np.percentile(times, 50)), float(np.percentile(times, 99)), len(times)
 
 
-def measure_latency(net: nn.Module | None, onnx_files: Mapping[str, object],
-                    make_inputs: Callable[[int], tuple] | torch.Tensor,
-                    batch_sizes: tuple[int, ...] = (1, 64), iters: int = 200, warmup: int = 10,
-                    budget_s: float = 5.0, threads: int | None = None) -> list[dict]:
+def measure_latency(
+    net: nn.Module | None,
+    onnx_files: Mapping[str, object],
+    make_inputs: Callable[[int], tuple] | torch.Tensor,
+    batch_sizes: tuple[int, ...] = (1, 64),
+    iters: int = 200,
+    warmup: int = 10,
+    budget_s: float = 5.0,
+    threads: int | None = None,
+) -> list[dict]:
     """Rows {format, batch, p50_ms, p99_ms, runs}: "eager" for `net` (a LitModule's net is
     used), then one per {name: onnx_path}. `make_inputs(batch)` returns the input tensors in
     the model's input order; a tensor instead is one sample (no batch axis), repeated.
@@ -56,13 +63,14 @@ def measure_latency(net: nn.Module | None, onnx_files: Mapping[str, object],
         if net is not None:
             with torch.inference_mode():
                 p50, p99, n = _percentiles(lambda x=inputs: net(*x), iters, warmup, budget_s)
-            rows.append({"format": "eager", "batch": batch, "p50_ms": p50, "p99_ms": p99,
-                         "runs": n})
+            rows.append(
+                {"format": "eager", "batch": batch, "p50_ms": p50, "p99_ms": p99, "runs": n}
+            )
         for name, path in onnx_files.items():
             session = ort_session(Path(path), threads)
             feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
-            p50, p99, n = _percentiles(lambda s=session, f=feeds: s.run(None, f), iters, warmup,
-                                       budget_s)
-            rows.append({"format": name, "batch": batch, "p50_ms": p50, "p99_ms": p99,
-                         "runs": n})
+            p50, p99, n = _percentiles(
+                lambda s=session, f=feeds: s.run(None, f), iters, warmup, budget_s
+            )
+            rows.append({"format": name, "batch": batch, "p50_ms": p50, "p99_ms": p99, "runs": n})
     return rows

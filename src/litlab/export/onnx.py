@@ -4,6 +4,7 @@
 the legacy exporter is the fallback for nets torch.export cannot trace. Weights are embedded
 (no `.onnx.data` beside the file) whenever the model fits ONNX's 2 GB protobuf limit.
 """
+
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,21 +28,31 @@ def _dim_specs(dynamic: Mapping[str, Mapping[int, str]], names: Sequence[str]):
     def dim(d):
         return dims.setdefault(d, torch.export.Dim(d, min=1)) if isinstance(d, str) else d
 
-    return tuple({axis: dim(d) for axis, d in dynamic.get(name, {}).items()} or None
-                 for name in names)
+    return tuple(
+        {axis: dim(d) for axis, d in dynamic.get(name, {}).items()} or None for name in names
+    )
 
 
 def _axis_names(dynamic: Mapping[str, Mapping[int, object]]) -> dict[str, dict[int, str]]:
     """Names of the dynamic axes for the legacy exporter (a Dim becomes its name)."""
-    return {k: {a: d if isinstance(d, str) else str(d) for a, d in axes.items()}
-            for k, axes in dynamic.items()}
+    return {
+        k: {a: d if isinstance(d, str) else str(d) for a, d in axes.items()}
+        for k, axes in dynamic.items()
+    }
 
 
-def export_onnx(model: nn.Module, example_inputs: tuple, path, *,
-                input_names: Sequence[str] = ("x",), output_names: Sequence[str] = ("logits",),
-                dynamic: Mapping[str, Mapping[int, str]] | None = None,
-                metadata: Mapping[str, object] | None = None, exporter: str = "auto",
-                opset: int = 18) -> Path:
+def export_onnx(
+    model: nn.Module,
+    example_inputs: tuple,
+    path,
+    *,
+    input_names: Sequence[str] = ("x",),
+    output_names: Sequence[str] = ("logits",),
+    dynamic: Mapping[str, Mapping[int, str]] | None = None,
+    metadata: Mapping[str, object] | None = None,
+    exporter: str = "auto",
+    opset: int = 18,
+) -> Path:
     """Write `model` (a LitModule: its `net` is exported; or any nn.Module) to one ONNX file.
 
     `dynamic` names the dynamic axes per input, e.g. `{"x": {0: "batch"}}` (the default: axis 0
@@ -55,10 +66,18 @@ def export_onnx(model: nn.Module, example_inputs: tuple, path, *,
     net = _net(model).eval()
     dynamic = dict(dynamic) if dynamic is not None else {n: {0: "batch"} for n in input_names}
     errors = []
-    for kind in (["dynamo", "legacy"] if exporter == "auto" else [exporter]):
+    for kind in ["dynamo", "legacy"] if exporter == "auto" else [exporter]:
         try:
-            _export(kind, net, tuple(example_inputs), path, list(input_names),
-                    list(output_names), dynamic, opset)
+            _export(
+                kind,
+                net,
+                tuple(example_inputs),
+                path,
+                list(input_names),
+                list(output_names),
+                dynamic,
+                opset,
+            )
             break
         except Exception as e:  # noqa: BLE001 (the exporters raise many types)
             errors.append(f"{kind}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
@@ -72,17 +91,32 @@ def _export(kind, net, args, path, input_names, output_names, dynamic, opset) ->
     with torch.no_grad():
         if kind == "dynamo":
             program = torch.onnx.export(
-                net, args, dynamo=True, input_names=input_names, output_names=output_names,
-                dynamic_shapes=_dim_specs(dynamic, input_names), opset_version=opset,
-                optimize=True, verbose=False)
+                net,
+                args,
+                dynamo=True,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_shapes=_dim_specs(dynamic, input_names),
+                opset_version=opset,
+                optimize=True,
+                verbose=False,
+            )
             program.save(str(path), external_data=False)
         else:
             axes = _axis_names(dynamic)
             if any(a.get(0) == "batch" for a in axes.values()):
                 axes |= {o: {0: "batch"} for o in output_names}
-            torch.onnx.export(net, args, str(path), dynamo=False, input_names=input_names,
-                              output_names=output_names, dynamic_axes=axes,
-                              opset_version=opset, do_constant_folding=True)
+            torch.onnx.export(
+                net,
+                args,
+                str(path),
+                dynamo=False,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=axes,
+                opset_version=opset,
+                do_constant_folding=True,
+            )
 
 
 def _as_text(value) -> str:

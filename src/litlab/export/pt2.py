@@ -2,6 +2,7 @@
 
 The metadata is one JSON extra file (`metadata.json`) inside the archive; read it back with
 `read_metadata` (no need to deserialize the program)."""
+
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -14,15 +15,25 @@ from litlab.export.onnx import _dim_specs, _net
 METADATA_FILE = "metadata.json"
 
 
-def export_pt2(model: nn.Module, example_inputs: tuple, path, *, input_names=("x",),
-               dynamic: Mapping | None = None, metadata: Mapping | None = None) -> Path:
+def export_pt2(
+    model: nn.Module,
+    example_inputs: tuple,
+    path,
+    *,
+    input_names=("x",),
+    dynamic: Mapping | None = None,
+    metadata: Mapping | None = None,
+) -> Path:
     """Write `model` (a LitModule's net, or any nn.Module) as a torch.export program."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     dynamic = dict(dynamic) if dynamic is not None else {n: {0: "batch"} for n in input_names}
     with torch.no_grad():
-        program = torch.export.export(_net(model).eval(), tuple(example_inputs),
-                                      dynamic_shapes=_dim_specs(dynamic, list(input_names)))
+        program = torch.export.export(
+            _net(model).eval(),
+            tuple(example_inputs),
+            dynamic_shapes=_dim_specs(dynamic, list(input_names)),
+        )
     text = json.dumps(dict(metadata or {}), default=str)
     torch.export.save(program, str(path), extra_files={METADATA_FILE: text})
     return path

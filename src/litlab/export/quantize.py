@@ -3,6 +3,7 @@
 Static (not dynamic) quantization: activations get fixed scales from calibration, so the
 convolutions run as int8 kernels. QDQ keeps the graph portable (TensorRT reads it too).
 """
+
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -17,8 +18,10 @@ def _feeds(batch, input_names: list[str]) -> dict[str, np.ndarray]:
     else:
         batch = batch if isinstance(batch, (tuple, list)) else (batch,)
         items = dict(zip(input_names, batch))
-    return {k: (v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
-            for k, v in items.items()}
+    return {
+        k: (v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
+        for k, v in items.items()
+    }
 
 
 def input_layers(model) -> list[str]:
@@ -27,9 +30,15 @@ def input_layers(model) -> list[str]:
     return [n.name for n in model.graph.node if inputs & set(n.input)]
 
 
-def quantize_int8(onnx_path, calibration_batches: Iterable, out_path, *,
-                  per_channel: bool = True, exclude_op_types: tuple[str, ...] = (),
-                  keep_input_layer_fp32: bool = True) -> Path:
+def quantize_int8(
+    onnx_path,
+    calibration_batches: Iterable,
+    out_path,
+    *,
+    per_channel: bool = True,
+    exclude_op_types: tuple[str, ...] = (),
+    keep_input_layer_fp32: bool = True,
+) -> Path:
     """Write a QDQ int8 copy of `onnx_path` to `out_path`, calibrated on `calibration_batches`.
 
     Each batch is an input array (or tensor), a tuple in input order, or {input_name: array},
@@ -71,13 +80,21 @@ def quantize_int8(onnx_path, calibration_batches: Iterable, out_path, *,
         graph = onnx.load(str(prepared), load_external_data=False)
         op_types = sorted({n.op_type for n in graph.graph.node} - set(exclude_op_types))
         keep = input_layers(graph) if keep_input_layer_fp32 else []
-        quantize_static(str(prepared), str(out_path), Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=per_channel, activation_type=QuantType.QInt8,
-                        weight_type=QuantType.QInt8, op_types_to_quantize=op_types,
-                        nodes_to_exclude=keep,
-                        calibrate_method=CalibrationMethod.MinMax,
-                        extra_options={"ActivationSymmetric": False})
-    note = "int8 static QDQ (ONNX Runtime), calibrated on training batches" + \
-        (f"; fp32: {', '.join(keep)}" if keep else "")
+        quantize_static(
+            str(prepared),
+            str(out_path),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=op_types,
+            nodes_to_exclude=keep,
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options={"ActivationSymmetric": False},
+        )
+    note = "int8 static QDQ (ONNX Runtime), calibrated on training batches" + (
+        f"; fp32: {', '.join(keep)}" if keep else ""
+    )
     write_metadata(out_path, {**props, "quantization": note})
     return out_path

@@ -1,5 +1,6 @@
 """`python src/export.py ckpt_path=PATH`: rebuild the run, write each format, verify each one
 against the checkpoint (outputs and test metric), time them, and write the report."""
+
 import hashlib
 import re
 from pathlib import Path
@@ -9,8 +10,12 @@ from omegaconf import OmegaConf
 
 from litlab.errors import UserError
 
-FILES = {"onnx": "model.onnx", "pt2": "model.pt2", "onnx_int8": "model.int8.onnx",
-         "tensorrt": "model.trt.ep"}
+FILES = {
+    "onnx": "model.onnx",
+    "pt2": "model.pt2",
+    "onnx_int8": "model.int8.onnx",
+    "tensorrt": "model.trt.ep",
+}
 FP32 = ("onnx", "pt2")
 # what still works when a format's exporter fails on an op
 FALLBACK = {"onnx": "pt2", "pt2": "onnx", "onnx_int8": "onnx"}
@@ -34,8 +39,13 @@ def unsupported(fmt: str, err: Exception) -> str:
     """One line naming the op the exporter could not handle, and a format that works."""
     text = str(err)
     op = re.search(r"(aten::\w+|aten\.\w+(?:\.\w+)?|torch\.ops\.[\w.]+|Op ?type[:=]? ?'?\w+)", text)
-    what = f"op {op.group(1)}" if op else text.strip().splitlines()[0][:200] if text else \
-        type(err).__name__
+    what = (
+        f"op {op.group(1)}"
+        if op
+        else text.strip().splitlines()[0][:200]
+        if text
+        else type(err).__name__
+    )
     return f"{fmt}: the exporter cannot handle {what}; formats=[{FALLBACK.get(fmt, 'onnx')}] works"
 
 
@@ -53,34 +63,62 @@ def prepare_net(model) -> torch.nn.Module:
 
 
 def metadata(run, spec, ckpt_path, metric: str) -> dict:
-    return {"task": spec.task, "classes": spec.classes, "input_names": spec.input_names,
-            "inputs": spec.layout, "metric": f"test/{metric}",
-            "config": OmegaConf.to_container(run.config, resolve=True),
-            "checkpoint": str(ckpt_path), "checkpoint_sha256": sha256(ckpt_path),
-            "litlab_version": litlab_version(), "torch_version": torch.__version__}
+    return {
+        "task": spec.task,
+        "classes": spec.classes,
+        "input_names": spec.input_names,
+        "inputs": spec.layout,
+        "metric": f"test/{metric}",
+        "config": OmegaConf.to_container(run.config, resolve=True),
+        "checkpoint": str(ckpt_path),
+        "checkpoint_sha256": sha256(ckpt_path),
+        "litlab_version": litlab_version(),
+        "torch_version": torch.__version__,
+    }
 
 
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
     from litlab.export import onnx, pt2, quantize
 
     if fmt == "onnx":
-        onnx.export_onnx(net, spec.example, path, input_names=spec.input_names,
-                         dynamic=spec.dynamic, metadata=meta)
+        onnx.export_onnx(
+            net,
+            spec.example,
+            path,
+            input_names=spec.input_names,
+            dynamic=spec.dynamic,
+            metadata=meta,
+        )
     elif fmt == "pt2":
-        pt2.export_pt2(net, spec.example, path, input_names=spec.input_names,
-                       dynamic=spec.dynamic, metadata=meta)
+        pt2.export_pt2(
+            net,
+            spec.example,
+            path,
+            input_names=spec.input_names,
+            dynamic=spec.dynamic,
+            metadata=meta,
+        )
     elif fmt == "onnx_int8":
-        quantize.quantize_int8(path.with_name(FILES["onnx"]),
-                               spec.calibration(calibration_batches), path)
+        quantize.quantize_int8(
+            path.with_name(FILES["onnx"]), spec.calibration(calibration_batches), path
+        )
     elif fmt == "tensorrt":
         from litlab.export import tensorrt
 
         tensorrt.export_tensorrt(net, spec.example, path, meta)
 
 
-def export(ckpt_path, formats, output_dir, data_overrides=None, rtol: float = 1e-4,
-           int8_max_drop: float = 0.01, calibration_batches: int = 16,
-           latency_batch_sizes=(1, 64), latency_budget_s: float = 3.0) -> dict:
+def export(
+    ckpt_path,
+    formats,
+    output_dir,
+    data_overrides=None,
+    rtol: float = 1e-4,
+    int8_max_drop: float = 0.01,
+    calibration_batches: int = 16,
+    latency_batch_sizes=(1, 64),
+    latency_budget_s: float = 3.0,
+) -> dict:
     """Export, verify and time; returns the report (also written as export_report.md/.json).
     `report["ok"]` is False when a format failed to export or to verify."""
     import logging
@@ -142,23 +180,34 @@ def export(ckpt_path, formats, output_dir, data_overrides=None, rtol: float = 1e
             drop = reference - row["metric"] if higher_better else row["metric"] - reference
             row["ok"] = drop <= int8_max_drop
             row["check"] = f"test/{metric} at most {int8_max_drop:g} worse than the checkpoint"
-        print(f"{fmt:10s} {'ok    ' if row['ok'] else 'FAILED'} max abs diff "
-              f"{row['max_abs_diff']:.2e}, rel {row['max_rel_diff']:.2e}; test/{metric} "
-              f"{row['metric']:.4f} (checkpoint {reference:.4f}); {row['size_bytes']:,} bytes")
+        print(
+            f"{fmt:10s} {'ok    ' if row['ok'] else 'FAILED'} max abs diff "
+            f"{row['max_abs_diff']:.2e}, rel {row['max_rel_diff']:.2e}; test/{metric} "
+            f"{row['metric']:.4f} (checkpoint {reference:.4f}); {row['size_bytes']:,} bytes"
+        )
     onnx_files = {f: out / FILES[f] for f in ("onnx", "onnx_int8") if rows.get(f, {}).get("ok")}
     batched = spec.dynamic[spec.input_names[0]].get(0) == "batch"
     if batched:
         one = spec.example[0][:1]
-        sizes, make = tuple(latency_batch_sizes), \
-            lambda b: (one.expand(b, *one.shape[1:]).contiguous(),)
+        sizes, make = (
+            tuple(latency_batch_sizes),
+            lambda b: (one.expand(b, *one.shape[1:]).contiguous(),),
+        )
     else:  # graphs: one row per whole input (a graph, or a batch of graphs)
         sizes, make = (1,), lambda b: spec.example
     latency = measure_latency(net, onnx_files, make, sizes, budget_s=latency_budget_s)
-    result = {"ok": all(r["ok"] for r in rows.values()), "checkpoint": str(ckpt_path),
-              "task": spec.task, "metric": f"test/{metric}", "checkpoint_metric": reference,
-              "formats": rows, "latency": latency, "threads": torch.get_num_threads(),
-              "batch_unit": "samples" if batched else "whole input (graph or graph batch)",
-              "metadata": {k: v for k, v in meta.items() if k != "config"}}
+    result = {
+        "ok": all(r["ok"] for r in rows.values()),
+        "checkpoint": str(ckpt_path),
+        "task": spec.task,
+        "metric": f"test/{metric}",
+        "checkpoint_metric": reference,
+        "formats": rows,
+        "latency": latency,
+        "threads": torch.get_num_threads(),
+        "batch_unit": "samples" if batched else "whole input (graph or graph batch)",
+        "metadata": {k: v for k, v in meta.items() if k != "config"},
+    }
     reporting.write(result, out)
     print(f"report: {out / 'export_report.md'}")
     return result

@@ -1,5 +1,6 @@
 """TensorRT through Torch-TensorRT: needs a CUDA GPU and `torch_tensorrt`
 (requirements-gpu.txt). `missing()` says in one line what this machine lacks."""
+
 from pathlib import Path
 
 import torch
@@ -16,8 +17,11 @@ def missing() -> str | None:
         lacks.append("the torch_tensorrt package (pip install -r requirements-gpu.txt)")
     if not lacks:
         return None
-    return "tensorrt cannot run here: this machine lacks " + " and ".join(lacks) + \
-        "; formats onnx, pt2 and onnx_int8 work here"
+    return (
+        "tensorrt cannot run here: this machine lacks "
+        + " and ".join(lacks)
+        + "; formats onnx, pt2 and onnx_int8 work here"
+    )
 
 
 def compile_fp16(net: torch.nn.Module, example_inputs: tuple, dynamic=None):
@@ -28,8 +32,9 @@ def compile_fp16(net: torch.nn.Module, example_inputs: tuple, dynamic=None):
 
     net = copy.deepcopy(net).eval().cuda()  # the CPU net stays the eager reference
     inputs = [t.cuda() for t in example_inputs]
-    return torch_tensorrt.compile(net, ir="dynamo", inputs=inputs,
-                                  enabled_precisions={torch.float16, torch.float32})
+    return torch_tensorrt.compile(
+        net, ir="dynamo", inputs=inputs, enabled_precisions={torch.float16, torch.float32}
+    )
 
 
 def export_tensorrt(net, example_inputs: tuple, path, metadata: dict | None = None) -> Path:

@@ -1,5 +1,6 @@
 """Check an artifact against the checkpoint: the same outputs on held-out inputs, and the
 test-split metric recomputed through the artifact (ONNX Runtime, torch.export.load)."""
+
 from collections.abc import Callable
 from pathlib import Path
 

@@ -1,6 +1,7 @@
 """Federated learning on Flower: litlab's own LightningModules trained across simulated clients
 (FedAvg, FedProx, ...), with label-skewed partitions and compressed updates. See
 docs/federated.md; the recipe is `litlab.federated.recipe.federate`."""
+
 import os
 
 # Flower sends usage telemetry unless told not to: litlab runs offline

@@ -6,6 +6,7 @@ it, and a Lightning Trainer built from the same config as train.py's, fit for `l
 on the client's partition only. FedProx's proximal term enters as a gradient callback, so any
 LitModule trains under it unchanged.
 """
+
 import logging
 import math
 
@@ -75,16 +76,18 @@ def train_client(config: dict, parts: list, fail: list, msg: Message, partition_
     model = build.model(cfg, datamodule)
     load_arrays(model, msg.content["arrays"])
     mu = float(msg.content["config"].get("proximal-mu", 0.0))
-    extra = [ProximalTerm(mu, {k: p.detach().clone() for k, p in model.named_parameters()})] \
-        if mu > 0 else []
+    extra = (
+        [ProximalTerm(mu, {k: p.detach().clone() for k, p in model.named_parameters()})]
+        if mu > 0
+        else []
+    )
     trainer = build.trainer(cfg, extra_callbacks=extra)
     trainer.fit(model, datamodule=datamodule)
     loss = trainer.callback_metrics.get("train/loss")
     metrics = {"num-examples": len(parts[partition_id]), "partition-id": partition_id}
     if loss is not None:
         metrics["train-loss"] = float(loss)
-    return RecordDict({"arrays": ArrayRecord(exchanged(model)),
-                       "metrics": MetricRecord(metrics)})
+    return RecordDict({"arrays": ArrayRecord(exchanged(model)), "metrics": MetricRecord(metrics)})
 
 
 def make_client_app(config: dict, parts: list, fail: list, mods: list) -> ClientApp:

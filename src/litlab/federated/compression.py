@@ -9,6 +9,7 @@ A client sends its *update* (local minus global weights), flattened into one vec
 The client side is a Flower mod (it wraps the ClientApp, outside any DP mod); the server
 decodes replies back into full weights before the strategy aggregates them.
 """
+
 import itertools
 
 import numpy as np
@@ -34,13 +35,16 @@ def count_bytes(record: ArrayRecord) -> int:
     return sum(len(record[k].data) for k in record)
 
 
-def encode(update: np.ndarray, tensor_sizes: list[int], kind: str,
-           topk_ratio: float = 0.1) -> tuple[ArrayRecord, np.ndarray]:
+def encode(
+    update: np.ndarray, tensor_sizes: list[int], kind: str, topk_ratio: float = 0.1
+) -> tuple[ArrayRecord, np.ndarray]:
     """(record to send, what was left out). `update` is the flat float update."""
     if kind == "int8":
         bounds = np.cumsum([0, *tensor_sizes])
-        scale = np.array([np.abs(update[a:b]).max(initial=0.0) / 127.0
-                          for a, b in itertools.pairwise(bounds)], dtype=np.float32)
+        scale = np.array(
+            [np.abs(update[a:b]).max(initial=0.0) / 127.0 for a, b in itertools.pairwise(bounds)],
+            dtype=np.float32,
+        )
         per_entry = np.repeat(np.where(scale > 0, scale, 1.0), tensor_sizes)
         q = np.clip(np.rint(update / per_entry), -127, 127).astype(np.int8)
         sent = ArrayRecord({_INT8[0]: Array(q), _INT8[1]: Array(scale)})
@@ -77,7 +81,7 @@ def decode(sent: ArrayRecord, global_arrays: ArrayRecord) -> ArrayRecord:
     weights, start = {}, 0
     for key in global_arrays:
         old = global_arrays[key].numpy()
-        part = update[start:start + old.size].reshape(old.shape)
+        part = update[start : start + old.size].reshape(old.shape)
         weights[key] = Array(np.asarray(old + part, dtype=old.dtype))
         start += old.size
     return ArrayRecord(weights)

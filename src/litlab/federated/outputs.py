@@ -1,12 +1,22 @@
 """What a federated run leaves in its run dir: history.csv/.png, the per-client class histogram
 (client_classes.csv/.png), and the printed summary."""
+
 import csv
 from pathlib import Path
 
 import numpy as np
 
-COLUMNS = ("round", "accuracy", "loss", "clients", "failed", "bytes_sent",
-           "bytes_uncompressed", "train_s", "failures")
+COLUMNS = (
+    "round",
+    "accuracy",
+    "loss",
+    "clients",
+    "failed",
+    "bytes_sent",
+    "bytes_uncompressed",
+    "train_s",
+    "failures",
+)
 
 
 def history_rows(rounds: list[dict], evaluation: dict[int, dict[str, float]]) -> list[dict]:
@@ -15,9 +25,17 @@ def history_rows(rounds: list[dict], evaluation: dict[int, dict[str, float]]) ->
     rows = []
     for rnd in sorted(set(evaluation) | set(by_round)):
         metrics = evaluation.get(rnd, {})
-        row = {"round": rnd, "accuracy": metrics.get("test/acc", np.nan),
-               "loss": metrics.get("test/loss", np.nan), "clients": 0, "failed": 0,
-               "bytes_sent": 0, "bytes_uncompressed": 0, "train_s": 0.0, "failures": ""}
+        row = {
+            "round": rnd,
+            "accuracy": metrics.get("test/acc", np.nan),
+            "loss": metrics.get("test/loss", np.nan),
+            "clients": 0,
+            "failed": 0,
+            "bytes_sent": 0,
+            "bytes_uncompressed": 0,
+            "train_s": 0.0,
+            "failures": "",
+        }
         row.update({k: v for k, v in by_round.get(rnd, {}).items() if k in COLUMNS})
         row.update({k: v for k, v in metrics.items() if k not in ("test/acc", "test/loss")})
         rows.append(row)
@@ -77,17 +95,24 @@ def summary(out: Path, rows: list[dict], checkpoint: Path | None, seconds: float
     sent = sum(r["bytes_sent"] for r in done)
     dense = sum(r["bytes_uncompressed"] for r in done)
     failed = sum(r["failed"] for r in done)
-    lines = ["", "Federated results",
-             f"  rounds           {len(done)} in {seconds:.1f} s",
-             (f"  test/acc         {last['accuracy']:.4f} (round 0: {rows[0]['accuracy']:.4f}, "
-              f"best {max(r['accuracy'] for r in rows):.4f})"),
-             f"  test/loss        {last['loss']:.4f}",
-             (f"  sent by clients  {sent / 1e6:.2f} MB"
-              + (f" ({1 - sent / dense:.0%} less than uncompressed)" if dense else "")),
-             f"  failed updates   {failed}",
-             "Files",
-             f"  run dir          {out}",
-             f"  history          {out / 'history.csv'} (.png)",
-             f"  classes          {out / 'client_classes.csv'} (.png)",
-             f"  checkpoint       {checkpoint or '(none written)'}"]
+    lines = [
+        "",
+        "Federated results",
+        f"  rounds           {len(done)} in {seconds:.1f} s",
+        (
+            f"  test/acc         {last['accuracy']:.4f} (round 0: {rows[0]['accuracy']:.4f}, "
+            f"best {max(r['accuracy'] for r in rows):.4f})"
+        ),
+        f"  test/loss        {last['loss']:.4f}",
+        (
+            f"  sent by clients  {sent / 1e6:.2f} MB"
+            + (f" ({1 - sent / dense:.0%} less than uncompressed)" if dense else "")
+        ),
+        f"  failed updates   {failed}",
+        "Files",
+        f"  run dir          {out}",
+        f"  history          {out / 'history.csv'} (.png)",
+        f"  classes          {out / 'client_classes.csv'} (.png)",
+        f"  checkpoint       {checkpoint or '(none written)'}",
+    ]
     return "\n".join(lines)

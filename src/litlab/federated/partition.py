@@ -6,6 +6,7 @@ few classes per client. Partitions are of dataset *items*, so graph datasets spl
 graphs and 3D datasets into whole volumes. (flwr-datasets has the same partitioners, but only
 for Hugging Face datasets.)
 """
+
 import numpy as np
 import torch
 
@@ -28,8 +29,9 @@ def labels_of(dataset) -> np.ndarray:
         return dataset.tensors[-1].numpy().reshape(-1)
     if hasattr(dataset, "y") and dataset.y is not None:  # PyG InMemoryDataset: one label a graph
         return dataset.y.numpy().reshape(-1)
-    return np.asarray([int(torch.as_tensor(item[1] if isinstance(item, tuple) else item.y))
-                       for item in dataset])
+    return np.asarray(
+        [int(torch.as_tensor(item[1] if isinstance(item, tuple) else item.y)) for item in dataset]
+    )
 
 
 def iid(num_samples: int, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -51,17 +53,21 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int) -> 
                 parts[client].extend(chunk.tolist())
         if min(len(p) for p in parts) >= need:
             return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
-    raise UserError(f"federate.alpha={alpha} leaves some of the {num_clients} clients with fewer "
-                    f"than {need} samples in {MAX_DRAWS} draws; use a larger alpha or fewer "
-                    "clients")
+    raise UserError(
+        f"federate.alpha={alpha} leaves some of the {num_clients} clients with fewer "
+        f"than {need} samples in {MAX_DRAWS} draws; use a larger alpha or fewer "
+        "clients"
+    )
 
 
-def partition(labels: np.ndarray, num_clients: int, kind: str, alpha: float,
-              seed: int) -> list[np.ndarray]:
+def partition(
+    labels: np.ndarray, num_clients: int, kind: str, alpha: float, seed: int
+) -> list[np.ndarray]:
     """Index arrays into the training set, one per client (disjoint, together complete)."""
     if num_clients > len(labels):
-        raise UserError(f"federate.num_clients={num_clients} is more than the {len(labels)} "
-                        "training samples")
+        raise UserError(
+            f"federate.num_clients={num_clients} is more than the {len(labels)} training samples"
+        )
     if kind == "iid":
         return iid(len(labels), num_clients, seed)
     return dirichlet(np.asarray(labels), num_clients, alpha, seed)

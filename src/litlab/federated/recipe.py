@@ -4,6 +4,7 @@ Flower's simulation engine (Ray backend) runs the clients in worker processes; t
 runs the server (strategy + central evaluation). Whatever ends the run (the last round, a
 failure, Ctrl-C), Ray is shut down and any process it left is ended before returning.
 """
+
 import contextlib
 import logging
 import os
@@ -108,8 +109,13 @@ def _strategy(cfg: DictConfig):
 
     f = cfg.federate
     strategy = hydra.utils.instantiate(
-        f.strategy, fraction_train=f.fraction, fraction_evaluate=0.0, min_train_nodes=1,
-        min_evaluate_nodes=0, min_available_nodes=f.num_clients)
+        f.strategy,
+        fraction_train=f.fraction,
+        fraction_evaluate=0.0,
+        min_train_nodes=1,
+        min_evaluate_nodes=0,
+        min_available_nodes=f.num_clients,
+    )
     mods = []
     if f.compression != "none":
         from litlab.federated.compression import CompressionMod
@@ -125,7 +131,8 @@ def _strategy(cfg: DictConfig):
 
         sampled = max(1, int(f.num_clients * f.fraction))
         strategy = DifferentialPrivacyClientSideFixedClipping(
-            strategy, f.dp.noise_multiplier, f.dp.clipping_norm, sampled)
+            strategy, f.dp.noise_multiplier, f.dp.clipping_norm, sampled
+        )
         mods.append(fixedclipping_mod)
     return strategy, mods
 
@@ -139,8 +146,11 @@ def _simulate(server_app, client_app, f: DictConfig) -> None:
         def interrupted(signum, frame) -> None:
             # Flower's runtime does not stop on KeyboardInterrupt (its worker threads go on
             # training, seen here): end the workers, then this process, at once
-            print("\ninterrupted: the simulation was stopped and its workers ended",
-                  file=sys.stderr, flush=True)
+            print(
+                "\ninterrupted: the simulation was stopped and its workers ended",
+                file=sys.stderr,
+                flush=True,
+            )
             end(shutdown_ray=False)
             logging.shutdown()
             sys.stdout.flush()
@@ -148,8 +158,9 @@ def _simulate(server_app, client_app, f: DictConfig) -> None:
 
         previous = signal.signal(signal.SIGINT, interrupted)
         try:
-            run_simulation(server_app, client_app, num_supernodes=f.num_clients,
-                           backend_config=backend)
+            run_simulation(
+                server_app, client_app, num_supernodes=f.num_clients, backend_config=backend
+            )
         finally:
             signal.signal(signal.SIGINT, previous)
 
@@ -188,14 +199,19 @@ def federate(cfg: DictConfig) -> dict[str, float]:
 
     def progress(rnd: int, metrics: dict) -> None:
         done = recorded.rounds[-1] if recorded.rounds and rnd > 0 else {}
-        log.info("round %d/%d  test/acc %.4f  clients %d ok, %d failed  sent %.2f MB", rnd,
-                 f.rounds, metrics.get("test/acc", float("nan")), done.get("clients", 0),
-                 done.get("failed", 0), done.get("bytes_sent", 0) / 1e6)
+        log.info(
+            "round %d/%d  test/acc %.4f  clients %d ok, %d failed  sent %.2f MB",
+            rnd,
+            f.rounds,
+            metrics.get("test/acc", float("nan")),
+            done.get("clients", 0),
+            done.get("failed", 0),
+            done.get("bytes_sent", 0) / 1e6,
+        )
 
     evaluation = CentralEvaluation(model, datamodule, build.trainer(cfg), progress)
     config = OmegaConf.to_container(cfg, resolve=True)
-    client_app = make_client_app(config, [p.tolist() for p in parts],
-                                 list(f.fail_clients), mods)
+    client_app = make_client_app(config, [p.tolist() for p in parts], list(f.fail_clients), mods)
     server_app = make_server_app(recorded, evaluation, f.rounds)
     started = time.time()
     try:
@@ -209,8 +225,11 @@ def federate(cfg: DictConfig) -> dict[str, float]:
     # (this trainer only tested: the checkpoint holds no optimizer state either way)
     evaluation.trainer.save_checkpoint(checkpoint, weights_only=False)
     final = rows[-1]
-    metrics = {"test/acc": final["accuracy"], "test/loss": final["loss"],
-               "federate/bytes_per_round": sum(r["bytes_sent"] for r in rows) / f.rounds}
+    metrics = {
+        "test/acc": final["accuracy"],
+        "test/loss": final["loss"],
+        "federate/bytes_per_round": sum(r["bytes_sent"] for r in rows) / f.rounds,
+    }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     print(outputs.summary(out, rows, checkpoint, time.time() - started), flush=True)
     return metrics

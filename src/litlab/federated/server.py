@@ -5,6 +5,7 @@ The wrapper delegates sampling and aggregation to the wrapped strategy unchanged
 weighted by each client's `num-examples`). Federated evaluation is off: the global model is
 evaluated centrally, on the datamodule's test split, before the first round and after each.
 """
+
 import logging
 import re
 import time
@@ -18,6 +19,7 @@ from litlab.errors import UserError
 from litlab.federated import compression
 
 log = logging.getLogger(__name__)
+
 
 class NoClientSucceeded(UserError):
     """A round whose sampled clients all failed: the run ends, exit code 1."""
@@ -42,8 +44,9 @@ class Recorded(Strategy):
     def summary(self) -> None:
         self.strategy.summary()
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         self.global_arrays = arrays
         self._started = time.time()
         return self.strategy.configure_train(server_round, arrays, config, grid)
@@ -56,15 +59,24 @@ class Recorded(Strategy):
         dense = compression.count_bytes(self.global_arrays) * len(ok)
         for m in ok:  # full weights again, for any strategy and DP wrapper
             m.content["arrays"] = compression.decode(m.content["arrays"], self.global_arrays)
-        self.rounds.append({"round": server_round, "clients": len(ok), "failed": len(failed),
-                            "failures": "; ".join(failed), "bytes_sent": sent,
-                            "bytes_uncompressed": dense,
-                            "train_s": round(time.time() - self._started, 2)})
+        self.rounds.append(
+            {
+                "round": server_round,
+                "clients": len(ok),
+                "failed": len(failed),
+                "failures": "; ".join(failed),
+                "bytes_sent": sent,
+                "bytes_uncompressed": dense,
+                "train_s": round(time.time() - self._started, 2),
+            }
+        )
         for failure in failed:
             log.warning("round %d: client %s", server_round, failure)
         if not ok:
-            raise NoClientSucceeded(f"round {server_round}: none of the {len(replies)} sampled "
-                                    f"clients succeeded (client {failed[0] if failed else '?'})")
+            raise NoClientSucceeded(
+                f"round {server_round}: none of the {len(replies)} sampled "
+                f"clients succeeded (client {failed[0] if failed else '?'})"
+            )
         return self.strategy.aggregate_train(server_round, ok)
 
     def configure_evaluate(self, server_round, arrays, config, grid) -> Iterable[Message]:
@@ -105,7 +117,6 @@ def make_server_app(strategy: Recorded, evaluation: CentralEvaluation, rounds: i
 
     @app.main()
     def main(grid: Grid, context) -> None:
-        strategy.start(grid, evaluation.initial_arrays(), num_rounds=rounds,
-                       evaluate_fn=evaluation)
+        strategy.start(grid, evaluation.initial_arrays(), num_rounds=rounds, evaluate_fn=evaluation)
 
     return app

@@ -4,6 +4,7 @@ Lightning's MLFlowLogger already sends the flattened config as params and every 
 with its step; this adds the run's artifacts (its config and best checkpoint; the inspection
 callbacks add their plots) and takes the list of tags the other loggers take. Loggers log on
 rank 0 only under DDP. Browse with `mlflow ui --backend-store-uri <log_dir>/mlflow`."""
+
 import os
 from pathlib import Path
 
@@ -15,18 +16,30 @@ class LocalMLFlowLogger(MLFlowLogger):
     """`tracking_uri` wins when given (e.g. a server, or MLFLOW_TRACKING_URI); else the file
     store in `save_dir`. `run_dir`: the run's folder, whose .hydra/config.yaml is uploaded."""
 
-    def __init__(self, experiment_name: str = "litlab", run_name: str | None = None,
-                 save_dir: str = "mlflow", tracking_uri: str | None = None,
-                 tags: list[str] | None = None, run_dir: str | None = None,
-                 log_best_checkpoint: bool = True, **kwargs):
+    def __init__(
+        self,
+        experiment_name: str = "litlab",
+        run_name: str | None = None,
+        save_dir: str = "mlflow",
+        tracking_uri: str | None = None,
+        tags: list[str] | None = None,
+        run_dir: str | None = None,
+        log_best_checkpoint: bool = True,
+        **kwargs,
+    ):
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not tracking_uri:
             # mlflow 3 keeps its file store behind this switch (SQLite's first use costs ~10 s)
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             tracking_uri = Path(save_dir).resolve().as_uri()
-        super().__init__(experiment_name=experiment_name, run_name=run_name or None,
-                         tracking_uri=tracking_uri, save_dir=save_dir,
-                         tags={str(t): "true" for t in tags or []}, **kwargs)
+        super().__init__(
+            experiment_name=experiment_name,
+            run_name=run_name or None,
+            tracking_uri=tracking_uri,
+            save_dir=save_dir,
+            tags={str(t): "true" for t in tags or []},
+            **kwargs,
+        )
         self.run_dir = Path(run_dir) if run_dir else None
         self.log_best_checkpoint = log_best_checkpoint
         self._uploaded: set[str] = set()

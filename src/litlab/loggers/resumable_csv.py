@@ -4,6 +4,7 @@ Lightning's CSV writer removes an existing metrics.csv when it starts ("Previous
 this directory will be deleted"), which erases the history of a run resumed in its own run
 dir (`ckpt_path=last`). This one keeps the file and its columns and appends to it.
 """
+
 import csv
 
 from lightning.pytorch.loggers import CSVLogger

@@ -10,6 +10,7 @@ Hyperparameters saved into checkpoints are plain values only (no modules, no par
 checkpoints load with `torch.load(..., weights_only=True)`; the full run config is stored
 beside them by `litlab.checkpointing.run_config.RunConfigInCheckpoint`.
 """
+
 import fnmatch
 from collections.abc import Callable
 from typing import Literal
@@ -39,8 +40,9 @@ class LitModule(L.LightningModule):
     def monitorable(cls, name: str) -> bool:
         """True when `name` (e.g. val/acc) is a metric this module logs."""
         split, _, metric = str(name).partition("/")
-        return split in SPLITS and any(fnmatch.fnmatchcase(metric, p)
-                                       for p in (*cls.metric_names, "loss"))
+        return split in SPLITS and any(
+            fnmatch.fnmatchcase(metric, p) for p in (*cls.metric_names, "loss")
+        )
 
     @classmethod
     def monitor_examples(cls) -> list[str]:
@@ -104,10 +106,16 @@ class LitModule(L.LightningModule):
             return
         net = dict((checkpoint.get("litlab_config") or {}).get("model", {}).get("net") or {})
         held = ", ".join(f"{k}={v}" for k, v in net.items()) or "an unknown net"
-        detail = (f"{wrong[0]} has shape {list(theirs[wrong[0]].shape)} there, "
-                  f"{list(ours[wrong[0]].shape)} here" if wrong else f"it lacks {missing[0]}")
-        raise UserError(f"the checkpoint holds another net ({held}): {detail}; use the "
-                        f"model settings it was trained with, or another checkpoint")
+        detail = (
+            f"{wrong[0]} has shape {list(theirs[wrong[0]].shape)} there, "
+            f"{list(ours[wrong[0]].shape)} here"
+            if wrong
+            else f"it lacks {missing[0]}"
+        )
+        raise UserError(
+            f"the checkpoint holds another net ({held}): {detail}; use the "
+            f"model settings it was trained with, or another checkpoint"
+        )
 
     def forward(self, *args, **kwargs):
         return self._forward(*args, **kwargs)
@@ -127,8 +135,12 @@ class LitModule(L.LightningModule):
         """Per-sample columns of a classifier for eval.py's predictions.csv."""
         probs = logits.softmax(1)
         confidence, pred = probs.max(1)
-        return {"target": target, "pred": pred, "confidence": confidence,
-                **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])}}
+        return {
+            "target": target,
+            "pred": pred,
+            "confidence": confidence,
+            **{f"prob_{k}": probs[:, k] for k in range(probs.shape[1])},
+        }
 
     def log_step(self, split: str, loss: torch.Tensor, preds, target, batch_size: int) -> None:
         """Queue the batch for the split's metrics and mean loss, logged once per epoch.
@@ -149,15 +161,18 @@ class LitModule(L.LightningModule):
         if not queue:
             return
         preds, target, loss, sizes = zip(*queue)
-        same = all(p.shape[1:] == preds[0].shape[1:] and t.shape[1:] == target[0].shape[1:]
-                   for p, t in zip(preds, target))
+        same = all(
+            p.shape[1:] == preds[0].shape[1:] and t.shape[1:] == target[0].shape[1:]
+            for p, t in zip(preds, target)
+        )
         if same and len(queue) > 1:  # e.g. not volumes of different sizes
             preds, target = [torch.cat(preds)], [torch.cat(target)]
         for p, t in zip(preds, target):
             self.metrics(split).update(p, t)
         loss = torch.stack(loss).float()  # float32 weights: bf16 would round sizes above 256
-        getattr(self, f"{split}_loss").update(loss, torch.tensor(sizes, dtype=torch.float32,
-                                                                 device=loss.device))
+        getattr(self, f"{split}_loss").update(
+            loss, torch.tensor(sizes, dtype=torch.float32, device=loss.device)
+        )
         queue.clear()
         self._queued_numel[split] = 0
 
@@ -185,9 +200,11 @@ class LitModule(L.LightningModule):
         optimizer = self._optimizer(params=self.trainer.model.parameters())
         if self._scheduler is None:
             return optimizer
-        scheduler = {"scheduler": self._scheduler(optimizer=optimizer),
-                     "interval": self.hparams.scheduler_interval,
-                     "monitor": self.hparams.monitor}
+        scheduler = {
+            "scheduler": self._scheduler(optimizer=optimizer),
+            "interval": self.hparams.scheduler_interval,
+            "monitor": self.hparams.monitor,
+        }
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
 

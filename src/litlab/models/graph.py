@@ -9,6 +9,7 @@ the single-process gradient when the shares are equal in size. Evaluation: each 
 share only, so torchmetrics' sync counts every node exactly once (equal metrics to 1 process).
 Graph classification: the datamodule splits the graphs between ranks (no duplicates at eval).
 """
+
 from typing import Literal
 
 import torch
@@ -23,20 +24,28 @@ from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 class GNNClassifier(LitModule):
     tasks = (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION)
 
-    def __init__(self, net, optimizer, num_classes: int,
-                 task: Literal["node_classification", "graph_classification"] = NODE_CLASSIFICATION, scheduler=None,
-                 **kwargs):
+    def __init__(
+        self,
+        net,
+        optimizer,
+        num_classes: int,
+        task: Literal["node_classification", "graph_classification"] = NODE_CLASSIFICATION,
+        scheduler=None,
+        **kwargs,
+    ):
         if task not in self.tasks:
             raise ValueError(f"task={task} is not one of {self.tasks}")
         self.num_classes = num_classes
         super().__init__(net, optimizer, scheduler, **kwargs)
 
     def make_metrics(self) -> MetricCollection:
-        return MetricCollection({
-            # labels come from our own datamodules: skip the per-step checks (a unique() each)
-            "acc": MulticlassAccuracy(self.num_classes, average="micro", validate_args=False),
-            "f1": MulticlassF1Score(self.num_classes, average="macro", validate_args=False),
-        })
+        return MetricCollection(
+            {
+                # labels come from our own datamodules: skip the per-step checks (a unique() each)
+                "acc": MulticlassAccuracy(self.num_classes, average="micro", validate_args=False),
+                "f1": MulticlassF1Score(self.num_classes, average="macro", validate_args=False),
+            }
+        )
 
     @property
     def node_level(self) -> bool:
@@ -46,7 +55,7 @@ class GNNClassifier(LitModule):
         """This rank's nodes of a mask (all of them in a single process)."""
         idx = mask.nonzero().view(-1)
         world = self.trainer.world_size if self._trainer is not None else 1
-        return idx[self.global_rank::world] if world > 1 else idx
+        return idx[self.global_rank :: world] if world > 1 else idx
 
     def _scores(self, batch, split: str):
         """(logits, targets) of the nodes or graphs that count for `split` on this rank."""

@@ -4,6 +4,7 @@ inference on whole volumes, NIfTI masks on predict) and volume classification (a
 Metrics are torchmetrics (synced across DDP ranks); evaluation loaders never pad under DDP, so
 every volume counts exactly once.
 """
+
 import logging
 from pathlib import Path
 from typing import Literal
@@ -26,8 +27,9 @@ class ClassDice(DiceScore):
     """Mean Dice over volumes of one foreground class (Lightning logs scalars only)."""
 
     def __init__(self, num_classes: int, index: int):
-        super().__init__(num_classes, include_background=False, average="none",
-                         input_format="index")
+        super().__init__(
+            num_classes, include_background=False, average="none", input_format="index"
+        )
         self.index = index
 
     def compute(self) -> torch.Tensor:
@@ -48,24 +50,42 @@ class VolumeSegmenter(LitModule):
 
     metric_names = ("dice", "dice_*")
 
-    def __init__(self, net, optimizer, num_classes: int, patch_size, scheduler=None,
-                 sw_batch_size: PosInt = 4, sw_overlap: Probability = 0.25,
-                 sw_mode: Literal["constant", "gaussian"] = "gaussian",
-                 dice_weight: NonNegFloat = 1.0, ce_weight: NonNegFloat = 1.0,
-                 batch_dice: bool = True,
-                 mask_dir: str | None = None, **kwargs):
+    def __init__(
+        self,
+        net,
+        optimizer,
+        num_classes: int,
+        patch_size,
+        scheduler=None,
+        sw_batch_size: PosInt = 4,
+        sw_overlap: Probability = 0.25,
+        sw_mode: Literal["constant", "gaussian"] = "gaussian",
+        dice_weight: NonNegFloat = 1.0,
+        ce_weight: NonNegFloat = 1.0,
+        batch_dice: bool = True,
+        mask_dir: str | None = None,
+        **kwargs,
+    ):
         self.num_classes = num_classes
         super().__init__(net, optimizer, scheduler, **kwargs)
         from monai.losses import DiceCELoss
 
-        self.loss = DiceCELoss(to_onehot_y=True, softmax=True, batch=batch_dice,
-                               lambda_dice=dice_weight, lambda_ce=ce_weight)
+        self.loss = DiceCELoss(
+            to_onehot_y=True,
+            softmax=True,
+            batch=batch_dice,
+            lambda_dice=dice_weight,
+            lambda_ce=ce_weight,
+        )
         self.patch_size = tuple(int(p) for p in patch_size)
         self.mask_dir = Path(mask_dir) if mask_dir else None
 
     def make_metrics(self) -> MetricCollection:
-        metrics = {"dice": DiceScore(self.num_classes, include_background=False,
-                                     average="macro", input_format="index")}
+        metrics = {
+            "dice": DiceScore(
+                self.num_classes, include_background=False, average="macro", input_format="index"
+            )
+        }
         metrics |= {f"dice_{k}": ClassDice(self.num_classes, k) for k in range(1, self.num_classes)}
         return MetricCollection(metrics, compute_groups=False)
 
@@ -81,8 +101,9 @@ class VolumeSegmenter(LitModule):
         from monai.inferers import sliding_window_inference
 
         h = self.hparams
-        return sliding_window_inference(x, self.patch_size, h.sw_batch_size, self,
-                                        overlap=h.sw_overlap, mode=h.sw_mode)
+        return sliding_window_inference(
+            x, self.patch_size, h.sw_batch_size, self, overlap=h.sw_overlap, mode=h.sw_mode
+        )
 
     def eval_step(self, split: str, batch):
         x, y = batch["image"], batch["label"]
@@ -97,8 +118,14 @@ class VolumeSegmenter(LitModule):
         """Per-volume Dice and predicted voxel counts, by case name; masks go to `mask_dir`."""
         x, y = batch["image"], batch["label"]
         pred = self.infer(x).argmax(1)
-        dice = dice_score(pred, y[:, 0], self.num_classes, include_background=False,
-                          average="none", input_format="index")
+        dice = dice_score(
+            pred,
+            y[:, 0],
+            self.num_classes,
+            include_background=False,
+            average="none",
+            input_format="index",
+        )
         if self.mask_dir is not None:
             self.write_masks(pred, batch)
         # the case id of the mask file (masks/<case>.nii.gz) and of data_split.json
@@ -116,8 +143,12 @@ class VolumeSegmenter(LitModule):
         for i in range(len(pred)):
             source, name = batch["path"][i], batch["name"][i]
             name = name if name.endswith((".nii", ".nii.gz")) else name + ".nii.gz"
-            write_mask(pred[i].cpu().numpy(), self.mask_dir / name,
-                       batch["affine"][i].cpu().double().numpy(), like=source or None)
+            write_mask(
+                pred[i].cpu().numpy(),
+                self.mask_dir / name,
+                batch["affine"][i].cpu().double().numpy(),
+                like=source or None,
+            )
 
 
 class VolumeClassifier(Classifier):
@@ -127,14 +158,25 @@ class VolumeClassifier(Classifier):
 
     metric_names = ("acc", "auroc")
 
-    def __init__(self, net, optimizer, num_classes: int, scheduler=None,
-                 label_smoothing: Probability = 0.0, **kwargs):
+    def __init__(
+        self,
+        net,
+        optimizer,
+        num_classes: int,
+        scheduler=None,
+        label_smoothing: Probability = 0.0,
+        **kwargs,
+    ):
         self.num_classes = num_classes
         super().__init__(net, optimizer, scheduler, **kwargs)
 
     def make_metrics(self) -> MetricCollection:
-        return MetricCollection({"acc": MulticlassAccuracy(self.num_classes, average="micro"),
-                                 "auroc": MulticlassAUROC(self.num_classes)})
+        return MetricCollection(
+            {
+                "acc": MulticlassAccuracy(self.num_classes, average="micro"),
+                "auroc": MulticlassAUROC(self.num_classes),
+            }
+        )
 
     def training_step(self, batch, batch_idx):
         x, y = batch

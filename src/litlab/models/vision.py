@@ -1,5 +1,6 @@
 """Image classification: cross-entropy with label smoothing, optional mixup/cutmix and EMA
 weights (the recipe of torchvision's classification references), accuracy and macro-F1."""
+
 from typing import Annotated
 
 import torch.nn.functional as F
@@ -15,21 +16,34 @@ from litlab.tasks import IMAGE_CLASSIFICATION
 class ImageClassifier(Classifier):
     tasks = (IMAGE_CLASSIFICATION,)
 
-    def __init__(self, net, optimizer, num_classes: PosInt, scheduler=None,
-                 label_smoothing: Probability = 0.0, mixup_alpha: NonNegFloat = 0.0,
-                 cutmix_alpha: NonNegFloat = 0.0,
-                 ema_decay: Annotated[float, Interval(gt=0, lt=1)] | None = None, **kwargs):
+    def __init__(
+        self,
+        net,
+        optimizer,
+        num_classes: PosInt,
+        scheduler=None,
+        label_smoothing: Probability = 0.0,
+        mixup_alpha: NonNegFloat = 0.0,
+        cutmix_alpha: NonNegFloat = 0.0,
+        ema_decay: Annotated[float, Interval(gt=0, lt=1)] | None = None,
+        **kwargs,
+    ):
         self.num_classes = num_classes
         super().__init__(net, optimizer, scheduler, **kwargs)
-        mixes = [cls(alpha=a, num_classes=num_classes)
-                 for cls, a in ((v2.MixUp, mixup_alpha), (v2.CutMix, cutmix_alpha)) if a > 0]
+        mixes = [
+            cls(alpha=a, num_classes=num_classes)
+            for cls, a in ((v2.MixUp, mixup_alpha), (v2.CutMix, cutmix_alpha))
+            if a > 0
+        ]
         self.mix = v2.RandomChoice(mixes) if mixes else None
 
     def make_metrics(self) -> MetricCollection:
-        return MetricCollection({
-            "acc": MulticlassAccuracy(self.num_classes, average="micro"),
-            "f1": MulticlassF1Score(self.num_classes, average="macro"),
-        })
+        return MetricCollection(
+            {
+                "acc": MulticlassAccuracy(self.num_classes, average="micro"),
+                "f1": MulticlassF1Score(self.num_classes, average="macro"),
+            }
+        )
 
     def configure_callbacks(self):
         if self.hparams.ema_decay is None:

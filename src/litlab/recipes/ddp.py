@@ -19,30 +19,49 @@ the child ranks and fails when one failed. Plain Lightning does neither: rank 0,
 rendezvous store, can exit while the other ranks' gloo threads still tear down against it (the
 likely cause of `terminate called without an active exception`; bench/ddp.py --stress).
 """
+
 import contextlib
 import logging
 import os
 import socket
 import subprocess
 import sys
-import warnings
 from collections.abc import Mapping
 
 from litlab.errors import UserError
-from litlab.utils.distributed import rank
+from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
 log = logging.getLogger(__name__)
 # environment a launch sets in the parent; restored after each job (multiruns start many)
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
 # the job's hydra overrides that a child must not repeat (it is a single run, not a sweep)
-SWEEP_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.launcher", "hydra.sweeper",
-              "hydra.sweep", "hydra.run", "hydra.mode", "hydra.output_subdir")
+SWEEP_KEYS = (
+    "hydra/launcher",
+    "hydra/sweeper",
+    "hydra.launcher",
+    "hydra.sweeper",
+    "hydra.sweep",
+    "hydra.run",
+    "hydra.mode",
+    "hydra.output_subdir",
+)
 
 # set when something else starts the ranks (torchrun, SLURM, MPI, LSF) or we are a child rank
-STARTED_ELSEWHERE = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID",
-                     "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID")
-DDP = ("ddp", "lightning.pytorch.strategies.DDPStrategy",
-       "lightning.pytorch.strategies.ddp.DDPStrategy")
+STARTED_ELSEWHERE = (
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "SLURM_NTASKS",
+    "TORCHELASTIC_RUN_ID",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "LSB_JOBID",
+)
+DDP = (
+    "ddp",
+    "lightning.pytorch.strategies.DDPStrategy",
+    "lightning.pytorch.strategies.ddp.DDPStrategy",
+)
 
 _state: dict = {}
 
@@ -60,8 +79,14 @@ def child_command(local_rank: int) -> tuple[list[str], str]:
     hc = HydraConfig.get()
     hydra_overrides = [o for o in hc.overrides.hydra if not o.lstrip("~+").startswith(SWEEP_KEYS)]
     out = hc.runtime.output_dir.replace("\\", "\\\\").replace('"', '\\"')
-    cmd = [sys.executable, _state["script"], *hc.overrides.task, *hydra_overrides,
-           f'hydra.run.dir="{out}"', "hydra.output_subdir=null"]
+    cmd = [
+        sys.executable,
+        _state["script"],
+        *hc.overrides.task,
+        *hydra_overrides,
+        f'hydra.run.dir="{out}"',
+        "hydra.output_subdir=null",
+    ]
     return cmd, hc.runtime.cwd
 
 
@@ -70,9 +95,13 @@ def local_processes(trainer_cfg) -> int:
     itself (another strategy, several nodes, a cluster launcher, devices it has to work out)."""
     strategy = trainer_cfg.get("strategy")
     target = strategy.get("_target_") if isinstance(strategy, Mapping) else strategy
-    if (target not in DDP or any(k in os.environ for k in STARTED_ELSEWHERE)
-            or trainer_cfg.get("num_nodes", 1) != 1
-            or isinstance(strategy, Mapping) and strategy.get("start_method", "popen") != "popen"):
+    if (
+        target not in DDP
+        or any(k in os.environ for k in STARTED_ELSEWHERE)
+        or trainer_cfg.get("num_nodes", 1) != 1
+        or isinstance(strategy, Mapping)
+        and strategy.get("start_method", "popen") != "popen"
+    ):
         return 0
     devices, accelerator = trainer_cfg.get("devices"), trainer_cfg.get("accelerator", "auto")
     if isinstance(devices, int) and devices > 0:
@@ -109,10 +138,12 @@ def _check_reachable(address: str) -> None:
             client.settimeout(5)
             client.connect(server.getsockname())
     except OSError as err:
-        raise UserError(f"trainer=ddp: its processes cannot reach each other at {address} "
-                        f"({err.strerror or err}); bring the network interface up (for "
-                        f"127.0.0.1: ip link set lo up) or train in one process "
-                        f"(trainer=cpu)") from None
+        raise UserError(
+            f"trainer=ddp: its processes cannot reach each other at {address} "
+            f"({err.strerror or err}); bring the network interface up (for "
+            f"127.0.0.1: ip link set lo up) or train in one process "
+            f"(trainer=cpu)"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -160,30 +191,6 @@ def install(script: str) -> None:
     launcher._hydra_subprocess_cmd = fabric_launcher._hydra_subprocess_cmd = child_command
 
 
-class _RankFormatter(logging.Formatter):
-    def __init__(self, inner: logging.Formatter | None, prefix: str):
-        super().__init__()
-        self.inner, self.prefix = inner or logging.Formatter(), prefix
-
-    def format(self, record):
-        return self.prefix + self.inner.format(record)
-
-
-def tag_log_lines(rank_: int) -> None:
-    """Prefix every log line with the rank (idempotent)."""
-    for handler in logging.getLogger().handlers:
-        if not isinstance(handler.formatter, _RankFormatter):
-            handler.setFormatter(_RankFormatter(handler.formatter, f"[rank{rank_}] "))
-
-
-def quiet_rank_console(rank_: int) -> None:
-    """Ranks > 0 log warnings and errors only (rank 0 already says the rest once)."""
-    tag_log_lines(rank_)
-    for handler in logging.getLogger().handlers:
-        handler.setLevel(max(handler.level, logging.WARNING))
-    warnings.filterwarnings("ignore")  # the same Python warnings as rank 0's
-
-
 def attach(trainer) -> None:
     """Hand the early-started ranks to Lightning's launcher (which kills them when this process
     fails) and watch them as Lightning watches the ones it starts (a dead rank ends the job)."""
@@ -205,9 +212,14 @@ def describe(trainer, batch_size: int | None) -> None:
     tag_log_lines(trainer.global_rank)
     if batch_size and trainer.global_rank == 0:
         accumulate = trainer.accumulate_grad_batches
-        log.info("DDP: %d processes x batch_size %d x accumulate_grad_batches %d = %d samples "
-                 "per optimizer step", trainer.world_size, batch_size, accumulate,
-                 trainer.world_size * batch_size * accumulate)
+        log.info(
+            "DDP: %d processes x batch_size %d x accumulate_grad_batches %d = %d samples "
+            "per optimizer step",
+            trainer.world_size,
+            batch_size,
+            accumulate,
+            trainer.world_size * batch_size * accumulate,
+        )
 
 
 def _restore_env() -> None:

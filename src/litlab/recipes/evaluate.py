@@ -1,5 +1,6 @@
 """The evaluation recipe as a plain function: test a checkpoint on the split it was trained
 with (rebuilt from the config stored inside it) and write metrics.json and predictions.csv."""
+
 import json
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """Rebuild a trained run from its checkpoint alone: the stored config gives the exact data split
 and net; the weights are loaded weights-only. eval, export, serve and compress start here."""
+
 from dataclasses import dataclass
 from typing import Any
 

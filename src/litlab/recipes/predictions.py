@@ -1,4 +1,5 @@
 """Per-sample predictions (what `predict_step` returns) gathered into one CSV."""
+
 from pathlib import Path
 
 
@@ -11,6 +12,7 @@ def write_csv(batches: list, path: Path) -> int:
     batches = [b for b in batches if b]
     if not batches:
         return 0
+
     def column(values: list):  # tensors, or lists of names (e.g. a volume's case id)
         if isinstance(values[0], torch.Tensor):
             return torch.cat([v.detach().cpu().reshape(-1) for v in values]).numpy()

@@ -1,5 +1,6 @@
 """What a run tells its user: the config at start, hyperparameters to the loggers, and a
 summary at the end (metrics and where the checkpoint, logs and config are)."""
+
 import io
 import logging
 import warnings
@@ -64,11 +65,14 @@ def header(cfg: DictConfig, out: Path | None) -> str:
     lines = [f"{cfg.get('task_name', 'run')}: {' '.join(shown)}".rstrip()]
     if cfg.get("ckpt_path"):
         lines.append(f"  checkpoint  {cfg.ckpt_path}")
-    lines.append(f"  threads     {os.environ.get('OMP_NUM_THREADS', 'torch default')} "
-                 f"(threads={cfg.get('threads', 'auto')})")
+    lines.append(
+        f"  threads     {os.environ.get('OMP_NUM_THREADS', 'torch default')} "
+        f"(threads={cfg.get('threads', 'auto')})"
+    )
     if out is not None:
-        lines.append(f"  run dir     {out}  (config tree: {CONFIG_TREE}; "
-                     "extras.print_config=true prints it)")
+        lines.append(
+            f"  run dir     {out}  (config tree: {CONFIG_TREE}; extras.print_config=true prints it)"
+        )
     return "\n".join(lines)
 
 
@@ -93,7 +97,9 @@ def log_hyperparameters(cfg: DictConfig, model, trainer) -> None:
     hparams = OmegaConf.to_container(cfg, resolve=True)
     hparams.pop("hydra", None)
     hparams["model/params/total"] = sum(p.numel() for p in model.parameters())
-    hparams["model/params/trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    hparams["model/params/trainable"] = sum(
+        p.numel() for p in model.parameters() if p.requires_grad
+    )
     for logger in trainer.loggers:
         logger.log_hyperparams(hparams)
 
@@ -121,12 +127,17 @@ def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) 
     out = Path(cfg.paths.output_dir)
     lines = ["", "Results"]
     lines += [f"  {k:<16} {v:.4f}" for k, v in sorted(metrics.items()) if "/" in k]
-    lines += ["Files",
-              f"  run dir          {out}",
-              f"  checkpoint       {checkpoint or '(none written)'}",
-              f"  logs             {out / (cfg.task_name + '.log')}"]
-    lines += [f"  {name:<16} {out / name}" for name in ("csv", "tensorboard", "wandb", "inspect")
-              if (out / name).exists()]
+    lines += [
+        "Files",
+        f"  run dir          {out}",
+        f"  checkpoint       {checkpoint or '(none written)'}",
+        f"  logs             {out / (cfg.task_name + '.log')}",
+    ]
+    lines += [
+        f"  {name:<16} {out / name}"
+        for name in ("csv", "tensorboard", "wandb", "inspect")
+        if (out / name).exists()
+    ]
     lines += [f"  profiler         {p}" for p in sorted((out / "profiler").glob("*.txt"))]
     if (out / ".hydra" / "config.yaml").exists():
         lines.append(f"  config           {out / '.hydra' / 'config.yaml'}")

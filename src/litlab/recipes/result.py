@@ -1,4 +1,5 @@
 """What a recipe returns: enough for a notebook or a sweep to go on without parsing logs."""
+
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -1,6 +1,7 @@
 """The run dir as Hydra makes it for a CLI run, made the same way for an in-process run
 (`litlab.train([...])`), and removed again when bad input stopped the run before it wrote
 anything (both routes: no half-written run dir)."""
+
 import copy
 import logging
 import os

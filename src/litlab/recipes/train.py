@@ -1,5 +1,6 @@
 """The training recipe as a plain function of a composed config: seed, data, model, trainer,
 fit, test, report. `src/train.py` calls it under Hydra; `litlab.train([...])` composes first."""
+
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -24,8 +25,7 @@ def train(cfg: DictConfig) -> RunResult:
 
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
-        from litlab.recipes import tuning
-        from litlab.recipes import report
+        from litlab.recipes import report, tuning
 
         report.apply_extras(cfg)
         L.seed_everything(cfg.seed, workers=True)
@@ -39,8 +39,7 @@ def train(cfg: DictConfig) -> RunResult:
 
         if cfg.train:
             tuning.run(build.instantiate_all(cfg.get("tune")), trainer, model, datamodule)  # tune=
-            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path,
-                        weights_only=True)
+            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
         if cfg.test:

@@ -5,13 +5,14 @@ leave as they found them (weights and step restored) except for the value they s
 suggested learning rate replaces the optimizer's `lr`, the found batch size the datamodule's
 `batch_size`. Each prints its result, logs it (`tune/lr`, `tune/batch_size`) and writes its
 files into <run dir>/tune/. Lightning's tuner needs a single device: refused under DDP."""
+
 import functools
 import json
 import logging
 from pathlib import Path
 
-from litlab.utils.distributed import is_rank_zero
 from litlab.errors import UserError
+from litlab.utils.distributed import is_rank_zero
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +23,11 @@ def run(tuners: list, trainer, model, datamodule) -> None:
         return
     strategy = type(trainer.strategy).__name__
     if trainer.world_size > 1 or strategy != "SingleDeviceStrategy":
-        raise UserError(f"tune=... cannot run under {strategy} ({trainer.world_size} processes): "
-                        f"Lightning's finders need one device; tune with trainer=default, then "
-                        f"train with the value it prints")
+        raise UserError(
+            f"tune=... cannot run under {strategy} ({trainer.world_size} processes): "
+            f"Lightning's finders need one device; tune with trainer=default, then "
+            f"train with the value it prints"
+        )
     for tuner in tuners:
         tuner(trainer, model, datamodule)
 
@@ -39,7 +42,9 @@ def _report(trainer, name: str, value, text: str, extra: dict) -> None:
     for logger in trainer.loggers:
         logger.log_metrics({f"tune/{name}": float(value)}, step=0)
     if is_rank_zero():
-        (_out_dir(trainer) / f"{name}.json").write_text(json.dumps({name: value, **extra}, indent=2))
+        (_out_dir(trainer) / f"{name}.json").write_text(
+            json.dumps({name: value, **extra}, indent=2)
+        )
         print(text, flush=True)
 
 
@@ -48,8 +53,14 @@ class LearningRateFinder:
     when the loss exceeds `early_stop_threshold` times its best; the suggestion is the steepest
     descent of the smoothed loss curve (plot: tune/lr_find.png)."""
 
-    def __init__(self, min_lr: float = 1e-6, max_lr: float = 1.0, num_training: int = 100,
-                 spacing: str = "exponential", early_stop_threshold: float | None = 4.0):
+    def __init__(
+        self,
+        min_lr: float = 1e-6,
+        max_lr: float = 1.0,
+        num_training: int = 100,
+        spacing: str = "exponential",
+        early_stop_threshold: float | None = 4.0,
+    ):
         self.min_lr, self.max_lr, self.num_training = min_lr, max_lr, num_training
         self.spacing, self.early_stop_threshold = spacing, early_stop_threshold
 
@@ -57,9 +68,15 @@ class LearningRateFinder:
         from lightning.pytorch.tuner import Tuner
 
         finder = Tuner(trainer).lr_find(
-            model, datamodule=datamodule, min_lr=self.min_lr, max_lr=self.max_lr,
-            num_training=self.num_training, mode=self.spacing,
-            early_stop_threshold=self.early_stop_threshold, update_attr=False)
+            model,
+            datamodule=datamodule,
+            min_lr=self.min_lr,
+            max_lr=self.max_lr,
+            num_training=self.num_training,
+            mode=self.spacing,
+            early_stop_threshold=self.early_stop_threshold,
+            update_attr=False,
+        )
         lr = finder.suggestion() if finder is not None else None
         if lr is None:
             log.warning("LR finder: no suggestion (too few steps ran); keeping the config's lr")
@@ -72,10 +89,14 @@ class LearningRateFinder:
             plt.close(fig)
         # the optimizer is a partial from config (LitModule builds it at fit): rebind its lr
         model._optimizer = functools.partial(model._optimizer, lr=lr)
-        _report(trainer, "lr", lr,
-                f"LR finder: suggested lr {lr:.4g} (searched {self.min_lr:g} to {self.max_lr:g} "
-                f"in {len(finder.results['lr'])} steps); training with it",
-                {"searched": [self.min_lr, self.max_lr], "results": finder.results})
+        _report(
+            trainer,
+            "lr",
+            lr,
+            f"LR finder: suggested lr {lr:.4g} (searched {self.min_lr:g} to {self.max_lr:g} "
+            f"in {len(finder.results['lr'])} steps); training with it",
+            {"searched": [self.min_lr, self.max_lr], "results": finder.results},
+        )
         return lr
 
 
@@ -83,8 +104,13 @@ class BatchSizeFinder:
     """Lightning's batch-size scaler: `power` doubles from `init_val` until a trial runs out of
     memory (or `max_trials`, or the dataset size); `binsearch` then bisects."""
 
-    def __init__(self, search: str = "power", steps_per_trial: int = 3, init_val: int = 2,
-                 max_trials: int = 25):
+    def __init__(
+        self,
+        search: str = "power",
+        steps_per_trial: int = 3,
+        init_val: int = 2,
+        max_trials: int = 25,
+    ):
         self.search, self.steps_per_trial = search, steps_per_trial
         self.init_val, self.max_trials = init_val, max_trials
 
@@ -94,11 +120,23 @@ class BatchSizeFinder:
 
         try:
             size = Tuner(trainer).scale_batch_size(
-                model, datamodule=datamodule, mode=self.search, steps_per_trial=self.steps_per_trial,
-                init_val=self.init_val, max_trials=self.max_trials)
+                model,
+                datamodule=datamodule,
+                mode=self.search,
+                steps_per_trial=self.steps_per_trial,
+                init_val=self.init_val,
+                max_trials=self.max_trials,
+            )
         except MisconfigurationException as err:  # e.g. full-graph data have no batch_size
-            raise UserError(f"tune=batch_size cannot run here: {str(err).splitlines()[0]}") from None
-        _report(trainer, "batch_size", size,
-                f"Batch-size finder: batch_size={size} ({self.search} search from {self.init_val}); "
-                f"training with it", {"search": self.search})
+            raise UserError(
+                f"tune=batch_size cannot run here: {str(err).splitlines()[0]}"
+            ) from None
+        _report(
+            trainer,
+            "batch_size",
+            size,
+            f"Batch-size finder: batch_size={size} ({self.search} search from {self.init_val}); "
+            f"training with it",
+            {"search": self.search},
+        )
         return size

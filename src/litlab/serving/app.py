@@ -2,6 +2,7 @@
 
 Every bad request gets a 4xx and one JSON sentence, {"error": ...}; the body size limit is
 enforced before the body is read (`BodyLimit`)."""
+
 import uuid
 from contextlib import asynccontextmanager
 
@@ -25,31 +26,57 @@ from litlab.serving.limits import BodyLimit, Metrics
 from litlab.serving.runner import MicroBatcher, Runner
 
 BATCHABLE = ("image_classification", "volume_classification")
-PREDICT_BODY = {"requestBody": {"content": {
-    "application/json": {"schema": {"type": "object", "example": {"inputs": [[[[0.0]]]]}},
-                         "description": "{'inputs': [samples in the model's input shape]}, or "
-                                        "graphs: {'x': [[...]], 'edge_index': [[...], [...]], "
-                                        "'batch': [...]}"},
-    "multipart/form-data": {"schema": {"type": "object", "properties": {"file": {
-        "type": "string", "format": "binary"}}}, "description": "PNG/JPEG images (vision) "
-        "or one NIfTI volume (3D), as field(s) named `file`"}}}}
+PREDICT_BODY = {
+    "requestBody": {
+        "content": {
+            "application/json": {
+                "schema": {"type": "object", "example": {"inputs": [[[[0.0]]]]}},
+                "description": "{'inputs': [samples in the model's input shape]}, or "
+                "graphs: {'x': [[...]], 'edge_index': [[...], [...]], "
+                "'batch': [...]}",
+            },
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                },
+                "description": "PNG/JPEG images (vision) "
+                "or one NIfTI volume (3D), as field(s) named `file`",
+            },
+        }
+    }
+}
 
 
 def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def create_app(model_path, max_batch: int = 64, batching: bool = False,
-               max_wait_ms: float = 2.0, threads: int = 1, max_body_bytes: int = 8 << 20):
+def create_app(
+    model_path,
+    max_batch: int = 64,
+    batching: bool = False,
+    max_wait_ms: float = 2.0,
+    threads: int = 1,
+    max_body_bytes: int = 8 << 20,
+):
     """The ASGI app: metrics and body limit (litlab.serving.limits) around the FastAPI app."""
     state = {"ready": False}
     runner = Runner(model_path, threads)
-    batcher = MicroBatcher(runner, max_batch, max_wait_ms) \
-        if batching and runner.task in BATCHABLE else None
+    batcher = (
+        MicroBatcher(runner, max_batch, max_wait_ms)
+        if batching and runner.task in BATCHABLE
+        else None
+    )
     registry = CollectorRegistry()
     requests = Counter("litlab_requests", "HTTP requests", ["path", "status"], registry=registry)
-    latency = Histogram("litlab_request_seconds", "request latency", ["path"], registry=registry,
-                        buckets=(.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5))
+    latency = Histogram(
+        "litlab_request_seconds",
+        "request latency",
+        ["path"],
+        registry=registry,
+        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+    )
 
     @asynccontextmanager
     async def lifespan(app):
@@ -62,8 +89,11 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
         if batcher is not None:
             await batcher.stop()
 
-    app = FastAPI(title="litlab inference", lifespan=lifespan,
-                  description=f"{runner.task} model {runner.path.name} on ONNX Runtime")
+    app = FastAPI(
+        title="litlab inference",
+        lifespan=lifespan,
+        description=f"{runner.task} model {runner.path.name} on ONNX Runtime",
+    )
 
     @app.exception_handler(BadRequest)
     async def bad_request(request, err: BadRequest):
@@ -105,13 +135,15 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
         elif kind == "multipart/form-data":
             out = await predict_files(request)
         else:
-            raise BadRequest(f"Unsupported content type {kind or 'none'!r}; send "
-                             "application/json or multipart/form-data.", 415)
+            raise BadRequest(
+                f"Unsupported content type {kind or 'none'!r}; send "
+                "application/json or multipart/form-data.",
+                415,
+            )
         if isinstance(out, Response):
             out.headers["X-Request-ID"] = request_id
             return out
-        return JSONResponse({"request_id": request_id, **out},
-                            headers={"X-Request-ID": request_id})
+        return JSONResponse({"request_id": request_id, **out}, headers={"X-Request-ID": request_id})
 
     async def classify_batch(x: np.ndarray) -> dict:
         if batcher is not None:
@@ -124,8 +156,9 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
         task = runner.task
         if task in ("node_classification", "graph_classification"):
             graph_level = task == "graph_classification"
-            args = inputs.graph(data, runner.layout["x"]["shape"][1], graph_level,
-                                max_nodes=max_batch * 10_000)
+            args = inputs.graph(
+                data, runner.layout["x"]["shape"][1], graph_level, max_nodes=max_batch * 10_000
+            )
             out = runner.classify(await run_in_threadpool(runner.run, *args))
             return {"level": "graph" if graph_level else "node", **out}
         if task == "volume_segmentation":
@@ -135,16 +168,20 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
                 raise BadRequest(f"The volume must have shape [1, {channels}, D, H, W].", 422)
             mask = await run_in_threadpool(runner.segment, x[0])
             return {"mask": mask.tolist(), "classes": runner.classes}
-        return await classify_batch(inputs.tensor_batch(data, runner.layout["x"]["shape"],
-                                                        max_batch))
+        return await classify_batch(
+            inputs.tensor_batch(data, runner.layout["x"]["shape"], max_batch)
+        )
 
     async def predict_files(request: Request):
         try:
             form = await request.form(max_files=max_batch, max_fields=max_batch)
         except HTTPException as err:  # starlette's own limits (files, fields)
             if "Too many" in str(err.detail):
-                raise BadRequest(f"The request holds more than {max_batch} files or fields; "
-                                 f"the limit is {max_batch}.", 413) from None
+                raise BadRequest(
+                    f"The request holds more than {max_batch} files or fields; "
+                    f"the limit is {max_batch}.",
+                    413,
+                ) from None
             raise BadRequest("The multipart body cannot be parsed.") from None
         except Exception:  # noqa: BLE001 (python-multipart's parse errors)
             raise BadRequest("The multipart body cannot be parsed.") from None
@@ -159,8 +196,11 @@ def create_app(model_path, max_batch: int = 64, batching: bool = False,
             if runner.task == "volume_classification":
                 return await classify_batch(fit_volume(volume, runner.layout)[None])
             mask = await run_in_threadpool(runner.segment, volume)
-            return Response(nifti_bytes(mask, affine), media_type="application/gzip", headers={
-                "Content-Disposition": 'attachment; filename="mask.nii.gz"'})
+            return Response(
+                nifti_bytes(mask, affine),
+                media_type="application/gzip",
+                headers={"Content-Disposition": 'attachment; filename="mask.nii.gz"'},
+            )
         raise BadRequest("This model takes JSON (x, edge_index), not file uploads.", 415)
 
     channels = int(runner.layout["x"]["shape"][1])

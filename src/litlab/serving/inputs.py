@@ -1,5 +1,6 @@
 """Request bodies -> model inputs, preprocessed as in training; anything wrong is a
 `BadRequest` with a status code and one sentence (never an exception that reaches a 500)."""
+
 import io
 import json
 import tempfile
@@ -22,7 +23,7 @@ def parse_json(body: bytes) -> dict:
     except (ValueError, UnicodeDecodeError):
         raise BadRequest("The request body is not valid JSON.") from None
     if not isinstance(data, dict):
-        raise BadRequest("The JSON body must be an object, e.g. {\"inputs\": [...]}.", 422)
+        raise BadRequest('The JSON body must be an object, e.g. {"inputs": [...]}.', 422)
     return data
 
 
@@ -58,8 +59,9 @@ def tensor_batch(data: dict, shape: list, max_items: int) -> np.ndarray:
     count(len(items) if isinstance(items, list) else 1, max_items)
     x = array(items, "inputs", np.float32, len(shape))
     if list(x.shape[1:]) != [int(s) for s in shape[1:]]:
-        raise BadRequest(f"Each sample must have shape {list(shape[1:])}, not "
-                         f"{list(x.shape[1:])}.", 422)
+        raise BadRequest(
+            f"Each sample must have shape {list(shape[1:])}, not {list(x.shape[1:])}.", 422
+        )
     return x
 
 
@@ -102,11 +104,15 @@ def nifti(raw: bytes, filename: str, channels: int) -> tuple[np.ndarray, np.ndar
         try:
             volume, affine = read_nifti(path)
         except (UserError, Exception):  # noqa: BLE001 (nibabel raises many types)
-            raise BadRequest(f"The upload {filename!r} is not a readable NIfTI volume "
-                             "(truncated or another format).", 400) from None
+            raise BadRequest(
+                f"The upload {filename!r} is not a readable NIfTI volume "
+                "(truncated or another format).",
+                400,
+            ) from None
     if volume.shape[0] != channels or min(volume.shape[1:]) < 1:
-        raise BadRequest(f"The volume has {volume.shape[0]} channel(s); the model takes "
-                         f"{channels}.", 422)
+        raise BadRequest(
+            f"The volume has {volume.shape[0]} channel(s); the model takes {channels}.", 422
+        )
     if not np.isfinite(volume).all():
         raise BadRequest("The volume holds NaN or infinite values.", 422)
     return normalize(volume), affine
@@ -116,22 +122,31 @@ def graph(data: dict, features: int, graph_level: bool, max_nodes: int) -> tuple
     """{"x": nodes x features, "edge_index": [sources, targets], "batch": graph id per node}."""
     for key in ("x", "edge_index"):
         if key not in data:
-            raise BadRequest(f"The JSON body needs '{key}' (and 'x', 'edge_index'"
-                             f"{', optional batch' if graph_level else ''}).", 422)
+            raise BadRequest(
+                f"The JSON body needs '{key}' (and 'x', 'edge_index'"
+                f"{', optional batch' if graph_level else ''}).",
+                422,
+            )
     x = array(data["x"], "x", np.float32, 2)
     count(len(x), max_nodes, "nodes")
     if x.shape[1] != features:
         raise BadRequest(f"'x' must have {features} features per node, not {x.shape[1]}.", 422)
-    edges = array(data["edge_index"], "edge_index", np.int64, 2) if data["edge_index"] else \
-        np.zeros((2, 0), np.int64)
+    edges = (
+        array(data["edge_index"], "edge_index", np.int64, 2)
+        if data["edge_index"]
+        else np.zeros((2, 0), np.int64)
+    )
     if edges.shape[0] != 2:
         raise BadRequest("'edge_index' must have 2 rows (sources, targets).", 422)
     if edges.size and (edges.min() < 0 or edges.max() >= len(x)):
         raise BadRequest(f"'edge_index' refers to nodes outside 0..{len(x) - 1}.", 422)
     if not graph_level:
         return x, edges
-    batch = array(data["batch"], "batch", np.int64, 1) if "batch" in data else \
-        np.zeros(len(x), np.int64)
+    batch = (
+        array(data["batch"], "batch", np.int64, 1)
+        if "batch" in data
+        else np.zeros(len(x), np.int64)
+    )
     if len(batch) != len(x) or batch.min() < 0 or (np.diff(batch) < 0).any():
         raise BadRequest("'batch' must give each node's graph id, sorted, from 0.", 422)
     if len(np.unique(batch)) != batch.max() + 1:

@@ -1,16 +1,24 @@
 """Pure ASGI layers in front of the app: request metrics (every response, the 413s of the body
 limit too; cheaper than Starlette's per-request middleware) and a body size limit: 413 before
 the body is read (Content-Length), or as soon as a streamed body passes the limit."""
+
 import json
 import time
 
 
 async def _send_error(send, status: int, message: str) -> None:
     body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

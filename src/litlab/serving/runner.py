@@ -1,5 +1,6 @@
 """The model behind the service: one ONNX Runtime session (thread-safe, shared by requests),
 optionally fed by a micro-batcher, and the task's output decoding (classes, probabilities)."""
+
 import asyncio
 from pathlib import Path
 
@@ -31,8 +32,12 @@ class Runner:
     def classify(self, logits: np.ndarray) -> dict:
         probs = softmax(logits.astype(np.float64))
         ids = probs.argmax(1)
-        return {"predictions": [self.classes[i] for i in ids], "class_ids": ids.tolist(),
-                "probabilities": np.round(probs, 6).tolist(), "classes": self.classes}
+        return {
+            "predictions": [self.classes[i] for i in ids],
+            "class_ids": ids.tolist(),
+            "probabilities": np.round(probs, 6).tolist(),
+            "classes": self.classes,
+        }
 
     def segment(self, volume: np.ndarray) -> np.ndarray:
         """Label volume (D, H, W) of a (C, D, H, W) volume: sliding windows, as in training."""
@@ -42,9 +47,13 @@ class Runner:
         window = self.layout["sliding_window"]
         with torch.inference_mode():
             logits = sliding_window_inference(
-                torch.from_numpy(volume[None]), tuple(self.layout["patch_size"]), 4,
-                lambda x: torch.from_numpy(self.run(x.numpy())), overlap=window["overlap"],
-                mode=window["mode"])
+                torch.from_numpy(volume[None]),
+                tuple(self.layout["patch_size"]),
+                4,
+                lambda x: torch.from_numpy(self.run(x.numpy())),
+                overlap=window["overlap"],
+                mode=window["mode"],
+            )
         return logits.argmax(1)[0].numpy().astype(np.uint8)
 
     #: runs faster than this (measured at warm-up) happen on the event loop: a thread
@@ -109,8 +118,11 @@ class MicroBatcher:
                 size += len(items[-1][0])
             batch = np.concatenate([x for x, _ in items])
             try:
-                out = self.runner.run(batch) if self.runner.inline else \
-                    await loop.run_in_executor(None, self.runner.run, batch)
+                out = (
+                    self.runner.run(batch)
+                    if self.runner.inline
+                    else await loop.run_in_executor(None, self.runner.run, batch)
+                )
             except Exception as err:  # noqa: BLE001 (handed to each waiting request)
                 for _, future in items:
                     future.set_exception(err)
@@ -118,5 +130,5 @@ class MicroBatcher:
             start = 0
             for x, future in items:
                 if not future.cancelled():
-                    future.set_result(out[start:start + len(x)])
+                    future.set_result(out[start : start + len(x)])
                 start += len(x)

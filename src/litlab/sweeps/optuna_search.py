@@ -14,6 +14,7 @@ hydra-optuna-sweeper, which pins optuna < 3).
   so workers never draw the same random params and a trial's draw does not depend on which
   worker asked for it.
 """
+
 import json
 import logging
 import math
@@ -45,8 +46,11 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
 
     url = url or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    heartbeat = {"heartbeat_interval": heartbeat_interval,
-                 "grace_period": 3 * heartbeat_interval} if heartbeat_interval else {}
+    heartbeat = (
+        {"heartbeat_interval": heartbeat_interval, "grace_period": 3 * heartbeat_interval}
+        if heartbeat_interval
+        else {}
+    )
     for attempt in range(5):
         try:
             return url, optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
@@ -103,8 +107,12 @@ def requeue_interrupted(study) -> int:
     for trial in trials:
         attrs = trial.user_attrs
         worker_host, _, pid = str(attrs.get("worker", "")).rpartition(":")
-        dead = trial.state == TrialState.RUNNING and worker_host == host and pid.isdigit() \
+        dead = (
+            trial.state == TrialState.RUNNING
+            and worker_host == host
+            and pid.isdigit()
             and not _alive(int(pid))
+        )
         cut = trial.state == TrialState.FAIL and not {"error", "surplus"} & attrs.keys()
         if trial.number in retried or not (dead or cut):
             continue
@@ -130,19 +138,26 @@ def run(sweeper, arguments: list[str]) -> None:
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
     space, fixed = search_space.build(opts.get("params"), arguments)
     if not space:
-        raise UserError("the search space is empty: set hydra.sweeper.params (see "
-                        "configs/hparams_search/) or pass key=interval(...)/choice(...)")
+        raise UserError(
+            "the search space is empty: set hydra.sweeper.params (see "
+            "configs/hparams_search/) or pass key=interval(...)/choice(...)"
+        )
     direction = DIRECTIONS.get(str(opts["direction"]))
     if direction is None:
-        raise UserError(f"hydra.sweeper.direction={opts['direction']} is not valid; "
-                        "choose maximize or minimize")
+        raise UserError(
+            f"hydra.sweeper.direction={opts['direction']} is not valid; choose maximize or minimize"
+        )
     url, storage = storage_for(opts.get("storage"), sweep_dir, opts.get("heartbeat_interval"))
     sampler_spec = dict(opts.get("sampler") or {"_target_": "optuna.samplers.TPESampler"})
     seed = sampler_spec.get("seed")
     study = optuna.create_study(
-        study_name=opts["study_name"], storage=storage, direction=direction,
-        load_if_exists=True, sampler=instantiate(sampler_spec),
-        pruner=instantiate(opts.get("pruner")) or optuna.pruners.NopPruner())
+        study_name=opts["study_name"],
+        storage=storage,
+        direction=direction,
+        load_if_exists=True,
+        sampler=instantiate(sampler_spec),
+        pruner=instantiate(opts.get("pruner")) or optuna.pruners.NopPruner(),
+    )
     study_settings.check(study, fixed, strict=opts.get("strict_resume", True))  # no mixed budgets
     for params in opts.get("enqueue_trials") or []:  # known-good params to try first
         study.enqueue_trial(dict(params), skip_if_exists=True)
@@ -171,8 +186,14 @@ def run(sweeper, arguments: list[str]) -> None:
     def run_trial(trial) -> float:
         reseed(study.sampler, seed, trial.number)
         params = search_space.suggest(trial, space)
-        ticket = json.dumps({"study": study.study_name, "storage": url,
-                             "trial_id": trial._trial_id, "pruner": opts.get("pruner")})
+        ticket = json.dumps(
+            {
+                "study": study.study_name,
+                "storage": url,
+                "trial_id": trial._trial_id,
+                "pruner": opts.get("pruner"),
+            }
+        )
         overrides = fixed + [f"{k}={search_space.as_override_value(v)}" for k, v in params.items()]
         overrides.append(f"++hydra.job.env_set.{ENV}={search_space.as_override_value(ticket)}")
         result = sweeper.launcher.launch([overrides], initial_job_idx=trial.number)[0]
@@ -181,8 +202,10 @@ def run(sweeper, arguments: list[str]) -> None:
         if result.status.name == "COMPLETED":
             if isinstance(outcome, int | float) and math.isfinite(outcome):
                 return float(outcome)
-            raise TrialFailed(f"the job returned {outcome!r}, not a finite objective "
-                              f"(is optimized_metric={config.get('optimized_metric')} logged?)")
+            raise TrialFailed(
+                f"the job returned {outcome!r}, not a finite objective "
+                f"(is optimized_metric={config.get('optimized_metric')} logged?)"
+            )
         if type(outcome).__name__ == "TrialPruned":
             raise optuna.TrialPruned(str(outcome))
         raise TrialFailed(one_line(outcome)) from outcome
@@ -194,8 +217,12 @@ def run(sweeper, arguments: list[str]) -> None:
 
     if used() < budget:
         try:
-            study.optimize(objective, timeout=opts.get("timeout"), catch=(Exception,),
-                           callbacks=[stop_when_done])
+            study.optimize(
+                objective,
+                timeout=opts.get("timeout"),
+                catch=(Exception,),
+                callbacks=[stop_when_done],
+            )
         except KeyboardInterrupt:  # Ctrl-C: the results so far, then stop
             write_results(study, sweep_dir, url, fixed, final=False)
             raise
@@ -214,14 +241,25 @@ def write_results(study, sweep_dir: Path, url: str, fixed: list[str], final: boo
     trials = [t for t in study.get_trials(deepcopy=False) if "surplus" not in t.user_attrs]
     states = Counter(t.state.name.lower() for t in trials if counts(t))
     completed = [t for t in trials if t.state == TrialState.COMPLETE]
-    result = {"study_name": study.study_name, "storage": _hide_password(url),
-              "direction": study.direction.name.lower(), "trials": dict(states)}
+    result = {
+        "study_name": study.study_name,
+        "storage": _hide_password(url),
+        "direction": study.direction.name.lower(),
+        "trials": dict(states),
+    }
     if completed:
         best = study.best_trial
-        result.update({"best_value": best.value, "best_trial": best.number,
-                       "best_params": best.params, "best_run_dir": best.user_attrs.get("run_dir"),
-                       "best_overrides": [f"{k}={search_space.as_override_value(v)}"
-                                          for k, v in best.params.items()]})
+        result.update(
+            {
+                "best_value": best.value,
+                "best_trial": best.number,
+                "best_params": best.params,
+                "best_run_dir": best.user_attrs.get("run_dir"),
+                "best_overrides": [
+                    f"{k}={search_space.as_override_value(v)}" for k, v in best.params.items()
+                ],
+            }
+        )
         result["rerun"] = " ".join(["python src/train.py", *fixed, *result["best_overrides"]])
     OmegaConf.save(OmegaConf.create(result), sweep_dir / "best_params.yaml")
     if completed:
@@ -235,14 +273,19 @@ def write_results(study, sweep_dir: Path, url: str, fixed: list[str], final: boo
             ax = plot_optimization_history(study)
         ax.figure.tight_layout()
         ax.figure.savefig(sweep_dir / "optimization_history.png", dpi=100)
-    print(f"\nOptuna study {study.study_name}: {dict(states)} -> {sweep_dir / 'best_params.yaml'}",
-          flush=True)
+    print(
+        f"\nOptuna study {study.study_name}: {dict(states)} -> {sweep_dir / 'best_params.yaml'}",
+        flush=True,
+    )
     if not completed and final:
         raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
     if not completed:
         return
-    print(f"best {result['best_value']:.4f} (trial {result['best_trial']}); train it again with:"
-          f"\n  {result['rerun']}", flush=True)
+    print(
+        f"best {result['best_value']:.4f} (trial {result['best_trial']}); train it again with:"
+        f"\n  {result['rerun']}",
+        flush=True,
+    )
 
 
 def _hide_password(url: str) -> str:

@@ -12,6 +12,7 @@ Hydra's sweep syntax works too, in YAML or as a plain override on the command li
 `tag(log,interval(1e-4,1e-1))` (log-float), `tag(int,interval(1,8))` (int).
 Sampled values reach the job as ordinary overrides (`key=value`), like Hydra's own sweepers.
 """
+
 import re
 from typing import Any
 
@@ -58,27 +59,41 @@ def from_spec(name: str, spec: Any):
     if isinstance(spec, list | tuple):
         return CategoricalDistribution(list(spec))
     if not isinstance(spec, dict):
-        raise UserError(f"search space entry {name}: expected a dict such as "
-                        f"{{type: float, low: 0.0, high: 1.0}}, a list of choices or "
-                        f"interval(...)/choice(...), got {spec!r}")
-    kind = spec.get("type") or ("categorical" if "choices" in spec else
-                                "int" if all(isinstance(spec.get(k), int) for k in ("low", "high"))
-                                else "float")
+        raise UserError(
+            f"search space entry {name}: expected a dict such as "
+            f"{{type: float, low: 0.0, high: 1.0}}, a list of choices or "
+            f"interval(...)/choice(...), got {spec!r}"
+        )
+    kind = spec.get("type") or (
+        "categorical"
+        if "choices" in spec
+        else "int"
+        if all(isinstance(spec.get(k), int) for k in ("low", "high"))
+        else "float"
+    )
     try:
         if kind == "categorical":
             return CategoricalDistribution(list(spec["choices"]))
         if kind == "int":
-            return IntDistribution(int(spec["low"]), int(spec["high"]), log=bool(spec.get("log")),
-                                   step=int(spec.get("step") or 1))
+            return IntDistribution(
+                int(spec["low"]),
+                int(spec["high"]),
+                log=bool(spec.get("log")),
+                step=int(spec.get("step") or 1),
+            )
         if kind == "float":
             step = spec.get("step")
-            return FloatDistribution(float(spec["low"]), float(spec["high"]),
-                                     log=bool(spec.get("log")),
-                                     step=None if step is None else float(step))
+            return FloatDistribution(
+                float(spec["low"]),
+                float(spec["high"]),
+                log=bool(spec.get("log")),
+                step=None if step is None else float(step),
+            )
     except (KeyError, ValueError) as err:
         raise UserError(f"search space entry {name}: {err} (spec {spec})") from err
-    raise UserError(f"search space entry {name}: type {kind!r} is not valid; "
-                    "choose float, int or categorical")
+    raise UserError(
+        f"search space entry {name}: type {kind!r} is not valid; choose float, int or categorical"
+    )
 
 
 def from_override(text: str):
@@ -101,8 +116,10 @@ def from_override(text: str):
         if "int" in sweep.tags:
             return IntDistribution(int(sweep.start), int(sweep.end), log="log" in sweep.tags)
         return FloatDistribution(sweep.start, sweep.end, log="log" in sweep.tags)
-    raise UserError(f"{text}: not a search dimension; use choice(...), range(...) or "
-                    "interval(...) (optionally tag(log, ...))")
+    raise UserError(
+        f"{text}: not a search dimension; use choice(...), range(...) or "
+        "interval(...) (optionally tag(log, ...))"
+    )
 
 
 def build(params: dict | None, arguments: list[str]) -> tuple[dict, list[str]]:
@@ -131,11 +148,13 @@ def suggest(trial, space: dict) -> dict[str, Any]:
     values = {}
     for name, dist in space.items():
         if isinstance(dist, FloatDistribution):
-            values[name] = trial.suggest_float(name, dist.low, dist.high, log=dist.log,
-                                               step=dist.step)
+            values[name] = trial.suggest_float(
+                name, dist.low, dist.high, log=dist.log, step=dist.step
+            )
         elif isinstance(dist, IntDistribution):
-            values[name] = trial.suggest_int(name, dist.low, dist.high, log=dist.log,
-                                             step=dist.step)
+            values[name] = trial.suggest_int(
+                name, dist.low, dist.high, log=dist.log, step=dist.step
+            )
         else:
             values[name] = trial.suggest_categorical(name, dist.choices)
     return values

@@ -8,6 +8,7 @@ job's error after all jobs of the batch ran and then skips `on_multirun_end` (ex
 the summary is also written at interpreter exit. Imports stay light: Hydra builds this
 callback for every run, including `--help`.
 """
+
 import atexit
 import json
 import math
@@ -19,6 +20,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from litlab.sweeps.summary_render import finite, markdown, plot_objective, stats_markdown
 from litlab.utils.distributed import is_rank_zero
 
 RECORD = "sweep_job.json"
@@ -84,8 +86,12 @@ class SweepSummary(Callback):
         out = Path(config.hydra.runtime.output_dir)
         err = None if job_return.status.name == "COMPLETED" else job_return._return_value
         value = job_return._return_value if err is None else None
-        record = self._record(config, status=status_of(err), objective=value,
-                              error=one_line(err) if err is not None else "")
+        record = self._record(
+            config,
+            status=status_of(err),
+            objective=value,
+            error=one_line(err) if err is not None else "",
+        )
         record["wall_s"] = round(time.time() - self._started.pop(str(out), time.time()), 2)
         metrics_file = out / "metrics.json"
         if metrics_file.is_file():
@@ -93,13 +99,19 @@ class SweepSummary(Callback):
         _write_json(out / RECORD, record)
 
     def _record(self, config: DictConfig, **fields) -> dict:
-        return {"job": int(_select(config, "hydra.job.num", 0)),
-                "overrides": list(_select(config, "hydra.overrides.task", [])),
-                "objective_name": _select(config, "optimized_metric"),
-                "mode": _select(config, "model.monitor_mode", "max"),
-                "run_dir": str(config.hydra.runtime.output_dir),
-                "started": time.time(), "metrics": {}, "objective": None, "error": "",
-                "wall_s": None, **fields}
+        return {
+            "job": int(_select(config, "hydra.job.num", 0)),
+            "overrides": list(_select(config, "hydra.overrides.task", [])),
+            "objective_name": _select(config, "optimized_metric"),
+            "mode": _select(config, "model.monitor_mode", "max"),
+            "run_dir": str(config.hydra.runtime.output_dir),
+            "started": time.time(),
+            "metrics": {},
+            "objective": None,
+            "error": "",
+            "wall_s": None,
+            **fields,
+        }
 
     def _finish(self, config: DictConfig) -> None:
         if self._done or not is_rank_zero():
@@ -124,13 +136,12 @@ def load_records(sweep_dir: Path) -> list[dict]:
     return sorted(records, key=lambda r: (r["job"], r["run_dir"]))
 
 
-def _finite(value) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
 def best_index(records: list[dict]) -> int | None:
-    scored = [(r["objective"], i) for i, r in enumerate(records)
-              if r["status"] == "completed" and _finite(r["objective"])]
+    scored = [
+        (r["objective"], i)
+        for i, r in enumerate(records)
+        if r["status"] == "completed" and finite(r["objective"])
+    ]
     if not scored:
         return None
     sign = -1 if str(records[scored[0][1]]["mode"]).startswith("max") else 1
@@ -144,8 +155,12 @@ def replica_groups(records: list[dict], replica_keys) -> dict[str, list[dict]]:
     for r in records:
         if r["status"] != "completed":
             continue
-        rest = [o for o in r["overrides"] if o not in common and
-                o.split("=", 1)[0].lstrip("+~").rsplit(".", 1)[-1] not in replica_keys]
+        rest = [
+            o
+            for o in r["overrides"]
+            if o not in common
+            and o.split("=", 1)[0].lstrip("+~").rsplit(".", 1)[-1] not in replica_keys
+        ]
         groups.setdefault(" ".join(rest) or "(no other overrides)", []).append(r)
     return groups
 
@@ -168,11 +183,12 @@ def stats_rows(records: list[dict], replica_keys) -> list[dict]:
     for name, members in groups.items():
         metrics = sorted({k for r in members for k in r["metrics"]})
         for metric in metrics:
-            values = [r["metrics"][metric] for r in members if _finite(r["metrics"].get(metric))]
+            values = [r["metrics"][metric] for r in members if finite(r["metrics"].get(metric))]
             if values:
                 mean, std = mean_std(values)
-                rows.append({"group": name, "metric": metric, "n": len(values),
-                             "mean": mean, "std": std})
+                rows.append(
+                    {"group": name, "metric": metric, "n": len(values), "mean": mean, "std": std}
+                )
     return rows
 
 
@@ -199,8 +215,9 @@ def _varying(records: list[dict]) -> tuple[list[str], list[str]]:
     return shared, [" ".join(o for o in r["overrides"] if o not in common) for r in records]
 
 
-def write_summary(sweep_dir: Path, records: list[dict], replica_keys=("seed", "fold"),
-                  plot: bool = True) -> list[dict]:
+def write_summary(
+    sweep_dir: Path, records: list[dict], replica_keys=("seed", "fold"), plot: bool = True
+) -> list[dict]:
     """Write summary.csv/.md/.png and summary_stats.csv into `sweep_dir`, print the table."""
     import csv
 
@@ -213,14 +230,33 @@ def write_summary(sweep_dir: Path, records: list[dict], replica_keys=("seed", "f
     keys = list(dict.fromkeys(k for job in settings for k in job))  # in the order first given
     rows = []
     for i, r in enumerate(records):
-        rows.append({"job": r["job"], "best": "*" if i == best else "", "status": r["status"],
-                     "objective": r["objective"], **{k: settings[i].get(k, "") for k in keys},
-                     **{metric_column(m): r["metrics"].get(m) for m in every_metric},
-                     "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
-                     "overrides": " ".join(r["overrides"]),
-                     "varying": varying[i], "run_dir": r["run_dir"], "error": r["error"]})
-    header = ["job", "best", "status", "objective", *keys, *map(metric_column, every_metric),
-              "wall_s", "overrides", "run_dir", "error"]
+        rows.append(
+            {
+                "job": r["job"],
+                "best": "*" if i == best else "",
+                "status": r["status"],
+                "objective": r["objective"],
+                **{k: settings[i].get(k, "") for k in keys},
+                **{metric_column(m): r["metrics"].get(m) for m in every_metric},
+                "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
+                "overrides": " ".join(r["overrides"]),
+                "varying": varying[i],
+                "run_dir": r["run_dir"],
+                "error": r["error"],
+            }
+        )
+    header = [
+        "job",
+        "best",
+        "status",
+        "objective",
+        *keys,
+        *map(metric_column, every_metric),
+        "wall_s",
+        "overrides",
+        "run_dir",
+        "error",
+    ]
     with open(sweep_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
@@ -230,61 +266,34 @@ def write_summary(sweep_dir: Path, records: list[dict], replica_keys=("seed", "f
         writer = csv.DictWriter(f, fieldnames=["group", "metric", "n", "mean", "std"])
         writer.writeheader()
         writer.writerows(stats)
-    table = markdown(rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying",
-                            "error"])
-    head = [(f"objective: {objective} (best job marked *); overrides of every job: "
-             f"{' '.join(shared) or '(none)'}")]
-    text = [f"# Sweep summary: {sweep_dir}", "", *head, "", table, "",
-            "## mean ± std over jobs (sample std)", "", stats_markdown(stats)]
+    table = markdown(
+        rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying", "error"]
+    )
+    head = [
+        (
+            f"objective: {objective} (best job marked *); overrides of every job: "
+            f"{' '.join(shared) or '(none)'}"
+        )
+    ]
+    text = [
+        f"# Sweep summary: {sweep_dir}",
+        "",
+        *head,
+        "",
+        table,
+        "",
+        "## mean ± std over jobs (sample std)",
+        "",
+        stats_markdown(stats),
+    ]
     (sweep_dir / "summary.md").write_text("\n".join(text) + "\n")
     if plot:
         plot_objective(records, best, objective, sweep_dir / "summary.png")
     failed = sum(r["status"] in ("failed", "incomplete") for r in records)
-    print(f"\nSweep summary ({len(records)} jobs, {failed} failed or incomplete): "
-          f"{sweep_dir / 'summary.md'}\n{head[0]}\n{table}\n\nmean ± std over jobs\n"
-          f"{stats_markdown(stats)}", flush=True)
+    print(
+        f"\nSweep summary ({len(records)} jobs, {failed} failed or incomplete): "
+        f"{sweep_dir / 'summary.md'}\n{head[0]}\n{table}\n\nmean ± std over jobs\n"
+        f"{stats_markdown(stats)}",
+        flush=True,
+    )
     return rows
-
-
-def _cell(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return "" if value is None else str(value).replace("|", "\\|")
-
-
-def markdown(rows: list[dict], columns: list[str]) -> str:
-    names = ["overrides" if c == "varying" else c for c in columns]
-    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def stats_markdown(stats: list[dict]) -> str:
-    if not stats:
-        return "(no completed jobs)"
-    lines = ["| group | metric | n | mean ± std |", "|---|---|---|---|"]
-    lines += [f"| {s['group']} | {s['metric']} | {s['n']} | {s['mean']:.4f} ± {s['std']:.4f} |"
-              for s in stats]
-    return "\n".join(lines)
-
-
-def plot_objective(records: list[dict], best: int | None, objective: str, path: Path) -> None:
-    """One bar per job (failed jobs are red crosses at the bottom); the best job is gold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(records) + 2), 3.5))
-    for i, r in enumerate(records):
-        if r["status"] == "completed" and _finite(r["objective"]):
-            ax.bar(i, r["objective"], color="gold" if i == best else "tab:blue")
-        else:
-            ax.plot(i, 0, "x", color="tab:red", markersize=10)
-    ax.set_xticks(range(len(records)), [str(r["job"]) for r in records])
-    ax.set_xlabel("job (x: failed, pruned or incomplete)")
-    ax.set_ylabel(objective)
-    ax.set_title("objective per job")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -1,9 +1,12 @@
 """What every layer asks about distributed runs: which rank am I (cheap, no torch), and exact
-val/test metrics under DDP. Starting and ending the ranks is `litlab.recipes.ddp`.
+val/test metrics under DDP. Starting and ending the ranks is `litlab.recipes.ddp`;
+ranks > 0 log warnings only, every line tagged with its rank.
 
 Evaluation is exact: val/test shards are unpadded (Lightning's DistributedSampler pads with
 duplicates that torchmetrics would count), as Lightning already does for predict.
 """
+
+import logging
 import os
 import warnings
 
@@ -28,8 +31,11 @@ def _unpadded_eval_sampler(original):
         from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSamplerWrapper
         from lightning.pytorch.trainer.states import RunningStage
 
-        evaluating = mode in (RunningStage.VALIDATING, RunningStage.TESTING,
-                              RunningStage.SANITY_CHECKING)
+        evaluating = mode in (
+            RunningStage.VALIDATING,
+            RunningStage.TESTING,
+            RunningStage.SANITY_CHECKING,
+        )
         # every rank needs >= 1 sample, or the epoch-end metric sync would wait forever; a
         # smaller set is repeated whole, which leaves ratio metrics (acc, dice) unchanged
         if evaluating and len(dataloader.dataset) >= kwargs.get("num_replicas", 1):
@@ -49,6 +55,31 @@ def unpad_eval_shards() -> None:
 
     if not getattr(data_connector._get_distributed_sampler, "litlab", False):
         data_connector._get_distributed_sampler = _unpadded_eval_sampler(
-            data_connector._get_distributed_sampler)
+            data_connector._get_distributed_sampler
+        )
     # Lightning warns that eval shards are padded; with the sampler above they are not
     warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+
+
+class _RankFormatter(logging.Formatter):
+    def __init__(self, inner: logging.Formatter | None, prefix: str):
+        super().__init__()
+        self.inner, self.prefix = inner or logging.Formatter(), prefix
+
+    def format(self, record):
+        return self.prefix + self.inner.format(record)
+
+
+def tag_log_lines(rank_: int) -> None:
+    """Prefix every log line with the rank (idempotent)."""
+    for handler in logging.getLogger().handlers:
+        if not isinstance(handler.formatter, _RankFormatter):
+            handler.setFormatter(_RankFormatter(handler.formatter, f"[rank{rank_}] "))
+
+
+def quiet_rank_console(rank_: int) -> None:
+    """Ranks > 0 log warnings and errors only (rank 0 already says the rest once)."""
+    tag_log_lines(rank_)
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    warnings.filterwarnings("ignore")  # the same Python warnings as rank 0's

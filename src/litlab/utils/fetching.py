@@ -6,6 +6,7 @@ next)") before an offline run reaches its one-line error, and they create their 
 their output is held back (and shown only if the attempt succeeds), and on failure the folders
 the attempt created are removed again if they hold nothing (a lock file aside).
 """
+
 import contextlib
 import io
 import os

@@ -1,5 +1,6 @@
 """What the inspection callbacks share: the tasks they fit, where their files go, how a picture
 reaches every active logger, and how a batch becomes (logits, targets) for any domain."""
+
 import logging
 from pathlib import Path
 from typing import Literal
@@ -9,7 +10,11 @@ from lightning.pytorch.callbacks import Callback
 
 log = logging.getLogger(__name__)
 
-IMAGE, VOLUME_CLS, VOLUME_SEG = "image_classification", "volume_classification", "volume_segmentation"
+IMAGE, VOLUME_CLS, VOLUME_SEG = (
+    "image_classification",
+    "volume_classification",
+    "volume_segmentation",
+)
 NODE, GRAPH = "node_classification", "graph_classification"
 CLASSIFICATION = (IMAGE, VOLUME_CLS, NODE, GRAPH)
 

@@ -1,5 +1,6 @@
 """Which classes get confused: the confusion matrix of the last validation epoch of a fit and
 of every test, as a PNG, a CSV, and a per-class precision/recall/F1 table (CSV)."""
+
 import csv
 
 import torch
@@ -61,7 +62,9 @@ class ConfusionMatrix(TaskCallback):
         if not trainer.sanity_checking:
             self._reset(trainer, pl_module)
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
+    ):
         if not trainer.sanity_checking:
             self._update(pl_module, batch, "val")
 
@@ -108,10 +111,19 @@ def per_class(counts: torch.Tensor) -> list[list]:
     predicted, support = counts.sum(0).double(), counts.sum(1).double()
     precision = torch.where(predicted > 0, tp / predicted.clamp(min=1), 0.0)
     recall = torch.where(support > 0, tp / support.clamp(min=1), 0.0)
-    f1 = torch.where(precision + recall > 0,
-                     2 * precision * recall / (precision + recall).clamp(min=1e-12), 0.0)
-    return [[k, round(precision[k].item(), 4), round(recall[k].item(), 4),
-             round(f1[k].item(), 4), int(support[k])] for k in range(len(counts))]
+    f1 = torch.where(
+        precision + recall > 0, 2 * precision * recall / (precision + recall).clamp(min=1e-12), 0.0
+    )
+    return [
+        [
+            k,
+            round(precision[k].item(), 4),
+            round(recall[k].item(), 4),
+            round(f1[k].item(), 4),
+            int(support[k]),
+        ]
+        for k in range(len(counts))
+    ]
 
 
 def plot(counts: torch.Tensor, split: str):
@@ -125,8 +137,20 @@ def plot(counts: torch.Tensor, split: str):
         for i in range(n):
             for j in range(n):
                 v = counts[i, j].item()
-                ax.text(j, i, v, ha="center", va="center", fontsize=8,
-                        color="white" if v > peak / 2 else "black")
-    ax.set(xlabel="predicted", ylabel="true", xticks=range(n), yticks=range(n),
-           title=f"{split}: {int(counts.diag().sum())}/{int(counts.sum())} correct")
+                ax.text(
+                    j,
+                    i,
+                    v,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if v > peak / 2 else "black",
+                )
+    ax.set(
+        xlabel="predicted",
+        ylabel="true",
+        xticks=range(n),
+        yticks=range(n),
+        title=f"{split}: {int(counts.diag().sum())}/{int(counts.sum())} correct",
+    )
     return fig

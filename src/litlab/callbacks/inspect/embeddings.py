@@ -2,6 +2,7 @@
 linear layer; for node classification the input of the last graph conv, i.e. node embeddings),
 projected to 2D with scikit-learn's t-SNE and coloured by class. Capped at `max_points`; the
 raw features also go to TensorBoard's projector."""
+
 import csv
 
 import torch
@@ -68,8 +69,9 @@ class Embeddings(TaskCallback):
         with open(out / "tsne.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["x", "y", "label"])
-            w.writerows([round(float(a), 4), round(float(b), 4), int(c)]
-                        for (a, b), c in zip(xy, labels))
+            w.writerows(
+                [round(float(a), 4), round(float(b), 4), int(c)] for (a, b), c in zip(xy, labels)
+            )
         fig = figure(5, 5)
         ax = fig.add_subplot()
         points = ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=8)
@@ -89,6 +91,7 @@ def tsne(feats, perplexity: float, seed: int):
 def projector(trainer, feats: torch.Tensor, labels: torch.Tensor) -> None:
     writers = tensorboards(trainer)
     for writer in writers:
-        writer.add_embedding(feats, metadata=labels.tolist(), global_step=trainer.global_step,
-                             tag="test_embeddings")
+        writer.add_embedding(
+            feats, metadata=labels.tolist(), global_step=trainer.global_step, tag="test_embeddings"
+        )
     flush(writers)

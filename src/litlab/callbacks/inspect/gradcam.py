@@ -1,5 +1,6 @@
 """Where the model looks: Grad-CAM (Captum's `LayerGradCam` on the net's last conv layer,
 2D or 3D) for the first N test samples, drawn over the input (3D: the middle slices)."""
+
 import torch
 from torch import nn
 
@@ -13,8 +14,9 @@ def last_conv(net: nn.Module) -> nn.Module:
     return convs[-1]
 
 
-def gradcam(model: nn.Module, x: torch.Tensor, target: torch.Tensor,
-            layer: nn.Module | None = None) -> torch.Tensor:
+def gradcam(
+    model: nn.Module, x: torch.Tensor, target: torch.Tensor, layer: nn.Module | None = None
+) -> torch.Tensor:
     """Heatmaps (N, *spatial) in [0, 1], upsampled to the input's size.
 
     Works inside `trainer.test`/`validate`, which run under `torch.inference_mode`: gradients
@@ -26,8 +28,9 @@ def gradcam(model: nn.Module, x: torch.Tensor, target: torch.Tensor,
     layer = layer or last_conv(net)
     with torch.inference_mode(False), torch.enable_grad():
         x = x.clone().requires_grad_(True)
-        attr = LayerGradCam(model, layer).attribute(x, target=target.clone(),
-                                                    relu_attributions=True)
+        attr = LayerGradCam(model, layer).attribute(
+            x, target=target.clone(), relu_attributions=True
+        )
         mode = "bilinear" if x.dim() == 4 else "trilinear"
         attr = LayerAttribution.interpolate(attr, tuple(x.shape[2:]), interpolate_mode=mode)
     heat = attr.detach()[:, 0]
@@ -80,7 +83,7 @@ def overlays(x: torch.Tensor, heat: torch.Tensor, y: torch.Tensor, pred: torch.T
     for i in range(n):
         ax = fig.add_subplot(rows, cols, i + 1)
         ax.imshow(middle(x[i]).float().cpu().numpy(), cmap="gray")
-        ax.imshow(middle(heat[i:i + 1]).cpu().numpy(), cmap="jet", alpha=0.45, vmin=0, vmax=1)
+        ax.imshow(middle(heat[i : i + 1]).cpu().numpy(), cmap="jet", alpha=0.45, vmin=0, vmax=1)
         ax.set_title(f"true {int(y[i])} pred {int(pred[i])}", fontsize=7)
         ax.axis("off")
     return fig

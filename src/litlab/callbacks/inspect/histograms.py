@@ -1,6 +1,7 @@
 """Whether the weights move and the gradients flow: per-parameter weight and gradient
 histograms every N epochs (TensorBoard), a one-line warning when a layer's gradient norm is
 over `ratio` times below or above the median layer's, and the model graph once."""
+
 import copy
 import logging
 import warnings
@@ -53,15 +54,23 @@ class WeightGradHistograms(TaskCallback):
         if len(norms) > 2:
             low, high, median = outliers(norms, self.ratio)
             if (low or high) and trainer.is_global_zero:
-                log.warning("gradient norms (epoch %d, median %.3g): %s", trainer.current_epoch,
-                            median, "; ".join(
-                                [f"vanishing in {', '.join(low)}" if low else "",
-                                 f"exploding in {', '.join(high)}" if high else ""]).strip("; "))
+                log.warning(
+                    "gradient norms (epoch %d, median %.3g): %s",
+                    trainer.current_epoch,
+                    median,
+                    "; ".join(
+                        [
+                            f"vanishing in {', '.join(low)}" if low else "",
+                            f"exploding in {', '.join(high)}" if high else "",
+                        ]
+                    ).strip("; "),
+                )
         if trainer.is_global_zero:
             for writer in tensorboards(trainer):
                 for name, g in grads.items():
-                    writer.add_histogram(f"grads/{name}", g.detach().float().cpu(),
-                                         trainer.global_step)
+                    writer.add_histogram(
+                        f"grads/{name}", g.detach().float().cpu(), trainer.global_step
+                    )
             flush(tensorboards(trainer))
 
     def on_train_epoch_end(self, trainer, pl_module):
@@ -69,8 +78,9 @@ class WeightGradHistograms(TaskCallback):
             return
         for writer in tensorboards(trainer):
             for name, p in pl_module.named_parameters():
-                writer.add_histogram(f"weights/{name}", p.detach().float().cpu(),
-                                     trainer.global_step)
+                writer.add_histogram(
+                    f"weights/{name}", p.detach().float().cpu(), trainer.global_step
+                )
         flush(tensorboards(trainer))
 
 

@@ -2,6 +2,7 @@
 - images: a grid of the first N test images titled with the true and predicted class;
 - 3D segmentation: the middle slice of the first N volumes, true and predicted masks overlaid;
 - node classification: the accuracy of each class (CSV and bar chart)."""
+
 import csv
 
 import torch
@@ -57,15 +58,27 @@ class SamplePredictions(TaskCallback):
         rows = []
         for k in range(num_classes):
             mine = y == k
-            rows.append([k, int(mine.sum()), round((pred[mine] == k).float().mean().item(), 4)
-                         if mine.any() else float("nan")])
+            rows.append(
+                [
+                    k,
+                    int(mine.sum()),
+                    round((pred[mine] == k).float().mean().item(), 4)
+                    if mine.any()
+                    else float("nan"),
+                ]
+            )
         with open(self.out_dir(trainer) / "per_class_accuracy.csv", "w", newline="") as f:
             csv.writer(f).writerows([["class", "nodes", "accuracy"], *rows])
         fig = figure(max(4, 0.5 * num_classes), 3)
         ax = fig.add_subplot()
         ax.bar([r[0] for r in rows], [r[2] for r in rows], color="tab:blue")
-        ax.set(xlabel="class", ylabel="test accuracy", ylim=(0, 1), xticks=range(num_classes),
-               title="node classification: accuracy per class")
+        ax.set(
+            xlabel="class",
+            ylabel="test accuracy",
+            ylim=(0, 1),
+            xticks=range(num_classes),
+            title="node classification: accuracy per class",
+        )
         save_figure(trainer, fig, "samples")
 
 
@@ -77,12 +90,17 @@ def grid(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor):
     for i in range(n):
         ax = fig.add_subplot(rows, cols, i + 1)
         img = x[i]
-        img = (img - img.min()) / (img.max() - img.min() + 1e-12)  # normalized inputs back to [0, 1]
-        ax.imshow(img[0] if len(img) == 1 else img[:3].permute(1, 2, 0),
-                  cmap="gray" if len(img) == 1 else None)
+        img = (img - img.min()) / (
+            img.max() - img.min() + 1e-12
+        )  # normalized inputs back to [0, 1]
+        ax.imshow(
+            img[0] if len(img) == 1 else img[:3].permute(1, 2, 0),
+            cmap="gray" if len(img) == 1 else None,
+        )
         ok = int(y[i]) == int(pred[i])
-        ax.set_title(f"true {int(y[i])} / pred {int(pred[i])}", fontsize=7,
-                     color="green" if ok else "red")
+        ax.set_title(
+            f"true {int(y[i])} / pred {int(pred[i])}", fontsize=7, color="green" if ok else "red"
+        )
         ax.axis("off")
     return fig
 

@@ -1,4 +1,5 @@
 """A small CNN for small images: conv-BN-ReLU blocks, 2x2 max-pooling, a dropout head."""
+
 from typing import Annotated
 
 import torch
@@ -8,8 +9,11 @@ from litlab.bounds import MinLen, PosInt, Probability
 
 
 def conv_block(c_in: int, c_out: int, pool: bool) -> nn.Sequential:
-    layers = [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
-              nn.ReLU(inplace=True)]
+    layers = [
+        nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(inplace=True),
+    ]
     return nn.Sequential(*layers, nn.MaxPool2d(2)) if pool else nn.Sequential(*layers)
 
 
@@ -17,10 +21,15 @@ class SmallCNN(nn.Module):
     """`channels` sets one block per entry; pooling stops once the map is 2x2, so the same
     config fits 8x8 digits and 32x32 CIFAR. Global average pooling makes the head size-free."""
 
-    def __init__(self, in_channels: int, num_classes: int, image_size: int,
-                 channels: Annotated[list[PosInt], MinLen(1)] = (32, 64, 128),
-                 dropout: Probability = 0.3,
-                 xavier_init: bool = False):
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        image_size: int,
+        channels: Annotated[list[PosInt], MinLen(1)] = (32, 64, 128),
+        dropout: Probability = 0.3,
+        xavier_init: bool = False,
+    ):
         super().__init__()
         blocks, size, c_in = [], image_size, in_channels
         for c_out in channels:
@@ -28,8 +37,9 @@ class SmallCNN(nn.Module):
             blocks.append(conv_block(c_in, c_out, pool))
             size, c_in = (size // 2 if pool else size), c_out
         self.features = nn.Sequential(*blocks)
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout),
-                                  nn.Linear(c_in, num_classes))
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(c_in, num_classes)
+        )
         if xavier_init:
             for m in self.modules():
                 if isinstance(m, (nn.Conv2d, nn.Linear)):

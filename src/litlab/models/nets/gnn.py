@@ -125,8 +125,11 @@ class GNN(nn.Module):
         for i in range(num_layers):
             last = self.node_level and i == num_layers - 1
             self.convs.append(self._conv(widths[i], widths[i + 1], last))
-            self.norms.append(nn.Identity() if last or norm is None
-                              else normalization_resolver(norm, widths[i + 1]))
+            self.norms.append(
+                nn.Identity()
+                if last or norm is None
+                else normalization_resolver(norm, widths[i + 1])
+            )
         if not self.node_level:
             pooled = sum(widths) if jumping_knowledge == "cat" else hidden_channels
             self.classifier = nn.Linear(pooled, num_classes)
@@ -134,17 +137,21 @@ class GNN(nn.Module):
     @classmethod
     def check_settings(cls, s: dict, key: str) -> None:
         for name, what, resolve, examples in (
-                ("act", "an activation", activation_resolver, "relu, elu, gelu"),
-                ("norm", "a normalization", normalization_resolver, "batch_norm, layer_norm")):
+            ("act", "an activation", activation_resolver, "relu, elu, gelu"),
+            ("norm", "a normalization", normalization_resolver, "batch_norm, layer_norm"),
+        ):
             if s.get(name) is not None:
                 try:
                     resolve(s[name], **({"in_channels": 8} if name == "norm" else {}))
                 except (ValueError, KeyError, TypeError):
-                    raise UserError(f"{key}.{name}={s[name]} is not {what} PyG knows; e.g. "
-                                    f"{examples}") from None
+                    raise UserError(
+                        f"{key}.{name}={s[name]} is not {what} PyG knows; e.g. {examples}"
+                    ) from None
         if s["conv"] == "gat" and s["num_layers"] > 1 and s["hidden_channels"] % s["heads"]:
-            raise UserError(f"{key}.hidden_channels={s['hidden_channels']} is not a multiple of "
-                            f"{key}.heads={s['heads']} (GAT splits the width between heads)")
+            raise UserError(
+                f"{key}.hidden_channels={s['hidden_channels']} is not a multiple of "
+                f"{key}.heads={s['heads']} (GAT splits the width between heads)"
+            )
 
     def _conv(self, n_in: int, n_out: int, last: bool) -> nn.Module:
         name = self.conv_name
@@ -158,18 +165,27 @@ class GNN(nn.Module):
             heads = self.output_heads if last else self.heads
             if not last and n_out % heads:
                 raise ValueError(f"hidden_channels={n_out} is not a multiple of heads={heads}")
-            return GATConv(n_in, n_out if last else n_out // heads, heads=heads, concat=not last,
-                           dropout=self.attention_dropout)
+            return GATConv(
+                n_in,
+                n_out if last else n_out // heads,
+                heads=heads,
+                concat=not last,
+                dropout=self.attention_dropout,
+            )
         return _Linear(n_in, n_out)
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Class scores per node (node classification) or per graph (given `batch`)."""
         states = [x]
         # one full graph at every step: its non-zero positions are cached; new batches each step
         # (graph classification) would only pay nonzero() on top of dropout
-        h = (feature_dropout(x, self.input_dropout, self.training) if self.node_level
-             else F.dropout(x, self.input_dropout, self.training))
+        h = (
+            feature_dropout(x, self.input_dropout, self.training)
+            if self.node_level
+            else F.dropout(x, self.input_dropout, self.training)
+        )
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             if i > 0:
                 h = F.dropout(h, self.dropout, self.training)

@@ -1,9 +1,15 @@
 """torchvision's ResNet-18, adapted to small images (CIFAR-style stem)."""
+
 from torch import nn
 
 
-def resnet18(in_channels: int, num_classes: int, image_size: int, small_input: bool | None = None,
-             zero_init_residual: bool = True) -> nn.Module:
+def resnet18(
+    in_channels: int,
+    num_classes: int,
+    image_size: int,
+    small_input: bool | None = None,
+    zero_init_residual: bool = True,
+) -> nn.Module:
     """ResNet-18 from torchvision (random init: no weights are downloaded).
 
     For images under 64 px (`small_input`, default by size) the 7x7/2 stem and max-pool are

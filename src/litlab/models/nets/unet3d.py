@@ -1,4 +1,5 @@
 """MONAI's 3D U-Net (residual units, instance norm), sized by the datamodule."""
+
 from typing import Annotated
 
 from torch import nn
@@ -7,23 +8,37 @@ from litlab.bounds import MinLen, NonNegInt, PosInt, Probability
 from litlab.errors import UserError
 
 
-def unet3d(in_channels: int, num_classes: int,
-           channels: Annotated[list[PosInt], MinLen(2)] = (16, 32, 64, 128),
-           strides: list[PosInt] = (2, 2, 2), num_res_units: NonNegInt = 2,
-           norm: str = "instance", dropout: Probability = 0.0) -> nn.Module:
+def unet3d(
+    in_channels: int,
+    num_classes: int,
+    channels: Annotated[list[PosInt], MinLen(2)] = (16, 32, 64, 128),
+    strides: list[PosInt] = (2, 2, 2),
+    num_res_units: NonNegInt = 2,
+    norm: str = "instance",
+    dropout: Probability = 0.0,
+) -> nn.Module:
     """`channels` has one entry per level and `strides` one fewer: patch sides must divide by
     the product of the strides (8 for the default)."""
     from monai.networks.nets import UNet
 
-    return UNet(spatial_dims=3, in_channels=in_channels, out_channels=num_classes,
-                channels=tuple(channels), strides=tuple(strides), num_res_units=num_res_units,
-                norm=norm, dropout=dropout)
+    return UNet(
+        spatial_dims=3,
+        in_channels=in_channels,
+        out_channels=num_classes,
+        channels=tuple(channels),
+        strides=tuple(strides),
+        num_res_units=num_res_units,
+        norm=norm,
+        dropout=dropout,
+    )
 
 
 def _check_settings(s: dict, key: str) -> None:
     if len(s["strides"]) != len(s["channels"]) - 1:
-        raise UserError(f"{key}.strides={list(s['strides'])} needs one entry fewer than "
-                        f"{key}.channels={list(s['channels'])}")
+        raise UserError(
+            f"{key}.strides={list(s['strides'])} needs one entry fewer than "
+            f"{key}.channels={list(s['channels'])}"
+        )
 
 
 def _check_dims(s: dict, dims: dict, key: str) -> None:
@@ -33,9 +48,11 @@ def _check_dims(s: dict, dims: dict, key: str) -> None:
     total = math.prod(s["strides"])
     patch = list(dims.get("patch_size") or [])
     if any(p % total for p in patch):
-        raise UserError(f"data.patch_size={patch} does not fit {key}.strides={list(s['strides'])}: "
-                        f"each side must be a multiple of {total} (e.g. "
-                        f"{[max(total, round(p / total) * total) for p in patch]})")
+        raise UserError(
+            f"data.patch_size={patch} does not fit {key}.strides={list(s['strides'])}: "
+            f"each side must be a multiple of {total} (e.g. "
+            f"{[max(total, round(p / total) * total) for p in patch]})"
+        )
 
 
 unet3d.check_settings, unet3d.check_dims = _check_settings, _check_dims
