@@ -74,6 +74,7 @@ def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
     )
 
 
+@pytest.mark.slow  # 3 folds x 50 epochs (25 s of CPU): CI's second stage runs it
 def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
     """`-m experiment=gin_mutag data.fold=...` on 3 of the 10 folds, shortened to 50 epochs
     (one multirun). Predicting the majority class scores 0.63-0.68 accuracy and 0.40 macro-F1
@@ -131,7 +132,8 @@ def test_folds_partition_mutag(shared_data):
 
 
 def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
-    from litlab.data.graph import PlanetoidDataModule, TUDataModule
+    from litlab.data.graph import PlanetoidDataModule
+    from litlab.data.tudataset import TUDataModule
     from litlab.errors import UserError
 
     with pytest.raises(UserError, match="data.fold=10 is not valid; choose 0 to 9"):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import QUIET, ROOT, run_dirs
-from test_reliability import ENV, assert_same_as_reference, load, reference, train
+from test_reliability import ENV, assert_same_as_reference, load, ref_run, train  # noqa: F401  (fixture)
 
 # no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the
 # "best" never improves again while the model learns
@@ -43,8 +43,8 @@ def test_sigterm_saves_last_ckpt_closes_logs_and_exits_143(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_sigterm_is_bit_identical(tmp_path):
-    ref_run, logs = reference(tmp_path), tmp_path / "logs"
+def test_resume_after_sigterm_is_bit_identical(tmp_path, ref_run):  # noqa: F811  (the fixture)
+    logs = tmp_path / "logs"
     assert train(logs, fault=(5, "sigterm")).returncode == 143
     p = train(logs, "ckpt_path=last")
     assert p.returncode == 0, p.stderr[-3000:]

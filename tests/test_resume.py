@@ -23,7 +23,7 @@ RUN = [
     "trainer.limit_train_batches=4",
     "trainer.limit_val_batches=2",
     "trainer.limit_test_batches=2",
-    "callbacks.step_checkpoint.every_n_train_steps=4",
+    "callbacks.last_checkpoint.every_n_train_steps=4",
     "callbacks.early_stopping=null",
     "callbacks.model_summary=null",
 ]
@@ -98,7 +98,7 @@ DDP = [
     "trainer.max_epochs=2",
     "data.batch_size=64",
     "trainer.limit_train_batches=6",
-    "callbacks.step_checkpoint.every_n_train_steps=4",
+    "callbacks.last_checkpoint.every_n_train_steps=4",
     "callbacks.early_stopping=null",
     "logger=csv",
     "callbacks.model_summary=null",

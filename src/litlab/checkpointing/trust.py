@@ -27,6 +27,8 @@ ALLOWED = (
     "torchvision.models.",
     "optuna.samplers.",
     "optuna.pruners.",
+    "flwr.serverapp.strategy.",  # federate.strategy (federated runs' global checkpoints)
+    "aim.pytorch_lightning.",  # logger=aim (an optional install)
 )
 TRUST_HINT = "pass trust_checkpoint=true (eval.py) or load_run(..., trust=True) if you trust it"
 

@@ -80,17 +80,9 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
     from litlab.export import onnx, pt2, quantize
 
-    if fmt == "onnx":
-        onnx.export_onnx(
-            net,
-            spec.example,
-            path,
-            input_names=spec.input_names,
-            dynamic=spec.dynamic,
-            metadata=meta,
-        )
-    elif fmt == "pt2":
-        pt2.export_pt2(
+    if fmt in ("onnx", "pt2"):
+        write = onnx.export_onnx if fmt == "onnx" else pt2.export_pt2
+        write(
             net,
             spec.example,
             path,
