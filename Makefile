@@ -30,7 +30,7 @@ train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`
 	$(PY) src/train.py $(ARGS)
 
 test: $(VENV)/.installed  ## set up, then run the test suite (not the `slow` ones)
-	$(PY) -m pytest -n auto $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an idle machine)
 	PYTHONPATH=src $(PY) bench/startup.py

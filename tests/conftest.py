@@ -112,3 +112,20 @@ def csv_test_metrics(run_dir: Path) -> dict[str, float]:
         rows = [r for r in csv.DictReader(f) if r.get("test/acc") or r.get("test/loss")]
     assert len(rows) == 1, rows
     return {k: float(v) for k, v in rows[0].items() if k.startswith("test/") and v}
+
+
+# a small segmentation recipe on 24^3 phantoms (16^3 patches, a 3-level U-Net)
+TINY_SEG = [
+    "model=unet3d",
+    "data.num_volumes=24",
+    "data.size=24",
+    "data.size_jitter=3",
+    "data.patch_size=[16,16,16]",
+    "data.samples_per_volume=8",
+    "data.batch_size=8",
+    "model.net.channels=[8,16,32]",
+    "model.net.strides=[2,2]",
+    "model.net.num_res_units=1",
+    "model.optimizer.lr=0.01",
+    "seed=1",
+]

@@ -156,7 +156,7 @@ def test_eval_shards_are_unpadded():
 
 DOMAINS = [
     pytest.param("gnn", id="graph"),
-    pytest.param("unet3d", id="3d-segmentation"),
+    pytest.param("unet3d", id="3d-segmentation", marks=pytest.mark.slow),
     pytest.param("resnet3d", id="3d-classification", marks=pytest.mark.slow),
 ]
 

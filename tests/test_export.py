@@ -11,6 +11,9 @@ from conftest import run_cli, run_dirs
 
 from litlab.errors import UserError
 
+# one worker runs this module, so its module-scoped fixtures are built once (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("export")
+
 
 @pytest.fixture(scope="module")
 def digits_ckpt(tmp_path_factory):

@@ -42,6 +42,7 @@ def test_incompatible_pair_is_one_line(tmp_path):
     assert "digits" not in message.split("fit this model:")[1]
 
 
+@pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)
 def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
     """The papers' recipes on real Cora (copied raw files, no network), shortened to 100 epochs
     in one multirun: GCN and GAT >= 78% (measured 80.4%, 82.0%). eval.py on GCN's best

@@ -9,6 +9,9 @@ from types import SimpleNamespace
 import pytest
 from conftest import compose, csv_test_metrics, results, run_cli, run_dirs
 
+# one worker runs this module, so its module-scoped fixtures are built once (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("inspect")
+
 MAX_POINTS, LR_RANGE = 100, (1e-5, 0.5)
 
 

@@ -5,21 +5,7 @@ import csv
 import os
 
 import pytest
-from conftest import csv_test_metrics, run_dirs
-
-TINY_SEG = [
-    "model=unet3d",
-    "data.num_volumes=24",
-    "data.size=24",
-    "data.size_jitter=3",
-    "data.patch_size=[16,16,16]",
-    "data.samples_per_volume=8",
-    "data.batch_size=8",
-    "model.net.channels=[8,16,32]",
-    "model.net.strides=[2,2]",
-    "model.net.num_res_units=1",
-    "seed=1",
-]
+from conftest import TINY_SEG, csv_test_metrics, run_dirs
 
 
 def read(path) -> list[dict]:

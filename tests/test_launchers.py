@@ -30,7 +30,8 @@ def in_process(tmp_path_factory) -> dict[float, dict]:
 
 
 @pytest.mark.parametrize(
-    "launcher", ["submitit_local", pytest.param("joblib", marks=pytest.mark.slow)]
+    "launcher",
+    [pytest.param(name, marks=pytest.mark.slow) for name in ("submitit_local", "joblib")],
 )
 def test_every_launcher_gives_the_same_results(launcher, in_process, tmp_path):
     """`python src/train.py -m hydra/launcher=NAME model.optimizer.lr=0.01,0.1`: each job runs

@@ -10,23 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import compose, require_shared, results, run_dirs
-
-# a small segmentation recipe on 24^3 phantoms (16^3 patches, a 3-level U-Net)
-TINY_SEG = [
-    "model=unet3d",
-    "data.num_volumes=24",
-    "data.size=24",
-    "data.size_jitter=3",
-    "data.patch_size=[16,16,16]",
-    "data.samples_per_volume=8",
-    "data.batch_size=8",
-    "model.net.channels=[8,16,32]",
-    "model.net.strides=[2,2]",
-    "model.net.num_res_units=1",
-    "model.optimizer.lr=0.01",
-    "seed=1",
-]
+from conftest import TINY_SEG, compose, require_shared, results, run_dirs
 
 
 @pytest.mark.parametrize("epochs", [1, pytest.param(8, marks=pytest.mark.slow)])

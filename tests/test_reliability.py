@@ -13,6 +13,9 @@ import pytest
 import torch
 from conftest import QUIET, ROOT, compose, csv_test_metrics, run_dirs
 
+# one worker runs this module, so its module-scoped fixtures are built once (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("reliability")
+
 # digits, 3 epochs of 6 batches, last.ckpt every 4 steps (and at each epoch end)
 BUDGET = [
     "trainer.max_epochs=3",
@@ -151,6 +154,7 @@ def test_resume_translation(tmp_path):
         translate(["train.py", f"paths.log_dir={tmp_path / 'empty'}", "ckpt_path=last"], "train")
 
 
+@pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)
 def test_dead_ddp_rank_ends_the_job(tmp_path):
     """Rank 1 is killed (-9) at step 2 of a 2-process CPU DDP run: the job exits != 0, no hang."""
     start = time.perf_counter()

@@ -173,6 +173,7 @@ def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data):
     assert (rows["val/acc"] == rows["test/acc"]).all()
 
 
+@pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)
 def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path):
     """Resuming a cnn checkpoint with other channels: one line naming the net it holds."""
     tiny = [

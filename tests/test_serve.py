@@ -19,6 +19,9 @@ import numpy as np
 import pytest
 from conftest import ROOT, run_cli, run_dirs
 
+# one worker runs this module, so its module-scoped fixtures are built once (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("serve")
+
 START_TIMEOUT = 180  # seconds: importing torch and warming up on a loaded 2-core machine
 
 

@@ -108,7 +108,7 @@ def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
 @pytest.mark.parametrize(
     "domain",
     [
-        "vision",
+        pytest.param("vision", marks=pytest.mark.slow),
         pytest.param("medical3d", marks=pytest.mark.slow),
         pytest.param("graph", marks=pytest.mark.slow),
     ],
@@ -155,6 +155,7 @@ def test_new_task_refuses_bad_names_in_one_line(capsys, args, says):
     assert _tree(ROOT / "configs") == before
 
 
+@pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)
 def test_the_csv_example_of_docs_new_task_trains(tmp_path):
     """docs/new_task.md's CSV example, written file by file into a copy of the project."""
     import re

@@ -144,6 +144,7 @@ def test_search_resumes_after_a_kill_without_rerunning_finished_trials(cli, tmp_
     assert statuses == {"0": "completed", "1": "incomplete", "2": "completed"}
 
 
+@pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)
 def test_two_workers_share_one_study_without_duplicates(tmp_path):
     log_dir = tmp_path / "logs"
     cmd = command(log_dir, *SEARCH, NO_PRUNING, "hydra.sweeper.n_trials=3")
