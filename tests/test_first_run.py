@@ -18,6 +18,7 @@ TINY = [
 NOISE = ("💡 Tip", "Be aware that when using `ckpt_path`", "was configured so 100% of the batches")
 
 
+@pytest.mark.slow  # a train and an eval subprocess: .ci/run's slow stage
 def test_train_and_eval_print_a_header_and_save_the_config_tree(cli, tmp_path):
     train = cli("train.py", *TINY, quiet=False)
     run = run_dirs(tmp_path / "logs")[0]

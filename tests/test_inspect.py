@@ -51,6 +51,7 @@ def read_csv(path) -> list[list[str]]:
         return list(csv.reader(f))
 
 
+@pytest.mark.slow  # shares the `run` fixture (one full inspect run): .ci/run's slow stage
 def test_confusion_matrix_counts_the_test_set_and_matches_test_acc(run, tmp_path):
     run_dir, _, _ = run
     rows = read_csv(run_dir / "inspect" / "confusion_test.csv")
@@ -74,6 +75,7 @@ def test_confusion_matrix_counts_the_test_set_and_matches_test_acc(run, tmp_path
         assert (run_dir / "inspect" / name).stat().st_size > 200, name
 
 
+@pytest.mark.slow  # shares the `run` fixture (one full inspect run): .ci/run's slow stage
 def test_tsne_holds_the_configured_number_of_points(run):
     run_dir, _, _ = run
     rows = read_csv(run_dir / "inspect" / "tsne.csv")
@@ -83,6 +85,7 @@ def test_tsne_holds_the_configured_number_of_points(run):
     assert len(projector) == 1 and len(projector[0].read_text().splitlines()) == MAX_POINTS
 
 
+@pytest.mark.slow  # shares the `run` fixture (one full inspect run): .ci/run's slow stage
 def test_histograms_for_every_parameter_tensor_and_images_in_tensorboard(run, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -103,6 +106,7 @@ def test_histograms_for_every_parameter_tensor_and_images_in_tensorboard(run, tm
     assert {"inspect/confusion_test", "inspect/gradcam", "inspect/tsne"} <= set(tags["images"])
 
 
+@pytest.mark.slow  # shares the `run` fixture (one full inspect run): .ci/run's slow stage
 def test_lr_finder_suggestion_is_in_range_and_is_the_lr_trained_with(run):
     run_dir, stdout, _ = run
     found = json.loads((run_dir / "tune" / "lr.json").read_text())
@@ -117,6 +121,7 @@ def test_lr_finder_suggestion_is_in_range_and_is_the_lr_trained_with(run):
     assert [float(r["tune/lr"]) for r in rows if r.get("tune/lr")] == [pytest.approx(lr)]
 
 
+@pytest.mark.slow  # shares the `run` fixture (one full inspect run): .ci/run's slow stage
 def test_pytorch_profiler_tables_name_the_convolution_and_memory(run):
     run_dir, stdout, _ = run
     report = (run_dir / "profiler" / "fit-profiler.txt").read_text()
@@ -132,6 +137,7 @@ def test_pytorch_profiler_tables_name_the_convolution_and_memory(run):
     assert len(peaks) == 2 and all(p > 50 for p in peaks)  # one per epoch, in MB
 
 
+@pytest.mark.slow  # shares the `run` fixture (one full inspect run): .ci/run's slow stage
 def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(run):
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     import mlflow
