@@ -176,7 +176,7 @@ def federate(cfg: DictConfig) -> dict[str, float]:
     from litlab.federated import outputs, partition
     from litlab.federated.client import make_client_app
     from litlab.federated.server import CentralEvaluation, Recorded, make_server_app
-    from litlab.utils import report
+    from litlab.recipes import report
 
     f, out = cfg.federate, Path(cfg.paths.output_dir)
     report.apply_extras(cfg)

@@ -1,6 +1,6 @@
 """What `callbacks=inspect` costs the default job (bar: <= 15% more wall time).
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/inspect.py [--pairs 3]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/inspect_cost.py [--pairs 3]
 
 Runs `python src/train.py` and `python src/train.py callbacks=inspect` in alternation (pairs,
 so a busy shared machine slows both alike), full commands (start-up, 30 epochs, test). Prints
