@@ -207,3 +207,22 @@ def test_a_failed_download_leaves_no_folder_and_prints_nothing(tmp_path, capsys)
         raise OSError("offline")
     assert not (tmp_path / "data").exists()
     assert capsys.readouterr().out == ""
+
+
+def test_a_callback_or_logger_that_cannot_be_built_is_one_line(tmp_path):
+    """build.trainer: an entry of callbacks/logger (or the Trainer) whose constructor fails is
+    one line naming the entry, not Hydra's multi-line "Error in call to target"."""
+    from litlab.config import build
+
+    cfg = compose(
+        "train",
+        ["+callbacks.extra._target_=lightning.pytorch.callbacks.EarlyStopping"],
+        output_dir=tmp_path,
+    )
+    with pytest.raises(UserError) as err:
+        build.trainer(cfg)
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(
+        "callbacks.extra (lightning.pytorch.callbacks.EarlyStopping) cannot be built:"
+    ), line

@@ -110,15 +110,15 @@ def _defaults(fn) -> dict:
     }
 
 
-def instantiate_all(cfg: DictConfig | None) -> list:
-    """Instantiate every `_target_` entry of a group such as callbacks or logger."""
-    if not cfg:
-        return []
-    return [
-        hydra.utils.instantiate(c)
-        for c in cfg.values()
-        if isinstance(c, DictConfig) and "_target_" in c
-    ]
+def instantiate_all(cfg, group: str = "callbacks") -> list:
+    """Instantiate every `_target_` entry of a group such as callbacks or logger; an entry that
+    cannot be built is one line naming it (`callbacks.<name> (<target>) cannot be built: ...`)."""
+    built = []
+    for name, c in (cfg or {}).items():
+        if isinstance(c, DictConfig) and "_target_" in c:
+            with building(f"{group}.{name}", c._target_):
+                built.append(hydra.utils.instantiate(c))
+    return built
 
 
 def trainer(cfg: DictConfig, extra_callbacks=()):
@@ -126,6 +126,7 @@ def trainer(cfg: DictConfig, extra_callbacks=()):
     `extra_callbacks` that the caller passes in plain sight. The only callbacks left out are
     those whose YAML says `unfit: skip` for another data task (see `fitting_callbacks`)."""
     callbacks = instantiate_all(fitting_callbacks(cfg)) + list(extra_callbacks)
-    loggers = instantiate_all(cfg.get("logger"))
+    loggers = instantiate_all(cfg.get("logger"), "logger")
     log.info("Instantiating trainer <%s>", cfg.trainer._target_)
-    return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    with building("trainer", cfg.trainer._target_):
+        return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

@@ -38,7 +38,9 @@ def train(cfg: DictConfig) -> RunResult:
         report.log_hyperparameters(cfg, model, trainer)
 
         if cfg.train:
-            tuning.run(build.instantiate_all(cfg.get("tune")), trainer, model, datamodule)  # tune=
+            tuning.run(
+                build.instantiate_all(cfg.get("tune"), "tune"), trainer, model, datamodule
+            )  # tune=
             trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
