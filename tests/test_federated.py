@@ -282,7 +282,7 @@ def test_two_clients_two_rounds_beat_round_zero(tmp_path):
 
 
 # --- real simulations (Flower's Ray backend), as a user runs them ----------------------------
-def _run_marked(tmp_path, *overrides, timeout=600):
+def _run_marked(tmp_path, *overrides, timeout=600, flags=()):
     """Run federate.py with a unique marker in its environment; return (proc, leftovers): the
     processes still alive afterwards that carry the marker (Ray workers inherit it)."""
     marker = uuid.uuid4().hex
@@ -290,6 +290,7 @@ def _run_marked(tmp_path, *overrides, timeout=600):
     cmd = [
         sys.executable,
         "src/federate.py",
+        *flags,
         f"paths.log_dir={tmp_path / 'logs'}",
         "extras.print_config=false",
         *overrides,
@@ -421,7 +422,6 @@ def test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary(tmp_pat
 
     proc, left = _run_marked(
         tmp_path,
-        "-m",
         "federate.alpha=0.1,1.0",
         "federate/strategy=fedprox",
         "federate.strategy.proximal_mu=0.1",
@@ -429,6 +429,7 @@ def test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary(tmp_pat
         "federate.num_clients=2",
         "federate.rounds=1",
         timeout=900,
+        flags=["-m"],
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not left, left

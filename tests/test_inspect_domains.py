@@ -56,8 +56,11 @@ def test_inspect_on_3d_segmentation_draws_slices(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_mlflow_multirun_one_run_per_job_named_by_overrides(cli, tmp_path):
+def test_mlflow_multirun_one_run_per_job_named_by_overrides(cli, tmp_path, monkeypatch):
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    # mlflow.set_tracking_uri (in an earlier test of this worker) exports MLFLOW_TRACKING_URI,
+    # which the run would inherit and log there instead of under its own logs/
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     import mlflow
 
     cli(

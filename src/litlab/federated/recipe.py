@@ -151,10 +151,12 @@ def _simulate(server_app, client_app, f: DictConfig) -> None:
                 file=sys.stderr,
                 flush=True,
             )
-            end(shutdown_ray=False)
-            logging.shutdown()
-            sys.stdout.flush()
-            os._exit(130)
+            try:
+                end(shutdown_ray=False)
+                logging.shutdown()
+                sys.stdout.flush()
+            finally:  # whatever ending the workers raised: this process ends with 130
+                os._exit(130)
 
         previous = signal.signal(signal.SIGINT, interrupted)
         try:
@@ -209,8 +211,12 @@ def federate(cfg: DictConfig) -> dict[str, float]:
             done.get("bytes_sent", 0) / 1e6,
         )
 
-    evaluation = CentralEvaluation(model, datamodule, build.trainer(cfg), progress)
+    from litlab.checkpointing.run_config import RunConfigInCheckpoint
+
     config = OmegaConf.to_container(cfg, resolve=True)
+    # the global checkpoint carries the run config, as train.py's do (eval.py, load_run, export)
+    trainer = build.trainer(cfg, extra_callbacks=[RunConfigInCheckpoint(config)])
+    evaluation = CentralEvaluation(model, datamodule, trainer, progress)
     client_app = make_client_app(config, [p.tolist() for p in parts], list(f.fail_clients), mods)
     server_app = make_server_app(recorded, evaluation, f.rounds)
     started = time.time()

@@ -256,19 +256,10 @@ class _Run:
     def callback(self):
         """A Lightning callback for `build.trainer(..., extra_callbacks=[...])`: it makes DDP
         children re-run this job (`install`), then at setup attaches and describes the ranks."""
-        from lightning.pytorch.callbacks import Callback
+        from litlab.recipes.ddp_callback import DDPLifecycle
 
         install(self.script)
-        run = self
-
-        class DDPLifecycle(Callback):
-            def setup(self, trainer, pl_module, stage: str) -> None:
-                if run.trainer is None:  # fit, then test: the ranks join once
-                    run.trainer = trainer
-                    attach(trainer)
-                    describe(trainer, run.cfg.data.get("batch_size"))
-
-        return DDPLifecycle()
+        return DDPLifecycle(self, attach, describe)
 
 
 @contextlib.contextmanager
