@@ -74,8 +74,9 @@ def no_orphans(poll_s: float = 0.5):
                 return
 
     def end(shutdown_ray: bool = True) -> None:
-        """End every process seen (idempotent). From a signal handler: no ray.shutdown, which
-        may wait on the very call the main thread was interrupted in."""
+        """End every process seen (idempotent). From a signal handler (shutdown_ray=False): no
+        ray.shutdown, which may wait on the very call the main thread was interrupted in, and
+        SIGKILL at once: Ray's driver exits with 1 by itself soon after its raylet dies."""
         done.set()
         seen.update({p.pid: p for p in me.children(recursive=True) if p.pid not in before})
         if shutdown_ray:
@@ -85,6 +86,11 @@ def no_orphans(poll_s: float = 0.5):
                 if ray.is_initialized():
                     ray.shutdown()
         left = [p for p in seen.values() if p.is_running()]
+        if not shutdown_ray:
+            for p in left:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            return
         for p in left:
             with contextlib.suppress(psutil.Error):
                 p.terminate()
