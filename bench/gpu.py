@@ -47,6 +47,13 @@ SETTINGS = [
 QUICK = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
 
 
+def failed_row(model_name: str, name: str, err: Exception) -> tuple:
+    """A table row for a case that raised: its error's first line (litlab's one-line form)."""
+    from litlab.errors import first_line
+
+    return (model_name, name, f"FAILED: {type(err).__name__}: {first_line(err)[:120]}", "", "", "")
+
+
 def batch_size(batch) -> int:
     """Samples in a batch: graphs in a PyG batch, else the first tensor's length."""
     if hasattr(batch, "num_graphs"):
@@ -237,17 +244,7 @@ def main() -> int:
                 )
             except Exception as err:  # one broken setting must not hide the others
                 failures += 1
-                rows.append(
-                    (
-                        model_name,
-                        name,
-                        f"FAILED: {type(err).__name__}: "
-                        f"{str(err).splitlines()[0][:120] if str(err) else ''}",
-                        "",
-                        "",
-                        "",
-                    )
-                )
+                rows.append(failed_row(model_name, name, err))
             print(f"  {rows[-1][0]} | {rows[-1][1]} | {rows[-1][2]}", flush=True)
         if not cuda:
             rows.append(
@@ -259,17 +256,7 @@ def main() -> int:
                 rows += inference_rows(model_name, Path(tmp))
         except Exception as err:  # a TensorRT failure must not hide the training rows
             failures += 1
-            rows.append(
-                (
-                    model_name,
-                    "inference TensorRT fp16",
-                    f"FAILED: {type(err).__name__}: "
-                    f"{str(err).splitlines()[0][:120] if str(err) else ''}",
-                    "",
-                    "",
-                    "",
-                )
-            )
+            rows.append(failed_row(model_name, "inference TensorRT fp16", err))
         print(f"  {rows[-1][0]} | {rows[-1][1]} | {rows[-1][2]}", flush=True)
     print(
         f"\n{device}, {epochs} epochs of data=digits (default batch_size), "
