@@ -1,6 +1,7 @@
 """Faults of issue 18, as a user meets them: a kill after an epoch that did not improve the
 metric, SIGTERM from a scheduler, a crafted checkpoint. Real runs as subprocesses."""
 
+import os
 import subprocess
 import sys
 
@@ -43,14 +44,21 @@ def test_sigterm_saves_last_ckpt_closes_logs_and_exits_143(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,  # passes once fixed: then this marker must go
-    reason="known bug (issue 18 left open): the resume after a SIGTERM is not bit-identical "
-    "after the merge of issues 11-19 (the kill -9 resume is; tests/test_reliability.py)",
-)
-def test_resume_after_sigterm_is_bit_identical(tmp_path, ref_run):  # noqa: F811  (the fixture)
+def test_resume_after_sigterm_and_ctrl_c_on_last_batch(tmp_path, ref_run):  # noqa: F811
+    """SIGTERM mid-epoch; Ctrl-C, then SIGTERM, on an epoch's last batch (the epoch's validation
+    and end still run before the stop); each resumed: the same weights, metrics and log as the
+    run that was never stopped."""
     logs = tmp_path / "logs"
-    assert train(logs, fault=(5, "sigterm")).returncode == 143
+    last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
+    p = train(logs, fault=(2, "sigterm"))
+    assert p.returncode == 143 and last()["global_step"] == 3, p.stderr[-3000:]
+    p = train(logs, "ckpt_path=last", fault=(5, "sigint"))
+    assert p.returncode == 1 and last()["global_step"] == 6, p.stderr[-3000:]
+    assert last()["epoch"] == 0 and "epoch_000.ckpt" in os.listdir(
+        run_dirs(logs)[0] / "checkpoints"
+    )
+    p = train(logs, "ckpt_path=last", fault=(11, "sigterm"))
+    assert p.returncode == 143 and last()["global_step"] == 12, p.stderr[-3000:]
     p = train(logs, "ckpt_path=last")
     assert p.returncode == 0, p.stderr[-3000:]
     assert_same_as_reference(run_dirs(logs)[0], ref_run)

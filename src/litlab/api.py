@@ -24,7 +24,7 @@ def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     from litlab.recipes import run_dir
     from litlab.utils.distributed import is_rank_zero
 
-    overrides = resume.translate([config_name, *overrides], config_name)[1:]  # ckpt_path=last
+    resume.refuse_in_multirun(config_name, list(overrides))
     try:
         cfg = compose(config_name, overrides)
     except (HydraException, ValueError) as err:

@@ -14,6 +14,7 @@ import os
 import sys
 
 from litlab import threads
+from litlab.checkpointing import resume
 from litlab.config import hydra_errors
 from litlab.errors import UserError
 from litlab.recipes import run_dir
@@ -43,14 +44,11 @@ def run(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
     _export_package_path()
     config_name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
-    if any(a.startswith("ckpt_path=") for a in sys.argv[1:]):  # `last` or a run dir: resume there
-        from litlab.checkpointing import resume
-
-        try:
-            sys.argv = resume.translate(sys.argv, config_name)
-        except UserError as err:
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(EXIT_BAD_INPUT) from None
+    try:  # ckpt_path=last|<run dir> resumes one run: not with -m
+        resume.refuse_in_multirun(config_name, sys.argv[1:])
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
     real = sys.stderr
     sys.stderr = buffer = _Buffer()
     try:

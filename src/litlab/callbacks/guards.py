@@ -1,16 +1,19 @@
-"""Clean stops: a non-finite loss, Ctrl-C, and out-of-memory.
+"""Clean stops: a non-finite loss, Ctrl-C, SIGTERM and out-of-memory.
 
 - `NonFiniteLossGuard` checks the loss before `backward`, so the step that produced NaN/Inf
   never reaches the weights; it stops the run with a message that names the step and the last
   good checkpoint (which it does not overwrite).
 - `GracefulInterrupt` turns the first Ctrl-C (SIGINT) into: finish the current batch, write
   `last.ckpt`, close the loggers, exit 1. A second Ctrl-C stops at once. SIGTERM (how SLURM,
-  Kubernetes and `timeout` stop a job) is handled alike: Lightning finishes the batch and raises
-  its SIGTERMException on every rank; this writes `last.ckpt` and makes the exit code 143
-  (128 + 15, what a shell reports for a process that SIGTERM ended), not 0. Under SLURM,
-  Lightning's SLURMEnvironment also requeues the job on its requeue signal (SIGUSR1, see
-  docs/reliability.md). After an out-of-memory error it writes `last.ckpt` too (one process
-  only: a collective save could hang under DDP).
+  Kubernetes and `timeout` stop a job) is handled alike, exit code 143 (128 + 15, what a shell
+  reports for a process that SIGTERM ended), not 0. Under SLURM, Lightning's SLURMEnvironment
+  also requeues the job on its requeue signal (SIGUSR1, see docs/reliability.md). After an
+  out-of-memory error it writes `last.ckpt` too (one process only: a collective save could
+  hang under DDP).
+Where it stops decides whether the resume is bit-identical. Mid-epoch it saves at the end of the
+batch, where the step checkpoints are written. On an epoch's last batch a checkpoint from there
+would resume in the next epoch, skipping this one's validation and end; so the epoch finishes
+first (its `last.ckpt` is written after validation) and the run stops then.
 Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`.
 """
 
@@ -27,6 +30,7 @@ from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
 EXIT_SIGTERM = 128 + signal.SIGTERM
+_CTRL_C, _SIGTERM = 1, 2  # stop requests, the stronger one larger
 
 
 class NonFiniteLoss(UserError):
@@ -72,7 +76,9 @@ class NonFiniteLossGuard(Callback):
 
 class GracefulInterrupt(Callback):
     def __init__(self):
-        self._requested = False
+        self._requested = False  # Ctrl-C seen by this process
+        self._stop = 0  # the stop under way (_CTRL_C or _SIGTERM), once agreed by every rank
+        self._stop_epoch = -1  # the epoch whose end it waits for (stop on its last batch)
         self._previous = None
 
     def _handler(self, signum, frame) -> None:
@@ -82,7 +88,7 @@ class GracefulInterrupt(Callback):
         log.warning("Ctrl-C: finishing this batch, then saving last.ckpt (Ctrl-C again: stop now)")
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        self._requested = False
+        self._requested, self._stop, self._stop_epoch = False, 0, -1
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handler)
 
@@ -92,26 +98,56 @@ class GracefulInterrupt(Callback):
             self._previous = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        stop = self._requested
-        if trainer.world_size > 1:
-            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
-        if stop:
-            self._save(trainer, "interrupted")
-            self._restore()
-            raise KeyboardInterrupt  # Lightning closes the loggers and exits 1
+        if self._stop:  # waiting for an epoch's end that a min_epochs kept from ending the fit
+            if trainer.current_epoch > self._stop_epoch:
+                self._end(trainer, save=True)
+            return
+        stop = _SIGTERM if trainer.received_sigterm else _CTRL_C if self._requested else 0
+        if trainer.world_size > 1:  # one collective: the strongest request of any rank
+            code = torch.tensor(stop, device=trainer.strategy.root_device)
+            stop = int(trainer.strategy.reduce(code, reduce_op="max"))
+        if not stop:
+            return
+        self._stop = stop
+        if batch_idx + 1 < trainer.num_training_batches:
+            self._end(trainer, save=True)
+        # the epoch's last batch: validate and end the epoch (its last.ckpt), then stop
+        self._stop_epoch = trainer.current_epoch
+        trainer._signal_connector.received_sigterm = False  # Lightning's own stop: mid-validation
+        trainer.should_stop = True
+        log.warning("%s: ending this epoch (validation, last.ckpt), then stopping", self._why)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self._restore()
+        if self._stop:  # the epoch it waited for has ended the fit
+            self._end(trainer, save=not _last_checkpoint_is_current(trainer))
         if self._requested:  # Ctrl-C during the last validation: do not go on to test
             raise KeyboardInterrupt
+
+    @property
+    def _why(self) -> str:
+        return "SIGTERM" if self._stop == _SIGTERM else "interrupted"
+
+    def _end(self, trainer, save: bool) -> None:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if save:
+            trainer.save_checkpoint(last_checkpoint_path(trainer))
+        self._report(trainer, self._why)
+        self._restore()
+        self._stop_epoch = math.inf  # ended: on_exception saves nothing more
+        if self._stop == _SIGTERM:
+            raise SIGTERMException(EXIT_SIGTERM)  # Lightning closes the loggers, then exits 143
+        raise KeyboardInterrupt  # Lightning closes the loggers and exits 1
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        ended = self._stop_epoch == math.inf
         if isinstance(exception, SIGTERMException):
             self._restore()
-            if trainer.state.fn == "fit" and not trainer.sanity_checking:
-                self._save(trainer, "SIGTERM")
+            if trainer.state.fn == "fit" and not trainer.sanity_checking and not ended:
+                self._save(trainer, "SIGTERM")  # it came during validation
             exception.code = EXIT_SIGTERM  # Lightning re-raises it: the process exits 143
             return
         if isinstance(exception, KeyboardInterrupt):
@@ -123,9 +159,13 @@ class GracefulInterrupt(Callback):
             self._save(trainer, "out of memory")
 
     def _save(self, trainer, why: str) -> None:
-        path = last_checkpoint_path(trainer)
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(last_checkpoint_path(trainer))
+        self._report(trainer, why)
+
+    @staticmethod
+    def _report(trainer, why: str) -> None:
         if trainer.is_global_zero:
+            path = last_checkpoint_path(trainer)
             log.warning(
                 "%s at global step %d; resumable checkpoint: %s (resume: python "
                 "src/train.py ckpt_path=%s)",
@@ -134,3 +174,12 @@ class GracefulInterrupt(Callback):
                 path,
                 path.parent.parent,
             )
+
+
+def _last_checkpoint_is_current(trainer) -> bool:
+    """True when a `save_last` checkpoint callback (callbacks.last_checkpoint) wrote last.ckpt
+    at this very step."""
+    return any(
+        cb.save_last and cb._last_global_step_saved == trainer.global_step
+        for cb in trainer.checkpoint_callbacks
+    )

@@ -1,24 +1,32 @@
 """`ckpt_path=last` and `ckpt_path=<run dir>`: resume a run inside its own run dir.
 
-Hydra picks the output dir before the task starts, so the choice is made on the command line:
-`translate` (called by `cli.run` before Hydra parses argv) rewrites
+Hydra picks the output dir before the task starts, so the choice is part of the config:
+train.yaml and compress.yaml set
+
+    hydra.run.dir: ${resume_run_dir:${oc.select:ckpt_path,null},${paths.log_dir},${task_name},<new dir>}
+
+which Hydra resolves once, from the config it composed (nothing is composed twice):
 
     ckpt_path=last        -> the newest logs/<task_name>/runs/* holding checkpoints/last.ckpt
     ckpt_path=<run dir>   -> that run
+    anything else         -> a new timestamped run dir
 
-into `ckpt_path=<run>/checkpoints/last.ckpt hydra.run.dir=<run>`, so CSV, TensorBoard, the
-log file and new checkpoints continue in the same folder. The resumed run's config is saved in
-`.hydra/resume-<time>/` (the original `.hydra/config.yaml` is kept). A checkpoint *file* keeps
-Lightning's meaning: resume from it in a new run dir. Hydra and omegaconf only (cheap).
+so CSV, TensorBoard, the log file and new checkpoints continue in the same folder. The resumed
+run's config is saved in `.hydra/resume-<time>/` (`resume_output_subdir`; the original
+`.hydra/config.yaml` is kept). The recipe then turns the value into the checkpoint file
+(`resolve_checkpoint`), or refuses it in one line. A checkpoint *file* keeps Lightning's meaning:
+resume from it in a new run dir. Imports pathlib and omegaconf only (cheap, before Hydra runs).
 """
 
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from litlab.errors import UserError
 
 LAST = "last"
-RESUMABLE_CONFIGS = ("train", "compress")
+RESUMABLE_CONFIGS = ("train", "compress")  # their configs use hydra/resumable.yaml
 
 
 def checkpoint_of(run_dir: Path) -> Path:
@@ -33,55 +41,75 @@ def latest_run(log_dir: Path, task_name: str) -> Path | None:
     return runs[-1] if runs else None
 
 
-def _quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def run_to_resume(ckpt_path, log_dir, task_name) -> Path | None:
+    """The run dir that `ckpt_path` names (`last`, or a run dir with a last.ckpt), else None."""
+    if ckpt_path is None:
+        return None
+    value = str(ckpt_path)
+    if value == LAST:
+        return latest_run(Path(log_dir), str(task_name))
+    path = Path(value)
+    return path.resolve() if path.is_dir() and checkpoint_of(path).is_file() else None
 
 
-def translate(argv: list[str], config_name: str) -> list[str]:
-    """argv with `ckpt_path=last|<run dir>` turned into a checkpoint file and the run's dir."""
-    args = argv[1:]
-    given = [i for i, a in enumerate(args) if a.startswith("ckpt_path=")]
-    multirun = any(a in ("-m", "--multirun") for a in args)
-    if config_name not in RESUMABLE_CONFIGS or not given:
-        return argv
-    value = args[given[-1]].split("=", 1)[1].strip("'\"")
-    if multirun:
+def _run_dir(ckpt_path, log_dir, task_name, new_dir) -> str:
+    return str(run_to_resume(ckpt_path, log_dir, task_name) or new_dir)
+
+
+def _output_subdir(ckpt_path, log_dir, task_name) -> str:
+    if run_to_resume(ckpt_path, log_dir, task_name) is None:
+        return ".hydra"
+    return f".hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+
+
+def resolve_checkpoint(cfg) -> None:
+    """Sets `cfg.ckpt_path` to the file it names: last.ckpt of the run that `last` or a run dir
+    names; a file (or None) stays. One line when `last` finds no run or a folder is not a run.
+    The first thing the train and compress recipes do."""
+    cfg.ckpt_path = _checkpoint_file(cfg.get("ckpt_path"), cfg.paths.log_dir, cfg.task_name)
+
+
+def _checkpoint_file(ckpt_path, log_dir, task_name):
+    from litlab.utils.distributed import is_rank_zero
+
+    if ckpt_path is None:
+        return None
+    value = str(ckpt_path)
+    run = run_to_resume(value, log_dir, task_name)
+    if run is None and value == LAST:
+        runs = Path(log_dir) / str(task_name) / "runs"
+        raise UserError(
+            f"ckpt_path=last: no run of task '{task_name}' with checkpoints/last.ckpt "
+            f"in {runs}; pass ckpt_path=<run dir or .ckpt file>"
+        )
+    if run is None and Path(value).is_dir():
+        raise UserError(
+            f"ckpt_path={value} is a folder without checkpoints/last.ckpt; "
+            f"pass a run dir of train.py or a .ckpt file"
+        )
+    if run is None:
+        return ckpt_path
+    if is_rank_zero():  # DDP ranks > 0 resolve it alike, silently
+        print(f"resuming {run} from {checkpoint_of(run).name}", flush=True)
+    return str(checkpoint_of(run))
+
+
+def refuse_in_multirun(config_name: str, args: list[str]) -> None:
+    """Every job of a sweep would resume (and write into) the same run: refused upfront."""
+    if config_name not in RESUMABLE_CONFIGS or not any(a in ("-m", "--multirun") for a in args):
+        return
+    for value in (a.split("=", 1)[1].strip("'\"") for a in args if a.startswith("ckpt_path=")):
         if value == LAST or Path(value).is_dir():
             raise UserError(
                 f"ckpt_path={value} cannot be used with -m: every job of a sweep "
                 f"would resume the same run; resume each job on its own "
                 f"(python src/train.py ckpt_path=<its run dir>), or pass a .ckpt file"
             )
-        return argv
-    if value == LAST:
-        rest = [a for a in args if not a.startswith(("-", "ckpt_path=", "hydra."))]
-        try:
-            from litlab.config.compose import compose
 
-            cfg = compose(config_name, rest)
-            log_dir, task = Path(cfg.paths.log_dir), str(cfg.task_name)
-        except Exception:  # a bad override: let Hydra report it in its own words
-            return argv
-        run = latest_run(log_dir, task)
-        if run is None:
-            raise UserError(
-                f"ckpt_path=last: no run of task '{task}' with checkpoints/last.ckpt "
-                f"in {log_dir / task / 'runs'}; pass ckpt_path=<run dir or .ckpt file>"
-            )
-    elif Path(value).is_dir():
-        run = Path(value).resolve()
-        if not checkpoint_of(run).is_file():
-            raise UserError(
-                f"ckpt_path={value} is a folder without checkpoints/last.ckpt; "
-                f"pass a run dir of train.py or a .ckpt file"
-            )
-    else:
-        return argv
-    args = [a for i, a in enumerate(args) if i not in given]
-    args.append(f"ckpt_path={_quote(str(checkpoint_of(run)))}")
-    if not any(a.startswith("hydra.run.dir=") for a in args):
-        args.append(f"hydra.run.dir={_quote(str(run))}")
-    if not any(a.startswith("hydra.output_subdir=") for a in args):
-        args.append(f"hydra.output_subdir=.hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}")
-    print(f"resuming {run} from {checkpoint_of(run).name}", flush=True)
-    return argv[:1] + args
+
+def register() -> None:
+    OmegaConf.register_new_resolver("resume_run_dir", _run_dir, replace=True)
+    OmegaConf.register_new_resolver("resume_output_subdir", _output_subdir, replace=True)
+
+
+register()

@@ -57,6 +57,9 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
 
 def compress(cfg: DictConfig) -> list[dict]:
     """Run the chain; returns the report's rows (original first)."""
+    from litlab.checkpointing.resume import resolve_checkpoint
+
+    resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
     check(cfg)
     cfg, resume = _resumed(cfg)
     import lightning as L

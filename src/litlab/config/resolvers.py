@@ -6,6 +6,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from litlab.checkpointing import resume  # noqa: F401  (registers hydra/resumable.yaml's resolvers)
+
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 

@@ -14,9 +14,11 @@ ENTRY_POINT = PROJECT_ROOT / "src" / "train.py"
 
 def train(cfg: DictConfig) -> RunResult:
     """Train (cfg.train), then test the best checkpoint (cfg.test); writes the run dir."""
+    from litlab.checkpointing import resume
     from litlab.config import validate
     from litlab.recipes import ddp
 
+    resume.resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
     validate.trainer_config(cfg)  # devices and strategy, before any DDP rank starts
     # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
     with ddp.lifecycle(cfg, ENTRY_POINT) as ranks:
