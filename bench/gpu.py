@@ -49,9 +49,9 @@ QUICK = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
 
 def failed_row(model_name: str, name: str, err: Exception) -> tuple:
     """A table row for a case that raised: its error's first line (litlab's one-line form)."""
-    from litlab.errors import first_line
+    from litlab.errors import one_line
 
-    return (model_name, name, f"FAILED: {type(err).__name__}: {first_line(err)[:120]}", "", "", "")
+    return (model_name, name, f"FAILED: {one_line(err, with_type=True, limit=120)}", "", "", "")
 
 
 def batch_size(batch) -> int:

@@ -20,7 +20,7 @@ def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
 
     from litlab.checkpointing import resume
     from litlab.config.compose import compose
-    from litlab.config.hydra_errors import one_line
+    from litlab.config.hydra_errors import composition_error
     from litlab.recipes import run_dir
     from litlab.utils.distributed import is_rank_zero
 
@@ -28,7 +28,7 @@ def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     try:
         cfg = compose(config_name, overrides)
     except (HydraException, ValueError) as err:
-        raise UserError(one_line(str(err), config_name, list(overrides))) from None
+        raise UserError(composition_error(str(err), config_name, list(overrides))) from None
     task_cfg = run_dir.start(cfg, config_name)
     out = cfg.hydra.runtime.output_dir
     fresh = run_dir.only_hydra_files(out) and is_rank_zero()

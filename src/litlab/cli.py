@@ -64,7 +64,7 @@ def run(hydra_main) -> None:
             sys.stderr = real
             text = buffer.getvalue()
             if exit_.code not in (0, None) and text.strip() and not _full_errors():
-                message = hydra_errors.one_line(text, config_name, sys.argv[1:])
+                message = hydra_errors.composition_error(text, config_name, sys.argv[1:])
                 print(f"error: {message}", file=sys.stderr)
                 raise SystemExit(EXIT_BAD_INPUT) from None
             sys.stderr.write(text)

@@ -4,7 +4,7 @@ missing, truncated, corrupt, or not a litlab checkpoint."""
 from pathlib import Path
 
 from litlab.checkpointing.run_config import CONFIG_KEY
-from litlab.errors import UserError, first_line
+from litlab.errors import UserError, one_line
 
 
 def load(path: str | Path, mmap: bool = False) -> dict:
@@ -19,7 +19,7 @@ def load(path: str | Path, mmap: bool = False) -> dict:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # zip errors, unpickling errors, EOF: all mean a bad file
         raise UserError(
-            f"ckpt_path={path} cannot be loaded (truncated or corrupt?): {first_line(err)}"
+            f"ckpt_path={path} cannot be loaded (truncated or corrupt?): {one_line(err)}"
         ) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or CONFIG_KEY not in ckpt:
         raise UserError(

@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from litlab.config.options import choice, incompatible
-from litlab.errors import UserError, first_line
+from litlab.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,9 @@ def building(group: str, target: str):
         cause = err.__cause__ or err.__context__
         if isinstance(cause, UserError):
             raise cause from None
-        raise UserError(f"{group} ({target}) cannot be built: {first_line(cause or err)}") from err
+        raise UserError(f"{group} ({target}) cannot be built: {one_line(cause or err)}") from err
     except Exception as err:  # whatever a constructor raises: one line
-        raise UserError(f"{group} ({target}) cannot be built: {first_line(err)}") from err
+        raise UserError(f"{group} ({target}) cannot be built: {one_line(err)}") from err
 
 
 def datamodule(cfg: DictConfig):

@@ -52,7 +52,7 @@ def condense(message: str) -> str:
     return " ".join(lines)
 
 
-def one_line(message: str, config_name: str, overrides: list[str]) -> str:
+def composition_error(message: str, config_name: str, overrides: list[str]) -> str:
     """The condensed error, naming the closest valid key of a typo and the override Hydra
     could not parse (its parse errors do not say which)."""
     line = condense(message)

@@ -30,7 +30,7 @@ from litlab.config.signatures import closest as _closest
 from litlab.config.signatures import fmt as _fmt
 from litlab.config.trainer_checks import check_trainer as _check_trainer
 from litlab.config.trainer_checks import check_trainer_plain as _check_trainer_plain
-from litlab.errors import UserError, first_line
+from litlab.errors import UserError, one_line
 
 _RAW: dict = {}  # the unresolved config, to say where an interpolated value came from
 
@@ -70,7 +70,7 @@ def _import(path: str, target_name: str):
         return hydra.utils.get_object(target_name)
     except Exception as err:
         raise UserError(
-            f"{path}._target_={target_name} cannot be imported: {first_line(err)}"
+            f"{path}._target_={target_name} cannot be imported: {one_line(err)}"
         ) from None
 
 
@@ -105,7 +105,7 @@ def _check_node(path: str, node: dict) -> None:
         except UserError:
             raise
         except Exception as err:
-            raise UserError(f"{path} ({target_name}): {first_line(err)}") from None
+            raise UserError(f"{path} ({target_name}): {one_line(err)}") from None
 
 
 def _walk_plain(path: str, node) -> None:
@@ -142,7 +142,7 @@ def _check_optimizer(model: dict) -> None:
         hydra.utils.instantiate(opt, _partial_=True)(params=[torch.nn.Parameter(torch.zeros(1))])
     except Exception as err:
         raise UserError(
-            f"model.optimizer ({opt['_target_']}) rejects its settings: {first_line(err)}"
+            f"model.optimizer ({opt['_target_']}) rejects its settings: {one_line(err)}"
         ) from None
 
 
@@ -168,7 +168,7 @@ def _container(cfg: DictConfig) -> dict:
         _RAW = plain(resolve=False)
         return plain(resolve=True)
     except Exception as err:
-        raise UserError(f"the config does not resolve: {first_line(err)}") from None
+        raise UserError(f"the config does not resolve: {one_line(err)}") from None
 
 
 def _top(c: dict, schema: dict) -> None:

@@ -14,7 +14,7 @@ from torchvision.transforms import v2
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
-from litlab.errors import UserError, first_line
+from litlab.errors import UserError, one_line
 from litlab.tasks import IMAGE_CLASSIFICATION
 
 
@@ -77,7 +77,7 @@ def read_image(path: str, header_only: bool = False):
             return img.convert("RGB")
     except Exception as err:  # noqa: BLE001 (PIL raises many kinds; all mean a bad file)
         raise UserError(
-            f"cannot read image {path}: {first_line(err)}; fix or remove the file"
+            f"cannot read image {path}: {one_line(err)}; fix or remove the file"
         ) from None
 
 

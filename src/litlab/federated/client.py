@@ -16,7 +16,7 @@ from flwr.clientapp import ClientApp
 from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
-from litlab.errors import first_line
+from litlab.errors import one_line
 
 _DATAMODULES: dict[str, tuple] = {}  # per worker process: run dir -> (datamodule, full train set)
 
@@ -100,7 +100,7 @@ def make_client_app(config: dict, parts: list, fail: list, mods: list) -> Client
         try:
             content = train_client(config, parts, fail, msg, partition_id)
         except Exception as err:  # the server records which client failed, and why
-            raise RuntimeError(f"client {partition_id} failed: {first_line(err)}") from err
+            raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
         return Message(content, reply_to=msg)
 
     return app

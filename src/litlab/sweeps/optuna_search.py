@@ -24,9 +24,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from litlab.errors import UserError
+from litlab.errors import UserError, one_line
 from litlab.sweeps import search_space, study_settings
-from litlab.sweeps.summary import one_line
 
 log = logging.getLogger(__name__)
 ENV = "LITLAB_OPTUNA_TRIAL"
@@ -179,8 +178,10 @@ def run(sweeper, arguments: list[str]) -> None:
         except optuna.TrialPruned:
             raise
         except Exception as error:  # recorded as a FAIL trial that uses the budget
-            trial.set_user_attr("error", one_line(error))
-            log.warning("trial %d failed: %s", trial.number, one_line(error))
+            trial.set_user_attr("error", one_line(error, with_type=True, limit=300))
+            log.warning(
+                "trial %d failed: %s", trial.number, one_line(error, with_type=True, limit=300)
+            )
             raise
 
     def run_trial(trial) -> float:
@@ -208,7 +209,7 @@ def run(sweeper, arguments: list[str]) -> None:
             )
         if type(outcome).__name__ == "TrialPruned":
             raise optuna.TrialPruned(str(outcome))
-        raise TrialFailed(one_line(outcome)) from outcome
+        raise TrialFailed(one_line(outcome, with_type=True, limit=300)) from outcome
 
     def stop_when_done(study, _trial) -> None:
         requeue_interrupted(study)  # a worker of this host died meanwhile

@@ -20,6 +20,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from litlab.errors import one_line
 from litlab.sweeps.summary_render import finite, markdown, plot_objective, stats_markdown
 from litlab.utils.distributed import is_rank_zero
 
@@ -38,11 +39,6 @@ def _select(config: DictConfig, key: str, default=None):
     except Exception:  # noqa: BLE001  (an interpolation that cannot resolve here)
         return default
     return value
-
-
-def one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text}"[:300] if text else type(err).__name__
 
 
 def status_of(err: BaseException | None) -> str:
@@ -90,7 +86,7 @@ class SweepSummary(Callback):
             config,
             status=status_of(err),
             objective=value,
-            error=one_line(err) if err is not None else "",
+            error=one_line(err, with_type=True, limit=300) if err is not None else "",
         )
         record["wall_s"] = round(time.time() - self._started.pop(str(out), time.time()), 2)
         metrics_file = out / "metrics.json"
