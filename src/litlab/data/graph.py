@@ -146,41 +146,30 @@ class SBMDataModule(NodeDataModule):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.settings = dict(
-            num_classes=num_classes,
-            nodes_per_class=nodes_per_class,
-            p_in=p_in,
-            p_out=p_out,
-            num_features=num_features,
-            feature_signal=feature_signal,
-            train_per_class=train_per_class,
-            num_val=num_val,
-            num_test=num_test,
-            graph_seed=graph_seed,
-        )
+        self.save_hyperparameters(logger=False)  # plain values: checkpoints stay weights_only
 
     def load(self) -> Data:
         from torch_geometric.utils import stochastic_blockmodel_graph
 
-        s = self.settings
-        k, n = s["num_classes"], s["nodes_per_class"]
-        probs = torch.full((k, k), s["p_out"]).fill_diagonal_(s["p_in"])
+        h = self.hparams
+        k, n = h.num_classes, h.nodes_per_class
+        probs = torch.full((k, k), h.p_out).fill_diagonal_(h.p_in)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(s["graph_seed"])
+            torch.manual_seed(h.graph_seed)
             edge_index = stochastic_blockmodel_graph([n] * k, probs)
             y = torch.arange(k).repeat_interleave(n)
-            centroids = torch.nn.functional.normalize(torch.randn(k, s["num_features"]), dim=1)
-            x = s["feature_signal"] * centroids[y] * s["num_features"] ** 0.5 + torch.randn(
-                k * n, s["num_features"]
+            centroids = torch.nn.functional.normalize(torch.randn(k, h.num_features), dim=1)
+            x = h.feature_signal * centroids[y] * h.num_features**0.5 + torch.randn(
+                k * n, h.num_features
             )
             order = torch.randperm(k * n)
-        train = torch.cat([order[y[order] == c][: s["train_per_class"]] for c in range(k)])
+        train = torch.cat([order[y[order] == c][: h.train_per_class] for c in range(k)])
         rest = order[~torch.isin(order, train)]
         masks = {}
         for name, idx in (
             ("train", train),
-            ("val", rest[: s["num_val"]]),
-            ("test", rest[s["num_val"] : s["num_val"] + s["num_test"]]),
+            ("val", rest[: h.num_val]),
+            ("test", rest[h.num_val : h.num_val + h.num_test]),
         ):
             masks[f"{name}_mask"] = torch.zeros(k * n, dtype=torch.bool).index_fill_(0, idx, True)
         return Data(x=x, edge_index=edge_index, y=y, **masks)
