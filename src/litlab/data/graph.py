@@ -45,6 +45,20 @@ def _locked(root: Path):
     return FileLock(str(root / ".litlab.lock"))
 
 
+def read_pyg(root: Path, name: str, raw_files: str, read):
+    """`read()` (a PyG dataset) under the lock beside `root`, downloading into
+    `root/name/raw` when the files are not there; a failed download is one line that says
+    which files to copy where (how to run offline)."""
+    try:
+        with fetching(root / name / "raw"), _locked(root):
+            return read()
+    except (urllib.error.URLError, OSError) as err:
+        raise UserError(
+            f"{name} is not in {root / name / 'raw'} and downloading it failed ({err}); "
+            f"connect to the internet once or copy the {raw_files} files there"
+        ) from err
+
+
 def _row_normalize(data: Data) -> Data:
     from torch_geometric.transforms import NormalizeFeatures
 
@@ -199,16 +213,13 @@ class PlanetoidDataModule(NodeDataModule):
     def load(self) -> Data:
         from torch_geometric.datasets import Planetoid
 
-        root = self.data_dir / "Planetoid"
-        try:
-            with fetching(root / self.name / "raw"), _locked(root):
-                return Planetoid(str(root), self.name, split=self.split)[0]
-        except (urllib.error.URLError, OSError) as err:
-            raise UserError(
-                f"{self.name} is not in {root / self.name / 'raw'} and downloading it failed "
-                f"({err}); connect to the internet once or copy the ind.{self.name.lower()}.* "
-                f"files there"
-            ) from err
+        root, name = self.data_dir / "Planetoid", self.name
+        return read_pyg(
+            root,
+            name,
+            f"ind.{name.lower()}.*",
+            lambda: Planetoid(str(root), name, split=self.split)[0],
+        )
 
 
 class KarateDataModule(NodeDataModule):
