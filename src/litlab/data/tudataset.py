@@ -34,6 +34,7 @@ class TUDataModule(SplitDataModule):
     """
 
     task = GRAPH_CLASSIFICATION
+    loader_class = DataLoader  # PyG's: batches of graphs
 
     def __init__(
         self,
@@ -47,11 +48,10 @@ class TUDataModule(SplitDataModule):
         num_workers: NonNegInt = 0,
         seed: NonNegInt = 0,
     ):
-        super().__init__()
-        self.save_hyperparameters(logger=False)
+        # PyG's batches are not pinned, its workers not kept
+        super().__init__(batch_size, num_workers, persistent_workers=False, pin_memory=False)
         self.data_dir = Path(data_dir)
         self.check_settings(self.hparams, "data")
-        self.train_set = self.val_set = self.test_set = None
 
     @classmethod
     def check_settings(cls, settings, key: str) -> None:
@@ -108,12 +108,4 @@ class TUDataModule(SplitDataModule):
             val = test
         self.train_set, self.val_set, self.test_set = (
             dataset[torch.as_tensor(i)] for i in (train, val, test)
-        )
-
-    def loader(self, dataset, train: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.hparams.batch_size,
-            shuffle=train,
-            num_workers=self.hparams.num_workers,
         )
