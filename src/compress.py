@@ -9,15 +9,13 @@ Writes logs/compress/runs/<timestamp>/: a checkpoint per step (eval.py loads it)
 compress_report.md/.json (parameters, size, test metric, latency). See docs/compress.md.
 """
 
-import hydra
 from omegaconf import DictConfig
 
 from litlab import cli
 from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="compress")
-@cli.task
+@cli.main("compress")
 def main(cfg: DictConfig) -> None:
     from litlab.compression.recipe import compress
 

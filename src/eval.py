@@ -6,15 +6,13 @@ Outputs go to logs/eval/runs/<timestamp>/ (metrics.json, predictions.csv). The r
 `litlab.recipes.evaluate.evaluate` (also `litlab.evaluate([...])` from Python).
 """
 
-import hydra
 from omegaconf import DictConfig
 
 from litlab import cli
 from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="eval")
-@cli.task
+@cli.main("eval")
 def main(cfg: DictConfig) -> None:
     from litlab.recipes.evaluate import evaluate
 

@@ -4,14 +4,12 @@ Writes logs/export/runs/<timestamp>/ (model.onnx, model.pt2, model.int8.onnx, ex
 and .json); each format is verified against the checkpoint; a failed one makes the exit code 1.
 """
 
-import hydra
 from omegaconf import DictConfig
 
 from litlab import cli
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="export")
-@cli.task
+@cli.main("export")
 def main(cfg: DictConfig) -> None:
     from litlab.export.recipe import export
 

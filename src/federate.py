@@ -9,15 +9,13 @@ Each simulated client trains the configured LightningModule on its own partition
 aggregates with Flower's strategy and tests the global model after each round (docs/federated.md).
 """
 
-import hydra
 from omegaconf import DictConfig
 
 from litlab import cli
 from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="federate")
-@cli.task
+@cli.main("federate")
 def main(cfg: DictConfig) -> float | None:
     from litlab.federated.recipe import federate
 

@@ -4,14 +4,12 @@ PATH is a model.onnx from src/export.py, or a checkpoint, exported (and verified
 Binds 127.0.0.1 by default; Ctrl-C or SIGTERM drains in-flight requests and exits 0.
 """
 
-import hydra
 from omegaconf import DictConfig
 
 from litlab import cli
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="serve")
-@cli.task
+@cli.main("serve")
 def main(cfg: DictConfig) -> None:
     from litlab.serving.server import serve
 

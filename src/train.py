@@ -9,15 +9,13 @@ The recipe is `litlab.recipes.train.train` (also `litlab.train([...])` from Pyth
 and OmegaConf are imported before the command line is parsed: `--help` and `--cfg job` stay fast.
 """
 
-import hydra
 from omegaconf import DictConfig
 
 from litlab import cli
 from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
-@cli.task
+@cli.main("train")
 def main(cfg: DictConfig) -> float | None:
     from litlab.recipes.train import train
 

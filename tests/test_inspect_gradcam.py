@@ -124,9 +124,9 @@ def test_gradcam_3d_looks_at_the_phantom_nodule(tmp_path):
             torch.as_tensor(
                 np.asarray(
                     fit(
-                        V.phantom(
-                            h.seed, int(test_idx[i]), shapes[int(test_idx[i])], 0.5, dm.noise
-                        )[1]
+                        V.phantom(h.seed, int(test_idx[i]), shapes[int(test_idx[i])], 0.5, h.noise)[
+                            1
+                        ]
                     )
                 )
             )[0]

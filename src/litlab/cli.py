@@ -95,6 +95,18 @@ def _is_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def main(config_name: str):
+    """`@hydra.main` on configs/<config_name>.yaml around `task`: every entry point's decorator."""
+    import hydra
+
+    def decorate(fn):
+        return hydra.main(version_base="1.3", config_path="../configs", config_name=config_name)(
+            task(fn)
+        )
+
+    return decorate
+
+
 def task(fn):
     """Decorate a Hydra task: `UserError` becomes one line, exit 2, and no half-made run dir."""
 

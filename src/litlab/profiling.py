@@ -48,20 +48,13 @@ class MemoryPyTorchProfiler(_Printed, PyTorchProfiler):
     """torch.profiler with memory and shapes on; the report holds two tables."""
 
     def __init__(
-        self,
-        dirpath: str | None = None,
-        filename: str | None = "profiler",
-        row_limit: int = 20,
-        record_module_names: bool = False,
-        **kwargs,
+        self, filename: str | None = "profiler", record_module_names: bool = False, **kwargs
     ):
+        # the rest (dirpath, row_limit, export_to_chrome...) keep Lightning's defaults
         super().__init__(
-            dirpath=dirpath,
-            filename=filename,
-            export_to_chrome=True,
             profile_memory=True,
             record_shapes=True,
-            row_limit=row_limit,
+            filename=filename,
             record_module_names=record_module_names,
             **kwargs,
         )

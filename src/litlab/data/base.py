@@ -1,9 +1,10 @@
-"""What every split-based datamodule shares: one loader recipe, four Lightning hooks.
+"""What every split-based datamodule shares: the loader settings, one loader recipe, four
+Lightning hooks.
 
-A subclass fills `train_set`, `val_set`, `test_set` in `setup`. Its `__init__` saves the
-loader settings (`batch_size`, `num_workers`, `persistent_workers`, `pin_memory`) as hparams,
-which `loader` turns into a torch DataLoader; a subclass with other batches (PyG graphs)
-overrides `loader(dataset, train)`. Under DDP, Lightning adds the distributed sampler itself and
+A subclass fills `train_set`, `val_set`, `test_set` in `setup`. `SplitDataModule.__init__` saves
+the constructor arguments of the whole subclass chain as hparams; its own are the loader
+settings (`batch_size`, `num_workers`, `persistent_workers`, `pin_memory`), which `loader` turns
+into a `loader_class` (torch's DataLoader; PyG's for graphs). Under DDP, Lightning adds the distributed sampler itself and
 `litlab.utils.distributed` makes the val/test shards unpadded, so no sample counts twice.
 """
 
@@ -11,17 +12,31 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from litlab.bounds import NonNegInt, PosInt
+
 
 class SplitDataModule(L.LightningDataModule):
     #: the split `predict_dataloader` serves (eval.py sets it to "test" or "val")
     predict_split = "test"
+    loader_class = DataLoader
+
+    def __init__(
+        self,
+        batch_size: PosInt = 32,
+        num_workers: NonNegInt = 0,
+        persistent_workers: bool = False,
+        pin_memory: bool | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters(logger=False)  # also the subclasses' arguments
+        self.train_set = self.val_set = self.test_set = None
 
     def loader(self, dataset, train: bool) -> DataLoader:
         """Shuffled training batches, ordered eval batches (of `eval_batch_size`)."""
         h = self.hparams
         # pin_memory null: pinned only when there is a GPU to copy to
         pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
-        return DataLoader(
+        return self.loader_class(
             dataset,
             batch_size=h.batch_size if train else self.eval_batch_size(),
             shuffle=train,

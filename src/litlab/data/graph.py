@@ -45,6 +45,20 @@ def _locked(root: Path):
     return FileLock(str(root / ".litlab.lock"))
 
 
+def read_pyg(root: Path, name: str, raw_files: str, read):
+    """`read()` (a PyG dataset) under the lock beside `root`, downloading into
+    `root/name/raw` when the files are not there; a failed download is one line that says
+    which files to copy where (how to run offline)."""
+    try:
+        with fetching(root / name / "raw"), _locked(root):
+            return read()
+    except (urllib.error.URLError, OSError) as err:
+        raise UserError(
+            f"{name} is not in {root / name / 'raw'} and downloading it failed ({err}); "
+            f"connect to the internet once or copy the {raw_files} files there"
+        ) from err
+
+
 def _row_normalize(data: Data) -> Data:
     from torch_geometric.transforms import NormalizeFeatures
 
@@ -146,41 +160,30 @@ class SBMDataModule(NodeDataModule):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.settings = dict(
-            num_classes=num_classes,
-            nodes_per_class=nodes_per_class,
-            p_in=p_in,
-            p_out=p_out,
-            num_features=num_features,
-            feature_signal=feature_signal,
-            train_per_class=train_per_class,
-            num_val=num_val,
-            num_test=num_test,
-            graph_seed=graph_seed,
-        )
+        self.save_hyperparameters(logger=False)  # plain values: checkpoints stay weights_only
 
     def load(self) -> Data:
         from torch_geometric.utils import stochastic_blockmodel_graph
 
-        s = self.settings
-        k, n = s["num_classes"], s["nodes_per_class"]
-        probs = torch.full((k, k), s["p_out"]).fill_diagonal_(s["p_in"])
+        h = self.hparams
+        k, n = h.num_classes, h.nodes_per_class
+        probs = torch.full((k, k), h.p_out).fill_diagonal_(h.p_in)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(s["graph_seed"])
+            torch.manual_seed(h.graph_seed)
             edge_index = stochastic_blockmodel_graph([n] * k, probs)
             y = torch.arange(k).repeat_interleave(n)
-            centroids = torch.nn.functional.normalize(torch.randn(k, s["num_features"]), dim=1)
-            x = s["feature_signal"] * centroids[y] * s["num_features"] ** 0.5 + torch.randn(
-                k * n, s["num_features"]
+            centroids = torch.nn.functional.normalize(torch.randn(k, h.num_features), dim=1)
+            x = h.feature_signal * centroids[y] * h.num_features**0.5 + torch.randn(
+                k * n, h.num_features
             )
             order = torch.randperm(k * n)
-        train = torch.cat([order[y[order] == c][: s["train_per_class"]] for c in range(k)])
+        train = torch.cat([order[y[order] == c][: h.train_per_class] for c in range(k)])
         rest = order[~torch.isin(order, train)]
         masks = {}
         for name, idx in (
             ("train", train),
-            ("val", rest[: s["num_val"]]),
-            ("test", rest[s["num_val"] : s["num_val"] + s["num_test"]]),
+            ("val", rest[: h.num_val]),
+            ("test", rest[h.num_val : h.num_val + h.num_test]),
         ):
             masks[f"{name}_mask"] = torch.zeros(k * n, dtype=torch.bool).index_fill_(0, idx, True)
         return Data(x=x, edge_index=edge_index, y=y, **masks)
@@ -210,16 +213,13 @@ class PlanetoidDataModule(NodeDataModule):
     def load(self) -> Data:
         from torch_geometric.datasets import Planetoid
 
-        root = self.data_dir / "Planetoid"
-        try:
-            with fetching(root / self.name / "raw"), _locked(root):
-                return Planetoid(str(root), self.name, split=self.split)[0]
-        except (urllib.error.URLError, OSError) as err:
-            raise UserError(
-                f"{self.name} is not in {root / self.name / 'raw'} and downloading it failed "
-                f"({err}); connect to the internet once or copy the ind.{self.name.lower()}.* "
-                f"files there"
-            ) from err
+        root, name = self.data_dir / "Planetoid", self.name
+        return read_pyg(
+            root,
+            name,
+            f"ind.{name.lower()}.*",
+            lambda: Planetoid(str(root), name, split=self.split)[0],
+        )
 
 
 class KarateDataModule(NodeDataModule):

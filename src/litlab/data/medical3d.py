@@ -49,17 +49,18 @@ class Medical3DDataModule(SplitDataModule):
     def __init__(
         self,
         batch_size: PosInt = 2,
-        num_workers: NonNegInt = 0,
-        persistent_workers: bool = False,
-        pin_memory: bool | None = None,
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
         seed: Seed = 42,
+        **kwargs,
     ):
-        super().__init__()
-        self.save_hyperparameters(logger=False)
-        self.train_set = self.val_set = self.test_set = None
+        super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
+
+    @property
+    def dims(self) -> dict:
+        """Given to the net and module: input channels and classes."""
+        return {"in_channels": self.in_channels, "num_classes": self.num_classes}
 
 
 # ============================================================================ segmentation
@@ -85,12 +86,8 @@ class SegmentationDataModule(Medical3DDataModule):
 
     @property
     def dims(self) -> dict:
-        """Given to the net and module: channels, classes, and the patch (= sliding window)."""
-        return {
-            "in_channels": self.in_channels,
-            "num_classes": self.num_classes,
-            "patch_size": self.patch_size,
-        }
+        """Also the patch (= the sliding window of evaluation)."""
+        return {**super().dims, "patch_size": self.patch_size}
 
     def eval_batch_size(self) -> int:
         return 1  # whole volumes of different sizes
@@ -125,8 +122,9 @@ class SegmentationDataModule(Medical3DDataModule):
         path.write_text(text)
 
 
-class PhantomSegmentationDataModule(SegmentationDataModule):
-    """Generated phantoms (organ = 1, nodule = 2), deterministic from `seed`; offline default."""
+class PhantomDataModule(Medical3DDataModule):
+    """The settings of generated phantoms (volumes.phantom), shared by the segmentation and the
+    classification phantoms; deterministic from `seed`, so they need no download."""
 
     def __init__(
         self,
@@ -134,27 +132,30 @@ class PhantomSegmentationDataModule(SegmentationDataModule):
         size: Annotated[int, Ge(8)] = 32,
         size_jitter: NonNegInt = 4,
         noise: NonNegFloat = 0.1,
-        nodule_radius=(2.0, 3.5),
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_volumes, self.size, self.size_jitter, self.noise = (
-            num_volumes,
-            size,
-            size_jitter,
-            noise,
-        )
+
+    def phantoms(self, nodule_probability: float, **kwargs):
+        """(index, image, label, has_nodule) of each phantom, in order."""
+        h = self.hparams
+        for i, shape in enumerate(V.phantom_shapes(h.seed, h.num_volumes, h.size, h.size_jitter)):
+            yield i, *V.phantom(h.seed, i, shape, nodule_probability, h.noise, **kwargs)
+
+
+class PhantomSegmentationDataModule(PhantomDataModule, SegmentationDataModule):
+    """Generated phantoms (organ = 1, nodule = 2); the offline default."""
+
+    def __init__(self, nodule_radius=(2.0, 3.5), **kwargs):
+        super().__init__(**kwargs)
         self.nodule_radius = tuple(nodule_radius)
         self.num_classes = 3
 
     def load(self) -> list[dict]:
-        seed = self.hparams.seed
-        shapes = V.phantom_shapes(seed, self.num_volumes, self.size, self.size_jitter)
-        vols = []
-        for i, shape in enumerate(shapes):
-            image, label, _ = V.phantom(seed, i, shape, 1.0, self.noise, self.nodule_radius)
-            vols.append({"image": V.normalize(image), "label": label, "name": f"case_{i:04d}"})
-        return vols
+        return [
+            {"image": V.normalize(image), "label": label, "name": f"case_{i:04d}"}
+            for i, image, label, _ in self.phantoms(1.0, nodule_radius=self.nodule_radius)
+        ]
 
 
 class NiftiDataModule(SegmentationDataModule):
@@ -237,10 +238,6 @@ class ClassificationDataModule(Medical3DDataModule):
     task = VOLUME_CLASSIFICATION
     in_channels, num_classes = 1, 2
 
-    @property
-    def dims(self) -> dict:
-        return {"in_channels": self.in_channels, "num_classes": self.num_classes}
-
     def load(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         raise NotImplementedError
 
@@ -260,37 +257,20 @@ class ClassificationDataModule(Medical3DDataModule):
         return x, y
 
 
-class PhantomClassificationDataModule(ClassificationDataModule):
+class PhantomClassificationDataModule(PhantomDataModule, ClassificationDataModule):
     """Generated phantoms labelled 1 when they hold a nodule (half of them); offline default."""
 
-    def __init__(
-        self,
-        num_volumes: Annotated[int, Ge(3)] = 400,
-        size: Annotated[int, Ge(8)] = 32,
-        size_jitter: NonNegInt = 4,
-        noise: NonNegFloat = 0.1,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.num_volumes, self.size, self.size_jitter, self.noise = (
-            num_volumes,
-            size,
-            size_jitter,
-            noise,
-        )
+    def __init__(self, num_volumes: Annotated[int, Ge(3)] = 400, **kwargs):
+        super().__init__(num_volumes=num_volumes, **kwargs)
 
     def load(self):
         from monai.transforms import ResizeWithPadOrCrop
 
-        seed, fit = self.hparams.seed, ResizeWithPadOrCrop([self.size] * 3)
-        shapes = V.phantom_shapes(seed, self.num_volumes, self.size, self.size_jitter)
+        h, fit = self.hparams, ResizeWithPadOrCrop([self.hparams.size] * 3)
         images, labels = [], []
-        for i, shape in enumerate(shapes):
-            image, _, has_nodule = V.phantom(seed, i, shape, 0.5, self.noise)
+        for _, image, _, has_nodule in self.phantoms(0.5):
             images.append(torch.as_tensor(np.asarray(fit(V.normalize(image)))))
             labels.append(has_nodule)
         images, labels = torch.stack(images), torch.tensor(labels)
-        split = split_indices(
-            len(labels), self.hparams.val_fraction, self.hparams.test_fraction, seed
-        )
+        split = split_indices(len(labels), h.val_fraction, h.test_fraction, h.seed)
         return {k: (images[v], labels[v]) for k, v in split.items()}

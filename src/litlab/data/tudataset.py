@@ -4,7 +4,6 @@ code stays; raw files already in `<data_dir>/TUDataset/<name>/raw` are read as t
 Under DDP the graphs are split between ranks, each counted exactly once at evaluation."""
 
 import logging
-import urllib.error
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
@@ -18,11 +17,10 @@ from torch_geometric.loader import DataLoader
 
 from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt
 from litlab.data.base import SplitDataModule
-from litlab.data.graph import _locked
+from litlab.data.graph import read_pyg
 from litlab.data.splits import stratified_folds, stratified_split
 from litlab.errors import UserError
 from litlab.tasks import GRAPH_CLASSIFICATION
-from litlab.utils.fetching import fetching
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +34,7 @@ class TUDataModule(SplitDataModule):
     """
 
     task = GRAPH_CLASSIFICATION
+    loader_class = DataLoader  # PyG's: batches of graphs
 
     def __init__(
         self,
@@ -49,11 +48,10 @@ class TUDataModule(SplitDataModule):
         num_workers: NonNegInt = 0,
         seed: NonNegInt = 0,
     ):
-        super().__init__()
-        self.save_hyperparameters(logger=False)
+        # PyG's batches are not pinned, its workers not kept
+        super().__init__(batch_size, num_workers, persistent_workers=False, pin_memory=False)
         self.data_dir = Path(data_dir)
         self.check_settings(self.hparams, "data")
-        self.train_set = self.val_set = self.test_set = None
 
     @classmethod
     def check_settings(cls, settings, key: str) -> None:
@@ -67,17 +65,13 @@ class TUDataModule(SplitDataModule):
     def dataset(self):
         from torch_geometric.datasets import TUDataset
 
-        root = self.data_dir / "TUDataset"
-        name = self.hparams.name
-        try:
-            with fetching(root / name / "raw"), _locked(root):
-                return TUDataset(str(root), name, use_node_attr=self.hparams.use_node_attr)
-        except (urllib.error.URLError, OSError) as err:
-            raise UserError(
-                f"{name} is not in {root / name / 'raw'} and downloading it "
-                f"failed ({err}); connect to the internet once or copy the "
-                f"{name}_*.txt files there"
-            ) from err
+        root, name = self.data_dir / "TUDataset", self.hparams.name
+        return read_pyg(
+            root,
+            name,
+            f"{name}_*.txt",
+            lambda: TUDataset(str(root), name, use_node_attr=self.hparams.use_node_attr),
+        )
 
     def _check_folds(self, dataset) -> None:
         """Every test fold needs a graph of each class: num_folds <= the smallest class."""
@@ -114,12 +108,4 @@ class TUDataModule(SplitDataModule):
             val = test
         self.train_set, self.val_set, self.test_set = (
             dataset[torch.as_tensor(i)] for i in (train, val, test)
-        )
-
-    def loader(self, dataset, train: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.hparams.batch_size,
-            shuffle=train,
-            num_workers=self.hparams.num_workers,
         )

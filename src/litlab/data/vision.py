@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
+from litlab.bounds import Fraction, PosInt, Seed
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
 from litlab.errors import UserError, one_line
@@ -93,17 +93,13 @@ class VisionDataModule(SplitDataModule):
         self,
         data_dir: str = "data",
         batch_size: PosInt = 128,
-        num_workers: NonNegInt = 0,
-        persistent_workers: bool = False,
-        pin_memory: bool | None = None,
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         seed: Seed = 42,
+        **kwargs,
     ):
-        super().__init__()
-        self.save_hyperparameters(logger=False)
+        super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
         self.data_dir = Path(data_dir)
-        self.train_set = self.val_set = self.test_set = None
 
     @property
     def dims(self) -> dict:

@@ -6,6 +6,7 @@ suggested learning rate replaces the optimizer's `lr`, the found batch size the 
 `batch_size`. Each prints its result, logs it (`tune/lr`, `tune/batch_size`) and writes its
 files into <run dir>/tune/. Lightning's tuner needs a single device: refused under DDP."""
 
+import dataclasses
 import functools
 import json
 import logging
@@ -48,34 +49,31 @@ def _report(trainer, name: str, value, text: str, extra: dict) -> None:
         print(text, flush=True)
 
 
+def _lightning_args(finder, mode: str) -> dict:
+    """A finder's fields as keyword arguments of Lightning's tuner method: the field named
+    `mode` here (the config's `spacing` or `search`) is the one Lightning calls `mode`."""
+    args = dataclasses.asdict(finder)
+    args["mode"] = args.pop(mode)
+    return args
+
+
+@dataclasses.dataclass
 class LearningRateFinder:
     """Lightning's LR range test: `num_training` steps from `min_lr` to `max_lr`, stopped early
     when the loss exceeds `early_stop_threshold` times its best; the suggestion is the steepest
     descent of the smoothed loss curve (plot: tune/lr_find.png)."""
 
-    def __init__(
-        self,
-        min_lr: float = 1e-6,
-        max_lr: float = 1.0,
-        num_training: int = 100,
-        spacing: str = "exponential",
-        early_stop_threshold: float | None = 4.0,
-    ):
-        self.min_lr, self.max_lr, self.num_training = min_lr, max_lr, num_training
-        self.spacing, self.early_stop_threshold = spacing, early_stop_threshold
+    min_lr: float = 1e-6
+    max_lr: float = 1.0
+    num_training: int = 100
+    spacing: str = "exponential"
+    early_stop_threshold: float | None = 4.0
 
     def __call__(self, trainer, model, datamodule) -> float | None:
         from lightning.pytorch.tuner import Tuner
 
         finder = Tuner(trainer).lr_find(
-            model,
-            datamodule=datamodule,
-            min_lr=self.min_lr,
-            max_lr=self.max_lr,
-            num_training=self.num_training,
-            mode=self.spacing,
-            early_stop_threshold=self.early_stop_threshold,
-            update_attr=False,
+            model, datamodule=datamodule, update_attr=False, **_lightning_args(self, "spacing")
         )
         lr = finder.suggestion() if finder is not None else None
         if lr is None:
@@ -100,19 +98,15 @@ class LearningRateFinder:
         return lr
 
 
+@dataclasses.dataclass
 class BatchSizeFinder:
     """Lightning's batch-size scaler: `power` doubles from `init_val` until a trial runs out of
     memory (or `max_trials`, or the dataset size); `binsearch` then bisects."""
 
-    def __init__(
-        self,
-        search: str = "power",
-        steps_per_trial: int = 3,
-        init_val: int = 2,
-        max_trials: int = 25,
-    ):
-        self.search, self.steps_per_trial = search, steps_per_trial
-        self.init_val, self.max_trials = init_val, max_trials
+    search: str = "power"
+    steps_per_trial: int = 3
+    init_val: int = 2
+    max_trials: int = 25
 
     def __call__(self, trainer, model, datamodule) -> int | None:
         from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -120,12 +114,7 @@ class BatchSizeFinder:
 
         try:
             size = Tuner(trainer).scale_batch_size(
-                model,
-                datamodule=datamodule,
-                mode=self.search,
-                steps_per_trial=self.steps_per_trial,
-                init_val=self.init_val,
-                max_trials=self.max_trials,
+                model, datamodule=datamodule, **_lightning_args(self, "search")
             )
         except MisconfigurationException as err:  # e.g. full-graph data have no batch_size
             raise UserError(

@@ -5,6 +5,7 @@ enforced before the body is read (`BodyLimit`)."""
 
 import uuid
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -53,7 +54,7 @@ def error(status: int, message: str) -> JSONResponse:
 
 
 def create_app(
-    model_path,
+    model_path: str | Path,
     max_batch: int = 64,
     batching: bool = False,
     max_wait_ms: float = 2.0,

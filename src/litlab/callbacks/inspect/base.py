@@ -114,3 +114,11 @@ def figure(width: float, height: float):
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height))
+
+
+def tiles(n: int, width: float, height: float):
+    """A figure of `n` panels, at most 8 a row, each `width` by `height` inches: (fig, axes)."""
+    cols = min(n, 8)
+    rows = -(-n // cols)
+    fig = figure(width * cols, height * rows)
+    return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n)]

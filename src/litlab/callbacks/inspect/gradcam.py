@@ -4,7 +4,7 @@
 import torch
 from torch import nn
 
-from litlab.callbacks.inspect.base import IMAGE, VOLUME_CLS, TaskCallback, figure, save_figure
+from litlab.callbacks.inspect.base import IMAGE, VOLUME_CLS, TaskCallback, save_figure, tiles
 
 
 def last_conv(net: nn.Module) -> nn.Module:
@@ -76,12 +76,8 @@ def middle(t: torch.Tensor) -> torch.Tensor:
 
 
 def overlays(x: torch.Tensor, heat: torch.Tensor, y: torch.Tensor, pred: torch.Tensor):
-    n = len(x)
-    cols = min(n, 8)
-    rows = -(-n // cols)
-    fig = figure(1.6 * cols, 1.8 * rows)
-    for i in range(n):
-        ax = fig.add_subplot(rows, cols, i + 1)
+    fig, axes = tiles(len(x), 1.6, 1.8)
+    for i, ax in enumerate(axes):
         ax.imshow(middle(x[i]).float().cpu().numpy(), cmap="gray")
         ax.imshow(middle(heat[i : i + 1]).cpu().numpy(), cmap="jet", alpha=0.45, vmin=0, vmax=1)
         ax.set_title(f"true {int(y[i])} pred {int(pred[i])}", fontsize=7)

@@ -7,7 +7,15 @@ import csv
 
 import torch
 
-from litlab.callbacks.inspect.base import IMAGE, NODE, VOLUME_SEG, TaskCallback, figure, save_figure
+from litlab.callbacks.inspect.base import (
+    IMAGE,
+    NODE,
+    VOLUME_SEG,
+    TaskCallback,
+    figure,
+    save_figure,
+    tiles,
+)
 
 
 class SamplePredictions(TaskCallback):
@@ -83,12 +91,8 @@ class SamplePredictions(TaskCallback):
 
 
 def grid(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor):
-    n = len(x)
-    cols = min(n, 8)
-    rows = -(-n // cols)
-    fig = figure(1.4 * cols, 1.6 * rows)
-    for i in range(n):
-        ax = fig.add_subplot(rows, cols, i + 1)
+    fig, axes = tiles(len(x), 1.4, 1.6)
+    for i, ax in enumerate(axes):
         img = x[i]
         img = (img - img.min()) / (
             img.max() - img.min() + 1e-12
