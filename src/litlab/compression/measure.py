@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from litlab.compression.prune import count
+from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION
 
 
 def tensor_batches(datamodule, split: str, limit: int | None = None):
@@ -22,7 +23,7 @@ def tensor_batches(datamodule, split: str, limit: int | None = None):
 def has_tensor_inputs(datamodule) -> bool:
     """Image and volume classification: fixed-size (inputs, labels) batches that ONNX export,
     int8 calibration and batch-64 latency can be fed (not graphs, not whole 3D volumes)."""
-    return getattr(datamodule, "task", "") in ("image_classification", "volume_classification")
+    return getattr(datamodule, "task", "") in (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
 
 
 def onnx_accuracy(onnx_path: Path, datamodule) -> float:

@@ -8,6 +8,14 @@ from itertools import islice
 
 import torch
 
+from litlab.tasks import (
+    GRAPH_CLASSIFICATION,
+    IMAGE_CLASSIFICATION,
+    NODE_CLASSIFICATION,
+    VOLUME_CLASSIFICATION,
+    VOLUME_SEGMENTATION,
+)
+
 Predict = Callable[..., torch.Tensor]  # inputs (tensors, in input order) -> logits
 
 
@@ -39,11 +47,11 @@ def spec_for(run) -> Spec:
     """The Spec of a LoadedRun (litlab.recipes.load.load_run), split set up."""
     dm, task = run.datamodule, run.datamodule.task
     builders = {
-        "image_classification": _tensor_spec,
-        "volume_classification": _tensor_spec,
-        "volume_segmentation": _segmentation_spec,
-        "node_classification": _node_spec,
-        "graph_classification": _graph_spec,
+        IMAGE_CLASSIFICATION: _tensor_spec,
+        VOLUME_CLASSIFICATION: _tensor_spec,
+        VOLUME_SEGMENTATION: _segmentation_spec,
+        NODE_CLASSIFICATION: _node_spec,
+        GRAPH_CLASSIFICATION: _graph_spec,
     }
     if task not in builders:
         raise ValueError(f"export does not know task {task!r} (knows {sorted(builders)})")
@@ -61,7 +69,7 @@ def _tensor_spec(run, dm, task) -> Spec:
 
     x, _ = next(batches(dm.test_set))
     n = run.model.num_classes
-    vision = task == "image_classification"
+    vision = task == IMAGE_CLASSIFICATION
     layout = {
         "x": {
             "shape": ["batch", *x.shape[1:]],

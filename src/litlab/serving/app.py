@@ -25,8 +25,15 @@ from litlab.serving import inputs
 from litlab.serving.inputs import BadRequest
 from litlab.serving.limits import BodyLimit, Metrics
 from litlab.serving.runner import MicroBatcher, Runner
+from litlab.tasks import (
+    GRAPH_CLASSIFICATION,
+    IMAGE_CLASSIFICATION,
+    NODE_CLASSIFICATION,
+    VOLUME_CLASSIFICATION,
+    VOLUME_SEGMENTATION,
+)
 
-BATCHABLE = ("image_classification", "volume_classification")
+BATCHABLE = (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
 PREDICT_BODY = {
     "requestBody": {
         "content": {
@@ -155,14 +162,14 @@ def create_app(
 
     async def predict_json(data: dict) -> dict:
         task = runner.task
-        if task in ("node_classification", "graph_classification"):
-            graph_level = task == "graph_classification"
+        if task in (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION):
+            graph_level = task == GRAPH_CLASSIFICATION
             args = inputs.graph(
                 data, runner.layout["x"]["shape"][1], graph_level, max_nodes=max_batch * 10_000
             )
             out = runner.classify(await run_in_threadpool(runner.run, *args))
             return {"level": "graph" if graph_level else "node", **out}
-        if task == "volume_segmentation":
+        if task == VOLUME_SEGMENTATION:
             x = inputs.array(data.get("inputs"), "inputs", np.float32, 5)
             inputs.count(len(x), 1, "volumes")
             if x.shape[1] != channels or min(x.shape[2:]) < 1:
@@ -189,12 +196,12 @@ def create_app(
         files = [v for _, v in form.multi_items() if hasattr(v, "read")]
         inputs.count(len(files), max_batch if runner.task in BATCHABLE else 1, "files")
         raw = [await f.read() for f in files]
-        if runner.task == "image_classification":
+        if runner.task == IMAGE_CLASSIFICATION:
             x = np.stack([inputs.image(r, runner.layout) for r in raw])
             return await classify_batch(x)
         if runner.task.startswith("volume_"):
             volume, affine = inputs.nifti(raw[0], files[0].filename or "upload", channels)
-            if runner.task == "volume_classification":
+            if runner.task == VOLUME_CLASSIFICATION:
                 return await classify_batch(fit_volume(volume, runner.layout)[None])
             mask = await run_in_threadpool(runner.segment, volume)
             return Response(

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION, VOLUME_SEGMENTATION
+
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -71,13 +73,13 @@ class Runner:
         self.inline = time.perf_counter() - start < self.INLINE_S
 
     def _warm_up(self) -> None:
-        if self.task in ("node_classification", "graph_classification"):
+        if self.task in (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION):
             feats = self.layout["x"]["shape"][1]
             args = [np.zeros((2, feats), np.float32), np.zeros((2, 1), np.int64)]
-            if self.task == "graph_classification":
+            if self.task == GRAPH_CLASSIFICATION:
                 args.append(np.zeros(2, np.int64))
             self.run(*args)
-        elif self.task == "volume_segmentation":
+        elif self.task == VOLUME_SEGMENTATION:
             self.run(np.zeros((1, 1, *self.layout["patch_size"]), np.float32))
         else:
             shape = [int(s) for s in self.layout["x"]["shape"][1:]]

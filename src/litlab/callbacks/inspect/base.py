@@ -10,12 +10,11 @@ from lightning.pytorch.callbacks import Callback
 
 log = logging.getLogger(__name__)
 
-IMAGE, VOLUME_CLS, VOLUME_SEG = (
-    "image_classification",
-    "volume_classification",
-    "volume_segmentation",
-)
-NODE, GRAPH = "node_classification", "graph_classification"
+from litlab.tasks import GRAPH_CLASSIFICATION as GRAPH
+from litlab.tasks import IMAGE_CLASSIFICATION as IMAGE
+from litlab.tasks import NODE_CLASSIFICATION as NODE
+from litlab.tasks import VOLUME_CLASSIFICATION as VOLUME_CLS
+
 CLASSIFICATION = (IMAGE, VOLUME_CLS, NODE, GRAPH)
 
 

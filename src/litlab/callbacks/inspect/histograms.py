@@ -10,6 +10,8 @@ import torch
 
 from litlab.callbacks.inspect.base import (
     CLASSIFICATION,
+    IMAGE,
+    VOLUME_CLS,
     VOLUME_SEG,
     TaskCallback,
     flush,
@@ -88,7 +90,7 @@ class ModelGraph(TaskCallback):
     """The net's graph in TensorBoard's Graphs tab, traced once on one training sample (on a
     copy in eval mode: batch-norm statistics of the real net are not touched)."""
 
-    tasks = ("image_classification", "volume_classification", VOLUME_SEG)
+    tasks = (IMAGE, VOLUME_CLS, VOLUME_SEG)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
