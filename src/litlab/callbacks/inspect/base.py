@@ -8,14 +8,21 @@ from typing import Literal
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from litlab.tasks import (
+    GRAPH_CLASSIFICATION,
+    IMAGE_CLASSIFICATION,
+    NODE_CLASSIFICATION,
+    VOLUME_CLASSIFICATION,
+)
+
 log = logging.getLogger(__name__)
 
-from litlab.tasks import GRAPH_CLASSIFICATION as GRAPH
-from litlab.tasks import IMAGE_CLASSIFICATION as IMAGE
-from litlab.tasks import NODE_CLASSIFICATION as NODE
-from litlab.tasks import VOLUME_CLASSIFICATION as VOLUME_CLS
-
-CLASSIFICATION = (IMAGE, VOLUME_CLS, NODE, GRAPH)
+CLASSIFICATION = (
+    IMAGE_CLASSIFICATION,
+    VOLUME_CLASSIFICATION,
+    NODE_CLASSIFICATION,
+    GRAPH_CLASSIFICATION,
+)
 
 
 class TaskCallback(Callback):

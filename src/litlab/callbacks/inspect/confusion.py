@@ -6,15 +6,8 @@ import csv
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from litlab.callbacks.inspect.base import (
-    CLASSIFICATION,
-    IMAGE,
-    VOLUME_CLS,
-    TaskCallback,
-    figure,
-    save_figure,
-    scores,
-)
+from litlab.callbacks.inspect.base import CLASSIFICATION, TaskCallback, figure, save_figure, scores
+from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION
 
 
 class ConfusionMatrix(TaskCallback):
@@ -32,7 +25,10 @@ class ConfusionMatrix(TaskCallback):
         n = self.num_classes or trainer.datamodule.dims["num_classes"]
         self.matrix = MulticlassConfusionMatrix(n, validate_args=False).to(pl_module.device)
         self._logits = None
-        if self.task(trainer) in (IMAGE, VOLUME_CLS) and getattr(self, "_hook", None) is None:
+        if (
+            self.task(trainer) in (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
+            and getattr(self, "_hook", None) is None
+        ):
             # the step's own forward (one per batch) is captured: no second forward pass
             self._hook = pl_module.register_forward_hook(self._capture)
 

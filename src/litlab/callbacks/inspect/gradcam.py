@@ -4,7 +4,8 @@
 import torch
 from torch import nn
 
-from litlab.callbacks.inspect.base import IMAGE, VOLUME_CLS, TaskCallback, save_figure, tiles
+from litlab.callbacks.inspect.base import TaskCallback, save_figure, tiles
+from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION
 
 
 def last_conv(net: nn.Module) -> nn.Module:
@@ -42,7 +43,7 @@ class GradCAM(TaskCallback):
     """`num_samples` first test samples; the map explains the predicted class (or the true one
     with `target: true`)."""
 
-    tasks = (IMAGE, VOLUME_CLS)
+    tasks = (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
 
     def __init__(self, num_samples: int = 8, target: str = "pred", **kwargs):
         super().__init__(**kwargs)

@@ -8,16 +8,8 @@ import warnings
 
 import torch
 
-from litlab.callbacks.inspect.base import (
-    CLASSIFICATION,
-    IMAGE,
-    VOLUME_CLS,
-    VOLUME_SEG,
-    TaskCallback,
-    flush,
-    inputs,
-    tensorboards,
-)
+from litlab.callbacks.inspect.base import CLASSIFICATION, TaskCallback, flush, inputs, tensorboards
+from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +26,7 @@ class WeightGradHistograms(TaskCallback):
     """Gradients are taken at the first optimizer step of every `every_n_epochs`-th epoch
     (after accumulation, before clipping); weights at the end of that epoch."""
 
-    tasks = (*CLASSIFICATION, VOLUME_SEG)
+    tasks = (*CLASSIFICATION, VOLUME_SEGMENTATION)
 
     def __init__(self, every_n_epochs: int = 5, ratio: float = 1000.0, **kwargs):
         super().__init__(**kwargs)
@@ -90,7 +82,7 @@ class ModelGraph(TaskCallback):
     """The net's graph in TensorBoard's Graphs tab, traced once on one training sample (on a
     copy in eval mode: batch-norm statistics of the real net are not touched)."""
 
-    tasks = (IMAGE, VOLUME_CLS, VOLUME_SEG)
+    tasks = (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

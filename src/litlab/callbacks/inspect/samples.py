@@ -7,19 +7,12 @@ import csv
 
 import torch
 
-from litlab.callbacks.inspect.base import (
-    IMAGE,
-    NODE,
-    VOLUME_SEG,
-    TaskCallback,
-    figure,
-    save_figure,
-    tiles,
-)
+from litlab.callbacks.inspect.base import TaskCallback, figure, save_figure, tiles
+from litlab.tasks import IMAGE_CLASSIFICATION, NODE_CLASSIFICATION, VOLUME_SEGMENTATION
 
 
 class SamplePredictions(TaskCallback):
-    tasks = (IMAGE, VOLUME_SEG, NODE)
+    tasks = (IMAGE_CLASSIFICATION, VOLUME_SEGMENTATION, NODE_CLASSIFICATION)
 
     def __init__(self, num_samples: int = 16, **kwargs):
         super().__init__(**kwargs)
@@ -31,7 +24,7 @@ class SamplePredictions(TaskCallback):
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         task = self.task(trainer)
-        if task == NODE:
+        if task == NODE_CLASSIFICATION:
             logits, y = pl_module._scores(batch, "test")
             self._held.append((logits.argmax(1).cpu(), y.cpu()))
             return
@@ -39,7 +32,7 @@ class SamplePredictions(TaskCallback):
         if held >= self.num_samples:
             return
         keep = self.num_samples - held
-        if task == VOLUME_SEG:
+        if task == VOLUME_SEGMENTATION:
             x, y = batch["image"][:keep], batch["label"][:keep, 0]
             pred = pl_module.infer(x).argmax(1)
         else:
@@ -52,11 +45,11 @@ class SamplePredictions(TaskCallback):
         if not held or not trainer.is_global_zero:
             return
         task = self.task(trainer)
-        if task == NODE:
+        if task == NODE_CLASSIFICATION:
             pred, y = (torch.cat(t) for t in zip(*held))
             self.node_accuracy(trainer, pred, y, trainer.datamodule.dims["num_classes"])
             return
-        if task == IMAGE:
+        if task == IMAGE_CLASSIFICATION:
             fig = grid(*(torch.cat(t) for t in zip(*held)))
         else:  # volumes may differ in size: one list entry each
             fig = slices(*([v for t in part for v in t] for part in zip(*held)))
