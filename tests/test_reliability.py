@@ -135,8 +135,10 @@ def test_atomic_checkpoint_io_keeps_old_file_on_failure(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
 
 
-def test_resume_translation(tmp_path):
-    from litlab.checkpointing.resume import translate
+def test_ckpt_path_last_or_a_run_dir_picks_that_run_dir_when_the_config_is_composed(tmp_path):
+    """hydra/resumable.yaml: the run dir is chosen from the one composed config (not composed
+    twice); the recipe then reads that run's last.ckpt, or refuses in one line."""
+    from litlab.checkpointing.resume import resolve_checkpoint
     from litlab.errors import UserError
 
     runs = tmp_path / "train" / "runs"
@@ -144,14 +146,25 @@ def test_resume_translation(tmp_path):
     for run in (old, new):
         (run / "checkpoints").mkdir(parents=True)
         (run / "checkpoints" / "last.ckpt").touch()
-    argv = translate(["train.py", f"paths.log_dir={tmp_path}", "ckpt_path=last"], "train")
-    assert f"hydra.run.dir='{new}'" in argv and f"ckpt_path='{new}/checkpoints/last.ckpt'" in argv
-    argv = translate(["train.py", f"ckpt_path={old}"], "train")
-    assert f"hydra.run.dir='{old}'" in argv
-    plain = ["train.py", f"ckpt_path={old}/checkpoints/last.ckpt"]
-    assert translate(plain, "train") == plain  # a file: a new run dir, as in Lightning
-    with pytest.raises(UserError, match="no run of task"):
-        translate(["train.py", f"paths.log_dir={tmp_path / 'empty'}", "ckpt_path=last"], "train")
+
+    def resolved(*overrides):
+        cfg = compose("train", [f"paths.log_dir={tmp_path}", *overrides])
+        run_dir, subdir = cfg.hydra.run.dir, cfg.hydra.output_subdir  # what Hydra resolves
+        resolve_checkpoint(cfg)
+        return run_dir, subdir, cfg.ckpt_path
+
+    run_dir, subdir, ckpt = resolved("ckpt_path=last")
+    assert (run_dir, ckpt) == (str(new), str(new / "checkpoints" / "last.ckpt"))
+    assert subdir.startswith(".hydra/resume-")  # the first run's .hydra/config.yaml is kept
+    assert resolved(f"ckpt_path={old}")[::2] == (str(old), str(old / "checkpoints" / "last.ckpt"))
+    file = str(old / "checkpoints" / "last.ckpt")  # a file: a new run dir, as in Lightning
+    run_dir, subdir, ckpt = resolved(f"ckpt_path={file}")
+    assert run_dir.startswith(str(runs)) and run_dir not in (str(old), str(new))
+    assert (subdir, ckpt) == (".hydra", file)
+    with pytest.raises(UserError, match="no run of task 'train'"):
+        resolved(f"paths.log_dir={tmp_path / 'empty'}", "ckpt_path=last")
+    with pytest.raises(UserError, match="folder without checkpoints/last.ckpt"):
+        resolved(f"ckpt_path={runs}")
 
 
 @pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)

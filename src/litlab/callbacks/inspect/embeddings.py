@@ -4,10 +4,12 @@ projected to 2D with scikit-learn's t-SNE and coloured by class. Capped at `max_
 raw features also go to TensorBoard's projector."""
 
 import csv
+from typing import Annotated
 
 import torch
 from torch import nn
 
+from litlab.bounds import Ge, PosFloat, PosInt
 from litlab.callbacks.inspect.base import (
     CLASSIFICATION,
     TaskCallback,
@@ -33,9 +35,15 @@ def head(net: nn.Module) -> nn.Module:
 class Embeddings(TaskCallback):
     tasks = CLASSIFICATION
 
-    def __init__(self, max_points: int = 500, perplexity: float = 30.0, **kwargs):
+    def __init__(
+        self,
+        max_points: PosInt = 500,
+        perplexity: PosFloat = 30.0,
+        max_iter: Annotated[int, Ge(250), "an integer >= 250 (scikit-learn's minimum)"] = 500,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        self.max_points, self.perplexity = max_points, perplexity
+        self.max_points, self.perplexity, self.max_iter = max_points, perplexity, max_iter
         self._feats, self._labels, self._seen = [], [], None
 
     def on_test_epoch_start(self, trainer, pl_module):
@@ -64,7 +72,7 @@ class Embeddings(TaskCallback):
             return
         feats, labels = torch.cat(self._feats), torch.cat(self._labels)
         self._feats, self._labels = [], []
-        xy = tsne(feats.numpy(), self.perplexity, trainer.current_epoch)
+        xy = tsne(feats.numpy(), self.perplexity, self.max_iter, trainer.current_epoch)
         out = self.out_dir(trainer)
         with open(out / "tsne.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -81,11 +89,12 @@ class Embeddings(TaskCallback):
         projector(trainer, feats, labels)
 
 
-def tsne(feats, perplexity: float, seed: int):
+def tsne(feats, perplexity: float, max_iter: int, seed: int):
     from sklearn.manifold import TSNE
 
     perplexity = min(perplexity, max(1.0, (len(feats) - 1) / 3))  # sklearn needs < n points
-    return TSNE(2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(feats)
+    tsne = TSNE(2, perplexity=perplexity, max_iter=max_iter, init="pca", random_state=seed)
+    return tsne.fit_transform(feats)
 
 
 def projector(trainer, feats: torch.Tensor, labels: torch.Tensor) -> None:

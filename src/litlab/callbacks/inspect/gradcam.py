@@ -4,8 +4,10 @@
 import torch
 from torch import nn
 
-from litlab.callbacks.inspect.base import TaskCallback, save_figure, tiles
+from litlab.callbacks.inspect.base import TaskCallback, mosaic, save_figure
 from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION
+
+ALPHA = 0.45  # the heatmap's weight over the input
 
 
 def last_conv(net: nn.Module) -> nn.Module:
@@ -77,10 +79,15 @@ def middle(t: torch.Tensor) -> torch.Tensor:
 
 
 def overlays(x: torch.Tensor, heat: torch.Tensor, y: torch.Tensor, pred: torch.Tensor):
-    fig, axes = tiles(len(x), 1.6, 1.8)
-    for i, ax in enumerate(axes):
-        ax.imshow(middle(x[i]).float().cpu().numpy(), cmap="gray")
-        ax.imshow(middle(heat[i : i + 1]).cpu().numpy(), cmap="jet", alpha=0.45, vmin=0, vmax=1)
-        ax.set_title(f"true {int(y[i])} pred {int(pred[i])}", fontsize=7)
-        ax.axis("off")
-    return fig
+    """Each input (scaled to [0, 1], grey) with its heatmap blended over it in the jet colormap."""
+    from matplotlib import colormaps
+
+    jet = colormaps["jet"]
+    panels = []
+    for i in range(len(x)):
+        img = middle(x[i]).float().cpu()
+        img = ((img - img.min()) / (img.max() - img.min() + 1e-12)).numpy()[..., None]
+        hot = jet(middle(heat[i : i + 1]).cpu().clamp(0, 1).numpy())[..., :3]
+        panels.append((1 - ALPHA) * img + ALPHA * hot)
+    labels = [f"true {int(t)} pred {int(p)}" for t, p in zip(y, pred)]
+    return mosaic(panels, labels, inches=1.6)

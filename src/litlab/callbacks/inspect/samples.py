@@ -7,7 +7,7 @@ import csv
 
 import torch
 
-from litlab.callbacks.inspect.base import TaskCallback, figure, save_figure, tiles
+from litlab.callbacks.inspect.base import TaskCallback, figure, mosaic, save_figure
 from litlab.tasks import IMAGE_CLASSIFICATION, NODE_CLASSIFICATION, VOLUME_SEGMENTATION
 
 
@@ -84,22 +84,14 @@ class SamplePredictions(TaskCallback):
 
 
 def grid(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor):
-    fig, axes = tiles(len(x), 1.4, 1.6)
-    for i, ax in enumerate(axes):
-        img = x[i]
-        img = (img - img.min()) / (
-            img.max() - img.min() + 1e-12
-        )  # normalized inputs back to [0, 1]
-        ax.imshow(
-            img[0] if len(img) == 1 else img[:3].permute(1, 2, 0),
-            cmap="gray" if len(img) == 1 else None,
-        )
-        ok = int(y[i]) == int(pred[i])
-        ax.set_title(
-            f"true {int(y[i])} / pred {int(pred[i])}", fontsize=7, color="green" if ok else "red"
-        )
-        ax.axis("off")
-    return fig
+    """The images (each scaled to [0, 1]) titled true / predicted, green when right."""
+    lo = x.flatten(1).amin(1).view(-1, 1, 1, 1)
+    hi = x.flatten(1).amax(1).view(-1, 1, 1, 1)
+    x = (x - lo) / (hi - lo + 1e-12)  # normalized inputs back to [0, 1]
+    rgb = x[:, :1].expand(-1, 3, -1, -1) if x.shape[1] == 1 else x[:, :3]
+    labels = [f"true {int(t)} / pred {int(p)}" for t, p in zip(y, pred)]
+    colors = ["green" if int(t) == int(p) else "red" for t, p in zip(y, pred)]
+    return mosaic(list(rgb.permute(0, 2, 3, 1).numpy()), labels, colors)
 
 
 def slices(x: list, y: list, pred: list):
