@@ -30,6 +30,7 @@ MODES = {
     "shared session": ["batching=false"],
     "micro-batching 1 ms": ["batching=true", "max_wait_ms=1"],
     "micro-batching 3 ms": ["batching=true", "max_wait_ms=3"],
+    "shared session, 2 workers": ["batching=false", "workers=2"],
 }
 
 
@@ -79,8 +80,8 @@ async def client(port: int, raw: bytes, state: dict, latencies: list) -> None:
         writer.close()
 
 
-async def load(port: int, concurrency: int, requests: int, seconds: float) -> dict:
-    raw, latencies = png_request(port), []
+async def load(raw: bytes, port: int, concurrency: int, requests: int, seconds: float) -> dict:
+    latencies = []
     state = {"left": requests, "stop": time.perf_counter() + seconds, "errors": 0}
     await asyncio.gather(
         *(
@@ -116,6 +117,12 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (Linux /proc), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(pid: int) -> float:
+    """The server process and its worker processes (workers=N)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return cpu_seconds(pid) + sum(cpu_seconds(int(c)) for c in children)
 
 
 def serve(model: Path, port: int, extra: list[str], log_dir: str) -> subprocess.Popen:
@@ -168,9 +175,12 @@ def main() -> int:
         for name, extra in MODES.items():
             proc = serve(Path(args.model).resolve(), args.port, extra, logs)
             try:
-                cpu, mine = cpu_seconds(proc.pid), time.process_time()
-                r = run(load(args.port, args.concurrency, args.requests, args.seconds), args.loop)
-                cpu, mine = cpu_seconds(proc.pid) - cpu, time.process_time() - mine
+                raw = png_request(args.port)
+                cpu, mine = server_cpu_seconds(proc.pid), time.process_time()
+                r = run(
+                    load(raw, args.port, args.concurrency, args.requests, args.seconds), args.loop
+                )
+                cpu, mine = server_cpu_seconds(proc.pid) - cpu, time.process_time() - mine
                 sent = r["n"] + 50 * args.concurrency  # the warm-up requests count too
                 r["cpu_ms"], r["client_ms"] = cpu * 1e3 / sent, mine * 1e3 / sent
             finally:
