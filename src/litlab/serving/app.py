@@ -3,6 +3,7 @@
 Every bad request gets a 4xx and one JSON sentence, {"error": ...}; the body size limit is
 enforced before the body is read (`BodyLimit`)."""
 
+import gc
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -91,6 +92,7 @@ def create_app(
         runner.warm_up()
         if batcher is not None:
             batcher.start()
+        gc.freeze()  # the startup's objects (modules, app, session) leave the GC's scans
         state["ready"] = True
         yield
         state["ready"] = False
