@@ -61,6 +61,8 @@ TRAIN = [  # (overrides, words the error line must contain)
         ["data.data_dir=/nonexistent/mnist", "download"],
     ),
     (["data.val_fraction=1.5"], ["data.val_fraction=1.5", "between 0 and 1"]),
+    # a valid fraction whose split leaves no sample: found while the data is set up (in fit)
+    (["data.test_fraction=0.999"], ["data.val_fraction=0.1 splits 1 samples", "at least one"]),
     (["model.monitor_mode=maximum"], ["model.monitor_mode=maximum", "min or max"]),
     (["data._target_=faults.OtherTaskData"], ["cannot train on", "other_task"]),
     (

@@ -4,21 +4,30 @@ import logging
 
 import numpy as np
 
+from litlab.errors import UserError
 
-def stratified_split(labels, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+
+def stratified_split(
+    labels, fraction: float, seed: int, key: str = "split fraction", pool: str = "samples"
+) -> tuple[np.ndarray, np.ndarray]:
     """Split indices into (rest, held_out) with `fraction` held out, class proportions kept.
 
     Falls back to a plain random split when the data is too small to stratify (a class with
-    one sample, or fewer held-out samples than classes).
+    one sample, or fewer held-out samples than classes). A fraction that leaves one side
+    empty is bad input: one line naming `key` (the config key of the fraction) and `pool`
+    (which samples it splits).
     """
     from sklearn.model_selection import train_test_split
 
     labels = np.asarray(labels)
     index = np.arange(len(labels))
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"split fraction must be in (0, 1), got {fraction}")
-    _, counts = np.unique(labels, return_counts=True)
     held = int(np.ceil(fraction * len(labels)))
+    if not 0.0 < fraction < 1.0 or not 0 < held < len(labels):
+        raise UserError(
+            f"{key}={fraction} splits {len(labels)} {pool} into {len(labels) - held} and "
+            f"{held}: both parts need at least one sample (choose a fraction nearer 0.5)"
+        )
+    _, counts = np.unique(labels, return_counts=True)
     if held < len(counts) or len(labels) - held < len(counts):
         logging.getLogger(__name__).warning(
             "a split fraction of %s leaves %d of %d samples on one side, fewer than the %d "

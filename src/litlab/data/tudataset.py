@@ -102,7 +102,7 @@ class TUDataModule(SplitDataModule):
         labels = dataset.y.numpy()
         train, test = stratified_folds(labels, h.num_folds, h.fold, h.seed)
         if h.val_fraction > 0:
-            fit, val = stratified_split(labels[train], h.val_fraction, h.seed)
+            fit, val = stratified_split(labels[train], h.val_fraction, h.seed, "data.val_fraction")
             train, val = train[fit], train[val]
         else:
             val = test

@@ -17,6 +17,8 @@ from litlab.data.splits import stratified_split
 from litlab.errors import UserError, one_line
 from litlab.tasks import IMAGE_CLASSIFICATION
 
+LEFT = "samples left after the test split (data.test_fraction)"
+
 
 def random_affine(
     x: torch.Tensor,
@@ -134,10 +136,12 @@ class VisionDataModule(SplitDataModule):
             return
         (images, labels), test = self.load()
         if test is None:  # no official test split: carve one out, stratified
-            rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed)
+            rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed, "the test share")
             test = images[test_idx], labels[test_idx]
             images, labels = images[rest], labels[rest]
-        train_idx, val_idx = stratified_split(labels, self.hparams.val_fraction, self.hparams.seed)
+        train_idx, val_idx = stratified_split(
+            labels, self.hparams.val_fraction, self.hparams.seed, "data.val_fraction", LEFT
+        )
         self.train_set = TensorImages(images[train_idx], labels[train_idx])
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*test)
@@ -165,7 +169,9 @@ class DigitsDataModule(VisionDataModule):
         digits = load_digits()
         images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         labels = torch.tensor(digits.target, dtype=torch.long)
-        rest, test = stratified_split(labels, self.test_fraction, self.hparams.seed)
+        rest, test = stratified_split(
+            labels, self.test_fraction, self.hparams.seed, "data.test_fraction"
+        )
         return (images[rest], labels[rest]), (images[test], labels[test])
 
 
@@ -245,13 +251,17 @@ class ImageFolderDataModule(VisionDataModule):
             idx, val_idx = (
                 (range(len(train)), None)
                 if has["val"]
-                else stratified_split(train.targets, h.val_fraction, h.seed)
+                else stratified_split(train.targets, h.val_fraction, h.seed, "data.val_fraction")
             )
             self.train_set = Subset(train, idx)
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set
             return
-        rest, test_idx = stratified_split(train.targets, self.test_fraction, h.seed)
-        tr, va = stratified_split([train.targets[i] for i in rest], h.val_fraction, h.seed)
+        rest, test_idx = stratified_split(
+            train.targets, self.test_fraction, h.seed, "data.test_fraction"
+        )
+        tr, va = stratified_split(
+            [train.targets[i] for i in rest], h.val_fraction, h.seed, "data.val_fraction", LEFT
+        )
         self.train_set = Subset(train, rest[tr])
         self.val_set, self.test_set = Subset(train, rest[va]), Subset(train, test_idx)
