@@ -42,6 +42,26 @@ def require_shared(relative: str) -> Path:
     return src
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """`--dist loadgroup`: give each test marked `xdist_group(NAME)` the node id suffix
+    `@NAME`, by which the controller sends a group to one worker. pytest-xdist 3.8 sets it as
+    `item._nodeid`, which pytest 9 no longer reads (the id is `item._id`), so every group was
+    spread over all workers and each built the group's module fixtures again."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
 @pytest.fixture
 def shared_data(tmp_path):
     """Copy a folder of ../shared/data (read-only there) into tmp (see require_shared)."""

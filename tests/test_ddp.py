@@ -20,6 +20,8 @@ TINY = [
 # 361 test and 145 val digits: shards padded to equal sizes would count duplicates
 ODD_SPLITS = ["data.test_fraction=0.2006", "data.val_fraction=0.1007"]
 PROBE = ["+callbacks.rank_probe._target_=ddp_probe.RankProbe"]
+# the tests of one ddp_sweep run on one worker, so it is built once (--dist loadgroup)
+SWEEP = pytest.mark.xdist_group("ddp_sweep")
 
 
 def probe_env() -> dict:
@@ -49,6 +51,7 @@ def ddp_sweep(tmp_path_factory):
     return proc, tmp / "logs", probes
 
 
+@SWEEP
 def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep):
     proc, logs, probes = ddp_sweep
     sweeps = list((logs / "train" / "multiruns").iterdir())
@@ -87,6 +90,7 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
     assert "terminate called" not in console and "Traceback" not in console
 
 
+@SWEEP
 @pytest.mark.parametrize("job", ["0", "1"])
 def test_ddp_test_metrics_equal_single_process(ddp_sweep, tmp_path, job):
     """Same weights (each job's checkpoint), same split: the DDP job's test metrics equal one
