@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 # One intra-op thread per process (this one and every run it starts): `make test` runs one
 # pytest worker per core, and torch's default of one thread per core in each of them (plus
@@ -115,6 +116,34 @@ def cli(tmp_path):
 
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
     return sorted((log_dir / task / "runs").glob("*"))
+
+
+def fingerprint(folder: Path) -> list[tuple[str, int, int]]:
+    """(path, size, mtime) of everything under a folder: equal lists, nothing was written."""
+    return sorted(
+        (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+    )
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory) -> Path:
+    """The run dir of `train.py trainer.max_epochs=3 test=false` (the default digits CNN),
+    trained once per session and shared by the xdist workers (a lock in their common temp
+    folder). Read-only: tests write elsewhere; the teardown checks that nothing changed."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this session's folder, above the workers' popen-gwN
+    logs = base / "digits_run" / "logs"
+    with FileLock(base / "digits_run.lock"):
+        if not (base / "digits_run" / "done").exists():
+            shutil.rmtree(logs, ignore_errors=True)
+            run_cli("train.py", "trainer.max_epochs=3", "test=false", log_dir=logs)
+            (base / "digits_run" / "done").touch()
+    run = run_dirs(logs)[-1]
+    before = fingerprint(run)
+    yield run
+    assert fingerprint(run) == before, f"a test wrote into the shared {run}"
 
 
 def results(stdout: str) -> list[dict[str, float]]:

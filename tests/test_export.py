@@ -16,10 +16,8 @@ pytestmark = pytest.mark.xdist_group("export")
 
 
 @pytest.fixture(scope="module")
-def digits_ckpt(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("export") / "logs"
-    run_cli("train.py", "trainer.max_epochs=3", "test=false", log_dir=logs)
-    return run_dirs(logs)[-1] / "checkpoints" / "last.ckpt"
+def digits_ckpt(digits_run):
+    return digits_run / "checkpoints" / "last.ckpt"
 
 
 @pytest.fixture(scope="module")

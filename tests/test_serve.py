@@ -73,13 +73,12 @@ def png(pixels: np.ndarray) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
+def digits(digits_run, tmp_path_factory):
     """A digits CNN trained 3 epochs, exported to ONNX, and eval.py's predictions.csv."""
     from litlab.export.recipe import export
 
     logs = tmp_path_factory.mktemp("serve") / "logs"
-    run_cli("train.py", "trainer.max_epochs=3", "test=false", log_dir=logs)
-    ckpt = run_dirs(logs)[-1] / "checkpoints" / "last.ckpt"
+    ckpt = digits_run / "checkpoints" / "last.ckpt"
     run_cli("eval.py", f"ckpt_path={ckpt}", log_dir=logs)
     with open(run_dirs(logs, "eval")[-1] / "predictions.csv") as f:
         preds = [int(r["pred"]) for r in csv.DictReader(f)]
