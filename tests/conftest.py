@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -126,26 +127,6 @@ def fingerprint(folder: Path) -> list[tuple[str, int, int]]:
     )
 
 
-@pytest.fixture(scope="session")
-def digits_run(tmp_path_factory) -> Path:
-    """The run dir of `train.py trainer.max_epochs=3 test=false` (the default digits CNN),
-    trained once per session and shared by the xdist workers (a lock in their common temp
-    folder). Read-only: tests write elsewhere; the teardown checks that nothing changed."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # this session's folder, above the workers' popen-gwN
-    logs = base / "digits_run" / "logs"
-    with FileLock(base / "digits_run.lock"):
-        if not (base / "digits_run" / "done").exists():
-            shutil.rmtree(logs, ignore_errors=True)
-            run_cli("train.py", "trainer.max_epochs=3", "test=false", log_dir=logs)
-            (base / "digits_run" / "done").touch()
-    run = run_dirs(logs)[-1]
-    before = fingerprint(run)
-    yield run
-    assert fingerprint(run) == before, f"a test wrote into the shared {run}"
-
-
 def results(stdout: str) -> list[dict[str, float]]:
     """The 'Results' blocks that train.py/eval.py print, one dict per job."""
     blocks = stdout.split("\nResults\n")[1:]
@@ -161,6 +142,42 @@ def csv_test_metrics(run_dir: Path) -> dict[str, float]:
         rows = [r for r in csv.DictReader(f) if r.get("test/acc") or r.get("test/loss")]
     assert len(rows) == 1, rows
     return {k: float(v) for k, v in rows[0].items() if k.startswith("test/") and v}
+
+
+@dataclass(frozen=True)
+class DigitsRun:
+    run: Path  # the run dir of `train.py trainer.max_epochs=12 data.num_workers=0`
+    stdout: str  # what that command printed
+    best: Path  # its best checkpoint
+    eval: Path  # the run dir of `eval.py ckpt_path=<best>` (metrics.json, predictions.csv)
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory) -> DigitsRun:
+    """The default recipe (digits, small CNN) trained once per session and tested by eval.py,
+    shared by the xdist workers (a lock in their common temp folder); tests that use it are one
+    xdist group, so no worker waits on the lock. Read-only: write elsewhere (checked below)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this session's folder, above the workers' popen-gwN
+    shared, logs = base / "digits_run", base / "digits_run" / "logs"
+    with FileLock(base / "digits_run.lock"):
+        if not (shared / "done").exists():
+            shutil.rmtree(shared, ignore_errors=True)
+            proc = run_cli("train.py", "trainer.max_epochs=12", "data.num_workers=0", log_dir=logs)
+            best = next((run_dirs(logs)[-1] / "checkpoints").glob("epoch_*.ckpt"))
+            run_cli("eval.py", f"ckpt_path={best}", log_dir=logs)
+            (shared / "stdout.txt").write_text(proc.stdout)
+            (shared / "done").touch()
+    run = run_dirs(logs)[-1]
+    before = fingerprint(shared)
+    yield DigitsRun(
+        run=run,
+        stdout=(shared / "stdout.txt").read_text(),
+        best=next((run / "checkpoints").glob("epoch_*.ckpt")),
+        eval=run_dirs(logs, "eval")[-1],
+    )
+    assert fingerprint(shared) == before, f"a test wrote into the shared {shared}"
 
 
 # a small segmentation recipe on 24^3 phantoms (16^3 patches, a 3-level U-Net)
