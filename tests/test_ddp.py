@@ -167,20 +167,17 @@ DOMAINS = [
 
 @pytest.mark.parametrize("model", DOMAINS)
 def test_ddp_per_domain_metrics_equal_single_process(model, tmp_path):
-    """`train.py model=NAME trainer=ddp` as typed, then its checkpoint tested by one process."""
+    """`train.py model=NAME trainer=ddp` as typed, then its checkpoint tested by one process
+    (this one: no second interpreter start)."""
+    from litlab.recipes.train import train
+
     run_cli("train.py", f"model={model}", "trainer=ddp", *TINY, log_dir=tmp_path / "ddp")
     ddp_dir = run_dirs(tmp_path / "ddp")
     assert len(ddp_dir) == 1  # one run dir, not one per rank
     ckpt = ddp_dir[0] / "checkpoints" / "epoch_000.ckpt"
-    run_cli(
-        "train.py",
-        f"model={model}",
-        "train=false",
-        f"ckpt_path={ckpt}",
-        "trainer.accelerator=cpu",
-        log_dir=tmp_path / "single",
-    )
-    ddp, single = csv_test_metrics(ddp_dir[0]), csv_test_metrics(run_dirs(tmp_path / "single")[0])
+    overrides = [f"model={model}", "train=false", f"ckpt_path={ckpt}", "trainer.accelerator=cpu"]
+    train(compose("train", [*overrides, *QUIET], output_dir=tmp_path / "single"))
+    ddp, single = csv_test_metrics(ddp_dir[0]), csv_test_metrics(tmp_path / "single")
     assert ddp.keys() == single.keys()
     for key in ddp:
         assert ddp[key] == pytest.approx(single[key], rel=1e-5, abs=1e-6), key
