@@ -62,6 +62,38 @@ def pytest_collection_modifyitems(config, items):
         suffix = "@" + "_".join(sorted(names))
         if names and not item.nodeid.endswith(suffix):
             item._id = NodeId.parse(item.nodeid + suffix)
+    # Longest first (by the last run's times, in pytest's cache): the workers finish together
+    # instead of one running a long test at the end while the other idles. Every worker
+    # sorts the same way (the controller checks that all collected the same list).
+    # A group stays in one piece, in its order (its module fixtures are built once).
+    if os.environ.get("PYTEST_XDIST_WORKER") and getattr(config, "cache", None) is not None:
+        seconds, total, first = config.cache.get(DURATIONS_KEY, {}), {}, {}
+        for i, item in enumerate(items):
+            unit = _work_unit(item.nodeid)
+            total[unit] = total.get(unit, 0.0) + seconds.get(item.nodeid, 0.0)
+            first.setdefault(unit, i)
+        items.sort(key=lambda it: (-total[_work_unit(it.nodeid)], first[_work_unit(it.nodeid)]))
+
+
+def _work_unit(nodeid: str) -> str:
+    """What xdist's loadgroup sends to one worker: the group after `@`, else the test."""
+    return nodeid.split("@")[-1] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
+# seconds per test (setup + call + teardown) of the latest runs, kept in .pytest_cache
+DURATIONS_KEY = "litlab/durations"
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    """The controller (not an xdist worker) stores the times the next run sorts by."""
+    cache = getattr(session.config, "cache", None)
+    if _durations and cache is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        cache.set(DURATIONS_KEY, {**cache.get(DURATIONS_KEY, {}), **_durations})
 
 
 @pytest.fixture
