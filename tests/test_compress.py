@@ -182,6 +182,9 @@ def test_steps_after_quantize_or_unknown_steps_are_one_line():
         check(cfg)
 
 
+TEACHER = pytest.mark.xdist_group("teacher")  # one worker: digits_ckpt built once (loadgroup)
+
+
 @pytest.fixture(scope="module")
 def digits_ckpt(tmp_path_factory):
     """A small CNN trained 3 epochs on digits (the offline default)."""
@@ -212,6 +215,7 @@ def _evaluated(cli, tmp_path, ckpt) -> float:
     return json.loads(out.read_text())["test/acc"]
 
 
+@TEACHER
 @pytest.mark.slow
 def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckpt):
     cli(
@@ -245,6 +249,7 @@ def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckp
     export_onnx(model, (torch.randn(2, 1, 8, 8),), tmp_path / "again.onnx")
 
 
+@TEACHER
 @pytest.mark.slow
 def test_distilled_student_trains_and_eval_reproduces_it(tmp_path, cli, digits_ckpt):
     cli(
@@ -266,6 +271,7 @@ def test_distilled_student_trains_and_eval_reproduces_it(tmp_path, cli, digits_c
     assert _evaluated(cli, tmp_path, run / "1_distill.ckpt") == pytest.approx(student["test/acc"])
 
 
+@TEACHER
 @pytest.mark.slow
 def test_interrupted_fine_tuning_resumes_with_ckpt_path_last(tmp_path, cli, digits_ckpt):
     fault = [

@@ -20,6 +20,8 @@ TINY = [
 # 361 test and 145 val digits: shards padded to equal sizes would count duplicates
 ODD_SPLITS = ["data.test_fraction=0.2006", "data.val_fraction=0.1007"]
 PROBE = ["+callbacks.rank_probe._target_=ddp_probe.RankProbe"]
+# the tests of one ddp_sweep run on one worker, so it is built once (--dist loadgroup)
+SWEEP = pytest.mark.xdist_group("ddp_sweep")
 
 
 def probe_env() -> dict:
@@ -49,6 +51,7 @@ def ddp_sweep(tmp_path_factory):
     return proc, tmp / "logs", probes
 
 
+@SWEEP
 def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep):
     proc, logs, probes = ddp_sweep
     sweeps = list((logs / "train" / "multiruns").iterdir())
@@ -87,6 +90,7 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
     assert "terminate called" not in console and "Traceback" not in console
 
 
+@SWEEP
 @pytest.mark.parametrize("job", ["0", "1"])
 def test_ddp_test_metrics_equal_single_process(ddp_sweep, tmp_path, job):
     """Same weights (each job's checkpoint), same split: the DDP job's test metrics equal one
@@ -163,20 +167,17 @@ DOMAINS = [
 
 @pytest.mark.parametrize("model", DOMAINS)
 def test_ddp_per_domain_metrics_equal_single_process(model, tmp_path):
-    """`train.py model=NAME trainer=ddp` as typed, then its checkpoint tested by one process."""
+    """`train.py model=NAME trainer=ddp` as typed, then its checkpoint tested by one process
+    (this one: no second interpreter start)."""
+    from litlab.recipes.train import train
+
     run_cli("train.py", f"model={model}", "trainer=ddp", *TINY, log_dir=tmp_path / "ddp")
     ddp_dir = run_dirs(tmp_path / "ddp")
     assert len(ddp_dir) == 1  # one run dir, not one per rank
     ckpt = ddp_dir[0] / "checkpoints" / "epoch_000.ckpt"
-    run_cli(
-        "train.py",
-        f"model={model}",
-        "train=false",
-        f"ckpt_path={ckpt}",
-        "trainer.accelerator=cpu",
-        log_dir=tmp_path / "single",
-    )
-    ddp, single = csv_test_metrics(ddp_dir[0]), csv_test_metrics(run_dirs(tmp_path / "single")[0])
+    overrides = [f"model={model}", "train=false", f"ckpt_path={ckpt}", "trainer.accelerator=cpu"]
+    train(compose("train", [*overrides, *QUIET], output_dir=tmp_path / "single"))
+    ddp, single = csv_test_metrics(ddp_dir[0]), csv_test_metrics(tmp_path / "single")
     assert ddp.keys() == single.keys()
     for key in ddp:
         assert ddp[key] == pytest.approx(single[key], rel=1e-5, abs=1e-6), key

@@ -11,15 +11,14 @@ from conftest import run_cli, run_dirs
 
 from litlab.errors import UserError
 
-# one worker runs this module, so its module-scoped fixtures are built once (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("export")
+# one worker runs this module (and the other users of digits_run), so its module-scoped
+# fixtures are built once and no worker waits for digits_run (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("digits_run")
 
 
 @pytest.fixture(scope="module")
-def digits_ckpt(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("export") / "logs"
-    run_cli("train.py", "trainer.max_epochs=3", "test=false", log_dir=logs)
-    return run_dirs(logs)[-1] / "checkpoints" / "last.ckpt"
+def digits_ckpt(digits_run):
+    return digits_run.run / "checkpoints" / "last.ckpt"
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ def in_process(tmp_path_factory) -> dict[float, dict]:
     return out
 
 
+@pytest.mark.xdist_group("launchers")  # one worker builds in_process once (--dist loadgroup)
 @pytest.mark.parametrize(
     "launcher",
     [pytest.param(name, marks=pytest.mark.slow) for name in ("submitit_local", "joblib")],

@@ -109,6 +109,10 @@ def test_xavier_init_sets_the_initial_weights(tmp_path, xavier):
         assert largest <= default_bound and head.bias.any()
 
 
+# the tests of one ema_run run on one worker, so it is built once (--dist loadgroup)
+EMA_GROUP = pytest.mark.xdist_group("ema_run")
+
+
 @pytest.fixture(scope="module")
 def ema_run(tmp_path_factory):
     """A tiny digits run with model.ema_decay, trained in this process."""
@@ -133,6 +137,7 @@ def evaluate(tmp_path, ckpt, *overrides) -> tuple[dict, pd.DataFrame]:
     return metrics, (pd.read_csv(rows) if rows.exists() else None)
 
 
+@EMA_GROUP
 def test_ema_weights_are_validated_tested_and_saved(ema_run, tmp_path):
     """A checkpoint's state_dict is the average; the val/loss logged during training is that of
     the average (eval.py reproduces it), not that of the raw weights; train.py's test too."""
@@ -155,6 +160,7 @@ def test_ema_weights_are_validated_tested_and_saved(ema_run, tmp_path):
     assert tested["test/loss"] == pytest.approx(train_metrics["test/loss"], rel=1e-5)
 
 
+@EMA_GROUP
 def test_eval_split_val_scores_and_predicts_the_validation_split(ema_run, tmp_path):
     run, _ = ema_run
     metrics, rows = evaluate(tmp_path, run / "checkpoints" / "last.ckpt", "split=val")
@@ -163,6 +169,7 @@ def test_eval_split_val_scores_and_predicts_the_validation_split(ema_run, tmp_pa
     assert (rows.target == rows.pred).mean() == pytest.approx(metrics["val/acc"], abs=1e-6)
 
 
+@EMA_GROUP
 def test_eval_data_overrides_change_the_stored_data_config(ema_run, tmp_path):
     """batch_size changes nothing but speed (same metrics); test_fraction changes the split."""
     run, _ = ema_run

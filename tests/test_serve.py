@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 from conftest import ROOT, run_cli, run_dirs
 
-# one worker runs this module, so its module-scoped fixtures are built once (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("serve")
+# one worker runs this module (and the other users of digits_run), so its module-scoped
+# fixtures are built once and no worker waits for digits_run (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("digits_run")
 
 START_TIMEOUT = 180  # seconds: importing torch and warming up on a loaded 2-core machine
 
@@ -73,17 +74,14 @@ def png(pixels: np.ndarray) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    """A digits CNN trained 3 epochs, exported to ONNX, and eval.py's predictions.csv."""
+def digits(digits_run, tmp_path_factory):
+    """The default digits run's best checkpoint exported to ONNX, and eval.py's predictions."""
     from litlab.export.recipe import export
 
     logs = tmp_path_factory.mktemp("serve") / "logs"
-    run_cli("train.py", "trainer.max_epochs=3", "test=false", log_dir=logs)
-    ckpt = run_dirs(logs)[-1] / "checkpoints" / "last.ckpt"
-    run_cli("eval.py", f"ckpt_path={ckpt}", log_dir=logs)
-    with open(run_dirs(logs, "eval")[-1] / "predictions.csv") as f:
+    with open(digits_run.eval / "predictions.csv") as f:
         preds = [int(r["pred"]) for r in csv.DictReader(f)]
-    report = export(ckpt, ["onnx"], logs / "export", latency_batch_sizes=())
+    report = export(digits_run.best, ["onnx"], logs / "export", latency_batch_sizes=())
     assert report["ok"], report
     return {"onnx": logs / "export" / "model.onnx", "preds": preds, "logs": logs}
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import compose, results, run_dirs
+from conftest import compose, results
 
 FAST = ["trainer.fast_dev_run=true", "data.num_workers=0", "logger=csv"]
 
@@ -144,25 +144,23 @@ def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
         assert sizes[:2] == [24, 24] and dm.test_set is dm.val_set
 
 
-def test_default_recipe_learns_and_eval_reproduces_it(tmp_path, cli):
-    """A short digits run reaches >= 97% test accuracy; its checkpoint loads with
-    weights_only=True; eval.py reproduces the test metric and writes predictions."""
-    proc = cli("train.py", "trainer.max_epochs=12", "data.num_workers=0")
-    test_acc = results(proc.stdout)[0]["test/acc"]
-    assert test_acc >= 0.97, proc.stdout[-2000:]
-    run = run_dirs(tmp_path / "logs")[-1]
-    best = next(p for p in (run / "checkpoints").glob("epoch_*.ckpt"))
-    ckpt = torch.load(best, map_location="cpu", weights_only=True)
+@pytest.mark.xdist_group("digits_run")  # with the other users of the shared run
+def test_default_recipe_learns_and_eval_reproduces_it(digits_run):
+    """A short digits run (`train.py trainer.max_epochs=12 data.num_workers=0`) reaches >= 97%
+    test accuracy; its checkpoint loads with weights_only=True; eval.py reproduces the test
+    metric and writes predictions."""
+    test_acc = results(digits_run.stdout)[0]["test/acc"]
+    assert test_acc >= 0.97, digits_run.stdout[-2000:]
+    run = digits_run.run
+    ckpt = torch.load(digits_run.best, map_location="cpu", weights_only=True)
     assert {"state_dict", "litlab_config"} <= set(ckpt)
     assert (run / ".hydra" / "config.yaml").is_file() and (run / "csv" / "metrics.csv").is_file()
 
-    cli("eval.py", f"ckpt_path={best}")
-    out = run_dirs(tmp_path / "logs", "eval")[-1]
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((digits_run.eval / "metrics.json").read_text())
     assert metrics["test/acc"] == pytest.approx(test_acc, abs=1e-4)
     import pandas as pd
 
-    preds = pd.read_csv(out / "predictions.csv")
+    preds = pd.read_csv(digits_run.eval / "predictions.csv")
     assert len(preds) == 360 and (preds.target == preds.pred).mean() == pytest.approx(
         test_acc, abs=1e-4
     )
