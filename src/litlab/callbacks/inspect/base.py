@@ -50,10 +50,11 @@ class TaskCallback(Callback):
         return getattr(trainer.datamodule, "task", "")
 
 
-def save_figure(trainer, fig, name: str, step: int | None = None) -> Path:
-    """Write `fig` as <run dir>/inspect/<name>.png and send it to every active logger."""
+def save_figure(trainer, fig, name: str, step: int | None = None, tight: bool = True) -> Path:
+    """Write `fig` as <run dir>/inspect/<name>.png and send it to every active logger.
+    `tight=False` for figures laid out by hand: the tight box costs a second drawing."""
     path = TaskCallback.out_dir(trainer) / f"{name}.png"
-    fig.savefig(path, dpi=90, bbox_inches="tight")
+    fig.savefig(path, dpi=90, bbox_inches="tight" if tight else None)
     publish_image(trainer, path, name, trainer.global_step if step is None else step)
     return path
 

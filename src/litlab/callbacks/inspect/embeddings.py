@@ -4,6 +4,7 @@ projected to 2D with scikit-learn's t-SNE and coloured by class. Capped at `max_
 raw features also go to TensorBoard's projector."""
 
 import csv
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
 
 import torch
@@ -45,6 +46,7 @@ class Embeddings(TaskCallback):
         super().__init__(**kwargs)
         self.max_points, self.perplexity, self.max_iter = max_points, perplexity, max_iter
         self._feats, self._labels, self._seen = [], [], None
+        self._pending = None  # (t-SNE future, features, labels) between test end hooks
 
     def on_test_epoch_start(self, trainer, pl_module):
         self._feats, self._labels = [], []
@@ -72,7 +74,19 @@ class Embeddings(TaskCallback):
             return
         feats, labels = torch.cat(self._feats), torch.cat(self._labels)
         self._feats, self._labels = [], []
-        xy = tsne(feats.numpy(), self.perplexity, self.max_iter, trainer.current_epoch)
+        # t-SNE (about a second, mostly in scikit-learn's GIL-free gradient code) runs on a
+        # thread beside the other callbacks' drawing; its plot is drawn at on_test_end, here
+        args = (feats.numpy(), self.perplexity, self.max_iter, trainer.current_epoch)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="tsne")
+        self._pending = (pool.submit(tsne, *args), feats, labels)
+        pool.shutdown(wait=False)
+
+    def on_test_end(self, trainer, pl_module):
+        if self._pending is None:
+            return
+        future, feats, labels = self._pending
+        self._pending = None
+        xy = future.result()
         out = self.out_dir(trainer)
         with open(out / "tsne.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -87,6 +101,9 @@ class Embeddings(TaskCallback):
         ax.set(title=f"t-SNE of {len(xy)} test embeddings", xticks=[], yticks=[])
         save_figure(trainer, fig, "tsne")
         projector(trainer, feats, labels)
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._pending = None  # the thread ends on its own; nothing is drawn
 
 
 def tsne(feats, perplexity: float, max_iter: int, seed: int):

@@ -69,7 +69,7 @@ class GradCAM(TaskCallback):
         self._x, self._y = [], []
         pred = pl_module(x).argmax(1)
         heat = gradcam(pl_module, x, pred if self.target == "pred" else y)
-        save_figure(trainer, overlays(x, heat, y, pred), "gradcam")
+        save_figure(trainer, overlays(x, heat, y, pred), "gradcam", tight=False)  # a mosaic
 
 
 def middle(t: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ import warnings
 
 import torch
 
+from litlab.bounds import PosFloat, PosInt
 from litlab.callbacks.inspect.base import CLASSIFICATION, TaskCallback, flush, inputs, tensorboards
 from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
@@ -28,9 +29,11 @@ class WeightGradHistograms(TaskCallback):
 
     tasks = (*CLASSIFICATION, VOLUME_SEGMENTATION)
 
-    def __init__(self, every_n_epochs: int = 5, ratio: float = 1000.0, **kwargs):
+    def __init__(
+        self, every_n_epochs: PosInt = 5, ratio: PosFloat = 1000.0, bins: PosInt = 64, **kwargs
+    ):
         super().__init__(**kwargs)
-        self.every_n_epochs, self.ratio = every_n_epochs, ratio
+        self.every_n_epochs, self.ratio, self.bins = every_n_epochs, ratio, bins
         self._pending = False
 
     def _due(self, trainer) -> bool:
@@ -63,7 +66,7 @@ class WeightGradHistograms(TaskCallback):
             for writer in tensorboards(trainer):
                 for name, g in grads.items():
                     writer.add_histogram(
-                        f"grads/{name}", g.detach().float().cpu(), trainer.global_step
+                        f"grads/{name}", g.detach().float().cpu(), trainer.global_step, self.bins
                     )
             flush(tensorboards(trainer))
 
@@ -73,7 +76,7 @@ class WeightGradHistograms(TaskCallback):
         for writer in tensorboards(trainer):
             for name, p in pl_module.named_parameters():
                 writer.add_histogram(
-                    f"weights/{name}", p.detach().float().cpu(), trainer.global_step
+                    f"weights/{name}", p.detach().float().cpu(), trainer.global_step, self.bins
                 )
         flush(tensorboards(trainer))
 

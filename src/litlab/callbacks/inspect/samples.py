@@ -49,11 +49,13 @@ class SamplePredictions(TaskCallback):
             pred, y = (torch.cat(t) for t in zip(*held))
             self.node_accuracy(trainer, pred, y, trainer.datamodule.dims["num_classes"])
             return
-        if task == IMAGE_CLASSIFICATION:
-            fig = grid(*(torch.cat(t) for t in zip(*held)))
-        else:  # volumes may differ in size: one list entry each
-            fig = slices(*([v for t in part for v in t] for part in zip(*held)))
-        save_figure(trainer, fig, "samples")
+        if task == IMAGE_CLASSIFICATION:  # a mosaic fills its figure: no tight box needed
+            save_figure(trainer, grid(*(torch.cat(t) for t in zip(*held))), "samples", tight=False)
+            return
+        # volumes may differ in size: one list entry each
+        save_figure(
+            trainer, slices(*([v for t in part for v in t] for part in zip(*held))), "samples"
+        )
 
     def node_accuracy(self, trainer, pred, y, num_classes: int) -> None:
         rows = []
