@@ -64,8 +64,8 @@ def error(status: int, message: str) -> JSONResponse:
 def create_app(
     model_path: str | Path,
     max_batch: int = 64,
-    batching: bool = False,
-    max_wait_ms: float = 2.0,
+    batching: bool = True,
+    max_wait_ms: float = 1.0,
     threads: int = 1,
     max_body_bytes: int = 8 << 20,
 ):

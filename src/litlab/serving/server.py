@@ -47,8 +47,8 @@ def serve(
     workers: int = 1,
     max_batch: int = 64,
     max_body_bytes: int = 8 << 20,
-    batching: bool = False,
-    max_wait_ms: float = 2.0,
+    batching: bool = True,
+    max_wait_ms: float = 1.0,
     threads: int = 1,
     log_level: str = "warning",
 ) -> None:
