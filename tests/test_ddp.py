@@ -128,34 +128,22 @@ def test_eval_shards_are_unpadded():
     from litlab.utils import distributed
 
     distributed.unpad_eval_shards()  # what LitModule.setup does in every process
-    loader = DataLoader(list(range(361)), batch_size=64)
-    seen = []
-    for rank in (0, 1):
-        sampler = data_connector._get_distributed_sampler(
-            loader,
-            shuffle=False,
-            overfit_batches=0,
-            mode=RunningStage.TESTING,
-            num_replicas=2,
-            rank=rank,
-        )
-        seen += list(sampler)
-    assert sorted(seen) == list(range(361))
-    one = DataLoader([0], batch_size=1)  # fewer samples than ranks: every rank gets one
-    shards = [
-        list(
-            data_connector._get_distributed_sampler(
-                one,
-                shuffle=False,
-                overfit_batches=0,
-                mode=RunningStage.VALIDATING,
-                num_replicas=2,
-                rank=r,
+
+    def shards(dataset, mode) -> list[list[int]]:
+        loader = DataLoader(dataset, batch_size=64)
+        return [
+            list(
+                data_connector._get_distributed_sampler(
+                    loader, shuffle=False, overfit_batches=0, mode=mode, num_replicas=2, rank=r
+                )
             )
-        )
-        for r in (0, 1)
-    ]
-    assert shards == [[0], [0]]
+            for r in (0, 1)
+        ]
+
+    rank0, rank1 = shards(list(range(361)), RunningStage.TESTING)
+    assert sorted(rank0 + rank1) == list(range(361))
+    # fewer samples than ranks: every rank gets one
+    assert shards([0], RunningStage.VALIDATING) == [[0], [0]]
 
 
 DOMAINS = [

@@ -2,13 +2,11 @@
 metric, SIGTERM from a scheduler, a crafted checkpoint. Real runs as subprocesses."""
 
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import torch
-from conftest import QUIET, ROOT, run_dirs
+from conftest import ROOT, run_cli, run_dirs
 from test_reliability import ENV, assert_same_as_reference, load, ref_run, train  # noqa: F401  (fixture)
 
 # no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the
@@ -78,21 +76,7 @@ def _crafted_checkpoint(path, target="shutil.copy"):
 
 def test_crafted_checkpoint_runs_no_code_in_eval(tmp_path):
     copied = _crafted_checkpoint(tmp_path / "evil.ckpt")
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "src" / "eval.py"),
-            f"paths.log_dir={tmp_path}",
-            "extras.print_config=false",
-            f"ckpt_path={tmp_path / 'evil.ckpt'}",
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    p = run_cli("eval.py", f"ckpt_path={tmp_path / 'evil.ckpt'}", log_dir=tmp_path, check=False)
     assert p.returncode == 2, p.stderr[-3000:]
     assert p.stderr.count("\n") == 1 and "data._target_=shutil.copy" in p.stderr, p.stderr
     assert "trust_checkpoint=true" in p.stderr
@@ -133,22 +117,7 @@ def test_allowlist_admits_every_target_of_litlabs_own_configs():
 
 
 def test_multirun_resume_is_refused_in_one_line(tmp_path):
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "src" / "train.py"),
-            "-m",
-            f"paths.log_dir={tmp_path}",
-            "ckpt_path=last",
-            *QUIET,
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    p = run_cli("train.py", "ckpt_path=last", "-m", log_dir=tmp_path, check=False)
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert "ckpt_path=last cannot be used with -m" in p.stderr
 
@@ -157,28 +126,18 @@ def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data):
     """README/docs/graph.md: experiment=gin_mutag data.val_fraction=0
     callbacks.model_checkpoint=null, as a 2-fold sweep of one epoch each."""
     data = shared_data("TUDataset/MUTAG").parents[1]
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "src" / "train.py"),
-            "-m",
-            f"paths.log_dir={tmp_path / 'logs'}",
-            f"paths.data_dir={data}",
-            *QUIET,
-            "experiment=gin_mutag",
-            "data.val_fraction=0",
-            "callbacks.model_checkpoint=null",
-            "data.fold=0,1",
-            "trainer.max_epochs=1",
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        check=False,
+    run_cli(
+        "train.py",
+        f"paths.data_dir={data}",
+        "experiment=gin_mutag",
+        "data.val_fraction=0",
+        "callbacks.model_checkpoint=null",
+        "data.fold=0,1",
+        "trainer.max_epochs=1",
+        "-m",  # after the overrides: argparse takes it anywhere but between them
+        log_dir=tmp_path / "logs",
         timeout=300,
     )
-    assert p.returncode == 0, p.stderr[-3000:]
     [sweep] = (tmp_path / "logs" / "train" / "multiruns").glob("*")
     rows = pd.read_csv(sweep / "summary.csv")
     assert list(rows["status"]) == ["completed", "completed"], rows
