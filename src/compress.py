@@ -12,7 +12,6 @@ compress_report.md/.json (parameters, size, test metric, latency). See docs/comp
 from omegaconf import DictConfig
 
 from litlab import cli
-from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
 @cli.main("compress")

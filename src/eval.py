@@ -9,7 +9,6 @@ Outputs go to logs/eval/runs/<timestamp>/ (metrics.json, predictions.csv). The r
 from omegaconf import DictConfig
 
 from litlab import cli
-from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
 @cli.main("eval")

@@ -12,7 +12,6 @@ aggregates with Flower's strategy and tests the global model after each round (d
 from omegaconf import DictConfig
 
 from litlab import cli
-from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
 @cli.main("federate")

@@ -12,7 +12,6 @@ and OmegaConf are imported before the command line is parsed: `--help` and `--cf
 from omegaconf import DictConfig
 
 from litlab import cli
-from litlab.config import resolvers  # noqa: F401  (cheap; registers config resolvers)
 
 
 @cli.main("train")

@@ -266,6 +266,33 @@ def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
     assert not (tmp_path / "train").exists(), "--cfg job ran something"
 
 
+@pytest.mark.parametrize(
+    "script, required",
+    [
+        ("train.py", []),
+        ("eval.py", ["ckpt_path=x.ckpt"]),
+        ("export.py", ["ckpt_path=x.ckpt"]),
+        ("serve.py", ["model_path=x.onnx"]),
+        ("compress.py", ["ckpt_path=x.ckpt"]),
+        ("federate.py", []),
+    ],
+)
+def test_every_entry_point_resolves_its_default_paths(script, required, tmp_path):
+    """Without `paths.log_dir=` (as the README's commands are typed): the resolvers the paths
+    use are registered for every entry point (export.py and serve.py once lacked them)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "src" / script), *required, "--cfg", "job", "--resolve"]
+        + ["--package", "paths"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    paths = yaml.safe_load(proc.stdout)
+    assert paths["log_dir"] == str(ROOT / "logs") and paths["data_dir"] == str(ROOT / "data")
+
+
 def test_make_targets_run_the_documented_commands():
     """`make train ARGS=...` passes ARGS to src/train.py; `make test` runs pytest (dry runs)."""
 

@@ -15,7 +15,10 @@ import sys
 
 from litlab import threads
 from litlab.checkpointing import resume
-from litlab.config import hydra_errors
+from litlab.config import (
+    hydra_errors,
+    resolvers,  # noqa: F401  (registers the configs' resolvers: cheap)
+)
 from litlab.errors import UserError
 from litlab.recipes import run_dir
 from litlab.utils.distributed import is_rank_zero
