@@ -19,7 +19,8 @@ def evaluate(cfg: DictConfig) -> RunResult:
     from litlab.recipes.load import load_run
 
     report.apply_extras(cfg)
-    run = load_run(cfg.ckpt_path, OmegaConf.to_container(cfg.data_overrides, resolve=True))
+    overrides = OmegaConf.to_container(cfg.data_overrides, resolve=True)
+    run = load_run(cfg.ckpt_path, overrides, trust=bool(cfg.get("trust_checkpoint")))
     trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
     evaluate_split = trainer.test if cfg.split == "test" else trainer.validate
     metrics = evaluate_split(run.model, datamodule=run.datamodule)[0]
