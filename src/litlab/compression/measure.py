@@ -26,19 +26,17 @@ def has_tensor_inputs(datamodule) -> bool:
     return getattr(datamodule, "task", "") in (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
 
 
-def onnx_accuracy(onnx_path: Path, datamodule) -> float:
-    """Test accuracy of an ONNX classifier under ONNX Runtime (the eager metric's definition:
-    argmax of the logits equals the label, averaged over all test samples)."""
-    from litlab.export.latency import ort_session
+def onnx_metric(onnx_path: Path, model, datamodule, metric: str) -> float:
+    """The model's own test metric (`test/acc`, `test/auroc`, ...) through ONNX Runtime,
+    computed as `src/export.py` verifies a file (litlab.export.verify)."""
+    from types import SimpleNamespace
 
-    session = ort_session(onnx_path)
-    name = session.get_inputs()[0].name
-    correct = total = 0
-    for x, y in tensor_batches(datamodule, "test"):
-        logits = torch.from_numpy(session.run(None, {name: x.numpy()})[0])
-        correct += int((logits.argmax(1) == y).sum())
-        total += len(y)
-    return correct / total
+    from litlab.export.domains import spec_for
+    from litlab.export.verify import predictor, test_metric
+
+    spec = spec_for(SimpleNamespace(model=model, datamodule=datamodule))
+    run = predictor("onnx", onnx_path, spec.input_names)
+    return test_metric(model, spec, run, metric.split("/", 1)[1])
 
 
 def example(datamodule, batch: int = 2) -> torch.Tensor:

@@ -117,7 +117,7 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
             stage.model.net,
             None,
             stage.onnx,
-            measure.onnx_accuracy(stage.onnx, dm),
+            measure.onnx_metric(stage.onnx, stage.model, dm, metric),
             metric,
             lat,
         )

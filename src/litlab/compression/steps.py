@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import OmegaConf
 
 from litlab.compression import distill, measure, prune
@@ -53,9 +52,9 @@ def fit(module, train_cfg, dm, callbacks=(), resume: Path | None = None, best: b
     trainer.fit(module, datamodule=dm, ckpt_path=resume, weights_only=True)
     path = getattr(trainer.checkpoint_callback, "best_model_path", "")
     if best and path:
-        module.load_state_dict(
-            torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
-        )
+        from litlab.checkpointing.load import load
+
+        module.load_state_dict(load(path)["state_dict"])
     return module.cpu()
 
 

@@ -8,6 +8,7 @@ from itertools import islice
 
 import torch
 
+from litlab.errors import UserError
 from litlab.tasks import (
     GRAPH_CLASSIFICATION,
     IMAGE_CLASSIFICATION,
@@ -54,7 +55,7 @@ def spec_for(run) -> Spec:
         GRAPH_CLASSIFICATION: _graph_spec,
     }
     if task not in builders:
-        raise ValueError(f"export does not know task {task!r} (knows {sorted(builders)})")
+        raise UserError(f"export does not know task {task!r} (it knows {', '.join(builders)})")
     if hasattr(dm, "setup"):
         dm.setup("test")
     return builders[task](run, dm, task)

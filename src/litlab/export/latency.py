@@ -56,6 +56,7 @@ def measure_latency(
             return (sample.expand(batch, *sample.shape[1:]).contiguous(),)
 
     rows = []
+    sessions = {name: ort_session(Path(path), threads) for name, path in onnx_files.items()}
     if net is not None:
         net = getattr(net, "net", net).eval()
     for batch in batch_sizes:
@@ -66,8 +67,7 @@ def measure_latency(
             rows.append(
                 {"format": "eager", "batch": batch, "p50_ms": p50, "p99_ms": p99, "runs": n}
             )
-        for name, path in onnx_files.items():
-            session = ort_session(Path(path), threads)
+        for name, session in sessions.items():
             feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
             p50, p99, n = _percentiles(
                 lambda s=session, f=feeds: s.run(None, f), iters, warmup, budget_s

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from litlab.errors import one_line
+
 PROTOBUF_LIMIT = 2 * 1024**3 - 1024  # bytes a single-file ONNX can hold (protobuf limit)
 
 
@@ -80,7 +82,7 @@ def export_onnx(
             )
             break
         except Exception as e:  # noqa: BLE001 (the exporters raise many types)
-            errors.append(f"{kind}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            errors.append(f"{kind}: {one_line(e, with_type=True, limit=300)}")
     else:
         raise RuntimeError("ONNX export failed; " + " | ".join(errors))
     write_metadata(path, {**(metadata or {}), "exporter": kind})

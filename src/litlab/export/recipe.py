@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from litlab.errors import UserError
+from litlab.errors import UserError, one_line
 
 FILES = {
     "onnx": "model.onnx",
@@ -39,13 +39,7 @@ def unsupported(fmt: str, err: Exception) -> str:
     """One line naming the op the exporter could not handle, and a format that works."""
     text = str(err)
     op = re.search(r"(aten::\w+|aten\.\w+(?:\.\w+)?|torch\.ops\.[\w.]+|Op ?type[:=]? ?'?\w+)", text)
-    what = (
-        f"op {op.group(1)}"
-        if op
-        else text.strip().splitlines()[0][:200]
-        if text
-        else type(err).__name__
-    )
+    what = f"op {op.group(1)}" if op else one_line(err, limit=200)
     return f"{fmt}: the exporter cannot handle {what}; formats=[{FALLBACK.get(fmt, 'onnx')}] works"
 
 
@@ -162,7 +156,7 @@ def export(
             row |= max_diffs(eager, predict, spec.held_out)
             row["metric"] = test_metric(run.model, spec, predict, metric)
         except Exception as err:  # noqa: BLE001
-            row["error"] = f"{fmt}: verification could not run: {str(err).splitlines()[0][:200]}"
+            row["error"] = f"{fmt}: verification could not run: {one_line(err, limit=200)}"
             print(row["error"])
             continue
         if fmt in FP32:

@@ -85,7 +85,7 @@ def no_orphans(poll_s: float = 0.5):
             with contextlib.suppress(Exception):
                 if ray.is_initialized():
                     ray.shutdown()
-        left = [p for p in seen.values() if p.is_running()]
+        left = [p for p in list(seen.values()) if p.is_running()]  # the watcher may add more
         if not shutdown_ray:
             for p in left:
                 with contextlib.suppress(psutil.Error):
