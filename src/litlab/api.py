@@ -18,13 +18,12 @@ from litlab.recipes.result import RunResult
 def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     from hydra.errors import HydraException
 
-    from litlab.checkpointing import resume
+    from litlab import threads
     from litlab.config.compose import compose
     from litlab.config.hydra_errors import composition_error
     from litlab.recipes import run_dir
     from litlab.utils.distributed import is_rank_zero
 
-    resume.refuse_in_multirun(config_name, list(overrides))
     try:
         cfg = compose(config_name, overrides)
     except (HydraException, ValueError) as err:
@@ -33,6 +32,7 @@ def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     out = cfg.hydra.runtime.output_dir
     fresh = run_dir.only_hydra_files(out) and is_rank_zero()
     try:
+        threads.apply(task_cfg)  # as `cli.task` does
         return recipe(task_cfg)
     except UserError:
         if fresh:

@@ -66,13 +66,15 @@ def versions() -> dict:
 def _matmul(device: str) -> dict:
     import torch
 
+    from litlab.errors import one_line
+
     start = time.perf_counter()
     try:
         a = torch.randn(256, 256, device=device)
         ok = bool(torch.allclose((a @ torch.eye(256, device=device)).cpu(), a.cpu(), atol=1e-4))
         return {"ok": ok, "ms": round(1000 * (time.perf_counter() - start), 1)}
     except Exception as err:  # noqa: BLE001  (the device is what is being tested)
-        return {"ok": False, "error": str(err).splitlines()[0][:120]}
+        return {"ok": False, "error": one_line(err, limit=120)}
 
 
 def devices() -> list[dict]:

@@ -144,12 +144,6 @@ def signature(target) -> tuple[dict, dict, bool]:
     return params, defaults, open_ended
 
 
-def parameters(target) -> tuple[dict, bool]:
-    """Named parameters (with annotations) of a class or function; open-ended?"""
-    params, _, open_ended = signature(target)
-    return params, open_ended
-
-
 def _meets(value, bound) -> bool:
     if isinstance(bound, at.Interval):
         return all(_meets(value, b) for b in bound)

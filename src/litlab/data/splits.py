@@ -28,7 +28,8 @@ def stratified_split(
             f"{held}: both parts need at least one sample (choose a fraction nearer 0.5)"
         )
     _, counts = np.unique(labels, return_counts=True)
-    if held < len(counts) or len(labels) - held < len(counts):
+    thin = min(held, len(labels) - held) < len(counts)  # fewer samples on a side than classes
+    if thin:
         logging.getLogger(__name__).warning(
             "a split fraction of %s leaves %d of %d samples on one side, fewer than the %d "
             "classes: its metrics will be noisy (choose a fraction nearer 0.5)",
@@ -37,7 +38,7 @@ def stratified_split(
             len(labels),
             len(counts),
         )
-    small = counts.min() < 2 or min(held, len(labels) - held) < len(counts)
+    small = counts.min() < 2 or thin
     stratify = None if small else labels
     rest, held = train_test_split(index, test_size=fraction, random_state=seed, stratify=stratify)
     return np.sort(rest), np.sort(held)

@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from litlab.errors import UserError
+from litlab.errors import UserError, one_line
 from litlab.utils.distributed import is_rank_zero
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,7 @@ class BatchSizeFinder:
                 model, datamodule=datamodule, **_lightning_args(self, "search")
             )
         except MisconfigurationException as err:  # e.g. full-graph data have no batch_size
-            raise UserError(
-                f"tune=batch_size cannot run here: {str(err).splitlines()[0]}"
-            ) from None
+            raise UserError(f"tune=batch_size cannot run here: {one_line(err)}") from None
         _report(
             trainer,
             "batch_size",

@@ -17,7 +17,6 @@ hydra-optuna-sweeper, which pins optuna < 3).
 
 import json
 import logging
-import math
 import os
 import socket
 from pathlib import Path
@@ -26,6 +25,7 @@ from omegaconf import OmegaConf
 
 from litlab.errors import UserError, one_line
 from litlab.sweeps import search_space, study_settings
+from litlab.sweeps.summary_render import finite
 
 log = logging.getLogger(__name__)
 ENV = "LITLAB_OPTUNA_TRIAL"
@@ -201,7 +201,7 @@ def run(sweeper, arguments: list[str]) -> None:
         trial.set_user_attr("run_dir", str(result.hydra_cfg.hydra.runtime.output_dir))
         outcome = result._return_value
         if result.status.name == "COMPLETED":
-            if isinstance(outcome, int | float) and math.isfinite(outcome):
+            if finite(outcome):
                 return float(outcome)
             raise TrialFailed(
                 f"the job returned {outcome!r}, not a finite objective "

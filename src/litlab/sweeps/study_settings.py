@@ -26,20 +26,21 @@ MACHINE_LOCAL = (
 )
 
 
-def as_settings(overrides: list[str]) -> dict[str, str]:
-    """`["trainer.max_epochs=3", "~callbacks.x"]` -> `{"trainer.max_epochs": "3", ...}`."""
+def override_settings(overrides: list[str], skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """`["trainer.max_epochs=3", "~callbacks.x"]` -> `{"trainer.max_epochs": "3",
+    "callbacks.x": "(deleted)"}`, leaving out keys that start with one of `skip`."""
     settings = {}
     for override in overrides:
         key, _, value = override.partition("=")
         name = key.lstrip("+~")
-        if not name.startswith(MACHINE_LOCAL):
+        if not name.startswith(skip):
             settings[name] = "(deleted)" if key.startswith("~") else value
     return settings
 
 
 def check(study, fixed: list[str], strict: bool = True) -> None:
     """Store the settings with a new study; compare them with a resumed one's (see above)."""
-    current = as_settings(fixed)
+    current = override_settings(fixed, skip=MACHINE_LOCAL)
     stored = study.user_attrs.get(ATTR)
     if stored is None:  # a new study (or one from before this check): these are its settings
         study.set_user_attr(ATTR, current)

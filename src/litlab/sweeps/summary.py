@@ -21,6 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.errors import one_line
+from litlab.sweeps.study_settings import override_settings
 from litlab.sweeps.summary_render import finite, markdown, plot_objective, stats_markdown
 from litlab.utils.distributed import is_rank_zero
 
@@ -186,15 +187,6 @@ def stats_rows(records: list[dict], replica_keys) -> list[dict]:
                     {"group": name, "metric": metric, "n": len(values), "mean": mean, "std": std}
                 )
     return rows
-
-
-def override_settings(overrides: list[str]) -> dict[str, str]:
-    """A job's overrides as {key: value}: one summary.csv column per key (`~key`: deleted)."""
-    settings = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        settings[key.lstrip("+~")] = "(deleted)" if key.startswith("~") else value
-    return settings
 
 
 def metric_column(metric: str) -> str:

@@ -10,6 +10,7 @@ import torch
 
 from litlab.bounds import PosFloat, PosInt
 from litlab.callbacks.inspect.base import CLASSIFICATION, TaskCallback, flush, inputs, tensorboards
+from litlab.errors import one_line
 from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
@@ -104,4 +105,4 @@ class ModelGraph(TaskCallback):
                     writer.add_graph(net, inputs(batch)[:1].detach())
             flush(writers)
         except Exception as err:  # noqa: BLE001 (a net that cannot be traced: say so, go on)
-            log.warning("model graph not written (tracing failed: %s)", str(err).splitlines()[0])
+            log.warning("model graph not written (tracing failed: %s)", one_line(err))
