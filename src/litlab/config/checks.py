@@ -5,7 +5,6 @@ Used by `config.validate`; one line (`UserError`) each."""
 
 from pathlib import Path
 
-from litlab.config.options import incompatible, static_attr
 from litlab.errors import UserError
 
 
@@ -98,13 +97,3 @@ def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
             f"ckpt_path={path} holds a {theirs} model; this run builds "
             f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint"
         )
-
-
-def check_tasks_statically(c: dict) -> None:
-    """model/data task mismatch told before torch is imported, when the classes' sources say
-    their tasks plainly (else `build.check_compatible` decides after the import)."""
-    model, data = c.get("model") or {}, c.get("data") or {}
-    tasks = static_attr(str(model.get("_target_")), "tasks")
-    task = static_attr(str(data.get("_target_")), "task")
-    if isinstance(tasks, tuple) and isinstance(task, str) and task not in tasks:
-        raise UserError(incompatible(tasks, task))

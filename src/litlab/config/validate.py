@@ -24,7 +24,6 @@ from litlab.config.checks import check_checkpoint as _check_checkpoint
 from litlab.config.checks import check_monitor as _check_monitor
 from litlab.config.checks import check_paths as _check_paths
 from litlab.config.checks import check_run as _check_run
-from litlab.config.checks import check_tasks_statically
 from litlab.config.signatures import bounds_by_name, conforms, describe, signature
 from litlab.config.signatures import closest as _closest
 from litlab.config.signatures import fmt as _fmt
@@ -188,7 +187,6 @@ def train_config(cfg: DictConfig) -> None:
     _check_trainer_plain(c["trainer"])  # first the checks that import nothing
     _walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     _walk_plain("", c)
-    check_tasks_statically(c)
     _walk("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     _check_trainer(c["trainer"])
     _walk("", {k: v for k, v in c.items() if k != "trainer"})
