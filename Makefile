@@ -13,7 +13,7 @@ TORCH_PINS := $(shell grep -oE '^torch(vision)?==[^ ]+' requirements.txt)
 .PHONY: train test bench doctor new-task clean help
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)

@@ -315,6 +315,7 @@ def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
         "federate.num_clients=3",
         "federate.rounds=2",
         "federate.fail_clients=[2]",
+        "federate.partition=iid",  # with the next line, README's command
         "federate.compression=int8",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -189,6 +189,16 @@ def test_tuning_is_refused_under_ddp():
         )
 
 
+def test_optional_loggers_are_configured_offline(tmp_path):
+    """What runs wherever the optional packages are absent: their configs keep data local."""
+    run = tmp_path / "run"
+    cfg = compose("train", [f"paths.log_dir={tmp_path}", "logger=[comet,neptune,aim]"], run)
+    assert cfg.logger.comet.online is False
+    assert cfg.logger.comet.offline_directory == f"{run}/comet"
+    assert cfg.logger.neptune.offline is True
+    assert cfg.logger.aim.repo == f"{tmp_path}/aim"
+
+
 @pytest.mark.parametrize(
     "logger,package", [("comet", "comet_ml"), ("neptune", "neptune"), ("aim", "aim")]
 )

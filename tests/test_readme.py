@@ -40,7 +40,6 @@ COVERED = {
     "python src/train.py model=unet3d data=nifti data.root=/data/Task04_Hippocampus data.num_classes=3": "test_medical3d.py::test_nifti_loader_reads_msd_layout_splits_and_caches",
     "python src/train.py model=resnet3d data=medmnist3d data.flag=nodulemnist3d model.net.conv1_stride=1": "test_medical3d.py::test_medmnist3d_reads_a_local_npz_through_the_package",
     "python src/train.py model=gnn trainer=ddp": "test_ddp.py::test_ddp_per_domain_metrics_equal_single_process",
-    "python src/train.py trainer=ddp trainer.devices=4 trainer.num_nodes=2": "test_ddp.py::test_which_ddp_runs_start_their_ranks_early",
     "python src/train.py -m trainer=ddp model.optimizer.lr=0.01,0.1": "test_ddp.py::test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params",
     "python src/train.py -m hydra/launcher=submitit_local model.optimizer.lr=0.01,0.1": "test_launchers.py::test_every_launcher_gives_the_same_results",
     "python src/train.py -m hparams_search=digits_cnn": "test_sweeps.py::test_search_resumes_after_a_kill_without_rerunning_finished_trials",
@@ -77,7 +76,6 @@ COVERED = {
     # install and threads
     "pip install -e .": "test_repo_basics.py::test_editable_install_imports_litlab_without_pythonpath",
     "make train TORCH=cpu": "test_repo_basics.py::test_make_installs_cpu_torch_only_when_asked",
-    "python src/train.py threads=2": "test_threads.py::test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both",
     "python src/train.py -m hparams_search=digits_cnn hydra.sweeper.n_trials=5 trainer.max_epochs=3": "test_study_resume.py::test_a_real_search_resumed_with_another_budget",
     # inspect
     "python src/train.py callbacks=inspect": "test_inspect.py::test_confusion_matrix_counts_the_test_set_and_matches_test_acc",
@@ -101,6 +99,10 @@ COVERED = {
 # needs hardware or set-up this suite cannot have: composed only (test_every_train_command_composes)
 NOT_RUN = {
     "python src/train.py trainer=gpu": "needs a GPU (bench/gpu.py runs it on a lent GPU)",
+    "python src/train.py trainer=ddp trainer.devices=4 trainer.num_nodes=2": "needs 8 devices "
+    "on 2 nodes (the ranks it starts: test_ddp.py::test_which_ddp_runs_start_their_ranks_early)",
+    "python src/train.py threads=2": "a run like any other; the count it sets is checked in "
+    "process (test_threads.py::test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both)",
     "python src/train.py trainer=fsdp": "needs GPUs",
     "python3.11 -m venv .venv": "set-up (make creates .venv the same way)",
     ". .venv/bin/activate": "set-up",
@@ -186,7 +188,7 @@ def test_every_train_command_composes(command, tmp_path):
     from omegaconf import OmegaConf
 
     cfg = compose("train", overrides_of(command), output_dir=tmp_path)
-    OmegaConf.to_container(cfg, resolve=False)
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation the command leads to
     for override in overrides_of(command):
         key, value = override.split("=", 1)
         if "/" not in key and not key.startswith(("hydra", "+")) and "." in key:

@@ -206,19 +206,11 @@ def test_good_request_after_200_bad_ones(server, digits):
     assert 'litlab_requests_total{path="/predict",status="413"}' in metrics  # body limit too
 
 
-def children(pid: int) -> list[int]:
-    out = subprocess.run(
-        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, check=False, text=True
-    ).stdout
-    return [int(p) for p in out.split()]
-
-
 @pytest.mark.parametrize(
     "sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
 )
 def test_signal_drains_and_exits_zero(digits, sig):
     proc, url = start(digits["onnx"], digits["logs"])
-    kids = children(proc.pid)
     port = int(url.rsplit(":", 1)[1])
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == 0, proc.stdout.read()
@@ -226,7 +218,6 @@ def test_signal_drains_and_exits_zero(digits, sig):
     with socket.socket() as s:  # nothing listens on the port: a new server can bind it
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
         s.bind(("127.0.0.1", port))
-    assert all(not Path(f"/proc/{k}").exists() for k in kids)
 
 
 SERVE_DOMAINS = {
