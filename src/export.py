@@ -23,6 +23,7 @@ def main(cfg: DictConfig) -> None:
         cfg.calibration_batches,
         tuple(cfg.latency.batch_sizes),
         cfg.latency.budget_s,
+        trust=cfg.trust_checkpoint,
     )
     if not report["ok"]:
         raise SystemExit(1)

@@ -38,6 +38,8 @@ def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
         if fresh:
             run_dir.remove(out)
         raise
+    finally:
+        run_dir.release(out)
 
 
 def train(overrides: Sequence[str] = ()) -> RunResult:

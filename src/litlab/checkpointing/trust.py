@@ -1,77 +1,285 @@
-"""What a checkpoint's stored config may make litlab build.
+"""What a checkpoint's stored config may make litlab build: it is data, not code.
 
-`weights_only=True` keeps pickled code out of a checkpoint, but eval.py and `load_run` then
-instantiate the config stored inside it: a crafted `_target_: shutil.copy` would run. So a
-stored config may name only what litlab's own configs can name: litlab's classes and
-functions, and the classes of the libraries it builds from (`ALLOWED`). Anything else is
-refused in one line, naming the target, unless the user trusts the file
-(`trust_checkpoint=true` for eval.py, `load_run(..., trust=True)`).
+`weights_only=True` keeps pickled code out of a checkpoint, but eval.py, export.py, compress.py,
+serve.py and `load_run` then build the run from the config stored inside it. Hydra's
+`instantiate` would resolve interpolations and resolvers (`${oc.env:...}`, `${oc.create:...}`,
+`${hydra...}`) and call any `_target_`, nested or in a list. So a stored config (`checked`):
 
-The name is checked before anything is imported, and the object it resolves to is checked
-again (`litlab.x.os.remove` resolves to `os.remove`, which is refused).
+- is plain data: dicts, lists, strings, numbers, booleans, None, of bounded depth and size;
+- holds no interpolation or resolver call (no `${` in any key or value), no top-level `hydra`
+  node, and no Hydra-special key (`_args_`, `_partial_`, ...) outside a node with a target;
+- names, in each `_target_` (and a pruned net's `base_target`), a *kind* of thing the recipes
+  build: the class is imported from a package litlab builds from, then checked with
+  `issubclass` against the kinds allowed where it sits (`data`: a LightningDataModule,
+  `model`: a LightningModule, inside them: nets, optimizers, schedulers, transforms), or it is
+  one of a short list of functions (`FUNCTIONS`: net factories; none writes, deletes, trains
+  or spawns).
+
+The dict that passed is the one built: `load_run` creates its DictConfig from it and nothing
+is merged in afterwards. Anything else is refused in one line naming the key and the target,
+unless the user trusts the file (`trust_checkpoint=true`, `load_run(..., trust=True)`).
 """
 
 import inspect
+import re
+import sys
 
 from litlab.errors import UserError
 
-# packages whose classes a stored config may instantiate (litlab's functions too)
-ALLOWED = (
-    "litlab.",
-    "torch.optim.",
-    "torch.nn.",
-    "lightning.pytorch.",
-    "torchmetrics.",
-    "torch_geometric.nn.",
-    "monai.networks.",
-    "torchvision.models.",
-    "optuna.samplers.",
-    "optuna.pruners.",
-    "flwr.serverapp.strategy.",  # federate.strategy (federated runs' global checkpoints)
-    "aim.pytorch_lightning.",  # logger=aim (an optional install)
+# a stored target may import a module only from these packages (importing runs its top level)
+IMPORT_ROOTS = (
+    "litlab",
+    "torch",
+    "lightning",
+    "torchmetrics",
+    "torchvision",
+    "torch_geometric",
+    "optuna",
+    "flwr",
+    "aim",
 )
-TRUST_HINT = "pass trust_checkpoint=true (eval.py) or load_run(..., trust=True) if you trust it"
+# (module, class): what the recipes build from a run's data and model configs
+PARTS = (
+    ("torch.nn", "Module"),  # nets (and LightningModules: a distillation student)
+    ("torch.optim", "Optimizer"),
+    ("torch.optim.lr_scheduler", "LRScheduler"),  # ReduceLROnPlateau too
+    ("torchvision.transforms.v2", "Transform"),
+    ("torchvision.transforms", "Compose"),  # v1 transforms are nn.Modules
+)
+# what a run's other groups name (trainer, callbacks, logger, profiler, tune, sweeps, federate):
+# stored for the record, never built from a checkpoint, yet checked the same way
+RUN_PARTS = PARTS + (
+    ("lightning.pytorch", "Trainer"),
+    ("lightning.pytorch.callbacks", "Callback"),
+    ("lightning.pytorch.loggers", "Logger"),
+    ("lightning.pytorch.strategies", "Strategy"),
+    ("lightning.pytorch.accelerators", "Accelerator"),
+    ("lightning.pytorch.profilers", "Profiler"),
+    ("lightning.pytorch.plugins", "Precision"),
+    ("lightning.pytorch.plugins", "CheckpointIO"),
+    ("lightning.pytorch.plugins", "LayerSync"),
+    ("lightning.fabric.plugins.environments", "ClusterEnvironment"),
+    ("torchmetrics", "Metric"),
+    ("optuna.samplers", "BaseSampler"),
+    ("optuna.pruners", "BasePruner"),
+    ("flwr.serverapp.strategy", "Strategy"),
+)
+# the top-level nodes load_run builds, and the one kind each must be
+ROOTS = {
+    "data": (("lightning.pytorch", "LightningDataModule"),),
+    "model": (("lightning.pytorch", "LightningModule"),),
+}
+# groups whose nested targets are built from a checkpoint (compress: a distillation student)
+BUILT = ("data", "model", "compress")
+# functions a stored config may call, by exact name: they build a net or a logger, nothing else
+NET_FUNCTIONS = (
+    "litlab.models.nets.resnet.resnet18",
+    "litlab.models.nets.resnet3d.resnet3d",
+    "litlab.models.nets.unet3d.unet3d",
+    "litlab.compression.resize.resized_net",  # a pruned net: base_target is checked as a net
+)
+FUNCTIONS = NET_FUNCTIONS + ("litlab.loggers.optional.neptune_logger",)
+# plain classes of litlab's tune group (settings holders, run by the recipe only)
+CLASSES = ("litlab.recipes.tuning.LearningRateFinder", "litlab.recipes.tuning.BatchSizeFinder")
+HYDRA_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
+MAX_DEPTH, MAX_NODES = 32, 200_000
+# dotted public names only: no `_private` or `__main__` module is imported, no dunder reached
+PUBLIC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+")
+# modules whose classes may be built from a run's data and model configs (torchmetrics' and
+# MONAI's are left out: some download weights when constructed)
+PART_MODULES = (
+    "litlab.",
+    "torch.nn.",
+    "torch.optim.",
+    "torch_geometric.nn.",
+    "torchvision.models.",
+    "torchvision.transforms.",
+)
+TRUST_HINT = (
+    "if you trust the file, pass trust_checkpoint=true (eval.py, export.py, compress.py; "
+    "serve.py: export with it first) or load_run(..., trust=True)"
+)
 
 
-def targets(node, path: str = ""):
-    """(key, `_target_`) pairs anywhere in a plain config."""
-    if isinstance(node, dict):
-        if "_target_" in node:
-            yield f"{path}._target_".lstrip("."), node["_target_"]
-        for k, v in node.items():
-            yield from targets(v, f"{path}.{k}")
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from targets(v, f"{path}[{i}]")
+def _shown(value, limit: int = 80) -> str:
+    """A key or value as it may appear in a one-line message (escaped, cut)."""
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _allowed_name(name: str) -> bool:
-    return any(name.startswith(p) for p in ALLOWED)
+def _refuse(source: str, what: str) -> UserError:
+    return UserError(f"ckpt_path={_shown(source, 200)}: its stored config {what}; {TRUST_HINT}")
 
 
-def allowed(name) -> bool:
-    """The name is in an allowed package, and so is what it resolves to (a class, or a
-    function of litlab's)."""
-    if not isinstance(name, str) or not _allowed_name(name):
-        return False
-    import hydra
+def _object(name: str):
+    """The object `name` names, imported only from IMPORT_ROOTS; None if it cannot be imported
+    (then nothing of it can run either: Hydra fails the same way when building it)."""
+    import importlib
 
+    if not PUBLIC_NAME.fullmatch(name) or name.split(".")[0] not in IMPORT_ROOTS:
+        raise LookupError
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except Exception:  # noqa: BLE001, S112  (not a module: try its parent)
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr, None)
+        return obj
+    return None
+
+
+def _is_kind(obj, kinds) -> bool:
+    """issubclass(obj, one of kinds), importing no module: a base class is already imported
+    when `obj` subclasses it."""
+    for module, cls in kinds:
+        base = getattr(sys.modules.get(module), cls, None)
+        if inspect.isclass(base) and issubclass(obj, base):
+            return True
+    return False
+
+
+def target_refusal(name, kinds, functions=FUNCTIONS) -> str | None:
+    """Why `name` may not be built where `kinds` are allowed, or None when it may."""
+    if not isinstance(name, str):
+        return "is not a name"
+    if name in functions:
+        return None
+    if name in FUNCTIONS:
+        return "is a function litlab does not call there"
     try:
-        obj = hydra.utils.get_object(name)
-    except Exception:  # noqa: BLE001
-        return True  # importable or not, it is in litlab's packages: build reports the error
-    module = f"{getattr(obj, '__module__', '')}."
-    if not _allowed_name(module):
-        return False
-    return inspect.isclass(obj) or module.startswith("litlab.")
+        obj = _object(name)
+    except LookupError:
+        return f"is outside the packages litlab builds from ({', '.join(IMPORT_ROOTS)})"
+    if obj is None:
+        return None  # not importable: Hydra cannot build it either (one line when built)
+    if not inspect.isclass(obj):
+        return "is not a class (only a few net factories are functions litlab calls)"
+    if f"{obj.__module__}.{obj.__qualname__}" in CLASSES and kinds is RUN_PARTS:
+        return None
+    if obj.__module__.split(".")[0] not in IMPORT_ROOTS:
+        return f"is a class of {obj.__module__}, outside the packages litlab builds from"
+    if kinds is PARTS and not obj.__module__.startswith(PART_MODULES):
+        return f"is a class of {obj.__module__}, which litlab does not build from a checkpoint"
+    if not _is_kind(obj, kinds):
+        allowed = ", ".join(dict.fromkeys(cls for _, cls in kinds))
+        return f"is not a kind litlab builds there (allowed: subclasses of {allowed})"
+    return None
 
 
-def check_targets(config: dict, source: str) -> None:
-    """Refuse a stored config that names a target outside the allowlist."""
-    for key, name in targets({k: v for k, v in config.items() if k != "hydra"}):
-        if not allowed(name):
-            raise UserError(
-                f"ckpt_path={source}: its stored config names {key}={name}, which "
-                f"litlab does not build from a checkpoint (allowed: litlab and "
-                f"{', '.join(p.rstrip('.') for p in ALLOWED[1:])}); {TRUST_HINT}"
-            )
+def _walk(config: dict):
+    """(key path, node, kinds) of every dict and list in the tree, depth-first, iteratively
+    (a crafted deep nesting is a one-line refusal, not a RecursionError)."""
+    stack = [("", config, 0)]
+    seen = 0
+    while stack:
+        path, node, depth = stack.pop()
+        seen += 1
+        if depth > MAX_DEPTH or seen > MAX_NODES:
+            yield path, TooBig(), None
+            return
+        yield path, node, depth
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if isinstance(value, dict | list):
+                sub = f"{path}.{key}" if isinstance(node, dict) else f"{path}[{key}]"
+                stack.append((sub.lstrip("."), value, depth + 1))
+
+
+class TooBig:
+    """Marks a tree deeper or larger than any config litlab writes."""
+
+
+SCALARS = (str, int, float, bool, type(None))
+
+
+def _kinds_at(path: str):
+    top = path.split(".")[0].split("[")[0]
+    if path in ROOTS:
+        return ROOTS[path], ()
+    if top in BUILT:
+        return PARTS, NET_FUNCTIONS
+    return RUN_PARTS, FUNCTIONS
+
+
+def check(config, source: str) -> None:
+    """Refuse, in one line, a stored config that is not plain data or names what litlab does
+    not build from a checkpoint (see the module docstring)."""
+    if not isinstance(config, dict):
+        raise _refuse(source, f"is a {type(config).__name__}, not a mapping")
+    if "hydra" in config:
+        raise _refuse(source, "has a 'hydra' node (Hydra's own settings are never stored)")
+    for path, node, _ in _walk(config):
+        if isinstance(node, TooBig):
+            raise _refuse(source, f"is nested deeper than {MAX_DEPTH} or over {MAX_NODES} nodes")
+        if isinstance(node, dict):
+            _check_mapping(path, node, source)
+        else:
+            for i, value in enumerate(node):
+                _check_value(f"{path}[{i}]", value, source)
+
+
+def _check_mapping(path: str, node: dict, source: str) -> None:
+    where = f"{path}." if path else ""
+    for key, value in node.items():
+        if not isinstance(key, str | int) or isinstance(key, bool) or "${" in str(key):
+            raise _refuse(source, f"has the key {_shown(key)} under {path or 'its top'}")
+        _check_value(f"{where}{key}", value, source)
+    special = [k for k in HYDRA_KEYS if k in node]
+    if special and "_target_" not in node:
+        raise _refuse(source, f"has {where}{special[0]} without a _target_")
+    if "_target_" not in node:
+        return
+    kinds, functions = _kinds_at(path)
+    key, target = f"{where}_target_", node["_target_"]
+    why = target_refusal(target, kinds, functions)
+    if why is None and target == "litlab.compression.resize.resized_net":
+        functions = tuple(f for f in NET_FUNCTIONS if f != target)
+        key, target = f"{where}base_target", node.get("base_target")
+        why = target_refusal(target, PARTS, functions)
+    if why is not None:
+        raise _refuse(source, f"names {key}={_shown(target)}, which {why}")
+
+
+def _check_value(key: str, value, source: str) -> None:
+    if isinstance(value, dict | list):
+        return
+    if not isinstance(value, SCALARS):
+        raise _refuse(source, f"has {key} of type {type(value).__name__} (plain values only)")
+    if isinstance(value, str) and "${" in value:
+        raise _refuse(
+            source,
+            f"has an interpolation or resolver in {key}={_shown(value)} (a stored config is "
+            "data: litlab resolves nothing in it)",
+        )
+
+
+def merged(config: dict, overrides: dict | None) -> dict:
+    """`config` with `overrides` merged into its `data` node (a new dict; nested keys merge)."""
+
+    def merge(base, new):
+        if not isinstance(base, dict) or not isinstance(new, dict):
+            return new
+        return {**base, **{k: merge(base.get(k), v) for k, v in new.items()}}
+
+    if not overrides:
+        return config
+    return {**config, "data": merge(config.get("data") or {}, overrides)}
+
+
+def checked(stored, source: str, overrides: dict | None = None, trust: bool = False):
+    """The DictConfig to build the run from: the stored config (with the data `overrides` of
+    this command), checked unless `trust`. Built from exactly the dict that was checked."""
+    from omegaconf import OmegaConf
+
+    config = merged(stored, overrides) if isinstance(stored, dict) else stored
+    if not trust:
+        check(config, source)
+    try:
+        return OmegaConf.create(config)
+    except Exception as err:  # noqa: BLE001  (a trusted file with values OmegaConf refuses)
+        from litlab.errors import one_line
+
+        raise _refuse(source, f"cannot be read as a config: {one_line(err)}") from None

@@ -39,8 +39,11 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
 
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.checkpointing.trust import check
 
     stored = load(cfg.ckpt_path, mmap=True)[CONFIG_KEY]  # one line if not litlab's
+    if not cfg.get("trust_checkpoint"):  # its steps, model and source are built from it
+        check(stored, str(cfg.ckpt_path))
     if stored.get("task_name") != "compress" or "compress_step" not in stored:
         return cfg, None
     resume = {"path": str(cfg.ckpt_path), "step": stored["compress_step"], "model": stored["model"]}
@@ -69,7 +72,8 @@ def compress(cfg: DictConfig) -> list[dict]:
     from litlab.recipes.load import load_run
 
     out = Path(cfg.paths.output_dir)
-    run = load_run(cfg.ckpt_path, dict(cfg.data_overrides))
+    trust = bool(cfg.get("trust_checkpoint"))
+    run = load_run(cfg.ckpt_path, dict(cfg.data_overrides), trust=trust)
     L.seed_everything(cfg.seed, workers=True)
     dm = run.datamodule
     metric = "test/" + str(run.config.model.monitor).split("/", 1)[-1]
@@ -81,7 +85,8 @@ def compress(cfg: DictConfig) -> list[dict]:
     stage = steps.Stage("original", run.model, OmegaConf.to_container(run.config))
     teacher = None
     if "distill" in cfg.compress and cfg.compress.distill.get("teacher"):
-        other = load_run(cfg.compress.distill.teacher)  # another run teaches this run's data
+        # another run teaches this run's data
+        other = load_run(cfg.compress.distill.teacher, trust=trust)
         teacher = steps.Stage("teacher", other.model, OmegaConf.to_container(other.config))
         steps.check_teacher(teacher, stage.run_cfg, dm)  # before anything is measured
     rows = [_measure(stage, cfg, dm, out, 0, metric)]
@@ -91,7 +96,7 @@ def compress(cfg: DictConfig) -> list[dict]:
         if name == "quantize":
             stage = steps.quantize_step(stage, cfg, step, dm, out, index)
         elif done.is_file():  # finished before an interruption: reuse it
-            again = load_run(done, dict(cfg.data_overrides))
+            again = load_run(done, dict(cfg.data_overrides), trust=trust)
             stage = steps.Stage(name, again.model, OmegaConf.to_container(again.config))
         elif name == "prune":
             stage = steps.prune_step(stage, cfg, step, dm, index, here)

@@ -76,7 +76,7 @@ def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
     (unless trusted) names only targets litlab's own configs can name."""
     from litlab.checkpointing import load as checkpoint
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check_targets
+    from litlab.checkpointing.trust import check
 
     p = Path(str(path))
     if p.is_dir():
@@ -90,7 +90,7 @@ def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
     ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
     stored = ckpt[CONFIG_KEY]
     if not trust:
-        check_targets(stored, str(path))
+        check(stored, str(path))
     theirs = (stored.get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
         raise UserError(

@@ -104,6 +104,7 @@ def export(
     calibration_batches: int = 16,
     latency_batch_sizes=(1, 64),
     latency_budget_s: float = 3.0,
+    trust: bool = False,
 ) -> dict:
     """Export, verify and time; returns the report (also written as export_report.md/.json).
     `report["ok"]` is False when a format failed to export or to verify."""
@@ -129,7 +130,7 @@ def export(
     if "onnx_int8" in formats and "onnx" not in formats:
         formats.insert(formats.index("onnx_int8"), "onnx")  # int8 is quantized from it
 
-    run = load_run(ckpt_path, data_overrides)
+    run = load_run(ckpt_path, data_overrides, trust=trust)
     spec = spec_for(run)
     net = prepare_net(run.model)
     metric = run.model.hparams.monitor.split("/", 1)[1]

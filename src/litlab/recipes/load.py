@@ -19,19 +19,21 @@ def load_run(ckpt_path, data_overrides: dict | None = None, *, trust: bool = Fal
     """The model and datamodule of the run that wrote `ckpt_path`.
 
     `data_overrides` replaces data settings (e.g. a batch size or a data_dir on this machine).
-    The stored config may name only litlab's classes and the libraries it builds from
-    (`litlab.checkpointing.trust`), unless `trust=True`: a crafted file cannot run code."""
+    The stored config is data: plain values naming only the kinds of classes the recipes build
+    (`litlab.checkpointing.trust`), checked with the overrides merged in and built exactly as
+    checked, unless `trust=True`: a crafted file cannot run code."""
+    from litlab.checkpointing import trust as trusted
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check_targets
     from litlab.config import build
 
     ckpt = load(ckpt_path)
-    if not trust:
-        check_targets(ckpt[CONFIG_KEY], str(ckpt_path))
-    cfg = OmegaConf.create(ckpt[CONFIG_KEY])
-    if data_overrides:
-        cfg.data = OmegaConf.merge(cfg.data, data_overrides)
+    if data_overrides:  # this command's own values, resolved where they were composed
+        data_overrides = {
+            k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in data_overrides.items()
+        }
+    cfg = trusted.checked(ckpt[CONFIG_KEY], str(ckpt_path), data_overrides, trust=trust)
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)
     model.load_state_dict(ckpt["state_dict"])

@@ -1,14 +1,101 @@
 """The run dir as Hydra makes it for a CLI run, made the same way for an in-process run
 (`litlab.train([...])`), and removed again when bad input stopped the run before it wrote
-anything (both routes: no half-written run dir)."""
+anything (both routes: no half-written run dir).
+
+Before it is made (`Guard`, a Hydra callback of configs/hydra/default.yaml, and `start`): it
+must lie below `paths.log_dir` (task_name is a plain folder name; hydra.run.dir, the sweep dir
+and `hydra.output_subdir` resolve inside), or the command stops in one line, exit 2, with
+nothing created; a train or compress run holds its dir's `RunLock` while it runs, so a second
+process resuming the same dir is refused naming the PID that holds it."""
 
 import copy
 import logging
 import os
+import re
 import shutil
+import sys
 from pathlib import Path
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from litlab.errors import UserError
+
+PLAIN_NAME = re.compile(r"[\w.-]+")
+_held: dict[str, object] = {}  # run dir -> the RunLock this process holds on it
+
+
+def _inside(path, folder) -> bool:
+    path, folder = Path(path).resolve(), Path(folder).resolve()
+    return path == folder or folder in path.parents
+
+
+def check_location(cfg: DictConfig, multirun: bool = False) -> None:
+    """One line unless every folder this run writes lies below `paths.log_dir`."""
+    name = str(cfg.get("task_name"))
+    if not PLAIN_NAME.fullmatch(name) or name in (".", ".."):
+        raise UserError(
+            f"task_name={name} must be a plain folder name (letters, digits, '_', '-', '.'): "
+            f"runs are written to <paths.log_dir>/<task_name>/"
+        )
+    log_dir = str(OmegaConf.select(cfg, "paths.log_dir"))
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    out = str(OmegaConf.select(cfg, key))
+    if not _inside(out, log_dir):
+        raise UserError(
+            f"{key}={out} is outside paths.log_dir={log_dir}: every run writes below "
+            f"paths.log_dir (set paths.log_dir to write elsewhere)"
+        )
+    subdirs = [("hydra.output_subdir", OmegaConf.select(cfg, "hydra.output_subdir"))]
+    if multirun:
+        subdir = OmegaConf.select(cfg, "hydra.sweep.subdir", throw_on_resolution_failure=False)
+        subdirs.append(("hydra.sweep.subdir", subdir if subdir is not None else "0"))
+    for key, sub in subdirs:
+        if sub is not None and not _inside(Path(out) / str(sub), out):
+            raise UserError(
+                f"{key}={sub} leaves the run dir {out}: use a relative folder inside it"
+            )
+
+
+def lock(cfg: DictConfig, config_name: str):
+    """The RunLock of a train/compress run's dir (rank 0 holds it for the DDP ranks), else None."""
+    from litlab.checkpointing.resume import RESUMABLE_CONFIGS
+    from litlab.checkpointing.run_lock import RunLock
+    from litlab.utils.distributed import is_rank_zero
+
+    if config_name not in RESUMABLE_CONFIGS or not is_rank_zero():
+        return None
+    out = str(Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).resolve())
+    if out not in _held:
+        _held[out] = RunLock(out).acquire()
+    return _held[out]
+
+
+def release(out) -> None:
+    held = _held.pop(str(Path(out).resolve()), None)
+    if held is not None:
+        held.release()
+
+
+class Guard(Callback):
+    """Checks the run dir's location and locks it before Hydra makes it (see the docstring)."""
+
+    def on_run_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
+        self._stop_on_error(lambda: (check_location(config), lock(config, str(config_name))))
+
+    def on_multirun_start(self, config: DictConfig, **kw) -> None:
+        self._stop_on_error(lambda: check_location(config, multirun=True))
+
+    def on_run_end(self, config: DictConfig, **kw) -> None:
+        release(OmegaConf.select(config, "hydra.run.dir"))
+
+    @staticmethod
+    def _stop_on_error(check) -> None:
+        try:
+            check()
+        except UserError as err:  # before the task: litlab.cli prints it as `error: ...`
+            print(str(err), file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 def start(cfg: DictConfig, config_name: str) -> DictConfig:
@@ -17,6 +104,8 @@ def start(cfg: DictConfig, config_name: str) -> DictConfig:
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import _save_config, configure_log
 
+    check_location(cfg)
+    lock(cfg, config_name)  # released by `release(out)` when the run ends
     out = Path(OmegaConf.select(cfg, "hydra.run.dir")).resolve()
     with read_write(cfg.hydra), open_dict(cfg.hydra):
         cfg.hydra.runtime.output_dir = str(out)
