@@ -1,0 +1,246 @@
+"""The trust boundary: a checkpoint's stored config is data. Each mechanism by which a crafted
+config could run code (a target behind an interpolation, behind a resolver, under `hydra`, in
+a list item, a litlab function, a non-class callable, an env resolver) is tried against every
+entry point that loads a checkpoint; the side effect it aims at must not happen. Also: run
+dirs stay below paths.log_dir, and a run dir is held by one process at a time."""
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, run_cli
+
+from litlab.errors import UserError
+
+pytestmark = pytest.mark.xdist_group("digits_run")  # digits_run's workers (loadgroup)
+
+
+class Victims:
+    """A file and a folder that crafted configs try to copy, truncate or delete."""
+
+    def __init__(self, folder):
+        self.file = folder / "victim.txt"
+        self.file.write_text("secret")
+        self.dir = folder / "victim_dir"
+        self.dir.mkdir()
+        (self.dir / "keep.txt").write_text("keep")
+        self.copy = folder / "copied.txt"
+
+    def untouched(self) -> bool:
+        return (
+            self.file.read_text() == "secret"
+            and (self.dir / "keep.txt").read_text() == "keep"
+            and not self.copy.exists()
+        )
+
+
+def _copy(v):
+    return {"_target_": "shutil.copy", "src": str(v.file), "dst": str(v.copy)}
+
+
+# mechanism -> (edit of the stored config, the key the refusal must name)
+CASES = {
+    "interpolated target": (
+        lambda c, v: (
+            c["data"].update(_target_="${notes.target}", src=str(v.file))
+            or c.update(notes={"target": "shutil.copy"})
+        ),
+        "data._target_",
+    ),
+    "resolver": (
+        lambda c, v: c["data"].update(
+            batch_size="${oc.create:{_target_: shutil.copy, src: '"
+            + f"{v.file}', dst: '{v.copy}'"
+            + "}}"
+        ),
+        "data.batch_size",
+    ),
+    "under hydra": (
+        lambda c, v: (
+            c.update(hydra={"evil": _copy(v)}) or c["data"].update(batch_size="${hydra.evil}")
+        ),
+        "'hydra'",
+    ),
+    "list item": (
+        lambda c, v: c["data"].update(augment=[{"_target_": "shutil.rmtree", "path": str(v.dir)}]),
+        "data.augment[0]._target_=shutil.rmtree",
+    ),
+    "litlab function": (
+        lambda c, v: c.update(
+            data={"_target_": "litlab.recipes.run_dir.remove", "path": str(v.dir)}
+        ),
+        "data._target_=litlab.recipes.run_dir.remove",
+    ),
+    "non-class callable": (
+        lambda c, v: c["model"]["net"].update(_target_="torch.save", obj=0, f=str(v.file)),
+        "model.net._target_=torch.save",
+    ),
+    "env resolver": (
+        lambda c, v: c["data"].update(data_dir="${oc.env:LITLAB_TEST_EVIL," + f"{v.dir}" + "}"),
+        "data.data_dir",
+    ),
+}
+
+
+@pytest.fixture
+def crafted(digits_run, tmp_path):
+    """`crafted(mechanism)`: (a tampered copy of the shared digits checkpoint, its victims)."""
+    stored = torch.load(digits_run.best, weights_only=True)
+
+    def make(mechanism: str):
+        folder = tmp_path / mechanism.replace(" ", "_")
+        folder.mkdir()
+        victims = Victims(folder)
+        ckpt = copy.deepcopy(stored)
+        CASES[mechanism][0](ckpt["litlab_config"], victims)
+        torch.save(ckpt, folder / "evil.ckpt")
+        return folder / "evil.ckpt", victims
+
+    return make
+
+
+def _load_run(path, out):
+    from litlab.recipes.load import load_run
+
+    load_run(path)
+
+
+def _eval(path, out):
+    from litlab import evaluate
+
+    evaluate([f"ckpt_path={path}", f"paths.log_dir={out}", "extras.print_config=false"])
+
+
+def _export(path, out):
+    from litlab.export.recipe import export
+
+    export(path, ["onnx"], out / "export", latency_batch_sizes=())
+
+
+def _compress(path, out):
+    from litlab.api import _run
+    from litlab.compression.recipe import compress
+
+    _run("compress", [f"ckpt_path={path}", f"paths.log_dir={out}"], compress)
+
+
+def _serve(path, out):
+    from litlab.serving.server import model_file
+
+    model_file(path, out / "serve")
+
+
+ENTRY_POINTS = {
+    "load_run": _load_run,
+    "eval": _eval,
+    "export": _export,
+    "compress": _compress,
+    "serve": _serve,
+}
+
+
+@pytest.mark.parametrize("mechanism", list(CASES))
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_crafted_config_is_refused_without_side_effect(crafted, mechanism, entry, tmp_path):
+    path, victims = crafted(mechanism)
+    out = tmp_path / "logs"
+    with pytest.raises(UserError) as err:
+        ENTRY_POINTS[entry](path, out)
+    line = str(err.value)
+    assert "\n" not in line and CASES[mechanism][1] in line and "trust_checkpoint=true" in line
+    assert victims.untouched(), f"{mechanism} via {entry} had a side effect"
+    assert not any(p.is_file() for p in out.rglob("*")), "something was written"
+
+
+# two subprocesses (each imports torch): eval.py's is in test_reliability_faults.py, and
+# export.py's route is serve.py's (a checkpoint is exported first)
+SCRIPTS = [
+    ("compress.py", "ckpt_path", "list item"),
+    ("serve.py", "model_path", "resolver"),
+]
+
+
+@pytest.mark.parametrize("script, key, mechanism", SCRIPTS)
+def test_crafted_checkpoint_on_the_command_line(crafted, tmp_path, script, key, mechanism):
+    path, victims = crafted(mechanism)
+    logs = tmp_path / "logs"
+    p = run_cli(script, f"{key}={path}", log_dir=logs, check=False, quiet=False)
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and CASES[mechanism][1] in lines[0], lines
+    assert victims.untouched()
+    assert not any(p.is_file() for p in logs.rglob("*")), "a run dir was left"
+
+
+def test_trusted_file_is_built_as_stored(digits_run, tmp_path):
+    """trust=True is the explicit way to load a file one trusts: interpolations resolve."""
+    from litlab.recipes.load import load_run
+
+    ckpt = torch.load(digits_run.best, weights_only=True)
+    ckpt["litlab_config"]["data"]["batch_size"] = "${oc.decode:'17'}"
+    torch.save(ckpt, tmp_path / "own.ckpt")
+    with pytest.raises(UserError, match="data.batch_size"):
+        load_run(tmp_path / "own.ckpt")
+    assert load_run(tmp_path / "own.ckpt", trust=True).datamodule.hparams.batch_size == 17
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("task_name=../../../escaped", "task_name=../../../escaped must be a plain folder name"),
+        ("hydra.run.dir=@elsewhere", "is outside paths.log_dir"),
+        ("hydra.output_subdir=../../../../x", "hydra.output_subdir=../../../../x leaves the run"),
+    ],
+)
+def test_run_dir_outside_log_dir_is_refused_before_anything_is_made(tmp_path, override, words):
+    from litlab import train
+
+    logs, elsewhere = tmp_path / "box" / "logs", tmp_path / "elsewhere"
+    override = override.replace("@elsewhere", str(elsewhere))
+    with pytest.raises(UserError, match=words.replace(".", r"\.")):
+        train([override, f"paths.log_dir={logs}"])
+    assert sorted(tmp_path.rglob("*")) == [], "a folder was made"
+    p = run_cli("train.py", override, log_dir=logs, check=False)  # the CLI, before Hydra
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
+    assert sorted(tmp_path.rglob("*")) == []
+
+
+HOLD = """
+import sys, time
+from litlab.checkpointing.run_lock import RunLock
+RunLock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_run_dir_lock_names_its_holder_and_a_dead_holder_is_taken_over(tmp_path, digits_run):
+    """A second resume of a held run dir is refused in one line naming the PID (nothing
+    written into the run); once the holder is killed (-9) the lock is taken over."""
+    from litlab.checkpointing.run_lock import RunLock
+
+    run = tmp_path / "logs" / "train" / "runs" / "2020-01-01_00-00-00"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(digits_run.best.read_bytes())
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = sorted(p.name for p in run.rglob("*"))
+        p = run_cli("train.py", f"ckpt_path={run}", log_dir=tmp_path / "logs", check=False)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+        assert f"in use by PID {holder.pid}" in p.stderr and str(run) in p.stderr
+        assert sorted(p.name for p in run.rglob("*")) == before, "the refused run wrote"
+        with pytest.raises(UserError, match=f"PID {holder.pid}"):
+            RunLock(run).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with RunLock(run) as lock:  # the dead process's lock
+        assert lock.holder()[0] == os.getpid()
