@@ -244,3 +244,38 @@ def test_run_dir_lock_names_its_holder_and_a_dead_holder_is_taken_over(tmp_path,
         holder.wait()
     with RunLock(run) as lock:  # the dead process's lock
         assert lock.holder()[0] == os.getpid()
+
+
+# the configs whose resolved task config the project stores in checkpoints
+STORED = [
+    ("train", []),
+    ("train", ["trainer=ddp", "logger=many", "tune=[lr,batch_size]", "profiler=simple"]),
+    ("train", ["hparams_search=digits_cnn"]),  # an Optuna trial
+    ("train", ["experiment=gat_cora"]),
+    ("train", ["experiment=unet3d_hippocampus"]),
+    ("federate", ["federate/strategy=fedprox", "federate.dp.mode=central"]),
+    ("compress", ["ckpt_path=x.ckpt", "compress=[prune,distill,quantize]"]),
+]
+
+
+@pytest.mark.parametrize("name, overrides", STORED, ids=[" ".join(o) or n for n, o in STORED])
+def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_path):
+    """What train.py (DDP, Optuna trials), federate.py (the global checkpoint) and compress.py
+    (a pruned net's step checkpoint) store is accepted as it is."""
+    from omegaconf import OmegaConf, open_dict
+
+    from litlab.checkpointing import trust
+    from litlab.compression.prune import pruned_net_config
+    from litlab.compression.steps import training_config
+    from litlab.config.compose import compose
+
+    run_cfg = OmegaConf.to_container(compose("train", output_dir=tmp_path), resolve=True)
+    cfg = compose(name, overrides, output_dir=tmp_path)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    if name == "compress":  # a structured-pruning step's checkpoint: the net resized
+        run_cfg["model"]["net"] = pruned_net_config(run_cfg["model"]["net"], {"conv": [8, 1]})
+        stored = OmegaConf.to_container(training_config(cfg, run_cfg, 1), resolve=True)
+    else:
+        stored = OmegaConf.to_container(cfg, resolve=True)
+    trust.check(stored, "stored.ckpt")
