@@ -31,6 +31,8 @@ class RunLock:
 
     def holder(self) -> tuple[int, str] | None:
         """(PID, host) written by the last process that held the lock, if any."""
+        if self.path.is_symlink():
+            return None
         try:
             pid, host = self.path.read_text().split()[:2]
             return int(pid), host
@@ -51,7 +53,14 @@ class RunLock:
         if self._fd is not None:
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: a crafted run dir's lock could point at any file
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            raise UserError(
+                f"{self.path} is a symbolic link; remove it (a run's lock is a plain file)"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

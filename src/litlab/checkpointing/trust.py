@@ -8,12 +8,14 @@ serve.py and `load_run` then build the run from the config stored inside it. Hyd
 - is plain data: dicts, lists, strings, numbers, booleans, None, of bounded depth and size;
 - holds no interpolation or resolver call (no `${` in any key or value), no top-level `hydra`
   node, and no Hydra-special key (`_args_`, `_partial_`, ...) outside a node with a target;
-- names, in each `_target_` (and a pruned net's `base_target`), a *kind* of thing the recipes
-  build: the class is imported from a package litlab builds from, then checked with
-  `issubclass` against the kinds allowed where it sits (`data`: a LightningDataModule,
-  `model`: a LightningModule, inside them: nets, optimizers, schedulers, transforms), or it is
-  one of a short list of functions (`FUNCTIONS`: net factories; none writes, deletes, trains
-  or spawns).
+- names, in each `_target_` (at any depth, in list items, in `_args_`) and a pruned net's
+  `base_target` of the groups built from it (`BUILT`), a *kind* of thing the recipes build:
+  the class is imported from a package litlab builds from, then checked with `issubclass`
+  against the kinds allowed where it sits (`data`: a LightningDataModule, `model`: a
+  LightningModule, inside them: nets, optimizers, schedulers, transforms), or it is one of a
+  short list of net factories (`NET_FUNCTIONS`: none writes, deletes, trains or spawns). The
+  other groups (trainer, callbacks, logger...) are never built from a file: their targets stay
+  text (a run's own callback, e.g. a test's fault injector, does not make it unloadable).
 
 The dict that passed is the one built: `load_run` creates its DictConfig from it and nothing
 is merged in afterwards. Anything else is refused in one line naming the key and the target,
@@ -46,41 +48,22 @@ PARTS = (
     ("torchvision.transforms.v2", "Transform"),
     ("torchvision.transforms", "Compose"),  # v1 transforms are nn.Modules
 )
-# what a run's other groups name (trainer, callbacks, logger, profiler, tune, sweeps, federate):
-# stored for the record, never built from a checkpoint, yet checked the same way
-RUN_PARTS = PARTS + (
-    ("lightning.pytorch", "Trainer"),
-    ("lightning.pytorch.callbacks", "Callback"),
-    ("lightning.pytorch.loggers", "Logger"),
-    ("lightning.pytorch.strategies", "Strategy"),
-    ("lightning.pytorch.accelerators", "Accelerator"),
-    ("lightning.pytorch.profilers", "Profiler"),
-    ("lightning.pytorch.plugins", "Precision"),
-    ("lightning.pytorch.plugins", "CheckpointIO"),
-    ("lightning.pytorch.plugins", "LayerSync"),
-    ("lightning.fabric.plugins.environments", "ClusterEnvironment"),
-    ("torchmetrics", "Metric"),
-    ("optuna.samplers", "BaseSampler"),
-    ("optuna.pruners", "BasePruner"),
-    ("flwr.serverapp.strategy", "Strategy"),
-)
 # the top-level nodes load_run builds, and the one kind each must be
 ROOTS = {
     "data": (("lightning.pytorch", "LightningDataModule"),),
     "model": (("lightning.pytorch", "LightningModule"),),
 }
-# groups whose nested targets are built from a checkpoint (compress: a distillation student)
+# the groups built from a checkpoint (compress: a resumed step's student); the others
+# (trainer, callbacks, logger, ...) come from the command line of the run that loads it: their
+# stored targets are kept as text, never imported nor built
 BUILT = ("data", "model", "compress")
-# functions a stored config may call, by exact name: they build a net or a logger, nothing else
+# functions a stored config may call, by exact name: they build a net, nothing else
 NET_FUNCTIONS = (
     "litlab.models.nets.resnet.resnet18",
     "litlab.models.nets.resnet3d.resnet3d",
     "litlab.models.nets.unet3d.unet3d",
     "litlab.compression.resize.resized_net",  # a pruned net: base_target is checked as a net
 )
-FUNCTIONS = NET_FUNCTIONS + ("litlab.loggers.optional.neptune_logger",)
-# plain classes of litlab's tune group (settings holders, run by the recipe only)
-CLASSES = ("litlab.recipes.tuning.LearningRateFinder", "litlab.recipes.tuning.BatchSizeFinder")
 HYDRA_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
 MAX_DEPTH, MAX_NODES = 32, 200_000
 # dotted public names only: no `_private` or `__main__` module is imported, no dunder reached
@@ -141,13 +124,13 @@ def _is_kind(obj, kinds) -> bool:
     return False
 
 
-def target_refusal(name, kinds, functions=FUNCTIONS) -> str | None:
+def target_refusal(name, kinds, functions=NET_FUNCTIONS) -> str | None:
     """Why `name` may not be built where `kinds` are allowed, or None when it may."""
     if not isinstance(name, str):
         return "is not a name"
     if name in functions:
         return None
-    if name in FUNCTIONS:
+    if name in NET_FUNCTIONS:
         return "is a function litlab does not call there"
     try:
         obj = _object(name)
@@ -157,8 +140,6 @@ def target_refusal(name, kinds, functions=FUNCTIONS) -> str | None:
         return None  # not importable: Hydra cannot build it either (one line when built)
     if not inspect.isclass(obj):
         return "is not a class (only a few net factories are functions litlab calls)"
-    if f"{obj.__module__}.{obj.__qualname__}" in CLASSES and kinds is RUN_PARTS:
-        return None
     if obj.__module__.split(".")[0] not in IMPORT_ROOTS:
         return f"is a class of {obj.__module__}, outside the packages litlab builds from"
     if kinds is PARTS and not obj.__module__.startswith(PART_MODULES):
@@ -196,12 +177,13 @@ SCALARS = (str, int, float, bool, type(None))
 
 
 def _kinds_at(path: str):
+    """(kinds, functions) allowed at `path`; None where nothing is built from the file."""
     top = path.split(".")[0].split("[")[0]
     if path in ROOTS:
         return ROOTS[path], ()
     if top in BUILT:
         return PARTS, NET_FUNCTIONS
-    return RUN_PARTS, FUNCTIONS
+    return None
 
 
 def check(config, source: str) -> None:
@@ -231,6 +213,8 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
     if special and "_target_" not in node:
         raise _refuse(source, f"has {where}{special[0]} without a _target_")
     if "_target_" not in node:
+        return
+    if _kinds_at(path) is None:
         return
     kinds, functions = _kinds_at(path)
     key, target = f"{where}_target_", node["_target_"]

@@ -55,6 +55,35 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
             raise UserError(
                 f"{key}={sub} leaves the run dir {out}: use a relative folder inside it"
             )
+    if not multirun:
+        _check_run_files(cfg, out, log_dir)
+
+
+def _check_run_files(cfg: DictConfig, out: str, log_dir: str) -> None:
+    """paths.output_dir and the job's log files, as they will resolve in the run `out`."""
+    from hydra.core.hydra_config import HydraConfig
+
+    probe = copy.deepcopy(cfg)
+    with read_write(probe.hydra), open_dict(probe.hydra):
+        probe.hydra.runtime.output_dir = out
+    before = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(probe)  # what `${hydra:runtime.output_dir}` reads
+    try:
+        files = [("paths.output_dir", OmegaConf.select(probe, "paths.output_dir", default=None))]
+        handlers = OmegaConf.select(probe, "hydra.job_logging.handlers", default=None) or {}
+        files += [
+            (f"hydra.job_logging.handlers.{name}.filename", h.get("filename"))
+            for name, h in handlers.items()
+            if isinstance(h, DictConfig)
+        ]
+    finally:
+        HydraConfig.instance().cfg = before
+    for key, path in files:
+        if path is not None and not _inside(str(path), log_dir):
+            raise UserError(
+                f"{key}={path} is outside paths.log_dir={log_dir}: every run writes below "
+                f"paths.log_dir"
+            )
 
 
 def lock(cfg: DictConfig, config_name: str):
@@ -91,10 +120,16 @@ class Guard(Callback):
 
     @staticmethod
     def _stop_on_error(check) -> None:
+        """Exit 2 with one line (Hydra would turn an exception into a warning and go on)."""
+        from litlab.errors import one_line
+
         try:
             check()
         except UserError as err:  # before the task: litlab.cli prints it as `error: ...`
             print(str(err), file=sys.stderr)
+            raise SystemExit(2) from None
+        except Exception as err:  # noqa: BLE001  (unchecked is refused, not let through)
+            print(f"cannot check the run dir: {one_line(err)}", file=sys.stderr)
             raise SystemExit(2) from None
 
 
