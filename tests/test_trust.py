@@ -279,3 +279,48 @@ def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_p
     else:
         stored = OmegaConf.to_container(cfg, resolve=True)
     trust.check(stored, "stored.ckpt")
+
+
+def test_resume_refuses_callback_states_that_name_files_elsewhere(digits_run, tmp_path):
+    """A resumed ModelCheckpoint deletes the old best file its state names: a crafted state
+    (`<dirpath>/../../victim`) is refused before training, the victim kept."""
+    from litlab import train
+
+    victims = Victims(tmp_path)
+    ckpt = torch.load(digits_run.best, weights_only=True)
+    state = next(v for v in ckpt["callbacks"].values() if "best_k_models" in v)
+    escape = f"{state['dirpath']}/../../../../../../../..{victims.file}"
+    state["best_k_models"] = {escape: state["best_model_score"]}
+    state["kth_best_model_path"] = escape
+    torch.save(ckpt, tmp_path / "evil.ckpt")
+    logs = tmp_path / "logs"
+    with pytest.raises(
+        UserError, match=r"callback state ModelCheckpoint names the file .*victim\.txt outside"
+    ):
+        train([f"ckpt_path={tmp_path / 'evil.ckpt'}", f"paths.log_dir={logs}"])
+    assert victims.untouched() and not any(p.is_file() for p in logs.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["hydra.job_logging.handlers.file.filename=@/evil.log", "paths.output_dir=@/out"],
+)
+def test_run_files_outside_log_dir_are_refused(tmp_path, override):
+    from litlab import train
+
+    logs = tmp_path / "box" / "logs"
+    with pytest.raises(UserError, match="is outside paths.log_dir"):
+        train([override.replace("@", str(tmp_path)), f"paths.log_dir={logs}"])
+    assert sorted(tmp_path.rglob("*")) == []
+
+
+def test_lock_file_is_never_opened_through_a_link(tmp_path):
+    """A run dir from elsewhere whose lock is a symlink: refused, its target left as it was."""
+    from litlab.checkpointing.run_lock import RunLock
+
+    victims = Victims(tmp_path)
+    (tmp_path / "run" / ".hydra").mkdir(parents=True)
+    (tmp_path / "run" / ".hydra" / "run.lock").symlink_to(victims.file)
+    with pytest.raises(UserError, match="is a symbolic link"):
+        RunLock(tmp_path / "run").acquire()
+    assert victims.untouched()

@@ -267,3 +267,35 @@ def checked(stored, source: str, overrides: dict | None = None, trust: bool = Fa
         from litlab.errors import one_line
 
         raise _refuse(source, f"cannot be read as a config: {one_line(err)}") from None
+
+
+# ModelCheckpoint's state: on resume Lightning deletes the old best/last files it names
+STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def check_callback_states(ckpt: dict, source: str) -> None:
+    """Refuse callback states naming files outside their own checkpoint folder: a resumed
+    ModelCheckpoint removes its previous best and last files, so a crafted `best_k_models`
+    entry (`<dirpath>/../../victim`, an s3:// URL) would delete that file."""
+    states = ckpt.get("callbacks") if isinstance(ckpt, dict) else None
+    for name, state in (states or {}).items() if isinstance(states, dict) else ():
+        if not isinstance(state, dict) or not isinstance(state.get("dirpath"), str | None):
+            continue
+        folder = str(state.get("dirpath") or "").rstrip("/")
+        best = state.get("best_k_models")
+        paths = [state.get(k) for k in STATE_PATHS] + list(best if isinstance(best, dict) else ())
+        for path in paths:
+            if path in (None, ""):
+                continue
+            text = str(path)
+            if not isinstance(path, str) or ".." in text.replace("\\", "/").split("/"):
+                ok = False
+            else:
+                ok = bool(folder) and text.startswith(folder + "/")
+            if not ok:
+                raise UserError(
+                    f"ckpt_path={_shown(source, 200)}: its callback state "
+                    f"{_shown(name.split('{')[0])} names the file {_shown(text, 300)} outside "
+                    f"its checkpoint folder {_shown(folder, 200)}; a resume would delete it: "
+                    f"refused (use a checkpoint litlab wrote)"
+                )

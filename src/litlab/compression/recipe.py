@@ -39,11 +39,13 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
 
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check
+    from litlab.checkpointing.trust import check, check_callback_states
 
-    stored = load(cfg.ckpt_path, mmap=True)[CONFIG_KEY]  # one line if not litlab's
+    ckpt = load(cfg.ckpt_path, mmap=True)  # one line if not litlab's
+    stored = ckpt[CONFIG_KEY]
     if not cfg.get("trust_checkpoint"):  # its steps, model and source are built from it
         check(stored, str(cfg.ckpt_path))
+    check_callback_states(ckpt, str(cfg.ckpt_path))  # a resumed fine-tuning restores them
     if stored.get("task_name") != "compress" or "compress_step" not in stored:
         return cfg, None
     resume = {"path": str(cfg.ckpt_path), "step": stored["compress_step"], "model": stored["model"]}

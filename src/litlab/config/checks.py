@@ -76,7 +76,7 @@ def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
     (unless trusted) names only targets litlab's own configs can name."""
     from litlab.checkpointing import load as checkpoint
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check
+    from litlab.checkpointing.trust import check, check_callback_states
 
     p = Path(str(path))
     if p.is_dir():
@@ -89,6 +89,7 @@ def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
         )
     ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
     stored = ckpt[CONFIG_KEY]
+    check_callback_states(ckpt, str(path))  # a resume restores them: always
     if not trust:
         check(stored, str(path))
     theirs = (stored.get("model") or {}).get("_target_")
