@@ -324,3 +324,16 @@ def test_lock_file_is_never_opened_through_a_link(tmp_path):
     with pytest.raises(UserError, match="is a symbolic link"):
         RunLock(tmp_path / "run").acquire()
     assert victims.untouched()
+
+
+def test_a_split_file_the_checkpoint_names_is_never_created(digits_run, tmp_path):
+    """A data file named by a checkpoint (a split file) is read when it is there, never
+    written: a missing one is refused, naming the override that clears it."""
+    from litlab.recipes.load import load_run
+
+    ckpt = torch.load(digits_run.best, weights_only=True)
+    ckpt["litlab_config"]["data"]["split_file"] = str(tmp_path / "made" / "planted.json")
+    torch.save(ckpt, tmp_path / "evil.ckpt")
+    with pytest.raises(UserError, match=r"data.split_file=.*\+data_overrides.split_file=null"):
+        load_run(tmp_path / "evil.ckpt")
+    assert not (tmp_path / "made").exists()

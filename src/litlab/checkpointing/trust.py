@@ -209,6 +209,8 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
         if not isinstance(key, str | int) or isinstance(key, bool) or "${" in str(key):
             raise _refuse(source, f"has the key {_shown(key)} under {path or 'its top'}")
         _check_value(f"{where}{key}", value, source)
+        if path.startswith("data") and str(key).endswith("_file"):
+            _check_file(f"{where}{key}", value, source)
     special = [k for k in HYDRA_KEYS if k in node]
     if special and "_target_" not in node:
         raise _refuse(source, f"has {where}{special[0]} without a _target_")
@@ -240,6 +242,19 @@ def _check_value(key: str, value, source: str) -> None:
         )
 
 
+def _check_file(key: str, value, source: str) -> None:
+    """A data file a checkpoint names (a split file) is read if it is there, never created: a
+    file the checkpoint chose is not written anywhere."""
+    from pathlib import Path
+
+    if value is not None and not (isinstance(value, str) and Path(value).is_file()):
+        raise UserError(
+            f"ckpt_path={_shown(source, 200)}: its stored config names {key}={_shown(value)}, "
+            f"which is not a file here, and litlab writes no file a checkpoint names; pass "
+            f"+data_overrides.{key.split('.', 1)[1]}=null (or a file of yours)"
+        )
+
+
 def merged(config: dict, overrides: dict | None) -> dict:
     """`config` with `overrides` merged into its `data` node (a new dict; nested keys merge)."""
 
@@ -248,7 +263,7 @@ def merged(config: dict, overrides: dict | None) -> dict:
             return new
         return {**base, **{k: merge(base.get(k), v) for k, v in new.items()}}
 
-    if not overrides:
+    if not overrides or not isinstance(config, dict):
         return config
     return {**config, "data": merge(config.get("data") or {}, overrides)}
 
@@ -258,7 +273,7 @@ def checked(stored, source: str, overrides: dict | None = None, trust: bool = Fa
     this command), checked unless `trust`. Built from exactly the dict that was checked."""
     from omegaconf import OmegaConf
 
-    config = merged(stored, overrides) if isinstance(stored, dict) else stored
+    config = merged(stored, overrides)
     if not trust:
         check(config, source)
     try:

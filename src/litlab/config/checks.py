@@ -71,12 +71,14 @@ def check_paths(data: dict) -> None:
                 )
 
 
-def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
+def check_checkpoint(
+    path, cfg_model: dict | None, trust: bool = True, data_overrides: dict | None = None
+) -> None:
     """The file exists, is a complete litlab checkpoint (weights_only), of this model, and
     (unless trusted) names only targets litlab's own configs can name."""
     from litlab.checkpointing import load as checkpoint
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check, check_callback_states
+    from litlab.checkpointing.trust import check, check_callback_states, merged
 
     p = Path(str(path))
     if p.is_dir():
@@ -90,8 +92,8 @@ def check_checkpoint(path, cfg_model: dict | None, trust: bool = True) -> None:
     ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
     stored = ckpt[CONFIG_KEY]
     check_callback_states(ckpt, str(path))  # a resume restores them: always
-    if not trust:
-        check(stored, str(path))
+    if not trust:  # as load_run will build it: with this command's data overrides
+        check(merged(stored, data_overrides), str(path))
     theirs = (stored.get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
         raise UserError(

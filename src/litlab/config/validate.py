@@ -231,7 +231,8 @@ def eval_config(cfg: DictConfig) -> None:
     _walk_plain("", c)
     _walk("", c)
     _check_trainer(c["trainer"])
-    _check_checkpoint(c["ckpt_path"], None, trust=bool(c.get("trust_checkpoint")))
+    trust = bool(c.get("trust_checkpoint"))
+    _check_checkpoint(c["ckpt_path"], None, trust, c.get("data_overrides"))
 
 
 def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:

@@ -47,9 +47,8 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
             f"paths.log_dir (set paths.log_dir to write elsewhere)"
         )
     subdirs = [("hydra.output_subdir", OmegaConf.select(cfg, "hydra.output_subdir"))]
-    if multirun:
-        subdir = OmegaConf.select(cfg, "hydra.sweep.subdir", throw_on_resolution_failure=False)
-        subdirs.append(("hydra.sweep.subdir", subdir if subdir is not None else "0"))
+    if multirun:  # resolved as for the first job (job-dependent parts are checked per job)
+        subdirs.append(("hydra.sweep.subdir", _as_job(cfg, "hydra.sweep.subdir")))
     for key, sub in subdirs:
         if sub is not None and not _inside(Path(out) / str(sub), out):
             raise UserError(
@@ -59,25 +58,29 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
         _check_run_files(cfg, out, log_dir)
 
 
-def _check_run_files(cfg: DictConfig, out: str, log_dir: str) -> None:
-    """paths.output_dir and the job's log files, as they will resolve in the run `out`."""
+def _as_job(cfg: DictConfig, key: str, output_dir: str | None = None):
+    """`key` resolved as in the first job of the run (job number 0, its run dir)."""
     from hydra.core.hydra_config import HydraConfig
 
     probe = copy.deepcopy(cfg)
     with read_write(probe.hydra), open_dict(probe.hydra):
-        probe.hydra.runtime.output_dir = out
+        probe.hydra.job.num, probe.hydra.job.id = 0, "0"
+        if output_dir is not None:
+            probe.hydra.runtime.output_dir = output_dir
     before = HydraConfig.instance().cfg
-    HydraConfig.instance().set_config(probe)  # what `${hydra:runtime.output_dir}` reads
+    HydraConfig.instance().set_config(probe)  # what `${hydra:...}` reads
     try:
-        files = [("paths.output_dir", OmegaConf.select(probe, "paths.output_dir", default=None))]
-        handlers = OmegaConf.select(probe, "hydra.job_logging.handlers", default=None) or {}
-        files += [
-            (f"hydra.job_logging.handlers.{name}.filename", h.get("filename"))
-            for name, h in handlers.items()
-            if isinstance(h, DictConfig)
-        ]
+        return OmegaConf.select(probe, key, default=None)
     finally:
         HydraConfig.instance().cfg = before
+
+
+def _check_run_files(cfg: DictConfig, out: str, log_dir: str) -> None:
+    """paths.output_dir and the job's log files, as they will resolve in the run `out`."""
+    files = [("paths.output_dir", _as_job(cfg, "paths.output_dir", out))]
+    handlers = OmegaConf.select(cfg, "hydra.job_logging.handlers", default=None) or {}
+    keys = [f"hydra.job_logging.handlers.{name}.filename" for name in handlers]
+    files += [(key, _as_job(cfg, key, out)) for key in keys]
     for key, path in files:
         if path is not None and not _inside(str(path), log_dir):
             raise UserError(
