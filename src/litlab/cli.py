@@ -128,6 +128,8 @@ def task(fn):
                 raise _one_line_in_sweep(err) from None
             if fresh:
                 run_dir.remove(out)
+            elif out is not None and is_rank_zero():  # a refused resume: its record goes
+                run_dir.remove_resume_record(out)
             if is_rank_zero():  # DDP ranks > 0 fail alike; rank 0 says it once
                 print(f"error: {err}", file=sys.stderr)
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1

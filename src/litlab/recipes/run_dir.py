@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -23,6 +24,7 @@ from litlab.errors import UserError
 
 PLAIN_NAME = re.compile(r"[\w.-]+")
 _held: dict[str, object] = {}  # run dir -> the RunLock this process holds on it
+_STARTED = time.time() - 1  # the CLI imports this module before Hydra writes anything
 
 
 def _inside(path, folder) -> bool:
@@ -166,6 +168,14 @@ def only_hydra_files(path) -> bool:
     """True while a run dir holds nothing but what Hydra wrote before the task started."""
     entries = os.listdir(path) if os.path.isdir(path) else []
     return all(e == ".hydra" or e.endswith(".log") for e in entries)
+
+
+def remove_resume_record(path) -> None:
+    """A resume refused before it ran: the `.hydra/resume-<time>/` Hydra saved for it (made
+    since this process started; the resolver's time is not kept) goes."""
+    for record in (Path(path) / ".hydra").glob("resume-*"):
+        if record.is_dir() and not record.is_symlink() and record.stat().st_mtime >= _STARTED:
+            shutil.rmtree(record, ignore_errors=True)
 
 
 def remove(path) -> None:
