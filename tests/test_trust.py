@@ -337,3 +337,19 @@ def test_a_split_file_the_checkpoint_names_is_never_created(digits_run, tmp_path
     with pytest.raises(UserError, match=r"data.split_file=.*\+data_overrides.split_file=null"):
         load_run(tmp_path / "evil.ckpt")
     assert not (tmp_path / "made").exists()
+
+
+def test_sweep_dirs_outside_log_dir_are_refused(tmp_path):
+    """-m: the sweep dir, and a job's subdir as it resolves for a job, stay below the log dir."""
+    from litlab.config.compose import compose
+    from litlab.recipes.run_dir import check_location
+
+    logs = tmp_path / "logs"
+    for override, words in [
+        (f"hydra.sweep.dir={tmp_path / 'out'}", "hydra.sweep.dir=.* is outside paths.log_dir"),
+        ("hydra.sweep.subdir=../../../j${hydra.job.num}", "hydra.sweep.subdir=../../../j0 leaves"),
+    ]:
+        cfg = compose("train", [override, f"paths.log_dir={logs}"])
+        with pytest.raises(UserError, match=words):
+            check_location(cfg, multirun=True)
+    check_location(compose("train", ["hparams_search=digits_cnn"]), multirun=True)  # trial_N
