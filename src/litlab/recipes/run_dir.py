@@ -101,7 +101,14 @@ def lock(cfg: DictConfig, config_name: str):
         return None
     out = str(Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).resolve())
     if out not in _held:
-        _held[out] = RunLock(out).acquire()
+        try:
+            _held[out] = RunLock(out).acquire()
+        except OSError as err:  # as Hydra's own mkdir would fail a moment later
+            from litlab.errors import one_line
+
+            raise UserError(
+                f"cannot create the run dir (check paths.log_dir / hydra.run.dir): {one_line(err)}"
+            ) from None
     return _held[out]
 
 
