@@ -96,22 +96,17 @@ def _refuse(source: str, what: str) -> UserError:
 
 
 def _object(name: str):
-    """The object `name` names, imported only from IMPORT_ROOTS; None if it cannot be imported
-    (then nothing of it can run either: Hydra fails the same way when building it)."""
-    import importlib
+    """What Hydra's `instantiate` would locate for `name` (its own lookup, so the object checked
+    is the one built), imported only from IMPORT_ROOTS; None if it cannot be located (then
+    Hydra cannot build it either: one line when it is built)."""
+    import hydra
 
     if not PUBLIC_NAME.fullmatch(name) or name.split(".")[0] not in IMPORT_ROOTS:
         raise LookupError
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except Exception:  # noqa: BLE001, S112  (not a module: try its parent)
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr, None)
-        return obj
-    return None
+    try:
+        return hydra.utils.get_object(name)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _is_kind(obj, kinds) -> bool:
@@ -140,10 +135,11 @@ def target_refusal(name, kinds, functions=NET_FUNCTIONS) -> str | None:
         return None  # not importable: Hydra cannot build it either (one line when built)
     if not inspect.isclass(obj):
         return "is not a class (only a few net factories are functions litlab calls)"
-    if obj.__module__.split(".")[0] not in IMPORT_ROOTS:
-        return f"is a class of {obj.__module__}, outside the packages litlab builds from"
-    if kinds is PARTS and not obj.__module__.startswith(PART_MODULES):
-        return f"is a class of {obj.__module__}, which litlab does not build from a checkpoint"
+    module = getattr(obj, "__module__", None) or ""
+    if module.split(".")[0] not in IMPORT_ROOTS:
+        return f"is a class of {module}, outside the packages litlab builds from"
+    if kinds is PARTS and not module.startswith(PART_MODULES):
+        return f"is a class of {module}, which litlab does not build from a checkpoint"
     if not _is_kind(obj, kinds):
         allowed = ", ".join(dict.fromkeys(cls for _, cls in kinds))
         return f"is not a kind litlab builds there (allowed: subclasses of {allowed})"
