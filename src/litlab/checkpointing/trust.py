@@ -57,7 +57,10 @@ ROOTS = {
 # (trainer, callbacks, logger, ...) come from the command line of the run that loads it: their
 # stored targets are kept as text, never imported nor built
 BUILT = ("data", "model", "compress")
-# functions a stored config may call, by exact name: they build a net, nothing else
+# functions a stored config may call: the net factories defined in litlab's nets package
+# (pure nn.Module builders that import no litlab module above them, `make new-task`'s too) and,
+# by exact name, the one that rebuilds a pruned net
+NETS_PACKAGE = "litlab.models.nets."
 NET_FUNCTIONS = (
     "litlab.models.nets.resnet.resnet18",
     "litlab.models.nets.resnet3d.resnet3d",
@@ -133,8 +136,10 @@ def target_refusal(name, kinds, functions=NET_FUNCTIONS) -> str | None:
         return f"is outside the packages litlab builds from ({', '.join(IMPORT_ROOTS)})"
     if obj is None:
         return None  # not importable: Hydra cannot build it either (one line when built)
+    if functions and inspect.isfunction(obj) and obj.__module__.startswith(NETS_PACKAGE):
+        return None  # a net factory of litlab's nets (pure nn.Module builders; new domains')
     if not inspect.isclass(obj):
-        return "is not a class (only a few net factories are functions litlab calls)"
+        return "is not a class (only net factories are functions litlab calls)"
     module = getattr(obj, "__module__", None) or ""
     if module.split(".")[0] not in IMPORT_ROOTS:
         return f"is a class of {module}, outside the packages litlab builds from"
