@@ -16,7 +16,8 @@ from conftest import ROOT, run_cli
 
 from litlab.errors import UserError
 
-pytestmark = pytest.mark.xdist_group("digits_run")  # digits_run's workers (loadgroup)
+# the tests on the shared digits checkpoint run on digits_run's worker (--dist loadgroup)
+DIGITS = pytest.mark.xdist_group("digits_run")
 
 
 class Victims:
@@ -143,6 +144,7 @@ ENTRY_POINTS = {
 }
 
 
+@DIGITS
 @pytest.mark.parametrize("mechanism", list(CASES))
 @pytest.mark.parametrize("entry", list(ENTRY_POINTS))
 def test_crafted_config_is_refused_without_side_effect(crafted, mechanism, entry, tmp_path):
@@ -164,6 +166,7 @@ SCRIPTS = [
 ]
 
 
+@DIGITS
 @pytest.mark.parametrize("script, key, mechanism", SCRIPTS)
 def test_crafted_checkpoint_on_the_command_line(crafted, tmp_path, script, key, mechanism):
     path, victims = crafted(mechanism)
@@ -176,6 +179,7 @@ def test_crafted_checkpoint_on_the_command_line(crafted, tmp_path, script, key, 
     assert not any(p.is_file() for p in logs.rglob("*")), "a run dir was left"
 
 
+@DIGITS
 def test_trusted_file_is_built_as_stored(digits_run, tmp_path):
     """trust=True is the explicit way to load a file one trusts: interpolations resolve."""
     from litlab.recipes.load import load_run
@@ -218,14 +222,14 @@ time.sleep(600)
 """
 
 
-def test_run_dir_lock_names_its_holder_and_a_dead_holder_is_taken_over(tmp_path, digits_run):
+def test_run_dir_lock_names_its_holder_and_a_dead_holder_is_taken_over(tmp_path):
     """A second resume of a held run dir is refused in one line naming the PID (nothing
     written into the run); once the holder is killed (-9) the lock is taken over."""
     from litlab.checkpointing.run_lock import RunLock
 
     run = tmp_path / "logs" / "train" / "runs" / "2020-01-01_00-00-00"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "checkpoints" / "last.ckpt").write_bytes(digits_run.best.read_bytes())
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"refused before it is read")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True, env=env
@@ -285,6 +289,7 @@ def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_p
     trust.check(stored, "stored.ckpt")
 
 
+@DIGITS
 def test_resume_refuses_callback_states_that_name_files_elsewhere(digits_run, tmp_path):
     """A resumed ModelCheckpoint deletes the old best file its state names: a crafted state
     (`<dirpath>/../../victim`) is refused before training, the victim kept."""
@@ -330,6 +335,7 @@ def test_lock_file_is_never_opened_through_a_link(tmp_path):
     assert victims.untouched()
 
 
+@DIGITS
 def test_a_split_file_the_checkpoint_names_is_never_created(digits_run, tmp_path):
     """A data file named by a checkpoint (a split file) is read when it is there, never
     written: a missing one is refused, naming the override that clears it."""
