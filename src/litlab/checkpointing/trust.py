@@ -87,7 +87,7 @@ TRUST_HINT = (
 )
 
 
-def _shown(value, limit: int = 80) -> str:
+def shown(value, limit: int = 80) -> str:
     """A key or value as it may appear in a one-line message (escaped, cut)."""
     text = value if isinstance(value, str) else repr(value)
     text = text.encode("unicode_escape").decode("ascii")
@@ -95,7 +95,7 @@ def _shown(value, limit: int = 80) -> str:
 
 
 def _refuse(source: str, what: str) -> UserError:
-    return UserError(f"ckpt_path={_shown(source, 200)}: its stored config {what}; {TRUST_HINT}")
+    return UserError(f"ckpt_path={shown(source, 200)}: its stored config {what}; {TRUST_HINT}")
 
 
 def _object(name: str):
@@ -208,7 +208,7 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
     where = f"{path}." if path else ""
     for key, value in node.items():
         if not isinstance(key, str | int) or isinstance(key, bool) or "${" in str(key):
-            raise _refuse(source, f"has the key {_shown(key)} under {path or 'its top'}")
+            raise _refuse(source, f"has the key {shown(key)} under {path or 'its top'}")
         _check_value(f"{where}{key}", value, source)
         if path.startswith("data") and str(key).endswith("_file"):
             _check_file(f"{where}{key}", value, source)
@@ -227,7 +227,7 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
         key, target = f"{where}base_target", node.get("base_target")
         why = target_refusal(target, PARTS, functions)
     if why is not None:
-        raise _refuse(source, f"names {key}={_shown(target)}, which {why}")
+        raise _refuse(source, f"names {key}={shown(target)}, which {why}")
 
 
 def _check_value(key: str, value, source: str) -> None:
@@ -238,7 +238,7 @@ def _check_value(key: str, value, source: str) -> None:
     if isinstance(value, str) and "${" in value:
         raise _refuse(
             source,
-            f"has an interpolation or resolver in {key}={_shown(value)} (a stored config is "
+            f"has an interpolation or resolver in {key}={shown(value)} (a stored config is "
             "data: litlab resolves nothing in it)",
         )
 
@@ -250,7 +250,7 @@ def _check_file(key: str, value, source: str) -> None:
 
     if value is not None and not (isinstance(value, str) and Path(value).is_file()):
         raise UserError(
-            f"ckpt_path={_shown(source, 200)}: its stored config names {key}={_shown(value)}, "
+            f"ckpt_path={shown(source, 200)}: its stored config names {key}={shown(value)}, "
             f"which is not a file here, and litlab writes no file a checkpoint names; pass "
             f"+data_overrides.{key.split('.', 1)[1]}=null (or a file of yours)"
         )
@@ -283,35 +283,3 @@ def checked(stored, source: str, overrides: dict | None = None, trust: bool = Fa
         from litlab.errors import one_line
 
         raise _refuse(source, f"cannot be read as a config: {one_line(err)}") from None
-
-
-# ModelCheckpoint's state: on resume Lightning deletes the old best/last files it names
-STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
-
-
-def check_callback_states(ckpt: dict, source: str) -> None:
-    """Refuse callback states naming files outside their own checkpoint folder: a resumed
-    ModelCheckpoint removes its previous best and last files, so a crafted `best_k_models`
-    entry (`<dirpath>/../../victim`, an s3:// URL) would delete that file."""
-    states = ckpt.get("callbacks") if isinstance(ckpt, dict) else None
-    for name, state in (states or {}).items() if isinstance(states, dict) else ():
-        if not isinstance(state, dict) or not isinstance(state.get("dirpath"), str | None):
-            continue
-        folder = str(state.get("dirpath") or "").rstrip("/")
-        best = state.get("best_k_models")
-        paths = [state.get(k) for k in STATE_PATHS] + list(best if isinstance(best, dict) else ())
-        for path in paths:
-            if path in (None, ""):
-                continue
-            text = str(path)
-            if not isinstance(path, str) or ".." in text.replace("\\", "/").split("/"):
-                ok = False
-            else:
-                ok = bool(folder) and text.startswith(folder + "/")
-            if not ok:
-                raise UserError(
-                    f"ckpt_path={_shown(source, 200)}: its callback state "
-                    f"{_shown(name.split('{')[0])} names the file {_shown(text, 300)} outside "
-                    f"its checkpoint folder {_shown(folder, 200)}; a resume would delete it: "
-                    f"refused (use a checkpoint litlab wrote)"
-                )

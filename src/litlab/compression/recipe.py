@@ -37,9 +37,10 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     train.py, trainer/callbacks/logger come from the command line (repeat your overrides)."""
     from omegaconf import open_dict
 
+    from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check, check_callback_states
+    from litlab.checkpointing.trust import check
 
     ckpt = load(cfg.ckpt_path, mmap=True)  # one line if not litlab's
     stored = ckpt[CONFIG_KEY]

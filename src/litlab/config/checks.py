@@ -77,8 +77,9 @@ def check_checkpoint(
     """The file exists, is a complete litlab checkpoint (weights_only), of this model, and
     (unless trusted) names only targets litlab's own configs can name."""
     from litlab.checkpointing import load as checkpoint
+    from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check, check_callback_states, merged
+    from litlab.checkpointing.trust import check, merged
 
     p = Path(str(path))
     if p.is_dir():
