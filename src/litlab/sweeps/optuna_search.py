@@ -53,9 +53,18 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
     for attempt in range(5):
         try:
             return url, optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
-        except SQLAlchemyError:  # workers started together race to create the tables
+        except ModuleNotFoundError as err:  # e.g. mysql:// without its driver
+            raise UserError(
+                f"hydra.sweeper.storage={_hide_password(url)}: its database driver is not "
+                f"installed ({err}); PostgreSQL URLs use psycopg (requirements.txt)"
+            ) from None
+        except SQLAlchemyError as err:  # workers started together race to create the tables
             if attempt == 4:
-                raise
+                raise UserError(
+                    f"hydra.sweeper.storage={_hide_password(url)}: cannot use the study's "
+                    f"database ({one_line(err, limit=200)}); check that the server runs and "
+                    f"the URL (user, password, host, database) is right"
+                ) from None
             time.sleep(0.5 * (attempt + 1))
 
 
