@@ -7,6 +7,7 @@
   sigkill            kill -9 this process (nothing can clean up)
   sigint             send this process Ctrl-C (SIGINT)
   sigterm            send this process SIGTERM (how SLURM, Kubernetes and `timeout` stop jobs)
+  sigusr1            send this process SIGUSR1 (SLURM's `--signal=USR1@120` before the time limit)
   oom                raise torch.OutOfMemoryError, as CUDA does
   nan_input          fill the batch's inputs with NaN
   kill_during_save   kill -9 in the middle of writing the next checkpoint file
@@ -32,6 +33,8 @@ class Fault(Callback):
             os.kill(os.getpid(), signal.SIGINT)
         elif self.kind == "sigterm":
             os.kill(os.getpid(), signal.SIGTERM)
+        elif self.kind == "sigusr1":
+            os.kill(os.getpid(), signal.SIGUSR1)
         elif self.kind == "oom":
             raise torch.OutOfMemoryError("CUDA out of memory (simulated by tests/faults.py)")
         elif self.kind == "nan_input":
