@@ -8,6 +8,7 @@
   sigint             send this process Ctrl-C (SIGINT)
   sigterm            send this process SIGTERM (how SLURM, Kubernetes and `timeout` stop jobs)
   sigusr1            send this process SIGUSR1 (SLURM's `--signal=USR1@120` before the time limit)
+  sigusr2            send this process SIGUSR2 (submitit's preemption / time-limit signal)
   oom                raise torch.OutOfMemoryError, as CUDA does
   nan_input          fill the batch's inputs with NaN
   kill_during_save   kill -9 in the middle of writing the next checkpoint file
@@ -35,6 +36,8 @@ class Fault(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
         elif self.kind == "sigusr1":
             os.kill(os.getpid(), signal.SIGUSR1)
+        elif self.kind == "sigusr2":
+            os.kill(os.getpid(), signal.SIGUSR2)
         elif self.kind == "oom":
             raise torch.OutOfMemoryError("CUDA out of memory (simulated by tests/faults.py)")
         elif self.kind == "nan_input":

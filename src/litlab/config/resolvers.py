@@ -7,8 +7,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from litlab.checkpointing import resume  # noqa: F401  (registers hydra/resumable.yaml's resolvers)
+from litlab.utils.code_state import CODE_ROOT, snapshot_origin
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
+# where data and logs live (paths.root_dir): the project folder, also for a sweep's job that
+# runs from a code snapshot (CODE_ROOT: the folder whose src/ and configs/ run)
+PROJECT_ROOT = snapshot_origin() or CODE_ROOT
 
 
 def wandb_offline() -> bool:

@@ -40,11 +40,11 @@ class ResumableWandbLogger(WandbLogger):
     """Lightning's WandbLogger whose run id belongs to the run dir (`run_dir`): the same id
     whenever the run is resumed there."""
 
-    def __init__(self, run_dir: str | None = None, id: str | None = None, **kwargs):  # noqa: A002
+    def __init__(self, run_dir: str | None = None, id: str | None = None, **kwargs):
         if id is None and run_dir is not None:
-            id = stored_id(run_dir, "wandb")  # noqa: A001
+            id = stored_id(run_dir, "wandb")
             if id is None:
-                id = uuid.uuid4().hex[:12]  # noqa: A001 (W&B ids: lowercase letters and digits)
+                id = uuid.uuid4().hex[:12]
                 store_id(run_dir, "wandb", id)
             else:
                 log.info("W&B: continuing run %s", id)

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from litlab.errors import UserError
+from litlab.errors import UserError, one_line
 from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,36 @@ DDP = (
 )
 
 _state: dict = {}
+# what gloo/NCCL/the rendezvous store say when a peer process or node is gone
+PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Connection refused",
+    "NCCL communicator was aborted",
+)
+
+
+class PeerLost(UserError):
+    """Another rank of the job died or became unreachable: this rank stops with one line of its
+    own (every rank says it: on another node it is the only line there), exit code 1."""
+
+    exit_code = 1
+    every_rank = True
+
+
+def peer_lost(err: BaseException) -> PeerLost | None:
+    """The one-line error for a collective that failed because a peer is gone, else None."""
+    import torch.distributed as dist
+
+    dist_error = getattr(dist, "DistError", ())
+    if not (isinstance(err, dist_error) or any(s in str(err) for s in PEER_GONE)):
+        return None
+    return PeerLost(
+        f"DDP rank {rank()}: another process of this job stopped or cannot be reached "
+        f"({one_line(err, limit=120)}); this rank stops too; the failed process's own log "
+        f"(its node's console) says why"
+    )
 
 
 def _remember(script: str) -> None:
@@ -270,7 +300,15 @@ def lifecycle(cfg, script):
     if rank() > 0:  # a child rank: warnings and errors only (rank 0 says the rest once)
         quiet_rank_console(rank())
     with early_ranks(cfg, str(script)):
-        yield run
+        try:
+            yield run
+        except Exception as err:
+            lost = (
+                peer_lost(err) if run.trainer is not None and run.trainer.world_size > 1 else None
+            )
+            if lost is None:
+                raise
+            raise lost from None
         if run.trainer is not None:
             finish(run.trainer)  # all ranks end together; fails if a child rank failed
         else:

@@ -142,3 +142,17 @@ def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) 
     if (out / ".hydra" / "config.yaml").exists():
         lines.append(f"  config           {out / '.hydra' / 'config.yaml'}")
     print("\n".join(lines), flush=True)
+
+
+def record_provenance(cfg: DictConfig, datamodule) -> dict:
+    """Write provenance.json into the run dir (rank 0) and return what checkpoints carry: the
+    code and package versions (the data checksums stay in the file)."""
+    from litlab.checkpointing import provenance
+
+    record = provenance.collect(datamodule if is_rank_zero() else None)
+    if is_rank_zero() and cfg.get("paths"):
+        from hydra.core.hydra_config import HydraConfig
+
+        subdir = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
+        provenance.write(cfg.paths.output_dir, record, subdir)
+    return {k: record[k] for k in ("code", "packages")}
