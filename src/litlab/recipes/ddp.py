@@ -23,6 +23,7 @@ likely cause of `terminate called without an active exception`; bench/ddp.py --s
 import contextlib
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -89,10 +90,11 @@ def peer_lost(err: BaseException) -> PeerLost | None:
     dist_error = getattr(dist, "DistError", ())
     if not (isinstance(err, dist_error) or any(s in str(err) for s in PEER_GONE)):
         return None
+    reason = re.sub(r"^\[[^\]]*\]\s*", "", one_line(err, limit=400))[:160]  # no gloo file:line
     return PeerLost(
         f"DDP rank {rank()}: another process of this job stopped or cannot be reached "
-        f"({one_line(err, limit=120)}); this rank stops too; the failed process's own log "
-        f"(its node's console) says why"
+        f"({reason}); this rank stops too; the failed process's own log (its node's console) "
+        f"says why"
     )
 
 
