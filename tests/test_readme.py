@@ -41,6 +41,7 @@ COVERED = {
     "python src/train.py model=resnet3d data=medmnist3d data.flag=nodulemnist3d model.net.conv1_stride=1": "test_medical3d.py::test_medmnist3d_reads_a_local_npz_through_the_package",
     "python src/train.py model=gnn trainer=ddp": "test_ddp.py::test_ddp_per_domain_metrics_equal_single_process",
     "python src/train.py -m trainer=ddp model.optimizer.lr=0.01,0.1": "test_ddp.py::test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params",
+    "python src/train.py trainer=fsdp": "test_fsdp.py::test_fsdp_on_cpu_trains_stops_and_resumes_like_an_uninterrupted_run",
     "python src/train.py -m hydra/launcher=submitit_local model.optimizer.lr=0.01,0.1": "test_launchers.py::test_every_launcher_gives_the_same_results",
     "python src/train.py -m hparams_search=digits_cnn": "test_sweeps.py::test_search_resumes_after_a_kill_without_rerunning_finished_trials",
     "python src/train.py ckpt_path=last": "test_reliability.py::test_resume_after_kill_9_is_bit_identical",
@@ -103,7 +104,6 @@ NOT_RUN = {
     "on 2 nodes (the ranks it starts: test_ddp.py::test_which_ddp_runs_start_their_ranks_early)",
     "python src/train.py threads=2": "a run like any other; the count it sets is checked in "
     "process (test_threads.py::test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both)",
-    "python src/train.py trainer=fsdp": "needs GPUs",
     "python3.11 -m venv .venv": "set-up (make creates .venv the same way)",
     ". .venv/bin/activate": "set-up",
     "pip install -r requirements.txt": "set-up (make's .venv/.installed step)",

@@ -46,10 +46,17 @@ def ddp_devices(accelerator: str = "auto"):
     return "auto" if torch.cuda.is_available() else 2
 
 
+def on_gpu(accelerator: str = "auto", gpu_value=None, cpu_value=None):
+    """`gpu_value` when the accelerator is (or `auto` finds) a GPU, else `cpu_value`."""
+    gpu = ddp_devices(accelerator) == "auto"
+    return gpu_value if gpu else cpu_value
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
     OmegaConf.register_new_resolver("wandb_offline", wandb_offline, replace=True)
     OmegaConf.register_new_resolver("ddp_devices", ddp_devices, replace=True)
+    OmegaConf.register_new_resolver("on_gpu", on_gpu, replace=True)
 
 
 register()
