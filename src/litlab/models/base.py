@@ -208,10 +208,10 @@ class LitModule(L.LightningModule):
         from torch.distributed.fsdp import fully_shard
 
         mesh = mesh["data_parallel"] if mesh.mesh_dim_names else mesh
-        for module in self.net.modules():
-            if module is not self.net and any(
-                p.requires_grad for p in module.parameters(recurse=False)
-            ):
+        # bottom-up (FSDP2 wants inner units first): reversed pre-order puts children first
+        for module in reversed(list(self.net.modules())):
+            direct = any(p.requires_grad for p in module.parameters(recurse=False))
+            if module is not self.net and direct:
                 fully_shard(module, mesh=mesh)
         fully_shard(self.net, mesh=mesh)
         self._sharded = True
