@@ -3,7 +3,7 @@
     +callbacks.fault._target_=faults.Fault +callbacks.fault.step=5 +callbacks.fault.kind=sigkill
 
 (the subprocess needs `tests/` on PYTHONPATH). At the start of the batch that follows
-`step` optimizer steps, on rank `rank`, it does one of:
+`step` optimizer steps, on rank `rank` (-1: on every rank), it does one of:
   sigkill            kill -9 this process (nothing can clean up)
   sigint             send this process Ctrl-C (SIGINT)
   sigterm            send this process SIGTERM (how SLURM, Kubernetes and `timeout` stop jobs)
@@ -26,8 +26,8 @@ class Fault(Callback):
         self.step, self.kind, self.rank = step, kind, rank
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step != self.step or trainer.global_rank != self.rank:
-            return
+        if trainer.global_step != self.step or self.rank not in (trainer.global_rank, -1):
+            return  # rank=-1: every rank (as SLURM and torchrun signal every task)
         if self.kind == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.kind == "sigint":
