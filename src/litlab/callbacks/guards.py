@@ -117,9 +117,31 @@ class GracefulInterrupt(Callback):
                 for signum in REQUEUE_SIGNALS:
                     self._previous_requeue[signum] = signal.signal(signum, self._requeue_handler)
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        """Replace Lightning's SIGTERM handler (registered after on_fit_start) by one without
+        a collective: Lightning's broadcasts from rank 0 inside the handler, which deadlocks
+        when it interrupts the other rank in another collective (seen under trainer=fsdp; a
+        rank signalled twice, by the cluster and by its parent, would broadcast twice). The
+        ranks agree on the stop at the batch's end instead (on_train_batch_end)."""
+        if threading.current_thread() is threading.main_thread() and trainer.world_size > 1:
+            self._trainer = trainer
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._sigterm)
+
+    def _sigterm(self, signum, frame) -> None:
+        connector = self._trainer._signal_connector
+        if not connector.received_sigterm:
+            log.info("SIGTERM: finishing this batch, then saving last.ckpt")
+            launcher = self._trainer.strategy.launcher
+            if launcher is not None:  # the local ranks this process started get it too
+                launcher.kill(signum)
+        connector.received_sigterm = True
+
     def _restore(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        if getattr(self, "_previous_sigterm", None) is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
