@@ -23,13 +23,13 @@ likely cause of `terminate called without an active exception`; bench/ddp.py --s
 import contextlib
 import logging
 import os
-import re
 import socket
 import subprocess
 import sys
 from collections.abc import Mapping
 
-from litlab.errors import UserError, one_line
+from litlab.errors import UserError
+from litlab.recipes.ddp_peers import peer_lost
 from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
 log = logging.getLogger(__name__)
@@ -65,37 +65,6 @@ DDP = (
 )
 
 _state: dict = {}
-# what gloo/NCCL/the rendezvous store say when a peer process or node is gone
-PEER_GONE = (
-    "Connection closed by peer",
-    "Connection reset by peer",
-    "Broken pipe",
-    "Connection refused",
-    "NCCL communicator was aborted",
-)
-
-
-class PeerLost(UserError):
-    """Another rank of the job died or became unreachable: this rank stops with one line of its
-    own (every rank says it: on another node it is the only line there), exit code 1."""
-
-    exit_code = 1
-    every_rank = True
-
-
-def peer_lost(err: BaseException) -> PeerLost | None:
-    """The one-line error for a collective that failed because a peer is gone, else None."""
-    import torch.distributed as dist
-
-    dist_error = getattr(dist, "DistError", ())
-    if not (isinstance(err, dist_error) or any(s in str(err) for s in PEER_GONE)):
-        return None
-    reason = re.sub(r"^\[[^\]]*\]\s*", "", one_line(err, limit=400))[:160]  # no gloo file:line
-    return PeerLost(
-        f"DDP rank {rank()}: another process of this job stopped or cannot be reached "
-        f"({reason}); this rank stops too; the failed process's own log (its node's console) "
-        f"says why"
-    )
 
 
 def _remember(script: str) -> None:
