@@ -105,11 +105,13 @@ def log_hyperparameters(cfg: DictConfig, model, trainer) -> None:
 
 
 def best_checkpoint(trainer) -> str | None:
-    """Path of the best checkpoint (else last), or None when none was written."""
-    cb = trainer.checkpoint_callback
-    if cb is None:
-        return None
-    return cb.best_model_path or cb.last_model_path or None
+    """Path of the best checkpoint (else last), or None when none was written. Any checkpoint
+    callback that selects (ModelCheckpoint with a monitor, JointModelCheckpoint) wins over
+    `last.ckpt`, whatever their order in the config."""
+    callbacks = trainer.checkpoint_callbacks
+    best = [cb.best_model_path for cb in callbacks if cb.best_model_path]
+    last = [cb.last_model_path for cb in callbacks if cb.last_model_path]
+    return (best or last or [None])[0]
 
 
 def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
