@@ -106,8 +106,8 @@ def test_lock_file_is_never_opened_through_a_link(tmp_path):
     from litlab.checkpointing.run_lock import RunLock
 
     victims = Victims(tmp_path)
-    (tmp_path / "run" / ".hydra").mkdir(parents=True)
-    (tmp_path / "run" / ".hydra" / "run.lock").symlink_to(victims.file)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".run.lock").symlink_to(victims.file)
     with pytest.raises(UserError, match="is a symbolic link"):
         RunLock(tmp_path / "run").acquire()
     assert victims.untouched()

@@ -1,4 +1,4 @@
-"""One process per run dir: a run being trained or resumed holds `<run dir>/.hydra/run.lock`.
+"""One process per run dir: a run being trained or resumed holds `<run dir>/.run.lock`.
 
 Two `train.py ckpt_path=<run dir>` started together would both append the same epochs to
 metrics.csv and write the same checkpoints. The lock is an OS file lock (`fcntl.flock`), so
@@ -20,7 +20,7 @@ from typing import Self
 
 from litlab.errors import UserError
 
-LOCK_FILE = Path(".hydra") / "run.lock"
+LOCK_FILE = Path(".run.lock")  # beside .hydra/, which marks a run that already started
 
 
 class RunLock:
@@ -52,7 +52,7 @@ class RunLock:
 
         if self._fd is not None:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         try:  # never through a link: a crafted run dir's lock could point at any file
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:

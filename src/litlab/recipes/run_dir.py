@@ -173,8 +173,10 @@ def start(cfg: DictConfig, config_name: str) -> DictConfig:
 
 def only_hydra_files(path) -> bool:
     """True while a run dir holds nothing but what Hydra wrote before the task started."""
+    from litlab.checkpointing.run_lock import LOCK_FILE
+
     entries = os.listdir(path) if os.path.isdir(path) else []
-    return all(e == ".hydra" or e.endswith(".log") for e in entries)
+    return all(e in (".hydra", str(LOCK_FILE)) or e.endswith(".log") for e in entries)
 
 
 def remove_resume_record(path) -> None:
