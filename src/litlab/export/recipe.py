@@ -71,6 +71,17 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
     }
 
 
+def serving_metadata(spec, predict, meta: dict) -> None:
+    """What the service needs beyond the layout: the training background of images (for
+    transparent uploads) and the out-of-distribution score's model and threshold."""
+    from litlab.export import ood
+    from litlab.tasks import IMAGE_CLASSIFICATION
+
+    if spec.task == IMAGE_CLASSIFICATION:
+        meta["inputs"]["background"] = ood.background(spec)
+    meta["ood"] = ood.measure(spec, predict)
+
+
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
     from litlab.export import onnx, pt2, quantize
 
@@ -136,6 +147,7 @@ def export(
     higher_better = run.model.hparams.monitor_mode == "max"
     meta = metadata(run, spec, ckpt_path, metric)
     eager = eager_predictor(net)
+    serving_metadata(spec, eager, meta)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     reference = test_metric(run.model, spec, eager, metric)
