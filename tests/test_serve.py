@@ -23,6 +23,7 @@ from conftest import ROOT, run_cli, run_dirs
 # fixtures are built once and no worker waits for digits_run (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("digits_run")
 
+BODY = 400_000  # the body limit of the module's server (a 640x480 noise PNG fits)
 START_TIMEOUT = 180  # seconds: importing torch and warming up on a loaded 2-core machine
 
 
@@ -73,17 +74,28 @@ def png(pixels: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-def digits(digits_run, tmp_path_factory):
-    """The default digits run's best checkpoint exported to ONNX, and eval.py's predictions."""
+def export_digits(digits_run, tmp_path_factory) -> dict:
+    """The default digits run's best checkpoint exported to ONNX (once per session: the
+    serving test modules share it), and eval.py's predictions."""
+    from filelock import FileLock
+
     from litlab.export.recipe import export
 
-    logs = tmp_path_factory.mktemp("serve") / "logs"
+    base = tmp_path_factory.getbasetemp()
+    logs = base / "serve_export" / "logs"
+    with FileLock(base / "serve_export.lock"):
+        if not (logs / "export" / "done").exists():
+            report = export(digits_run.best, ["onnx"], logs / "export", latency_batch_sizes=())
+            assert report["ok"], report
+            (logs / "export" / "done").touch()
     with open(digits_run.eval / "predictions.csv") as f:
         preds = [int(r["pred"]) for r in csv.DictReader(f)]
-    report = export(digits_run.best, ["onnx"], logs / "export", latency_batch_sizes=())
-    assert report["ok"], report
     return {"onnx": logs / "export" / "model.onnx", "preds": preds, "logs": logs}
+
+
+@pytest.fixture(scope="module")
+def digits(digits_run, tmp_path_factory):
+    return export_digits(digits_run, tmp_path_factory)
 
 
 def start(model: Path, logs: Path, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -120,7 +132,7 @@ def start(model: Path, logs: Path, *extra: str) -> tuple[subprocess.Popen, str]:
 
 @pytest.fixture(scope="module")
 def server(digits):
-    proc, url = start(digits["onnx"], digits["logs"], "max_batch=4", "max_body_bytes=65536")
+    proc, url = start(digits["onnx"], digits["logs"], "max_batch=4", f"max_body_bytes={BODY}")
     yield url
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
@@ -147,6 +159,8 @@ def test_health_metadata_metrics(server):
     assert request(server + "/health") == (200, {"status": "ready", "model": "model.onnx"})
     meta = request(server + "/metadata")[1]
     assert meta["task"] == "image_classification" and meta["inputs"]["x"]["layout"] == "NCHW"
+    assert meta["inputs"]["background"] == [0.0]  # digits: white ink on black
+    assert meta["ood"]["test_exceed_fraction"] <= 0.05 and meta["ood"]["test_count"] == 360
     metrics = request(server + "/metrics")[1].decode()
     assert 'litlab_requests_total{path="/health",status="200"}' in metrics
     assert "litlab_request_seconds_bucket" in metrics
@@ -168,9 +182,9 @@ BAD = [  # (body, content type, status, words of the error)
     (json.dumps({"x": 1}).encode(), "application/json", 422, "'inputs'"),
     (b"", "application/json", 400, "empty"),
     (b"{not json", "application/json", 400, "not valid JSON"),
-    (b"x" * 70000, "application/json", 413, "larger than the limit"),
+    (b"x" * (BODY + 1), "application/json", 413, "larger than the limit"),
     (b"hello", "text/plain", 415, "content type"),
-    (multipart([("a.png", b"this is not an image")]), None, 415, "PNG or JPEG"),
+    (multipart([("a.png", b"this is not an image")]), None, 415, "PNG, JPEG or TIFF"),
     (multipart([("a.png", b"")]), None, 400, "empty"),
     (multipart([(f"{i}.png", b"x") for i in range(5)]), None, 413, "limit is 4"),
     (b"--nope\r\n\r\nbroken", "multipart/form-data; boundary=nope", 400, None),
@@ -185,6 +199,74 @@ def test_bad_requests_get_one_sentence_4xx(server, body, kind, status, words):
     assert got == status, out
     assert list(out) == ["error"] and out["error"].endswith(".") and "\n" not in out["error"]
     assert words is None or words in out["error"]
+
+
+def digits_test_split(n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    from litlab.data.vision import DigitsDataModule
+
+    dm = DigitsDataModule()
+    dm.setup()
+    images = (dm.test_set.images[:n, 0].numpy() * 255).round().astype(np.uint8)
+    return images, dm.test_set.labels[:n].numpy()
+
+
+def classify_over_http(url: str, files: list[bytes]) -> tuple[list[int], list[bool]]:
+    ids, flagged = [], []
+    for i in range(0, len(files), 4):
+        body, kind = multipart([(f"{j}.img", f) for j, f in enumerate(files[i : i + 4])])
+        status, out = request(url + "/predict", body, kind)
+        assert status == 200, out
+        ids += out["class_ids"]
+        flagged += out["out_of_distribution"]
+    return ids, flagged
+
+
+def mode_accuracy(url: str, n: int | None) -> dict[str, tuple[float, float, list[int]]]:
+    """Per image mode: accuracy, share flagged out-of-distribution, predictions."""
+    from image_modes import MODES
+
+    images, labels = digits_test_split(n)
+    out = {}
+    for name, save in MODES.items():
+        ids, flagged = classify_over_http(url, [save(a) for a in images])
+        out[name] = (float(np.mean(np.asarray(ids) == labels)), float(np.mean(flagged)), ids)
+    return out
+
+
+def check_modes(results: dict) -> None:
+    from image_modes import LOSSLESS
+
+    reference_acc, _, reference = results["L 8-bit"]
+    for name, (acc, flagged, ids) in results.items():
+        assert acc >= 0.95 and acc >= reference_acc - 0.02, (name, acc, reference_acc)
+        assert flagged <= 0.1, (name, flagged)  # the digits stay in distribution
+        if name in LOSSLESS:  # the same pixels: the same answers
+            assert ids == reference, name
+
+
+def test_every_image_mode_is_classified_as_the_8bit_png(server):
+    """Transparent canvases in either ink colour, palettes with transparency, 16-bit, float,
+    CMYK, JPEG and larger images of the same digits get the 8-bit PNG's answers over HTTP."""
+    check_modes(mode_accuracy(server, 60))
+
+
+@pytest.mark.slow
+def test_every_image_mode_on_the_whole_test_split(server):
+    results = mode_accuracy(server, None)
+    for name, (acc, flagged, _) in results.items():
+        print(f"{name:30s} accuracy {acc:.4f}  flagged out-of-distribution {flagged:.3f}")
+    check_modes(results)
+
+
+def test_noise_and_blank_images_are_flagged(server):
+    from image_modes import far_from_digits
+
+    for name, raw in far_from_digits().items():
+        body, kind = multipart([(f"{name}.png", raw)])
+        status, out = request(server + "/predict", body, kind)
+        assert status == 200 and out["out_of_distribution"] == [True], (name, out)
+        threshold = request(server + "/metadata")[1]["ood"]["threshold"]
+        assert out["ood_scores"][0] > threshold
 
 
 def test_good_request_after_200_bad_ones(server, digits):

@@ -108,8 +108,11 @@ def decode(img, layout: dict) -> np.ndarray:
         if img.format == "JPEG":
             img.draft(None, (size, size))  # DCT scaling: decode big photos at a fraction
         img, full = _working_mode(img)
-        if img.size != (size, size):
-            img = img.resize((size, size), Image.Resampling.BILINEAR)
+        if img.size != (size, size):  # area means down (as digits were made), bilinear up
+            down = img.size[0] >= size and img.size[1] >= size
+            img = img.resize(
+                (size, size), Image.Resampling.BOX if down else Image.Resampling.BILINEAR
+            )
         pixels = np.asarray(img, dtype=np.float32)
     except BadRequest:
         raise

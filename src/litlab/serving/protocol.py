@@ -27,7 +27,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def __init__(self, config, server_state, app_state, _loop=None):
         super().__init__(config, server_state, app_state, _loop)
         self.limits = config.litlab_settings
-        self.head_bytes, self.reading_head = 0, True
+        self.head_bytes, self.head_size, self.reading_head = 0, 0, True
         self.read_timer = None
         self.draining = self.refused = False
 
@@ -65,12 +65,15 @@ class GuardedProtocol(HttpToolsProtocol):
             and self.head_bytes > self.limits.max_header_bytes
             and not self.transport.is_closing()
         ):
-            self.reject(
-                431,
-                "Request Header Fields Too Large",
-                f"The request line and headers are larger than the limit of "
-                f"{self.limits.max_header_bytes} bytes.",
-            )
+            self.too_big()
+
+    def too_big(self) -> None:
+        self.reject(
+            431,
+            "Request Header Fields Too Large",
+            f"The request line and headers are larger than the limit of "
+            f"{self.limits.max_header_bytes} bytes (serve setting max_header_bytes).",
+        )
 
     def eof_received(self) -> None:
         if self.refused:
@@ -83,8 +86,20 @@ class GuardedProtocol(HttpToolsProtocol):
                 self.limits.request_read_timeout_s, self.read_timeout
             )
 
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self.head_size += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self.head_size += len(name) + len(value) + 4
+
     def on_headers_complete(self) -> None:
-        self.reading_head, self.head_bytes = False, 0
+        too_big = self.head_size > self.limits.max_header_bytes
+        self.reading_head, self.head_bytes, self.head_size = False, 0, 0
+        if too_big:  # a head that arrived in one piece
+            self.too_big()
+            raise ValueError("headers too large")  # stops the parser; answered already
         super().on_headers_complete()
         if self.draining and self.cycle is not None:
             self.cycle.keep_alive = False
@@ -128,6 +143,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
+        if self.transport.is_closing():  # answered already (a 431 stops the parser so)
+            return
         self.reject(
             400,
             "Bad Request",
