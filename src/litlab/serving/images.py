@@ -43,7 +43,13 @@ def check_header(raw: bytes, max_pixels: int):
     try:
         img = Image.open(io.BytesIO(raw), formats=FORMATS)  # no other decoder is tried
         width, height = img.size
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:  # PIL's own header check, past 2 x 89 M pixels
+        raise BadRequest(
+            f"An uploaded image has more pixels than the limit of {max_pixels:,} per image "
+            "(serve setting max_image_pixels).",
+            413,
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         raise BadRequest(
             "An uploaded file is not a readable PNG, JPEG or TIFF image.", 415
         ) from None
