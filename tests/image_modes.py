@@ -6,6 +6,7 @@ import io
 
 import numpy as np
 from PIL import Image
+from serve_helpers import multipart, request
 
 
 def _save(img: Image.Image, fmt: str = "PNG", **kw) -> bytes:
@@ -67,3 +68,42 @@ def far_from_digits(seed: int = 0) -> dict[str, bytes]:
         "grey 128": _save(Image.new("L", (100, 100), 128)),
         "fully transparent": _save(Image.new("RGBA", (8, 8), (0, 0, 0, 0))),
     }
+
+
+def digits_test_split(n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    from litlab.data.vision import DigitsDataModule
+
+    dm = DigitsDataModule()
+    dm.setup()
+    images = (dm.test_set.images[:n, 0].numpy() * 255).round().astype(np.uint8)
+    return images, dm.test_set.labels[:n].numpy()
+
+
+def classify_over_http(url: str, files: list[bytes]) -> tuple[list[int], list[bool]]:
+    ids, flagged = [], []
+    for i in range(0, len(files), 4):
+        body, kind = multipart([(f"{j}.img", f) for j, f in enumerate(files[i : i + 4])])
+        status, out = request(url + "/predict", body, kind)
+        assert status == 200, out
+        ids += out["class_ids"]
+        flagged += out["out_of_distribution"]
+    return ids, flagged
+
+
+def mode_accuracy(url: str, n: int | None) -> dict[str, tuple[float, float, list[int]]]:
+    """Per image mode: accuracy, share flagged out-of-distribution, predictions."""
+    images, labels = digits_test_split(n)
+    out = {}
+    for name, save in MODES.items():
+        ids, flagged = classify_over_http(url, [save(a) for a in images])
+        out[name] = (float(np.mean(np.asarray(ids) == labels)), float(np.mean(flagged)), ids)
+    return out
+
+
+def check_modes(results: dict) -> None:
+    reference_acc, _, reference = results["L 8-bit"]
+    for name, (acc, flagged, ids) in results.items():
+        assert acc >= 0.95 and acc >= reference_acc - 0.02, (name, acc, reference_acc)
+        assert flagged <= 0.1, (name, flagged)  # the digits stay in distribution
+        if name in LOSSLESS:  # the same pixels: the same answers
+            assert ids == reference, name

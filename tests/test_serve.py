@@ -2,132 +2,27 @@
 real HTTP. Uploaded images get eval.py's predictions; bad requests get one-sentence 4xx errors
 and never break the worker; SIGTERM drains and exits 0 with nothing left behind."""
 
-import csv
-import io
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli, run_dirs
+from conftest import run_cli, run_dirs
+from image_modes import check_modes, far_from_digits, mode_accuracy
+from serve_helpers import export_digits, multipart, png, request, start
 
 # one worker runs this module (and the other users of digits_run), so its module-scoped
 # fixtures are built once and no worker waits for digits_run (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("digits_run")
 
 BODY = 400_000  # the body limit of the module's server (a 640x480 noise PNG fits)
-START_TIMEOUT = 180  # seconds: importing torch and warming up on a loaded 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def request(
-    url, body: bytes | None = None, content_type: str | None = None, headers: dict | None = None
-) -> tuple[int, dict | bytes]:
-    req = urllib.request.Request(
-        url,
-        data=body,
-        method="POST" if body is not None else "GET",
-        headers={**({"Content-Type": content_type} if content_type else {}), **(headers or {})},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            status, raw, kind = r.status, r.read(), r.headers.get("content-type", "")
-    except urllib.error.HTTPError as e:
-        status, raw, kind = e.code, e.read(), e.headers.get("content-type", "")
-    return status, json.loads(raw) if "json" in kind else raw
-
-
-def multipart(files: list[tuple[str, bytes]]) -> tuple[bytes, str]:
-    boundary = "litlabboundary7MA4YWxk"
-    parts = [
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-            f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'
-        ).encode()
-        + data
-        + b"\r\n"
-        for name, data in files
-    ]
-    return b"".join(
-        parts
-    ) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
-
-
-def png(pixels: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def export_digits(digits_run, tmp_path_factory) -> dict:
-    """The default digits run's best checkpoint exported to ONNX (once per session: the
-    serving test modules share it), and eval.py's predictions."""
-    from filelock import FileLock
-
-    from litlab.export.recipe import export
-
-    base = tmp_path_factory.getbasetemp()
-    logs = base / "serve_export" / "logs"
-    with FileLock(base / "serve_export.lock"):
-        if not (logs / "export" / "done").exists():
-            report = export(digits_run.best, ["onnx"], logs / "export", latency_batch_sizes=())
-            assert report["ok"], report
-            (logs / "export" / "done").touch()
-    with open(digits_run.eval / "predictions.csv") as f:
-        preds = [int(r["pred"]) for r in csv.DictReader(f)]
-    return {"onnx": logs / "export" / "model.onnx", "preds": preds, "logs": logs}
 
 
 @pytest.fixture(scope="module")
 def digits(digits_run, tmp_path_factory):
     return export_digits(digits_run, tmp_path_factory)
-
-
-def start(model: Path, logs: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "src" / "serve.py"),
-            f"model_path={model}",
-            f"port={port}",
-            f"paths.log_dir={logs}",
-            "extras.print_config=false",
-            *extra,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url, deadline = f"http://127.0.0.1:{port}", time.time() + START_TIMEOUT
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"serve.py exited {proc.returncode}: {proc.stdout.read()}")
-        try:
-            if request(url + "/health")[0] == 200:
-                return proc, url
-        except OSError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise AssertionError("serve.py did not become ready")
 
 
 @pytest.fixture(scope="module")
@@ -201,49 +96,6 @@ def test_bad_requests_get_one_sentence_4xx(server, body, kind, status, words):
     assert words is None or words in out["error"]
 
 
-def digits_test_split(n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    from litlab.data.vision import DigitsDataModule
-
-    dm = DigitsDataModule()
-    dm.setup()
-    images = (dm.test_set.images[:n, 0].numpy() * 255).round().astype(np.uint8)
-    return images, dm.test_set.labels[:n].numpy()
-
-
-def classify_over_http(url: str, files: list[bytes]) -> tuple[list[int], list[bool]]:
-    ids, flagged = [], []
-    for i in range(0, len(files), 4):
-        body, kind = multipart([(f"{j}.img", f) for j, f in enumerate(files[i : i + 4])])
-        status, out = request(url + "/predict", body, kind)
-        assert status == 200, out
-        ids += out["class_ids"]
-        flagged += out["out_of_distribution"]
-    return ids, flagged
-
-
-def mode_accuracy(url: str, n: int | None) -> dict[str, tuple[float, float, list[int]]]:
-    """Per image mode: accuracy, share flagged out-of-distribution, predictions."""
-    from image_modes import MODES
-
-    images, labels = digits_test_split(n)
-    out = {}
-    for name, save in MODES.items():
-        ids, flagged = classify_over_http(url, [save(a) for a in images])
-        out[name] = (float(np.mean(np.asarray(ids) == labels)), float(np.mean(flagged)), ids)
-    return out
-
-
-def check_modes(results: dict) -> None:
-    from image_modes import LOSSLESS
-
-    reference_acc, _, reference = results["L 8-bit"]
-    for name, (acc, flagged, ids) in results.items():
-        assert acc >= 0.95 and acc >= reference_acc - 0.02, (name, acc, reference_acc)
-        assert flagged <= 0.1, (name, flagged)  # the digits stay in distribution
-        if name in LOSSLESS:  # the same pixels: the same answers
-            assert ids == reference, name
-
-
 def test_every_image_mode_is_classified_as_the_8bit_png(server):
     """Transparent canvases in either ink colour, palettes with transparency, 16-bit, float,
     CMYK, JPEG and larger images of the same digits get the 8-bit PNG's answers over HTTP."""
@@ -259,8 +111,6 @@ def test_every_image_mode_on_the_whole_test_split(server):
 
 
 def test_noise_and_blank_images_are_flagged(server):
-    from image_modes import far_from_digits
-
     for name, raw in far_from_digits().items():
         body, kind = multipart([(f"{name}.png", raw)])
         status, out = request(server + "/predict", body, kind)

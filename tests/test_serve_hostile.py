@@ -3,19 +3,26 @@
 headers; slow and idle clients are closed by the timeouts; /health answers while large images
 decode; SIGTERM answers every request already accepted."""
 
-import io
 import json
 import random
 import signal
 import socket
-import struct
 import threading
 import time
-import zlib
 
 import numpy as np
 import pytest
-from test_serve import export_digits, multipart, request, start
+from serve_helpers import (
+    big_png,
+    exchange,
+    export_digits,
+    multipart,
+    parse,
+    png_bomb,
+    post,
+    request,
+    start,
+)
 
 pytestmark = pytest.mark.xdist_group("digits_run")
 
@@ -39,66 +46,6 @@ def guarded(digits):
     yield proc, url, int(url.rsplit(":", 1)[1])
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
-
-
-def exchange(port: int, data: bytes, wait: float = 10.0, pause: float = 0.0) -> bytes:
-    """Send raw bytes (one byte every `pause` s if given), read until the server closes."""
-    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
-        try:
-            if pause:
-                for b in data:
-                    s.sendall(bytes([b]))
-                    time.sleep(pause)
-            else:
-                s.sendall(data)
-        except OSError:
-            pass  # the server may answer and close before everything is sent
-        out = b""
-        try:
-            while chunk := s.recv(65536):
-                out += chunk
-        except (TimeoutError, ConnectionResetError):
-            pass
-        return out
-
-
-def parse(raw: bytes) -> tuple[int, dict, dict]:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
-    return int(lines[0].split()[1]), headers, json.loads(body) if body else {}
-
-
-def png_bomb(width: int, height: int) -> bytes:
-    """A PNG whose header claims width x height 1-bit pixels: a few hundred bytes."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    idat = zlib.compress(b"\x00" * 1000)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
-
-
-def big_png(side: int, seed: int = 0) -> bytes:
-    """A legal, large, well-compressed RGBA image (slow to decode, small to send)."""
-    from PIL import Image
-
-    ramp = np.linspace(0, 255, side, dtype=np.uint8)
-    rgba = np.dstack([np.add.outer(ramp, ramp // 2 + seed)] * 3 + [np.add.outer(ramp, ramp)])
-    buf = io.BytesIO()
-    Image.fromarray(rgba.astype(np.uint8), "RGBA").save(buf, "PNG", compress_level=1)
-    return buf.getvalue()
-
-
-def post(port: int, body: bytes, kind: str, extra: str = "") -> bytes:
-    head = (
-        f"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: {kind}\r\n"
-        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 JSON_HOSTILE = {  # body: words of the 422/413 error

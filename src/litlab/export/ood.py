@@ -28,6 +28,8 @@ def summary(x: np.ndarray) -> np.ndarray:
     """(N, C, *spatial) model inputs -> (N, d) block means over a coarse grid."""
     n, _, *spatial = x.shape
     grid = 8 if len(spatial) == 2 else 4
+    if max(spatial) <= grid:  # already coarse (digits: 8x8)
+        return x.reshape(n, -1)
     out = np.asarray(x, np.float64)
     for axis, size in enumerate(spatial, start=2):
         edges = np.linspace(0, size, min(grid, size) + 1).astype(int)
@@ -66,8 +68,10 @@ def input_distance(summaries: np.ndarray, params: dict) -> np.ndarray:
 
 def statistics(x: np.ndarray) -> np.ndarray:
     """(N, C, *spatial) -> (N, 2C): per channel mean and standard deviation."""
-    flat = np.asarray(x, np.float64).reshape(len(x), x.shape[1], -1)
-    return np.concatenate([flat.mean(2), flat.std(2)], 1)
+    flat = x.reshape(len(x), x.shape[1], -1)
+    mean = flat.mean(2)
+    spread = np.sqrt(np.maximum((flat * flat).mean(2) - mean * mean, 0))
+    return np.concatenate([mean, spread], 1)
 
 
 def fit_statistics(stats: np.ndarray) -> dict:
@@ -91,7 +95,7 @@ def tensor_parts(x: np.ndarray, params: dict) -> dict[str, np.ndarray]:
 def unconfidence(probs: np.ndarray) -> np.ndarray:
     """1 - max softmax probability, per item (probs (N, classes, ...): voxels are averaged)."""
     top = 1 - probs.max(1)
-    return top.reshape(len(top), -1).mean(1)
+    return top if top.ndim == 1 else top.reshape(len(top), -1).mean(1)
 
 
 def _scale(values: np.ndarray) -> dict:
@@ -102,8 +106,12 @@ def _scale(values: np.ndarray) -> dict:
 
 def combined(parts: dict[str, np.ndarray], ood: dict) -> np.ndarray:
     """The max over parts of (value - test median) / (test 97.5th percentile - median)."""
-    out = [(v - ood["parts"][k]["median"]) / ood["parts"][k]["scale"] for k, v in parts.items()]
-    return np.max(out, axis=0)
+    out = None
+    for k, v in parts.items():
+        part = ood["parts"][k]
+        z = (v - part["median"]) / part["scale"]
+        out = z if out is None else np.maximum(out, z)
+    return out
 
 
 def calibrate(test_parts: dict[str, np.ndarray], input_params: dict | None) -> dict:

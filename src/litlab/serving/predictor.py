@@ -54,9 +54,9 @@ class Predictor:
     async def classify_batch(self, x: np.ndarray) -> dict:
         runner = self.runner
         if self.batcher is not None:
-            logits = await self.batcher(x)
-        else:
-            logits = runner.run(x) if runner.inline else await self.offload(runner.run, x)
+            probs, scores = await self.batcher(x)
+            return runner.classify(None, probs=probs, scores=scores)
+        logits = runner.run(x) if runner.inline else await self.offload(runner.run, x)
         return runner.classify(logits, x)
 
     async def json(self, body: bytes) -> dict:

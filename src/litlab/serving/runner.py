@@ -44,28 +44,37 @@ class Runner:
     def run(self, *inputs: np.ndarray) -> np.ndarray:
         return self.session.run(None, dict(zip(self.input_names, inputs)))[0]
 
-    def ood_fields(self, probs: np.ndarray, x: np.ndarray | None = None) -> dict:
-        """`ood_scores` and `out_of_distribution` per item (absent for exports without them)."""
+    def ood_scores(self, probs: np.ndarray, x: np.ndarray | None = None) -> np.ndarray | None:
+        """The out-of-distribution score per item (None for exports without one)."""
         if self.ood is None:
-            return {}
+            return None
         parts = {"confidence": ood.unconfidence(probs)}
         if self.ood_model is not None and x is not None:
             parts |= ood.tensor_parts(x, self.ood_model)
-        scores = ood.combined(parts, self.ood)
+        return ood.combined(parts, self.ood)
+
+    def ood_fields(self, scores: np.ndarray | None) -> dict:
+        """`ood_scores` and `out_of_distribution` per item (absent for exports without them)."""
+        if scores is None:
+            return {}
         return {
             "ood_scores": np.round(scores, 4).tolist(),
             "out_of_distribution": (scores > self.ood["threshold"]).tolist(),
         }
 
-    def classify(self, logits: np.ndarray, x: np.ndarray | None = None) -> dict:
-        probs = softmax(logits.astype(np.float64))
+    def classify(self, logits: np.ndarray, x=None, scores=None, probs=None) -> dict:
+        """Classes and probabilities; the OOD scores given (computed for a whole micro-batch)
+        or computed here from the probabilities and the inputs `x`."""
+        probs = softmax(logits.astype(np.float64)) if probs is None else probs
         ids = probs.argmax(1)
+        if scores is None:
+            scores = self.ood_scores(probs, x)
         return {
             "predictions": [self.classes[i] for i in ids],
             "class_ids": ids.tolist(),
             "probabilities": np.round(probs, 6).tolist(),
             "classes": self.classes,
-            **self.ood_fields(probs, x),
+            **self.ood_fields(scores),
         }
 
     def segment(self, volume: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -85,7 +94,8 @@ class Runner:
                 mode=window["mode"],
             )
         probs = logits.softmax(1).numpy()
-        return logits.argmax(1)[0].numpy().astype(np.uint8), self.ood_fields(probs)
+        mask = logits.argmax(1)[0].numpy().astype(np.uint8)
+        return mask, self.ood_fields(self.ood_scores(probs))
 
     #: runs faster than this (measured at warm-up) happen on the event loop: a thread
     #: hand-off costs more than the run itself for small models
@@ -123,10 +133,12 @@ class Runner:
 
 def _arrays(model: dict) -> dict:
     """The OOD model's lists as arrays, once (a request then pays only the arithmetic)."""
-    return {
+    out = {
         part: {k: np.asarray(v) if isinstance(v, list) else v for k, v in params.items()}
         for part, params in model.items()
     }
+    out["input"]["components"] = np.ascontiguousarray(out["input"]["components"])
+    return out
 
 
 class MicroBatcher:
@@ -172,8 +184,14 @@ class MicroBatcher:
                 for _, future in items:
                     future.set_exception(err)
                 continue
+            # probabilities and OOD scores of the whole batch: numpy's per-call cost once
+            probs = softmax(out.astype(np.float64))
+            scores = self.runner.ood_scores(probs, batch)
             start = 0
             for x, future in items:
+                end = start + len(x)
                 if not future.cancelled():
-                    future.set_result(out[start : start + len(x)])
-                start += len(x)
+                    future.set_result(
+                        (probs[start:end], None if scores is None else scores[start:end])
+                    )
+                start = end
