@@ -148,6 +148,10 @@ def export(
     meta = metadata(run, spec, ckpt_path, metric)
     eager = eager_predictor(net)
     serving_metadata(spec, eager, meta)
+    print(
+        f"out-of-distribution threshold {meta['ood']['threshold']:.3g}: "
+        f"{meta['ood']['test_exceed_fraction']:.1%} of the test split above it"
+    )
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     reference = test_metric(run.model, spec, eager, metric)
@@ -204,7 +208,8 @@ def export(
         "latency": latency,
         "threads": torch.get_num_threads(),
         "batch_unit": "samples" if batched else "whole input (graph or graph batch)",
-        "metadata": {k: v for k, v in meta.items() if k != "config"},
+        "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
+        "ood": {k: v for k, v in meta["ood"].items() if k not in ("model", "parts")},
     }
     reporting.write(result, out)
     print(f"report: {out / 'export_report.md'}")
