@@ -40,9 +40,7 @@ LOSSLESS = {  # same pixels as the 8-bit grey PNG, other encodings
     "grey, tRNS black": lambda a: _save(Image.fromarray(a), transparency=0),
     "16-bit grey": lambda a: _save(Image.fromarray(a.astype(np.uint16) * 257)),
     "float TIFF": lambda a: _save(Image.fromarray(a.astype(np.float32) / 255), "TIFF"),
-    "RGBA 16-bit-like, opaque": lambda a: _save(
-        Image.fromarray(np.dstack([a] * 3 + [a * 0 + 255]))
-    ),
+    "RGBA, opaque": lambda a: _save(Image.fromarray(np.dstack([a] * 3 + [a * 0 + 255]))),
 }
 LOSSY = {  # compressed or resampled: close to, not equal to, the 8-bit PNG
     "CMYK JPEG": lambda a: _save(

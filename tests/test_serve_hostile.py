@@ -143,7 +143,7 @@ def test_bombs_are_refused_from_the_header(guarded):
 def test_health_answers_while_large_images_decode(guarded):
     url, big = guarded[1], big_png(4000)
     body, kind = multipart([("big.png", big)] * 4)  # 64 M pixels: the request's limit
-    results, worst = [], 0.0
+    results, waits = [], []
     threads = [
         threading.Thread(target=lambda: results.append(request(url + "/predict", body, kind)))
         for _ in range(2)
@@ -154,10 +154,12 @@ def test_health_answers_while_large_images_decode(guarded):
     while any(t.is_alive() for t in threads):
         start_ = time.perf_counter()
         assert request(url + "/health")[0] == 200
-        worst = max(worst, time.perf_counter() - start_)
+        waits.append(time.perf_counter() - start_)
         time.sleep(0.02)
     assert [s for s, _ in results] == [200, 200], results
-    assert worst < 0.2, worst  # 100 ms on an idle machine; this one is shared
+    # decoding on the event loop held /health for the whole decode (seconds); on this shared
+    # 2-core machine a single poll can wait for a core: the typical poll and the worst bound
+    assert np.median(waits) < 0.1 and max(waits) < 1.0, waits
 
 
 def test_sigterm_answers_every_accepted_large_request(digits):

@@ -35,7 +35,9 @@ class Predictor:
             if settings.batching and runner.task in BATCHABLE
             else None
         )
-        self.pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="decode")
+        self.pool = ThreadPoolExecutor(
+            settings.decode_threads, thread_name_prefix="decode", initializer=_background
+        )
         self.channels = int(runner.layout["x"]["shape"][1])
 
     async def offload(self, fn, *args):
@@ -168,6 +170,18 @@ class Predictor:
             feats = self.channels
             graph = {"x": [[0.0] * feats] * 3, "edge_index": [[0, 1], [1, 2]]}
             await self.predict_json(graph)
+
+
+def _background() -> None:
+    """Decode threads yield the CPU to the event loop's thread (Linux: nice is per thread),
+    so /health and small requests are answered first on a busy machine."""
+    import os
+    import threading
+
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):  # not Linux, or not permitted: same priority then
+        pass
 
 
 def fit_volume(volume: np.ndarray, layout: dict) -> np.ndarray:
