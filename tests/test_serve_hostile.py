@@ -253,3 +253,23 @@ def test_deadline_answers_503_with_retry_after():
     asyncio.run(main())
     assert sent[0]["status"] == 503 and (b"retry-after", b"3") in sent[0]["headers"]
     assert "max_request_s" in json.loads(sent[1]["body"])["error"]
+
+
+def test_nifti_gzip_bomb_is_refused_from_its_header():
+    """A 49 kB .nii.gz whose header claims 2000^3 voxels: 413 before any voxel is inflated."""
+    import gzip
+
+    import nibabel as nib
+
+    import litlab.data.volumes  # noqa: F401  (its imports are not what is timed)
+    from litlab.serving import inputs
+
+    header = nib.Nifti1Header()
+    header.set_data_shape((2000, 2000, 2000))
+    header.set_data_dtype(np.uint8)
+    bomb = gzip.compress(header.binaryblock + b"\0" * 4 + b"\0" * 50_000_000)
+    start_ = time.perf_counter()
+    with pytest.raises(inputs.BadRequest, match="max_volume_voxels") as err:
+        inputs.nifti(bomb, "bomb.nii.gz", 1)
+    assert err.value.status == 413 and time.perf_counter() - start_ < 0.5
+    assert inputs.nifti_voxels(b"not a volume" * 50) == 0

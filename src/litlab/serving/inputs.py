@@ -114,13 +114,43 @@ def affine(mean: tuple, std: tuple) -> tuple[np.ndarray, np.ndarray]:
     return 1 / (255 * s), -m / s
 
 
-def nifti(raw: bytes, filename: str, channels: int) -> tuple[np.ndarray, np.ndarray]:
-    """A NIfTI upload as (volume (C, D, H, W) z-scored per channel as in training, affine)."""
+def nifti_voxels(raw: bytes) -> int:
+    """Voxels the NIfTI header claims, read from the first bytes only (a gzip bomb is never
+    inflated past its header); 0 when there is no readable header."""
+    import gzip
+    import io
+
+    import nibabel as nib
+
+    try:
+        head = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(540) if raw[:2] == b"\x1f\x8b" else raw
+        nifti2 = head[4:7] in (b"n+2", b"ni2")
+        if not (nifti2 or head[344:347] in (b"n+1", b"ni1")):
+            return 0  # no NIfTI magic: not a NIfTI header
+        kind = nib.Nifti2Header if nifti2 else nib.Nifti1Header
+        header = kind.from_fileobj(io.BytesIO(head[: kind.sizeof_hdr]), check=False)
+        shape = header.get_data_shape()
+    except Exception:  # noqa: BLE001 (not NIfTI: the reader below says so)
+        return 0
+    return int(np.prod(shape, dtype=np.float64))
+
+
+def nifti(
+    raw: bytes, filename: str, channels: int, max_voxels: int = 1 << 25
+) -> tuple[np.ndarray, np.ndarray]:
+    """A NIfTI upload as (volume (C, D, H, W) z-scored per channel as in training, affine);
+    its size is checked from the header before the voxels are read."""
     from litlab.data.volumes import normalize, read_nifti
     from litlab.errors import UserError
 
     if not raw:
         raise BadRequest("The uploaded NIfTI file is empty.")
+    if (voxels := nifti_voxels(raw)) > max_voxels:
+        raise BadRequest(
+            f"The volume's header claims {voxels:,} voxels; the limit is {max_voxels:,} "
+            "(serve setting max_volume_voxels).",
+            413,
+        )
     suffix = ".nii.gz" if raw[:2] == b"\x1f\x8b" else ".nii"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"upload{suffix}"

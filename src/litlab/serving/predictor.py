@@ -129,7 +129,8 @@ class Predictor:
     def volume(self, raw: bytes, name: str):
         """One NIfTI upload: a classification dict, or (mask as NIfTI bytes, fields)."""
         runner = self.runner
-        volume, affine = inputs.nifti(raw, name or "upload", self.channels)
+        limit = self.settings.max_volume_voxels
+        volume, affine = inputs.nifti(raw, name or "upload", self.channels, limit)
         if runner.task == VOLUME_CLASSIFICATION:
             x = fit_volume(volume, runner.layout)[None]
             return runner.classify(runner.run(x), x)

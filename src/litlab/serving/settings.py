@@ -32,6 +32,8 @@ class ServeSettings(BaseModel):
     max_image_pixels: Annotated[int, Field(ge=1, le=1 << 28)] = 4096 * 4096
     max_request_pixels: Annotated[int, Field(ge=1, le=1 << 30)] = 64 * MiB
     decode_threads: Annotated[int, Field(ge=1, le=64)] = 2
+    # NIfTI volumes: voxels (x channels) from the header, checked before reading
+    max_volume_voxels: Annotated[int, Field(ge=1, le=1 << 31)] = 1 << 25
     # connections
     max_header_bytes: Annotated[int, Field(ge=KiB, le=MiB)] = 16 * KiB
     keep_alive_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
