@@ -37,7 +37,8 @@ class Runner:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
         self.ood = self.meta.get("ood")
-        self.ood_model = _arrays(self.ood["model"]) if self.ood and "model" in self.ood else None
+        self.ood_model = self.ood.get("model") if self.ood else None
+        self.ood_score = ood.scorer(self.ood) if self.ood else None
         self.inline = False
         self.warm_up()
 
@@ -48,10 +49,7 @@ class Runner:
         """The out-of-distribution score per item (None for exports without one)."""
         if self.ood is None:
             return None
-        parts = {"confidence": ood.unconfidence(probs)}
-        if self.ood_model is not None and x is not None:
-            parts |= ood.tensor_parts(x, self.ood_model)
-        return ood.combined(parts, self.ood)
+        return self.ood_score(probs, x if self.ood_model is not None else None)
 
     def ood_fields(self, scores: np.ndarray | None) -> dict:
         """`ood_scores` and `out_of_distribution` per item (absent for exports without them)."""
@@ -129,16 +127,6 @@ class Runner:
             return self.run(np.zeros((1, channels, *self.layout["patch_size"]), np.float32))
         shape = [int(s) for s in self.layout["x"]["shape"][1:]]
         return self.run(np.zeros((1, *shape), np.float32))
-
-
-def _arrays(model: dict) -> dict:
-    """The OOD model's lists as arrays, once (a request then pays only the arithmetic)."""
-    out = {
-        part: {k: np.asarray(v) if isinstance(v, list) else v for k, v in params.items()}
-        for part, params in model.items()
-    }
-    out["input"]["components"] = np.ascontiguousarray(out["input"]["components"])
-    return out
 
 
 class MicroBatcher:
