@@ -96,7 +96,10 @@ inline void micro_kernel(int64_t kc, const T* __restrict ap, const T* __restrict
 template <typename S, typename T>
 void pack(const S* src, int64_t rs, int64_t ks, int64_t rows, int64_t depth, int width, T* dst) {
   const int64_t panels = (rows + width - 1) / width;
-  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+  // small packs stay on the calling thread: a parallel region's start and barrier cost more
+  // than copying a few tens of kB (and far more on a machine busier than its cores)
+  const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, depth * width));
+  at::parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; ++q) {
       T* out = dst + q * depth * width;
       const int64_t r0 = q * width;
@@ -130,7 +133,9 @@ void tiles(const T* a_pack, const T* b_pack, T* c, int64_t ldc, int64_t mb, int6
   const int64_t splits =
       std::min<int64_t>(n_panels, std::max<int64_t>(1, (2 * threads + n_ic - 1) / n_ic));
   const int64_t per_tile = (n_panels + splits - 1) / splits;
-  at::parallel_for(0, n_ic * splits, 1, [&](int64_t begin, int64_t end) {
+  // a few microseconds of work (a small layer's product) is not worth waking the threads
+  const int64_t grain = mb * nc * kc < (1 << 18) ? n_ic * splits : 1;
+  at::parallel_for(0, n_ic * splits, grain, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t ic = (t / splits) * MC;
       const int64_t mc = std::min(MC, mb - ic);
