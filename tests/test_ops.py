@@ -134,10 +134,13 @@ def test_tiled_linear_is_a_linear():
     assert isinstance(tiled, torch.nn.Linear)
 
 
-def test_compile_fullgraph_forward_and_backward():
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compile_fullgraph_forward_and_backward(backend):
+    """Dynamo traces the op without a graph break (fullgraph), AOT autograd traces its backward
+    through the fake kernel; inductor (slow: it compiles C++) leaves the op as an extern call."""
     net = tiled_mlp()
     x = torch.randn(6, 8)
-    compiled = torch.compile(net, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(net, fullgraph=True, backend=backend)
     out = compiled(x)
     close(out, net(x))
     out.square().sum().backward()
