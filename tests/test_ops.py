@@ -23,13 +23,13 @@ def close(got, want, tol=1e-4):
 
 
 # (a, b) factories: odd sizes, one of each blocking edge (K past one 256-deep slice, N past one
-# 3072-wide panel, M past one 8192-row packed block), batches, and views with strides
+# 3072-wide panel, M past many 144-row blocks), batches, and views with strides
 SHAPES = {
     "1x1": lambda: (torch.randn(1, 1), torch.randn(1, 1)),
     "257x131@131x77": lambda: (torch.randn(257, 131), torch.randn(131, 77)),
     "k_two_slices": lambda: (torch.randn(13, 600), torch.randn(600, 19)),
     "n_two_panels": lambda: (torch.randn(7, 20), torch.randn(20, 3100)),
-    "m_two_blocks": lambda: (torch.randn(8200, 9), torch.randn(9, 5)),
+    "m_many_blocks": lambda: (torch.randn(8200, 9), torch.randn(9, 5)),
     "batched": lambda: (torch.randn(3, 33, 17), torch.randn(3, 17, 45)),
     "transposed": lambda: (torch.randn(40, 30).t(), torch.randn(50, 40).t()),
     "strided_slices": lambda: (torch.randn(30, 80)[::3, 1::2], torch.randn(80, 20)[::2, ::2]),
@@ -42,6 +42,24 @@ SHAPES = {
 def test_equals_torch_matmul(name):
     a, b = SHAPES[name]()
     close(tiled_matmul(a, b), a @ b)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_equals_torch_matmul_on_several_threads(threads):
+    """Products split into blocks per thread (2: 1x2 or 2x1, 3: uneven), batches split by
+    product; the suite runs with one thread (conftest), so this is where splitting is checked."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for a, b in [
+            (torch.randn(300, 200), torch.randn(200, 500)),
+            (torch.randn(1000, 70).t(), torch.randn(1000, 31)),
+            (torch.randn(2, 129, 257), torch.randn(2, 257, 65)),
+            (torch.randn(5, 40, 30), torch.randn(5, 30, 20)),
+        ]:
+            close(tiled_matmul(a, b), a @ b)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_dtypes_bf16_double_and_one_line_refusals():

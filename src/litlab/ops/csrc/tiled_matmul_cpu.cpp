@@ -1,11 +1,11 @@
 // litlab::tiled_matmul, CPU kernel: C = A @ B for 2-D or batched 3-D tensors of any strides.
 //
 // The loop structure of BLIS/GotoBLAS, in portable C++:
+//   C is split into one block per thread (OpenMP, through at::parallel_for: the pool that
+//   torch.set_num_threads sizes), or whole products per thread for batches; in each:
 //   for each NC-wide column panel of B, for each KC-deep slice of K:
-//     pack B[kc x nc] into NR-wide micro-panels (contiguous, zero-padded), shared by all threads
-//     pack A[mc x kc] into MR-tall micro-panels
-//     over tiles (an MC-row block x a range of micro-panels of B), in parallel (OpenMP, through
-//     at::parallel_for, the pool torch.set_num_threads sizes):
+//     pack B[kc x nc] into NR-wide micro-panels (contiguous, zero-padded)
+//     for each MC-row block of A: pack it into MR-tall micro-panels
 //       micro-kernel: an MR x NR block of C kept in vector registers for the whole KC loop.
 // Packing makes every inner load contiguous and aligned whatever the input strides (transposed
 // weights, batch-broadcast views), and it converts bf16 to float once per element instead of once
@@ -33,21 +33,32 @@ struct Vec {
   typedef T type __attribute__((vector_size(kVecBytes)));
 };
 
-// Register block: MR rows x NV vectors of C (6 x 2 = 12 accumulators, + 2 B vectors + 1 broadcast
-// A value: 15 of the 16 AVX2 registers); KC: B micro-panel of KC x NR in L1; MC x KC block of A
-// in L2; NC x KC panel of B in L3.
+// Register block: MR rows x NV vectors of C. AVX-512 (32 registers): 12 x 2 = 24 accumulators
+// + 2 B vectors + 1 broadcast A value; AVX2/NEON (16): 6 x 2 = 12 + 3, 15 of the 16. KC: a B
+// micro-panel (KC x NR) stays in L1; MC x KC block of A in L2; NC x KC panel of B in L3.
+#if defined(__AVX512F__)
+constexpr int MR = 12;
+#else
 constexpr int MR = 6;
+#endif
 constexpr int NV = 2;
 constexpr int64_t KC = 256;
 constexpr int64_t MC = 144;
 constexpr int64_t NC = 3072;
-constexpr int64_t MO = 8192;  // rows of A packed at once (bounds the buffer: MO x KC)
 
 template <typename T>
 constexpr int lanes() { return kVecBytes / sizeof(T); }
 
 template <typename T>
 constexpr int nr() { return NV * lanes<T>(); }
+
+// All lanes = x, as one broadcast instruction. (`V{} + x` would keep an add of 0.0 before it:
+// without -ffast-math the compiler must, since -0.0 + 0.0 is +0.0; x - 0.0 is x for every x, so
+// the subtraction folds away.)
+template <typename V, typename T>
+inline V splat(T x) {
+  return x - V{};
+}
 
 // C[0:mr, 0:nr] += Ap (KC x MR, packed) @ Bp (KC x NR, packed).
 template <typename T>
@@ -57,7 +68,7 @@ inline void micro_kernel(int64_t kc, const T* __restrict ap, const T* __restrict
   constexpr int L = lanes<T>();
   constexpr int NR = nr<T>();
   V acc[MR][NV];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = V{};
@@ -65,15 +76,15 @@ inline void micro_kernel(int64_t kc, const T* __restrict ap, const T* __restrict
     V bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const V*>(bp + p * NR + v * L);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const V av = V{} + ap[p * MR + i];  // broadcast
+      const V av = splat<V>(ap[p * MR + i]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] += av * bv[v];
     }
   }
   if (mr == MR && n_cols == NR) {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
@@ -96,100 +107,142 @@ inline void micro_kernel(int64_t kc, const T* __restrict ap, const T* __restrict
 template <typename S, typename T>
 void pack(const S* src, int64_t rs, int64_t ks, int64_t rows, int64_t depth, int width, T* dst) {
   const int64_t panels = (rows + width - 1) / width;
-  // small packs stay on the calling thread: a parallel region's start and barrier cost more
-  // than copying a few tens of kB (and far more on a machine busier than its cores)
-  const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, depth * width));
-  at::parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t q = begin; q < end; ++q) {
-      T* out = dst + q * depth * width;
-      const int64_t r0 = q * width;
-      const int live = static_cast<int>(std::min<int64_t>(width, rows - r0));
-      if (ks == 1 && live == width) {  // k contiguous in src: walk each row, scatter by width
-        for (int r = 0; r < width; ++r) {
-          const S* s = src + (r0 + r) * rs;
-          for (int64_t p = 0; p < depth; ++p) out[p * width + r] = static_cast<T>(s[p]);
-        }
-      } else {  // rows contiguous (or any other stride): walk k, gather a panel's row per k
-        for (int64_t p = 0; p < depth; ++p) {
-          const S* s = src + p * ks + r0 * rs;
-          T* o = out + p * width;
-          for (int r = 0; r < live; ++r) o[r] = static_cast<T>(s[r * rs]);
-          for (int r = live; r < width; ++r) o[r] = T(0);
-        }
+  for (int64_t q = 0; q < panels; ++q) {
+    T* out = dst + q * depth * width;
+    const int64_t r0 = q * width;
+    const int live = static_cast<int>(std::min<int64_t>(width, rows - r0));
+    if (ks == 1 && live == width) {  // k contiguous in src: walk each row, scatter by width
+      for (int r = 0; r < width; ++r) {
+        const S* s = src + (r0 + r) * rs;
+        for (int64_t p = 0; p < depth; ++p) out[p * width + r] = static_cast<T>(s[p]);
       }
-    }
-  });
-}
-
-// C[0:mb, 0:nc] += packed A (mb x kc) @ packed B (kc x nc), tile by tile across the threads.
-template <typename T>
-void tiles(const T* a_pack, const T* b_pack, T* c, int64_t ldc, int64_t mb, int64_t nc,
-           int64_t kc) {
-  constexpr int NR = nr<T>();
-  const int64_t n_panels = (nc + NR - 1) / NR;
-  const int64_t n_ic = (mb + MC - 1) / MC;
-  // enough tiles for every thread even when m is small: split B's panels too
-  const int64_t threads = at::get_num_threads();
-  const int64_t splits =
-      std::min<int64_t>(n_panels, std::max<int64_t>(1, (2 * threads + n_ic - 1) / n_ic));
-  const int64_t per_tile = (n_panels + splits - 1) / splits;
-  // a few microseconds of work (a small layer's product) is not worth waking the threads
-  const int64_t grain = mb * nc * kc < (1 << 18) ? n_ic * splits : 1;
-  at::parallel_for(0, n_ic * splits, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t ic = (t / splits) * MC;
-      const int64_t mc = std::min(MC, mb - ic);
-      const int64_t q0 = (t % splits) * per_tile;
-      const int64_t q1 = std::min(n_panels, q0 + per_tile);
-      for (int64_t q = q0; q < q1; ++q) {  // one B micro-panel stays in L1 ...
-        const int64_t j = q * NR;
-        const int cols = static_cast<int>(std::min<int64_t>(NR, nc - j));
-        for (int64_t ir = 0; ir < mc; ir += MR) {  // ... while the A block streams from L2
-          const int rows = static_cast<int>(std::min<int64_t>(MR, mc - ir));
-          micro_kernel<T>(kc, a_pack + (ic + ir) * kc, b_pack + q * kc * NR,
-                          c + (ic + ir) * ldc + j, ldc, rows, cols);
-        }
-      }
-    }
-  });
-}
-
-// c (m x n, row-major, leading dimension ldc, accumulated into) += a (m x k) @ b (k x n).
-template <typename S, typename T>
-void gemm(const S* a, int64_t a_rs, int64_t a_ks, const S* b, int64_t b_ks, int64_t b_cs,
-          T* c, int64_t ldc, int64_t m, int64_t n, int64_t k, T* a_pack, T* b_pack) {
-  for (int64_t jc = 0; jc < n; jc += NC) {
-    const int64_t nc = std::min(NC, n - jc);
-    for (int64_t pc = 0; pc < k; pc += KC) {
-      const int64_t kc = std::min(KC, k - pc);
-      // B^T: its rows are B's columns, its k steps B's rows
-      pack<S, T>(b + pc * b_ks + jc * b_cs, b_cs, b_ks, nc, kc, nr<T>(), b_pack);
-      for (int64_t mo = 0; mo < m; mo += MO) {
-        const int64_t mb = std::min(MO, m - mo);
-        pack<S, T>(a + mo * a_rs + pc * a_ks, a_rs, a_ks, mb, kc, MR, a_pack);
-        tiles<T>(a_pack, b_pack, c + mo * ldc + jc, ldc, mb, nc, kc);
+    } else {  // rows contiguous (or any other stride): walk k, gather a panel's row per k
+      for (int64_t p = 0; p < depth; ++p) {
+        const S* s = src + p * ks + r0 * rs;
+        T* o = out + p * width;
+        for (int r = 0; r < live; ++r) o[r] = static_cast<T>(s[r * rs]);
+        for (int r = live; r < width; ++r) o[r] = T(0);
       }
     }
   }
 }
 
+// The operands of one product: c (m x n, row-major, leading dimension ldc) += a (m x k) @ b
+// (k x n), a and b of any strides.
+template <typename S, typename T>
+struct Problem {
+  const S* a;
+  int64_t a_rs, a_ks;
+  const S* b;
+  int64_t b_ks, b_cs;
+  T* c;
+  int64_t ldc, m, n, k;
+
+  Problem sub(int64_t r0, int64_t rows, int64_t c0, int64_t cols) const {  // a block of C
+    return {a + r0 * a_rs, a_rs, a_ks, b + c0 * b_cs, b_ks, b_cs, c + r0 * ldc + c0, ldc,
+            rows, cols, k};
+  }
+};
+
+// Packed-buffer sizes of one thread (elements of T) for a product of these sizes.
+template <typename T>
+int64_t pack_elems(int64_t m, int64_t n, int64_t k) {
+  const int64_t kc = std::min(KC, k), mc = std::min(MC, (m + MR - 1) / MR * MR);
+  const int64_t nc = std::min(NC, (n + nr<T>() - 1) / nr<T>() * nr<T>());
+  return (mc + nc) * kc + 64 / sizeof(T);
+}
+
+// One thread's product, the BLIS loop nest: B's NC x KC panel packed (L3), A's MC x KC block
+// packed (L2), then each NR-wide micro-panel of B (L1) against every MR-row panel of the block.
+template <typename S, typename T>
+void gemm(const Problem<S, T>& p, T* buffer) {
+  constexpr int NR = nr<T>();
+  T* b_pack = buffer;
+  T* a_pack = buffer + std::min(NC, (p.n + NR - 1) / NR * NR) * std::min(KC, p.k);
+  for (int64_t jc = 0; jc < p.n; jc += NC) {
+    const int64_t nc = std::min(NC, p.n - jc);
+    for (int64_t pc = 0; pc < p.k; pc += KC) {
+      const int64_t kc = std::min(KC, p.k - pc);
+      // B^T: its rows are B's columns, its k steps B's rows
+      pack<S, T>(p.b + pc * p.b_ks + jc * p.b_cs, p.b_cs, p.b_ks, nc, kc, NR, b_pack);
+      for (int64_t ic = 0; ic < p.m; ic += MC) {
+        const int64_t mc = std::min(MC, p.m - ic);
+        pack<S, T>(p.a + ic * p.a_rs + pc * p.a_ks, p.a_rs, p.a_ks, mc, kc, MR, a_pack);
+        for (int64_t j = 0; j < nc; j += NR) {  // one B micro-panel stays in L1 ...
+          const int cols = static_cast<int>(std::min<int64_t>(NR, nc - j));
+          for (int64_t ir = 0; ir < mc; ir += MR) {  // ... while the A block streams from L2
+            const int rows = static_cast<int>(std::min<int64_t>(MR, mc - ir));
+            micro_kernel<T>(kc, a_pack + ir * kc, b_pack + j * kc,
+                            p.c + (ic + ir) * p.ldc + jc + j, p.ldc, rows, cols);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Split C into `threads` blocks (rows x columns, as square as the factors of `threads` allow,
+// on micro-tile boundaries) and run one independent product per block and thread: one parallel
+// region per call and no barrier inside it. Each thread packs the parts of A and B its block
+// needs (a few blocks pack the same panel twice: O(n^2) copies against O(n^3) arithmetic), which
+// is cheaper than the synchronisation of shared packs on a machine busier than its cores.
+template <typename S, typename T>
+void parallel_gemm(const Problem<S, T>& p, int64_t threads) {
+  constexpr int NR = nr<T>();
+  const int64_t row_units = (p.m + MR - 1) / MR, col_units = (p.n + NR - 1) / NR;
+  int64_t best_r = 1;
+  double best = -1;
+  for (int64_t r = 1; r <= threads; ++r) {  // rows x cols == threads, squarest blocks
+    if (threads % r || r > row_units || threads / r > col_units) continue;
+    const double h = double(p.m) / r, w = double(p.n) / (threads / r);
+    const double score = std::min(h, w) / std::max(h, w);
+    if (score > best) best = score, best_r = r;
+  }
+  if (best < 0) threads = 1;  // too small to split evenly
+  const int64_t split_r = best < 0 ? 1 : best_r, split_c = threads / split_r;
+  const int64_t rows_per = (row_units + split_r - 1) / split_r * MR;
+  const int64_t cols_per = (col_units + split_c - 1) / split_c * NR;
+  const int64_t per_thread = pack_elems<T>(rows_per, cols_per, p.k);
+  at::Tensor buffers = at::empty({threads * per_thread},
+                                 at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
+  T* base = buffers.mutable_data_ptr<T>();
+  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t r0 = (t / split_c) * rows_per, c0 = (t % split_c) * cols_per;
+      if (r0 >= p.m || c0 >= p.n) continue;
+      const auto block = p.sub(r0, std::min(rows_per, p.m - r0), c0, std::min(cols_per, p.n - c0));
+      // each thread's buffer starts on a 64-byte boundary
+      T* buf = base + t * per_thread;
+      buf += ((64 - reinterpret_cast<uintptr_t>(buf) % 64) % 64) / sizeof(T);
+      gemm<S, T>(block, buf);
+    }
+  });
+}
+
 template <typename S, typename T>
 void batched(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {  // c: contiguous
   const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
-  constexpr int NR = nr<T>();
-  const int64_t m_pad = (std::min(MO, m) + MR - 1) / MR * MR;
-  const int64_t nc_pad = (std::min(NC, n) + NR - 1) / NR * NR;
-  const auto opts = c.options();
-  // packed panels: 64-byte aligned by torch's CPU allocator
-  at::Tensor a_pack = at::empty({m_pad * std::min(KC, k)}, opts);
-  at::Tensor b_pack = at::empty({nc_pad * std::min(KC, k)}, opts);
   const S* ap = a.const_data_ptr<S>();
   const S* bp = b.const_data_ptr<S>();
   T* cp = c.mutable_data_ptr<T>();
-  for (int64_t i = 0; i < batch; ++i)
-    gemm<S, T>(ap + i * a.stride(0), a.stride(1), a.stride(2), bp + i * b.stride(0), b.stride(1),
-               b.stride(2), cp + i * m * n, n, m, n, k, a_pack.mutable_data_ptr<T>(),
-               b_pack.mutable_data_ptr<T>());
+  auto problem = [&](int64_t i) {
+    return Problem<S, T>{ap + i * a.stride(0), a.stride(1), a.stride(2), bp + i * b.stride(0),
+                         b.stride(1), b.stride(2), cp + i * m * n, n, m, n, k};
+  };
+  const int64_t threads = at::get_num_threads();
+  // a few microseconds of work (a small layer's product) is not worth waking the threads
+  const bool small = m * n * k < (int64_t(1) << 18);
+  if (batch >= threads || small) {  // whole products per thread
+    const int64_t per = pack_elems<T>(m, n, k);
+    at::parallel_for(0, batch, small ? batch : 1, [&](int64_t begin, int64_t end) {
+      at::Tensor buffer = at::empty({per}, c.options());
+      T* buf = buffer.mutable_data_ptr<T>();
+      buf += ((64 - reinterpret_cast<uintptr_t>(buf) % 64) % 64) / sizeof(T);
+      for (int64_t i = begin; i < end; ++i) gemm<S, T>(problem(i), buf);
+    });
+  } else {  // fewer products than threads: each product split across them
+    for (int64_t i = 0; i < batch; ++i) parallel_gemm<S, T>(problem(i), threads);
+  }
 }
 
 at::Tensor tiled_matmul_cpu(const at::Tensor& a, const at::Tensor& b) {
