@@ -77,21 +77,33 @@ def test_dtypes_bf16_double_and_one_line_refusals():
         assert "\n" not in str(err.value)
     with pytest.raises(UserError, match="one dtype"):
         tiled_matmul(a, b.double())
-    with pytest.raises(UserError, match="2-D or two 3-D"):
-        tiled_matmul(torch.randn(2, 3, 4, 5), torch.randn(2, 3, 5, 4))
+    with pytest.raises(UserError, match="1 or more dimensions"):
+        tiled_matmul(torch.tensor(2.0), torch.randn(3))
     with pytest.raises(RuntimeError, match="inner sizes differ"):
         tiled_matmul(a, a)
-    with pytest.raises(UserError, match="2 or more dimensions"):
-        matmul(torch.randn(3), torch.randn(3, 2))
 
 
-def test_matmul_broadcasts_as_torch_matmul():
-    for a, b in [
-        (torch.randn(2, 1, 5, 7), torch.randn(3, 7, 4)),
-        (torch.randn(6, 5, 7), torch.randn(7, 4)),
-        (torch.randn(5, 7), torch.randn(2, 7, 4)),
-    ]:
-        close(matmul(a, b), torch.matmul(a, b))
+# torch.matmul's other shapes: 1-D operands, broadcast batch axes, a 2-D side of a batch
+BROADCAST = [
+    ((5,), (5,)),
+    ((5,), (5, 3)),
+    ((4, 5), (5,)),
+    ((2, 3, 5), (5,)),
+    ((5,), (2, 5, 3)),
+    ((2, 1, 4, 5), (3, 5, 6)),
+    ((6, 4, 5), (5, 3)),
+    ((4, 5), (2, 5, 3)),
+]
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), BROADCAST)
+def test_torch_matmul_semantics_values_and_gradients(a_shape, b_shape):
+    a = torch.randn(*a_shape, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(*b_shape, dtype=torch.float64, requires_grad=True)
+    out = matmul(a, b)
+    assert out.shape == torch.matmul(a, b).shape
+    close(out, torch.matmul(a, b), tol=1e-12)
+    assert torch.autograd.gradcheck(OP, (a, b))
 
 
 def test_opcheck():
@@ -105,6 +117,8 @@ def test_opcheck():
             torch.randn(9, 2).double(),
         ),
         (torch.randn(3, 8).bfloat16(), torch.randn(8, 4).bfloat16()),
+        (torch.randn(2, 1, 4, 5, requires_grad=True), torch.randn(3, 5, 6, requires_grad=True)),
+        (torch.randn(5, requires_grad=True), torch.randn(2, 5, 3, requires_grad=True)),
     ]
     for args in samples:
         torch.library.opcheck(OP, args)

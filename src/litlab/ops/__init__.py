@@ -5,7 +5,7 @@ through it as the model for your own op.
 
     from litlab.ops import matmul, TiledLinear
     y = matmul(x, w)                     # torch.matmul semantics, the op's kernels
-    torch.ops.litlab.tiled_matmul(a, b)  # the op itself (2-D or 3-D inputs)
+    torch.ops.litlab.tiled_matmul(a, b)  # the op itself, same semantics
 
 Importing this package defines the op (`litlab.ops.onnx` has its ONNX translation); nothing is compiled until a
 kernel runs (see `build.py`).

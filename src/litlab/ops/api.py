@@ -2,7 +2,6 @@
 
 from typing import Literal
 
-import torch
 from torch import Tensor, nn
 
 from litlab.errors import UserError
@@ -12,22 +11,9 @@ LINEAR_IMPLS = ("torch", "tiled")
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """torch.matmul for inputs of 2 or more dimensions, computed by `litlab::tiled_matmul`:
-    batch dimensions broadcast; a 2-D `b` folds `a`'s batch into rows (one big product, no
-    copies of b, the Linear case)."""
-    if a.dim() < 2 or b.dim() < 2:
-        raise UserError(
-            f"litlab.ops.matmul takes tensors of 2 or more dimensions; got {a.dim()}-D and {b.dim()}-D"
-        )
-    if b.dim() == 2:
-        if a.dim() == 2:
-            return tiled_matmul(a, b)
-        rows = tiled_matmul(a.reshape(-1, a.shape[-1]), b)
-        return rows.reshape(*a.shape[:-1], b.shape[-1])
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a3 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
-    b3 = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
-    return tiled_matmul(a3, b3).reshape(*batch, a.shape[-2], b.shape[-1])
+    """torch.matmul computed by `litlab::tiled_matmul` (the op has torch.matmul's semantics:
+    1-D operands, broadcast batch axes)."""
+    return tiled_matmul(a, b)
 
 
 class TiledLinear(nn.Linear):

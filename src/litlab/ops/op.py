@@ -9,10 +9,10 @@ instead of tracing into (or failing on) a compiled extension:
   use; the op itself is defined without any compiler);
 - `register_fake`: output metadata only, what tracing (compile, export, opcheck) runs;
 - `register_autograd`: dA = dC @ B^T, dB = A^T @ dC, both through this same op (so gradients,
-  and gradients of gradients, run the tiled kernel too).
+  and gradients of gradients, run the tiled kernel too), summed over broadcast batch axes.
 
-Inputs: two 2-D tensors (M x K, K x N) or two 3-D tensors with equal batch, any strides, same
-dtype and device. `litlab.ops.matmul` adds torch.matmul's broadcasting on top.
+Inputs follow torch.matmul (1-D, 2-D, batched with broadcasting; any strides), one dtype, one
+device; `shapes.run` brings them to the kernels' 2-D / equal-batch 3-D form.
 """
 
 import os
@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from litlab.errors import UserError
+from litlab.ops import shapes
 
 SUPPORTED = (torch.float32, torch.bfloat16, torch.float64)
 CUDA_BACKENDS = ("triton", "cuda")
@@ -34,28 +35,20 @@ def check(a: Tensor, b: Tensor) -> None:
         raise UserError(
             f"litlab::tiled_matmul takes two tensors of one dtype in {valid}; got {got}"
         )
-    if a.dim() not in (2, 3) or b.dim() != a.dim():
+    if a.dim() == 0 or b.dim() == 0:
         raise UserError(
-            "litlab::tiled_matmul takes two 2-D or two 3-D (batched) tensors; "
-            f"got {a.dim()}-D and {b.dim()}-D (litlab.ops.matmul broadcasts other shapes)"
+            f"litlab::tiled_matmul takes tensors of 1 or more dimensions; got {a.dim()}-D and "
+            f"{b.dim()}-D (as torch.matmul)"
         )
     if a.device != b.device:
         raise UserError(
             f"litlab::tiled_matmul: inputs on {a.device} and {b.device}; use one device"
         )
+    k_a, k_b = a.shape[-1], b.shape[0] if b.dim() == 1 else b.shape[-2]
     torch._check(
-        a.shape[-1] == b.shape[-2],
+        k_a == k_b,
         lambda: f"litlab::tiled_matmul: inner sizes differ: {tuple(a.shape)} @ {tuple(b.shape)}",
     )
-    if a.dim() == 3:
-        torch._check(
-            a.shape[0] == b.shape[0],
-            lambda: f"litlab::tiled_matmul: batch sizes differ: {a.shape[0]} and {b.shape[0]}",
-        )
-
-
-def _out_shape(a: Tensor, b: Tensor) -> tuple:
-    return (*a.shape[:-1], b.shape[-1])
 
 
 @torch.library.custom_op("litlab::tiled_matmul", mutates_args=())
@@ -68,7 +61,7 @@ def tiled_matmul(a: Tensor, b: Tensor) -> Tensor:
 @tiled_matmul.register_fake
 def _(a: Tensor, b: Tensor) -> Tensor:
     check(a, b)
-    return a.new_empty(_out_shape(a, b))
+    return a.new_empty(shapes.out_shape(a, b))
 
 
 @tiled_matmul.register_kernel("cpu")
@@ -77,7 +70,7 @@ def _(a: Tensor, b: Tensor) -> Tensor:
 
     check(a, b)
     build.load_cpu()
-    return torch.ops.litlab_kernels.tiled_matmul_cpu(a, b)
+    return shapes.run(torch.ops.litlab_kernels.tiled_matmul_cpu, a, b)
 
 
 def cuda_backend() -> str:
@@ -101,24 +94,38 @@ def _(a: Tensor, b: Tensor) -> Tensor:
     if cuda_backend() == "triton":
         from litlab.ops.triton_kernel import triton_matmul
 
-        return triton_matmul(a, b)
+        return shapes.run(triton_matmul, a, b)
     from litlab.ops import build
 
     build.load_cuda()
-    return torch.ops.litlab_kernels.tiled_matmul_cuda(a, b)
+    return shapes.run(torch.ops.litlab_kernels.tiled_matmul_cuda, a, b)
 
 
 def _setup_context(ctx, inputs, output) -> None:
     a, b = inputs
+    ctx.a_shape, ctx.b_shape = a.shape, b.shape
     ctx.save_for_backward(
         a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None
     )
 
 
 def _backward(ctx, grad: Tensor):
+    """torch.matmul's gradients, each one product through this op, summed over the batch axes
+    an input was broadcast along."""
     a, b = ctx.saved_tensors
-    grad_a = tiled_matmul(grad, b.mT) if ctx.needs_input_grad[0] else None
-    grad_b = tiled_matmul(a.mT, grad) if ctx.needs_input_grad[1] else None
+    g2 = shapes.restore_axes(grad, len(ctx.a_shape), len(ctx.b_shape))
+    grad_a = grad_b = None
+    if ctx.needs_input_grad[0]:
+        a2_shape = (1, *ctx.a_shape) if len(ctx.a_shape) == 1 else ctx.a_shape
+        grad_a = tiled_matmul(g2, shapes.as_column(b).mT)
+        grad_a = grad_a.sum_to_size(a2_shape).reshape(ctx.a_shape)
+    if ctx.needs_input_grad[1]:
+        a2 = shapes.as_row(a)
+        if len(ctx.b_shape) <= 2:  # a's batch folded into rows: one (K x rows) @ (rows x N)
+            grad_b = tiled_matmul(a2.reshape(-1, a2.shape[-1]).mT, g2.reshape(-1, g2.shape[-1]))
+        else:
+            grad_b = tiled_matmul(a2.mT, g2).sum_to_size(ctx.b_shape)
+        grad_b = grad_b.reshape(ctx.b_shape)
     return grad_a, grad_b
 
 
