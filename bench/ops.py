@@ -26,15 +26,15 @@ from common import ROOT, table
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def pairs(ours, ref, reps: int, sync=lambda: None) -> tuple[list[float], list[float]]:
-    """Alternating timings (seconds) of ours() and ref(), after one warm-up call each."""
-    ours(), ref()
+def pairs(ours, ref, args, reps: int, sync=lambda: None) -> tuple[list[float], list[float]]:
+    """Alternating timings (seconds) of ours(*args) and ref(*args), after a warm-up call each."""
+    ours(*args), ref(*args)
     sync()
     t_ours, t_ref = [], []
     for _ in range(reps):
         for fn, out in ((ours, t_ours), (ref, t_ref)):
             start = time.perf_counter()
-            fn()
+            fn(*args)
             sync()
             out.append(time.perf_counter() - start)
     return t_ours, t_ref
@@ -65,7 +65,7 @@ def cpu(sizes, reps, core) -> list[list]:
         load = os.getloadavg()[0]
         for n in sizes:
             a, b = torch.randn(n, n), torch.randn(n, n)
-            t_ours, t_ref = pairs(lambda: tiled_matmul(a, b), lambda: torch.matmul(a, b), reps)
+            t_ours, t_ref = pairs(tiled_matmul, torch.matmul, (a, b), reps)
             label = f"{torch.get_num_threads()} thread(s), load {load:.1f}"
             rows.append(row(label, n, t_ours, t_ref))
             print(" | ".join(rows[-1]), file=sys.stderr)
@@ -89,13 +89,12 @@ def cuda(sizes, reps) -> list[list]:
                 a = torch.randn(n, n, device="cuda", dtype=dtype)
                 b = torch.randn(n, n, device="cuda", dtype=dtype)
                 t_ours, t_ref = pairs(
-                    lambda: tiled_matmul(a, b),
-                    lambda: torch.matmul(a, b),
-                    reps,
-                    torch.cuda.synchronize,
+                    tiled_matmul, torch.matmul, (a, b), reps, torch.cuda.synchronize
                 )
                 name = str(dtype).removeprefix("torch.")
-                rows.append(row(f"{backend} {name}, {torch.cuda.get_device_name()}", n, t_ours, t_ref))
+                rows.append(
+                    row(f"{backend} {name}, {torch.cuda.get_device_name()}", n, t_ours, t_ref)
+                )
                 print(" | ".join(rows[-1]), file=sys.stderr)
     return rows
 
