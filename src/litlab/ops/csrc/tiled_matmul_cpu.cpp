@@ -60,10 +60,10 @@ inline V splat(T x) {
   return x - V{};
 }
 
-// C[0:mr, 0:nr] += Ap (KC x MR, packed) @ Bp (KC x NR, packed).
+// C[0:mr, 0:nr] (=, for the first K slice, else +=) Ap (KC x MR, packed) @ Bp (KC x NR, packed).
 template <typename T>
 inline void micro_kernel(int64_t kc, const T* __restrict ap, const T* __restrict bp,
-                         T* __restrict c, int64_t ldc, int mr, int n_cols) {
+                         T* __restrict c, int64_t ldc, int mr, int n_cols, bool first) {
   using V = typename Vec<T>::type;
   constexpr int L = lanes<T>();
   constexpr int NR = nr<T>();
@@ -88,16 +88,19 @@ inline void micro_kernel(int64_t kc, const T* __restrict ap, const T* __restrict
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
-        V cv;
-        std::memcpy(&cv, c + i * ldc + v * L, sizeof(V));
-        cv += acc[i][v];
+        V cv = acc[i][v];
+        if (!first) {  // C is written once per K slice: no zero-fill pass before the first
+          V old;
+          std::memcpy(&old, c + i * ldc + v * L, sizeof(V));
+          cv += old;
+        }
         std::memcpy(c + i * ldc + v * L, &cv, sizeof(V));
       }
   } else {  // an edge tile: through a buffer, only the valid part is written
     alignas(64) T buf[MR][NR];
     std::memcpy(buf, acc, sizeof(buf));
     for (int i = 0; i < mr; ++i)
-      for (int j = 0; j < n_cols; ++j) c[i * ldc + j] += buf[i][j];
+      for (int j = 0; j < n_cols; ++j) c[i * ldc + j] = first ? buf[i][j] : c[i * ldc + j] + buf[i][j];
   }
 }
 
@@ -173,7 +176,7 @@ void gemm(const Problem<S, T>& p, T* buffer) {
           for (int64_t ir = 0; ir < mc; ir += MR) {  // ... while the A block streams from L2
             const int rows = static_cast<int>(std::min<int64_t>(MR, mc - ir));
             micro_kernel<T>(kc, a_pack + ir * kc, b_pack + j * kc,
-                            p.c + (ic + ir) * p.ldc + jc + j, p.ldc, rows, cols);
+                            p.c + (ic + ir) * p.ldc + jc + j, p.ldc, rows, cols, pc == 0);
           }
         }
       }
@@ -257,8 +260,10 @@ at::Tensor tiled_matmul_cpu(const at::Tensor& a, const at::Tensor& b) {
               "tiled_matmul_cpu: shapes do not match: ", a.sizes(), " @ ", b.sizes());
   const auto dtype = a.scalar_type();
   const auto acc_dtype = dtype == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor c = flat ? at::zeros({a.size(0), b.size(1)}, a.options().dtype(acc_dtype))
-                      : at::zeros({a.size(0), a.size(1), b.size(2)}, a.options().dtype(acc_dtype));
+  const auto opts = a.options().dtype(acc_dtype);
+  at::Tensor c = flat ? at::empty({a.size(0), b.size(1)}, opts)
+                      : at::empty({a.size(0), a.size(1), b.size(2)}, opts);
+  if (a3.size(2) == 0) return c.zero_().to(dtype);  // no K slice writes C: an empty sum is 0
   if (dtype == at::kFloat) {
     batched<float, float>(a3, b3, c);
   } else if (dtype == at::kDouble) {
