@@ -106,6 +106,19 @@ def test_torch_matmul_semantics_values_and_gradients(a_shape, b_shape):
     assert torch.autograd.gradcheck(OP, (a, b))
 
 
+def test_mixed_precision_casts_to_bf16():
+    """Under autocast (trainer.precision=bf16-mixed) a bf16 activation meets an fp32 weight:
+    both are cast to bf16, as for aten.mm, and the gradient reaches the fp32 weight."""
+    x = torch.randn(16, 32)
+    layer = TiledLinear(32, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x.bfloat16())
+        ref = torch.nn.functional.linear(x.bfloat16(), layer.weight, layer.bias)
+    close(out.float(), ref.float(), tol=2e-2)
+    out.float().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32 and layer.weight.grad.abs().sum() > 0
+
+
 def test_opcheck():
     """Schema, fake (meta) kernel, autograd registration, and AOT dispatch (static and dynamic
     shapes) agree with the real kernel."""

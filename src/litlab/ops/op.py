@@ -8,6 +8,9 @@ instead of tracing into (or failing on) a compiled extension:
 - `register_kernel("cpu")` / `("cuda")`: the compiled kernels (`build.py` builds them on first
   use; the op itself is defined without any compiler);
 - `register_fake`: output metadata only, what tracing (compile, export, opcheck) runs;
+- `register_autocast`: under bf16/fp16 mixed precision both inputs are cast to bfloat16 (the
+  low-precision dtype the kernels have), as autocast does for aten.mm, instead of meeting an
+  fp32 weight and a bf16 activation;
 - `register_autograd`: dA = dC @ B^T, dB = A^T @ dC, both through this same op (so gradients,
   and gradients of gradients, run the tiled kernel too), summed over broadcast batch axes.
 
@@ -130,3 +133,5 @@ def _backward(ctx, grad: Tensor):
 
 
 tiled_matmul.register_autograd(_backward, setup_context=_setup_context)
+for _device in ("cpu", "cuda"):
+    torch.library.register_autocast("litlab::tiled_matmul", _device, torch.bfloat16)
