@@ -282,3 +282,37 @@ def test_build_is_cached_outside_the_repo_and_refuses_without_a_compiler(monkeyp
     with pytest.raises(UserError, match="needs 'no-such-c\\+\\+', which is not on PATH") as err:
         build._load("litlab_never_built", sources, [])
     assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
+
+
+def test_nets_with_linear_impl_tiled_start_from_the_same_weights():
+    """linear_impl=tiled on the nets of the vision and 3D domains: the classifier becomes a
+    TiledLinear with the same parameters (names and, under one seed, values) and outputs."""
+    from litlab.models.nets.cnn import SmallCNN
+    from litlab.models.nets.resnet import resnet18
+    from litlab.models.nets.resnet3d import resnet3d
+
+    cases = [
+        (lambda **kw: SmallCNN(1, 10, 8, **kw), torch.randn(3, 1, 8, 8), "head.3"),
+        (lambda **kw: resnet18(1, 10, 8, **kw), torch.randn(3, 1, 8, 8), "fc"),
+        (lambda **kw: resnet3d(1, 2, widen_factor=0.25, **kw), torch.randn(2, 1, 16, 16, 16), "fc"),
+    ]
+    for make, x, head in cases:
+        torch.manual_seed(0)
+        ref = make().eval()
+        torch.manual_seed(0)
+        tiled = make(linear_impl="tiled").eval()
+        assert type(tiled.get_submodule(head)) is TiledLinear
+        for (k1, v1), (k2, v2) in zip(ref.state_dict().items(), tiled.state_dict().items()):
+            assert k1 == k2 and torch.equal(v1, v2), k1
+        with torch.no_grad():
+            close(tiled(x), ref(x))
+
+
+def test_nets_without_a_linear_refuse_the_option_in_one_line(cli):
+    """The graph net (PyG layers) and the 3D U-Net have no linear_impl: one line, exit 2."""
+    for model in ("gnn", "unet3d"):
+        proc = cli("train.py", f"model={model}", "model.net.linear_impl=tiled", check=False)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+        want = "error: unknown config key 'model.net.linear_impl' (to add a new key use +"
+        assert lines == [want + "model.net.linear_impl=tiled)"], lines

@@ -11,7 +11,14 @@ Importing this package defines the op (`litlab.ops.onnx` has its ONNX translatio
 kernel runs (see `build.py`).
 """
 
-from litlab.ops.api import TiledLinear, make_linear, matmul
+from litlab.ops.api import TiledLinear, make_linear, matmul, with_linear_impl
 from litlab.ops.op import SUPPORTED, tiled_matmul
 
-__all__ = ["SUPPORTED", "TiledLinear", "make_linear", "matmul", "tiled_matmul"]
+__all__ = [
+    "SUPPORTED",
+    "TiledLinear",
+    "make_linear",
+    "matmul",
+    "tiled_matmul",
+    "with_linear_impl",
+]

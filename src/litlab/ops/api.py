@@ -33,3 +33,17 @@ def make_linear(impl: Literal["torch", "tiled"], in_features: int, out_features:
         raise UserError(f"linear_impl={impl!r}; valid: {', '.join(LINEAR_IMPLS)}")
     cls = TiledLinear if impl == "tiled" else nn.Linear
     return cls(in_features, out_features, bias=bias)
+
+
+def with_linear_impl(impl: Literal["torch", "tiled"], linear: nn.Linear) -> nn.Linear:
+    """`linear` itself (torch), or a TiledLinear holding the same parameter tensors (tiled): no
+    new initialisation, so the random stream, and a torch run's starting weights, stay as they
+    were."""
+    if impl not in LINEAR_IMPLS:
+        raise UserError(f"linear_impl={impl!r}; valid: {', '.join(LINEAR_IMPLS)}")
+    if impl == "torch":
+        return linear
+    has_bias = linear.bias is not None
+    tiled = TiledLinear(linear.in_features, linear.out_features, bias=has_bias, device="meta")
+    tiled.weight, tiled.bias = linear.weight, linear.bias
+    return tiled
