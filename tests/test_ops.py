@@ -221,6 +221,8 @@ print("ok", len(CONFIGS))
 
 
 def test_triton_kernel_under_the_interpreter():
+    """fp32 and fp64; not bf16: the interpreter's tl.dot is wrong on bf16 (triton 3.8: a 16x16
+    bf16 product off by 1e10 in a minimal kernel), so bf16 is left to a GPU run."""
     pytest.importorskip("triton", reason="triton is not installed (it comes with CUDA torch)")
     env = {"TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(
