@@ -97,7 +97,8 @@ def _(a: Tensor, b: Tensor) -> Tensor:
     if cuda_backend() == "triton":
         from litlab.ops.triton_kernel import triton_matmul
 
-        return shapes.run(triton_matmul, a, b)
+        with torch.cuda.device(a.device):  # Triton launches on the current device
+            return shapes.run(triton_matmul, a, b)
     from litlab.ops import build
 
     build.load_cuda()
