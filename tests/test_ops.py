@@ -35,6 +35,9 @@ SHAPES = {
     "strided_slices": lambda: (torch.randn(30, 80)[::3, 1::2], torch.randn(80, 20)[::2, ::2]),
     "batch_broadcast_view": lambda: (torch.randn(4, 21, 11), torch.randn(11, 6).expand(4, 11, 6)),
     "empty_k": lambda: (torch.randn(5, 0), torch.randn(0, 4)),
+    "empty_rows": lambda: (torch.randn(2, 0, 5), torch.randn(5, 3)),
+    "empty_batch": lambda: (torch.randn(0, 3, 4), torch.randn(0, 4, 2)),
+    "empty_k_batched": lambda: (torch.randn(2, 3, 0), torch.randn(2, 0, 4)),
 }
 
 

@@ -126,7 +126,7 @@ def _backward(ctx, grad: Tensor):
     if ctx.needs_input_grad[1]:
         a2 = shapes.as_row(a)
         if len(ctx.b_shape) <= 2:  # a's batch folded into rows: one (K x rows) @ (rows x N)
-            grad_b = tiled_matmul(a2.reshape(-1, a2.shape[-1]).mT, g2.reshape(-1, g2.shape[-1]))
+            grad_b = tiled_matmul(a2.flatten(0, -2).mT, g2.flatten(0, -2))
         else:
             grad_b = tiled_matmul(a2.mT, g2).sum_to_size(ctx.b_shape)
         grad_b = grad_b.reshape(ctx.b_shape)

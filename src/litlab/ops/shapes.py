@@ -23,14 +23,17 @@ def run(kernel, a: Tensor, b: Tensor) -> Tensor:
     """kernel (2-D @ 2-D or 3-D @ 3-D, equal batch) applied with torch.matmul's semantics."""
     a2, b2 = as_row(a), as_column(b)
     if b2.dim() == 2:
-        rows = a2 if a2.dim() == 2 else a2.reshape(-1, a2.shape[-1])
-        out = kernel(rows, b2)
+        out = kernel(a2.flatten(0, -2), b2)  # flatten, not reshape(-1, k): sizes may be 0
     else:
         batch = torch.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-        a3 = a2.expand(*batch, *a2.shape[-2:]).reshape(-1, *a2.shape[-2:])
-        b3 = b2.expand(*batch, *b2.shape[-2:]).reshape(-1, *b2.shape[-2:])
-        out = kernel(a3, b3)
+        a3 = a2.expand(*batch, *a2.shape[-2:])
+        b3 = b2.expand(*batch, *b2.shape[-2:])
+        out = kernel(_three_d(a3), _three_d(b3))
     return out.reshape(out_shape(a, b))
+
+
+def _three_d(t: Tensor) -> Tensor:
+    return t.unsqueeze(0) if t.dim() == 2 else t.flatten(0, -3)
 
 
 def as_row(a: Tensor) -> Tensor:
