@@ -1,7 +1,9 @@
 """The layers over litlab::tiled_matmul: TiledLinear is an nn.Linear (same parameters and
-outputs), works under mixed precision, and `linear_impl=tiled` on the vision and 3D nets starts
-from the torch variant's weights; nets without a linear refuse the option in one line."""
+outputs), works under mixed precision, and `linear_impl=tiled` on the vision, 3D and graph nets
+starts from the torch variant's weights; the net without a linear refuses the option in one
+line."""
 
+import pytest
 import torch
 
 from litlab.ops import TiledLinear
@@ -60,10 +62,42 @@ def test_nets_with_linear_impl_tiled_start_from_the_same_weights():
 
 
 def test_nets_without_a_linear_refuse_the_option_in_one_line(cli):
-    """The graph net (PyG layers) and the 3D U-Net have no linear_impl: one line, exit 2."""
-    for model in ("gnn", "unet3d"):
+    """The 3D U-Net (convolutions only) has no linear_impl: one line, exit 2."""
+    for model in ("unet3d",):
         proc = cli("train.py", f"model={model}", "model.net.linear_impl=tiled", check=False)
         assert proc.returncode == 2, proc.stderr[-2000:]
         lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
         want = "error: unknown config key 'model.net.linear_impl' (to add a new key use +"
         assert lines == [want + "model.net.linear_impl=tiled)"], lines
+
+
+@pytest.mark.parametrize(
+    ("conv", "task"),
+    [
+        ("gcn", "node_classification"),
+        ("gat", "graph_classification"),
+        ("sage", "node_classification"),
+        ("gin", "graph_classification"),
+        ("mlp", "node_classification"),
+    ],
+)
+def test_gnn_with_linear_impl_tiled_runs_every_dense_product_through_the_op(conv, task):
+    """Graph nets: the convs' weights (PyG's Linear), GIN's MLPs, the MLP baseline and the
+    classifier become TiledLinears with the same parameters; outputs equal the torch variant."""
+    from torch_geometric.nn.dense.linear import Linear as PygLinear
+
+    from litlab.models.nets.gnn import GNN
+
+    x, edges, batch = torch.randn(30, 12), torch.randint(0, 30, (2, 80)), torch.arange(30) // 10
+    kw = {"conv": conv, "task": task, "hidden_channels": 16, "heads": 2 if conv == "gat" else 1}
+    torch.manual_seed(0)
+    ref = GNN(12, 3, **kw).eval()
+    torch.manual_seed(0)
+    tiled = GNN(12, 3, linear_impl="tiled", **kw).eval()
+    assert not [m for m in tiled.modules() if type(m) in (torch.nn.Linear, PygLinear)]
+    assert sum(isinstance(m, TiledLinear) for m in tiled.modules()) >= 2
+    for (k1, v1), (k2, v2) in zip(ref.state_dict().items(), tiled.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2), k1
+    args = (x, edges) if task == "node_classification" else (x, edges, batch)
+    with torch.no_grad():
+        close(tiled(*args), ref(*args))

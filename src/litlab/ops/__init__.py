@@ -11,7 +11,7 @@ Importing this package defines the op (`litlab.ops.onnx` has its ONNX translatio
 kernel runs (see `build.py`).
 """
 
-from litlab.ops.api import TiledLinear, make_linear, matmul, with_linear_impl
+from litlab.ops.api import TiledLinear, make_linear, matmul, tile_linears, with_linear_impl
 from litlab.ops.op import SUPPORTED, tiled_matmul
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "TiledLinear",
     "make_linear",
     "matmul",
+    "tile_linears",
     "tiled_matmul",
     "with_linear_impl",
 ]

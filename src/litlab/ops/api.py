@@ -35,15 +35,30 @@ def make_linear(impl: Literal["torch", "tiled"], in_features: int, out_features:
     return cls(in_features, out_features, bias=bias)
 
 
-def with_linear_impl(impl: Literal["torch", "tiled"], linear: nn.Linear) -> nn.Linear:
-    """`linear` itself (torch), or a TiledLinear holding the same parameter tensors (tiled): no
-    new initialisation, so the random stream, and a torch run's starting weights, stay as they
-    were."""
-    if impl not in LINEAR_IMPLS:
-        raise UserError(f"linear_impl={impl!r}; valid: {', '.join(LINEAR_IMPLS)}")
-    if impl == "torch":
-        return linear
+def _tiled_from(linear: nn.Module) -> TiledLinear:
+    """A TiledLinear holding `linear`'s own weight and bias tensors (built on the meta device:
+    no new initialisation, so the random stream stays as it was)."""
+    out_features, in_features = linear.weight.shape
     has_bias = linear.bias is not None
-    tiled = TiledLinear(linear.in_features, linear.out_features, bias=has_bias, device="meta")
+    tiled = TiledLinear(in_features, out_features, bias=has_bias, device="meta")
     tiled.weight, tiled.bias = linear.weight, linear.bias
     return tiled
+
+
+def with_linear_impl(impl: Literal["torch", "tiled"], linear: nn.Linear) -> nn.Linear:
+    """`linear` itself (torch), or a TiledLinear with the same parameters (tiled)."""
+    if impl not in LINEAR_IMPLS:
+        raise UserError(f"linear_impl={impl!r}; valid: {', '.join(LINEAR_IMPLS)}")
+    return linear if impl == "torch" else _tiled_from(linear)
+
+
+def tile_linears(module: nn.Module, kinds: tuple[type, ...] = (nn.Linear,)) -> nn.Module:
+    """Every layer of exactly one of the classes `kinds` inside `module` (nn.Linear; a net may
+    add e.g. PyG's Linear, which computes the same) replaced by a TiledLinear holding the same
+    parameters. Subclasses are left alone: they may compute something else."""
+    for name, child in list(module.named_children()):
+        if type(child) in kinds:
+            setattr(module, name, _tiled_from(child))
+        else:
+            tile_linears(child, kinds)
+    return module
