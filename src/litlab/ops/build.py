@@ -4,7 +4,7 @@
 library; calling it again with the same sources and flags only re-checks the files. The
 directory is per user (`$LITLAB_OPS_CACHE`, else `$XDG_CACHE_HOME/litlab/ops`, else
 `~/.cache/litlab/ops`), never the repository, and named by a hash of everything that makes the
-binary differ: the sources, the flags, torch's version and the CPU's instruction sets (the code is
+binary differ: the sources, the flags, the compiler, torch's version and the CPU's instruction sets (the code is
 compiled for this CPU with -march=native, so a home directory shared across a cluster gets one
 build per CPU kind instead of an illegal instruction). A missing compiler, ninja or nvcc is told
 in one line before any build starts.
@@ -77,7 +77,9 @@ def build_dir(name: str, sources: list[Path], flags: list[str]) -> Path:
     digest = hashlib.sha256()
     for part in [*(s.read_bytes() for s in sources), *(f.encode() for f in flags)]:
         digest.update(part + b"\0")
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "")  # the GPUs a CUDA build targets
     digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{_cpu_signature()}".encode())
+    digest.update(f"{os.environ.get('CXX', 'c++')}|{arch_list}".encode())
     path = cache_root() / f"{name}-{digest.hexdigest()[:16]}"
     path.mkdir(parents=True, exist_ok=True)
     return path
