@@ -4,9 +4,9 @@
 library; calling it again with the same sources and flags only re-checks the files. The
 directory is per user (`$LITLAB_OPS_CACHE`, else `$XDG_CACHE_HOME/litlab/ops`, else
 `~/.cache/litlab/ops`), never the repository, and named by a hash of everything that makes the
-binary differ: the sources, the flags, the compiler, torch's version and the CPU's instruction sets (the code is
-compiled for this CPU with -march=native, so a home directory shared across a cluster gets one
-build per CPU kind instead of an illegal instruction). A missing compiler, ninja or nvcc is told
+binary differ: the sources, the flags, the compiler, torch's version and the CPU's instruction
+sets (the code is compiled for this CPU with -march=native, so a home directory shared across a
+cluster gets one build per CPU kind instead of an illegal instruction). A missing compiler, ninja or nvcc is told
 in one line before any build starts.
 """
 
