@@ -18,7 +18,7 @@ from litlab.recipes.result import RunResult
 def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     from hydra.errors import HydraException
 
-    from litlab import threads
+    from litlab import console, threads
     from litlab.config.compose import compose
     from litlab.config.hydra_errors import composition_error
     from litlab.recipes import run_dir
@@ -29,6 +29,7 @@ def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     except (HydraException, ValueError) as err:
         raise UserError(composition_error(str(err), config_name, list(overrides))) from None
     task_cfg = run_dir.start(cfg, config_name)
+    console.setup(console.verbose_requested())  # as `cli.task` does
     out = cfg.hydra.runtime.output_dir
     fresh = run_dir.only_hydra_files(out) and is_rank_zero()
     try:

@@ -13,7 +13,7 @@ import io
 import os
 import sys
 
-from litlab import threads
+from litlab import console, threads
 from litlab.checkpointing import resume
 from litlab.config import (
     hydra_errors,
@@ -116,6 +116,7 @@ def task(fn):
     @functools.wraps(fn)
     def wrapper(cfg):
         _release_stderr()
+        console.setup(console.verbose_requested())  # library INFO lines: to the log file only
         out = _output_dir()
         fresh = out is not None and run_dir.only_hydra_files(out) and is_rank_zero()
         try:
