@@ -195,5 +195,5 @@ def export(
         "metadata": {k: v for k, v in meta.items() if k != "config"},
     }
     reporting.write(result, out)
-    print(f"report: {out / 'export_report.md'}")
+    print(f"run dir {out}  (report: export_report.md)")
     return result

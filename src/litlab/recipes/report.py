@@ -14,7 +14,16 @@ from litlab.utils.distributed import is_rank_zero
 
 log = logging.getLogger(__name__)
 FIRST_KEYS = ("data", "model", "callbacks", "logger", "trainer", "paths", "extras")
-HEADER_GROUPS = ("data", "model", "trainer", "logger", "experiment", "debug", "hparams_search")
+HEADER_GROUPS = (
+    "data",
+    "model",
+    "compress",
+    "trainer",
+    "logger",
+    "experiment",
+    "debug",
+    "hparams_search",
+)
 CONFIG_TREE = "config_tree.txt"
 
 

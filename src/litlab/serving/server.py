@@ -82,6 +82,7 @@ def serve(
         lifespan="on",
     )
     print(f"serving {path} on http://{host}:{port} (docs: /docs)", flush=True)
+    print(f"run dir {export_dir}  (log: serve.log)", flush=True)
     DrainingServer(config).run()
     print("stopped", flush=True)
 
