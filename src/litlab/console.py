@@ -4,10 +4,10 @@ Every entry point (`cli.task`) and the Python API (`litlab.train`) call `setup()
 Hydra has configured logging (a console handler and `<run dir>/<task>.log`). From then on:
 - the log file keeps every INFO line of every library (Hydra, Lightning, ONNX, Flower, ...)
   and every Python warning, with its source line;
-- the console shows litlab's own INFO lines (a federated round, a trial of a study), any
-  WARNING or ERROR, and Python warnings as one `warning: ...` line each, except the notices
-  that tell a user nothing about the run (deprecations inside libraries, advertisements,
-  footnotes): those stay in the file.
+- the console shows litlab's own INFO lines (a federated round, a trial of a study) and
+  Hydra's (the jobs of a multirun), any WARNING or ERROR, and Python warnings as one
+  `warning: ...` line each, except the notices that tell a user nothing about the run
+  (deprecations inside libraries, advertisements): those stay in the file.
 Lines that only trace what a run did (which class was instantiated) log with
 `extra=FILE_ONLY`. `hydra.verbose=true` (or HYDRA_FULL_ERROR=1) shows everything again.
 """
@@ -24,7 +24,11 @@ _NOT_FOR_CONSOLE = (
     "💡 Tip",  # Lightning's advertisement for its cloud packages
     "isinstance(treespec, LeafSpec)",  # Lightning 2.6 on torch 2.14: its own use of a torch API
     "was configured so 100% of the batches",  # explicit limits of 1.0 in configs/trainer
+    "not found. Creating it.",  # Lightning's MLflow logger, on a task's first MLflow run
 )
+# whose INFO lines the console shows: litlab's, and Hydra's and its launchers' in a multirun
+# (`#1 : model.optimizer.lr=0.1`, the sweep dir)
+_INFO_ON_CONSOLE = ("litlab", "hydra")
 _DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
 
@@ -34,7 +38,7 @@ class ConsoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "console", True) is False:
             return False
-        if record.levelno < logging.WARNING and not record.name.startswith("litlab"):
+        if record.levelno < logging.WARNING and not record.name.startswith(_INFO_ON_CONSOLE):
             return False
         message = record.getMessage()
         if any(text in message for text in _NOT_FOR_CONSOLE):
@@ -102,8 +106,12 @@ def setup(verbose: bool = False) -> None:
     """Route INFO lines of libraries and Python warnings to the log file only (idempotent).
 
     `verbose`: leave the console as Hydra configured it (everything on it)."""
+    import os
+
     for name in _PROPAGATE:  # their lines go to the root's handlers only (console and file)
         _own_console_refused(name)
+    # mlflow configures a stderr handler of its own on import unless told not to
+    os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
     if verbose:
         return
     warnings.showwarning = _show_warning

@@ -121,6 +121,8 @@ def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
 
 def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) -> None:
     """Final lines of a run: metrics, then where everything is."""
+    import os
+
     if not is_rank_zero():
         return
     out = Path(cfg.paths.output_dir)
@@ -137,6 +139,14 @@ def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) 
         if (out / name).exists()
     ]
     lines += [f"  profiler         {p}" for p in sorted((out / "profiler").glob("*.txt"))]
+    mlflow = OmegaConf.select(cfg, "logger.mlflow")
+    local = not (mlflow and mlflow.get("tracking_uri")) and not os.environ.get(
+        "MLFLOW_TRACKING_URI"
+    )
+    if mlflow is not None and local and mlflow.get("db"):
+        lines.append(
+            f"  mlflow ui        --backend-store-uri sqlite:///{Path(mlflow.db).resolve()}"
+        )
     if (out / ".hydra" / "config.yaml").exists():
         lines.append(f"  config           {out / '.hydra' / 'config.yaml'}")
     print("\n".join(lines), flush=True)
