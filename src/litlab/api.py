@@ -18,12 +18,13 @@ from litlab.recipes.result import RunResult
 def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     from hydra.errors import HydraException
 
-    from litlab import console, threads
+    from litlab import console, environment, threads
     from litlab.config.compose import compose
     from litlab.config.hydra_errors import composition_error
     from litlab.recipes import run_dir
     from litlab.utils.distributed import is_rank_zero
 
+    environment.load_dotenv_files()  # as `cli.run` does
     try:
         cfg = compose(config_name, overrides)
     except (HydraException, ValueError) as err:

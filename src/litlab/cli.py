@@ -13,7 +13,7 @@ import io
 import os
 import sys
 
-from litlab import console, threads
+from litlab import console, environment, threads
 from litlab.checkpointing import resume
 from litlab.config import (
     hydra_errors,
@@ -45,6 +45,7 @@ def _export_package_path() -> None:
 
 def run(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
+    environment.load_dotenv_files()  # before Hydra composes: the config reads some variables
     _export_package_path()
     config_name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
     try:  # ckpt_path=last|<run dir> resumes one run: not with -m
