@@ -121,8 +121,14 @@ def task(fn):
         out = _output_dir()
         fresh = out is not None and run_dir.only_hydra_files(out) and is_rank_zero()
         try:
-            threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
-            return fn(cfg)
+            try:
+                threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
+                return fn(cfg)
+            except (UserError, ModuleNotFoundError) as caught:
+                extra = environment.missing_extra(caught)  # an optional extra not installed
+                if extra is None:
+                    raise
+                raise UserError(extra) from caught
         except UserError as err:
             if _full_errors():
                 raise

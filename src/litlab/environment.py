@@ -19,3 +19,32 @@ def load_dotenv_files() -> list[Path]:
             load_dotenv(path, override=False)
             read.append(path)
     return read
+
+
+# top-level modules of the optional extras (pyproject.toml) -> the extra that installs them
+EXTRAS = {
+    "mlflow": "mlflow",
+    "flwr": "federated",
+    "ray": "federated",
+    "medmnist": "medmnist",
+    "torch_tensorrt": "gpu",
+    "comet_ml": "loggers",
+    "neptune": "loggers",
+    "aim": "loggers",
+}
+
+
+def missing_extra(err: BaseException) -> str | None:
+    """For an import of an extra's package that failed (directly, or as the cause of another
+    error): one line naming the extra to install; else None."""
+    while err is not None and not isinstance(err, ModuleNotFoundError):
+        err = err.__cause__
+    if err is None or not err.name:
+        return None
+    extra = EXTRAS.get(err.name.split(".")[0])
+    if extra is None:
+        return None
+    return (
+        f"{err.name} is not installed: it comes with the '{extra}' extra "
+        f"(pip install -e '.[{extra}]'; `make` installs every extra from requirements.txt)"
+    )
