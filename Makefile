@@ -9,6 +9,8 @@ PYTEST_ARGS ?=
 TORCH ?=
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PINS := $(shell grep -oE '^torch(vision)?==[^ ]+' requirements.txt)
+# JupyterLab refuses to start as root (containers, CI) unless told it may
+JUPYTER_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: train test notebook bench doctor new-task clean help
 
@@ -36,7 +38,7 @@ test: $(VENV)/.installed  ## set up, then run the test suite (not the `slow` one
 	$(PY) -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 notebook: $(VENV)/.installed  ## set up, then JupyterLab on notebooks/ (kernel: this .venv; 127.0.0.1 only)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(JUPYTER_ROOT)
 
 bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an idle machine)
 	PYTHONPATH=src $(PY) bench/startup.py
