@@ -67,6 +67,7 @@ class CompactModelSummary(RichModelSummary):
         table = Table(
             header_style=summarize_kwargs.get("header_style", "bold magenta"),
             box=box.SIMPLE_HEAD,
+            show_edge=False,  # no blank lines above and below
         )
         for name, _ in columns:
             numeric = name in ("Params", "Params per Device", "FLOPs", "In sizes", "Out sizes")
