@@ -64,9 +64,9 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         _original_show(message, category, filename, lineno, file, line)
         return
     text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
-    short = f"{str(message).strip().splitlines()[0] if str(message).strip() else ''}"
+    first = (str(message).strip().splitlines() or [""])[0]
     logging.getLogger("py.warnings").warning(
-        "%s", text, extra={"category": category, "short": f"{short} ({category.__name__})"}
+        "%s", text, extra={"category": category, "short": f"{first} ({category.__name__})"}
     )
 
 
