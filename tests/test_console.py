@@ -146,9 +146,11 @@ def test_tuners_save_and_restore_their_checkpoint_with_weights_only_set():
     assert calls == [("save", False), ("restore", True), ("save", True), ("save", None)]
 
 
-@pytest.mark.slow  # an LR search and a quantization with its ONNX exports: ~1 min of CPU
+@pytest.mark.slow  # an LR search, a quantization, an eval and an export: ~2 min of CPU
 @pytest.mark.xdist_group("digits_run")
-def test_tune_lr_and_compress_quantize_print_no_notice_and_no_line_twice(digits_run, tmp_path):
+def test_tune_compress_eval_export_print_their_run_dir_no_notice_no_line_twice(
+    digits_run, tmp_path
+):
     logs = tmp_path / "logs"
     tune = run_cli(
         "train.py",
@@ -161,11 +163,17 @@ def test_tune_lr_and_compress_quantize_print_no_notice_and_no_line_twice(digits_
     quantize = run_cli(
         "compress.py", f"ckpt_path={digits_run.best}", "compress=quantize", log_dir=logs
     )
+    evaluate = run_cli("eval.py", f"ckpt_path={digits_run.best}", log_dir=logs)
+    export = run_cli("export.py", f"ckpt_path={digits_run.best}", "formats=[onnx]", log_dir=logs)
     compress_dir = run_dirs(logs, "compress")[-1]
     assert f"run dir     {compress_dir}" in quantize.stdout
+    assert f"run dir     {run_dirs(logs, 'eval')[-1]}" in evaluate.stdout
+    assert f"run dir {run_dirs(logs, 'export')[-1]}" in export.stdout
     for proc, log in (
         (tune, run_dirs(logs)[-1] / "train.log"),
         (quantize, compress_dir / "compress.log"),
+        (evaluate, run_dirs(logs, "eval")[-1] / "eval.log"),
+        (export, run_dirs(logs, "export")[-1] / "export.log"),
     ):
         out = proc.stdout + proc.stderr
         assert not [n for n in NOISE if n in out], out
