@@ -180,3 +180,28 @@ def test_tune_compress_eval_export_print_their_run_dir_no_notice_no_line_twice(
         assert not repeated(non_empty(out)), repeated(non_empty(out))
         assert "weights_only` was not set" not in log.read_text()
     assert "LR finder: suggested lr" in tune.stdout
+
+
+def test_python_api_prints_the_header_not_the_tree(tmp_path, capfd):
+    """`litlab.train([...])` (a notebook's call) prints the short header and the summary; the
+    whole config tree goes to config_tree.txt."""
+    from litlab import train
+
+    result = train(
+        [
+            f"paths.log_dir={tmp_path}",
+            "trainer.max_epochs=1",
+            "trainer.limit_train_batches=2",
+            "trainer.limit_val_batches=1",
+            "trainer.num_sanity_val_steps=0",
+            "test=false",
+            "callbacks.rich_progress_bar=null",
+        ]
+    )
+    out = capfd.readouterr()
+    lines = non_empty(out.out + out.err)
+    assert lines[0] == "train: data=digits model=cnn trainer=default logger=csv", lines
+    assert "CONFIG" not in out.out and not [n for n in LIBRARY_LINES if n in out.out + out.err]
+    assert len(lines) <= 20, "\n".join(lines)
+    tree = (result.run_dir / "config_tree.txt").read_text().splitlines()
+    assert tree[0] == "CONFIG" and len(tree) > 100
