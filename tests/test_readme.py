@@ -77,6 +77,8 @@ COVERED = {
     "python -m pytest tests/test_mytask.py": "test_start.py::test_the_copied_test_passes",
     # install and threads
     "pip install -e .": "test_repo_basics.py::test_editable_install_imports_litlab_without_pythonpath",
+    "pip install --no-deps -e .": "test_packaging.py::test_installed_metadata_has_no_tool_outside_an_extra_and_litlab_imports_anywhere",
+    "make notebook": "test_packaging.py::test_make_notebook_starts_jupyterlab_on_the_venv",
     "make train TORCH=cpu": "test_repo_basics.py::test_make_installs_cpu_torch_only_when_asked",
     "python src/train.py -m hparams_search=digits_cnn hydra.sweeper.n_trials=5 trainer.max_epochs=3": "test_study_resume.py::test_a_real_search_resumed_with_another_budget",
     # inspect
@@ -109,6 +111,8 @@ NOT_RUN = {
     ". .venv/bin/activate": "set-up",
     "pip install -r requirements.txt": "set-up (make's .venv/.installed step)",
     "make bench": "benchmarks, not a check (BENCHMARKS.md)",
+    "pip install -e '.[dev,federated,mlflow,medmnist]'": "needs the package index (the extras "
+    "it names are checked against the lock by test_packaging.py::test_dependencies_and_extras_are_the_lock)",
     "pip install --index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1": "needs PyTorch's own index (make's TORCH=cpu route is checked with make -n)",
 }
 

@@ -212,5 +212,5 @@ def export(
         "ood": {k: v for k, v in meta["ood"].items() if k not in ("model", "parts")},
     }
     reporting.write(result, out)
-    print(f"report: {out / 'export_report.md'}")
+    print(f"run dir {out}  (report: export_report.md)")
     return result

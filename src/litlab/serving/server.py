@@ -77,12 +77,14 @@ def serve(model_path, export_dir, settings: ServeSettings) -> None:
         config = uvicorn_config("litlab.serving.server:app_from_env", s, factory=True)
         config.workers = s.workers
         print(f"serving {path} on http://{s.host}:{s.port} ({s.workers} workers)", flush=True)
+        print(f"run dir {export_dir}  (log: serve.log)", flush=True)
         server = DrainingServer(config)
         Multiprocess(config, target=server.run, sockets=[config.bind_socket()]).run()
         print("stopped", flush=True)
         return
     app = create_app(path, s)
     print(f"serving {path} on http://{s.host}:{s.port} (docs: /docs)", flush=True)
+    print(f"run dir {export_dir}  (log: serve.log)", flush=True)
     DrainingServer(uvicorn_config(app, s)).run()
     print("stopped", flush=True)
 
