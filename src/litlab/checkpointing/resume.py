@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from litlab.errors import UserError
 
 LAST = "last"
-RESUMABLE_CONFIGS = ("train", "compress")  # their configs use hydra/resumable.yaml
+RESUMABLE_CONFIGS = ("train", "compress", "federate")  # their configs use hydra/resumable.yaml
 
 
 def checkpoint_of(run_dir: Path) -> Path:

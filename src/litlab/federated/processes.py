@@ -1,0 +1,126 @@
+"""Ray's processes for one federated run: started, stopped on a signal, never left behind.
+
+- Every process of the run carries a mark in its environment (`watchdog.MARK`, a fresh id):
+  Ray's GCS, raylet, agents and workers inherit it, also the ones Ray re-parents to init.
+- A watchdog process ends the marked processes when the driver dies, whatever killed it
+  (`kill -9` included), and at every normal end the driver ends them itself.
+- SIGTERM and Ctrl-C (SIGINT) end the round in progress at once: the rounds already finished
+  are on disk (the recipe saves after every round, under `save_lock`, which the handler waits
+  for), the workers are ended, and the process exits with 128 + the signal (143, 130). Ray is
+  started here, in the main thread, so that these handlers replace the ones `ray.init` sets.
+"""
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+from litlab.errors import UserError, one_line
+from litlab.federated.watchdog import MARK, end_marked
+
+
+class RayDidNotStart(UserError):
+    """Ray's own start failed (its raylet waits 30 s for the GCS: a very busy machine)."""
+
+    exit_code = 1
+
+
+#: held while a round's checkpoint and history are written; a signal waits for it
+save_lock = threading.Lock()
+SAVE_WAIT_S = 60
+
+
+@contextlib.contextmanager
+def marked_run():
+    """Mark this run's processes and watch them; end them all on exit. Yields `end(fast)`."""
+    mark = uuid.uuid4().hex
+    os.environ[MARK] = mark
+    watchdog = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("watchdog.py")), str(os.getpid()), mark],
+        start_new_session=True,  # a Ctrl-C to the terminal's group does not end it early
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != MARK},
+    )
+    exclude = {os.getpid(), watchdog.pid}
+
+    def end(fast: bool = False) -> None:
+        end_marked(mark, exclude, grace_s=0.0 if fast else 3.0)
+
+    try:
+        yield end
+    finally:
+        with contextlib.suppress(Exception):
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+        end()
+        os.environ.pop(MARK, None)
+        watchdog.kill()
+        watchdog.wait()
+
+
+def init_ray(backend: dict) -> None:
+    """`ray.init` as Flower's Ray backend calls it (which then finds Ray running)."""
+    import ray
+
+    pythonpath = os.pathsep.join(sys.path)
+    if os.environ.get("PYTHONPATH"):
+        pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
+    os.environ["PYTHONPATH"] = pythonpath
+    try:
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend["init_args"])
+    except Exception as err:  # noqa: BLE001  (Ray raises plain Exception on a failed start)
+        raise RayDidNotStart(
+            f"Ray did not start: {one_line(err)} (a busy machine? try again, or lower "
+            "federate.backend.init_args.num_cpus)"
+        ) from None
+
+
+def simulate(server_main, client_app, num_clients: int, backend: dict, stopped) -> None:
+    """Flower's `run_simulation` of `server_main(grid)` and `client_app`, with this module's
+    process handling; `stopped(signame)` is the line printed when a signal ends the run."""
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid, context) -> None:
+        server_main(grid)
+
+    original = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with marked_run() as end:
+        init_ray(backend)  # sets Ray's own handlers, replaced below
+
+        def on_signal(signum, frame) -> None:
+            # Flower's runtime goes on training after a KeyboardInterrupt (its worker threads):
+            # the workers are ended and this process exits here, with the finished rounds saved
+            name = signal.Signals(signum).name
+            try:
+                got = save_lock.acquire(timeout=SAVE_WAIT_S)  # a save in progress completes
+                print(
+                    f"\n{stopped(name if got else name + ' (a save did not finish)')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                end(fast=True)
+                logging.shutdown()
+                sys.stdout.flush()
+            finally:  # whatever ending the workers raised: the exit code says which signal
+                os._exit(128 + signum)
+
+        for s in original:
+            signal.signal(s, on_signal)
+        try:
+            run_simulation(
+                server_app, client_app, num_supernodes=num_clients, backend_config=backend
+            )
+        finally:
+            for s, handler in original.items():
+                signal.signal(s, handler)
