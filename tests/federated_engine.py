@@ -20,7 +20,10 @@ class InProcessGrid:
         self.partition_of = {1000 + 7 * p: p for p in range(num_clients)}
         self.contexts = {
             n: Context(
-                run_id=1, node_id=n, node_config={"partition-id": p}, state=RecordDict(),
+                run_id=1,
+                node_id=n,
+                node_config={"partition-id": p},
+                state=RecordDict(),
                 run_config={},
             )
             for n, p in self.partition_of.items()
@@ -38,9 +41,10 @@ class InProcessGrid:
                     raise Stopped(f"stopped in round {rnd}")
             try:
                 reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
-            except Exception as err:  # as Flower's runtime: an error reply
-                reply = Message(Error(code=0, reason=f"ClientAppException: {one_line(err)}"),
-                                reply_to=msg)
+            except Exception as err:  # noqa: BLE001  (as Flower's runtime: an error reply)
+                reply = Message(
+                    Error(code=0, reason=f"ClientAppException: {one_line(err)}"), reply_to=msg
+                )
             replies.append(reply)
         return replies
 

@@ -30,6 +30,8 @@ class RayDidNotStart(UserError):
     exit_code = 1
 
 
+AGENT_TIMEOUTS = {"RAY_agent_register_timeout_ms": "120000"}
+
 #: held while a round's checkpoint and history are written; a signal waits for it
 save_lock = threading.Lock()
 SAVE_WAIT_S = 60
@@ -69,6 +71,10 @@ def init_ray(backend: dict) -> None:
     """`ray.init` as Flower's Ray backend calls it (which then finds Ray running)."""
     import ray
 
+    # Ray's raylet aborts when its Python agents have not written their ports within its
+    # agent timeout (~15 s seen): on a busy 2-core machine they take longer to import
+    for key, value in AGENT_TIMEOUTS.items():
+        os.environ.setdefault(key, value)
     pythonpath = os.pathsep.join(sys.path)
     if os.environ.get("PYTHONPATH"):
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"

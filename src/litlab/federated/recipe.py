@@ -23,6 +23,7 @@ def check(cfg: DictConfig):
     from litlab.config import validate
     from litlab.federated import settings
 
+    settings.resolve_auto(cfg)
     f = settings.check(OmegaConf.to_container(cfg.federate, resolve=True))
     validate.federate_config(cfg)
     return f

@@ -12,6 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from litlab.bounds import Gt, Interval, NonNegFloat, NonNegInt, PosFloat, PosInt, Seed
 from litlab.errors import UserError
+from litlab.tasks import GRAPH_CLASSIFICATION
+
+#: `federate.local_epochs: auto`, by task kind (others: 1). Graph classification: a PROTEINS
+#: client holds ~90 graphs, 3 steps of 32 an epoch; 20 rounds of 1 epoch left GIN at the
+#: majority class, 5 epochs learn (docs/federated.md, BENCHMARKS.md "Federated graphs")
+LOCAL_EPOCHS_AUTO = {GRAPH_CLASSIFICATION: 5}
 
 PARTITIONS = ("iid", "dirichlet")
 COMPRESSIONS = ("none", "int8", "topk")
@@ -57,13 +63,15 @@ class Backend(_Strict):
         need, have = self.client_resources, self.init_args
         if need.num_cpus > have.num_cpus:
             raise ValueError(
-                f"backend.client_resources.num_cpus={need.num_cpus} is more than the "
-                f"{have.num_cpus} CPUs of backend.init_args.num_cpus: no client could run"
+                f"federate.backend.client_resources.num_cpus={need.num_cpus:g} is more than "
+                f"the {have.num_cpus} CPUs of federate.backend.init_args.num_cpus: no client "
+                "could run"
             )
         if need.num_gpus > have.num_gpus:
             raise ValueError(
-                f"backend.client_resources.num_gpus={need.num_gpus} is more than the "
-                f"{have.num_gpus} GPUs of backend.init_args.num_gpus: no client could run"
+                f"federate.backend.client_resources.num_gpus={need.num_gpus:g} is more than "
+                f"the {have.num_gpus} GPUs of federate.backend.init_args.num_gpus: no client "
+                "could run"
             )
         return self
 
@@ -74,7 +82,7 @@ class FederateSettings(_Strict):
     num_clients: PosInt = 10
     rounds: PosInt = 20
     fraction: Annotated[float, Interval(gt=0, le=1)] = 1.0
-    local_epochs: PosInt = 1
+    local_epochs: PosInt | Literal["auto"] = "auto"
     lr_decay: Literal[LR_DECAYS] = "cosine"
     partition: Literal[PARTITIONS] = "dirichlet"
     alpha: PosFloat = 0.5
@@ -91,17 +99,38 @@ class FederateSettings(_Strict):
     strategy: dict = {}
 
 
+def resolve_auto(cfg) -> None:
+    """`federate.local_epochs=auto` -> the task kind's number (LOCAL_EPOCHS_AUTO), in place:
+    the trainer's max_epochs interpolates it, and the stored run config holds the number."""
+    if cfg.federate.get("local_epochs") != "auto":
+        return
+    from hydra.utils import get_class
+
+    try:
+        task = getattr(get_class(str(cfg.data._target_)), "task", None)
+    except Exception:  # noqa: BLE001  (a bad data target is refused by the config checks)
+        task = None
+    cfg.federate.local_epochs = LOCAL_EPOCHS_AUTO.get(task, 1)
+
+
+def _key(loc) -> str:
+    # union members add their own tags to the location ('constrained-int', "literal['auto']")
+    return ".".join(str(p) for p in loc if isinstance(p, int) or not set(p) & set("-['"))
+
+
 def _message(err: ValidationError) -> str:
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
+    errors = err.errors()
+    first, where = errors[0], _key(errors[0]["loc"])
     if first["type"] == "value_error":  # a rule across keys: its own sentence
         return str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         return f"federate.{where} is not a federate setting"
-    value = first.get("input")
-    text = str(first["msg"])
-    text = text[0].lower() + text[1:]
-    return f"federate.{where}={value} is not valid; {text}"
+    texts = []
+    for e in errors:  # a union's members each say what they take
+        text = str(e["msg"])
+        if _key(e["loc"]) == where and text[0].lower() + text[1:] not in texts:
+            texts.append(text[0].lower() + text[1:])
+    return f"federate.{where}={first.get('input')} is not valid; {' or '.join(texts)}"
 
 
 def check(federate: dict) -> FederateSettings:

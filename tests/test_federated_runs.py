@@ -1,0 +1,158 @@
+"""Whole federated runs through `litlab.federated.recipe.federate`, with the in-process engine
+of tests/federated_engine.py (the same server loop and ClientApp as the Ray simulation, minus
+Ray's start): stop and resume, client-side evaluation, and every domain learning. Ray's own
+process handling is tested in test_federated_ray.py."""
+
+import csv
+
+import pytest
+import torch
+from conftest import compose
+from federated_engine import Stopped, engine
+
+import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
+
+# small and quick: 2 clients, a few batches each
+SMALL = [
+    "federate.num_clients=2",
+    "federate.rounds=3",
+    "trainer.limit_train_batches=3",
+    "extras.print_config=false",
+    "data.num_workers=0",
+]
+
+
+def _run(out, overrides, stop_in_round=None):
+    from litlab.federated.recipe import federate
+
+    merged = dict(o.split("=", 1) for o in [*SMALL, *overrides])  # later ones win
+    cfg = compose("federate", [f"{k}={v}" for k, v in merged.items()], output_dir=out)
+    return federate(cfg, engine=engine(stop_in_round))
+
+
+def _history(run_dir):
+    with open(run_dir / "history.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _weights(run_dir):
+    return torch.load(run_dir / "global.ckpt", weights_only=True)["state_dict"]
+
+
+@pytest.mark.xdist_group("federated_resume")
+def test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit(tmp_path):
+    """Stopped while round 3 trains: rounds 0-2 are on disk (history, global model); resumed
+    with ckpt_path=<run dir>, it ends with exactly the weights and history of a run that never
+    stopped (clients sampled by fraction=0.5, so sampling is resumed too)."""
+    overrides = ["federate.fraction=0.5", "federate.num_clients=3", "federate.rounds=4"]
+    whole = tmp_path / "whole"
+    expected = _run(whole, overrides)
+
+    stopped = tmp_path / "stopped"
+    with pytest.raises(Stopped):
+        _run(stopped, overrides, stop_in_round=3)
+    assert [r["round"] for r in _history(stopped)] == ["0", "1", "2"]
+    saved = torch.load(stopped / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["litlab_federated"]["round"] == 2
+    assert (stopped / "global.ckpt").samefile(stopped / "checkpoints" / "last.ckpt")
+
+    resumed = _run(stopped, [*overrides, f"ckpt_path={stopped}"])
+    assert resumed == expected  # final test metrics and client evaluation, exactly
+    a, b = _weights(whole), _weights(stopped)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    drop = ("train_s",)  # wall time differs
+    rows = [{k: v for k, v in r.items() if k not in drop} for r in _history(whole)]
+    assert rows == [{k: v for k, v in r.items() if k not in drop} for r in _history(stopped)]
+    assert [r["clients"] for r in rows] == ["0", "1", "1", "1", "1"]  # fraction 0.5 of 3
+
+
+def test_resume_with_other_settings_is_refused_in_one_line(tmp_path):
+    from litlab.errors import UserError
+
+    with pytest.raises(Stopped):
+        _run(tmp_path, [], stop_in_round=2)
+    with pytest.raises(UserError, match=r"^ckpt_path: federate.alpha is 0.5 in the run to "):
+        _run(tmp_path, ["federate.alpha=0.9", f"ckpt_path={tmp_path}"])
+    assert [r["round"] for r in _history(tmp_path)] == ["0", "1"]  # the run is untouched
+
+
+def test_history_holds_the_clients_own_evaluation(tmp_path):
+    """Each round's clients test the new global model on their held-out part: weighted mean
+    and worst client, beside the central test, in history.csv and metrics."""
+    metrics = _run(tmp_path, ["federate.rounds=2"])
+    rows = _history(tmp_path)
+    for column in ("client_acc_mean", "client_acc_worst", "client_worst_id", "client_loss_mean"):
+        assert rows[0][column] == ""  # round 0: no client trained yet
+        assert rows[2][column] != ""
+    mean, worst = float(rows[2]["client_acc_mean"]), float(rows[2]["client_acc_worst"])
+    assert 0.5 < worst <= mean <= 1.0  # they learned, and the worst is not above the mean
+    assert int(rows[2]["client_eval_examples"]) > 100  # the validation split, shared out
+    assert metrics["federate/client_acc_mean"] == pytest.approx(mean)
+    assert (tmp_path / "history.png").stat().st_size > 10_000
+
+
+# --- every domain learns ---------------------------------------------------------------------
+@pytest.mark.slow
+def test_node_classification_subgraph_clients_learn_above_chance(tmp_path, shared_data):
+    """Cora split into 4 label-skewed subgraph clients (edges between clients dropped): the
+    global GCN beats chance (1/7) by far on the whole graph's test nodes."""
+    planetoid = shared_data("Planetoid/Cora")
+    metrics = _run(
+        tmp_path,
+        [
+            "data=cora",
+            "model=gnn",
+            f"data.data_dir={planetoid.parents[1]}",
+            "federate.num_clients=4",
+            "federate.rounds=10",
+            "federate.local_epochs=5",
+            "trainer.limit_train_batches=1.0",
+        ],
+    )
+    assert metrics["test/acc"] > 0.5, metrics
+    assert metrics["federate/client_acc_mean"] > 0.4, metrics
+
+
+@pytest.mark.slow
+def test_volume_segmentation_whole_volume_clients_learn_above_chance(tmp_path):
+    """Phantom volumes, whole volumes per client (Dirichlet over their dominant structure):
+    the global U-Net's foreground Dice is far above an untrained one's."""
+    metrics = _run(
+        tmp_path,
+        [
+            "model=unet3d",
+            "data.num_volumes=24",
+            "data.size=24",
+            "data.patch_size=[16,16,16]",
+            "model.net.channels=[8,16,32]",
+            "model.net.strides=[2,2]",
+            "federate.num_clients=2",
+            "federate.rounds=4",
+            "federate.local_epochs=2",
+            "trainer.limit_train_batches=1.0",
+        ],
+    )
+    rows = _history(tmp_path)
+    assert float(rows[0]["test/dice"]) < 0.2
+    assert metrics["test/dice"] > 0.5, metrics
+    assert metrics["federate/client_dice_mean"] > 0.4, metrics
+
+
+@pytest.mark.slow
+def test_federated_proteins_reaches_the_bar(tmp_path, shared_data):
+    """GIN on PROTEINS, Dirichlet(0.5) over 10 clients, 20 rounds, the graph defaults
+    (local_epochs=auto: 5): >= 0.68 test accuracy on the fixed split (fold 0)."""
+    tu = shared_data("TUDataset/PROTEINS_full")
+    metrics = _run(
+        tmp_path,
+        [
+            "data=proteins",
+            "model=gin",
+            f"data.data_dir={tu.parents[1]}",
+            "federate.num_clients=10",
+            "federate.rounds=20",
+            "trainer.limit_train_batches=1.0",
+        ],
+    )
+    assert metrics["test/acc"] >= 0.68, metrics
