@@ -30,7 +30,7 @@ class RayDidNotStart(UserError):
     exit_code = 1
 
 
-AGENT_TIMEOUTS = {"RAY_agent_register_timeout_ms": "120000"}
+START_ATTEMPTS = 3
 
 #: held while a round's checkpoint and history are written; a signal waits for it
 save_lock = threading.Lock()
@@ -67,25 +67,36 @@ def marked_run():
         watchdog.wait()
 
 
-def init_ray(backend: dict) -> None:
-    """`ray.init` as Flower's Ray backend calls it (which then finds Ray running)."""
+def init_ray(backend: dict, end, attempts: int = START_ATTEMPTS) -> None:
+    """`ray.init` as Flower's Ray backend calls it (which then finds Ray running). A start that
+    fails is retried after its processes are ended: Ray's raylet aborts when its Python
+    agents have not written their ports within 15 s, which a busy machine can miss once (the
+    next start finds their modules in the page cache)."""
     import ray
 
-    # Ray's raylet aborts when its Python agents have not written their ports within its
-    # agent timeout (~15 s seen): on a busy 2-core machine they take longer to import
-    for key, value in AGENT_TIMEOUTS.items():
-        os.environ.setdefault(key, value)
     pythonpath = os.pathsep.join(sys.path)
     if os.environ.get("PYTHONPATH"):
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
     os.environ["PYTHONPATH"] = pythonpath
-    try:
-        ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend["init_args"])
-    except Exception as err:  # noqa: BLE001  (Ray raises plain Exception on a failed start)
-        raise RayDidNotStart(
-            f"Ray did not start: {one_line(err)} (a busy machine? try again, or lower "
-            "federate.backend.init_args.num_cpus)"
-        ) from None
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend["init_args"])
+            return
+        except Exception as err:  # noqa: BLE001  (Ray raises plain Exception on a failed start)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            end()
+            if attempt == attempts:
+                raise RayDidNotStart(
+                    f"Ray did not start ({attempts} tries): {one_line(err)} (a busy machine? "
+                    "try again, or lower federate.backend.init_args.num_cpus)"
+                ) from None
+            logging.getLogger(__name__).warning(
+                "Ray did not start (%s); trying again (%d of %d)",
+                one_line(err),
+                attempt + 1,
+                attempts,
+            )
 
 
 def simulate(server_main, client_app, num_clients: int, backend: dict, stopped) -> None:
@@ -102,7 +113,7 @@ def simulate(server_main, client_app, num_clients: int, backend: dict, stopped) 
 
     original = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with marked_run() as end:
-        init_ray(backend)  # sets Ray's own handlers, replaced below
+        init_ray(backend, end)  # sets Ray's own handlers, replaced below
 
         def on_signal(signum, frame) -> None:
             # Flower's runtime goes on training after a KeyboardInterrupt (its worker threads):
