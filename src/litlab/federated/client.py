@@ -17,7 +17,6 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
 from litlab.errors import one_line
-from litlab.federated import norm_stats
 
 _DATAMODULES: dict[str, tuple] = {}  # per worker process: run dir -> (datamodule, its full sets)
 
@@ -102,10 +101,7 @@ def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_
     metrics = {"num-examples": views.client_count(datamodule), "partition-id": partition_id}
     if loss is not None:
         metrics["train-loss"] = float(loss)
-    arrays = exchanged(model)
-    if cfg.federate.norm_stats == "pooled":
-        arrays = norm_stats.to_moments(arrays)
-    return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord(metrics)})
+    return RecordDict({"arrays": ArrayRecord(exchanged(model)), "metrics": MetricRecord(metrics)})
 
 
 def evaluate_client(config: dict, parts: dict, msg: Message, partition_id: int):

@@ -115,7 +115,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
 
     config = OmegaConf.to_container(cfg, resolve=True)
     strategy, mods = _strategy(cfg)
-    recorded = Recorded(strategy, pooled_norm_stats=f.norm_stats == "pooled")
+    recorded = Recorded(strategy)
     metric, mode = str(cfg.model.monitor).split("/", 1)[-1], str(cfg.model.monitor_mode)
     clients = ClientEvaluation(metric, mode) if f.client_eval else None
     start, saved, resumed = 1, None, None

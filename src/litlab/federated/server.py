@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from litlab.errors import UserError
-from litlab.federated import compression, norm_stats
+from litlab.federated import compression
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,8 @@ def _partition_of(m: Message) -> tuple:
 class Recorded(Strategy):
     """Wraps a Flower strategy; `rounds` collects one dict per round."""
 
-    def __init__(self, strategy: Strategy, pooled_norm_stats: bool = False):
+    def __init__(self, strategy: Strategy):
         self.strategy = strategy
-        self.pooled = pooled_norm_stats  # clients sent E[x^2] for BatchNorm (norm_stats.py)
         self.rounds: list[dict] = []
         self.global_arrays: ArrayRecord | None = None
         self._started = time.time()
@@ -87,10 +86,7 @@ class Recorded(Strategy):
                 f"round {server_round}: none of the {len(replies)} sampled "
                 f"clients succeeded (client {failed[0] if failed else '?'})"
             )
-        arrays, metrics = self.strategy.aggregate_train(server_round, ok)
-        if arrays is not None and self.pooled:
-            arrays = ArrayRecord(norm_stats.from_moments(arrays.to_torch_state_dict()))
-        return arrays, metrics
+        return self.strategy.aggregate_train(server_round, ok)
 
     def configure_evaluate(self, server_round, arrays, config, grid) -> Iterable[Message]:
         return []  # clients evaluate in rounds.py, on the round's clients

@@ -23,7 +23,6 @@ PARTITIONS = ("iid", "dirichlet")
 COMPRESSIONS = ("none", "int8", "topk")
 DP_MODES = ("none", "local", "central")
 LR_DECAYS = ("constant", "cosine")
-NORM_STATS = ("shared", "pooled")
 
 
 class _Strict(BaseModel):
@@ -88,7 +87,6 @@ class FederateSettings(_Strict):
     alpha: PosFloat = 0.5
     seed: Seed = 42
     client_eval: bool = True
-    norm_stats: Literal[NORM_STATS] = "pooled"
     compression: Literal[COMPRESSIONS] = "none"
     topk_ratio: Annotated[float, Interval(gt=0, lt=1)] = 0.25
     dp: DpSettings = DpSettings()

@@ -108,7 +108,7 @@ class GNN(nn.Module):
         if readout not in READOUTS or jumping_knowledge not in ("last", "cat"):
             raise ValueError(f"readout must be one of {list(READOUTS)}, jumping_knowledge last|cat")
         self.node_level = task == NODE_CLASSIFICATION
-        self.conv_name, self.heads, self.output_heads, self.norm = conv, heads, output_heads, norm
+        self.conv_name, self.heads, self.output_heads = conv, heads, output_heads
         self.attention_dropout, self.cached = attention_dropout, cached and self.node_level
         self.dropout = dropout
         self.input_dropout = dropout if input_dropout is None else input_dropout
@@ -159,8 +159,8 @@ class GNN(nn.Module):
             return GCNConv(n_in, n_out, cached=self.cached)
         if name == "sage":
             return SAGEConv(n_in, n_out)
-        if name == "gin":  # a 2-layer MLP, normalized as the layers are (GIN-0: batch norm)
-            return GINConv(PygMLP([n_in, n_out, n_out], norm=None if last else self.norm))
+        if name == "gin":  # a 2-layer MLP with batch norm per layer (GIN-0, Xu et al.)
+            return GINConv(PygMLP([n_in, n_out, n_out], norm=None if last else "batch_norm"))
         if name == "gat":
             heads = self.output_heads if last else self.heads
             if not last and n_out % heads:
