@@ -323,10 +323,10 @@ def test_bad_federate_settings_are_one_line(tmp_path, override, message):
     assert "\n" not in str(err.value)
 
 
-def test_local_epochs_auto_is_5_for_graph_classification_else_1(tmp_path):
+def test_local_epochs_auto_follows_the_task_kind(tmp_path):
     from litlab.federated.recipe import check
 
-    for overrides, epochs in ((["data=mutag", "model=gin"], 5), ([], 1)):
+    for overrides, epochs in ((["data=mutag", "model=gin"], 5), (["model=gnn"], 20), ([], 1)):
         cfg = compose("federate", overrides, output_dir=tmp_path)
         assert check(cfg).local_epochs == epochs == cfg.trainer.max_epochs
 

@@ -12,12 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from litlab.bounds import Gt, Interval, NonNegFloat, NonNegInt, PosFloat, PosInt, Seed
 from litlab.errors import UserError
-from litlab.tasks import GRAPH_CLASSIFICATION
+from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 
 #: `federate.local_epochs: auto`, by task kind (others: 1). Graph classification: a PROTEINS
 #: client holds ~90 graphs, 3 steps of 32 an epoch; 20 rounds of 1 epoch left GIN at the
-#: majority class, 5 epochs learn (docs/federated.md, BENCHMARKS.md "Federated graphs")
-LOCAL_EPOCHS_AUTO = {GRAPH_CLASSIFICATION: 5}
+#: majority class, 5 epochs learn (docs/federated.md, BENCHMARKS.md "Federated graphs").
+#: Node classification: an epoch is one full-graph step (GCN trains 200 centrally)
+LOCAL_EPOCHS_AUTO = {GRAPH_CLASSIFICATION: 5, NODE_CLASSIFICATION: 20}
 
 PARTITIONS = ("iid", "dirichlet")
 COMPRESSIONS = ("none", "int8", "topk")
