@@ -67,11 +67,68 @@ def marked_run():
         watchdog.wait()
 
 
+AGENT_PORTS = (
+    "metrics_agent_port",
+    "metrics_export_port",
+    "dashboard_agent_listen_port",
+    "runtime_env_agent_port",
+)
+
+
+def _free_port() -> int:
+    import socket
+
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def agents_on_given_ports():
+    """During `ray.init`: Ray's agents get their ports up front, so the raylet waits for none.
+
+    Ray 2.55's raylet waits at most 15 s for each port file its Python agents write once they
+    have bound a port, then aborts ("The current node timed out during startup"). Importing ray
+    took 12-36 s on the shared 2-core machine under load 12-18, so Ray rarely started there
+    (0 of 12 starts). Given the ports, the raylet uses them as they are (its flags, which
+    `ray.init` has no argument for): free ports are picked here and handed to the agents (Ray's
+    node parameters) and to the raylet's command line; 1 start of 1 then took 65 s. If Ray's
+    internals are not the expected ones, nothing is changed."""
+    try:
+        from ray._private import node, services
+    except ImportError:
+        yield
+        return
+    if not hasattr(node.Node, "__init__") or not hasattr(services, "start_ray_process"):
+        yield
+        return
+    ports: dict[str, int] = {}
+    node_init, start_process = node.Node.__init__, services.start_ray_process
+
+    def patched_init(self, ray_params, *args, **kwargs):
+        if all(hasattr(ray_params, name) for name in AGENT_PORTS):
+            for name in AGENT_PORTS:
+                ports[name] = _free_port()
+                setattr(ray_params, name, ports[name])
+        return node_init(self, ray_params, *args, **kwargs)
+
+    def patched_start(command, process_type, *args, **kwargs):
+        if process_type == "raylet" and "dashboard_agent_listen_port" in ports:
+            port = ports["dashboard_agent_listen_port"]
+            command = [*command, f"--dashboard_agent_listen_port={port}"]
+        return start_process(command, process_type, *args, **kwargs)
+
+    node.Node.__init__, services.start_ray_process = patched_init, patched_start
+    try:
+        yield
+    finally:
+        node.Node.__init__, services.start_ray_process = node_init, start_process
+
+
 def init_ray(backend: dict, end, attempts: int = START_ATTEMPTS) -> None:
-    """`ray.init` as Flower's Ray backend calls it (which then finds Ray running). A start that
-    fails is retried after its processes are ended: Ray's raylet aborts when its Python
-    agents have not written their ports within 15 s, which a busy machine can miss once (the
-    next start finds their modules in the page cache)."""
+    """`ray.init` as Flower's Ray backend calls it (which then finds Ray running), with the
+    agents' ports given (`agents_on_given_ports`). A start that fails anyway is retried after
+    its processes are ended."""
     import ray
 
     pythonpath = os.pathsep.join(sys.path)
@@ -80,7 +137,10 @@ def init_ray(backend: dict, end, attempts: int = START_ATTEMPTS) -> None:
     os.environ["PYTHONPATH"] = pythonpath
     for attempt in range(1, attempts + 1):
         try:
-            ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend["init_args"])
+            with agents_on_given_ports():
+                ray.init(
+                    runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend["init_args"]
+                )
             return
         except Exception as err:  # noqa: BLE001  (Ray raises plain Exception on a failed start)
             with contextlib.suppress(Exception):

@@ -11,6 +11,7 @@ It is Flower's `Strategy.start` loop with what a resumable run needs:
 
 import logging
 import math
+import time
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
@@ -85,14 +86,19 @@ def _send(grid, node_ids: list[int], kind: str, content: RecordDict) -> list[Mes
     return list(grid.send_and_receive(messages, timeout=TIMEOUT_S))
 
 
-def partition_ids(grid) -> dict[int, int]:
-    """partition id -> node id, asked of every node (Flower draws node ids at random)."""
-    replies = _send(grid, list(grid.get_node_ids()), MessageType.QUERY, RecordDict())
+def partition_ids(grid, num_clients: int) -> dict[int, int]:
+    """partition id -> node id, asked of every node (Flower draws node ids at random), once
+    all of them are online (the simulation registers them while the server starts)."""
+    while len(nodes := list(grid.get_node_ids())) < num_clients:
+        time.sleep(0.5)
+    replies = _send(grid, nodes, MessageType.QUERY, RecordDict())
     mapping = {}
     for m in replies:
         if m.has_error():
             raise RuntimeError(f"a client did not start: {m.error.reason.splitlines()[0]}")
         mapping[int(m.content["metrics"]["partition-id"])] = m.metadata.src_node_id
+    if sorted(mapping) != list(range(num_clients)):
+        raise RuntimeError(f"clients {sorted(mapping)} answered, not 0 to {num_clients - 1}")
     return mapping
 
 
@@ -110,7 +116,7 @@ def run_rounds(
     """Rounds `start`..settings.rounds; round 0 (the initial model) is tested when start is 1.
     `on_round(round, arrays)` saves a finished round; `before_first()` runs just before the
     first round trains (a resumed run restores its RNG states there)."""
-    nodes = partition_ids(grid)
+    nodes = partition_ids(grid, settings.num_clients)
     if start == 1:
         central(0, arrays)
         on_round(0, arrays)
