@@ -31,6 +31,12 @@ class RayDidNotStart(UserError):
 
 
 START_ATTEMPTS = 3
+#: Ray's timeouts for its agents and workers to come up (30 s, 60 s by default): importing ray
+#: takes longer than 30 s on a busy 2-core machine (the raylet then exits). Set when unset.
+RAY_TIMEOUTS = {
+    "RAY_agent_register_timeout_ms": "180000",
+    "RAY_worker_register_timeout_seconds": "180",
+}
 
 #: held while a round's checkpoint and history are written; a signal waits for it
 save_lock = threading.Lock()
@@ -135,6 +141,8 @@ def init_ray(backend: dict, end, attempts: int = START_ATTEMPTS) -> None:
     if os.environ.get("PYTHONPATH"):
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
     os.environ["PYTHONPATH"] = pythonpath
+    for key, value in RAY_TIMEOUTS.items():  # Ray's processes read them from the environment
+        os.environ.setdefault(key, value)
     for attempt in range(1, attempts + 1):
         try:
             with agents_on_given_ports():
