@@ -38,14 +38,17 @@ def _weights(run_dir):
     return torch.load(run_dir / "global.ckpt", weights_only=True)["state_dict"]
 
 
-@pytest.mark.xdist_group("federated_resume")
 def test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit(tmp_path):
-    """Stopped while round 3 trains: rounds 0-2 are on disk (history, global model); resumed
-    with ckpt_path=<run dir>, it ends with exactly the weights and history of a run that never
-    stopped (clients sampled by fraction=0.5, so sampling is resumed too)."""
+    """Stopped while round 3 trains: rounds 0-2 are on disk (history, global model); resuming
+    with other settings is refused; resumed with ckpt_path=<run dir>, it ends with exactly the
+    weights and history of a run that never stopped (clients sampled by fraction=0.5, so
+    sampling is resumed too). The history holds the clients' own evaluation."""
+    from litlab.errors import UserError
+
     overrides = ["federate.fraction=0.5", "federate.num_clients=3", "federate.rounds=4"]
     whole = tmp_path / "whole"
     expected = _run(whole, overrides)
+    _check_client_evaluation(_history(whole), expected)
 
     stopped = tmp_path / "stopped"
     with pytest.raises(Stopped):
@@ -54,6 +57,9 @@ def test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit(tmp_path):
     saved = torch.load(stopped / "checkpoints" / "last.ckpt", weights_only=True)
     assert saved["litlab_federated"]["round"] == 2
     assert (stopped / "global.ckpt").samefile(stopped / "checkpoints" / "last.ckpt")
+    with pytest.raises(UserError, match=r"^ckpt_path: federate.alpha is 0.5 in the run to "):
+        _run(stopped, [*overrides, "federate.alpha=0.9", f"ckpt_path={stopped}"])
+    assert [r["round"] for r in _history(stopped)] == ["0", "1", "2"]  # untouched
 
     resumed = _run(stopped, [*overrides, f"ckpt_path={stopped}"])
     assert resumed == expected  # final test metrics and client evaluation, exactly
@@ -66,29 +72,17 @@ def test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit(tmp_path):
     assert [r["clients"] for r in rows] == ["0", "1", "1", "1", "1"]  # fraction 0.5 of 3
 
 
-def test_resume_with_other_settings_is_refused_in_one_line(tmp_path):
-    from litlab.errors import UserError
-
-    with pytest.raises(Stopped):
-        _run(tmp_path, [], stop_in_round=2)
-    with pytest.raises(UserError, match=r"^ckpt_path: federate.alpha is 0.5 in the run to "):
-        _run(tmp_path, ["federate.alpha=0.9", f"ckpt_path={tmp_path}"])
-    assert [r["round"] for r in _history(tmp_path)] == ["0", "1"]  # the run is untouched
-
-
-def test_history_holds_the_clients_own_evaluation(tmp_path):
+def _check_client_evaluation(rows, metrics):
     """Each round's clients test the new global model on their held-out part: weighted mean
     and worst client, beside the central test, in history.csv and metrics."""
-    metrics = _run(tmp_path, ["federate.rounds=2"])
-    rows = _history(tmp_path)
     for column in ("client_acc_mean", "client_acc_worst", "client_worst_id", "client_loss_mean"):
         assert rows[0][column] == ""  # round 0: no client trained yet
-        assert rows[2][column] != ""
-    mean, worst = float(rows[2]["client_acc_mean"]), float(rows[2]["client_acc_worst"])
-    assert 0.5 < worst <= mean <= 1.0  # they learned, and the worst is not above the mean
-    assert int(rows[2]["client_eval_examples"]) > 100  # the validation split, shared out
+        assert rows[-1][column] != ""
+    mean, worst = float(rows[-1]["client_acc_mean"]), float(rows[-1]["client_acc_worst"])
+    assert 0.3 < worst <= mean <= 1.0  # they learned; the worst is not above the mean
+    assert rows[-1]["client_eval_clients"] == "1"  # the round's one sampled client
+    assert int(rows[-1]["client_eval_examples"]) > 20  # its share of the validation split
     assert metrics["federate/client_acc_mean"] == pytest.approx(mean)
-    assert (tmp_path / "history.png").stat().st_size > 10_000
 
 
 # --- every domain learns ---------------------------------------------------------------------
