@@ -46,6 +46,9 @@ class ClientResources(_Strict):
 
 
 class RayInitArgs(_Strict):
+    # other keys go to ray.init as they are (e.g. _temp_dir)
+    model_config = ConfigDict(extra="allow", strict=True)
+
     num_cpus: PosInt = 2
     num_gpus: NonNegInt = 0
     # Ray refuses less than ~75 MB
@@ -138,11 +141,6 @@ def check(federate: dict) -> FederateSettings:
         settings = FederateSettings.model_validate(federate)
     except ValidationError as err:
         raise UserError(_message(err)) from None
-    if settings.dp.mode != "none" and settings.compression == "topk":
-        raise UserError(
-            "federate.compression=topk with federate.dp.mode="
-            f"{settings.dp.mode} is not valid; DP clips full updates: use none or int8"
-        )
     bad = [c for c in settings.fail_clients if c >= settings.num_clients]
     if bad:
         raise UserError(
