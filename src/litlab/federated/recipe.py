@@ -23,7 +23,8 @@ def check(cfg: DictConfig):
     from litlab.config import validate
     from litlab.federated import settings
 
-    settings.resolve_auto(cfg)
+    settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # no import: at once
+    settings.resolve_auto(cfg)  # imports the data class (torch) for its task kind
     f = settings.check(OmegaConf.to_container(cfg.federate, resolve=True))
     validate.federate_config(cfg)
     return f
