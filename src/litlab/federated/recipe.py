@@ -82,9 +82,11 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     `engine(server_main, client_app, num_clients, backend, stopped)` runs the rounds:
     `processes.simulate` (Flower's Ray simulation) unless a test passes an in-process one."""
     from litlab.checkpointing import resume
+    from litlab.federated import settings
 
-    if cfg.get("ckpt_path") is not None:
-        resume.resolve_checkpoint(cfg)  # last|<run dir> -> its checkpoints/last.ckpt
+    settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # at once: no import
+    # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt
+    resume.resolve_checkpoint(cfg)
     f = check(cfg)
     import json
 
