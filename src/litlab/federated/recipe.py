@@ -131,6 +131,12 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
                 "(its data changed?); resuming would not continue the same run"
             )
         model.load_state_dict(ckpt["state_dict"])
+        if f.compression == "topk":
+            log.warning(
+                "compression=topk: the clients' unsent residuals were in the stopped run's "
+                "memory; they restart at zero (this run is not bit-identical to one that never "
+                "stopped)"
+            )
         recorded.rounds = list(resumed["rounds"])
         start = saved = int(resumed["round"])
         start += 1
