@@ -147,7 +147,9 @@ def init_ray(backend: dict, end, attempts: int = START_ATTEMPTS) -> None:
         try:
             with agents_on_given_ports():
                 ray.init(
-                    runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend["init_args"]
+                    runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+                    # Ray's own start lines ("Started a local Ray instance") stay off the console
+                    **{"logging_level": logging.WARNING, **backend["init_args"]},
                 )
             return
         except Exception as err:  # noqa: BLE001  (Ray raises plain Exception on a failed start)
