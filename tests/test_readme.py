@@ -95,10 +95,11 @@ COVERED = {
     "python src/compress.py ckpt_path=PATH compress=distill": "test_compress.py::test_distilled_student_trains_and_eval_reproduces_it",
     "python src/compress.py ckpt_path=PATH compress=quantize": "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",
     "python src/compress.py ckpt_path=PATH compress=[distill,quantize]": "test_compress.py::test_every_compress_option_composes_and_chains_in_order",
-    "python src/federate.py": "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
-    "python src/federate.py -m federate.alpha=0.1,0.5,1.0": "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
-    "python src/federate.py federate/strategy=fedprox federate.strategy.proximal_mu=0.1": "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
-    "python src/federate.py federate.partition=iid federate.compression=int8": "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
+    "python src/federate.py": "test_federated_ray.py::test_simulation_records_a_failing_client_and_leaves_no_process",
+    "python src/federate.py -m federate.alpha=0.1,0.5,1.0": "test_federated_ray.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
+    "python src/federate.py federate/strategy=fedprox federate.strategy.proximal_mu=0.1": "test_federated_ray.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
+    "python src/federate.py federate.partition=iid federate.compression=int8": "test_federated_ray.py::test_simulation_records_a_failing_client_and_leaves_no_process",
+    "python src/federate.py ckpt_path=last": "test_federated_ray.py::test_sigterm_saves_the_finished_rounds_and_ckpt_path_last_finishes_the_same_run",
 }
 # needs hardware or set-up this suite cannot have: composed only (test_every_train_command_composes)
 NOT_RUN = {
