@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 from conftest import ROOT, results, run_cli, run_dirs
-from test_serve import START_TIMEOUT, free_port, request
+from serve_helpers import START_TIMEOUT, free_port, request
 
 pytestmark = pytest.mark.slow
 
