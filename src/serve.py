@@ -13,19 +13,7 @@ from litlab import cli
 def main(cfg: DictConfig) -> None:
     from litlab.serving.server import serve
 
-    serve(
-        cfg.model_path,
-        cfg.paths.output_dir,
-        cfg.host,
-        cfg.port,
-        cfg.workers,
-        cfg.max_batch,
-        cfg.max_body_bytes,
-        cfg.batching,
-        cfg.max_wait_ms,
-        cfg.threads,
-        cfg.log_level,
-    )
+    serve(cfg)
 
 
 if __name__ == "__main__":

@@ -26,15 +26,7 @@ from litlab.serving import inputs
 from litlab.serving.inputs import BadRequest
 from litlab.serving.limits import BodyLimit, Metrics
 from litlab.serving.runner import MicroBatcher, Runner
-from litlab.tasks import (
-    GRAPH_CLASSIFICATION,
-    IMAGE_CLASSIFICATION,
-    NODE_CLASSIFICATION,
-    VOLUME_CLASSIFICATION,
-    VOLUME_SEGMENTATION,
-)
 
-BATCHABLE = (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
 PREDICT_BODY = {
     "requestBody": {
         "content": {
@@ -74,7 +66,7 @@ def create_app(
     runner = Runner(model_path, threads)
     batcher = (
         MicroBatcher(runner, max_batch, max_wait_ms)
-        if batching and runner.task in BATCHABLE
+        if batching and runner.kind.serve_batchable
         else None
     )
     registry = CollectorRegistry()
@@ -163,15 +155,15 @@ def create_app(
         return runner.classify(logits)
 
     async def predict_json(data: dict) -> dict:
-        task = runner.task
-        if task in (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION):
-            graph_level = task == GRAPH_CLASSIFICATION
+        kind = runner.kind
+        if kind.inputs == "graph":
+            graph_level = kind.serve_output == "graph_classes"
             args = inputs.graph(
                 data, runner.layout["x"]["shape"][1], graph_level, max_nodes=max_batch * 10_000
             )
             out = runner.classify(await run_in_threadpool(runner.run, *args))
             return {"level": "graph" if graph_level else "node", **out}
-        if task == VOLUME_SEGMENTATION:
+        if kind.serve_output == "mask":
             x = inputs.array(data.get("inputs"), "inputs", np.float32, 5)
             inputs.count(len(x), 1, "volumes")
             if x.shape[1] != channels or min(x.shape[2:]) < 1:
@@ -196,14 +188,14 @@ def create_app(
         except Exception:  # noqa: BLE001 (python-multipart's parse errors)
             raise BadRequest("The multipart body cannot be parsed.") from None
         files = [v for _, v in form.multi_items() if hasattr(v, "read")]
-        inputs.count(len(files), max_batch if runner.task in BATCHABLE else 1, "files")
+        inputs.count(len(files), max_batch if runner.kind.serve_batchable else 1, "files")
         raw = [await f.read() for f in files]
-        if runner.task == IMAGE_CLASSIFICATION:
+        if runner.kind.serve_files == "image":
             x = np.stack([inputs.image(r, runner.layout) for r in raw])
             return await classify_batch(x)
-        if runner.task.startswith("volume_"):
+        if runner.kind.serve_files == "volume":
             volume, affine = inputs.nifti(raw[0], files[0].filename or "upload", channels)
-            if runner.task == VOLUME_CLASSIFICATION:
+            if runner.kind.serve_output == "classes":
                 return await classify_batch(fit_volume(volume, runner.layout)[None])
             mask = await run_in_threadpool(runner.segment, volume)
             return Response(
@@ -211,7 +203,7 @@ def create_app(
                 media_type="application/gzip",
                 headers={"Content-Disposition": 'attachment; filename="mask.nii.gz"'},
             )
-        raise BadRequest("This model takes JSON (x, edge_index), not file uploads.", 415)
+        raise BadRequest("This model takes JSON requests, not file uploads.", 415)
 
     channels = int(runner.layout["x"]["shape"][1])
     paths = {"/health", "/metadata", "/metrics", "/predict"}

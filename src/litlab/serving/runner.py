@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION, VOLUME_SEGMENTATION
+from litlab import tasks
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -23,6 +23,7 @@ class Runner:
         self.session = ort_session(self.path, threads)
         self.meta = read_metadata(self.path)
         self.task = self.meta["task"]
+        self.kind = tasks.get(self.task)  # what the kind's inputs and outputs are
         self.classes = self.meta["classes"]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
@@ -73,13 +74,13 @@ class Runner:
         self.inline = time.perf_counter() - start < self.INLINE_S
 
     def _warm_up(self) -> None:
-        if self.task in (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION):
+        if self.kind.inputs == "graph":
             feats = self.layout["x"]["shape"][1]
             args = [np.zeros((2, feats), np.float32), np.zeros((2, 1), np.int64)]
-            if self.task == GRAPH_CLASSIFICATION:
+            if self.kind.serve_output == "graph_classes":
                 args.append(np.zeros(2, np.int64))
             self.run(*args)
-        elif self.task == VOLUME_SEGMENTATION:
+        elif self.kind.serve_output == "mask":
             self.run(np.zeros((1, 1, *self.layout["patch_size"]), np.float32))
         else:
             shape = [int(s) for s in self.layout["x"]["shape"][1:]]

@@ -7,8 +7,10 @@ the signal's status instead."""
 from pathlib import Path
 
 import uvicorn
+from omegaconf import DictConfig
 
 from litlab.errors import UserError
+from litlab.serving.settings import ServeSettings
 
 
 class DrainingServer(uvicorn.Server):
@@ -21,67 +23,64 @@ def model_file(model_path, export_dir) -> Path:
     """The ONNX file to serve: `model_path` itself, or exported from a checkpoint into
     `export_dir` (verified like src/export.py; a failed verification stops here)."""
     path = Path(model_path)
-    if not path.is_file():
-        raise UserError(
-            f"model_path={model_path} is not a file; pass a model.onnx from "
-            "src/export.py or a .ckpt from src/train.py"
-        )
     if path.suffix == ".onnx":
         return path
-    if path.suffix != ".ckpt":
-        raise UserError(f"model_path={model_path}: expected a .onnx or a .ckpt file")
-    from litlab.export.recipe import export
+    from litlab.export.recipe import run_export
+    from litlab.export.settings import ExportSettings, LatencySettings
 
     print(f"exporting {path} to ONNX first")
-    report = export(path, ["onnx"], export_dir, latency_batch_sizes=())
+    only_onnx = ExportSettings(
+        task_name="export",
+        ckpt_path=str(path),
+        formats=["onnx"],
+        latency=LatencySettings(batch_sizes=[]),
+    )
+    report = run_export(only_onnx, export_dir)
     if not report["ok"]:
         raise UserError(f"the export of {path} failed verification; see {export_dir}")
     return Path(export_dir) / "model.onnx"
 
 
-def serve(
-    model_path,
-    export_dir,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    workers: int = 1,
-    max_batch: int = 64,
-    max_body_bytes: int = 8 << 20,
-    batching: bool = True,
-    max_wait_ms: float = 1.0,
-    threads: int = 1,
-    log_level: str = "warning",
-) -> None:
+def serve(cfg: DictConfig) -> None:
+    """`python src/serve.py`: the config checked (one line, exit 2, before anything is
+    printed), then served until SIGTERM or Ctrl-C."""
+    from litlab.config.validate import entry_config
+
+    run_server(entry_config(cfg, ServeSettings), cfg.paths.output_dir)
+
+
+def run_server(settings: ServeSettings, export_dir) -> None:
+    """Serve `settings.model_path`; a checkpoint is exported into `export_dir` first."""
     from litlab.serving.app import create_app
 
-    path = model_file(model_path, export_dir)
-    if workers != 1:  # processes of their own: uvicorn's supervisor builds one app each
+    s = settings
+    path = model_file(s.model_path, export_dir)
+    app_args = (str(path), s.max_batch, s.batching, s.max_wait_ms, s.threads, s.max_body_bytes)
+    if s.workers != 1:  # processes of their own: uvicorn's supervisor builds one app each
         import os
 
-        os.environ["LITLAB_SERVE"] = repr(
-            (str(path), max_batch, batching, max_wait_ms, threads, max_body_bytes)
-        )
+        os.environ["LITLAB_SERVE"] = repr(app_args)
         uvicorn.run(
             "litlab.serving.server:app_from_env",
             factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            log_level=log_level,
+            host=s.host,
+            port=s.port,
+            workers=s.workers,
+            log_level=s.log_level,
             timeout_graceful_shutdown=10,
         )
         return
-    app = create_app(path, max_batch, batching, max_wait_ms, threads, max_body_bytes)
+    app = create_app(*app_args)
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
-        log_level=log_level,
+        host=s.host,
+        port=s.port,
+        log_level=s.log_level,
         access_log=False,
         timeout_graceful_shutdown=10,
         lifespan="on",
     )
-    print(f"serving {path} on http://{host}:{port} (docs: /docs)", flush=True)
+    print(f"serving {path} on http://{s.host}:{s.port} (docs: /docs)", flush=True)
     DrainingServer(config).run()
     print("stopped", flush=True)
 
@@ -92,7 +91,4 @@ def app_from_env():
 
     from litlab.serving.app import create_app
 
-    path, max_batch, batching, wait, threads, max_body = ast.literal_eval(
-        os.environ["LITLAB_SERVE"]
-    )
-    return create_app(path, max_batch, batching, wait, threads, max_body)
+    return create_app(*ast.literal_eval(os.environ["LITLAB_SERVE"]))
