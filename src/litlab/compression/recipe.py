@@ -36,8 +36,9 @@ def compress(cfg: DictConfig) -> list[dict]:
     from litlab.compression.settings import CompressSettings
     from litlab.config.validate import entry_config
 
-    resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
-    entry_config(cfg, CompressSettings)  # one line, exit 2, before any data is read
+    if not OmegaConf.is_missing(cfg, "ckpt_path"):  # unset: entry_config says so
+        resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
+    entry_config(cfg, CompressSettings)  # one line, exit 2, no data read
     cfg, resume = _resumed(cfg)
     import lightning as L
     import torch

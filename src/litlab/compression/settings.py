@@ -75,28 +75,43 @@ class CompressSettings(EntrySettings):
     compress: Steps
     report: ReportSettings = ReportSettings()
 
-    def check_files(self) -> None:
-        """The checkpoint is litlab's; every step fits its task kind; a distillation
-        student can learn its data."""
-        from litlab.config.checks import check_checkpoint, check_student, stored_config
-        from litlab.config.validate import check_checkpoint_exists, check_data_overrides
-        from litlab.tasks import kind_of_data
+    def run_view(self, cfg):
+        """This command's keys with the checkpoint's model and data, as the step trainings
+        see them (the callbacks interpolate `${model.monitor}`)."""
+        from omegaconf import open_dict
+
+        from litlab.config.checks import check_checkpoint, stored_config
+        from litlab.config.validate import check_checkpoint_exists
 
         check_checkpoint_exists(self.ckpt_path)
-        check_checkpoint(self.ckpt_path, None, trust=False)
-        check_data_overrides(self.ckpt_path, self.data_overrides)
+        check_checkpoint(self.ckpt_path, None, trust=False)  # only allowed targets are imported
         stored = stored_config(self.ckpt_path)
-        kind = kind_of_data(stored["data"]["_target_"])
+        view = cfg.copy()
+        with open_dict(view):
+            view.model, view.data = stored["model"], stored["data"]
+        return view
+
+    def check_kind(self, kind) -> None:
+        """Every step applies to the checkpoint's task kind (`TaskKind.compression`)."""
         steps = self.compress
-        wanted = [
-            "prune" if steps.prune and steps.prune.method == "structured" else None,
-            "quantize" if steps.quantize else None,
-            "distill" if steps.distill else None,
-        ]
-        for step in filter(None, wanted):
-            kind.refuse_compression(step)
-        if steps.distill and steps.distill.teacher is not None:
-            check_checkpoint_exists(steps.distill.teacher)
-            check_checkpoint(steps.distill.teacher, None, trust=False)
-        if steps.distill:
-            check_student(steps.distill.student, stored, "compress.distill.student")
+        if steps.prune:
+            kind.refuse_compression(f"prune_{steps.prune.method}")
+        for name in ("distill", "quantize"):
+            if getattr(steps, name) is not None:
+                kind.refuse_compression(name)
+
+    def check_files(self) -> None:
+        """The checkpoint is litlab's; a teacher checkpoint too; a distillation student can
+        learn the checkpoint's data."""
+        from litlab.config.checks import check_checkpoint, check_student, stored_config
+        from litlab.config.validate import check_checkpoint_exists, check_data_overrides
+
+        check_data_overrides(self.ckpt_path, self.data_overrides)
+        distill = self.compress.distill
+        if distill and distill.teacher is not None:
+            check_checkpoint_exists(distill.teacher)
+            check_checkpoint(distill.teacher, None, trust=False)
+        if distill:
+            check_student(
+                distill.student, stored_config(self.ckpt_path), "compress.distill.student"
+            )

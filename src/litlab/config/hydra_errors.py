@@ -46,6 +46,12 @@ def condense(message: str) -> str:
                 break
             options.append(line.strip())
         return f"unknown option {group}={value}; valid {group} options: {', '.join(options)}"
+    inner = re.search(r"In '([^']+)': Could not override '([^']+)'", message)
+    if inner:  # a config's own defaults list overrides a group this entry point lacks
+        return (
+            f"config {inner.group(1)} cannot be used here: it picks a {inner.group(2)} option "
+            f"(its defaults list), and this command has no {inner.group(2)} group"
+        )
     key = re.search(r"Could not override '([^']+)'", message)
     if key:
         hint = next((ln for ln in lines if ln.startswith("To append")), "")

@@ -27,6 +27,15 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
+    def run_view(self, cfg):
+        """The config the run will see, checked after these settings (compress: the
+        checkpoint's model and data join this command's trainer and callbacks)."""
+        return cfg
+
+    def check_kind(self, kind) -> None:
+        """Rules of these settings on the data's task kind (`litlab.tasks.TaskKind`), for
+        entry points with a data group; raise `UserError`."""
+
     def check_files(self) -> None:
         """What the settings name outside the config (files, ports): checked after every key
         of the config is (pure config errors come first, and fast); raise `UserError`."""

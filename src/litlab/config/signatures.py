@@ -61,6 +61,9 @@ EXTERNAL: dict[str, dict] = {
         ],
         "num_nodes": PosInt,
     },
+    "flwr.serverapp.strategy.fedprox.FedProx": {
+        "proximal_mu": Annotated[NonNegFloat, "a proximal weight >= 0 (0 is FedAvg)"],
+    },
     "lightning.pytorch.callbacks.early_stopping.EarlyStopping": {
         "mode": MinMax,
         "patience": NonNegInt,
@@ -260,6 +263,8 @@ def describe(ann) -> str:
         return " | ".join(str(a) for a in args)
     if ann is type(None):
         return "null"
+    if ann is bool:
+        return "true or false"
     if ann is int:
         return "an integer"
     if ann is float:

@@ -51,13 +51,24 @@ class EvalKeys(Settings):
     trust_checkpoint: bool = False
 
 
-def _container(cfg: DictConfig) -> dict:
-    """The config as plain dicts, resolved (the unresolved one kept for messages)."""
-    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
+def _missing(cfg: DictConfig, keys=None) -> None:
+    """A required key (`???`) left unset: one line saying how to set it."""
+    missing = []
+    for k in [k for k in cfg if k != "hydra"] if keys is None else keys:
+        if OmegaConf.is_missing(cfg, k):
+            missing.append(k)
+        elif OmegaConf.is_config(cfg[k]):
+            missing += [f"{k}.{sub}" for sub in OmegaConf.missing_keys(cfg[k])]
+    missing.sort()
     if missing:
         key = missing[0]
         raise UserError(f"{key} is required: add {key}{HINTS.get(key, '=VALUE')} to the command")
-    keys = [k for k in cfg if k != "hydra"]
+
+
+def _container(cfg: DictConfig, keys=None) -> dict:
+    """The config (or its `keys`) as plain dicts, resolved (the unresolved one kept for
+    messages)."""
+    keys = [k for k in cfg if k != "hydra"] if keys is None else [k for k in keys if k in cfg]
 
     def plain(resolve: bool) -> dict:
         return {
@@ -81,17 +92,22 @@ def _trainer(t: dict) -> None:
     check_trainer(t)
 
 
-def _model_and_data(cfg: DictConfig, c: dict) -> None:
+def _model_and_data_plain(cfg: DictConfig) -> None:
+    """Model against data, from the classes' declarations: no torch, about a second."""
     from litlab.config.build import check_compatible
 
+    check_compatible(cfg)
+
+
+def _model_and_data(c: dict) -> None:
     targets.check_optimizer(c["model"])
     check_paths(c["data"])
-    check_compatible(cfg)
     check_monitor(c)
 
 
 def train_config(cfg: DictConfig) -> None:
     """Everything train.py needs, checked in about a second."""
+    _missing(cfg)
     c = _container(cfg)
     check(TrainKeys, c)
     if c.get("ckpt_path") is not None:
@@ -100,10 +116,11 @@ def train_config(cfg: DictConfig) -> None:
     check_trainer_plain(c["trainer"])
     targets.walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
     targets.walk_plain("", c)
+    _model_and_data_plain(cfg)
     targets.walk("trainer", c["trainer"])
     check_trainer(c["trainer"])
     targets.walk("", {k: v for k, v in c.items() if k != "trainer"})
-    _model_and_data(cfg, c)
+    _model_and_data(c)
     if c.get("ckpt_path"):
         check_checkpoint(c["ckpt_path"], c["model"])
 
@@ -122,6 +139,7 @@ def trainer_config(cfg: DictConfig) -> None:
 
 
 def eval_config(cfg: DictConfig) -> None:
+    _missing(cfg)
     c = _container(cfg)
     keys = check(EvalKeys, c)
     check_checkpoint_exists(keys.ckpt_path)
@@ -133,17 +151,35 @@ def eval_config(cfg: DictConfig) -> None:
 
 
 def entry_config(cfg: DictConfig, settings: type[Settings]):
-    """An entry point's whole config: its own keys as `settings` (returned, typed; its
-    validators check the files they name), the groups with targets by their signatures, model
-    against data. Once per run, before any data is read or anything printed."""
+    """An entry point's whole config: first its own keys as `settings` (returned, typed); then
+    the config the run will see (`Settings.run_view`): model against data and the settings
+    against the data's task kind (no torch yet), the groups with targets by their signatures,
+    and last the files the settings name. Once per run, before any data is read or anything
+    printed."""
+    own_keys = [k for k in cfg if k not in (*GROUPS, "hydra")]
+    _missing(cfg, own_keys)
+    own = check(settings, _container(cfg, own_keys))
+    try:  # the trainer's plain bounds before the run view (which may read a checkpoint)
+        trainer = _container(cfg, ["trainer"]).get("trainer")
+    except UserError:  # it interpolates what the run view adds: checked below
+        trainer = None
+    if isinstance(trainer, dict):
+        check_trainer_plain(trainer)
+        targets.walk_plain("trainer", trainer)
+    cfg = own.run_view(cfg)
+    _missing(cfg)
     c = _container(cfg)
-    own = check(settings, {k: v for k, v in c.items() if k not in GROUPS})
+    targets.walk_plain("", c)
+    if isinstance(c.get("model"), dict) and isinstance(c.get("data"), dict):
+        from litlab.tasks import kind_of_data
+
+        _model_and_data_plain(cfg)
+        own.check_kind(kind_of_data(c["data"]["_target_"]))
     if isinstance(c.get("trainer"), dict):
         _trainer(c["trainer"])
-    targets.walk_plain("", c)
     targets.walk("", {k: v for k, v in c.items() if k not in ("trainer", "data_overrides")})
     if isinstance(c.get("model"), dict) and isinstance(c.get("data"), dict):
-        _model_and_data(cfg, c)
+        _model_and_data(c)
     own.check_files()
     return own
 

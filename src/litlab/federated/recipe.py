@@ -16,40 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.errors import UserError
-
 log = logging.getLogger(__name__)
-PARTITIONS = ("iid", "dirichlet")
-DP_MODES = ("none", "local", "central")
-LR_DECAYS = ("constant", "cosine")
-
-
-def check(f: DictConfig) -> None:
-    """Bad federate.* values: one line each, before any data is read."""
-    from litlab.federated.compression import KINDS
-
-    def bad(key, value, valid):
-        raise UserError(f"federate.{key}={value} is not valid; {valid}")
-
-    for key in ("num_clients", "rounds", "local_epochs"):
-        if not isinstance(f[key], int) or isinstance(f[key], bool) or f[key] < 1:
-            bad(key, f[key], "use an integer >= 1")
-    if not isinstance(f.fraction, (int, float)) or not 0 < f.fraction <= 1:
-        bad("fraction", f.fraction, "use a fraction of the clients in (0, 1]")
-    if f.partition not in PARTITIONS:
-        bad("partition", f.partition, f"use one of {', '.join(PARTITIONS)}")
-    if not isinstance(f.alpha, (int, float)) or f.alpha <= 0:
-        bad("alpha", f.alpha, "the Dirichlet concentration must be > 0")
-    if f.compression not in KINDS:
-        bad("compression", f.compression, f"use one of {', '.join(KINDS)}")
-    if not 0 < f.topk_ratio < 1:
-        bad("topk_ratio", f.topk_ratio, "use a share of the entries in (0, 1)")
-    if f.lr_decay not in LR_DECAYS:
-        bad("lr_decay", f.lr_decay, f"use one of {', '.join(LR_DECAYS)}")
-    if f.dp.mode not in DP_MODES:
-        bad("dp.mode", f.dp.mode, f"use one of {', '.join(DP_MODES)}")
-    if f.dp.mode != "none" and f.dp.clipping_norm <= 0:
-        bad("dp.clipping_norm", f.dp.clipping_norm, "use a norm > 0")
 
 
 @contextlib.contextmanager
@@ -175,7 +142,10 @@ def _simulate(server_app, client_app, f: DictConfig) -> None:
 
 def federate(cfg: DictConfig) -> dict[str, float]:
     """Run the federated simulation described by `cfg`; returns the final global metrics."""
-    check(cfg.federate)
+    from litlab.config.validate import entry_config
+    from litlab.federated.settings import FederateRun
+
+    entry_config(cfg, FederateRun)  # one line, exit 2, before any data is read
     import json
 
     import lightning as L

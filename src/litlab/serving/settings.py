@@ -29,8 +29,8 @@ class ServeSettings(EntrySettings):
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "warning"
 
     def check_files(self) -> None:
-        self._model_file()
         self._address()
+        self._model_file()
 
     def _model_file(self) -> None:
         path = Path(self.model_path)
@@ -52,6 +52,11 @@ class ServeSettings(EntrySettings):
         try:
             ipaddress.ip_address(self.host)
         except ValueError:
+            if self.host.replace(".", "").isdigit():  # a mistyped IPv4 address: no DNS query
+                raise UserError(
+                    f"host={self.host} is not an IP address; use 127.0.0.1 (this machine "
+                    "only) or 0.0.0.0 (every interface)"
+                )
             try:
                 socket.getaddrinfo(self.host, None)
             except OSError:
