@@ -198,6 +198,11 @@ def check_data_overrides(ckpt_path, overrides: dict | None, key: str = "data_ove
     the loader)."""
     if not overrides:
         return
+    if "_target_" in overrides:
+        raise UserError(
+            f"{key}._target_: overrides change the stored data's settings, not its class "
+            "(the model was trained on it); export or evaluate the run as trained"
+        )
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
 

@@ -4,6 +4,7 @@ constants and what it imports from `litlab.tasks`; base classes are followed, in
 or another litlab module. When the source does not say it plainly, the class is imported."""
 
 import ast
+import functools
 import importlib
 import importlib.util
 from pathlib import Path
@@ -13,6 +14,7 @@ from litlab.errors import UserError, one_line
 _MISSING = object()
 
 
+@functools.lru_cache(maxsize=256)
 def _parse(module: str):
     if not module.startswith("litlab."):  # finding another package's module may import it
         return None
