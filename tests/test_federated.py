@@ -212,24 +212,19 @@ def test_fedprox_term_pulls_toward_the_global_weights():
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("federate.num_clients=0", "federate.num_clients=0 is not valid; use an integer >= 1"),
-        (
-            "federate.alpha=0",
-            "federate.alpha=0 is not valid; the Dirichlet concentration must be > 0",
-        ),
-        (
-            "federate.fraction=1.5",
-            "federate.fraction=1.5 is not valid; use a fraction of the clients in (0, 1]",
-        ),
-        ("federate.fraction=0", "federate.fraction=0 is not valid"),
+        ("federate.num_clients=0", "federate.num_clients=0 has the wrong type or value"),
+        ("federate.alpha=0", "federate.alpha=0 has the wrong type or value; valid: a Dirichlet"),
+        ("federate.fraction=1.5", "valid: a share of the clients in (0, 1]"),
+        ("federate.fraction=0", "federate.fraction=0 has the wrong type or value"),
     ],
 )
 def test_bad_federate_config_is_one_line(tmp_path, override, message):
-    from litlab.federated.recipe import check
+    from litlab.config.validate import entry_config
+    from litlab.federated.settings import FederateRun
 
     cfg = compose("federate", [override], output_dir=tmp_path)
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        check(cfg.federate)
+        entry_config(cfg, FederateRun)
 
 
 def test_bad_federate_config_exits_2_with_one_line(tmp_path):
@@ -242,7 +237,9 @@ def test_bad_federate_config_exits_2_with_one_line(tmp_path):
         check=False,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: federate.num_clients=0 is not valid; use an integer >= 1"
+    assert proc.stderr.strip() == (
+        "error: federate.num_clients=0 has the wrong type or value; valid: an integer >= 1"
+    )
     assert not list((tmp_path / "federate" / "runs").glob("*"))  # nothing half-written
 
 

@@ -76,12 +76,14 @@ def png(pixels: np.ndarray) -> bytes:
 @pytest.fixture(scope="module")
 def digits(digits_run, tmp_path_factory):
     """The default digits run's best checkpoint exported to ONNX, and eval.py's predictions."""
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
 
     logs = tmp_path_factory.mktemp("serve") / "logs"
     with open(digits_run.eval / "predictions.csv") as f:
         preds = [int(r["pred"]) for r in csv.DictReader(f)]
-    report = export(digits_run.best, ["onnx"], logs / "export", latency_batch_sizes=())
+    report = export_checkpoint(
+        digits_run.best, logs / "export", formats=["onnx"], latency={"batch_sizes": []}
+    )
     assert report["ok"], report
     return {"onnx": logs / "export" / "model.onnx", "preds": preds, "logs": logs}
 
@@ -244,14 +246,16 @@ def test_volume_and_graph_requests(domain, tmp_path, shared_data):
     import torch
     from fastapi.testclient import TestClient
 
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
     from litlab.recipes.load import load_run
     from litlab.serving.app import create_app
 
     extra = [f"paths.data_dir={shared_data('TUDataset').parent}"] if domain == "gin" else []
     run_cli("train.py", *SERVE_DOMAINS[domain], *extra, "test=false", log_dir=tmp_path / "logs")
     ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
-    assert export(ckpt, ["onnx"], tmp_path / "export", latency_batch_sizes=())["ok"]
+    assert export_checkpoint(
+        ckpt, tmp_path / "export", formats=["onnx"], latency={"batch_sizes": []}
+    )["ok"]
     run = load_run(ckpt)
     net = run.model.net.eval()
     app = create_app(tmp_path / "export" / "model.onnx", max_batch=8, max_body_bytes=1 << 22)

@@ -27,10 +27,10 @@ def _accepted(fn, kwargs: dict) -> dict:
 def check_compatible(cfg: DictConfig) -> None:
     """Fail at once, in one line, when the model cannot train on the chosen data: read from
     the classes' declarations (`litlab.tasks`), without importing torch."""
-    kind = tasks.kind_of_data(cfg.data._target_)
+    task = tasks.task_of_data(cfg.data._target_)
     fits = tasks.kinds_of_model(cfg.model._target_)
-    if kind.name not in fits:
-        raise UserError(incompatible(fits, kind.name))
+    if task not in fits:
+        raise UserError(incompatible(fits, task))
     fitting_callbacks(cfg, quiet=True)
 
 

@@ -5,7 +5,7 @@ torch) and by building (after)."""
 from omegaconf import OmegaConf
 
 from litlab.config.compose import CONFIG_DIR
-from litlab.tasks import kind_of_data
+from litlab.tasks import task_of_data
 
 
 def choice(group: str) -> str:
@@ -31,7 +31,7 @@ def data_options(tasks) -> list[str]:
     for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
         try:
             target = target_of(path)
-            if target and kind_of_data(target).name in tasks:
+            if target and task_of_data(target) in tasks:
                 fits.append(path.stem)
         except Exception:  # a broken data config must not hide the real error
             continue

@@ -109,6 +109,17 @@ def export(cfg: DictConfig) -> dict:
     return run_export(entry_config(cfg, ExportSettings), cfg.paths.output_dir)
 
 
+def export_checkpoint(ckpt_path, output_dir, **settings) -> dict:
+    """Export from Python (serve, tests, benchmarks): `settings` are export.yaml's keys
+    (`formats=["onnx"]`, `latency={"batch_sizes": []}`), checked as the command checks them."""
+    from litlab.config.settings import check
+
+    values = {"task_name": "export", "ckpt_path": str(ckpt_path), **settings}
+    checked = check(ExportSettings, values)
+    checked.check_files()
+    return run_export(checked, output_dir)
+
+
 def run_export(settings: ExportSettings, output_dir) -> dict:
     """Export, verify and time; returns the report (also written as export_report.md/.json).
     `report["ok"]` is False when a format failed to export or to verify."""

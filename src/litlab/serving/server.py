@@ -25,17 +25,10 @@ def model_file(model_path, export_dir) -> Path:
     path = Path(model_path)
     if path.suffix == ".onnx":
         return path
-    from litlab.export.recipe import run_export
-    from litlab.export.settings import ExportSettings, LatencySettings
+    from litlab.export.recipe import export_checkpoint
 
     print(f"exporting {path} to ONNX first")
-    only_onnx = ExportSettings(
-        task_name="export",
-        ckpt_path=str(path),
-        formats=["onnx"],
-        latency=LatencySettings(batch_sizes=[]),
-    )
-    report = run_export(only_onnx, export_dir)
+    report = export_checkpoint(path, export_dir, formats=["onnx"], latency={"batch_sizes": []})
     if not report["ok"]:
         raise UserError(f"the export of {path} failed verification; see {export_dir}")
     return Path(export_dir) / "model.onnx"

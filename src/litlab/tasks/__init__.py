@@ -42,15 +42,20 @@ def get(name: str) -> TaskKind:
     return known[name]
 
 
-def kind_of_data(target: str) -> TaskKind:
-    """The kind of a datamodule class given by its dotted name."""
+def task_of_data(target: str, key: str = "data") -> str:
+    """The kind name a datamodule class (by dotted name) declares (`task = ...`)."""
     from litlab.tasks.static import class_attribute
 
-    return get(class_attribute(target, "task"))
+    return class_attribute(target, "task", key)
 
 
-def kinds_of_model(target: str) -> tuple[str, ...]:
+def kind_of_data(target: str, key: str = "data") -> TaskKind:
+    """The kind of a datamodule class given by its dotted name."""
+    return get(task_of_data(target, key))
+
+
+def kinds_of_model(target: str, key: str = "model") -> tuple[str, ...]:
     """The kinds a LightningModule class fits, by its dotted name."""
     from litlab.tasks.static import class_attribute
 
-    return tuple(class_attribute(target, "tasks"))
+    return tuple(class_attribute(target, "tasks", key))

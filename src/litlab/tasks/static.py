@@ -94,9 +94,9 @@ def _static(dotted: str, name: str, depth: int = 0):
     return lookup(cls_name, set())
 
 
-def class_attribute(dotted: str, name: str):
+def class_attribute(dotted: str, name: str, key: str = ""):
     """`dotted`'s class attribute `name`, from its source when it says it plainly, else by
-    importing the class."""
+    importing the class; `key` (the config node naming it) goes into the messages."""
     value = _static(dotted, name)
     if value is not _MISSING:
         return value
@@ -105,7 +105,9 @@ def class_attribute(dotted: str, name: str):
     try:
         cls = hydra.utils.get_class(dotted)
     except Exception as err:  # noqa: BLE001
-        raise UserError(f"{dotted} cannot be imported: {one_line(err)}") from None
+        where = f"{key}._target_={dotted}" if key else dotted
+        raise UserError(f"{where} cannot be imported: {one_line(err)}") from None
     if not hasattr(cls, name):
-        raise UserError(f"{dotted} declares no `{name}` (see docs/new_task.md)")
+        where = f"{key}._target_={dotted}" if key else dotted
+        raise UserError(f"{where} declares no `{name}` (see docs/new_task.md)")
     return getattr(cls, name)
