@@ -47,12 +47,11 @@ def require_shared(relative: str) -> Path:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """`--dist loadgroup`: give each test marked `xdist_group(NAME)` the node id suffix
-    `@NAME`, by which the controller sends a group to one worker. pytest-xdist 3.8 sets it as
-    `item._nodeid`, which pytest 9 no longer reads (the id is `item._id`), so every group was
-    spread over all workers and each built the group's module fixtures again."""
+    `@NAME`, by which the controller sends a group to one worker (xdist's own suffix is not
+    read by pytest 9: tests/helpers/xdist_compat.py)."""
     if not getattr(config.option, "loadgroup", False):
         return
-    from _pytest.nodeid import NodeId
+    from helpers.xdist_compat import set_node_id
 
     for item in items:
         names = {
@@ -61,7 +60,7 @@ def pytest_collection_modifyitems(config, items):
         }
         suffix = "@" + "_".join(sorted(names))
         if names and not item.nodeid.endswith(suffix):
-            item._id = NodeId.parse(item.nodeid + suffix)
+            set_node_id(item, item.nodeid + suffix)
     # Longest first (by the last run's times, in pytest's cache): the workers finish together
     # instead of one running a long test at the end while the other idles. Every worker
     # sorts the same way (the controller checks that all collected the same list).
