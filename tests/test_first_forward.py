@@ -25,3 +25,16 @@ def test_errors_outside_the_net_pass_through_and_the_watch_ends_after_one_forwar
     with watched(net, "my.Net"):
         net(torch.zeros(1, 4))
         assert not net._forward_hooks and not net._forward_pre_hooks  # no cost per step
+
+
+def test_data_that_cannot_be_set_up_is_one_line_naming_data():
+    class Folder:
+        def setup(self, stage=None):
+            raise FileNotFoundError("Found no valid file for the classes a, b.\nSupported: .png")
+
+    dm, net = Folder(), torch.nn.Linear(2, 2)
+    with pytest.raises(UserError) as err, watched(net, "n", datamodule=dm, data_target="my.Data"):
+        dm.setup("fit")  # Lightning calls it inside fit
+    assert str(err.value) == (
+        "data (my.Data) cannot be set up: Found no valid file for the classes a, b."
+    )

@@ -56,6 +56,7 @@ EXTERNAL: dict[str, dict] = {
         "check_val_every_n_epoch": PosInt | None,
         "log_every_n_steps": PosInt | None,
         "gradient_clip_val": NonNegFloat | None,
+        "gradient_clip_algorithm": Literal["value", "norm"] | None,
         "num_sanity_val_steps": Annotated[
             NonNegInt | Literal[-1], "an integer >= 0 (or -1 for all batches)"
         ],

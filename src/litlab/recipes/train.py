@@ -43,7 +43,12 @@ def train(cfg: DictConfig) -> RunResult:
             tuning.run(
                 build.instantiate_all(cfg.get("tune"), "tune"), trainer, model, datamodule
             )  # tune=
-            with first_forward.watched(model.net, cfg.model.net._target_):
+            with first_forward.watched(
+                model.net,
+                cfg.model.net._target_,
+                datamodule=datamodule,
+                data_target=cfg.data._target_,
+            ):
                 trainer.fit(
                     model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True
                 )
