@@ -38,7 +38,7 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     out = cfg.hydra.runtime.output_dir
     fresh = run_dir.only_hydra_files(out) and is_rank_zero()
     try:
-        threads.apply(task_cfg)  # as `cli.task` does
+        threads.apply(task_cfg)  # as `cli.guard` does
         return recipe(task_cfg)
     except UserError:
         if fresh:
