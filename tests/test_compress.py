@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from conftest import compose
 
 from litlab.compression import distill, prune, resize
+from litlab.config.compose import compose
 from litlab.errors import UserError
 from litlab.models.nets.cnn import SmallCNN
 
@@ -190,7 +190,7 @@ TEACHER = pytest.mark.xdist_group("teacher")  # one worker: digits_ckpt built on
 @pytest.fixture(scope="module")
 def digits_ckpt(tmp_path_factory):
     """A small CNN trained 3 epochs on digits (the offline default)."""
-    from conftest import run_cli
+    from helpers.runs import run_cli
 
     logs = tmp_path_factory.mktemp("teacher") / "logs"
     run_cli(

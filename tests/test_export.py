@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, run_dirs
+from helpers.runs import run_cli, run_dirs
 
 from litlab.errors import UserError
 

@@ -1,6 +1,6 @@
 """`logger=many` writes CSV, TensorBoard and (offline, no account) W&B files into the run dir."""
 
-from conftest import run_dirs
+from helpers.runs import run_dirs
 
 
 def test_every_logger_writes_into_the_run_dir(cli, tmp_path):

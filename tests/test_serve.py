@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli, run_dirs
+from helpers.runs import ROOT, run_cli, run_dirs
 
 # one worker runs this module (and the other users of digits_run), so its module-scoped
 # fixtures are built once and no worker waits for digits_run (--dist loadgroup)
