@@ -9,6 +9,15 @@ from litlab.errors import UserError
 
 #: compression steps: structured pruning and quantization need a net of plain tensor inputs
 COMPRESSION_STEPS = ("prune_structured", "prune_unstructured", "distill", "quantize")
+#: what the graph kinds share: graph inputs, so no quantization or channel pruning
+GRAPH_INPUTS = {
+    "inputs": "graph",
+    "compression": ("prune_unstructured", "distill"),
+}
+GRAPH_NOTES = {
+    "quantize": "graph inputs",
+    "prune with compress.prune.method=structured": "graph inputs",
+}
 
 
 @dataclass(frozen=True)
@@ -25,8 +34,6 @@ class TaskKind:
     #: a label volume) and which uploads it decodes (None: JSON only)
     serve_output: Literal["classes", "node_classes", "graph_classes", "mask"] = "classes"
     serve_files: Literal["image", "volume"] | None = None
-    #: requests of several samples may share one ONNX Runtime run (micro-batching)
-    serve_batchable: bool = True
     #: inspect callbacks (their `inspects` name) that apply; samples: how samples are drawn
     inspect: tuple[str, ...] = ()
     samples_view: Literal["images", "volume_slices", "nodes"] | None = None
@@ -36,6 +43,12 @@ class TaskKind:
     federated_labels: Literal["per_item"] | None = "per_item"
     #: why a feature does not apply, by feature: appended to the refusal
     notes: dict = field(default_factory=dict)
+
+    @property
+    def serve_batchable(self) -> bool:
+        """Requests of several samples may share one ONNX Runtime run (micro-batching): a
+        batched tensor in, classes per sample out."""
+        return self.inputs == "tensor" and self.serve_output == "classes"
 
     def refuse_compression(self, step: str) -> None:
         if step not in self.compression:

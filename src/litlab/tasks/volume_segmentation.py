@@ -6,10 +6,10 @@ from litlab.tasks.kind import TaskKind
 KIND = TaskKind(
     name="volume_segmentation",
     metrics=("dice", "dice_*"),
+    # patches in; whole volumes by sliding windows over the exported file
     export_spec="litlab.export.domains:segmentation_spec",
     serve_output="mask",
     serve_files="volume",
-    serve_batchable=False,
     inspect=("samples", "histograms", "model_graph"),
     samples_view="volume_slices",
     compression=("prune_unstructured",),
