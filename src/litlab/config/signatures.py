@@ -97,6 +97,9 @@ def bounds_by_name(target_name: str) -> dict:
 
 
 def fmt(value) -> str:
+    """A value as the user would type it on the command line."""
+    if isinstance(value, bool):
+        return str(value).lower()
     return repr(value) if isinstance(value, str) and (not value or " " in value) else str(value)
 
 
