@@ -231,3 +231,15 @@ def test_commands_exit_2_with_one_line_and_no_run_dir(script, overrides, line, t
     assert proc.stderr.startswith(line) and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stdout == ""
     assert not list(tmp_path.glob("*/runs/*")), "a run dir was left behind"
+
+
+def test_a_corrupt_study_database_is_one_line(tmp_path):
+    from litlab.errors import UserError
+    from litlab.sweeps.optuna_search import storage_for
+
+    corrupt = tmp_path / "study.db"
+    corrupt.write_text("not a database " * 300)
+    with pytest.raises(UserError) as err:
+        storage_for(f"sqlite:///{corrupt}", tmp_path, None)
+    assert str(err.value).endswith("file is not a database; pass another storage")
+    assert "\n" not in str(err.value) and "sqlalche.me" not in str(err.value)

@@ -55,9 +55,12 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
     for attempt in range(5):
         try:
             return url, optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
-        except SQLAlchemyError:  # workers started together race to create the tables
+        except SQLAlchemyError as err:  # workers started together race to create the tables
             if attempt == 4:
-                raise
+                raise UserError(  # the driver's own line (err.orig), not SQLAlchemy's links
+                    f"hydra.sweeper.storage={_hide_password(url)} cannot be opened as an Optuna "
+                    f"study: {one_line(getattr(err, 'orig', None) or err)}; pass another storage"
+                ) from None
             time.sleep(0.5 * (attempt + 1))
 
 
