@@ -122,5 +122,5 @@ def check(model: type[BaseModel], values: dict, prefix: str = ""):
 class EntrySettings(Settings):
     """The keys every entry config has besides its own (configs/<entry>.yaml)."""
 
-    task_name: str
+    task_name: str = ""
     tags: list[str] | None = None

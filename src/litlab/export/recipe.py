@@ -78,6 +78,17 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
     }
 
 
+def serving_metadata(spec, predict, meta: dict) -> None:
+    """What the service needs beyond the layout: the training background of images (for
+    transparent uploads) and the out-of-distribution score's model and threshold."""
+    from litlab.export import ood
+    from litlab.tasks import IMAGE_CLASSIFICATION
+
+    if spec.task == IMAGE_CLASSIFICATION:
+        meta["inputs"]["background"] = ood.background(spec)
+    meta["ood"] = ood.measure(spec, predict)
+
+
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
     from litlab.export import onnx, pt2, quantize
 
@@ -142,6 +153,11 @@ def run_export(settings: ExportSettings, output_dir) -> dict:
     higher_better = run.model.hparams.monitor_mode == "max"
     meta = metadata(run, spec, ckpt_path, metric)
     eager = eager_predictor(net)
+    serving_metadata(spec, eager, meta)
+    print(
+        f"out-of-distribution threshold {meta['ood']['threshold']:.3g}: "
+        f"{meta['ood']['test_exceed_fraction']:.1%} of the test split above it"
+    )
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     reference = test_metric(run.model, spec, eager, metric)
@@ -198,7 +214,8 @@ def run_export(settings: ExportSettings, output_dir) -> dict:
         "latency": latency,
         "threads": _torch().get_num_threads(),
         "batch_unit": "samples" if batched else "whole input (graph or graph batch)",
-        "metadata": {k: v for k, v in meta.items() if k != "config"},
+        "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
+        "ood": {k: v for k, v in meta["ood"].items() if k not in ("model", "parts")},
     }
     reporting.write(result, out)
     print(f"report: {out / 'export_report.md'}")

@@ -1,16 +1,20 @@
-"""Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first).
+"""Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first), with the
+connection limits of litlab.serving.protocol and the settings of litlab.serving.settings.
 
-SIGTERM and Ctrl-C drain in-flight requests, close the port and return normally (exit 0):
-uvicorn would re-raise the signal after its graceful shutdown, which kills the process with
-the signal's status instead."""
+SIGTERM and Ctrl-C stop accepting, answer every request already accepted (within
+drain_timeout_s), close the port and return normally (exit 0): uvicorn would re-raise the
+signal after its graceful shutdown, which kills the process with the signal's status."""
 
+import json
+import os
 from pathlib import Path
 
 import uvicorn
-from omegaconf import DictConfig
 
 from litlab.errors import UserError
 from litlab.serving.settings import ServeSettings
+
+PROTOCOL = "litlab.serving.protocol:GuardedProtocol"
 
 
 class DrainingServer(uvicorn.Server):
@@ -23,8 +27,15 @@ def model_file(model_path, export_dir) -> Path:
     """The ONNX file to serve: `model_path` itself, or exported from a checkpoint into
     `export_dir` (verified like src/export.py; a failed verification stops here)."""
     path = Path(model_path)
+    if not path.is_file():
+        raise UserError(
+            f"model_path={model_path} is not a file; pass a model.onnx from "
+            "src/export.py or a .ckpt from src/train.py"
+        )
     if path.suffix == ".onnx":
         return path
+    if path.suffix != ".ckpt":
+        raise UserError(f"model_path={model_path}: expected a .onnx or a .ckpt file")
     from litlab.export.recipe import export_checkpoint
 
     print(f"exporting {path} to ONNX first")
@@ -34,54 +45,50 @@ def model_file(model_path, export_dir) -> Path:
     return Path(export_dir) / "model.onnx"
 
 
-def serve(cfg: DictConfig) -> None:
-    """`python src/serve.py`: the config checked (one line, exit 2, before anything is
-    printed), then served until SIGTERM or Ctrl-C."""
-    from litlab.config.validate import entry_config
-
-    run_server(entry_config(cfg, ServeSettings), cfg.paths.output_dir)
-
-
-def run_server(settings: ServeSettings, export_dir) -> None:
-    """Serve `settings.model_path`; a checkpoint is exported into `export_dir` first."""
-    from litlab.serving.app import create_app
-
-    s = settings
-    path = model_file(s.model_path, export_dir)
-    app_args = (str(path), s.max_batch, s.batching, s.max_wait_ms, s.threads, s.max_body_bytes)
-    if s.workers != 1:  # processes of their own: uvicorn's supervisor builds one app each
-        import os
-
-        os.environ["LITLAB_SERVE"] = repr(app_args)
-        uvicorn.run(
-            "litlab.serving.server:app_from_env",
-            factory=True,
-            host=s.host,
-            port=s.port,
-            workers=s.workers,
-            log_level=s.log_level,
-            timeout_graceful_shutdown=10,
-        )
-        return
-    app = create_app(*app_args)
+def uvicorn_config(app, settings: ServeSettings, **extra) -> uvicorn.Config:
     config = uvicorn.Config(
         app,
-        host=s.host,
-        port=s.port,
-        log_level=s.log_level,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
         access_log=False,
-        timeout_graceful_shutdown=10,
+        http=PROTOCOL,
+        timeout_keep_alive=settings.keep_alive_s,
+        timeout_graceful_shutdown=settings.drain_timeout_s,
+        backlog=min(2048, settings.max_connections * 2),
         lifespan="on",
+        **extra,
     )
+    config.litlab_settings = settings  # read by GuardedProtocol
+    return config
+
+
+def serve(model_path, export_dir, settings: ServeSettings) -> None:
+    from litlab.serving.app import create_app
+    from litlab.serving.runner import Runner
+
+    path = model_file(model_path, export_dir)
+    s = settings
+    if s.workers != 1:  # processes of their own: each builds its app (uvicorn's supervisor)
+        from uvicorn.supervisors import Multiprocess
+
+        Runner(path, s.threads)  # the file is checked here, once, before anything listens
+        os.environ["LITLAB_SERVE"] = json.dumps([str(path), s.model_dump()])
+        config = uvicorn_config("litlab.serving.server:app_from_env", s, factory=True)
+        config.workers = s.workers
+        print(f"serving {path} on http://{s.host}:{s.port} ({s.workers} workers)", flush=True)
+        server = DrainingServer(config)
+        Multiprocess(config, target=server.run, sockets=[config.bind_socket()]).run()
+        print("stopped", flush=True)
+        return
+    app = create_app(path, s)
     print(f"serving {path} on http://{s.host}:{s.port} (docs: /docs)", flush=True)
-    DrainingServer(config).run()
+    DrainingServer(uvicorn_config(app, s)).run()
     print("stopped", flush=True)
 
 
 def app_from_env():
-    import ast
-    import os
-
     from litlab.serving.app import create_app
 
-    return create_app(*ast.literal_eval(os.environ["LITLAB_SERVE"]))
+    path, settings = json.loads(os.environ["LITLAB_SERVE"])
+    return create_app(path, ServeSettings(**settings))

@@ -1,32 +1,53 @@
-"""The settings of `python src/serve.py` (configs/serve.yaml), with their bounds and the checks
-of what they name (the model file, an address this machine can listen on): checked by
-`config.validate.entry_config` before anything is printed; `serving.server.serve` receives them
-as one `ServeSettings`."""
+"""Every setting of `src/serve.py` in one place, with its type and bounds (pydantic), checked by
+`config.validate.entry_config` like every entry point's settings: a bad value is one line naming
+the setting and what is valid, before the model is loaded; `check_files` then checks the model
+file and that this machine can listen on host:port (before "serving" is printed).
+
+The defaults are safe for a service exposed to untrusted clients; docs/deploy.md explains each.
+"""
 
 import ipaddress
 import socket
 from pathlib import Path
 from typing import Annotated, Literal
 
-from litlab.bounds import Ge, Interval, NonNegFloat, PosInt
+from pydantic import Field
+
 from litlab.config.settings import EntrySettings
 from litlab.errors import UserError
 
-Port = Annotated[int, Interval(ge=1, le=65535), "a port in [1, 65535]"]
+KiB, MiB = 1 << 10, 1 << 20
 
 
 class ServeSettings(EntrySettings):
     #: a model.onnx from src/export.py, or a checkpoint (exported first)
-    model_path: str
+    model_path: str = ""
     host: str = "127.0.0.1"
-    port: Port = 8000
-    workers: PosInt = 1
-    threads: PosInt = 1
-    max_batch: PosInt = 64
-    max_body_bytes: Annotated[int, Ge(1024), "a number of bytes >= 1024"] = 8 << 20
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    workers: Annotated[int, Field(ge=1, le=256)] = 1
+    threads: Annotated[int, Field(ge=1, le=256)] = 1
+    max_batch: Annotated[int, Field(ge=1, le=4096)] = 64
     batching: bool = True
-    max_wait_ms: Annotated[NonNegFloat, Interval(le=1000), "milliseconds in [0, 1000]"] = 1.0
+    max_wait_ms: Annotated[float, Field(ge=0, le=1000)] = 1.0
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "warning"
+    # request bodies
+    max_body_bytes: Annotated[int, Field(ge=KiB, le=1 << 30)] = 8 * MiB
+    max_json_bytes: Annotated[int, Field(ge=KiB, le=256 * MiB)] = 2 * MiB
+    max_json_depth: Annotated[int, Field(ge=2, le=64)] = 8
+    # images: pixels from the header, checked before decoding
+    max_image_pixels: Annotated[int, Field(ge=1, le=1 << 28)] = 4096 * 4096
+    max_request_pixels: Annotated[int, Field(ge=1, le=1 << 30)] = 64 * MiB
+    decode_threads: Annotated[int, Field(ge=1, le=64)] = 2
+    # NIfTI volumes: voxels (x channels) from the header, checked before reading
+    max_volume_voxels: Annotated[int, Field(ge=1, le=1 << 31)] = 1 << 25
+    # connections
+    max_header_bytes: Annotated[int, Field(ge=KiB, le=MiB)] = 16 * KiB
+    keep_alive_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    request_read_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    max_connections: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    max_request_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    retry_after_s: Annotated[int, Field(ge=0, le=3600)] = 1
+    drain_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
     def check_files(self) -> None:
         self._address()
@@ -74,3 +95,13 @@ class ServeSettings(EntrySettings):
                 raise UserError(
                     f"port={self.port} on host={self.host} {why}; pick another port=..."
                 ) from None
+
+
+FIELDS = tuple(ServeSettings.model_fields)
+
+
+def from_config(cfg) -> ServeSettings:
+    """The serve settings of a composed config (configs/serve.yaml), checked once, or one line."""
+    from litlab.config.validate import entry_config
+
+    return entry_config(cfg, ServeSettings)
