@@ -52,12 +52,12 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(args.ckpt) if args.ckpt else train_default(Path(tmp) / "logs")
         out = Path(args.out) if args.out else Path(tmp) / "export"
-        r = export(ckpt, ["onnx", "pt2", "onnx_int8"], out, latency_budget_s=10.0)
+        r = export_checkpoint(ckpt, out, latency={"batch_sizes": [1, 64], "budget_s": 10.0})
     cell = {(x["format"], x["batch"]): x for x in r["latency"]}
     ratio = cell["onnx", 1]["p50_ms"] / cell["eager", 1]["p50_ms"]
     fmts = r["formats"]

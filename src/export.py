@@ -13,19 +13,7 @@ from litlab import cli
 def main(cfg: DictConfig) -> None:
     from litlab.export.recipe import export
 
-    report = export(
-        cfg.ckpt_path,
-        list(cfg.formats),
-        cfg.paths.output_dir,
-        cfg.data_overrides,
-        cfg.rtol,
-        cfg.int8_max_drop,
-        cfg.calibration_batches,
-        tuple(cfg.latency.batch_sizes),
-        cfg.latency.budget_s,
-        trust=cfg.trust_checkpoint,
-    )
-    if not report["ok"]:
+    if not export(cfg)["ok"]:
         raise SystemExit(1)
 
 

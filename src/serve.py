@@ -15,7 +15,8 @@ def main(cfg: DictConfig) -> None:
     from litlab.serving.server import serve
     from litlab.serving.settings import from_config
 
-    serve(cfg.model_path, cfg.paths.output_dir, from_config(cfg))
+    settings = from_config(cfg)  # checked once (config.validate), one line on bad input
+    serve(settings.model_path, cfg.paths.output_dir, settings)
 
 
 if __name__ == "__main__":

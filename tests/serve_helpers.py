@@ -73,13 +73,15 @@ def export_digits(digits_run, tmp_path_factory) -> dict:
     serving test modules share it), and eval.py's predictions."""
     from filelock import FileLock
 
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
 
     base = tmp_path_factory.getbasetemp()
     logs = base / "serve_export" / "logs"
     with FileLock(base / "serve_export.lock"):
         if not (logs / "export" / "done").exists():
-            report = export(digits_run.best, ["onnx"], logs / "export", latency_batch_sizes=())
+            report = export_checkpoint(
+                digits_run.best, logs / "export", formats=["onnx"], latency={"batch_sizes": []}
+            )
             assert report["ok"], report
             (logs / "export" / "done").touch()
     with open(digits_run.eval / "predictions.csv") as f:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import QUIET, ROOT, results, run_dirs
+from helpers.runs import QUIET, ROOT, results, run_dirs
 
 TINY = [
     "trainer.max_epochs=2",

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from helpers.runs import ROOT
 
 SRC = ROOT / "src"
 

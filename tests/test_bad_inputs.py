@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import QUIET, QUIET_EVAL, ROOT, run_dirs
+from helpers.runs import QUIET, QUIET_EVAL, ROOT, run_dirs
 
 FAKE_CKPT = "@fake"  # replaced by a file made by the `files` fixture
 

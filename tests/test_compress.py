@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from conftest import compose
 
 from litlab.compression import distill, prune, resize
+from litlab.config.compose import compose
 from litlab.errors import UserError
 from litlab.models.nets.cnn import SmallCNN
 
@@ -104,11 +104,11 @@ def test_unstructured_pruning_zeroes_weights_but_keeps_shapes():
 
 @pytest.mark.parametrize("ratio", [0, 1, 1.5, -0.2])
 def test_pruning_ratio_outside_0_1_is_one_line(ratio):
-    from litlab.compression.recipe import check
+    from litlab.compression.settings import Steps
+    from litlab.config.settings import check
 
-    cfg = compose("compress", ["ckpt_path=x", f"compress.prune.ratio={ratio}"])
-    with pytest.raises(UserError, match=r"compress.prune.ratio=.*must be in \(0, 1\)"):
-        check(cfg)
+    with pytest.raises(UserError, match=r"compress.prune.ratio=.*keep in \(0, 1\)"):
+        check(Steps, {"prune": {"ratio": ratio}}, "compress")
 
 
 @pytest.mark.parametrize(
@@ -123,8 +123,11 @@ def test_pruning_ratio_outside_0_1_is_one_line(ratio):
     ],
 )
 def test_every_compress_option_composes_and_chains_in_order(option, steps, tmp_path):
-    from litlab.compression.recipe import check
+    from omegaconf import OmegaConf
+
+    from litlab.compression.settings import Steps
     from litlab.compression.steps import training_config
+    from litlab.config.settings import check
 
     cfg = compose(
         "compress",
@@ -132,7 +135,7 @@ def test_every_compress_option_composes_and_chains_in_order(option, steps, tmp_p
         output_dir=tmp_path,
     )
     assert list(cfg.compress) == steps
-    check(cfg)
+    assert check(Steps, OmegaConf.to_container(cfg.compress), "compress").order == steps
     model = {"monitor": "val/acc", "monitor_mode": "max"}
     train = training_config(cfg, {"model": model, "data": {}}, 1)  # every interpolation resolves
     assert train.callbacks.model_checkpoint.dirpath == f"{tmp_path}/checkpoints"
@@ -172,14 +175,13 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, cli):
 
 
 def test_steps_after_quantize_or_unknown_steps_are_one_line():
-    from litlab.compression.recipe import check
+    from litlab.compression.settings import Steps
+    from litlab.config.settings import check
 
     with pytest.raises(UserError, match="quantize must be the last step"):
-        check(compose("compress", ["ckpt_path=x", "compress=[quantize,prune]"]))
-    cfg = compose("compress", ["ckpt_path=x"])
-    cfg.compress = {"shrink": {}}
-    with pytest.raises(UserError, match="steps are prune, distill, quantize"):
-        check(cfg)
+        check(Steps, {"quantize": {}, "prune": {}}, "compress")
+    with pytest.raises(UserError, match="unknown key compress.shrink"):
+        check(Steps, {"shrink": {}}, "compress")
 
 
 TEACHER = pytest.mark.xdist_group("teacher")  # one worker: digits_ckpt built once (loadgroup)
@@ -188,7 +190,7 @@ TEACHER = pytest.mark.xdist_group("teacher")  # one worker: digits_ckpt built on
 @pytest.fixture(scope="module")
 def digits_ckpt(tmp_path_factory):
     """A small CNN trained 3 epochs on digits (the offline default)."""
-    from conftest import run_cli
+    from helpers.runs import run_cli
 
     logs = tmp_path_factory.mktemp("teacher") / "logs"
     run_cli(

@@ -1,8 +1,10 @@
 """Every config file composes, and the command-line switches of the README resolve."""
 
 import pytest
-from conftest import ROOT, compose
+from helpers.runs import ROOT
 from omegaconf import OmegaConf
+
+from litlab.config.compose import compose
 
 GROUPS = ["data", "model", "trainer", "callbacks", "logger", "debug", "experiment"]
 

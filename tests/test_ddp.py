@@ -8,7 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import QUIET, ROOT, compose, csv_test_metrics, run_cli, run_dirs
+from helpers.runs import QUIET, ROOT, csv_test_metrics, run_cli, run_dirs
+
+from litlab.config.compose import compose
 
 TESTS = Path(__file__).resolve().parent
 TINY = [
@@ -174,7 +176,7 @@ def test_ddp_per_domain_metrics_equal_single_process(model, tmp_path):
 
 def test_slurm_launcher_config_composes(tmp_path):
     """hydra/launcher=slurm resolves to submitit's SLURM launcher with the project's defaults."""
-    from conftest import compose
+    from litlab.config.compose import compose
 
     cfg = compose("train", ["hydra/launcher=slurm", "trainer=ddp"], output_dir=tmp_path)
     launcher = cfg.hydra.launcher

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, run_dirs
+from helpers.runs import run_cli, run_dirs
 
 from litlab.errors import UserError
 
@@ -23,15 +23,14 @@ def digits_ckpt(digits_run):
 
 @pytest.fixture(scope="module")
 def digits_export(digits_ckpt, tmp_path_factory):
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
 
     out = tmp_path_factory.mktemp("digits_export")
-    report = export(
+    report = export_checkpoint(
         digits_ckpt,
-        ["onnx", "pt2", "onnx_int8"],
         out,
-        latency_batch_sizes=(1, 64),
-        latency_budget_s=0.2,
+        formats=["onnx", "pt2", "onnx_int8"],
+        latency={"batch_sizes": [1, 64], "budget_s": 0.2},
     )
     return report, out
 
@@ -89,12 +88,12 @@ def test_metadata_round_trip(digits_export, digits_ckpt):
 
 
 def test_tensorrt_without_gpu_is_one_line(digits_ckpt, tmp_path):
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine can try TensorRT")
     with pytest.raises(UserError) as err:
-        export(digits_ckpt, ["tensorrt"], tmp_path / "out")
+        export_checkpoint(digits_ckpt, tmp_path / "out", formats=["tensorrt"])
     assert "CUDA GPU" in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()  # nothing half-written
 

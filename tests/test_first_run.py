@@ -6,7 +6,9 @@ import csv
 from pathlib import Path
 
 import pytest
-from conftest import compose, run_dirs
+from helpers.runs import run_dirs
+
+from litlab.config.compose import compose
 
 TINY = [
     "trainer.max_epochs=1",

@@ -3,7 +3,9 @@ real Cora reaches the paper's range offline, eval.py reproduces train.py's test 
 MUTAG folds partition the graphs, and wrong input costs one line."""
 
 import pytest
-from conftest import compose, results, run_dirs
+from helpers.runs import results, run_dirs
+
+from litlab.config.compose import compose
 
 QUICK = ["logger=[]", "callbacks.model_summary=null", "callbacks.lr_monitor=null"]
 
@@ -104,7 +106,7 @@ def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
     assert mean("test/f1") >= 0.70 and min(f["test/f1"] for f in folds) >= 0.60, folds
     import runpy
 
-    from conftest import ROOT
+    from helpers.runs import ROOT
 
     [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     bench = runpy.run_path(str(ROOT / "bench" / "graph_sweep.py"))

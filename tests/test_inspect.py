@@ -6,7 +6,9 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from conftest import compose, csv_test_metrics, results, run_cli, run_dirs
+from helpers.runs import csv_test_metrics, results, run_cli, run_dirs
+
+from litlab.config.compose import compose
 
 # one worker runs this module, so its module-scoped fixtures are built once (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("inspect")

@@ -4,7 +4,7 @@ multirun. Slow: each is a full CLI run (or two)."""
 import csv
 
 import pytest
-from conftest import TINY_SEG, csv_test_metrics, run_dirs
+from helpers.runs import TINY_SEG, csv_test_metrics, run_dirs
 
 
 def read(path) -> list[dict]:
@@ -88,9 +88,8 @@ def test_batch_size_finder_sets_the_batch_size_trained_with(cli, tmp_path):
     found = json.loads((run / "tune" / "batch_size.json").read_text())["batch_size"]
     assert found == 8  # three trials (2, 4, 8): none fails on this data
     assert "Batch-size finder: batch_size=8" in proc.stdout
-    from conftest import compose
-
     from litlab.config import build
+    from litlab.config.compose import compose
 
     dm = build.datamodule(compose("train", [], output_dir=tmp_path / "x"))
     dm.setup("fit")

@@ -6,8 +6,10 @@ import csv
 import json
 
 import pytest
-from conftest import QUIET, compose, csv_test_metrics, run_cli, run_dirs
+from helpers.runs import QUIET, csv_test_metrics, run_cli, run_dirs
 from test_ddp import PROBE, TINY, probe_env
+
+from litlab.config.compose import compose
 
 LRS = (0.01, 0.1)
 

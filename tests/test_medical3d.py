@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import TINY_SEG, compose, require_shared, results, run_dirs
+from helpers.runs import TINY_SEG, require_shared, results, run_dirs
+
+from litlab.config.compose import compose
 
 
 @pytest.mark.parametrize("epochs", [1, pytest.param(8, marks=pytest.mark.slow)])

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import compose
+
+from litlab.config.compose import compose
 
 QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
 # 2 epochs of 5 batches; EMA on (decay 0.8: the average visibly differs from the raw weights)

@@ -13,7 +13,9 @@ import time
 
 import pytest
 import yaml
-from conftest import ROOT, compose, run_dirs
+from helpers.runs import ROOT, run_dirs
+
+from litlab.config.compose import compose
 
 README = (ROOT / "README.md").read_text()
 STARTS = ("python ", "python3", "make ", ".venv/bin/python", "PYTHONPATH=", "pip ", ". .venv")

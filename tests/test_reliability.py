@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import QUIET, ROOT, compose, csv_test_metrics, run_dirs
+from helpers.runs import QUIET, ROOT, csv_test_metrics, run_dirs
+
+from litlab.config.compose import compose
 
 # one worker runs this module, so its module-scoped fixtures are built once (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("reliability")

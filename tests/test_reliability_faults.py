@@ -6,7 +6,7 @@ import os
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT, run_cli, run_dirs
+from helpers.runs import ROOT, run_cli, run_dirs
 from test_reliability import ENV, assert_same_as_reference, load, ref_run, train  # noqa: F401  (fixture)
 
 # no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the

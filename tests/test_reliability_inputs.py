@@ -3,8 +3,8 @@ each): `validate.train_config` on a composed config, or the build step. The end-
 (exit 2, one line, no run dir) is in test_bad_inputs.py for one case of each group."""
 
 import pytest
-from conftest import compose
 
+from litlab.config.compose import compose
 from litlab.errors import UserError
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import QUIET, ROOT, compose, run_dirs
+from helpers.runs import QUIET, ROOT, run_dirs
+
+from litlab.config.compose import compose
 
 # the README's "any key" command, on 4 batches of 32 per epoch; last.ckpt at each epoch's end
 RUN = [

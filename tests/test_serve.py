@@ -176,14 +176,16 @@ def test_volume_and_graph_requests(domain, tmp_path, shared_data):
     import torch
     from fastapi.testclient import TestClient
 
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
     from litlab.recipes.load import load_run
     from litlab.serving.app import create_app
 
     extra = [f"paths.data_dir={shared_data('TUDataset').parent}"] if domain == "gin" else []
     run_cli("train.py", *SERVE_DOMAINS[domain], *extra, "test=false", log_dir=tmp_path / "logs")
     ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
-    assert export(ckpt, ["onnx"], tmp_path / "export", latency_batch_sizes=())["ok"]
+    assert export_checkpoint(
+        ckpt, tmp_path / "export", formats=["onnx"], latency={"batch_sizes": []}
+    )["ok"]
     run = load_run(ckpt)
     net = run.model.net.eval()
     app = create_app(tmp_path / "export" / "model.onnx", max_batch=8, max_body_bytes=1 << 22)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import QUIET, ROOT, compose
+from helpers.runs import QUIET, ROOT
+
+from litlab.config.compose import compose
 
 # tiny budgets: 2 epochs of 3 batches, 2 val/test batches, no sanity check
 FAST = [

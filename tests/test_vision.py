@@ -6,7 +6,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import compose, results
+from helpers.runs import results
+
+from litlab.config.compose import compose
 
 FAST = ["trainer.fast_dev_run=true", "data.num_workers=0", "logger=csv"]
 
@@ -168,8 +170,7 @@ def test_default_recipe_learns_and_eval_reproduces_it(digits_run):
 
 def test_same_seed_gives_bit_identical_weights(tmp_path):
     """Two CPU runs with one seed end with exactly the same weights (and another seed not)."""
-    from conftest import compose
-
+    from litlab.config.compose import compose
     from litlab.recipes.train import train
 
     def final_weights(seed: int, name: str):

@@ -15,7 +15,13 @@ from litlab.errors import UserError
 from litlab.recipes.result import RunResult
 
 
-def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
+def run(config_name: str, overrides: Sequence[str], recipe):
+    """Any entry point's recipe as its command runs it: configs/<config_name>.yaml composed
+    with `overrides`, a run dir made as Hydra makes it (removed again on bad input), threads
+    applied; bad input raises `UserError` with the line the CLI prints.
+
+        run("export", ["ckpt_path=..."], litlab.export.recipe.export)
+    """
     from hydra.errors import HydraException
 
     from litlab import console, environment, threads
@@ -30,11 +36,11 @@ def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     except (HydraException, ValueError) as err:
         raise UserError(composition_error(str(err), config_name, list(overrides))) from None
     task_cfg = run_dir.start(cfg, config_name)
-    console.setup(console.verbose_requested())  # as `cli.task` does
+    console.setup(console.verbose_requested())  # as `cli.guard` does
     out = cfg.hydra.runtime.output_dir
     fresh = run_dir.only_hydra_files(out) and is_rank_zero()
     try:
-        threads.apply(task_cfg)  # as `cli.task` does
+        threads.apply(task_cfg)  # as `cli.guard` does
         return recipe(task_cfg)
     except UserError:
         if fresh:
@@ -49,11 +55,11 @@ def train(overrides: Sequence[str] = ()) -> RunResult:
     the best checkpoint."""
     from litlab.recipes.train import train as recipe
 
-    return _run("train", overrides, recipe)
+    return run("train", overrides, recipe)
 
 
 def evaluate(overrides: Sequence[str] = ()) -> RunResult:
     """Test a checkpoint as `python src/eval.py ckpt_path=PATH *overrides` does."""
     from litlab.recipes.evaluate import evaluate as recipe
 
-    return _run("eval", overrides, recipe)
+    return run("eval", overrides, recipe)

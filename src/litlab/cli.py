@@ -2,9 +2,9 @@
 
 Two kinds of bad input reach a user:
 - Hydra composition errors (unknown group option, unknown key, bad override syntax), raised
-  before the task starts. Hydra prints them over several lines; `run` condenses them.
+  before the run starts. Hydra prints them over several lines; `run` condenses them.
 - `UserError`, raised by litlab code for a wrong value, a missing file, a model/data mismatch.
-  `task` prints it as one line and removes the run dir that Hydra created for nothing.
+  `guard` prints it as one line and removes the run dir that Hydra created for nothing.
 Set HYDRA_FULL_ERROR=1 to get full tracebacks instead.
 """
 
@@ -31,7 +31,7 @@ def _full_errors() -> bool:
 
 
 class _Buffer(io.StringIO):
-    """Holds stderr until the task starts (Hydra writes composition errors there)."""
+    """Holds stderr until the run starts (Hydra writes composition errors there)."""
 
 
 def _export_package_path() -> None:
@@ -64,7 +64,7 @@ def run(hydra_main) -> None:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
     except SystemExit as exit_:
-        if sys.stderr is buffer:  # the task never started: a composition error
+        if sys.stderr is buffer:  # the run never started: a composition error
             sys.stderr = real
             text = buffer.getvalue()
             if exit_.code not in (0, None) and text.strip() and not _full_errors():
@@ -100,19 +100,19 @@ def _is_multirun() -> bool:
 
 
 def main(config_name: str):
-    """`@hydra.main` on configs/<config_name>.yaml around `task`: every entry point's decorator."""
+    """`@hydra.main` on configs/<config_name>.yaml around `guard`: every entry point's decorator."""
     import hydra
 
     def decorate(fn):
         return hydra.main(version_base="1.3", config_path="../configs", config_name=config_name)(
-            task(fn)
+            guard(fn)
         )
 
     return decorate
 
 
-def task(fn):
-    """Decorate a Hydra task: `UserError` becomes one line, exit 2, and no half-made run dir."""
+def guard(fn):
+    """Guard an entry point's function: `UserError` becomes one line, exit 2, and no half-made run dir."""
 
     @functools.wraps(fn)
     def wrapper(cfg):

@@ -1,6 +1,6 @@
 """One page of console per run; everything else goes to the run's log file.
 
-Every entry point (`cli.task`) and the Python API (`litlab.train`) call `setup()` right after
+Every entry point (`cli.guard`) and the Python API (`litlab.train`) call `setup()` right after
 Hydra has configured logging (a console handler and `<run dir>/<task>.log`). From then on:
 - the log file keeps every INFO line of every library (Hydra, Lightning, ONNX, Flower, ...)
   and every Python warning, with its source line;

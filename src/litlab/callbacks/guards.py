@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from litlab.compat import lightning as compat
 from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ class GracefulInterrupt(Callback):
             self._end(trainer, save=True)
         # the epoch's last batch: validate and end the epoch (its last.ckpt), then stop
         self._stop_epoch = trainer.current_epoch
-        trainer._signal_connector.received_sigterm = False  # Lightning's own stop: mid-validation
+        compat.clear_received_sigterm(trainer)  # Lightning's own stop: mid-validation
         trainer.should_stop = True
         log.warning("%s: ending this epoch (validation, last.ckpt), then stopping", self._why)
 
@@ -275,6 +276,6 @@ def _last_checkpoint_is_current(trainer) -> bool:
     """True when a `save_last` checkpoint callback (callbacks.last_checkpoint) wrote last.ckpt
     at this very step."""
     return any(
-        cb.save_last and cb._last_global_step_saved == trainer.global_step
+        cb.save_last and compat.last_global_step_saved(cb) == trainer.global_step
         for cb in trainer.checkpoint_callbacks
     )

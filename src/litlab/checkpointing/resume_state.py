@@ -116,7 +116,9 @@ class ResumeState(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         if not self._pending:
             return
-        fetcher = trainer.fit_loop._data_fetcher  # its iterator was created in setup_data
+        from litlab.compat.lightning import data_fetcher
+
+        fetcher = data_fetcher(trainer)  # its iterator was created in setup_data
         for _ in range(self._pending["skip"]):
             next(fetcher.iterator)  # not next(fetcher): Lightning already counts these as done
         if self._pending["rng"] is not None:

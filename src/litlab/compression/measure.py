@@ -5,8 +5,8 @@ from pathlib import Path
 
 import torch
 
+from litlab import tasks
 from litlab.compression.prune import count
-from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION
 
 
 def tensor_batches(datamodule, split: str, limit: int | None = None):
@@ -21,9 +21,9 @@ def tensor_batches(datamodule, split: str, limit: int | None = None):
 
 
 def has_tensor_inputs(datamodule) -> bool:
-    """Image and volume classification: fixed-size (inputs, labels) batches that ONNX export,
-    int8 calibration and batch-64 latency can be fed (not graphs, not whole 3D volumes)."""
-    return getattr(datamodule, "task", "") in (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
+    """Kinds that quantize: fixed-size (inputs, labels) batches that ONNX export, int8
+    calibration and batch-64 latency can be fed (not graphs, not whole 3D volumes)."""
+    return "quantize" in tasks.get(datamodule.task).compression
 
 
 def onnx_metric(onnx_path: Path, model, datamodule, metric: str) -> float:

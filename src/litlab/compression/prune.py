@@ -10,15 +10,6 @@ from litlab.compression import resize
 from litlab.errors import UserError
 
 
-def check_ratio(ratio) -> float:
-    if not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
-        raise UserError(
-            f"compress.prune.ratio={ratio}: the share of parameters to keep must "
-            f"be in (0, 1), e.g. 0.1 keeps 10%"
-        )
-    return float(ratio)
-
-
 def count(net: nn.Module) -> tuple[int, int]:
     """(parameters, non-zero parameters) of a net."""
     params = list(net.parameters())

@@ -5,31 +5,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.errors import UserError
-
-STEPS = ("prune", "distill", "quantize")
-
-
-def check(cfg: DictConfig) -> None:
-    """Bad step settings fail here, in one line, before any data is read."""
-    names = list(cfg.compress or {})
-    unknown = [n for n in names if n not in STEPS]
-    if not names or unknown:
-        raise UserError(
-            f"compress={','.join(unknown) or '[]'}: steps are {', '.join(STEPS)} "
-            f"(chain them: compress=[distill,quantize])"
-        )
-    if "quantize" in names and names[-1] != "quantize":
-        raise UserError("compress: quantize must be the last step (it leaves an int8 ONNX file)")
-    if "prune" in names:
-        from litlab.compression.prune import check_ratio
-
-        check_ratio(cfg.compress.prune.ratio)
-        if cfg.compress.prune.method not in ("structured", "unstructured"):
-            raise UserError(
-                f"compress.prune.method={cfg.compress.prune.method}: use structured or unstructured"
-            )
-
 
 def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     """`ckpt_path=last` (or the last.ckpt of a compress run's training): the steps, source
@@ -64,9 +39,12 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
 def compress(cfg: DictConfig) -> list[dict]:
     """Run the chain; returns the report's rows (original first)."""
     from litlab.checkpointing.resume import resolve_checkpoint
+    from litlab.compression.settings import CompressSettings
+    from litlab.config.validate import entry_config
 
-    resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
-    check(cfg)
+    if not OmegaConf.is_missing(cfg, "ckpt_path"):  # unset: entry_config says so
+        resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
+    entry_config(cfg, CompressSettings)  # one line, exit 2, no data read
     cfg, resume = _resumed(cfg)
     import lightning as L
     import torch

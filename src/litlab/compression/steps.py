@@ -9,8 +9,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from litlab import tasks
 from litlab.compression import distill, measure, prune
-from litlab.errors import UserError
 
 
 @dataclass
@@ -67,7 +67,7 @@ def _fine_tune_optimizer(run_cfg: dict, lr, epochs: int) -> None:
 
 
 def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> Stage:
-    ratio = prune.check_ratio(step.ratio)
+    ratio = float(step.ratio)
     run_cfg = copy.deepcopy(stage.run_cfg)
     _fine_tune_optimizer(run_cfg, step.get("lr"), cfg.trainer.max_epochs)
     callbacks = []
@@ -76,11 +76,7 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
             run_cfg["model"] = resume["model"]
             model = rebuild(run_cfg, dm)
         else:
-            if not measure.has_tensor_inputs(dm):
-                raise UserError(
-                    f"structured pruning supports image and volume classifiers, "
-                    f"not {dm.task}: use compress.prune.method=unstructured"
-                )
+            tasks.get(dm.task).refuse_compression("prune_structured")
             net = stage.model.net
             shapes = prune.structured(
                 net,
@@ -98,8 +94,6 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
     elif step.method == "unstructured":
         model = rebuild(run_cfg, dm, stage.model.state_dict())
         callbacks.append(prune.unstructured_callback(ratio, cfg.trainer.max_epochs))
-    else:
-        raise UserError(f"compress.prune.method={step.method}: use structured or unstructured")
     train_cfg = training_config(cfg, run_cfg, index)
     # unstructured: the last epoch's weights hold the final sparsity (earlier ones less)
     model = fit(
@@ -148,11 +142,7 @@ def distill_step(
 def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     from litlab.export.quantize import quantize_int8
 
-    if not measure.has_tensor_inputs(dm):
-        raise UserError(
-            f"compress=quantize supports image and volume classifiers, not "
-            f"{dm.task} (its report is the int8 model's test accuracy)"
-        )
+    tasks.get(dm.task).refuse_compression("quantize")
     fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx")
     batches = [x for x, _ in measure.tensor_batches(dm, "train", step.calibration_batches)]
     q = quantize_int8(fp32, batches, out / f"{index}_quantize.onnx", per_channel=step.per_channel)

@@ -101,3 +101,31 @@ def check_checkpoint(
             f"ckpt_path={path} holds a {theirs} model; this run builds "
             f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint"
         )
+
+
+def stored_config(path) -> dict:
+    """The run config inside a checkpoint (its tensors are not read)."""
+    from litlab.checkpointing import load as checkpoint
+    from litlab.checkpointing.run_config import CONFIG_KEY
+
+    return checkpoint.load(path, mmap=True)[CONFIG_KEY]
+
+
+def check_student(student: dict, stored: dict, key: str) -> None:
+    """A distillation student (a model config, or keys merged onto the teacher's) can be built
+    and learns the checkpoint's task kind: told before the original model is tested."""
+    from omegaconf import OmegaConf
+
+    from litlab import tasks
+    from litlab.config import targets
+
+    if "_target_" not in student:
+        student = OmegaConf.to_container(OmegaConf.merge(stored["model"], student), resolve=True)
+        targets.check_node(key, student)
+    kind = tasks.kind_of_data(stored["data"]["_target_"])
+    fits = tasks.kinds_of_model(student["_target_"])
+    if kind.name not in fits:
+        raise UserError(
+            f"{key} ({student['_target_']}) learns {', '.join(fits)}; the checkpoint's data is "
+            f"{kind.name}: pick a student model for {kind.name} (model@{key}=...)"
+        )

@@ -4,6 +4,10 @@ exception `compose` raises: both give the same line."""
 
 import re
 
+from omegaconf import DictConfig, OmegaConf
+
+from litlab.config.signatures import closest
+
 QUOTING = (
     "quote a value with spaces or other characters than letters, digits and _-./: "
     "'key=\"my value\"' (the outer quotes are for the shell)"
@@ -42,6 +46,12 @@ def condense(message: str) -> str:
                 break
             options.append(line.strip())
         return f"unknown option {group}={value}; valid {group} options: {', '.join(options)}"
+    inner = re.search(r"In '([^']+)': Could not override '([^']+)'", message)
+    if inner:  # a config's own defaults list overrides a group this entry point lacks
+        return (
+            f"config {inner.group(1)} cannot be used here: it picks a {inner.group(2)} option "
+            f"(its defaults list), and this command has no {inner.group(2)} group"
+        )
     key = re.search(r"Could not override '([^']+)'", message)
     if key:
         hint = next((ln for ln in lines if ln.startswith("To append")), "")
@@ -58,8 +68,6 @@ def composition_error(message: str, config_name: str, overrides: list[str]) -> s
     line = condense(message)
     key = re.match(r"unknown config key '([^']+)'", line)
     if key:
-        from litlab.config.validate import closest_key
-
         hint = closest_key(key.group(1), config_name, list(overrides))
         line = line.replace(f"'{key.group(1)}'", f"'{key.group(1)}'" + hint, 1)
     syntax = re.search(r"at input '([^']*)'", line)
@@ -67,3 +75,25 @@ def composition_error(message: str, config_name: str, overrides: list[str]) -> s
     if arg:
         line = f"cannot parse override '{arg}': {line}"
     return line
+
+
+def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:
+    """'; did you mean trainer.max_epochs?' for a key Hydra refused (composes without it)."""
+    from litlab.config.compose import compose
+
+    bad = dotted.lstrip("+~")
+    kept = [
+        o
+        for o in overrides
+        if not o.startswith(("-", "hydra.")) and o.split("=", 1)[0].lstrip("+~") != bad
+    ]
+    try:
+        cfg = compose(config_name, kept)
+    except Exception:
+        return ""
+    parent, _, name = bad.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if not isinstance(node, DictConfig):
+        return ""
+    hint = closest(name, [str(k) for k in node])
+    return hint.replace("mean ", f"mean {parent}.") if parent and hint else hint

@@ -2,10 +2,10 @@
 configs that fit a model, and the one line of a model/data mismatch. Used by validation (before
 torch) and by building (after)."""
 
-import hydra
 from omegaconf import OmegaConf
 
 from litlab.config.compose import CONFIG_DIR
+from litlab.tasks import task_of_data
 
 
 def choice(group: str) -> str:
@@ -31,8 +31,7 @@ def data_options(tasks) -> list[str]:
     for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
         try:
             target = target_of(path)
-            task = target and hydra.utils.get_class(target).task
-            if task in tasks:
+            if target and task_of_data(target) in tasks:
                 fits.append(path.stem)
         except Exception:  # a broken data config must not hide the real error
             continue

@@ -56,10 +56,14 @@ EXTERNAL: dict[str, dict] = {
         "check_val_every_n_epoch": PosInt | None,
         "log_every_n_steps": PosInt | None,
         "gradient_clip_val": NonNegFloat | None,
+        "gradient_clip_algorithm": Literal["value", "norm"] | None,
         "num_sanity_val_steps": Annotated[
             NonNegInt | Literal[-1], "an integer >= 0 (or -1 for all batches)"
         ],
         "num_nodes": PosInt,
+    },
+    "flwr.serverapp.strategy.fedprox.FedProx": {
+        "proximal_mu": Annotated[NonNegFloat, "a proximal weight >= 0 (0 is FedAvg)"],
     },
     "lightning.pytorch.callbacks.early_stopping.EarlyStopping": {
         "mode": MinMax,
@@ -93,6 +97,9 @@ def bounds_by_name(target_name: str) -> dict:
 
 
 def fmt(value) -> str:
+    """A value as the user would type it on the command line."""
+    if isinstance(value, bool):
+        return str(value).lower()
     return repr(value) if isinstance(value, str) and (not value or " " in value) else str(value)
 
 
@@ -260,6 +267,8 @@ def describe(ann) -> str:
         return " | ".join(str(a) for a in args)
     if ann is type(None):
         return "null"
+    if ann is bool:
+        return "true or false"
     if ann is int:
         return "an integer"
     if ann is float:

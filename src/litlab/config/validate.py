@@ -1,159 +1,74 @@
 """Checks a composed config before any data is loaded or any model built: bad input costs one
-line (key, bad value, what is valid) and exit 2, in seconds, before anything is printed.
-
-Generic on purpose, so every domain's configs are covered without lists per key name:
-- every node with a `_target_` is checked against its target (`config.signatures`): unknown
-  keys (with the closest valid one), value types and bounds from the annotations
-  (`Annotated[int, Ge(1)]`, Literal choices), then the class's own `check_settings` hook, if
-  it declares one (rules across parameters, files it will read);
-- the run's own keys against a schema (seed, train, test, ckpt_path);
-- the Trainer against the hardware present (accelerator, strategy, devices, precision);
-- across groups: the monitored metric is one the model logs and is computed at all, missing
-  `???` values, folders and checkpoint files, model/data task mismatch.
+line (key, bad value, what is valid) and exit 2, in seconds, before anything is printed. Every
+entry point goes through here once, by one mechanism:
+- an entry point's own keys (seed, ckpt_path, export's rtol, serve's port, federate.*) are a
+  pydantic model declared where the setting lives (`config.settings`): types, bounds, Literal
+  choices, unknown keys, rules across keys and the files they name;
+- every node with a `_target_` against its target's signature (`config.targets`);
+- the Trainer against the hardware present (`config.trainer_checks`);
+- across groups (`config.checks`): the monitored metric is one the model logs, folders and
+  checkpoint files, model/data task mismatch, data overrides against a checkpoint's data.
 Only targets are imported (torch and lightning are, no data is read).
 """
 
-import re
-import typing
-from pathlib import Path
+from typing import Literal
 
 from omegaconf import DictConfig, OmegaConf
+from pydantic import ConfigDict
 
 from litlab.bounds import Seed
-from litlab.config.checks import check_checkpoint as _check_checkpoint
-from litlab.config.checks import check_monitor as _check_monitor
-from litlab.config.checks import check_paths as _check_paths
-from litlab.config.checks import check_run as _check_run
-from litlab.config.signatures import bounds_by_name, conforms, describe, signature
-from litlab.config.signatures import closest as _closest
-from litlab.config.signatures import fmt as _fmt
-from litlab.config.trainer_checks import check_trainer as _check_trainer
-from litlab.config.trainer_checks import check_trainer_plain as _check_trainer_plain
+from litlab.config import targets
+from litlab.config.checks import check_checkpoint, check_monitor, check_paths, check_run
+from litlab.config.settings import Settings, check
+from litlab.config.trainer_checks import check_trainer, check_trainer_plain
 from litlab.errors import UserError, one_line
 
-_RAW: dict = {}  # the unresolved config, to say where an interpolated value came from
+#: how to fill a required key, by name
+HINTS = {
+    "ckpt_path": "=logs/train/runs/<run>/checkpoints/<file>.ckpt",
+    "model_path": "=logs/export/runs/<run>/model.onnx (or a .ckpt from src/train.py)",
+}
+#: groups checked by their targets' signatures, not by an entry point's settings model
+GROUPS = ("trainer", "callbacks", "logger", "model", "data", "paths", "extras")
 
 
-def _raw(key: str):
-    node = _RAW
-    for part in key.replace("]", "").replace("[", ".").split("."):
-        if isinstance(node, dict):
-            node = node.get(part)
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
+class TrainKeys(Settings):
+    """train.py's own top-level keys (Hydra refuses unknown ones itself)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    seed: Seed
+    train: bool = True
+    test: bool = True
+    ckpt_path: str | None = None
+    task_name: str = "train"
 
 
-def _refuse(key: str, value, ann) -> None:
-    """One line naming the key the user set: for a value interpolated from another key
-    (`mode: ${model.monitor_mode}`), that key, and where its value is used."""
-    raw = _raw(key)
-    source = re.fullmatch(r"\$\{([\w.]+)\}", raw) if isinstance(raw, str) else None
-    used = ""
-    if source:
-        key, used = source.group(1), f" (used as {key})"
-    elif isinstance(raw, str) and "${" in raw:
-        used = f" (set from {raw})"
-    raise UserError(
-        f"{key}={_fmt(value)} has the wrong type or value; valid: {describe(ann)}{used}"
-    )
+class EvalKeys(Settings):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    split: Literal["test", "val"] = "test"
+    predictions: bool = True
+    ckpt_path: str
+    trust_checkpoint: bool = False
 
 
-# ---------------------------------------------------------------- nodes with a _target_
-def _import(path: str, target_name: str):
-    import hydra
-
-    try:
-        return hydra.utils.get_object(target_name)
-    except Exception as err:
-        raise UserError(
-            f"{path}._target_={target_name} cannot be imported: {one_line(err)}"
-        ) from None
-
-
-def _check_node(path: str, node: dict) -> None:
-    """A config node with `_target_`: importable target, known keys, typed and bounded values,
-    the target's own `check_settings`; recursive."""
-    target_name = node["_target_"]
-    target = _import(path, target_name)
-    params, defaults, open_ended = signature(target)
-    for name, value in node.items():
-        key = f"{path}.{name}"
-        if name.startswith("_"):
-            continue
-        if name not in params and not open_ended:
-            raise UserError(
-                f"unknown key {key} ({target_name} takes no '{name}'){_closest(name, params)}"
-            )
-        if isinstance(value, dict) and "_target_" in value:
-            _check_node(key, value)
-            continue
-        if isinstance(value, list):
-            for i, item in enumerate(value):
-                if isinstance(item, dict) and "_target_" in item:
-                    _check_node(f"{key}[{i}]", item)
-        if name in params and conforms(value, params[name]) is False:
-            _refuse(key, value, params[name])
-    hook = getattr(target, "check_settings", None)
-    if callable(hook):
-        settings = {**defaults, **{k: v for k, v in node.items() if not k.startswith("_")}}
-        try:
-            hook(settings, path)
-        except UserError:
-            raise
-        except Exception as err:
-            raise UserError(f"{path} ({target_name}): {one_line(err)}") from None
-
-
-def _walk_plain(path: str, node) -> None:
-    """The bounds known from a target's name alone (signatures.bounds_by_name): no import, so
-    the common mistakes (epochs, learning rate, patience) fail in about a second."""
-    if isinstance(node, dict):
-        if isinstance(node.get("_target_"), str):
-            for name, ann in bounds_by_name(node["_target_"]).items():
-                if name in node and conforms(node[name], ann) is False:
-                    _refuse(f"{path}.{name}", node[name], ann)
-        for k, v in node.items():
-            _walk_plain(f"{path}.{k}" if path else str(k), v)
-
-
-def _walk(path: str, node) -> None:
-    if isinstance(node, dict):
-        if "_target_" in node:
-            _check_node(path, node)
-            return
-        for k, v in node.items():
-            _walk(f"{path}.{k}" if path else str(k), v)
-
-
-# ---------------------------------------------------------------- trainer and hardware
-def _check_optimizer(model: dict) -> None:
-    """Build the optimizer on a dummy parameter: torch's own range checks (betas, eps...)."""
-    import hydra
-    import torch
-
-    opt = model.get("optimizer")
-    if not (isinstance(opt, dict) and "_target_" in opt):
-        return
-    try:
-        hydra.utils.instantiate(opt, _partial_=True)(params=[torch.nn.Parameter(torch.zeros(1))])
-    except Exception as err:
-        raise UserError(
-            f"model.optimizer ({opt['_target_']}) rejects its settings: {one_line(err)}"
-        ) from None
-
-
-# ---------------------------------------------------------------- entry points
-def _container(cfg: DictConfig) -> dict:
-    global _RAW
-    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
+def _missing(cfg: DictConfig, keys=None) -> None:
+    """A required key (`???`) left unset: one line saying how to set it."""
+    missing = []
+    for k in [k for k in cfg if k != "hydra"] if keys is None else keys:
+        if OmegaConf.is_missing(cfg, k):
+            missing.append(k)
+        elif OmegaConf.is_config(cfg[k]):
+            missing += [f"{k}.{sub}" for sub in OmegaConf.missing_keys(cfg[k])]
+    missing.sort()
     if missing:
         key = missing[0]
-        hint = "=logs/train/runs/<run>/checkpoints/<file>.ckpt" if key == "ckpt_path" else "=VALUE"
-        raise UserError(f"{key} is required: add {key}{hint} to the command")
-    keys = [k for k in cfg if k != "hydra"]
+        raise UserError(f"{key} is required: add {key}{HINTS.get(key, '=VALUE')} to the command")
+
+
+def _container(cfg: DictConfig, keys=None) -> dict:
+    """The config (or its `keys`) as plain dicts, resolved (the unresolved one kept for
+    messages)."""
+    keys = [k for k in cfg if k != "hydra"] if keys is None else [k for k in keys if k in cfg]
 
     def plain(resolve: bool) -> dict:
         return {
@@ -164,60 +79,77 @@ def _container(cfg: DictConfig) -> dict:
         }
 
     try:
-        _RAW = plain(resolve=False)
+        targets.remember_raw(plain(resolve=False))
         return plain(resolve=True)
     except Exception as err:
         raise UserError(f"the config does not resolve: {one_line(err)}") from None
 
 
-def _top(c: dict, schema: dict) -> None:
-    for key, ann in schema.items():
-        if key in c and conforms(c[key], ann) is False:
-            _refuse(key, c[key], ann)
-    path = c.get("ckpt_path")
-    if isinstance(path, str) and not Path(path).exists():  # before torch is imported
-        raise UserError(f"ckpt_path={path}: no such checkpoint file")
+def _trainer(t: dict) -> None:
+    check_trainer_plain(t)  # first the checks that import nothing
+    targets.walk_plain("trainer", t)
+    targets.walk("trainer", t)
+    check_trainer(t)
+
+
+def _model_and_data_plain(cfg: DictConfig) -> None:
+    """Model against data, from the classes' declarations: no torch, about a second."""
+    from litlab.config.build import check_compatible
+
+    check_compatible(cfg)
+
+
+def _model_and_data(c: dict) -> None:
+    targets.check_optimizer(c["model"])
+    check_paths(c["data"])
+    check_monitor(c)
 
 
 def train_config(cfg: DictConfig) -> None:
     """Everything train.py needs, checked in about a second."""
+    _missing(cfg)
     c = _container(cfg)
-    _top(c, {"seed": Seed, "train": bool, "test": bool, "ckpt_path": str | None, "task_name": str})
-    _check_run(c)
-    _check_trainer_plain(c["trainer"])  # first the checks that import nothing
-    _walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
-    _walk_plain("", c)
-    _walk("trainer", c["trainer"])  # first: other groups interpolate trainer keys
-    _check_trainer(c["trainer"])
-    _walk("", {k: v for k, v in c.items() if k != "trainer"})
-    _check_optimizer(c["model"])
-    _check_paths(c["data"])
-    from litlab.config.build import check_compatible
-
-    check_compatible(cfg)
-    _check_monitor(c)
+    check(TrainKeys, c)
+    if c.get("ckpt_path") is not None:
+        check_checkpoint_exists(c["ckpt_path"])
+    check_run(c)
+    check_trainer_plain(c["trainer"])
+    targets.walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
+    targets.walk_plain("", c)
+    _model_and_data_plain(cfg)
+    targets.walk("trainer", c["trainer"])
+    check_trainer(c["trainer"])
+    targets.walk("", {k: v for k, v in c.items() if k != "trainer"})
+    _model_and_data(c)
     if c.get("ckpt_path"):
-        _check_checkpoint(c["ckpt_path"], c["model"])
+        check_checkpoint(c["ckpt_path"], c["model"])
+
+
+class FederateKeys(Settings):
+    """federate.py's top-level keys besides the groups and `federate.*`
+    (`litlab.federated.settings`)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    seed: Seed = 42
+    ckpt_path: str | None = None
+    task_name: str
 
 
 def federate_config(cfg: DictConfig) -> None:
     """federate.py's data, model, clients' trainer and Flower strategy (the other federate.*
     keys: `litlab.federated.settings`), before any data is read or Ray starts."""
+    _missing(cfg)
     c = _container(cfg)
-    _top(c, {"seed": Seed, "ckpt_path": str | None, "task_name": str})
-    _check_trainer_plain(c["trainer"])
-    _walk_plain("trainer", c["trainer"])
-    _walk_plain("", c)
-    _walk("trainer", c["trainer"])
-    _check_trainer(c["trainer"])
-    _walk("", {k: v for k, v in c.items() if k not in ("trainer", "federate")})
-    _walk("federate.strategy", c["federate"]["strategy"])
-    _check_optimizer(c["model"])
-    _check_paths(c["data"])
-    from litlab.config.build import check_compatible
-
-    check_compatible(cfg)
-    _check_monitor(c)
+    check(FederateKeys, c)
+    check_trainer_plain(c["trainer"])
+    targets.walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
+    targets.walk_plain("", c)
+    _model_and_data_plain(cfg)
+    targets.walk("trainer", c["trainer"])
+    check_trainer(c["trainer"])
+    targets.walk("", {k: v for k, v in c.items() if k not in ("trainer", "federate")})
+    targets.walk("federate.strategy", c["federate"]["strategy"])
+    _model_and_data(c)
 
 
 def trainer_config(cfg: DictConfig) -> None:
@@ -230,48 +162,77 @@ def trainer_config(cfg: DictConfig) -> None:
     strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
     target = strategy.get("_target_", "") if isinstance(strategy, dict) else str(strategy)
     if "ddp" in target.lower():
-        _check_trainer_plain(trainer)
-        _walk_plain("trainer", trainer)
-        _walk("trainer", trainer)
-        _check_trainer(trainer)
+        _trainer(trainer)
 
 
 def eval_config(cfg: DictConfig) -> None:
+    _missing(cfg)
     c = _container(cfg)
-    _top(
-        c,
-        {
-            "split": typing.Literal["test", "val"],
-            "predictions": bool,
-            "ckpt_path": str,
-            "trust_checkpoint": bool,
-        },
-    )
-    _check_trainer_plain(c["trainer"])
-    _walk_plain("", c)
-    _walk("", c)
-    _check_trainer(c["trainer"])
-    trust = bool(c.get("trust_checkpoint"))
-    _check_checkpoint(c["ckpt_path"], None, trust, c.get("data_overrides"))
+    keys = check(EvalKeys, c)
+    check_checkpoint_exists(keys.ckpt_path)
+    _trainer(c["trainer"])
+    targets.walk_plain("", c)
+    targets.walk("", {k: v for k, v in c.items() if k not in ("trainer", "data_overrides")})
+    check_checkpoint(keys.ckpt_path, None, keys.trust_checkpoint, c.get("data_overrides"))
+    check_data_overrides(keys.ckpt_path, c.get("data_overrides"))
 
 
-def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:
-    """'; did you mean trainer.max_epochs?' for a key Hydra refused (composes without it)."""
-    from litlab.config.compose import compose
+def entry_config(cfg: DictConfig, settings: type[Settings]):
+    """An entry point's whole config: first its own keys as `settings` (returned, typed); then
+    the config the run will see (`Settings.run_view`): model against data and the settings
+    against the data's task kind (no torch yet), the groups with targets by their signatures,
+    and last the files the settings name. Once per run, before any data is read or anything
+    printed."""
+    own_keys = [k for k in cfg if k not in (*GROUPS, "hydra")]
+    _missing(cfg, own_keys)
+    own = check(settings, _container(cfg, own_keys))
+    try:  # the trainer's plain bounds before the run view (which may read a checkpoint)
+        trainer = _container(cfg, ["trainer"]).get("trainer")
+    except UserError:  # it interpolates what the run view adds: checked below
+        trainer = None
+    if isinstance(trainer, dict):
+        check_trainer_plain(trainer)
+        targets.walk_plain("trainer", trainer)
+    cfg = own.run_view(cfg)
+    _missing(cfg)
+    c = _container(cfg)
+    targets.walk_plain("", c)
+    if isinstance(c.get("model"), dict) and isinstance(c.get("data"), dict):
+        from litlab.tasks import kind_of_data
 
-    bad = dotted.lstrip("+~")
-    kept = [
-        o
-        for o in overrides
-        if not o.startswith(("-", "hydra.")) and o.split("=", 1)[0].lstrip("+~") != bad
-    ]
-    try:
-        cfg = compose(config_name, kept)
-    except Exception:
-        return ""
-    parent, _, name = bad.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    if not isinstance(node, DictConfig):
-        return ""
-    hint = _closest(name, [str(k) for k in node])
-    return hint.replace("mean ", f"mean {parent}.") if parent and hint else hint
+        _model_and_data_plain(cfg)
+        own.check_kind(kind_of_data(c["data"]["_target_"]))
+    if isinstance(c.get("trainer"), dict):
+        _trainer(c["trainer"])
+    targets.walk("", {k: v for k, v in c.items() if k not in ("trainer", "data_overrides")})
+    if isinstance(c.get("model"), dict) and isinstance(c.get("data"), dict):
+        _model_and_data(c)
+    own.check_files()
+    return own
+
+
+def check_checkpoint_exists(path) -> None:
+    """Before torch is imported: the file is there."""
+    from pathlib import Path
+
+    if not Path(str(path)).exists():
+        raise UserError(f"ckpt_path={path}: no such checkpoint file")
+
+
+def check_data_overrides(ckpt_path, overrides: dict | None, key: str = "data_overrides") -> None:
+    """`data_overrides` against the data config stored in the checkpoint: keys the datamodule
+    takes, values of its parameters' types and bounds (a batch size of 0 fails here, not in
+    the loader)."""
+    if not overrides:
+        return
+    if "_target_" in overrides:
+        raise UserError(
+            f"{key}._target_: overrides change the stored data's settings, not its class "
+            "(the model was trained on it); export or evaluate the run as trained"
+        )
+    from litlab.checkpointing.load import load
+    from litlab.checkpointing.run_config import CONFIG_KEY
+
+    stored = load(ckpt_path, mmap=True)[CONFIG_KEY].get("data") or {}
+    merged = OmegaConf.merge(stored, overrides)
+    targets.check_node(key, OmegaConf.to_container(merged, resolve=True))

@@ -1,4 +1,5 @@
-"""What export needs to know per task: input names and dynamic axes, example and calibration
+"""What export needs to know per task kind (each kind names its builder here or in its own
+adapter, `TaskKind.export_spec`): input names and dynamic axes, example and calibration
 inputs preprocessed exactly as in training, the test split as (inputs, target) batches, and how
 the task's metric is computed from a model's outputs (the module's own torchmetrics)."""
 
@@ -8,14 +9,7 @@ from itertools import islice
 
 import torch
 
-from litlab.errors import UserError
-from litlab.tasks import (
-    GRAPH_CLASSIFICATION,
-    IMAGE_CLASSIFICATION,
-    NODE_CLASSIFICATION,
-    VOLUME_CLASSIFICATION,
-    VOLUME_SEGMENTATION,
-)
+from litlab import tasks
 
 Predict = Callable[..., torch.Tensor]  # inputs (tensors, in input order) -> logits
 
@@ -48,24 +42,22 @@ def _probs(predict: Predict, inputs: tuple) -> torch.Tensor:
 
 
 def spec_for(run) -> Spec:
-    """The Spec of a LoadedRun (litlab.recipes.load.load_run), split set up."""
-    dm, task = run.datamodule, run.datamodule.task
-    builders = {
-        IMAGE_CLASSIFICATION: _tensor_spec,
-        VOLUME_CLASSIFICATION: _tensor_spec,
-        VOLUME_SEGMENTATION: _segmentation_spec,
-        NODE_CLASSIFICATION: _node_spec,
-        GRAPH_CLASSIFICATION: _graph_spec,
-    }
-    if task not in builders:
-        raise UserError(f"export does not know task {task!r} (it knows {', '.join(builders)})")
+    """The Spec of a LoadedRun (litlab.recipes.load.load_run), split set up: built by the
+    function its task kind declares (`TaskKind.export_spec`)."""
+    dm = run.datamodule
+    kind = tasks.get(dm.task)
     if hasattr(dm, "setup"):
         dm.setup("test")
-    return builders[task](run, dm, task)
+    return kind.hook("export_spec")(run, dm, kind.name)
 
 
-def _tensor_spec(run, dm, task) -> Spec:
-    """Vision and volume classification: one batched tensor, normalized per batch."""
+#: the layout name of a batched tensor, by its number of dimensions
+LAYOUTS = {2: "NF", 3: "NCL", 4: "NCHW", 5: "NCDHW"}
+
+
+def tensor_spec(run, dm, task) -> Spec:
+    """Any classifier of one batched tensor (images, volumes, table rows): preprocessed as
+    in training (the datamodule's own batch transfer), class scores per sample."""
 
     def batches(dataset):
         for x, y in dm.loader(dataset, train=False):  # no trainer: no augmentation
@@ -73,15 +65,14 @@ def _tensor_spec(run, dm, task) -> Spec:
 
     x, _ = next(batches(dm.test_set))
     n = run.model.num_classes
-    vision = task == IMAGE_CLASSIFICATION
     layout = {
         "x": {
             "shape": ["batch", *x.shape[1:]],
             "dtype": "float32",
-            "layout": "NCHW" if vision else "NCDHW",
+            "layout": LAYOUTS.get(x.dim(), f"{x.dim()}-d"),
         }
     }
-    if vision:
+    if hasattr(dm, "mean") and hasattr(dm, "std"):  # images normalized per channel
         layout["x"]["normalization"] = {
             "scale": "pixel / 255 (uint8) or as stored in [0, 1]",
             "mean": list(dm.mean),
@@ -89,7 +80,9 @@ def _tensor_spec(run, dm, task) -> Spec:
         }
         layout["image_size"], layout["channels"] = dm.image_size, dm.channels
     else:
-        layout["x"]["normalization"] = "per-volume, per-channel z-score, fixed size"
+        layout["x"]["normalization"] = getattr(
+            dm, "normalization", "per-volume, per-channel z-score, fixed size"
+        )
     return Spec(
         task,
         ["x"],
@@ -104,7 +97,7 @@ def _tensor_spec(run, dm, task) -> Spec:
     )
 
 
-def _segmentation_spec(run, dm, task) -> Spec:
+def segmentation_spec(run, dm, task) -> Spec:
     """3D segmentation: patches in, logits out; whole volumes by sliding windows over the
     artifact (as the module does over the net). Spatial dims: any multiple of the stride."""
     from monai.inferers import sliding_window_inference
@@ -176,7 +169,7 @@ def _graph_inputs(data, graph_level: bool) -> tuple:
     return inputs + (data.batch,) if graph_level else inputs
 
 
-def _node_spec(run, dm, task) -> Spec:
+def node_spec(run, dm, task) -> Spec:
     """One full graph: class scores per node; the test metric on the test mask."""
     data = dm.data
     half = data.subgraph(torch.arange(data.num_nodes // 2))  # other node and edge counts
@@ -226,7 +219,7 @@ class SizedPooling(torch.nn.Module):
             self.gnn.pool = pool
 
 
-def _graph_spec(run, dm, task) -> Spec:
+def graph_spec(run, dm, task) -> Spec:
     """Mini-batches of graphs: x, edge_index and batch (graph id per node, sorted)."""
 
     def batches(dataset):

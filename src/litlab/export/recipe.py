@@ -5,10 +5,10 @@ import hashlib
 import re
 from pathlib import Path
 
-import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from litlab.errors import UserError, one_line
+from litlab.errors import one_line
+from litlab.export.settings import ExportSettings
 
 FILES = {
     "onnx": "model.onnx",
@@ -19,6 +19,13 @@ FILES = {
 FP32 = ("onnx", "pt2")
 # what still works when a format's exporter fails on an op
 FALLBACK = {"onnx": "pt2", "pt2": "onnx", "onnx_int8": "onnx"}
+
+
+def _torch():
+    """torch, imported when the run starts (the config is checked before)."""
+    import torch
+
+    return torch
 
 
 def sha256(path) -> str:
@@ -43,7 +50,7 @@ def unsupported(fmt: str, err: Exception) -> str:
     return f"{fmt}: the exporter cannot handle {what}; formats=[{FALLBACK.get(fmt, 'onnx')}] works"
 
 
-def prepare_net(model) -> torch.nn.Module:
+def prepare_net(model):
     """The module's plain net in eval mode, without graph caches (a cached GCN adjacency would
     be baked into the file as a constant of the training graph); graph-level GNNs get their
     pooling sized symbolically (domains.SizedPooling)."""
@@ -67,7 +74,7 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
         "checkpoint": str(ckpt_path),
         "checkpoint_sha256": sha256(ckpt_path),
         "litlab_version": litlab_version(),
-        "torch_version": torch.__version__,
+        "torch_version": _torch().__version__,
     }
 
 
@@ -105,18 +112,26 @@ def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
         tensorrt.export_tensorrt(net, spec.example, path, meta)
 
 
-def export(
-    ckpt_path,
-    formats,
-    output_dir,
-    data_overrides=None,
-    rtol: float = 1e-4,
-    int8_max_drop: float = 0.01,
-    calibration_batches: int = 16,
-    latency_batch_sizes=(1, 64),
-    latency_budget_s: float = 3.0,
-    trust: bool = False,
-) -> dict:
+def export(cfg: DictConfig) -> dict:
+    """`python src/export.py`: the config checked (one line, exit 2, before torch is imported
+    where the check needs none), then `run_export`."""
+    from litlab.config.validate import entry_config
+
+    return run_export(entry_config(cfg, ExportSettings), cfg.paths.output_dir)
+
+
+def export_checkpoint(ckpt_path, output_dir, **settings) -> dict:
+    """Export from Python (serve, tests, benchmarks): `settings` are export.yaml's keys
+    (`formats=["onnx"]`, `latency={"batch_sizes": []}`), checked as the command checks them."""
+    from litlab.config.settings import check
+
+    values = {"task_name": "export", "ckpt_path": str(ckpt_path), **settings}
+    checked = check(ExportSettings, values)
+    checked.check_files()
+    return run_export(checked, output_dir)
+
+
+def run_export(settings: ExportSettings, output_dir) -> dict:
     """Export, verify and time; returns the report (also written as export_report.md/.json).
     `report["ok"]` is False when a format failed to export or to verify."""
     import logging
@@ -129,19 +144,9 @@ def export(
 
     for name in ("onnx_ir", "onnxscript", "onnxruntime"):  # their INFO lines: noise
         logging.getLogger(name).setLevel(logging.WARNING)
-    formats = list(dict.fromkeys(formats))
-    unknown = [f for f in formats if f not in FILES]
-    if unknown or not formats:
-        raise UserError(f"formats={formats}: choose from {list(FILES)}")
-    if "tensorrt" in formats:
-        from litlab.export.tensorrt import missing
-
-        if (why := missing()) is not None:
-            raise UserError(why)
-    if "onnx_int8" in formats and "onnx" not in formats:
-        formats.insert(formats.index("onnx_int8"), "onnx")  # int8 is quantized from it
-
-    run = load_run(ckpt_path, data_overrides, trust=trust)
+    formats, ckpt_path = settings.format_list(), settings.ckpt_path
+    rtol, int8_max_drop = settings.rtol, settings.int8_max_drop
+    run = load_run(ckpt_path, dict(settings.data_overrides), trust=settings.trust_checkpoint)
     spec = spec_for(run)
     net = prepare_net(run.model)
     metric = run.model.hparams.monitor.split("/", 1)[1]
@@ -162,7 +167,7 @@ def export(
         path = out / FILES[fmt]
         row = rows[fmt] = {"file": path.name, "ok": False}
         try:
-            write_format(fmt, net, spec, path, meta, calibration_batches)
+            write_format(fmt, net, spec, path, meta, settings.calibration_batches)
         except Exception as err:  # noqa: BLE001 (any exporter failure is reported per format)
             row["error"] = unsupported(fmt, err)
             print(row["error"])
@@ -193,12 +198,12 @@ def export(
     if batched:
         one = spec.example[0][:1]
         sizes, make = (
-            tuple(latency_batch_sizes),
+            tuple(settings.latency.batch_sizes),
             lambda b: (one.expand(b, *one.shape[1:]).contiguous(),),
         )
     else:  # graphs: one row per whole input (a graph, or a batch of graphs)
         sizes, make = (1,), lambda b: spec.example
-    latency = measure_latency(net, onnx_files, make, sizes, budget_s=latency_budget_s)
+    latency = measure_latency(net, onnx_files, make, sizes, budget_s=settings.latency.budget_s)
     result = {
         "ok": all(r["ok"] for r in rows.values()),
         "checkpoint": str(ckpt_path),
@@ -207,7 +212,7 @@ def export(
         "checkpoint_metric": reference,
         "formats": rows,
         "latency": latency,
-        "threads": torch.get_num_threads(),
+        "threads": _torch().get_num_threads(),
         "batch_unit": "samples" if batched else "whole input (graph or graph batch)",
         "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
         "ood": {k: v for k, v in meta["ood"].items() if k not in ("model", "parts")},

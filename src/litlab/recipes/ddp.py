@@ -185,11 +185,10 @@ def install(script: str) -> None:
     """Patch Lightning (in memory) so that DDP children re-run exactly this job (above).
 
     `script` is the entry point's path (a child re-executes it)."""
-    from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
-    from lightning.pytorch.strategies.launchers import subprocess_script as launcher
+    from litlab.compat import lightning as compat
 
     _remember(script)
-    launcher._hydra_subprocess_cmd = fabric_launcher._hydra_subprocess_cmd = child_command
+    compat.set_ddp_child_command(child_command)
 
 
 def attach(trainer) -> None:
@@ -198,12 +197,12 @@ def attach(trainer) -> None:
     procs = _state.get("early_procs")
     if not procs:
         return
-    from lightning.fabric.strategies.launchers.subprocess_script import _launch_process_observer
+    from litlab.compat import lightning as compat
 
     launcher = getattr(trainer.strategy, "launcher", None)
     if launcher is not None and hasattr(launcher, "procs"):
         launcher.procs.extend(procs)
-    _launch_process_observer(procs)
+    compat.observe_processes(procs)
 
 
 def describe(trainer, batch_size: int | None) -> None:

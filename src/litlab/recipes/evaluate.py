@@ -15,7 +15,7 @@ def evaluate(cfg: DictConfig) -> RunResult:
 
     validate.eval_config(cfg)  # bad input fails here, in one line, before any data is read
     from litlab.config import build
-    from litlab.recipes import predictions, report
+    from litlab.recipes import first_forward, predictions, report
     from litlab.recipes.load import load_run
 
     report.apply_extras(cfg)
@@ -29,7 +29,8 @@ def evaluate(cfg: DictConfig) -> RunResult:
     trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
     evaluate_split = trainer.test if cfg.split == "test" else trainer.validate
     # verbose=False: the Results block of report.summary says the same, once
-    metrics = evaluate_split(run.model, datamodule=run.datamodule, verbose=False)[0]
+    with first_forward.watched(run.model.net, run.config.model.net._target_):
+        metrics = evaluate_split(run.model, datamodule=run.datamodule, verbose=False)[0]
     out = Path(cfg.paths.output_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if cfg.predictions:

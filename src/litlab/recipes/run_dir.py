@@ -149,7 +149,9 @@ def start(cfg: DictConfig, config_name: str) -> DictConfig:
     """Create `hydra.run.dir` with `.hydra/` and the log file, as `@hydra.main` does; returns
     the task's config (without its `hydra` node, as a `@hydra.main` task receives it)."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.core.utils import _save_config, configure_log
+    from hydra.core.utils import configure_log
+
+    from litlab.compat.hydra import save_config
 
     check_location(cfg)
     lock(cfg, config_name)  # released by `release(out)` when the run ends
@@ -164,9 +166,9 @@ def start(cfg: DictConfig, config_name: str) -> DictConfig:
         del task_cfg["hydra"]
     if cfg.hydra.output_subdir is not None:
         saved = out / str(cfg.hydra.output_subdir)
-        _save_config(task_cfg, "config.yaml", saved)
-        _save_config(OmegaConf.masked_copy(cfg, "hydra"), "hydra.yaml", saved)
-        _save_config(OmegaConf.create(list(cfg.hydra.overrides.task)), "overrides.yaml", saved)
+        save_config(task_cfg, "config.yaml", saved)
+        save_config(OmegaConf.masked_copy(cfg, "hydra"), "hydra.yaml", saved)
+        save_config(OmegaConf.create(list(cfg.hydra.overrides.task)), "overrides.yaml", saved)
     configure_log(cfg.hydra.job_logging, cfg.hydra.verbose)
     return task_cfg
 

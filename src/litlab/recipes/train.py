@@ -27,7 +27,7 @@ def train(cfg: DictConfig) -> RunResult:
 
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
-        from litlab.recipes import report, tuning
+        from litlab.recipes import first_forward, report, tuning
 
         report.apply_extras(cfg)
         L.seed_everything(cfg.seed, workers=True)
@@ -45,7 +45,15 @@ def train(cfg: DictConfig) -> RunResult:
             tuning.run(
                 build.instantiate_all(cfg.get("tune"), "tune"), trainer, model, datamodule
             )  # tune=
-            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+            with first_forward.watched(
+                model.net,
+                cfg.model.net._target_,
+                datamodule=datamodule,
+                data_target=cfg.data._target_,
+            ):
+                trainer.fit(
+                    model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True
+                )
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
         if cfg.test:

@@ -36,10 +36,10 @@ def model_file(model_path, export_dir) -> Path:
         return path
     if path.suffix != ".ckpt":
         raise UserError(f"model_path={model_path}: expected a .onnx or a .ckpt file")
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
 
     print(f"exporting {path} to ONNX first")
-    report = export(path, ["onnx"], export_dir, latency_batch_sizes=())
+    report = export_checkpoint(path, export_dir, formats=["onnx"], latency={"batch_sizes": []})
     if not report["ok"]:
         raise UserError(f"the export of {path} failed verification; see {export_dir}")
     return Path(export_dir) / "model.onnx"

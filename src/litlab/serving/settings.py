@@ -1,23 +1,29 @@
-"""Every setting of `src/serve.py` in one place, with its type and bounds (pydantic): checked
-before the model is loaded, a bad value is one line naming the setting and what is valid.
+"""Every setting of `src/serve.py` in one place, with its type and bounds (pydantic), checked by
+`config.validate.entry_config` like every entry point's settings: a bad value is one line naming
+the setting and what is valid, before the model is loaded; `check_files` then checks the model
+file and that this machine can listen on host:port (before "serving" is printed).
 
 The defaults are safe for a service exposed to untrusted clients; docs/deploy.md explains each.
 """
 
+import ipaddress
+import socket
+from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
+from litlab.config.settings import EntrySettings
 from litlab.errors import UserError
 
 KiB, MiB = 1 << 10, 1 << 20
 
 
-class ServeSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class ServeSettings(EntrySettings):
+    #: a model.onnx from src/export.py, or a checkpoint (exported first)
+    model_path: str = ""
     host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
     workers: Annotated[int, Field(ge=1, le=256)] = 1
     threads: Annotated[int, Field(ge=1, le=256)] = 1
     max_batch: Annotated[int, Field(ge=1, le=4096)] = 64
@@ -43,16 +49,59 @@ class ServeSettings(BaseModel):
     retry_after_s: Annotated[int, Field(ge=0, le=3600)] = 1
     drain_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
+    def check_files(self) -> None:
+        self._address()
+        self._model_file()
+
+    def _model_file(self) -> None:
+        path = Path(self.model_path)
+        if not path.is_file():
+            raise UserError(
+                f"model_path={self.model_path} is not a file; pass a model.onnx from "
+                "src/export.py or a .ckpt from src/train.py"
+            )
+        if path.suffix not in (".onnx", ".ckpt"):
+            raise UserError(f"model_path={self.model_path}: expected a .onnx or a .ckpt file")
+        if path.suffix == ".ckpt":
+            from litlab.config.checks import check_checkpoint
+
+            check_checkpoint(path, None, trust=False)
+
+    def _address(self) -> None:
+        """The service can listen here: a valid local address and a free port (told now, not
+        after 'serving' was printed)."""
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError:
+            if self.host.replace(".", "").isdigit():  # a mistyped IPv4 address: no DNS query
+                raise UserError(
+                    f"host={self.host} is not an IP address; use 127.0.0.1 (this machine "
+                    "only) or 0.0.0.0 (every interface)"
+                )
+            try:
+                socket.getaddrinfo(self.host, None)
+            except OSError:
+                raise UserError(
+                    f"host={self.host} is not an IP address or a known host name; use "
+                    "127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+                ) from None
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as err:
+                why = "is in use" if err.errno == 98 else f"cannot be bound ({err.strerror})"
+                raise UserError(
+                    f"port={self.port} on host={self.host} {why}; pick another port=..."
+                ) from None
+
 
 FIELDS = tuple(ServeSettings.model_fields)
 
 
 def from_config(cfg) -> ServeSettings:
-    """The serve settings of a composed config (keys of configs/serve.yaml), or one line."""
-    values = {k: cfg[k] for k in FIELDS if k in cfg}
-    try:
-        return ServeSettings(**values)
-    except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"{key}={values.get(key)!r}: {first['msg']}") from None
+    """The serve settings of a composed config (configs/serve.yaml), checked once, or one line."""
+    from litlab.config.validate import entry_config
+
+    return entry_config(cfg, ServeSettings)

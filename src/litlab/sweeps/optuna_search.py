@@ -23,6 +23,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from litlab.compat import optuna as compat
+from litlab.compat.hydra import job_outcome
 from litlab.errors import UserError, one_line
 from litlab.sweeps import search_space, study_settings
 from litlab.sweeps.storage import hide_password, storage_for
@@ -95,8 +97,7 @@ def requeue_interrupted(study) -> int:
             continue
         if dead:
             try:  # atomic: of two workers that find one dead trial, one claims it
-                study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                compat.mark_interrupted(study, trial)
             except UpdateFinishedTrialError:
                 continue
         study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
@@ -169,7 +170,7 @@ def run(sweeper, arguments: list[str]) -> None:
             {
                 "study": study.study_name,
                 "storage": url,
-                "trial_id": trial._trial_id,
+                "trial_id": compat.trial_id(trial),
                 "pruner": opts.get("pruner"),
             }
         )
@@ -177,7 +178,7 @@ def run(sweeper, arguments: list[str]) -> None:
         overrides.append(f"++hydra.job.env_set.{ENV}={search_space.as_override_value(ticket)}")
         result = sweeper.launcher.launch([overrides], initial_job_idx=trial.number)[0]
         trial.set_user_attr("run_dir", str(result.hydra_cfg.hydra.runtime.output_dir))
-        outcome = result._return_value
+        outcome = job_outcome(result)
         if result.status.name == "COMPLETED":
             if finite(outcome):
                 return float(outcome)

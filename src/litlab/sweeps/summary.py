@@ -20,6 +20,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
 from litlab.sweeps.study_settings import override_settings
 from litlab.sweeps.summary_render import finite, markdown, plot_objective, stats_markdown
@@ -81,8 +82,9 @@ class SweepSummary(Callback):
         if not _is_multirun(config):
             return
         out = Path(config.hydra.runtime.output_dir)
-        err = None if job_return.status.name == "COMPLETED" else job_return._return_value
-        value = job_return._return_value if err is None else None
+        outcome = job_outcome(job_return)
+        err = None if job_return.status.name == "COMPLETED" else outcome
+        value = outcome if err is None else None
         record = self._record(
             config,
             status=status_of(err),

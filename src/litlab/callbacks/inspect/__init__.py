@@ -1,3 +1,3 @@
 """Callbacks that show what a run learned (docs/inspect.md): confusion matrices, sample
 predictions, Grad-CAM, embeddings, weight/gradient histograms and the model graph.
-Each declares the data tasks it fits (`tasks`); `litlab.config.build` refuses the others."""
+Each declares its name (`inspects`); a task kind lists the ones that apply to it (`litlab.tasks`), and `litlab.config.build` refuses the others."""

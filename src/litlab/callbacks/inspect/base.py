@@ -1,4 +1,4 @@
-"""What the inspection callbacks share: the tasks they fit, where their files go, how a picture
+"""What the inspection callbacks share: the task kinds they apply to, where their files go, how a picture
 reaches every active logger, and how a batch becomes (logits, targets) for any domain."""
 
 import logging
@@ -8,32 +8,22 @@ from typing import Literal
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from litlab.tasks import (
-    GRAPH_CLASSIFICATION,
-    IMAGE_CLASSIFICATION,
-    NODE_CLASSIFICATION,
-    VOLUME_CLASSIFICATION,
-)
+from litlab import tasks
+from litlab.tasks.kind import TaskKind
 
 log = logging.getLogger(__name__)
 
-CLASSIFICATION = (
-    IMAGE_CLASSIFICATION,
-    VOLUME_CLASSIFICATION,
-    NODE_CLASSIFICATION,
-    GRAPH_CLASSIFICATION,
-)
-
 
 class TaskCallback(Callback):
-    """A callback that only makes sense for some data tasks.
+    """A callback that only makes sense for some task kinds: those whose adapter lists its
+    `inspects` name (`litlab.tasks`, `TaskKind.inspect`).
 
-    `unfit`: what to do when the run's data task is not in `tasks`. `refuse` (a callback chosen
+    `unfit`: what to do when the run's task kind does not list it. `refuse` (a callback chosen
     on its own): the run stops at build time in one line. `skip` (`callbacks=inspect`, which
     turns everything on): it is left out with one log line."""
 
-    #: data tasks (the datamodule's `task`) this callback fits
-    tasks: tuple[str, ...] = ()
+    #: the name task kinds list when this callback applies to them
+    inspects: str = ""
 
     def __init__(self, unfit: Literal["refuse", "skip"] = "refuse"):
         self.unfit = unfit
@@ -46,8 +36,8 @@ class TaskCallback(Callback):
         return path
 
     @staticmethod
-    def task(trainer) -> str:
-        return getattr(trainer.datamodule, "task", "")
+    def kind(trainer) -> TaskKind:
+        return tasks.get(trainer.datamodule.task)
 
 
 def save_figure(trainer, fig, name: str, step: int | None = None, tight: bool = True) -> Path:

@@ -6,15 +6,14 @@ import csv
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from litlab.callbacks.inspect.base import CLASSIFICATION, TaskCallback, figure, save_figure, scores
-from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION
+from litlab.callbacks.inspect.base import TaskCallback, figure, save_figure, scores
 
 
 class ConfusionMatrix(TaskCallback):
     """Counts are torchmetrics' (synced across DDP ranks), so the test matrix sums to the test
     set and its diagonal over the total equals `test/acc`. Rows are true classes."""
 
-    tasks = CLASSIFICATION
+    inspects = "confusion"
 
     def __init__(self, num_classes: int | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -25,10 +24,7 @@ class ConfusionMatrix(TaskCallback):
         n = self.num_classes or trainer.datamodule.dims["num_classes"]
         self.matrix = MulticlassConfusionMatrix(n, validate_args=False).to(pl_module.device)
         self._logits = None
-        if (
-            self.task(trainer) in (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
-            and getattr(self, "_hook", None) is None
-        ):
+        if self.kind(trainer).inputs == "tensor" and getattr(self, "_hook", None) is None:
             # the step's own forward (one per batch) is captured: no second forward pass
             self._hook = pl_module.register_forward_hook(self._capture)
 

@@ -12,7 +12,6 @@ from torch import nn
 
 from litlab.bounds import Ge, PosFloat, PosInt
 from litlab.callbacks.inspect.base import (
-    CLASSIFICATION,
     TaskCallback,
     figure,
     flush,
@@ -34,7 +33,7 @@ def head(net: nn.Module) -> nn.Module:
 
 
 class Embeddings(TaskCallback):
-    tasks = CLASSIFICATION
+    inspects = "embeddings"
 
     def __init__(
         self,

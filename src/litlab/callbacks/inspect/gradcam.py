@@ -5,7 +5,6 @@ import torch
 from torch import nn
 
 from litlab.callbacks.inspect.base import TaskCallback, mosaic, save_figure
-from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION
 
 ALPHA = 0.45  # the heatmap's weight over the input
 
@@ -45,7 +44,7 @@ class GradCAM(TaskCallback):
     """`num_samples` first test samples; the map explains the predicted class (or the true one
     with `target: true`)."""
 
-    tasks = (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
+    inspects = "gradcam"
 
     def __init__(self, num_samples: int = 8, target: str = "pred", **kwargs):
         super().__init__(**kwargs)

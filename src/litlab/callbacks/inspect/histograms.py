@@ -9,9 +9,8 @@ import warnings
 import torch
 
 from litlab.bounds import PosFloat, PosInt
-from litlab.callbacks.inspect.base import CLASSIFICATION, TaskCallback, flush, inputs, tensorboards
+from litlab.callbacks.inspect.base import TaskCallback, flush, inputs, tensorboards
 from litlab.errors import one_line
-from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +27,7 @@ class WeightGradHistograms(TaskCallback):
     """Gradients are taken at the first optimizer step of every `every_n_epochs`-th epoch
     (after accumulation, before clipping); weights at the end of that epoch."""
 
-    tasks = (*CLASSIFICATION, VOLUME_SEGMENTATION)
+    inspects = "histograms"
 
     def __init__(
         self, every_n_epochs: PosInt = 5, ratio: PosFloat = 1000.0, bins: PosInt = 64, **kwargs
@@ -86,7 +85,7 @@ class ModelGraph(TaskCallback):
     """The net's graph in TensorBoard's Graphs tab, traced once on one training sample (on a
     copy in eval mode: batch-norm statistics of the real net are not touched)."""
 
-    tasks = (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION)
+    inspects = "model_graph"
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

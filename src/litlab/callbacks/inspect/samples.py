@@ -8,11 +8,10 @@ import csv
 import torch
 
 from litlab.callbacks.inspect.base import TaskCallback, figure, mosaic, save_figure
-from litlab.tasks import IMAGE_CLASSIFICATION, NODE_CLASSIFICATION, VOLUME_SEGMENTATION
 
 
 class SamplePredictions(TaskCallback):
-    tasks = (IMAGE_CLASSIFICATION, VOLUME_SEGMENTATION, NODE_CLASSIFICATION)
+    inspects = "samples"
 
     def __init__(self, num_samples: int = 16, **kwargs):
         super().__init__(**kwargs)
@@ -23,8 +22,8 @@ class SamplePredictions(TaskCallback):
         self._held = []
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        task = self.task(trainer)
-        if task == NODE_CLASSIFICATION:
+        view = self.kind(trainer).samples_view
+        if view == "nodes":
             logits, y = pl_module._scores(batch, "test")
             self._held.append((logits.argmax(1).cpu(), y.cpu()))
             return
@@ -32,7 +31,7 @@ class SamplePredictions(TaskCallback):
         if held >= self.num_samples:
             return
         keep = self.num_samples - held
-        if task == VOLUME_SEGMENTATION:
+        if view == "volume_slices":
             x, y = batch["image"][:keep], batch["label"][:keep, 0]
             pred = pl_module.infer(x).argmax(1)
         else:
@@ -44,12 +43,12 @@ class SamplePredictions(TaskCallback):
         held, self._held = self._held, []
         if not held or not trainer.is_global_zero:
             return
-        task = self.task(trainer)
-        if task == NODE_CLASSIFICATION:
+        view = self.kind(trainer).samples_view
+        if view == "nodes":
             pred, y = (torch.cat(t) for t in zip(*held))
             self.node_accuracy(trainer, pred, y, trainer.datamodule.dims["num_classes"])
             return
-        if task == IMAGE_CLASSIFICATION:  # a mosaic fills its figure: no tight box needed
+        if view == "images":  # a mosaic fills its figure: no tight box needed
             save_figure(trainer, grid(*(torch.cat(t) for t in zip(*held))), "samples", tight=False)
             return
         # volumes may differ in size: one list entry each

@@ -1,0 +1,38 @@
+"""Hydra internals litlab uses (checked against hydra-core 1.3.8).
+
+- `hydra.core.utils._save_config`: writes .hydra/config.yaml as a Hydra run does (the Python
+  API makes its run dir as Hydra would: recipes/run_dir);
+- `JobReturn._return_value`: a job's return value or exception without re-raising it (the
+  sweep summary and the Optuna sweeper record failed jobs and go on).
+"""
+
+CHECKED_WITH = "1.3.8"
+
+
+def _fail(what: str):
+    import hydra
+
+    from litlab.compat import missing
+
+    return missing("hydra-core", CHECKED_WITH, hydra.__version__, what)
+
+
+def save_config(cfg, filename: str, directory) -> None:
+    from hydra.core.utils import _save_config
+
+    _save_config(cfg, filename, directory)
+
+
+def job_outcome(job_return):
+    """What the job returned, or the exception it raised (JobReturn.return_value re-raises)."""
+    return job_return._return_value
+
+
+def check() -> None:
+    from hydra.core import utils
+    from hydra.core.utils import JobReturn
+
+    if not callable(getattr(utils, "_save_config", None)):
+        raise _fail("hydra.core.utils._save_config")
+    if "_return_value" not in getattr(JobReturn, "__dataclass_fields__", {}):
+        raise _fail("JobReturn._return_value")

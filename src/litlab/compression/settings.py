@@ -1,0 +1,120 @@
+"""The settings of `python src/compress.py` (configs/compress.yaml, configs/compress/*.yaml),
+with their bounds and rules: checked by `config.validate.entry_config` before torch is imported
+where the check needs none; which steps fit the checkpoint's task kind is checked against the
+checkpoint (`check_files`) before any data is read or the original model is tested."""
+
+from typing import Annotated, Literal
+
+from pydantic import model_validator
+
+from litlab.bounds import Fraction, Interval, MinLen, PosFloat, PosInt, Seed
+from litlab.config.settings import EntrySettings, Settings
+from litlab.errors import UserError
+
+
+class PruneSettings(Settings):
+    method: Literal["structured", "unstructured"] = "structured"
+    #: parameters kept / parameters before
+    ratio: Annotated[Fraction, "a share of the parameters to keep in (0, 1), e.g. 0.1"] = 0.1
+    steps: PosInt = 5
+    round_to: PosInt | None = None
+    importance_norm: Annotated[Literal[1, 2], "1 (L1) or 2 (L2)"] = 2
+    lr: PosFloat | None = 0.01
+
+
+class DistillSettings(Settings):
+    #: null: the checkpoint teaches; a path: that run's model teaches this run's data
+    teacher: str | None = None
+    #: a model config (`_target_`, checked by its signature) or keys merged onto the teacher's
+    student: dict
+    alpha: Annotated[float, Interval(ge=0, le=1), "a weight in [0, 1]"] = 0.7
+    temperature: PosFloat = 4.0
+
+
+class QuantizeSettings(Settings):
+    calibration_batches: PosInt = 8
+    per_channel: bool = True
+
+
+class Steps(Settings):
+    """The chain, in the order given (`compress=[distill,quantize]`)."""
+
+    prune: PruneSettings | None = None
+    distill: DistillSettings | None = None
+    quantize: QuantizeSettings | None = None
+    order: list[str] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _remember_order(cls, data):
+        if isinstance(data, dict) and "order" not in data:
+            data = {**data, "order": [k for k in data if data[k] is not None]}
+        return data
+
+    @model_validator(mode="after")
+    def _chain(self):
+        if not self.order:
+            raise UserError("compress=[]: choose steps from prune, distill, quantize")
+        if "quantize" in self.order and self.order[-1] != "quantize":
+            raise UserError(
+                "compress: quantize must be the last step (it leaves an int8 ONNX file)"
+            )
+        return self
+
+
+class ReportSettings(Settings):
+    batch_sizes: Annotated[list[PosInt], MinLen(1)] = [1, 64]
+    budget_s: PosFloat = 3.0
+    onnx: bool = True
+
+
+class CompressSettings(EntrySettings):
+    ckpt_path: str
+    data_overrides: dict = {}
+    seed: Seed = 42
+    compress: Steps
+    #: build whatever the checkpoints' stored configs name (only for files you trust)
+    trust_checkpoint: bool = False
+    report: ReportSettings = ReportSettings()
+
+    def run_view(self, cfg):
+        """This command's keys with the checkpoint's model and data, as the step trainings
+        see them (the callbacks interpolate `${model.monitor}`)."""
+        from omegaconf import open_dict
+
+        from litlab.config.checks import check_checkpoint, stored_config
+        from litlab.config.validate import check_checkpoint_exists
+
+        check_checkpoint_exists(self.ckpt_path)
+        # only allowed targets are imported
+        check_checkpoint(self.ckpt_path, None, self.trust_checkpoint, dict(self.data_overrides))
+        stored = stored_config(self.ckpt_path)
+        view = cfg.copy()
+        with open_dict(view):
+            view.model, view.data = stored["model"], stored["data"]
+        return view
+
+    def check_kind(self, kind) -> None:
+        """Every step applies to the checkpoint's task kind (`TaskKind.compression`)."""
+        steps = self.compress
+        if steps.prune:
+            kind.refuse_compression(f"prune_{steps.prune.method}")
+        for name in ("distill", "quantize"):
+            if getattr(steps, name) is not None:
+                kind.refuse_compression(name)
+
+    def check_files(self) -> None:
+        """The checkpoint is litlab's; a teacher checkpoint too; a distillation student can
+        learn the checkpoint's data."""
+        from litlab.config.checks import check_checkpoint, check_student, stored_config
+        from litlab.config.validate import check_checkpoint_exists, check_data_overrides
+
+        check_data_overrides(self.ckpt_path, self.data_overrides)
+        distill = self.compress.distill
+        if distill and distill.teacher is not None:
+            check_checkpoint_exists(distill.teacher)
+            check_checkpoint(distill.teacher, None, self.trust_checkpoint)
+        if distill:
+            check_student(
+                distill.student, stored_config(self.ckpt_path), "compress.distill.student"
+            )

@@ -1,0 +1,67 @@
+"""A net that cannot run on the data, or data that cannot be set up, told in one line: the first
+forward pass of `model.net` in a run (Lightning's sanity check, or the first training step) is
+watched; an error raised inside it becomes a `UserError` naming `model.net`, its target and the
+input shape, instead of a traceback from deep inside the loop. The watch ends after the first
+forward that works (no cost per step after it). An error raised in the datamodule's
+`prepare_data`/`setup` (called by Lightning inside fit) names `data` and its target."""
+
+import contextlib
+
+from litlab.errors import UserError, one_line
+
+
+def _shapes(args) -> str:
+    shapes = []
+    for a in args:
+        shape = getattr(a, "shape", None)
+        if shape is not None:
+            shapes.append(str(list(shape)))
+    return " and ".join(shapes) or "?"
+
+
+def _in_data_setup(err: BaseException, datamodule) -> bool:
+    """The error was raised inside `datamodule.prepare_data` or `setup`."""
+    tb = err.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if (
+            frame.f_code.co_name in ("prepare_data", "setup")
+            and frame.f_locals.get("self") is datamodule
+        ):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@contextlib.contextmanager
+def watched(net, target: str, key: str = "model.net", datamodule=None, data_target: str = ""):
+    """Around `trainer.fit`/`trainer.test`: one line if the first forward of `net` fails, or
+    (given `datamodule`) if its setup does."""
+    state = {"inside": False, "shape": "?"}
+
+    def before(module, args):
+        state["inside"], state["shape"] = True, _shapes(args)
+
+    def after(module, args, output):
+        state["inside"] = False
+        for handle in handles:  # it runs: stop watching
+            handle.remove()
+
+    handles = [net.register_forward_pre_hook(before), net.register_forward_hook(after)]
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as err:
+        if datamodule is not None and not state["inside"] and _in_data_setup(err, datamodule):
+            raise UserError(f"data ({data_target}) cannot be set up: {one_line(err)}") from err
+        if not state["inside"]:
+            raise
+        raise UserError(
+            f"{key} ({target}) cannot run on the data: input of shape {state['shape']}: "
+            f"{one_line(err)}; check the net's settings against the data (e.g. strides, "
+            "kernel sizes, channels)"
+        ) from err
+    finally:
+        for handle in handles:
+            handle.remove()

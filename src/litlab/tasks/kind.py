@@ -1,0 +1,81 @@
+"""What one task kind declares for every layer of litlab: a plain, frozen record that imports
+no torch, so a model/data mismatch or a feature that does not apply to a kind is refused before
+any heavy import. The layers read these declarations instead of comparing kind names."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from litlab.errors import UserError
+
+#: compression steps: structured pruning and quantization need a net of plain tensor inputs
+COMPRESSION_STEPS = ("prune_structured", "prune_unstructured", "distill", "quantize")
+#: what the graph kinds share: graph inputs, so no quantization or channel pruning
+GRAPH_INPUTS = {
+    "inputs": "graph",
+    "compression": ("prune_unstructured", "distill"),
+}
+GRAPH_NOTES = {
+    "quantize": "graph inputs",
+    "prune with compress.prune.method=structured": "graph inputs",
+}
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    #: the name datamodules declare (`task = ...`) and modules list (`tasks = (...)`)
+    name: str
+    #: metrics the kind's modules log per split (besides loss): what `model.monitor` may name
+    metrics: tuple[str, ...]
+    #: export: "module:function" building the export Spec of a loaded run (litlab.export.domains)
+    export_spec: str
+    #: how one input is fed to the net: a batched tensor (samples along dim 0) or a graph
+    inputs: Literal["tensor", "graph"] = "tensor"
+    #: serving: what /predict answers per input (classes per sample, per node, per graph, or
+    #: a label volume) and which uploads it decodes (None: JSON only)
+    serve_output: Literal["classes", "node_classes", "graph_classes", "mask"] = "classes"
+    serve_files: Literal["image", "volume"] | None = None
+    #: inspect callbacks (their `inspects` name) that apply; samples: how samples are drawn
+    inspect: tuple[str, ...] = ()
+    samples_view: Literal["images", "volume_slices", "nodes"] | None = None
+    #: compression steps that apply (quantize and structured pruning need tensor inputs)
+    compression: tuple[str, ...] = COMPRESSION_STEPS
+    #: federated partitions: one integer label per dataset item (None: not partitionable)
+    federated_labels: Literal["per_item"] | None = "per_item"
+    #: why a feature does not apply, by feature: appended to the refusal
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def serve_batchable(self) -> bool:
+        """Requests of several samples may share one ONNX Runtime run (micro-batching): a
+        batched tensor in, classes per sample out."""
+        return self.inputs == "tensor" and self.serve_output == "classes"
+
+    def refuse_compression(self, step: str) -> None:
+        if step not in self.compression:
+            fits = ", ".join(self.compression).replace("prune_", "prune.method=")
+            step = step.replace("prune_", "prune with compress.prune.method=")
+            raise UserError(
+                f"compress={step} does not apply to {self.name} models{self._note(step)}; "
+                f"what applies: {fits or 'nothing'}"
+            )
+
+    def refuse_federated(self) -> None:
+        if self.federated_labels is None:
+            raise UserError(
+                f"federate partitions a dataset's items by their labels; {self.name} data "
+                f"has no label per item{self._note('federate')}: pick graph, image or volume "
+                f"classification data"
+            )
+
+    def applies(self, inspects: str) -> bool:
+        return inspects in self.inspect
+
+    def hook(self, name: str):
+        """The function a "module:function" field names (imported now: it may import torch)."""
+        import importlib
+
+        module, _, function = getattr(self, name).partition(":")
+        return getattr(importlib.import_module(module), function)
+
+    def _note(self, feature: str) -> str:
+        return f" ({self.notes[feature]})" if feature in self.notes else ""

@@ -1,0 +1,48 @@
+"""Bad commands of an entry point, checked in-process the way its command runs them
+(`litlab.api.run`: the composed config, a run dir made as Hydra makes it, the recipe): each
+must raise one `UserError` line, leave no run dir behind, and (pure config errors) take under
+3 seconds. `fake_checkpoint` writes a litlab checkpoint whose stored config is a real composed
+one, without training: validation reads only the config."""
+
+import time
+from pathlib import Path
+
+from litlab.errors import UserError
+
+#: pure config errors are refused within this many seconds (checkpoint reads excluded)
+FAST_S = 3.0
+
+
+def refused(config: str, overrides: list[str], recipe, log_dir: Path) -> tuple[str, float]:
+    """(the one line, seconds taken) of a command that must be refused."""
+    from litlab import api
+
+    start = time.perf_counter()
+    try:
+        api.run(config, [*overrides, f"paths.log_dir={log_dir}"], recipe)
+    except UserError as err:
+        seconds = time.perf_counter() - start
+        message = str(err)
+    else:
+        raise AssertionError(f"{config} {' '.join(overrides)} was not refused")
+    assert "\n" not in message and message, repr(message)
+    runs = log_dir / config / "runs"
+    left = sorted(runs.glob("*")) if runs.exists() else []
+    assert not left, f"run dirs left behind: {left}"
+    return message, seconds
+
+
+def fake_checkpoint(path: Path, overrides: list[str] = ()) -> Path:
+    """A checkpoint of train.py's composed config (`overrides` pick model and data), with no
+    weights: enough for everything that is checked before a run starts."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.config.compose import compose
+
+    cfg = compose("train", [*overrides, f"paths.log_dir={path.parent}"], output_dir=path.parent)
+    stored = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "data")}
+    stored |= {"task_name": "train", "seed": 42}
+    torch.save({"state_dict": {}, CONFIG_KEY: stored}, path)
+    return path

@@ -1,0 +1,139 @@
+"""Task kinds are adapters (`litlab/tasks/`): every layer reads a kind's declarations, none
+branches on a kind's name; the declarations import no torch, so they are read in a second."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from litlab import tasks
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "litlab"
+#: a kind's own datamodule and module may use its name (they declare it); the nets of a
+#: module that fits two kinds choose their pooling from it
+OWNERS = ("tasks", "data", "models")
+#: serving modules that still compare kind names (request decoding and metadata checks): to be
+#: moved onto the kind's serve_* declarations; listed so that no other module starts to
+NOT_YET = (
+    "serving/predictor.py",
+    "serving/metadata.py",
+    "serving/runner.py",
+    "export/ood.py",
+    "export/recipe.py",
+)
+#: serving modules that still compare kind names (request decoding and metadata checks): to be
+#: moved onto the kind's serve_* declarations; listed so that no other module starts to
+NOT_YET = (
+    "serving/predictor.py",
+    "serving/metadata.py",
+    "serving/runner.py",
+    "export/ood.py",
+    "export/recipe.py",
+)
+
+
+def _kind_words() -> set[str]:
+    names = set(tasks.kinds())
+    return names | {n.upper() for n in names}
+
+
+def _offences(path: Path, words: set[str]) -> list[str]:
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "litlab.tasks":
+            found += [f"imports {a.name}" for a in node.names if a.name in words]
+        if isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                parts = operand.elts if isinstance(operand, (ast.Tuple, ast.List)) else [operand]
+                for part in parts:
+                    name = getattr(part, "id", None) or getattr(part, "attr", None)
+                    value = part.value if isinstance(part, ast.Constant) else None
+                    if name in words or value in words:
+                        found.append(f"line {node.lineno}: compares with {name or value!r}")
+    return found
+
+
+def test_no_layer_branches_on_a_kind_name():
+    words = _kind_words()
+    offences = {
+        str(path.relative_to(PACKAGE)): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] not in OWNERS
+        and path.relative_to(PACKAGE).as_posix() not in NOT_YET
+        and (found := _offences(path, words))
+    }
+    assert not offences, f"ask the kind's adapter (litlab.tasks) instead: {offences}"
+
+
+def test_the_check_finds_branching():
+    words = _kind_words()
+    code = "from litlab.tasks import NODE_CLASSIFICATION\nif task == 'volume_segmentation': pass\n"
+    path = Path(__file__).parent / "_kind_probe.py"
+    try:
+        path.write_text(code)
+        assert len(_offences(path, words)) == 2
+    finally:
+        path.unlink()
+
+
+def test_kinds_and_every_configs_task_are_read_without_torch():
+    """Every data and model config's kind, read from the sources: no torch import."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from litlab import tasks\n"
+        "from litlab.config.options import target_of\n"
+        "for p in sorted(Path('configs/data').glob('*.yaml')):\n"
+        "    tasks.kind_of_data(target_of(p))\n"
+        "for p in sorted(Path('configs/model').glob('*.yaml')):\n"
+        "    assert set(tasks.kinds_of_model(target_of(p))) <= set(tasks.kinds())\n"
+        "assert 'torch' not in sys.modules, 'a kind lookup imported torch'\n"
+        "print(len(tasks.kinds()))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": ""},
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) >= 5
+
+
+@pytest.mark.parametrize("name", sorted(tasks.kinds()))
+def test_a_kinds_declarations_name_what_exists(name):
+    import importlib
+    import pkgutil
+
+    import litlab.callbacks.inspect as inspect_package
+
+    kind = tasks.get(name)
+    assert callable(kind.hook("export_spec"))
+    callbacks = {
+        getattr(cls, "inspects", "")
+        for info in pkgutil.iter_modules(inspect_package.__path__)
+        for cls in vars(importlib.import_module(f"litlab.callbacks.inspect.{info.name}")).values()
+        if isinstance(cls, type)
+    }
+    assert set(kind.inspect) <= callbacks, set(kind.inspect) - callbacks
+    assert set(kind.compression) <= set(tasks.kind.COMPRESSION_STEPS)
+
+
+def test_a_datamodule_of_another_kind_is_read_from_its_source():
+    """Multiple inheritance and constants imported from litlab.tasks resolve statically."""
+    from litlab.tasks.static import _MISSING, _static
+
+    seg = "litlab.data.medical3d.PhantomSegmentationDataModule"
+    assert _static(seg, "task") == "volume_segmentation"
+    assert _static("litlab.models.graph.GNNClassifier", "tasks") == (
+        "node_classification",
+        "graph_classification",
+    )
+    assert _static("torch.nn.Linear", "task") is _MISSING  # other packages: imported instead
