@@ -133,6 +133,9 @@ class FederateKeys(Settings):
     seed: Seed = 42
     ckpt_path: str | None = None
     task_name: str
+    optimized_metric: Literal["test/acc", "test/loss", "federate/bytes_per_round"] | None = (
+        "test/acc"
+    )
 
 
 def federate_config(cfg: DictConfig) -> None:

@@ -141,6 +141,11 @@ def check(federate: dict) -> FederateSettings:
         settings = FederateSettings.model_validate(federate)
     except ValidationError as err:
         raise UserError(_message(err)) from None
+    if int(settings.num_clients * settings.fraction) < 1:
+        raise UserError(
+            f"federate.fraction={settings.fraction} samples no client of "
+            f"{settings.num_clients} in a round; use a fraction >= {1 / settings.num_clients:.3g}"
+        )
     bad = [c for c in settings.fail_clients if c >= settings.num_clients]
     if bad:
         raise UserError(
