@@ -8,6 +8,9 @@ from omegaconf import DictConfig, OmegaConf
 from litlab.errors import UserError
 
 STEPS = ("prune", "distill", "quantize")
+# trainer.max_epochs=null: epochs of the fine-tuning / student training per task (default 5)
+EPOCHS = {"node_classification": 400}
+DEFAULT_EPOCHS = 5
 
 
 def check(cfg: DictConfig) -> None:
@@ -62,6 +65,15 @@ def compress(cfg: DictConfig) -> list[dict]:
     resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
     check(cfg)
     cfg, resume = _resumed(cfg)
+    from litlab.compression import applies
+
+    task = applies.stored_task(cfg.ckpt_path)
+    applies.check(task, cfg.compress)
+    if cfg.trainer.get("max_epochs") is None:
+        from omegaconf import open_dict
+
+        with open_dict(cfg):
+            cfg.trainer.max_epochs = EPOCHS.get(task, DEFAULT_EPOCHS)
     import lightning as L
     import torch
 

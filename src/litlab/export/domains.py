@@ -17,6 +17,12 @@ from litlab.tasks import (
     VOLUME_SEGMENTATION,
 )
 
+# int8: which ONNX op types each task quantizes (absent: all); see quantize.GRAPH_OP_TYPES
+INT8_OP_TYPES = {
+    NODE_CLASSIFICATION: ("Gemm", "MatMul"),
+    GRAPH_CLASSIFICATION: ("Gemm", "MatMul"),
+}
+
 Predict = Callable[..., torch.Tensor]  # inputs (tensors, in input order) -> logits
 
 
