@@ -14,13 +14,15 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # run as a script: the sibling module
 
-import matrix_cells as cells  # noqa: E402
+import matrix_cells as cells
 
 ROOT = cells.ROOT
 SHARED = Path(os.environ.get("LITLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -32,7 +34,7 @@ class Row:
     label: str
     train: list[str]  # train.py overrides (the domain's default experiment, fewer epochs)
     short: list[str] = field(default_factory=lambda: ["trainer.max_epochs=1"])  # inspect, compress
-    compress: list[str] = field(default_factory=list)
+    compress: list[str] | None = None  # compress.py overrides (None: `short`)
     needs: str | None = None  # a folder of the shared data (the row is skipped without it)
 
     @property
@@ -49,28 +51,36 @@ def rows(shared: Path) -> list[Row]:
         Row(
             "digits_resnet18",
             "digits, ResNet-18",
-            ["experiment=digits_resnet18", "trainer.max_epochs=3"],
+            ["experiment=digits_resnet18", "trainer.max_epochs=2"],
+            ["trainer.max_epochs=1", "trainer.limit_train_batches=10"],
         ),
-        Row("unet3d_phantoms", "phantoms, UNet3D", ["model=unet3d", "trainer.max_epochs=4"]),
-        Row("resnet3d_phantoms", "phantoms, ResNet3D", ["model=resnet3d", "trainer.max_epochs=4"]),
+        Row("unet3d_phantoms", "phantoms, UNet3D", ["model=unet3d", "trainer.max_epochs=3"]),
+        Row("resnet3d_phantoms", "phantoms, ResNet3D", ["model=resnet3d", "trainer.max_epochs=3"]),
         Row(
             "unet3d_hippocampus",
             "Hippocampus NIfTI, UNet3D",
-            ["experiment=unet3d_hippocampus", *nifti, "trainer.max_epochs=2"],
+            [
+                "experiment=unet3d_hippocampus",
+                *nifti,
+                "trainer.max_epochs=2",
+                "trainer.limit_train_batches=40",
+            ],
+            ["trainer.max_epochs=1", "trainer.limit_train_batches=10"],
             needs="Hippocampus",
         ),
         Row(
             "resnet3d_hippocampus",
             "Hippocampus NIfTI, ResNet3D",
-            ["model=resnet3d", "data=nifti", *nifti, "trainer.max_epochs=2"],
+            ["model=resnet3d", "data=nifti", *nifti, "trainer.max_epochs=1"],
             needs="Hippocampus",
         ),
-        Row("gcn_cora", "Cora, GCN", ["experiment=gcn_cora"], needs="Planetoid"),
+        Row("gcn_cora", "Cora, GCN", ["experiment=gcn_cora"], compress=[], needs="Planetoid"),
         Row(
             "gat_cora",
             "Cora, GAT",
             ["experiment=gat_cora", "trainer.max_epochs=200"],
             ["trainer.max_epochs=20"],
+            compress=[],
             needs="Planetoid",
         ),
         Row(
@@ -135,7 +145,10 @@ def run_row(row: Row, columns: list[str], work: Path, env: dict, log=print) -> d
     train = cells.train(row, ctx)
     ctx.ckpt = train.path
     out["train"] = train
-    log(f"{row.name:22s} train            {train.status:8s} {train.text} ({train.seconds:.0f} s)")
+    log(
+        f"{row.name:22s} train            {train.status:8s} {train.text} ({train.seconds:.0f} s)",
+        flush=True,
+    )
     for name in columns:
         if name == "train":
             continue
@@ -152,7 +165,10 @@ def run_row(row: Row, columns: list[str], work: Path, env: dict, log=print) -> d
             )
             before = cells.git_status()
         out[name] = cell
-        log(f"{row.name:22s} {name:16s} {cell.status:8s} {cell.text} ({cell.seconds:.0f} s)")
+        log(
+            f"{row.name:22s} {name:16s} {cell.status:8s} {cell.text} ({cell.seconds:.0f} s)",
+            flush=True,
+        )
     return {k: v.as_dict() for k, v in out.items()}
 
 
@@ -222,6 +238,7 @@ def main(argv=None) -> int:
     parser.add_argument("--results", default=str(ROOT / "logs" / "matrix" / "results.json"))
     parser.add_argument("--out", default=str(ROOT / "docs" / "matrix.md"))
     parser.add_argument("--shared", default=str(SHARED))
+    parser.add_argument("--jobs", type=int, default=1, help="rows run in parallel")
     args = parser.parse_args(argv)
     shared = Path(args.shared)
     all_rows = rows(shared)
@@ -232,21 +249,27 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="litlab-matrix-") as tmp:
         work = Path(tmp)
         env = cells.clean_env(copy_data(shared, work / "data"))
-        for row in chosen:
+        lock = threading.Lock()
+
+        def one(row):
             if row.needs and not (shared / row.needs).is_dir():
-                results[row.name] = {
+                got = {
                     "train": {
                         "status": "skipped",
                         "text": f"{shared / row.needs} absent",
                         "seconds": 0,
                     }
                 }
-                continue
-            got = run_row(row, columns, work, env)
-            results[row.name] = {**results.get(row.name, {}), **got}
-            results_path.parent.mkdir(parents=True, exist_ok=True)
-            results_path.write_text(json.dumps(results, indent=2))
-            Path(args.out).write_text(render(results, all_rows))
+            else:
+                got = run_row(row, columns, work, env)
+            with lock:
+                results[row.name] = {**results.get(row.name, {}), **got}
+                results_path.parent.mkdir(parents=True, exist_ok=True)
+                results_path.write_text(json.dumps(results, indent=2))
+                Path(args.out).write_text(render(results, all_rows))
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(one, chosen))
     Path(args.out).write_text(render(results, all_rows))
     bad = [(r, c) for r, got in results.items() for c, v in got.items() if v["status"] == "FAILED"]
     print(f"{len(bad)} failed cells: {bad}" if bad else "no failed cell")

@@ -76,7 +76,7 @@ def run_dir_of(stdout: str, log_dir: Path, task: str) -> Path:
     m = re.search(r"run dir\s+(\S+)", stdout)
     if m:
         return Path(m.group(1))
-    return sorted((log_dir / task / "runs").glob("*"))[-1]
+    return max((log_dir / task / "runs").glob("*"))
 
 
 def metric_text(metrics: dict, keys: tuple) -> str:
@@ -105,9 +105,8 @@ def evaluate(row, ctx: Ctx, timeout=900) -> Cell:
         return bad
     out = run_dir_of(proc.stdout, ctx.log_dir, "eval")
     metrics = json.loads((out / "metrics.json").read_text())
-    rows = (
-        sum(1 for _ in open(out / "predictions.csv")) - 1
-        if (out / "predictions.csv").is_file()
+    preds = out / "predictions.csv"
+    rows = len(preds.read_text().splitlines()) - 1 if preds.is_file() else 0
         else 0
     )
     return Cell("ok", f"{metric_text(metrics, TEST_KEYS)}; {rows} predictions", s)
@@ -219,7 +218,8 @@ def serve(row, ctx: Ctx, timeout=300) -> Cell:
 
 def compress(step: str):
     def cell(row, ctx: Ctx, timeout=1800) -> Cell:
-        args = [*QUIET, f"ckpt_path={ctx.ckpt}", f"compress={step}", *row.compress, *row.short]
+        extra = row.short if row.compress is None else row.compress
+        args = [*QUIET, f"ckpt_path={ctx.ckpt}", f"compress={step}", *extra]
         proc, s = run("compress.py", args, ctx, timeout)
         if (bad := outcome(proc, s, timeout)) is not None:
             return bad
@@ -234,7 +234,7 @@ def compress(step: str):
             a, b = first["nonzero_params"], last["nonzero_params"]
             text += f"; non-zero params {a:,} -> {b:,} ({b / a:.0%})"
         if step != "quantize":  # the compressed checkpoint must load in eval.py
-            ckpt = sorted(out.glob(f"*_{step}.ckpt"))[-1]
+            ckpt = max(out.glob(f"*_{step}.ckpt"))
             check = Ctx(ctx.log_dir, ctx.env, str(ckpt))
             ev = evaluate(row, check)
             if ev.status != "ok":
@@ -248,7 +248,7 @@ def compress(step: str):
     return cell
 
 
-def federate(row, ctx: Ctx, timeout=1800) -> Cell:
+def federate(row, ctx: Ctx, timeout=600) -> Cell:
     args = [*QUIET_AFTER, *row.federate_args, "federate.rounds=2", "federate.num_clients=2"]
     proc, s = run("federate.py", args, ctx, timeout)
     if (bad := outcome(proc, s, timeout)) is not None:
