@@ -107,8 +107,6 @@ def evaluate(row, ctx: Ctx, timeout=900) -> Cell:
     metrics = json.loads((out / "metrics.json").read_text())
     preds = out / "predictions.csv"
     rows = len(preds.read_text().splitlines()) - 1 if preds.is_file() else 0
-        else 0
-    )
     return Cell("ok", f"{metric_text(metrics, TEST_KEYS)}; {rows} predictions", s)
 
 
