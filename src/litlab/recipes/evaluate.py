@@ -23,7 +23,9 @@ def evaluate(cfg: DictConfig) -> RunResult:
     run = load_run(cfg.ckpt_path, overrides, trust=bool(cfg.get("trust_checkpoint")))
     trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
     evaluate_split = trainer.test if cfg.split == "test" else trainer.validate
-    metrics = evaluate_split(run.model, datamodule=run.datamodule)[0]
+    # verbose=False: Lightning's table prints every float in full (test/f1 1.0000001192092896);
+    # the Results block (report.summary) prints them with 4 decimals
+    metrics = evaluate_split(run.model, datamodule=run.datamodule, verbose=False)[0]
     out = Path(cfg.paths.output_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if cfg.predictions:

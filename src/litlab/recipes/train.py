@@ -47,7 +47,10 @@ def train(cfg: DictConfig) -> RunResult:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
         if cfg.test:
-            trainer.test(model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
+            # the Results block prints the metrics (4 decimals), not Lightning's full floats
+            trainer.test(
+                model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True, verbose=False
+            )
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     report.save_metrics(cfg, metrics)
     report.summary(cfg, metrics, checkpoint)
