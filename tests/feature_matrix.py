@@ -137,7 +137,7 @@ def outside_writes(before: set[str]) -> list[str]:
     return sorted(line[3:] for line in cells.git_status() - before if "__pycache__" not in line)
 
 
-def run_row(row: Row, columns: list[str], work: Path, env: dict, log=print) -> dict:
+def run_row(row: Row, columns: list[str], work: Path, env: dict, log=print, save=None) -> dict:
     """Each column's Cell for `row`; the train cell first (the others use its checkpoint)."""
     ctx = cells.Ctx(work / row.name / "logs", env)
     out = {}
@@ -165,6 +165,8 @@ def run_row(row: Row, columns: list[str], work: Path, env: dict, log=print) -> d
             )
             before = cells.git_status()
         out[name] = cell
+        if save is not None:  # after every cell: an interrupted matrix keeps what it ran
+            save({k: v.as_dict() for k, v in out.items()})
         log(
             f"{row.name:22s} {name:16s} {cell.status:8s} {cell.text} ({cell.seconds:.0f} s)",
             flush=True,
@@ -203,7 +205,7 @@ def render(results: dict, all_rows: list[Row]) -> str:
             continue
         lines.append(
             f"| {row.label} | "
-            + " | ".join(mark.get(got.get(c, {}).get("status"), "") for c in cols)
+            + " | ".join(mark.get(got.get(c, {}).get("status"), "not run") for c in cols)
             + " |"
         )
     for row in all_rows:
@@ -219,10 +221,9 @@ def render(results: dict, all_rows: list[Row]) -> str:
         ]
         lines += ["| feature | status | result | s |", "|---|---|---|---|"]
         for c in cols:
-            if c in got:
-                cell = got[c]
-                text = cell["text"].replace("|", "\\|")
-                lines.append(f"| {c} | {cell['status']} | {text} | {cell['seconds']:.0f} |")
+            cell = got.get(c, {"status": "not run", "text": "not run yet", "seconds": 0})
+            text = cell["text"].replace("|", "\\|")
+            lines.append(f"| {c} | {cell['status']} | {text} | {cell['seconds']:.0f} |")
     lines += [
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, on a shared 2-core CPU machine.",
@@ -239,6 +240,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "matrix.md"))
     parser.add_argument("--shared", default=str(SHARED))
     parser.add_argument("--jobs", type=int, default=1, help="rows run in parallel")
+    parser.add_argument("--render-only", action="store_true", help="write --out from --results")
     args = parser.parse_args(argv)
     shared = Path(args.shared)
     all_rows = rows(shared)
@@ -246,6 +248,9 @@ def main(argv=None) -> int:
     columns = list(COLUMNS) if args.columns == "all" else args.columns.split(",")
     results_path = Path(args.results)
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    if args.render_only:
+        Path(args.out).write_text(render(results, all_rows))
+        return 0
     with tempfile.TemporaryDirectory(prefix="litlab-matrix-") as tmp:
         work = Path(tmp)
         env = cells.clean_env(copy_data(shared, work / "data"))
@@ -261,7 +266,10 @@ def main(argv=None) -> int:
                     }
                 }
             else:
-                got = run_row(row, columns, work, env)
+                got = run_row(row, columns, work, env, save=lambda done: keep(row, done))
+            keep(row, got)
+
+        def keep(row, got):
             with lock:
                 results[row.name] = {**results.get(row.name, {}), **got}
                 results_path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
 QUIET_AFTER = ["extras.print_config=false"]  # entry points without a callbacks group
-# a refusal must come before any work: this fast, on a loaded 2-core machine
+# a refusal must come before any work; slower than this (on a loaded machine: the seconds
+# are in the cell) it is marked "(late)"
 REFUSAL_S = 30.0
 
 
@@ -66,8 +67,8 @@ def outcome(proc, seconds: float, timeout: float) -> Cell | None:
         return None
     err = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     if proc.returncode == 2 and len(err) == 1:
-        status = "refused" if seconds <= REFUSAL_S else "FAILED"
-        return Cell(status, err[0].strip() + ("" if status == "refused" else " (late)"), seconds)
+        late = f" (late: {seconds:.0f} s)" if seconds > REFUSAL_S else ""
+        return Cell("refused", err[0].strip() + late, seconds)
     what = "traceback" if "Traceback" in proc.stderr else f"exit {proc.returncode}"
     return Cell("FAILED", f"{what}: {last_line(proc.stderr or proc.stdout)}", seconds)
 
