@@ -12,11 +12,12 @@ import torch
 import torch.nn.functional as F
 
 from litlab.errors import UserError
+from litlab.tasks import NODE_CLASSIFICATION
 
 # compress.distill.temperature=null: per task. A GCN's logits on Cora are small (weight decay,
 # dropout): at T=4 its soft labels are near uniform and a small student learns little from
 # them (GCN teacher 0.796: hidden-3 student 0.67 at T=4, 0.76 at T=1, 400 epochs).
-TEMPERATURE = {"node_classification": 1.0}
+TEMPERATURE = {NODE_CLASSIFICATION: 1.0}
 DEFAULT_TEMPERATURE = 4.0
 
 

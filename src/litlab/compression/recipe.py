@@ -6,10 +6,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.errors import UserError
+from litlab.tasks import NODE_CLASSIFICATION
 
 STEPS = ("prune", "distill", "quantize")
 # trainer.max_epochs=null: epochs of the fine-tuning / student training per task (default 5)
-EPOCHS = {"node_classification": 400}
+EPOCHS = {NODE_CLASSIFICATION: 400}
 DEFAULT_EPOCHS = 5
 
 
