@@ -99,8 +99,8 @@ def test_lr_suggestion_is_the_steepest_descent_before_the_minimum():
     loss = 2.3 - 1.5 / (1 + np.exp(-3 * (x + 3)))  # falls fastest at lr 1e-3
     loss[70:] = loss[69] + np.linspace(0, 8, 30)  # rises from lr ~1.6e-2 ...
     loss[90:] = loss[89] - np.linspace(0, 3, 10)  # ... then falls steeply past its peak
-    best, bottom = steepest_descent(lrs, loss)
-    assert bottom < 70 and 3e-4 < lrs[best] < 3e-3
+    best, top, bottom = steepest_descent(lrs, loss)
+    assert top < best < bottom < 70 and 3e-4 < lrs[best] < 3e-3
     assert steepest_descent(lrs, np.linspace(1, 5, 100)) is None  # never falls: no suggestion
 
 

@@ -58,13 +58,15 @@ def _lightning_args(finder, mode: str) -> dict:
     return args
 
 
-def steepest_descent(lrs, losses, smooth: int = 5, skip_begin: int = 5) -> tuple[int, int] | None:
-    """(index of the suggested lr, index where the falling range ends) of an LR range test.
+def steepest_descent(
+    lrs, losses, smooth: int = 5, skip_begin: int = 5
+) -> tuple[int, int, int] | None:
+    """(suggested, start, end) indices of an LR range test: the suggestion and the falling range.
 
     The loss is smoothed again (a centered moving average of `smooth` points on top of
     Lightning's running average), its descent measured against log10(lr) (the test's own
-    spacing), and only the range where the smoothed loss still falls is searched: from
-    `skip_begin` to its minimum. Lightning's `suggestion()` takes the steepest slope of the
+    spacing), and only the range where the smoothed loss falls is searched: from its highest
+    point (after `skip_begin`: Lightning's running average starts biased) to its minimum. Lightning's `suggestion()` takes the steepest slope of the
     whole curve, which after the minimum can land on the blow-up's edge (the curve's peak)."""
     import numpy as np
 
@@ -79,12 +81,15 @@ def steepest_descent(lrs, losses, smooth: int = 5, skip_begin: int = 5) -> tuple
     bottom = skip_begin + int(np.argmin(smoothed[skip_begin:]))
     if bottom - skip_begin < 2:  # no falling range: the loss only rises
         return None
+    top = skip_begin + int(np.argmax(smoothed[skip_begin:bottom]))
+    if bottom - top < 2:
+        return None
     slope = np.gradient(smoothed, np.log10(lrs))
-    best = skip_begin + int(np.argmin(slope[skip_begin:bottom]))
-    return int(index[best]), int(index[bottom])
+    best = top + int(np.argmin(slope[top:bottom]))
+    return int(index[best]), int(index[top]), int(index[bottom])
 
 
-def plot_lr_curve(results: dict, best: int, bottom: int, path: Path) -> None:
+def plot_lr_curve(results: dict, best: int, top: int, bottom: int, path: Path) -> None:
     """The loss against the lr (log axis), the falling range shaded, the suggestion marked."""
     import matplotlib
 
@@ -94,7 +99,7 @@ def plot_lr_curve(results: dict, best: int, bottom: int, path: Path) -> None:
     lrs, losses = results["lr"], results["loss"]
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(lrs, losses)
-    ax.axvspan(lrs[0], lrs[bottom], color="tab:green", alpha=0.1, label="loss still falling")
+    ax.axvspan(lrs[top], lrs[bottom], color="tab:green", alpha=0.1, label="loss still falling")
     ax.plot(
         lrs[best],
         losses[best],
@@ -132,10 +137,10 @@ class LearningRateFinder:
         if found is None:
             log.warning("LR finder: no falling range in the loss curve; keeping the config's lr")
             return None
-        best, bottom = found
+        best, top, bottom = found
         lr = float(finder.results["lr"][best])
         if is_rank_zero():
-            plot_lr_curve(finder.results, best, bottom, _out_dir(trainer) / "lr_find.png")
+            plot_lr_curve(finder.results, best, top, bottom, _out_dir(trainer) / "lr_find.png")
         # the optimizer is a partial from config (LitModule builds it at fit): rebind its lr
         model._optimizer = functools.partial(model._optimizer, lr=lr)
         _report(
