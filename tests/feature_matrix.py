@@ -201,10 +201,8 @@ def render(results: dict, all_rows: list[Row]) -> str:
         "| domain | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),
     ]
-    for row in all_rows:
-        got = results.get(row.name)
-        if not got:
-            continue
+    for row in all_rows:  # a row not run yet: all its cells `not run`
+        got = results.get(row.name, {})
         lines.append(
             f"| {row.label} | "
             + " | ".join(mark.get(got.get(c, {}).get("status"), "not run") for c in cols)
