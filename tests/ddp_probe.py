@@ -8,6 +8,8 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+import litlab
+
 
 class RankProbe(Callback):
     def __init__(self, out: str):
@@ -21,5 +23,6 @@ class RankProbe(Callback):
             "lr": trainer.optimizers[0].param_groups[0]["lr"],
             "root_dir": str(Path(trainer.default_root_dir).resolve()),
             "pid": os.getpid(),
+            "litlab": str(Path(litlab.__file__).resolve()),  # which copy of the code runs
         }
         (self.out / f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))

@@ -3,10 +3,12 @@
     +callbacks.fault._target_=faults.Fault +callbacks.fault.step=5 +callbacks.fault.kind=sigkill
 
 (the subprocess needs `tests/` on PYTHONPATH). At the start of the batch that follows
-`step` optimizer steps, on rank `rank`, it does one of:
+`step` optimizer steps, on rank `rank` (-1: on every rank), it does one of:
   sigkill            kill -9 this process (nothing can clean up)
   sigint             send this process Ctrl-C (SIGINT)
   sigterm            send this process SIGTERM (how SLURM, Kubernetes and `timeout` stop jobs)
+  sigusr1            send this process SIGUSR1 (SLURM's `--signal=USR1@120` before the time limit)
+  sigusr2            send this process SIGUSR2 (submitit's preemption / time-limit signal)
   oom                raise torch.OutOfMemoryError, as CUDA does
   nan_input          fill the batch's inputs with NaN
   kill_during_save   kill -9 in the middle of writing the next checkpoint file
@@ -24,14 +26,18 @@ class Fault(Callback):
         self.step, self.kind, self.rank = step, kind, rank
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step != self.step or trainer.global_rank != self.rank:
-            return
+        if trainer.global_step != self.step or self.rank not in (trainer.global_rank, -1):
+            return  # rank=-1: every rank (as SLURM and torchrun signal every task)
         if self.kind == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.kind == "sigint":
             os.kill(os.getpid(), signal.SIGINT)
         elif self.kind == "sigterm":
             os.kill(os.getpid(), signal.SIGTERM)
+        elif self.kind == "sigusr1":
+            os.kill(os.getpid(), signal.SIGUSR1)
+        elif self.kind == "sigusr2":
+            os.kill(os.getpid(), signal.SIGUSR2)
         elif self.kind == "oom":
             raise torch.OutOfMemoryError("CUDA out of memory (simulated by tests/faults.py)")
         elif self.kind == "nan_input":

@@ -199,3 +199,34 @@ def test_feature_dropout_positions_follow_the_tensor():
         assert [t.tolist() for t in _nonzero(b)] == [[3], [2]]
     a[4, 0] = 1.0  # in place: the version counter changes
     assert [t.tolist() for t in _nonzero(a)] == [[0, 4], [1, 0]]
+
+
+def test_joint_selection_keeps_the_last_epoch_best_on_loss_and_acc(cli, tmp_path):
+    """`callbacks/joint_selection` (the GAT paper's rule): the checkpoint tested is the last
+    epoch at which val/acc and val/loss were both at their best so far (ties count), and the
+    run stops once neither has matched its best for `patience` validations in a row."""
+    import pandas as pd
+
+    proc = cli(
+        "train.py",
+        "model=gat",
+        "callbacks=[default,joint_selection]",
+        "callbacks.joint_early_stopping.patience=3",
+        "model.optimizer.lr=0.05",  # overfits the synthetic graph within ~20 epochs
+        "trainer.max_epochs=60",
+        "callbacks.model_summary=null",
+        "callbacks.lr_monitor=null",
+    )
+    (run,) = run_dirs(tmp_path / "logs")
+    frame = pd.read_csv(run / "csv" / "metrics.csv")
+    val = frame.dropna(subset=["val/acc"]).groupby("epoch")[["val/acc", "val/loss"]].last()
+    acc_best = val["val/acc"] >= val["val/acc"].cummax()
+    loss_best = val["val/loss"] <= val["val/loss"].cummin()
+    both = [int(epoch) for epoch in val.index[acc_best & loss_best]]
+    checkpoint = [p.name for p in (run / "checkpoints").glob("epoch_*.ckpt")]
+    assert checkpoint == [f"epoch_{both[-1]:03d}.ckpt"], (checkpoint, val)
+    assert f"epoch_{both[-1]:03d}.ckpt" in proc.stdout  # the one tested and reported
+    either = [int(epoch) for epoch in val.index[acc_best | loss_best]]
+    last_epoch = int(val.index[-1])
+    assert last_epoch < 59, "stopped early"
+    assert last_epoch - either[-1] == 3, val  # 3 validations without any best, then stop

@@ -129,7 +129,8 @@ def task(fn):
                 raise _one_line_in_sweep(err) from None
             if fresh:
                 run_dir.remove(out)
-            if is_rank_zero():  # DDP ranks > 0 fail alike; rank 0 says it once
+            # DDP ranks > 0 fail alike and rank 0 says it once, unless the error is this rank's own
+            if is_rank_zero() or getattr(err, "every_rank", False):
                 print(f"error: {err}", file=sys.stderr)
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
 

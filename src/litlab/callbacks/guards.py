@@ -6,8 +6,12 @@
 - `GracefulInterrupt` turns the first Ctrl-C (SIGINT) into: finish the current batch, write
   `last.ckpt`, close the loggers, exit 1. A second Ctrl-C stops at once. SIGTERM (how SLURM,
   Kubernetes and `timeout` stop a job) is handled alike, exit code 143 (128 + 15, what a shell
-  reports for a process that SIGTERM ended), not 0. Under SLURM, Lightning's SLURMEnvironment
-  also requeues the job on its requeue signal (SIGUSR1, see docs/reliability.md). After an
+  reports for a process that SIGTERM ended), not 0. In a scheduler job (SLURM_JOB_ID, or
+  submitit's local executor) SIGUSR1 and SIGUSR2 (what `--signal=USR1@120` and submitit send
+  before the time limit) do the same, then requeue the job: submitit's own handler when it
+  installed one (it resubmits the job through the launcher's `checkpoint` hook), else
+  `scontrol requeue $SLURM_JOB_ID` from rank 0; exit 128 + the signal. The requeued job
+  resumes in its own run dir (litlab.checkpointing.resume.requeued_checkpoint). After an
   out-of-memory error it writes `last.ckpt` too (one process only: a collective save could
   hang under DDP).
 Where it stops decides whether the resume is bit-identical. Mid-epoch it saves at the end of the
@@ -19,7 +23,9 @@ Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`.
 
 import logging
 import math
+import os
 import signal
+import subprocess
 import threading
 from pathlib import Path
 
@@ -30,7 +36,13 @@ from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
 EXIT_SIGTERM = 128 + signal.SIGTERM
-_CTRL_C, _SIGTERM = 1, 2  # stop requests, the stronger one larger
+_CTRL_C, _SIGTERM, _REQUEUE = 1, 2, 3  # stop requests, the stronger one larger
+# the signals a scheduler sends before a job's time limit (SLURM --signal=USR1, submitit USR2)
+REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+def in_scheduler_job() -> bool:
+    return bool(os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"))
 
 
 class NonFiniteLoss(UserError):
@@ -80,6 +92,15 @@ class GracefulInterrupt(Callback):
         self._stop = 0  # the stop under way (_CTRL_C or _SIGTERM), once agreed by every rank
         self._stop_epoch = -1  # the epoch whose end it waits for (stop on its last batch)
         self._previous = None
+        self._requeue_signal = 0  # SIGUSR1/SIGUSR2 seen by this process (in a scheduler job)
+        self._previous_requeue: dict = {}  # the handlers they replaced (submitit's requeue)
+
+    def _requeue_handler(self, signum, frame) -> None:
+        self._requeue_signal = signum
+        log.warning(
+            "%s: finishing this batch, then saving last.ckpt and requeuing the job",
+            signal.Signals(signum).name,
+        )
 
     def _handler(self, signum, frame) -> None:
         if self._requested:  # second Ctrl-C: stop now
@@ -89,20 +110,59 @@ class GracefulInterrupt(Callback):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._requested, self._stop, self._stop_epoch = False, 0, -1
+        self._requeue_signal = 0
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handler)
+            if in_scheduler_job():
+                for signum in REQUEUE_SIGNALS:
+                    self._previous_requeue[signum] = signal.signal(signum, self._requeue_handler)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        """Replace Lightning's SIGTERM handler (registered after on_fit_start) by one without
+        a collective: Lightning's broadcasts from rank 0 inside the handler, which deadlocks
+        when it interrupts the other rank in another collective (seen under trainer=fsdp; a
+        rank signalled twice, by the cluster and by its parent, would broadcast twice). The
+        ranks agree on the stop at the batch's end instead (on_train_batch_end)."""
+        if threading.current_thread() is threading.main_thread() and trainer.world_size > 1:
+            self._trainer = trainer
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._sigterm)
+
+    def _sigterm(self, signum, frame) -> None:
+        connector = self._trainer._signal_connector
+        if not connector.received_sigterm:
+            log.info("SIGTERM: finishing this batch, then saving last.ckpt")
+            launcher = self._trainer.strategy.launcher
+            if launcher is not None:  # the local ranks this process started get it too
+                launcher.kill(signum)
+        connector.received_sigterm = True
 
     def _restore(self) -> None:
-        if self._previous is not None and threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if getattr(self, "_previous_sigterm", None) is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+        if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
+        for signum, handler in self._previous_requeue.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous_requeue = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._stop:  # waiting for an epoch's end that a min_epochs kept from ending the fit
             if trainer.current_epoch > self._stop_epoch:
                 self._end(trainer, save=True)
             return
-        stop = _SIGTERM if trainer.received_sigterm else _CTRL_C if self._requested else 0
+        stop = (
+            _REQUEUE
+            if self._requeue_signal
+            else _SIGTERM
+            if trainer.received_sigterm
+            else _CTRL_C
+            if self._requested
+            else 0
+        )
         if trainer.world_size > 1:  # one collective: the strongest request of any rank
             code = torch.tensor(stop, device=trainer.strategy.root_device)
             stop = int(trainer.strategy.reduce(code, reduce_op="max"))
@@ -126,6 +186,8 @@ class GracefulInterrupt(Callback):
 
     @property
     def _why(self) -> str:
+        if self._stop == _REQUEUE:
+            return "time limit or preemption signal"
         return "SIGTERM" if self._stop == _SIGTERM else "interrupted"
 
     def _end(self, trainer, save: bool) -> None:
@@ -134,8 +196,13 @@ class GracefulInterrupt(Callback):
         if save:
             trainer.save_checkpoint(last_checkpoint_path(trainer))
         self._report(trainer, self._why)
+        previous = dict(self._previous_requeue)
         self._restore()
         self._stop_epoch = math.inf  # ended: on_exception saves nothing more
+        if self._stop == _REQUEUE:
+            signum = self._requeue_signal or signal.SIGUSR1
+            _requeue(trainer, signum, previous.get(signum))
+            raise SIGTERMException(128 + signum)  # Lightning closes the loggers, then exits
         if self._stop == _SIGTERM:
             raise SIGTERMException(EXIT_SIGTERM)  # Lightning closes the loggers, then exits 143
         raise KeyboardInterrupt  # Lightning closes the loggers and exits 1
@@ -148,7 +215,8 @@ class GracefulInterrupt(Callback):
             self._restore()
             if trainer.state.fn == "fit" and not trainer.sanity_checking and not ended:
                 self._save(trainer, "SIGTERM")  # it came during validation
-            exception.code = EXIT_SIGTERM  # Lightning re-raises it: the process exits 143
+            if not ended:  # Lightning re-raises it: the process exits 143
+                exception.code = EXIT_SIGTERM
             return
         if isinstance(exception, KeyboardInterrupt):
             self._previous = None  # Lightning now ignores SIGINT while it shuts down: keep that
@@ -174,6 +242,33 @@ class GracefulInterrupt(Callback):
                 path,
                 path.parent.parent,
             )
+
+
+def _requeue(trainer, signum: int, previous) -> None:
+    """Requeue the job after last.ckpt is written: submitit's handler when it set one (it
+    pickles the job through the launcher's `checkpoint` hook and requeues or resubmits it; it
+    may exit here), else `scontrol requeue` from rank 0 under SLURM. Lightning's own SLURM
+    handler is not called: it would save a second (hpc) checkpoint."""
+    if callable(previous) and "submitit" in getattr(previous, "__module__", ""):
+        previous(signum, None)
+        return
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job or not trainer.is_global_zero:
+        return
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if array and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    try:
+        done = subprocess.run(
+            ["scontrol", "requeue", job], check=False, capture_output=True, text=True
+        )
+    except FileNotFoundError:
+        log.warning("scontrol not found: SLURM job %s was not requeued (resubmit it)", job)
+        return
+    if done.returncode == 0:
+        log.warning("requeued SLURM job %s: it resumes from last.ckpt in this run dir", job)
+    else:
+        log.warning("scontrol requeue %s failed: %s", job, done.stderr.strip()[:200])
 
 
 def _last_checkpoint_is_current(trainer) -> bool:

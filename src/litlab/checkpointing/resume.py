@@ -16,9 +16,19 @@ so CSV, TensorBoard, the log file and new checkpoints continue in the same folde
 run's config is saved in `.hydra/resume-<time>/` (`resume_output_subdir`; the original
 `.hydra/config.yaml` is kept). The recipe then turns the value into the checkpoint file
 (`resolve_checkpoint`), or refuses it in one line. A checkpoint *file* keeps Lightning's meaning:
-resume from it in a new run dir. Imports pathlib and omegaconf only (cheap, before Hydra runs).
+resume from it in a new run dir.
+
+Scheduler jobs (SLURM, torchrun, submitit) resume in place with no argument: a job's run is
+named by its job id (`job_run_dir`: runs/slurm-<SLURM_JOB_ID>, the same on every node and on a
+requeue), the id is written into the run dir when it starts (`mark_job`), and a run whose dir
+already holds that id and an unfinished last.ckpt is a restarted job (`requeued_checkpoint`):
+it continues from there, as after `ckpt_path=last`. A finished run (metrics.json written) is
+never continued: the same job id then starts a new timestamped run (e.g. a second run in one
+salloc session). Imports os, pathlib and omegaconf only (cheap, before Hydra runs).
 """
 
+import os
+import re
 import time
 from pathlib import Path
 
@@ -28,6 +38,60 @@ from litlab.errors import UserError
 
 LAST = "last"
 RESUMABLE_CONFIGS = ("train", "compress")  # their configs use hydra/resumable.yaml
+JOB_FILE = "job_id.txt"  # the scheduler job that runs in a run dir (a requeue finds it there)
+FINISHED = "metrics.json"  # written when a run has ended (litlab.recipes.report.save_metrics)
+
+
+def cluster_job() -> str | None:
+    """The id of the scheduler job this process belongs to, the same on every node and rank
+    and after a requeue: `slurm-<SLURM_JOB_ID>`, `torchrun-<--rdzv-id>` (torchrun's default
+    id "none" is no id), `submitit-<id>` for submitit's local executor; None outside a job."""
+    candidates = (
+        ("slurm", os.environ.get("SLURM_JOB_ID")),
+        ("submitit", os.environ.get("SUBMITIT_LOCAL_JOB_ID")),
+        ("torchrun", os.environ.get("TORCHELASTIC_RUN_ID")),
+    )
+    for kind, value in candidates:
+        if value and value != "none":
+            return f"{kind}-{re.sub(r'[^A-Za-z0-9_.-]', '_', value)}"
+    return None
+
+
+def job_run_dir(log_dir, task_name) -> Path | None:
+    """The run dir of a single run started by a scheduler job (None outside one, or once that
+    run has finished): every node's processes and the requeued job choose the same one."""
+    job = cluster_job()
+    if job is None:
+        return None
+    path = Path(log_dir) / str(task_name) / "runs" / job
+    return None if (path / FINISHED).is_file() else path
+
+
+def global_rank() -> int:
+    """This process's rank as the launcher set it, before any process group exists."""
+    from litlab.utils.distributed import rank
+
+    return rank()
+
+
+def mark_job(output_dir) -> None:
+    """Record the scheduler job in its run dir (rank 0), which `requeued_checkpoint` reads."""
+    job = cluster_job()
+    if job is not None and global_rank() == 0:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / JOB_FILE).write_text(job + "\n")
+
+
+def requeued_checkpoint(output_dir) -> Path | None:
+    """last.ckpt of this run dir when this process is the same scheduler job restarted
+    (requeued after preemption or a time limit, or resubmitted by submitit): the dir holds
+    this job's id and an unfinished last.ckpt. None otherwise."""
+    job, out = cluster_job(), Path(output_dir)
+    marker = out / JOB_FILE
+    if job is None or not marker.is_file() or marker.read_text().strip() != job:
+        return None
+    last = checkpoint_of(out)
+    return last if last.is_file() and not (out / FINISHED).is_file() else None
 
 
 def checkpoint_of(run_dir: Path) -> Path:
@@ -101,11 +165,20 @@ def run_to_resume(ckpt_path, log_dir, task_name, model=None, data=None) -> Path 
 
 
 def _run_dir(ckpt_path, log_dir, task_name, new_dir, model=None, data=None) -> str:
-    return str(run_to_resume(ckpt_path, log_dir, task_name, model, data) or new_dir)
+    resumed = run_to_resume(ckpt_path, log_dir, task_name, model, data)
+    return str(resumed or job_run_dir(log_dir, task_name) or new_dir)
 
 
-def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str:
-    if run_to_resume(ckpt_path, log_dir, task_name, model, data) is None:
+def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str | None:
+    """.hydra of a new run; .hydra/resume-<time> of a resumed one; none on ranks > 0 of a job
+    (rank 0 writes the run's config once)."""
+    if global_rank() > 0:
+        return None
+    job_dir = job_run_dir(log_dir, task_name)
+    resumed = run_to_resume(ckpt_path, log_dir, task_name, model, data) or (
+        job_dir if job_dir is not None and (job_dir / ".hydra").is_dir() else None
+    )
+    if resumed is None:
         return ".hydra"
     return f".hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
 
@@ -113,10 +186,25 @@ def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str:
 def resolve_checkpoint(cfg) -> None:
     """Sets `cfg.ckpt_path` to the file it names: last.ckpt of the run that `last` or a run dir
     names; a file (or None) stays. One line when `last` finds no run or a folder is not a run.
+    A restarted scheduler job continues its own last.ckpt whatever ckpt_path says (the first
+    run may have started from a file: the requeued one goes on from where it stopped).
     The first thing the train and compress recipes do."""
     cfg.ckpt_path = _checkpoint_file(
         cfg.get("ckpt_path"), cfg.paths.log_dir, cfg.task_name, cfg.get("model"), cfg.get("data")
     )
+    requeued = requeued_checkpoint(cfg.paths.output_dir)
+    if requeued is not None and (
+        cfg.ckpt_path is None or Path(str(cfg.ckpt_path)).resolve() != requeued.resolve()
+    ):
+        if global_rank() == 0:
+            restart = os.environ.get("SLURM_RESTART_COUNT")
+            again = f" (restart {restart})" if restart else ""
+            print(
+                f"{cluster_job()}{again}: resuming {requeued.parent.parent} from last.ckpt",
+                flush=True,
+            )
+        cfg.ckpt_path = str(requeued)
+    mark_job(cfg.paths.output_dir)
 
 
 def _checkpoint_file(ckpt_path, log_dir, task_name, model=None, data=None):

@@ -12,8 +12,16 @@ CONFIG_KEY = "litlab_config"
 
 
 class RunConfigInCheckpoint(Callback):
-    def __init__(self, config: dict[str, Any]):
+    """`provenance`: the code and package versions of the run (litlab.checkpointing.provenance),
+    stored beside the config, so eval.py can say when its code differs."""
+
+    def __init__(self, config: dict[str, Any], provenance: dict[str, Any] | None = None):
         self.config = config
+        self.provenance = provenance
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         checkpoint[CONFIG_KEY] = self.config
+        if self.provenance is not None:
+            from litlab.checkpointing.provenance import KEY
+
+            checkpoint[KEY] = self.provenance

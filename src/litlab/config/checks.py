@@ -15,11 +15,11 @@ def check_monitor(c: dict) -> None:
     model_cls = hydra.utils.get_class(c["model"]["_target_"])
     names = getattr(model_cls, "monitorable", None)
     keys = [("model.monitor", c["model"].get("monitor"))]
-    keys += [
-        (f"callbacks.{k}.monitor", v["monitor"])
-        for k, v in (c.get("callbacks") or {}).items()
-        if isinstance(v, dict) and v.get("monitor")
-    ]
+    for k, v in (c.get("callbacks") or {}).items():
+        if isinstance(v, dict) and v.get("monitor"):
+            keys.append((f"callbacks.{k}.monitor", v["monitor"]))
+        if isinstance(v, dict) and isinstance(v.get("monitors"), dict):  # joint selection
+            keys += [(f"callbacks.{k}.monitors", name) for name in v["monitors"]]
     for key, value in keys:
         if value and callable(names) and not names(value):
             valid = ", ".join(model_cls.monitor_examples())

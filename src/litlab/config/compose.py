@@ -3,9 +3,9 @@ benchmarks and notebooks that call `train(cfg)` in-process."""
 
 from pathlib import Path
 
-from litlab.config.resolvers import PROJECT_ROOT
+from litlab.config.resolvers import CODE_ROOT
 
-CONFIG_DIR = PROJECT_ROOT / "configs"
+CONFIG_DIR = CODE_ROOT / "configs"
 
 
 def compose(config_name: str = "train", overrides=(), output_dir: str | Path | None = None):

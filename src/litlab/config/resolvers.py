@@ -7,8 +7,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from litlab.checkpointing import resume  # noqa: F401  (registers hydra/resumable.yaml's resolvers)
+from litlab.utils.code_state import CODE_ROOT, snapshot_origin
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
+# where data and logs live (paths.root_dir): the project folder, also for a sweep's job that
+# runs from a code snapshot (CODE_ROOT: the folder whose src/ and configs/ run)
+PROJECT_ROOT = snapshot_origin() or CODE_ROOT
 
 
 def wandb_offline() -> bool:
@@ -43,10 +46,17 @@ def ddp_devices(accelerator: str = "auto"):
     return "auto" if torch.cuda.is_available() else 2
 
 
+def on_gpu(accelerator: str = "auto", gpu_value=None, cpu_value=None):
+    """`gpu_value` when the accelerator is (or `auto` finds) a GPU, else `cpu_value`."""
+    gpu = ddp_devices(accelerator) == "auto"
+    return gpu_value if gpu else cpu_value
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
     OmegaConf.register_new_resolver("wandb_offline", wandb_offline, replace=True)
     OmegaConf.register_new_resolver("ddp_devices", ddp_devices, replace=True)
+    OmegaConf.register_new_resolver("on_gpu", on_gpu, replace=True)
 
 
 register()

@@ -163,6 +163,13 @@ class DigitsDataModule(VisionDataModule):
     def augment(self, x):
         return random_affine(x, degrees=8, translate=0.08, scale=(0.9, 1.1))
 
+    @staticmethod
+    def source_files() -> list[Path]:
+        """The file scikit-learn reads the digits from (provenance.json's data checksum)."""
+        from importlib.resources import files
+
+        return [Path(str(files("sklearn.datasets") / "data" / "digits.csv.gz"))]
+
     def load(self):
         from sklearn.datasets import load_digits
 

@@ -9,12 +9,16 @@ import os
 from pathlib import Path
 
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
+
+from litlab.loggers.run_ids import store_id, stored_id
 
 
 class LocalMLFlowLogger(MLFlowLogger):
     """`tracking_uri` wins when given (e.g. a server, or MLFLOW_TRACKING_URI); else the file
-    store in `save_dir`. `run_dir`: the run's folder, whose .hydra/config.yaml is uploaded."""
+    store in `save_dir`. `run_dir`: the run's folder, whose .hydra/config.yaml is uploaded and
+    which keeps the MLflow run id: a run resumed there continues the same MLflow run."""
 
     def __init__(
         self,
@@ -32,6 +36,8 @@ class LocalMLFlowLogger(MLFlowLogger):
             # mlflow 3 keeps its file store behind this switch (SQLite's first use costs ~10 s)
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             tracking_uri = Path(save_dir).resolve().as_uri()
+        self._resumed_run = kwargs.get("run_id") or stored_id(run_dir, "mlflow")
+        kwargs["run_id"] = self._resumed_run
         super().__init__(
             experiment_name=experiment_name,
             run_name=run_name or None,
@@ -44,6 +50,27 @@ class LocalMLFlowLogger(MLFlowLogger):
         self.log_best_checkpoint = log_best_checkpoint
         self._uploaded: set[str] = set()
         self._selector = None  # the ModelCheckpoint that picks the best checkpoint
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        client = super().experiment
+        store_id(self.run_dir, "mlflow", self._run_id)
+        return client
+
+    @rank_zero_only
+    def log_hyperparams(self, params) -> None:
+        """A continued run keeps its first params (MLflow refuses changed values, and a resumed
+        run's ckpt_path differs); new keys are added."""
+        if not self._resumed_run:
+            return super().log_hyperparams(params)
+        from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+
+        known = self.experiment.get_run(self.run_id).data.params
+        flat = _flatten_dict(_convert_params(params))
+        new = {k: v for k, v in flat.items() if k not in known}
+        if new:
+            super().log_hyperparams(new)
 
     def after_save_checkpoint(self, checkpoint_callback) -> None:
         super().after_save_checkpoint(checkpoint_callback)

@@ -96,6 +96,8 @@ class LitModule(L.LightningModule):
         model.net settings) is refused in one line that names the net it holds. Checkpoints
         written before _set_forward held a second copy of the net's weights under `_forward.`
         (or `_forward._orig_mod.`): it is dropped, `net.*` holds the same tensors."""
+        if "state_dict" not in checkpoint:  # trainer=fsdp on CPUs: the strategy loaded it
+            return
         ours = self.state_dict()
         theirs = checkpoint.get("state_dict", {})
         for key in [k for k in theirs if k.startswith("_forward.")]:
@@ -195,6 +197,24 @@ class LitModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self.log_epoch("test")
+
+    def configure_model(self) -> None:
+        """Under trainer=fsdp on CPUs (Lightning's ModelParallelStrategy, torch's FSDP2): shard
+        the net's parameters over the processes, each layer with parameters a unit, then the
+        net. A no-op under every other strategy (no device mesh)."""
+        mesh = self._device_mesh
+        if mesh is None or getattr(self, "_sharded", False):
+            return
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = mesh["data_parallel"] if mesh.mesh_dim_names else mesh
+        # bottom-up (FSDP2 wants inner units first): reversed pre-order puts children first
+        for module in reversed(list(self.net.modules())):
+            direct = any(p.requires_grad for p in module.parameters(recurse=False))
+            if module is not self.net and direct:
+                fully_shard(module, mesh=mesh)
+        fully_shard(self.net, mesh=mesh)
+        self._sharded = True
 
     def configure_optimizers(self):
         optimizer = self._optimizer(params=self.trainer.model.parameters())

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Mapping
 
 from litlab.errors import UserError
+from litlab.recipes.ddp_peers import peer_lost
 from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
 log = logging.getLogger(__name__)
@@ -270,7 +271,15 @@ def lifecycle(cfg, script):
     if rank() > 0:  # a child rank: warnings and errors only (rank 0 says the rest once)
         quiet_rank_console(rank())
     with early_ranks(cfg, str(script)):
-        yield run
+        try:
+            yield run
+        except Exception as err:
+            lost = (
+                peer_lost(err) if run.trainer is not None and run.trainer.world_size > 1 else None
+            )
+            if lost is None:
+                raise
+            raise lost from None
         if run.trainer is not None:
             finish(run.trainer)  # all ranks end together; fails if a child rank failed
         else:

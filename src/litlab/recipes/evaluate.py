@@ -21,6 +21,11 @@ def evaluate(cfg: DictConfig) -> RunResult:
     report.apply_extras(cfg)
     overrides = OmegaConf.to_container(cfg.data_overrides, resolve=True)
     run = load_run(cfg.ckpt_path, overrides, trust=bool(cfg.get("trust_checkpoint")))
+    from litlab.checkpointing import provenance
+
+    note = provenance.code_note(run.checkpoint.get(provenance.KEY))
+    if note:  # the checkpoint was trained by other code (a later commit, local edits)
+        print(note, flush=True)
     trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
     evaluate_split = trainer.test if cfg.split == "test" else trainer.validate
     # verbose=False: Lightning's table prints every float in full (test/f1 1.0000001192092896);

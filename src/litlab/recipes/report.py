@@ -105,11 +105,13 @@ def log_hyperparameters(cfg: DictConfig, model, trainer) -> None:
 
 
 def best_checkpoint(trainer) -> str | None:
-    """Path of the best checkpoint (else last), or None when none was written."""
-    cb = trainer.checkpoint_callback
-    if cb is None:
-        return None
-    return cb.best_model_path or cb.last_model_path or None
+    """Path of the best checkpoint (else last), or None when none was written. Any checkpoint
+    callback that selects (ModelCheckpoint with a monitor, JointModelCheckpoint) wins over
+    `last.ckpt`, whatever their order in the config."""
+    callbacks = trainer.checkpoint_callbacks
+    best = [cb.best_model_path for cb in callbacks if cb.best_model_path]
+    last = [cb.last_model_path for cb in callbacks if cb.last_model_path]
+    return (best or last or [None])[0]
 
 
 def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
@@ -142,3 +144,17 @@ def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) 
     if (out / ".hydra" / "config.yaml").exists():
         lines.append(f"  config           {out / '.hydra' / 'config.yaml'}")
     print("\n".join(lines), flush=True)
+
+
+def record_provenance(cfg: DictConfig, datamodule) -> dict:
+    """Write provenance.json into the run dir (rank 0) and return what checkpoints carry: the
+    code and package versions (the data checksums stay in the file)."""
+    from litlab.checkpointing import provenance
+
+    record = provenance.collect(datamodule if is_rank_zero() else None)
+    if is_rank_zero() and cfg.get("paths"):
+        from hydra.core.hydra_config import HydraConfig
+
+        subdir = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
+        provenance.write(cfg.paths.output_dir, record, subdir)
+    return {k: record[k] for k in ("code", "packages")}

@@ -5,11 +5,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.config.resolvers import PROJECT_ROOT
+from litlab.config.resolvers import CODE_ROOT
 from litlab.recipes.result import RunResult
 
 #: what DDP child ranks re-run (the same job, its overrides; see litlab.recipes.ddp)
-ENTRY_POINT = PROJECT_ROOT / "src" / "train.py"
+ENTRY_POINT = CODE_ROOT / "src" / "train.py"
 
 
 def train(cfg: DictConfig) -> RunResult:
@@ -33,9 +33,11 @@ def train(cfg: DictConfig) -> RunResult:
         L.seed_everything(cfg.seed, workers=True)
         datamodule = build.datamodule(cfg)
         model = build.model(cfg, datamodule)
+        # what the run is made with (code, packages, data): provenance.json, and in checkpoints
+        made_with = report.record_provenance(cfg, datamodule)
         # besides the config's callbacks: the run config in every checkpoint (eval, resume and
         # load_run rebuild the run from it) and the DDP ranks joining the Trainer
-        stored = RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True))
+        stored = RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True), made_with)
         trainer = build.trainer(cfg, extra_callbacks=[stored, ranks.callback()])
         report.log_hyperparameters(cfg, model, trainer)
 

@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 
 from litlab.errors import UserError, one_line
 from litlab.sweeps import search_space, study_settings
+from litlab.sweeps.storage import hide_password, storage_for
 from litlab.sweeps.summary_render import finite
 
 log = logging.getLogger(__name__)
@@ -34,29 +35,6 @@ DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "min
 
 class TrialFailed(Exception):
     """The trial's job raised or returned no objective (recorded as a FAIL trial)."""
-
-
-def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None):
-    """RDB storage at `url`, or a SQLite file in the sweep dir; waits on a busy SQLite file."""
-    import time
-
-    import optuna
-    from sqlalchemy.exc import SQLAlchemyError
-
-    url = url or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
-    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    heartbeat = (
-        {"heartbeat_interval": heartbeat_interval, "grace_period": 3 * heartbeat_interval}
-        if heartbeat_interval
-        else {}
-    )
-    for attempt in range(5):
-        try:
-            return url, optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
-        except SQLAlchemyError:  # workers started together race to create the tables
-            if attempt == 4:
-                raise
-            time.sleep(0.5 * (attempt + 1))
 
 
 def instantiate(spec: dict | None, **extra):
@@ -244,7 +222,7 @@ def write_results(study, sweep_dir: Path, url: str, fixed: list[str], final: boo
     completed = [t for t in trials if t.state == TrialState.COMPLETE]
     result = {
         "study_name": study.study_name,
-        "storage": _hide_password(url),
+        "storage": hide_password(url),
         "direction": study.direction.name.lower(),
         "trials": dict(states),
     }
@@ -287,9 +265,3 @@ def write_results(study, sweep_dir: Path, url: str, fixed: list[str], final: boo
         f"\n  {result['rerun']}",
         flush=True,
     )
-
-
-def _hide_password(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,1 @@
+"""litlab's submitit launchers, found by Hydra's plugin scan (src/ is on sys.path)."""
