@@ -216,9 +216,11 @@ def render(results: dict, all_rows: list[Row]) -> str:
             "",
             f"## {row.label}",
             "",
-            f"`python src/train.py {' '.join(a for a in row.train if '/' not in a) or '(defaults)'}`;"
-            f" inspect with `{' '.join(row.short)}`, compress.py with "
-            f"`{' '.join(row.short if row.compress is None else row.compress) or 'its defaults'}`",
+            (
+                f"`python src/train.py {' '.join(a for a in row.train if '/' not in a)}`;"
+                f" inspect with `{' '.join(row.short)}`, compress.py with "
+                f"`{' '.join(row.short if row.compress is None else row.compress) or 'defaults'}`"
+            ),
             "",
         ]
         lines += ["| feature | status | result | s |", "|---|---|---|---|"]
