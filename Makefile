@@ -9,13 +9,17 @@ PYTEST_ARGS ?=
 TORCH ?=
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PINS := $(shell grep -oE '^torch(vision)?==[^ ]+' requirements.txt)
+# JupyterLab refuses to start as root (containers, CI) unless told it may
+JUPYTER_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: train test bench doctor new-task clean help
+.PHONY: train test notebook bench doctor new-task clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
 
-$(VENV)/.installed: requirements.txt
+# The pinned lock (requirements.txt), then the project itself, editable and without further
+# dependencies: `import litlab` works in any process of .venv (a notebook's kernel too).
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 ifeq ($(TORCH),cpu)
@@ -24,6 +28,7 @@ else ifneq ($(TORCH),)
 	$(error TORCH=$(TORCH) is not known; use TORCH=cpu or leave it unset)
 endif
 	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-deps -e .
 	touch $@
 
 train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`
@@ -31,6 +36,9 @@ train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`
 
 test: $(VENV)/.installed  ## set up, then run the test suite (not the `slow` ones)
 	$(PY) -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
+
+notebook: $(VENV)/.installed  ## set up, then JupyterLab on notebooks/ (kernel: this .venv; 127.0.0.1 only)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(JUPYTER_ROOT)
 
 bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an idle machine)
 	PYTHONPATH=src $(PY) bench/startup.py

@@ -3,6 +3,7 @@
     python bench/serve.py --model logs/export/runs/<ts>/model.onnx   # a model from export.py
     python bench/serve.py --requests 4000 --seconds 30               # the bounds of each loop
     python bench/serve.py --loop asyncio                             # the client on asyncio's loop
+    python bench/serve.py --model M --baseline /tmp/old --rounds 2   # alternate with old code
 Starts `src/serve.py` in a subprocess for each mode (a shared ONNX Runtime session; dynamic
 micro-batching with max_wait_ms 1 and 3), then runs a bounded load loop: `--concurrency`
 keep-alive connections (asyncio, loopback only), each sending requests back to back, until
@@ -10,6 +11,9 @@ keep-alive connections (asyncio, loopback only), each sending requests back to b
 and the server's CPU time per request (from /proc: what the load costs the server whatever else
 runs on the machine; 1 / that is the requests/s one free core could serve).
 Bars: p99 <= 10 ms at concurrency 8 and >= 500 requests/s (2 cores; the client shares them).
+`--baseline DIR` (another checkout, e.g. `git worktree add /tmp/old <commit>`) runs each mode
+on this code and on DIR's in turn, `--rounds` times: on a shared machine the ratio of
+neighbouring runs holds better than the absolute figures.
 """
 
 import argparse
@@ -125,18 +129,21 @@ def server_cpu_seconds(pid: int) -> float:
     return cpu_seconds(pid) + sum(cpu_seconds(int(c)) for c in children)
 
 
-def serve(model: Path, port: int, extra: list[str], log_dir: str) -> subprocess.Popen:
+def serve(
+    model: Path, port: int, extra: list[str], log_dir: str, root: Path = ROOT
+) -> subprocess.Popen:
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(ROOT / "src" / "serve.py"),
+            str(root / "src" / "serve.py"),
             f"model_path={model}",
             f"port={port}",
             f"paths.log_dir={log_dir}",
             "extras.print_config=false",
             *extra,
         ],
-        cwd=ROOT,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root / "src")},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -159,6 +166,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--port", type=int, default=8971)
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--baseline", type=Path, help="another checkout to alternate with")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--modes", nargs="*", choices=list(MODES), default=list(MODES))
     args = parser.parse_args()
     import tempfile
 
@@ -167,13 +177,21 @@ def main() -> int:
         f"work: figures are noisy); concurrency {args.concurrency}, one PNG per request\n"
     )
     print(
-        "| mode | requests | p50 (ms) | p99 (ms) | requests/s | server CPU ms/request "
+        "| mode | code | requests | p50 (ms) | p99 (ms) | requests/s | server CPU ms/request "
         "| client CPU ms/request | errors | bars (p99<=10, >=500/s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    roots = [("this", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
+    runs = [
+        (name, code, root)
+        for _ in range(args.rounds)
+        for name in args.modes
+        for code, root in roots
+    ]
     with tempfile.TemporaryDirectory() as logs:
-        for name, extra in MODES.items():
-            proc = serve(Path(args.model).resolve(), args.port, extra, logs)
+        for name, code, root in runs:
+            extra = MODES[name]
+            proc = serve(Path(args.model).resolve(), args.port, extra, logs, root)
             try:
                 raw = png_request(args.port)
                 cpu, mine = server_cpu_seconds(proc.pid), time.process_time()
@@ -188,7 +206,7 @@ def main() -> int:
                 proc.wait(timeout=60)
             bars = "met" if r["p99"] <= 10 and r["rps"] >= 500 else "NOT met"
             print(
-                f"| {name} | {r['n']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['rps']:.0f} | "
+                f"| {name} | {code} | {r['n']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['rps']:.0f} | "
                 f"{r['cpu_ms']:.2f} | {r['client_ms']:.2f} | {r['errors']} | {bars} |",
                 flush=True,
             )

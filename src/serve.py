@@ -2,6 +2,7 @@
 
 PATH is a model.onnx from src/export.py, or a checkpoint, exported (and verified) first.
 Binds 127.0.0.1 by default; Ctrl-C or SIGTERM drains in-flight requests and exits 0.
+Settings and limits: configs/serve.yaml (checked by litlab.serving.settings).
 """
 
 from omegaconf import DictConfig
@@ -12,20 +13,9 @@ from litlab import cli
 @cli.main("serve")
 def main(cfg: DictConfig) -> None:
     from litlab.serving.server import serve
+    from litlab.serving.settings import from_config
 
-    serve(
-        cfg.model_path,
-        cfg.paths.output_dir,
-        cfg.host,
-        cfg.port,
-        cfg.workers,
-        cfg.max_batch,
-        cfg.max_body_bytes,
-        cfg.batching,
-        cfg.max_wait_ms,
-        cfg.threads,
-        cfg.log_level,
-    )
+    serve(cfg.model_path, cfg.paths.output_dir, from_config(cfg))
 
 
 if __name__ == "__main__":

@@ -161,11 +161,17 @@ def fingerprint(folder: Path) -> list[tuple[str, int, int]]:
 
 def results(stdout: str) -> list[dict[str, float]]:
     """The 'Results' blocks that train.py/eval.py print, one dict per job."""
-    blocks = stdout.split("\nResults\n")[1:]
-    return [
-        {k: float(v) for k, v in re.findall(r"^  (\S+/\S+)\s+([0-9.]+)$", b, re.MULTILINE)}
-        for b in blocks
-    ]
+    found = []
+    for block in stdout.split("\nResults\n")[1:]:  # one line per split: `  test   acc 0.99  f1 ..`
+        lines = re.findall(r"^  (\S+) +(.+)$", block.split("\nFiles\n")[0], re.MULTILINE)
+        found.append(
+            {
+                f"{split}/{name}": float(value)
+                for split, rest in lines
+                for name, value in re.findall(r"(\S+) (\S+)", rest)
+            }
+        )
+    return found
 
 
 def csv_test_metrics(run_dir: Path) -> dict[str, float]:

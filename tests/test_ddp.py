@@ -82,7 +82,8 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
         assert set(csv_test_metrics(job)) == {"test/acc", "test/f1", "test/loss"}  # values: below
 
     console = proc.stdout + proc.stderr
-    assert console.count("Instantiating datamodule") == 2  # once per job, not per rank
+    logs = "".join((job / "train.log").read_text() for job in jobs)  # INFO lines: the log file
+    assert logs.count("Instantiating datamodule") == 2  # once per job, not per rank
     assert console.count("Results") == 2
     assert not re.search(r"\[rank1\].*\[INFO\]", console)  # rank 1 prints warnings/errors only
     assert "[rank0]" in console

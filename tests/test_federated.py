@@ -1,12 +1,9 @@
-"""Federated learning (litlab.federated, src/federate.py): partitions, FedAvg aggregation,
-compressed updates, FedProx, client rounds, faults. Ray runs are slow (marked); the default
-suite drives the same client and server code in-process."""
+"""Federated learning (litlab.federated, src/federate.py): FedAvg aggregation, compressed
+updates, FedProx, faults, every setting checked up front. Partitions: test_federated_
+partitions.py; whole runs in-process: test_federated_runs.py; Ray runs: test_federated_ray.py."""
 
-import os
-import re
 import subprocess
 import sys
-import uuid
 
 import numpy as np
 import pytest
@@ -30,7 +27,7 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
 
 from litlab.errors import UserError
-from litlab.federated import compression, partition
+from litlab.federated import compression
 from litlab.federated.server import NoClientSucceeded, Recorded
 
 
@@ -52,61 +49,6 @@ def _reply(to: Message, arrays: ArrayRecord, n: int) -> Message:
     return Message(
         RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": n})}), reply_to=to
     )
-
-
-# --- partitions ---------------------------------------------------------------------------
-def _check_partition(parts, n):
-    everything = np.concatenate(parts)
-    assert len(everything) == n and len(np.unique(everything)) == n  # disjoint and complete
-    assert sorted(everything.tolist()) == list(range(n))
-
-
-@pytest.mark.parametrize("kind", ["iid", "dirichlet"])
-def test_partitions_seeded_disjoint_complete(kind):
-    labels = np.random.default_rng(0).integers(0, 10, 1293)
-    parts = partition.partition(labels, 10, kind, alpha=0.5, seed=3)
-    _check_partition(parts, len(labels))
-    again = partition.partition(labels, 10, kind, alpha=0.5, seed=3)
-    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
-    other = partition.partition(labels, 10, kind, alpha=0.5, seed=4)
-    assert not all(np.array_equal(a, b) for a, b in zip(parts, other))
-    assert min(len(p) for p in parts) >= partition.MIN_SAMPLES
-
-
-def test_dirichlet_skew_follows_alpha():
-    """Small alpha: each client is dominated by few classes; large alpha: close to IID."""
-    labels = np.repeat(np.arange(10), 130)
-
-    def classes_per_client(alpha):  # classes with at least 5 samples, mean over clients
-        counts = partition.class_counts(labels, partition.dirichlet(labels, 10, alpha, seed=0))
-        return float(np.mean((counts >= 5).sum(1)))
-
-    assert classes_per_client(0.1) < 5 < classes_per_client(1.0) < classes_per_client(100) == 10
-
-
-def test_partition_items_of_each_domain(shared_data):
-    """Digits images, phantom volumes and whole MUTAG graphs: labels read, items partitioned."""
-    from litlab.data.medical3d import PhantomClassificationDataModule
-    from litlab.data.tudataset import TUDataModule
-    from litlab.data.vision import DigitsDataModule
-
-    phantoms = PhantomClassificationDataModule(num_volumes=24, size=12, size_jitter=0)
-    mutag = TUDataModule(name="MUTAG", data_dir=str(shared_data("TUDataset/MUTAG").parents[1]))
-    for dm in (DigitsDataModule(), phantoms, mutag):
-        dm.setup("fit")
-        labels = partition.labels_of(dm.train_set)
-        truth = [
-            int(item[1]) if isinstance(item, (tuple, list)) else int(item.y)
-            for item in dm.train_set
-        ]
-        assert labels.tolist() == truth
-        parts = partition.partition(labels, 4, "dirichlet", alpha=1.0, seed=0)
-        _check_partition(parts, len(dm.train_set))
-
-
-def test_too_many_clients_is_one_line():
-    with pytest.raises(UserError, match="more than the 5 training samples"):
-        partition.partition(np.zeros(5, int), 6, "iid", 1.0, 0)
 
 
 # --- aggregation and compression ------------------------------------------------------------
@@ -208,233 +150,84 @@ def test_fedprox_term_pulls_toward_the_global_weights():
         torch.testing.assert_close(p.grad, torch.full_like(p, 0.5))
 
 
-# --- config and runs -----------------------------------------------------------------------
+# --- settings ---------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("federate.num_clients=0", "federate.num_clients=0 is not valid; use an integer >= 1"),
         (
-            "federate.alpha=0",
-            "federate.alpha=0 is not valid; the Dirichlet concentration must be > 0",
+            "federate.num_clients=0",
+            "federate.num_clients=0 is not valid; input should be greater than or equal to 1",
         ),
+        ("federate.alpha=0", "federate.alpha=0 is not valid; input should be greater than 0"),
         (
             "federate.fraction=1.5",
-            "federate.fraction=1.5 is not valid; use a fraction of the clients in (0, 1]",
+            "federate.fraction=1.5 is not valid; input should be less than or equal to 1",
         ),
-        ("federate.fraction=0", "federate.fraction=0 is not valid"),
+        (
+            "federate.partition=skewed",
+            "federate.partition=skewed is not valid; input should be 'iid' or 'dirichlet'",
+        ),
+        (
+            "federate.backend.client_resources.num_cpus=0",
+            "federate.backend.client_resources.num_cpus=0 is not valid; input should be greater than 0",
+        ),
+        (
+            "federate.backend.client_resources.num_cpus=4",
+            (
+                "federate.backend.client_resources.num_cpus=4 is more than the 2 CPUs of "
+                "federate.backend.init_args.num_cpus: no client could run"
+            ),
+        ),
+        ("+federate.rouns=3", "federate.rouns is not a federate setting"),
+        (
+            "federate.fail_clients=[12]",
+            "federate.fail_clients=[12] names client 12; clients are 0 to 9",
+        ),
+        (
+            "federate.local_epochs=many",
+            (
+                "federate.local_epochs=many is not valid; input should be a valid integer or "
+                "input should be 'auto'"
+            ),
+        ),
     ],
 )
-def test_bad_federate_config_is_one_line(tmp_path, override, message):
+def test_bad_federate_settings_are_one_line(tmp_path, override, message):
     from litlab.federated.recipe import check
 
     cfg = compose("federate", [override], output_dir=tmp_path)
-    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        check(cfg.federate)
+    with pytest.raises(UserError) as err:
+        check(cfg)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
 
 
-def test_bad_federate_config_exits_2_with_one_line(tmp_path):
+def test_local_epochs_auto_follows_the_task_kind(tmp_path):
+    from litlab.federated.recipe import check
+
+    for overrides, epochs in ((["data=mutag", "model=gin"], 5), (["model=gnn"], 20), ([], 1)):
+        cfg = compose("federate", overrides, output_dir=tmp_path)
+        assert check(cfg).local_epochs == epochs == cfg.trainer.max_epochs
+
+
+def test_zero_cpus_per_client_exits_2_before_ray_starts(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "src/federate.py", "federate.num_clients=0", f"paths.log_dir={tmp_path}"],
+        [
+            sys.executable,
+            "src/federate.py",
+            "federate.backend.client_resources.num_cpus=0",
+            f"paths.log_dir={tmp_path}",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: federate.num_clients=0 is not valid; use an integer >= 1"
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == (
+        "error: federate.backend.client_resources.num_cpus=0 is not valid; "
+        "input should be greater than 0"
+    )
+    assert "ray" not in proc.stdout.lower()
     assert not list((tmp_path / "federate" / "runs").glob("*"))  # nothing half-written
-
-
-def test_two_clients_two_rounds_beat_round_zero(tmp_path):
-    """The ClientApp's training and the server's FedAvg + central test, in-process (no Ray)."""
-    from omegaconf import OmegaConf
-
-    from litlab.config import build
-    from litlab.federated.client import train_client
-    from litlab.federated.recipe import _strategy
-    from litlab.federated.server import CentralEvaluation
-
-    cfg = compose(
-        "federate",
-        ["federate.num_clients=2", "federate.rounds=2", "extras.print_config=false"],
-        output_dir=tmp_path,
-    )
-    dm = build.datamodule(cfg)
-    dm.setup("fit")
-    labels = partition.labels_of(dm.train_set)
-    parts = [p.tolist() for p in partition.partition(labels, 2, "dirichlet", 0.5, cfg.seed)]
-    evaluation = CentralEvaluation(build.model(cfg, dm), dm, build.trainer(cfg))
-    strategy = Recorded(_strategy(cfg)[0])
-    config = OmegaConf.to_container(cfg, resolve=True)
-    arrays = evaluation.initial_arrays()
-    accuracy = [evaluation(0, arrays)["test/acc"]]
-    for rnd in (1, 2):
-        msg = _train_message(arrays, rnd)
-        replies = [
-            Message(train_client(config, parts, [], msg, pid), reply_to=msg) for pid in (0, 1)
-        ]
-        strategy.global_arrays = arrays
-        arrays, _ = strategy.aggregate_train(rnd, replies)
-        accuracy.append(evaluation(rnd, arrays)["test/acc"])
-    assert accuracy[2] > accuracy[0] + 0.3, accuracy  # round 0 is chance (~0.1)
-    assert [r["clients"] for r in strategy.rounds] == [2, 2]
-
-
-# --- real simulations (Flower's Ray backend), as a user runs them ----------------------------
-def _run_marked(tmp_path, *overrides, timeout=600, flags=()):
-    """Run federate.py with a unique marker in its environment; return (proc, leftovers): the
-    processes still alive afterwards that carry the marker (Ray workers inherit it)."""
-    marker = uuid.uuid4().hex
-    env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable,
-        "src/federate.py",
-        *flags,
-        f"paths.log_dir={tmp_path / 'logs'}",
-        "extras.print_config=false",
-        *overrides,
-    ]
-    proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
-    return proc, _marked(marker)
-
-
-@pytest.mark.slow
-def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
-    """3 clients, client 2 always raises: recorded each round, the run goes on, the global
-    checkpoint loads weights-only and eval.py reproduces the last round's accuracy."""
-    import csv
-    import json
-
-    from litlab.checkpointing.run_config import CONFIG_KEY
-
-    proc, leftovers = _run_marked(
-        tmp_path,
-        "federate.num_clients=3",
-        "federate.rounds=2",
-        "federate.fail_clients=[2]",
-        "federate.partition=iid",  # with the next line, README's command
-        "federate.compression=int8",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert leftovers == []
-    run_dir = next((tmp_path / "logs" / "federate" / "runs").glob("*"))
-    with open(run_dir / "history.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert [(r["round"], r["clients"], r["failed"]) for r in rows] == [
-        ("0", "0", "0"),
-        ("1", "2", "1"),
-        ("2", "2", "1"),
-    ]
-    assert rows[1]["failures"].startswith("2: injected failure")
-    assert float(rows[2]["accuracy"]) > float(rows[0]["accuracy"])
-    assert int(rows[1]["bytes_sent"]) < 0.3 * int(rows[1]["bytes_uncompressed"])
-    assert (run_dir / "history.png").is_file() and (run_dir / "client_classes.png").is_file()
-    ckpt = torch.load(run_dir / "global.ckpt", weights_only=True)
-    assert ckpt[CONFIG_KEY]["federate"]["num_clients"] == 3
-    ev = subprocess.run(
-        [
-            sys.executable,
-            "src/eval.py",
-            f"ckpt_path={run_dir / 'global.ckpt'}",
-            f"paths.log_dir={tmp_path / 'logs'}",
-            "extras.print_config=false",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert ev.returncode == 0, ev.stderr[-3000:]
-    eval_dir = next((tmp_path / "logs" / "eval" / "runs").glob("*"))
-    metrics = json.loads((eval_dir / "metrics.json").read_text())
-    assert metrics["test/acc"] == pytest.approx(float(rows[2]["accuracy"]), abs=1e-6)
-
-
-@pytest.mark.slow
-def test_a_round_without_any_successful_client_ends_the_run(tmp_path):
-    proc, leftovers = _run_marked(
-        tmp_path, "federate.num_clients=2", "federate.rounds=3", "federate.fail_clients=[0,1]"
-    )
-    assert proc.returncode == 1
-    assert re.fullmatch(
-        r"error: round 1: none of the 2 sampled clients succeeded \(client "
-        r"[01]: injected failure \(federate.fail_clients\)\)",
-        proc.stderr.strip(),
-    )
-    assert leftovers == []
-
-
-def _marked(marker: str) -> list:
-    import psutil
-
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("LITLAB_TEST_MARKER") == marker:
-                found.append(p.cmdline())
-        except psutil.Error:
-            continue
-    return found
-
-
-@pytest.mark.slow
-def test_ctrl_c_during_the_simulation_leaves_no_process(tmp_path):
-    import signal
-    import time
-
-    marker = uuid.uuid4().hex
-    env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "src/federate.py",
-            f"paths.log_dir={tmp_path}",
-            "extras.print_config=false",
-            "federate.num_clients=4",
-            "federate.rounds=50",
-        ],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    for line in proc.stdout:  # wait until the workers trained a round
-        if "round 1/50" in line:
-            break
-    assert len(_marked(marker)) > 1  # Ray's processes are running
-    proc.send_signal(signal.SIGINT)
-    rest = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 130, rest[-2000:]
-    assert "interrupted: the simulation was stopped and its workers ended" in rest
-    time.sleep(1)
-    assert _marked(marker) == []
-
-
-@pytest.mark.slow
-def test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary(tmp_path):
-    """README's `-m federate.alpha=...` sweep, with FedProx and int8 updates: one job per alpha,
-    both completed, in the sweep summary every multirun writes; no process left behind."""
-    import csv
-
-    proc, left = _run_marked(
-        tmp_path,
-        "federate.alpha=0.1,1.0",
-        "federate/strategy=fedprox",
-        "federate.strategy.proximal_mu=0.1",
-        "federate.compression=int8",
-        "federate.num_clients=2",
-        "federate.rounds=1",
-        timeout=900,
-        flags=["-m"],
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not left, left
-    [summary] = (tmp_path / "logs").glob("*/multiruns/*/summary.csv")
-    rows = list(csv.DictReader(summary.open()))
-    assert [r["status"] for r in rows] == ["completed", "completed"]
-    assert sorted(r["federate.alpha"] for r in rows) == ["0.1", "1.0"]

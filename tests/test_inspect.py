@@ -3,7 +3,6 @@ PyTorch profiler, checked file by file against the run's own numbers (docs/inspe
 
 import csv
 import json
-import os
 from types import SimpleNamespace
 
 import pytest
@@ -139,13 +138,15 @@ def test_pytorch_profiler_tables_name_the_convolution_and_memory(run):
 
 @pytest.mark.slow  # shares the `run` fixture (one full inspect run): .ci/run's slow stage
 def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(run):
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     import mlflow
 
     _, stdout, logs = run
-    client = mlflow.MlflowClient((logs / "mlflow").resolve().as_uri())
-    mlflow.set_tracking_uri((logs / "mlflow").resolve().as_uri())
-    runs = mlflow.search_runs(experiment_names=["litlab"])
+    store = (
+        f"sqlite:///{(logs / 'mlflow.db').resolve()}"  # the SQLite store, one experiment per task
+    )
+    client = mlflow.MlflowClient(store)
+    mlflow.set_tracking_uri(store)
+    runs = mlflow.search_runs(experiment_names=["train"])
     assert len(runs) == 1
     found = runs.iloc[0]
     assert found["params.data/batch_size"] == "64" and found["params.model/_target_"].endswith(

@@ -1,6 +1,19 @@
-"""`logger=many` writes CSV, TensorBoard and (offline, no account) W&B files into the run dir."""
+"""`logger=many` writes CSV, TensorBoard and (offline, no account) W&B files into the run dir;
+the README's `mlflow ui` command serves a `logger=mlflow` run."""
 
-from conftest import run_dirs
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, results, run_dirs
 
 
 def test_every_logger_writes_into_the_run_dir(cli, tmp_path):
@@ -17,3 +30,58 @@ def test_every_logger_writes_into_the_run_dir(cli, tmp_path):
     assert "model/params/total" in (run / "csv" / "hparams.yaml").read_text()
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert list((run / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+def readme_mlflow_ui() -> list[str]:
+    """The README's `mlflow ui ...` line, its trailing comment dropped."""
+    readme = (ROOT / "README.md").read_text()
+    [line] = [ln for ln in readme.splitlines() if ln.startswith("mlflow ui ")]
+    return line.split("#")[0].split()
+
+
+@pytest.mark.slow  # a short run, then MLflow's server start (~40 s on a loaded 2-core machine)
+def test_readme_mlflow_ui_command_serves_the_run(cli, tmp_path, monkeypatch):
+    """`logger=mlflow`, then the README's UI command from the folder holding `logs/` (the
+    project root for a user; here tmp_path): the UI answers 200 and its REST search finds the
+    run, in the experiment named after the task, with the run's test metric."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    proc = cli("train.py", "logger=mlflow", "trainer.max_epochs=1", "trainer.limit_train_batches=4")
+    test_acc = results(proc.stdout)[0]["test/acc"]
+    command = readme_mlflow_ui()
+    assert "sqlite:///logs/mlflow.db" in command
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), *command[1:], "--port", str(port)],
+        cwd=tmp_path,  # the README runs it from the project root, which holds logs/
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"  # mlflow ui binds 127.0.0.1 by default
+    try:
+        deadline, status = time.time() + 240, None
+        while time.time() < deadline and status is None:
+            assert ui.poll() is None, "mlflow ui exited"
+            try:
+                with urllib.request.urlopen(url + "/", timeout=5) as r:
+                    status = r.status
+            except OSError:
+                time.sleep(1)
+        assert status == 200
+        query = urllib.parse.urlencode({"experiment_name": "train"})
+        with urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/get-by-name?{query}") as r:
+            experiment = json.loads(r.read())["experiment"]["experiment_id"]
+        search = urllib.request.Request(
+            f"{url}/api/2.0/mlflow/runs/search",
+            data=json.dumps({"experiment_ids": [experiment]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(search) as r:
+            [run] = json.loads(r.read())["runs"]
+        metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
+        assert metrics["test/acc"] == pytest.approx(test_acc, abs=1e-4)
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)  # mlflow ui and the uvicorn it started
+        ui.wait(timeout=60)

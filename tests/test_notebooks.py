@@ -59,3 +59,8 @@ def test_notebook_runs(notebook):
     )
     assert done.returncode == 0, done.stdout[-4000:]
     assert "1 passed" in done.stdout
+
+
+def test_readme_links_every_notebook():
+    readme = (ROOT / "README.md").read_text()
+    assert [nb.name for nb in NOTEBOOKS if f"(notebooks/{nb.name})" not in readme] == []

@@ -24,6 +24,7 @@ COVERED = {
     "make test": "test_readme.py::test_make_targets_run_the_documented_commands",
     'make train ARGS="trainer.max_epochs=3"': "test_readme.py::test_make_targets_run_the_documented_commands",
     "python src/train.py": "test_vision.py::test_default_recipe_learns_and_eval_reproduces_it",
+    "python src/train.py model.net.linear_impl=tiled": "test_ops_train.py::test_trains_to_98_percent_and_resumes",
     ".venv/bin/python src/train.py ...": "test_vision.py::test_default_recipe_learns_and_eval_reproduces_it",
     "python src/train.py data=mnits": "test_readme.py::test_readme_error_examples_are_what_users_see",
     "python src/train.py model=gnn data=digits": "test_readme.py::test_readme_error_examples_are_what_users_see",
@@ -76,6 +77,8 @@ COVERED = {
     "python -m pytest tests/test_mytask.py": "test_start.py::test_the_copied_test_passes",
     # install and threads
     "pip install -e .": "test_repo_basics.py::test_editable_install_imports_litlab_without_pythonpath",
+    "pip install --no-deps -e .": "test_packaging.py::test_installed_metadata_has_no_tool_outside_an_extra_and_litlab_imports_anywhere",
+    "make notebook": "test_packaging.py::test_make_notebook_starts_jupyterlab_on_the_venv",
     "make train TORCH=cpu": "test_repo_basics.py::test_make_installs_cpu_torch_only_when_asked",
     "python src/train.py -m hparams_search=digits_cnn hydra.sweeper.n_trials=5 trainer.max_epochs=3": "test_study_resume.py::test_a_real_search_resumed_with_another_budget",
     # inspect
@@ -92,10 +95,11 @@ COVERED = {
     "python src/compress.py ckpt_path=PATH compress=distill": "test_compress.py::test_distilled_student_trains_and_eval_reproduces_it",
     "python src/compress.py ckpt_path=PATH compress=quantize": "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",
     "python src/compress.py ckpt_path=PATH compress=[distill,quantize]": "test_compress.py::test_every_compress_option_composes_and_chains_in_order",
-    "python src/federate.py": "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
-    "python src/federate.py -m federate.alpha=0.1,0.5,1.0": "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
-    "python src/federate.py federate/strategy=fedprox federate.strategy.proximal_mu=0.1": "test_federated.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
-    "python src/federate.py federate.partition=iid federate.compression=int8": "test_federated.py::test_simulation_records_a_failing_client_and_leaves_no_process",
+    "python src/federate.py": "test_federated_ray.py::test_simulation_records_a_failing_client_and_leaves_no_process",
+    "python src/federate.py -m federate.alpha=0.1,0.5,1.0": "test_federated_ray.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
+    "python src/federate.py federate/strategy=fedprox federate.strategy.proximal_mu=0.1": "test_federated_ray.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
+    "python src/federate.py federate.partition=iid federate.compression=int8": "test_federated_ray.py::test_simulation_records_a_failing_client_and_leaves_no_process",
+    "python src/federate.py ckpt_path=last": "test_federated_ray.py::test_sigterm_saves_the_finished_rounds_and_ckpt_path_last_finishes_the_same_run",
 }
 # needs hardware or set-up this suite cannot have: composed only (test_every_train_command_composes)
 NOT_RUN = {
@@ -108,6 +112,8 @@ NOT_RUN = {
     ". .venv/bin/activate": "set-up",
     "pip install -r requirements.txt": "set-up (make's .venv/.installed step)",
     "make bench": "benchmarks, not a check (BENCHMARKS.md)",
+    "pip install -e '.[dev,federated,mlflow,medmnist]'": "needs the package index (the extras "
+    "it names are checked against the lock by test_packaging.py::test_dependencies_and_extras_are_the_lock)",
     "pip install --index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1": "needs PyTorch's own index (make's TORCH=cpu route is checked with make -n)",
 }
 

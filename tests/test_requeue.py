@@ -49,11 +49,11 @@ def val_epochs(run) -> list[int]:
 
 
 def mlflow_runs(log_dir):
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # what LocalMLFlowLogger sets
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient((log_dir / "mlflow").resolve().as_uri())
-    [experiment] = [e for e in client.search_experiments() if e.name == "litlab"]
+    # LocalMLFlowLogger's SQLite store; one experiment per task
+    client = MlflowClient(f"sqlite:///{(log_dir / 'mlflow.db').resolve()}")
+    [experiment] = [e for e in client.search_experiments() if e.name == "train"]
     return client.search_runs([experiment.experiment_id])
 
 

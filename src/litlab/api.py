@@ -18,17 +18,19 @@ from litlab.recipes.result import RunResult
 def _run(config_name: str, overrides: Sequence[str], recipe) -> RunResult:
     from hydra.errors import HydraException
 
-    from litlab import threads
+    from litlab import console, environment, threads
     from litlab.config.compose import compose
     from litlab.config.hydra_errors import composition_error
     from litlab.recipes import run_dir
     from litlab.utils.distributed import is_rank_zero
 
+    environment.load_dotenv_files()  # as `cli.run` does
     try:
         cfg = compose(config_name, overrides)
     except (HydraException, ValueError) as err:
         raise UserError(composition_error(str(err), config_name, list(overrides))) from None
     task_cfg = run_dir.start(cfg, config_name)
+    console.setup(console.verbose_requested())  # as `cli.task` does
     out = cfg.hydra.runtime.output_dir
     fresh = run_dir.only_hydra_files(out) and is_rank_zero()
     try:

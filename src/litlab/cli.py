@@ -13,7 +13,7 @@ import io
 import os
 import sys
 
-from litlab import threads
+from litlab import console, environment, threads
 from litlab.checkpointing import resume
 from litlab.config import (
     hydra_errors,
@@ -45,6 +45,7 @@ def _export_package_path() -> None:
 
 def run(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
+    environment.load_dotenv_files()  # before Hydra composes: the config reads some variables
     _export_package_path()
     config_name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
     try:  # ckpt_path=last|<run dir> resumes one run: not with -m
@@ -116,12 +117,19 @@ def task(fn):
     @functools.wraps(fn)
     def wrapper(cfg):
         _release_stderr()
+        console.setup(console.verbose_requested())  # library INFO lines: to the log file only
         out = _output_dir()
         fresh = out is not None and run_dir.only_hydra_files(out) and is_rank_zero()
         try:
-            threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
-            _quiet_profiler_natives(cfg)
-            return fn(cfg)
+            try:
+                threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
+                _quiet_profiler_natives(cfg)
+                return fn(cfg)
+            except (UserError, ModuleNotFoundError) as caught:
+                extra = environment.missing_extra(caught)  # an optional extra not installed
+                if extra is None:
+                    raise
+                raise UserError(extra) from caught
         except UserError as err:
             if _full_errors():
                 raise

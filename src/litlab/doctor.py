@@ -183,7 +183,7 @@ def trackers() -> dict:
 
     return {
         "wandb": "offline (no login)" if wandb_offline() else "online (logged in)",
-        "mlflow": os.environ.get("MLFLOW_TRACKING_URI") or "local store under logs/mlflow",
+        "mlflow": os.environ.get("MLFLOW_TRACKING_URI") or "local SQLite store logs/mlflow.db",
     }
 
 

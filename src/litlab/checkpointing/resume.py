@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 from litlab.errors import UserError
 
 LAST = "last"
-RESUMABLE_CONFIGS = ("train", "compress")  # their configs use hydra/resumable.yaml
+RESUMABLE_CONFIGS = ("train", "compress", "federate")  # their configs use hydra/resumable.yaml
 JOB_FILE = "job_id.txt"  # the scheduler job that runs in a run dir (a requeue finds it there)
 FINISHED = "metrics.json"  # written when a run has ended (litlab.recipes.report.save_metrics)
 

@@ -108,6 +108,8 @@ def test_and_save(
         enable_model_summary=False,
     )
     metrics = trainer.test(model, datamodule=datamodule, verbose=False)[0]
-    trainer.save_checkpoint(path)  # a test-only trainer: no optimizer state to store
+    # weights_only=False is the saving side's flag (keep the callbacks' state: the run config;
+    # a test-only trainer has no optimizer state); every reader loads it with weights_only=True
+    trainer.save_checkpoint(path, weights_only=False)
     model.cpu().eval()
     return float(metrics[metric])

@@ -79,8 +79,10 @@ def compress(cfg: DictConfig) -> list[dict]:
     import torch
 
     from litlab.compression import report, steps
+    from litlab.recipes import report as run_report
     from litlab.recipes.load import load_run
 
+    run_report.apply_extras(cfg)  # the header: steps, threads, run dir
     out = Path(cfg.paths.output_dir)
     run = load_run(cfg.ckpt_path, dict(cfg.data_overrides))
     L.seed_everything(cfg.seed, workers=True)
@@ -89,6 +91,7 @@ def compress(cfg: DictConfig) -> list[dict]:
     context = {
         "source": str(cfg.ckpt_path),
         "steps": list(cfg.compress),
+        "unstructured": "prune" in cfg.compress and cfg.compress.prune.method == "unstructured",
         "threads": torch.get_num_threads(),
     }
     stage = steps.Stage("original", run.model, OmegaConf.to_container(run.config))

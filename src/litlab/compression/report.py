@@ -61,7 +61,7 @@ def write(rows: list[dict], metric: str, out: Path, context: dict) -> Path:
         table(rows, metric),
         "",
         f"Latency: median ms per call on {context.get('threads', '?')} CPU thread(s); "
-        "`onnx` = ONNX Runtime. " + NOTE,
+        "`onnx` = ONNX Runtime." + (" " + NOTE if context.get("unstructured") else ""),
         "",
     ]
     (out / "compress_report.md").write_text("\n".join(md))

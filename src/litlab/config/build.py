@@ -11,6 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from litlab.config.options import choice, incompatible
+from litlab.console import FILE_ONLY
 from litlab.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def building(group: str, target: str):
 
 
 def datamodule(cfg: DictConfig):
-    log.info("Instantiating datamodule <%s>", cfg.data._target_)
+    log.info("Instantiating datamodule <%s>", cfg.data._target_, extra=FILE_ONLY)
     with building("data", cfg.data._target_):
         return hydra.utils.instantiate(cfg.data, _convert_="all")
 
@@ -95,7 +96,12 @@ def model(cfg: DictConfig, dm):
             check_dims({**_defaults(net_factory.func), **net_factory.keywords}, dims, "model.net")
         net = net_factory(**_accepted(net_factory.func, dims))
     model_cls = hydra.utils.get_class(cfg.model._target_)
-    log.info("Instantiating model <%s> with net <%s>", cfg.model._target_, cfg.model.net._target_)
+    log.info(
+        "Instantiating model <%s> with net <%s>",
+        cfg.model._target_,
+        cfg.model.net._target_,
+        extra=FILE_ONLY,
+    )
     with building("model", cfg.model._target_):
         return hydra.utils.instantiate(
             cfg.model, net=net, _convert_="all", **_accepted(model_cls.__init__, dims)
@@ -127,6 +133,6 @@ def trainer(cfg: DictConfig, extra_callbacks=()):
     those whose YAML says `unfit: skip` for another data task (see `fitting_callbacks`)."""
     callbacks = instantiate_all(fitting_callbacks(cfg)) + list(extra_callbacks)
     loggers = instantiate_all(cfg.get("logger"), "logger")
-    log.info("Instantiating trainer <%s>", cfg.trainer._target_)
+    log.info("Instantiating trainer <%s>", cfg.trainer._target_, extra=FILE_ONLY)
     with building("trainer", cfg.trainer._target_):
         return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

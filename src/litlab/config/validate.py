@@ -200,6 +200,26 @@ def train_config(cfg: DictConfig) -> None:
         _check_checkpoint(c["ckpt_path"], c["model"])
 
 
+def federate_config(cfg: DictConfig) -> None:
+    """federate.py's data, model, clients' trainer and Flower strategy (the other federate.*
+    keys: `litlab.federated.settings`), before any data is read or Ray starts."""
+    c = _container(cfg)
+    _top(c, {"seed": Seed, "ckpt_path": str | None, "task_name": str})
+    _check_trainer_plain(c["trainer"])
+    _walk_plain("trainer", c["trainer"])
+    _walk_plain("", c)
+    _walk("trainer", c["trainer"])
+    _check_trainer(c["trainer"])
+    _walk("", {k: v for k, v in c.items() if k not in ("trainer", "federate")})
+    _walk("federate.strategy", c["federate"]["strategy"])
+    _check_optimizer(c["model"])
+    _check_paths(c["data"])
+    from litlab.config.build import check_compatible
+
+    check_compatible(cfg)
+    _check_monitor(c)
+
+
 def trainer_config(cfg: DictConfig) -> None:
     """A DDP trainer alone, before its ranks start: a bad trainer.devices fails at once, not
     after every rank has imported torch (other trainers are checked by train_config)."""

@@ -39,6 +39,9 @@ class Spec:
     calibration: Callable[[int], Iterator[tuple]]  # up to n input tuples from the train split
     score: Callable[[Predict, tuple], torch.Tensor] = None  # metric input from one batch
     output_names: list[str] = field(default_factory=lambda: ["logits"])
+    #: class probabilities of one batch (N, classes, ...) for the out-of-distribution score;
+    #: None: `score` gives them (classifiers)
+    probs: Callable[[Predict, tuple], torch.Tensor] | None = None
 
 
 def class_names(dm, n: int) -> list[str]:
@@ -123,8 +126,8 @@ def _segmentation_spec(run, dm, task) -> Spec:
     example = (torch.stack(patches[:2]),)
     bigger = torch.nn.functional.pad(example[0][:1], (0, stride, 0, 0, 0, 2 * stride))
 
-    def score(predict, inputs):
-        logits = sliding_window_inference(
+    def logits(predict, inputs):
+        return sliding_window_inference(
             inputs[0],
             patch,
             h.sw_batch_size,
@@ -132,7 +135,9 @@ def _segmentation_spec(run, dm, task) -> Spec:
             overlap=h.sw_overlap,
             mode=h.sw_mode,
         )
-        return logits.argmax(1)
+
+    def score(predict, inputs):
+        return logits(predict, inputs).argmax(1)
 
     def test_batches():
         for b in dm.loader(dm.test_set, train=False):
@@ -168,6 +173,7 @@ def _segmentation_spec(run, dm, task) -> Spec:
         test_batches,
         calibration,
         score,
+        probs=lambda predict, inputs: logits(predict, inputs).softmax(1),
     )
 
 

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from litlab.errors import one_line
+from litlab.ops import onnx as ops_onnx
 
 PROTOBUF_LIMIT = 2 * 1024**3 - 1024  # bytes a single-file ONNX can hold (protobuf limit)
 
@@ -102,9 +103,12 @@ def _export(kind, net, args, path, input_names, output_names, dynamic, opset) ->
                 opset_version=opset,
                 optimize=True,
                 verbose=False,
+                # litlab's own ops as standard ONNX nodes (litlab::tiled_matmul -> MatMul)
+                custom_translation_table=ops_onnx.translations(),
             )
             program.save(str(path), external_data=False)
         else:
+            ops_onnx.translations()  # registers the legacy exporter's symbolics too
             axes = _axis_names(dynamic)
             if any(a.get(0) == "batch" for a in axes.values()):
                 axes |= {o: {0: "batch"} for o in output_names}

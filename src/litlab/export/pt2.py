@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from litlab.export.onnx import _dim_specs, _net
+from litlab.ops import op as _ops  # noqa: F401  (programs of nets with litlab's ops load)
 
 METADATA_FILE = "metadata.json"
 

@@ -71,6 +71,17 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
     }
 
 
+def serving_metadata(spec, predict, meta: dict) -> None:
+    """What the service needs beyond the layout: the training background of images (for
+    transparent uploads) and the out-of-distribution score's model and threshold."""
+    from litlab.export import ood
+    from litlab.tasks import IMAGE_CLASSIFICATION
+
+    if spec.task == IMAGE_CLASSIFICATION:
+        meta["inputs"]["background"] = ood.background(spec)
+    meta["ood"] = ood.measure(spec, predict)
+
+
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
     from litlab.export import onnx, pt2, quantize
     from litlab.export.domains import INT8_OP_TYPES
@@ -140,6 +151,11 @@ def export(
     higher_better = run.model.hparams.monitor_mode == "max"
     meta = metadata(run, spec, ckpt_path, metric)
     eager = eager_predictor(net)
+    serving_metadata(spec, eager, meta)
+    print(
+        f"out-of-distribution threshold {meta['ood']['threshold']:.3g}: "
+        f"{meta['ood']['test_exceed_fraction']:.1%} of the test split above it"
+    )
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     reference = test_metric(run.model, spec, eager, metric)
@@ -206,8 +222,9 @@ def export(
         "latency": latency,
         "threads": torch.get_num_threads(),
         "batch_unit": "samples" if batched else "whole input (graph or graph batch)",
-        "metadata": {k: v for k, v in meta.items() if k != "config"},
+        "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
+        "ood": {k: v for k, v in meta["ood"].items() if k not in ("model", "parts")},
     }
     reporting.write(result, out)
-    print(f"report: {out / 'export_report.md'}")
+    print(f"run dir {out}  (report: export_report.md)")
     return result

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from litlab.errors import one_line
 
-_DATAMODULES: dict[str, tuple] = {}  # per worker process: run dir -> (datamodule, full train set)
+_DATAMODULES: dict[str, tuple] = {}  # per worker process: run dir -> (datamodule, its full sets)
 
 
 class ProximalTerm(Callback):
@@ -44,35 +44,49 @@ def load_arrays(model, arrays: ArrayRecord) -> None:
 
 
 def _datamodule(cfg):
+    """The worker's datamodule (built once per process and run) and its own full sets."""
     from litlab.config import build
+    from litlab.federated import views
 
     key = cfg.paths.output_dir
     if key not in _DATAMODULES:
         datamodule = build.datamodule(cfg)
         datamodule.prepare_data()
-        datamodule.setup("fit")
-        _DATAMODULES[key] = (datamodule, datamodule.train_set)
+        if hasattr(datamodule, "setup"):
+            datamodule.setup("fit")
+        _DATAMODULES[key] = (datamodule, views.originals(datamodule))
     return _DATAMODULES[key]
 
 
-def train_client(config: dict, parts: list, fail: list, msg: Message, partition_id: int):
-    """Train on partition `partition_id`; returns the reply's RecordDict."""
+def _client(config: dict, parts: dict, msg: Message, partition_id: int):
+    """(cfg, datamodule narrowed to the client, model with the global weights, round)."""
     import lightning as L
-    from torch.utils.data import Subset
 
-    from litlab.config import build
+    from litlab.federated import views
 
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     cfg = OmegaConf.create(config)
     round_ = int(msg.content["config"]["server-round"])
+    # every (round, client) has its own seed: whichever worker runs it, and in a resumed run
     L.seed_everything(cfg.seed + 1000 * round_ + partition_id, workers=True, verbose=False)
+    datamodule, full = _datamodule(cfg)
+    views.client_view(
+        datamodule, full, parts["train"][partition_id], parts["heldout"][partition_id]
+    )
+    return cfg, datamodule, round_
+
+
+def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_id: int):
+    """Train on partition `partition_id`; returns the reply's RecordDict."""
+    from litlab.config import build
+    from litlab.federated import views
+
+    cfg, datamodule, round_ = _client(config, parts, msg, partition_id)
     if partition_id in fail:  # fault injection (federate.fail_clients): tests and demos
         raise RuntimeError("injected failure (federate.fail_clients)")
     if cfg.federate.lr_decay == "cosine" and "lr" in cfg.model.optimizer:  # across rounds
         cfg.model.optimizer.lr *= 0.5 * (1 + math.cos(math.pi * (round_ - 1) / cfg.federate.rounds))
-    datamodule, full_train = _datamodule(cfg)
-    datamodule.train_set = Subset(full_train, parts[partition_id])
     model = build.model(cfg, datamodule)
     load_arrays(model, msg.content["arrays"])
     mu = float(msg.content["config"].get("proximal-mu", 0.0))
@@ -84,14 +98,31 @@ def train_client(config: dict, parts: list, fail: list, msg: Message, partition_
     trainer = build.trainer(cfg, extra_callbacks=extra)
     trainer.fit(model, datamodule=datamodule)
     loss = trainer.callback_metrics.get("train/loss")
-    metrics = {"num-examples": len(parts[partition_id]), "partition-id": partition_id}
+    metrics = {"num-examples": views.client_count(datamodule), "partition-id": partition_id}
     if loss is not None:
         metrics["train-loss"] = float(loss)
     return RecordDict({"arrays": ArrayRecord(exchanged(model)), "metrics": MetricRecord(metrics)})
 
 
-def make_client_app(config: dict, parts: list, fail: list, mods: list) -> ClientApp:
-    """A ClientApp over the resolved run config (plain dicts: it travels to Ray workers)."""
+def evaluate_client(config: dict, parts: dict, msg: Message, partition_id: int):
+    """The global model on the client's held-out part (trainer.test: the model's own metrics)."""
+    from litlab.config import build
+    from litlab.federated import views
+
+    cfg, datamodule, _ = _client(config, parts, msg, partition_id)
+    metrics = {"num-examples": views.heldout_count(datamodule), "partition-id": partition_id}
+    if metrics["num-examples"] > 0:
+        model = build.model(cfg, datamodule)
+        load_arrays(model, msg.content["arrays"])
+        trainer = build.trainer(cfg)
+        result = trainer.test(model, datamodule=datamodule, verbose=False)[0]
+        metrics.update({k: float(v) for k, v in result.items()})
+    return RecordDict({"metrics": MetricRecord(metrics)})
+
+
+def make_client_app(config: dict, parts: dict, fail: list, mods: list) -> ClientApp:
+    """A ClientApp over the resolved run config (plain dicts: it travels to Ray workers);
+    `parts` = {"train": [[unit ids] per client], "heldout": [[unit ids] per client]}."""
     app = ClientApp(mods=mods)
 
     @app.train()
@@ -102,5 +133,21 @@ def make_client_app(config: dict, parts: list, fail: list, mods: list) -> Client
         except Exception as err:  # the server records which client failed, and why
             raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
         return Message(content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context) -> Message:
+        partition_id = int(context.node_config["partition-id"])
+        try:
+            content = evaluate_client(config, parts, msg, partition_id)
+        except Exception as err:
+            raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
+        return Message(content, reply_to=msg)
+
+    @app.query()
+    def query(msg: Message, context) -> Message:
+        partition_id = int(context.node_config["partition-id"])
+        return Message(
+            RecordDict({"metrics": MetricRecord({"partition-id": partition_id})}), reply_to=msg
+        )
 
     return app

@@ -94,6 +94,10 @@ class CompressionMod:
         self.kind, self.topk_ratio = kind, topk_ratio
 
     def __call__(self, msg, ctx, call_next):
+        from flwr.app import MessageType
+
+        if msg.metadata.message_type != MessageType.TRAIN:  # evaluation and queries send no update
+            return call_next(msg, ctx)
         global_arrays = msg.content["arrays"]
         reply = call_next(msg, ctx)
         if reply.has_error():

@@ -1,7 +1,9 @@
-"""What a federated run leaves in its run dir: history.csv/.png, the per-client class histogram
-(client_classes.csv/.png), and the printed summary."""
+"""What a federated run leaves in its run dir: history.csv/.png (rewritten atomically after
+every round), the per-client class histogram (client_classes.csv/.png), and the summary."""
 
 import csv
+import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +21,12 @@ COLUMNS = (
 )
 
 
-def history_rows(rounds: list[dict], evaluation: dict[int, dict[str, float]]) -> list[dict]:
-    """One row per round (round 0: the initial global model), central test metrics joined."""
+def history_rows(
+    rounds: list[dict], evaluation: dict[int, dict[str, float]], clients: dict | None = None
+) -> list[dict]:
+    """One row per round (round 0: the initial global model): central test metrics, then the
+    clients' own evaluation (`client_<metric>_mean`, `client_<metric>_worst`, ...)."""
+    clients = clients or {}
     by_round = {r["round"]: r for r in rounds}
     rows = []
     for rnd in sorted(set(evaluation) | set(by_round)):
@@ -38,16 +44,28 @@ def history_rows(rounds: list[dict], evaluation: dict[int, dict[str, float]]) ->
         }
         row.update({k: v for k, v in by_round.get(rnd, {}).items() if k in COLUMNS})
         row.update({k: v for k, v in metrics.items() if k not in ("test/acc", "test/loss")})
+        row.update(clients.get(rnd, {}))
         rows.append(row)
     return rows
 
 
-def write_history(out: Path, rows: list[dict]) -> None:
+def _replace(path: Path, data: bytes) -> None:
+    """Write beside the target, fsync, rename: a reader (or a kill) sees the old or the new."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_history(out: Path, rows: list[dict], metric: str = "acc") -> None:
     extra = sorted({k for r in rows for k in r} - set(COLUMNS))
-    with open(out / "history.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*COLUMNS, *extra])
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=[*COLUMNS, *extra], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    _replace(out / "history.csv", text.getvalue().encode())
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,14 +73,22 @@ def write_history(out: Path, rows: list[dict]) -> None:
 
     fig, (acc, sent) = plt.subplots(1, 2, figsize=(10, 3.5))
     x = [r["round"] for r in rows]
-    acc.plot(x, [r["accuracy"] for r in rows], marker="o")
-    acc.set(xlabel="round", ylabel="global test accuracy", title="Global model")
+    central = "accuracy" if metric == "acc" else f"test/{metric}"
+    acc.plot(x, [r.get(central, np.nan) for r in rows], marker="o", label="global, central test")
+    mean, worst = f"client_{metric}_mean", f"client_{metric}_worst"
+    if any(mean in r for r in rows):
+        acc.plot(x, [r.get(mean, np.nan) for r in rows], marker=".", label="clients, weighted mean")
+        acc.plot(x, [r.get(worst, np.nan) for r in rows], ls="--", label="worst client")
+        acc.legend(fontsize="small")
+    acc.set(xlabel="round", ylabel=f"test {metric}", title="Global model")
     acc.grid(alpha=0.3)
     sent.bar(x, [r["bytes_sent"] / 1e6 for r in rows])
     sent.set(xlabel="round", ylabel="MB sent by clients", title="Communication")
     fig.tight_layout()
-    fig.savefig(out / "history.png", dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
+    _replace(out / "history.png", buffer.getvalue())
 
 
 def write_class_histogram(out: Path, counts: np.ndarray) -> None:
@@ -89,21 +115,30 @@ def write_class_histogram(out: Path, counts: np.ndarray) -> None:
     plt.close(fig)
 
 
-def summary(out: Path, rows: list[dict], checkpoint: Path | None, seconds: float) -> str:
+def summary(
+    out: Path, rows: list[dict], checkpoint: Path | None, seconds: float, metric: str = "acc"
+) -> str:
     done = [r for r in rows if r["round"] > 0]
     last = rows[-1]
+    key = "accuracy" if metric == "acc" else f"test/{metric}"
+    mean, worst = f"client_{metric}_mean", f"client_{metric}_worst"
     sent = sum(r["bytes_sent"] for r in done)
     dense = sum(r["bytes_uncompressed"] for r in done)
     failed = sum(r["failed"] for r in done)
     lines = [
         "",
         "Federated results",
-        f"  rounds           {len(done)} in {seconds:.1f} s",
+        f"  rounds           {len(done)} ({seconds:.1f} s in this process)",
         (
-            f"  test/acc         {last['accuracy']:.4f} (round 0: {rows[0]['accuracy']:.4f}, "
-            f"best {max(r['accuracy'] for r in rows):.4f})"
+            f"  {'test/' + metric:<16} {last[key]:.4f} (round 0: {rows[0][key]:.4f}, "
+            f"best {max(r[key] for r in rows):.4f})"
         ),
         f"  test/loss        {last['loss']:.4f}",
+        *(
+            [f"  clients' {metric:<7} {last[mean]:.4f} weighted mean, {last[worst]:.4f} worst"]
+            if mean in last
+            else []
+        ),
         (
             f"  sent by clients  {sent / 1e6:.2f} MB"
             + (f" ({1 - sent / dense:.0%} less than uncompressed)" if dense else "")

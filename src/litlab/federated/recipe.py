@@ -1,16 +1,13 @@
-"""The federated recipe behind `python src/federate.py`: partition, simulate, evaluate, save.
+"""The federated recipe behind `python src/federate.py`: check, partition, simulate, save.
 
 Flower's simulation engine (Ray backend) runs the clients in worker processes; this process
-runs the server (strategy + central evaluation). Whatever ends the run (the last round, a
-failure, Ctrl-C), Ray is shut down and any process it left is ended before returning.
+runs the server (strategy, central evaluation) in a thread. Every round ends with the global
+model and the history on disk (`state.py`), so a stop loses at most the round in progress,
+and `ckpt_path=last|<run dir>` continues from there. `processes.py` makes sure that nothing
+Ray started outlives the run, however it ends.
 """
 
-import contextlib
 import logging
-import os
-import signal
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,108 +16,33 @@ from omegaconf import DictConfig, OmegaConf
 from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
-PARTITIONS = ("iid", "dirichlet")
-DP_MODES = ("none", "local", "central")
-LR_DECAYS = ("constant", "cosine")
 
 
-def check(f: DictConfig) -> None:
-    """Bad federate.* values: one line each, before any data is read."""
-    from litlab.federated.compression import KINDS
+def check(cfg: DictConfig):
+    """Every setting, before any data is read or Ray starts: one line on the first bad one."""
+    from litlab.config import validate
+    from litlab.federated import settings
 
-    def bad(key, value, valid):
-        raise UserError(f"federate.{key}={value} is not valid; {valid}")
-
-    for key in ("num_clients", "rounds", "local_epochs"):
-        if not isinstance(f[key], int) or isinstance(f[key], bool) or f[key] < 1:
-            bad(key, f[key], "use an integer >= 1")
-    if not isinstance(f.fraction, (int, float)) or not 0 < f.fraction <= 1:
-        bad("fraction", f.fraction, "use a fraction of the clients in (0, 1]")
-    if f.partition not in PARTITIONS:
-        bad("partition", f.partition, f"use one of {', '.join(PARTITIONS)}")
-    if not isinstance(f.alpha, (int, float)) or f.alpha <= 0:
-        bad("alpha", f.alpha, "the Dirichlet concentration must be > 0")
-    if f.compression not in KINDS:
-        bad("compression", f.compression, f"use one of {', '.join(KINDS)}")
-    if not 0 < f.topk_ratio < 1:
-        bad("topk_ratio", f.topk_ratio, "use a share of the entries in (0, 1)")
-    if f.lr_decay not in LR_DECAYS:
-        bad("lr_decay", f.lr_decay, f"use one of {', '.join(LR_DECAYS)}")
-    if f.dp.mode not in DP_MODES:
-        bad("dp.mode", f.dp.mode, f"use one of {', '.join(DP_MODES)}")
-    if f.dp.mode != "none" and f.dp.clipping_norm <= 0:
-        bad("dp.clipping_norm", f.dp.clipping_norm, "use a norm > 0")
-
-
-@contextlib.contextmanager
-def no_orphans(poll_s: float = 0.5):
-    """Shut Ray down and end every process it started (workers, raylet, GCS), on any exit.
-
-    Flower shuts Ray down itself when a simulation ends, and the raylet's workers are then
-    re-parented to init: no longer our children, but not always gone (seen here). So the tree
-    is watched while the simulation runs, and every process ever seen in it is ended after."""
-    import psutil
-
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
-    seen: dict[int, psutil.Process] = {}
-    done = threading.Event()
-
-    def watch() -> None:
-        while True:
-            with contextlib.suppress(psutil.Error):
-                seen.update({p.pid: p for p in me.children(recursive=True) if p.pid not in before})
-            if done.wait(poll_s):
-                return
-
-    def end(shutdown_ray: bool = True) -> None:
-        """End every process seen (idempotent). From a signal handler (shutdown_ray=False): no
-        ray.shutdown, which may wait on the very call the main thread was interrupted in, and
-        SIGKILL at once: Ray's driver exits with 1 by itself soon after its raylet dies."""
-        done.set()
-        seen.update({p.pid: p for p in me.children(recursive=True) if p.pid not in before})
-        if shutdown_ray:
-            import ray
-
-            with contextlib.suppress(Exception):
-                if ray.is_initialized():
-                    ray.shutdown()
-        left = [p for p in list(seen.values()) if p.is_running()]  # the watcher may add more
-        if not shutdown_ray:
-            for p in left:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            return
-        for p in left:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
-        _, alive = psutil.wait_procs(left, timeout=5)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-
-    watcher = threading.Thread(target=watch, daemon=True, name="litlab-process-watch")
-    watcher.start()
-    try:
-        yield end
-    finally:
-        done.set()
-        watcher.join()
-        end()
+    settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # no import: at once
+    settings.resolve_auto(cfg)  # imports the data class (torch) for its task kind
+    f = settings.check(OmegaConf.to_container(cfg.federate, resolve=True))
+    validate.federate_config(cfg)
+    return f
 
 
 def _strategy(cfg: DictConfig):
-    """Flower's strategy from config (federate.strategy._target_), DP-wrapped on request."""
+    """Flower's strategy from config (federate.strategy._target_), DP-wrapped on request. It
+    trains every node it is shown: rounds.py shows it the round's sampled clients."""
     import hydra
 
     f = cfg.federate
     strategy = hydra.utils.instantiate(
         f.strategy,
-        fraction_train=f.fraction,
+        fraction_train=1.0,
         fraction_evaluate=0.0,
         min_train_nodes=1,
         min_evaluate_nodes=0,
-        min_available_nodes=f.num_clients,
+        min_available_nodes=1,
     )
     mods = []
     if f.compression != "none":
@@ -143,105 +65,165 @@ def _strategy(cfg: DictConfig):
     return strategy, mods
 
 
-def _simulate(server_app, client_app, f: DictConfig) -> None:
-    from flwr.simulation import run_simulation
+def _partitions(datamodule, f) -> dict:
+    from litlab.federated import partition, views
 
-    backend = OmegaConf.to_container(f.backend, resolve=True)
-    with no_orphans() as end:
-
-        def interrupted(signum, frame) -> None:
-            # Flower's runtime does not stop on KeyboardInterrupt (its worker threads go on
-            # training, seen here): end the workers, then this process, at once
-            print(
-                "\ninterrupted: the simulation was stopped and its workers ended",
-                file=sys.stderr,
-                flush=True,
-            )
-            try:
-                end(shutdown_ray=False)
-                logging.shutdown()
-                sys.stdout.flush()
-            finally:  # whatever ending the workers raised: this process ends with 130
-                os._exit(130)
-
-        previous = signal.signal(signal.SIGINT, interrupted)
-        try:
-            run_simulation(
-                server_app, client_app, num_supernodes=f.num_clients, backend_config=backend
-            )
-        finally:
-            signal.signal(signal.SIGINT, previous)
+    train_labels, heldout_labels = views.unit_labels(datamodule)
+    train, heldout = partition.with_heldout(
+        train_labels, heldout_labels, f.num_clients, f.partition, f.alpha, f.seed
+    )
+    counts = partition.class_counts(train_labels, train)
+    return {"train": [p.tolist() for p in train], "heldout": [p.tolist() for p in heldout]}, counts
 
 
-def federate(cfg: DictConfig) -> dict[str, float]:
-    """Run the federated simulation described by `cfg`; returns the final global metrics."""
-    check(cfg.federate)
+def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
+    """Run (or resume) the federated simulation described by `cfg`; returns the final metrics.
+
+    `engine(server_main, client_app, num_clients, backend, stopped)` runs the rounds:
+    `processes.simulate` (Flower's Ray simulation) unless a test passes an in-process one."""
+    from litlab.checkpointing import resume
+    from litlab.federated import settings
+
+    settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # at once: no import
+    # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt
+    resume.resolve_checkpoint(cfg)
+    f = check(cfg)
     import json
 
     import lightning as L
 
+    from litlab.checkpointing.run_config import CONFIG_KEY, RunConfigInCheckpoint
     from litlab.config import build
-    from litlab.federated import outputs, partition
+    from litlab.federated import outputs, processes, state
     from litlab.federated.client import make_client_app
-    from litlab.federated.server import CentralEvaluation, Recorded, make_server_app
+    from litlab.federated.rounds import ClientEvaluation, run_rounds
+    from litlab.federated.server import CentralEvaluation, Recorded
     from litlab.recipes import report
 
-    f, out = cfg.federate, Path(cfg.paths.output_dir)
+    out = Path(cfg.paths.output_dir)
     report.apply_extras(cfg)
     if not f.verbose:
         # Flower logs each failed client's traceback; litlab logs one line per failure
         logging.getLogger("flwr").setLevel(logging.CRITICAL)
         for name in ("alembic", "lightning.pytorch", "lightning.fabric"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    L.seed_everything(cfg.seed, workers=True)  # also seeds Flower's client sampling
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)  # data/model mismatch: one line, before any work
     datamodule.prepare_data()
-    datamodule.setup("fit")
-    labels = partition.labels_of(datamodule.train_set)
-    parts = partition.partition(labels, f.num_clients, f.partition, f.alpha, f.seed)
-    outputs.write_class_histogram(out, partition.class_counts(labels, parts))
+    if hasattr(datamodule, "setup"):
+        datamodule.setup("fit")
+    parts, counts = _partitions(datamodule, f)
+    outputs.write_class_histogram(out, counts)
 
+    config = OmegaConf.to_container(cfg, resolve=True)
     strategy, mods = _strategy(cfg)
     recorded = Recorded(strategy)
+    metric, mode = str(cfg.model.monitor).split("/", 1)[-1], str(cfg.model.monitor_mode)
+    clients = ClientEvaluation(metric, mode) if f.client_eval else None
+    start, saved, resumed = 1, None, None
+    if cfg.get("ckpt_path") is not None:
+        ckpt, resumed = state.load(Path(cfg.ckpt_path))
+        state.check_same_run(ckpt[CONFIG_KEY], config, Path(cfg.ckpt_path).parents[1])
+        if resumed.get("partitions") != state.digest(parts["train"] + parts["heldout"]):
+            raise UserError(
+                f"ckpt_path={cfg.ckpt_path}: the partitions differ from the run's "
+                "(its data changed?); resuming would not continue the same run"
+            )
+        model.load_state_dict(ckpt["state_dict"])
+        if f.compression == "topk":
+            log.warning(
+                "compression=topk: the clients' unsent residuals were in the stopped run's "
+                "memory; they restart at zero (this run is not bit-identical to one that never "
+                "stopped)"
+            )
+        recorded.rounds = list(resumed["rounds"])
+        start = saved = int(resumed["round"])
+        start += 1
 
     def progress(rnd: int, metrics: dict) -> None:
         done = recorded.rounds[-1] if recorded.rounds and rnd > 0 else {}
+        mine = clients.results.get(rnd, {}) if clients else {}
         log.info(
-            "round %d/%d  test/acc %.4f  clients %d ok, %d failed  sent %.2f MB",
+            "round %d/%d  test/%s %.4f  clients %d ok, %d failed%s  sent %.2f MB",
             rnd,
             f.rounds,
-            metrics.get("test/acc", float("nan")),
+            metric,
+            metrics.get(f"test/{metric}", float("nan")),
             done.get("clients", 0),
             done.get("failed", 0),
+            (
+                f"  client {metric} mean {mine[f'client_{metric}_mean']:.4f} worst "
+                f"{mine[f'client_{metric}_worst']:.4f}"
+                if mine
+                else ""
+            ),
             done.get("bytes_sent", 0) / 1e6,
         )
 
-    from litlab.checkpointing.run_config import RunConfigInCheckpoint
-
-    config = OmegaConf.to_container(cfg, resolve=True)
     # the global checkpoint carries the run config, as train.py's do (eval.py, load_run, export)
     trainer = build.trainer(cfg, extra_callbacks=[RunConfigInCheckpoint(config)])
-    evaluation = CentralEvaluation(model, datamodule, trainer, progress)
-    client_app = make_client_app(config, [p.tolist() for p in parts], list(f.fail_clients), mods)
-    server_app = make_server_app(recorded, evaluation, f.rounds)
+    central = CentralEvaluation(model, datamodule, trainer, progress)
+    if resumed is not None:
+        central.results = {int(k): v for k, v in resumed["central"].items()}
+        if clients is not None:
+            clients.results = {int(k): v for k, v in resumed.get("clients", {}).items()}
+    last = {"round": saved}
+
+    def rows() -> list[dict]:
+        return outputs.history_rows(
+            recorded.rounds, central.results, clients.results if clients else {}
+        )
+
+    def on_round(rnd: int, arrays) -> None:
+        """After each round: the history and the global model, atomically; a signal waits."""
+        with processes.save_lock:
+            outputs.write_history(out, rows(), metric)
+            state.save(
+                trainer,
+                out,
+                {
+                    "round": rnd,
+                    "rounds": recorded.rounds,
+                    "central": central.results,
+                    "clients": clients.results if clients else {},
+                    "partitions": state.digest(parts["train"] + parts["heldout"]),
+                    "rng": state.rng_state(),
+                },
+            )
+            last["round"] = rnd
+
+    def stopped(signame: str) -> str:
+        done = last["round"]
+        if done is None:
+            return f"interrupted ({signame}) before round 1 ended: nothing to resume"
+        return (
+            f"interrupted ({signame}): rounds up to {done} of {f.rounds} are saved in {out}; "
+            f"resume with: python src/federate.py ckpt_path={out}"
+        )
+
     started = time.time()
-    try:
-        _simulate(server_app, client_app, f)
-    finally:  # the rounds done so far, also when a round failed
-        rows = outputs.history_rows(recorded.rounds, evaluation.results)
-        if rows:
-            outputs.write_history(out, rows)
-    checkpoint = out / "global.ckpt"
-    # not weights_only: that would skip the callbacks' save hook, which stores the run config
-    # (this trainer only tested: the checkpoint holds no optimizer state either way)
-    evaluation.trainer.save_checkpoint(checkpoint, weights_only=False)
-    final = rows[-1]
+    if start <= f.rounds:
+        arrays = central.initial_arrays()  # the model as initialized, or as resumed
+        before = (lambda: state.set_rng_state(resumed["rng"])) if resumed else None
+
+        def server_main(grid) -> None:
+            run_rounds(grid, recorded, central, clients, f, arrays, start, on_round, before)
+
+        client_app = make_client_app(config, parts, list(f.fail_clients), mods)
+        backend = OmegaConf.to_container(cfg.federate.backend, resolve=True)
+        (engine or processes.simulate)(server_main, client_app, f.num_clients, backend, stopped)
+    else:
+        log.info("all %d rounds of %s are done: nothing to resume", f.rounds, out)
+    history = rows()
+    final = history[-1]
     metrics = {
-        "test/acc": final["accuracy"],
-        "test/loss": final["loss"],
-        "federate/bytes_per_round": sum(r["bytes_sent"] for r in rows) / f.rounds,
+        k: v for k, v in central.results.get(final["round"], {}).items() if k.startswith("test/")
     }
+    metrics["federate/bytes_per_round"] = sum(r["bytes_sent"] for r in history) / f.rounds
+    if clients is not None and final["round"] in clients.results:
+        metrics.update({f"federate/{k}": v for k, v in clients.results[final["round"]].items()})
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    print(outputs.summary(out, rows, checkpoint, time.time() - started), flush=True)
+    checkpoint = out / "global.ckpt"
+    print(outputs.summary(out, history, checkpoint, time.time() - started, metric), flush=True)
     return metrics

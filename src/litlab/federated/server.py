@@ -1,9 +1,12 @@
 """Server side: Flower's strategy (FedAvg, FedProx, ... from config), wrapped to record each
 round, decode compressed updates, and stop the run when no client of a round succeeded.
 
-The wrapper delegates sampling and aggregation to the wrapped strategy unchanged (FedAvg's mean
-weighted by each client's `num-examples`). Federated evaluation is off: the global model is
-evaluated centrally, on the datamodule's test split, before the first round and after each.
+The wrapper delegates aggregation to the wrapped strategy unchanged (FedAvg's mean weighted by
+each client's `num-examples`), in partition order (replies arrive in the order clients finish;
+a float sum in another order differs in the last bits, and runs would not repeat). Which
+clients train is chosen by `rounds.sample_clients` and handed to the strategy as a grid of
+those nodes only. The global model is evaluated centrally (the test split, `CentralEvaluation`)
+and by the round's clients on their held-out parts (`rounds.py`).
 """
 
 import logging
@@ -12,7 +15,7 @@ import time
 from collections.abc import Iterable
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from litlab.errors import UserError
@@ -30,6 +33,12 @@ class NoClientSucceeded(UserError):
 def _client_of(reason: str) -> str:
     found = re.search(r"client (\d+) failed: ([^\n'>]*)", reason)
     return f"{found.group(1)}: {found.group(2).strip()}" if found else reason.splitlines()[0]
+
+
+def _partition_of(m: Message) -> tuple:
+    if m.has_error():
+        return (1, m.metadata.src_node_id)
+    return (0, int(m.content["metrics"].get("partition-id", 0)))
 
 
 class Recorded(Strategy):
@@ -52,7 +61,7 @@ class Recorded(Strategy):
         return self.strategy.configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
-        replies = list(replies)
+        replies = sorted(replies, key=_partition_of)
         ok = [m for m in replies if not m.has_error()]
         failed = [_client_of(m.error.reason) for m in replies if m.has_error()]
         sent = sum(compression.count_bytes(m.content["arrays"]) for m in ok)
@@ -80,7 +89,7 @@ class Recorded(Strategy):
         return self.strategy.aggregate_train(server_round, ok)
 
     def configure_evaluate(self, server_round, arrays, config, grid) -> Iterable[Message]:
-        return []  # central evaluation only (evaluate_fn)
+        return []  # clients evaluate in rounds.py, on the round's clients
 
     def aggregate_evaluate(self, server_round, replies) -> MetricRecord | None:
         return None
@@ -110,13 +119,3 @@ class CentralEvaluation:
         if self.on_result is not None:
             self.on_result(server_round, self.results[server_round])
         return MetricRecord(self.results[server_round])
-
-
-def make_server_app(strategy: Recorded, evaluation: CentralEvaluation, rounds: int) -> ServerApp:
-    app = ServerApp()
-
-    @app.main()
-    def main(grid: Grid, context) -> None:
-        strategy.start(grid, evaluation.initial_arrays(), num_rounds=rounds, evaluate_fn=evaluation)
-
-    return app

@@ -1,11 +1,13 @@
-"""MLflow, offline: a local file store (default <log_dir>/mlflow), no server and no account.
+"""MLflow, offline: a local SQLite store (default <log_dir>/mlflow.db, artifacts beside it in
+<log_dir>/mlflow/), no server and no account.
 
 Lightning's MLFlowLogger already sends the flattened config as params and every logged metric
 with its step; this adds the run's artifacts (its config and best checkpoint; the inspection
 callbacks add their plots) and takes the list of tags the other loggers take. Loggers log on
-rank 0 only under DDP. Browse with `mlflow ui --backend-store-uri <log_dir>/mlflow`."""
+rank 0 only under DDP. SQLite is MLflow's recommended local store (mlflow 3 keeps the file
+store behind a switch). Browse from the project root with
+`mlflow ui --backend-store-uri sqlite:///logs/mlflow.db`."""
 
-import os
 from pathlib import Path
 
 from lightning.pytorch.loggers import MLFlowLogger
@@ -15,27 +17,38 @@ from lightning.pytorch.utilities import rank_zero_only
 from litlab.loggers.run_ids import store_id, stored_id
 
 
+def sqlite_uri(path) -> str:
+    """`sqlite:////abs/path.db`: the tracking URI of a local SQLite store."""
+    return "sqlite:///" + str(Path(path).resolve())
+
+
 class LocalMLFlowLogger(MLFlowLogger):
-    """`tracking_uri` wins when given (e.g. a server, or MLFLOW_TRACKING_URI); else the file
-    store in `save_dir`. `run_dir`: the run's folder, whose .hydra/config.yaml is uploaded and
-    which keeps the MLflow run id: a run resumed there continues the same MLflow run."""
+    """`tracking_uri` wins when given (e.g. a server; MLFLOW_TRACKING_URI when the config sets
+    none); else the SQLite store `db`, whose experiments keep their artifacts in `save_dir`.
+    `run_dir`: the run's folder, whose .hydra/config.yaml is uploaded and which keeps the
+    MLflow run id: a run resumed there continues the same MLflow run."""
 
     def __init__(
         self,
         experiment_name: str = "litlab",
         run_name: str | None = None,
         save_dir: str = "mlflow",
+        db: str | None = None,
         tracking_uri: str | None = None,
         tags: list[str] | None = None,
         run_dir: str | None = None,
         log_best_checkpoint: bool = True,
         **kwargs,
     ):
+        import os
+
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not tracking_uri:
-            # mlflow 3 keeps its file store behind this switch (SQLite's first use costs ~10 s)
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            tracking_uri = Path(save_dir).resolve().as_uri()
+            db = Path(db) if db else Path(save_dir).parent / "mlflow.db"
+            db.parent.mkdir(parents=True, exist_ok=True)
+            tracking_uri = sqlite_uri(db)
+            # a new experiment's artifacts: beside the store, not in the cwd's ./mlruns
+            kwargs.setdefault("artifact_location", Path(save_dir).resolve().as_uri())
         self._resumed_run = kwargs.get("run_id") or stored_id(run_dir, "mlflow")
         kwargs["run_id"] = self._resumed_run
         super().__init__(

@@ -28,8 +28,7 @@ def evaluate(cfg: DictConfig) -> RunResult:
         print(note, flush=True)
     trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
     evaluate_split = trainer.test if cfg.split == "test" else trainer.validate
-    # verbose=False: Lightning's table prints every float in full (test/f1 1.0000001192092896);
-    # the Results block (report.summary) prints them with 4 decimals
+    # verbose=False: the Results block of report.summary says the same, once
     metrics = evaluate_split(run.model, datamodule=run.datamodule, verbose=False)[0]
     out = Path(cfg.paths.output_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))

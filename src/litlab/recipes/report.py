@@ -14,20 +14,23 @@ from litlab.utils.distributed import is_rank_zero
 
 log = logging.getLogger(__name__)
 FIRST_KEYS = ("data", "model", "callbacks", "logger", "trainer", "paths", "extras")
-HEADER_GROUPS = ("data", "model", "trainer", "logger", "experiment", "debug", "hparams_search")
+HEADER_GROUPS = (
+    "data",
+    "model",
+    "compress",
+    "trainer",
+    "logger",
+    "experiment",
+    "debug",
+    "hparams_search",
+)
 CONFIG_TREE = "config_tree.txt"
 
 
 def apply_extras(cfg: DictConfig) -> None:
-    """Logging and warnings set-up, a short header, and the config tree: saved to
-    <run dir>/config_tree.txt, printed too with extras.print_config=true (rank 0 only)."""
-    lightning_console = logging.getLogger("lightning")
-    if logging.getLogger().handlers:  # Hydra's handlers print it already: no second copy
-        lightning_console.handlers = []
-    # Lightning 2.6 on torch 2.14 warns about its own use of a torch API, once per run
-    warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)")
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-        logging.getLogger(name).addFilter(_drop_noise)
+    """Warnings set-up, a short header, and the config tree: saved to <run dir>/config_tree.txt,
+    printed too with extras.print_config=true (rank 0 only). The console's set-up (what goes
+    to the log file only) is `litlab.console`'s, made before the task starts."""
     if cfg.get("model") is None:  # eval.py: rebuilt from a checkpoint, training callbacks left out
         warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`")
     extras = cfg.get("extras") or {}
@@ -38,20 +41,16 @@ def apply_extras(cfg: DictConfig) -> None:
     out = Path(cfg.paths.output_dir) if cfg.get("paths") else None
     tree = config_tree(cfg)
     if out is not None and out.is_dir():
-        console = rich.console.Console(file=io.StringIO(), width=100, color_system=None)
+        # force_jupyter=False: in a notebook rich would display the tree instead of writing it
+        console = rich.console.Console(
+            file=io.StringIO(), width=100, color_system=None, force_jupyter=False
+        )
         console.print(tree)
         text = "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())
         (out / CONFIG_TREE).write_text(text + "\n")
     if extras.get("print_config"):
         rich.print(tree)
     print(header(cfg, out), flush=True)
-
-
-def _drop_noise(record: logging.LogRecord) -> bool:
-    """Lightning's lines that tell a user nothing about the run: advertisements for its cloud
-    packages, and "100% of the batches will be used" for the config's explicit limits of 1.0."""
-    message = record.getMessage()
-    return not (message.startswith("💡 Tip") or "was configured so 100% of the batches" in message)
 
 
 def header(cfg: DictConfig, out: Path | None) -> str:
@@ -124,11 +123,12 @@ def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
 
 def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) -> None:
     """Final lines of a run: metrics, then where everything is."""
+    import os
+
     if not is_rank_zero():
         return
     out = Path(cfg.paths.output_dir)
-    lines = ["", "Results"]
-    lines += [f"  {k:<16} {v:.4f}" for k, v in sorted(metrics.items()) if "/" in k]
+    lines = ["", "Results", *results_lines(metrics)]
     lines += [
         "Files",
         f"  run dir          {out}",
@@ -141,9 +141,30 @@ def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) 
         if (out / name).exists()
     ]
     lines += [f"  profiler         {p}" for p in sorted((out / "profiler").glob("*.txt"))]
+    mlflow = OmegaConf.select(cfg, "logger.mlflow")
+    local = not (mlflow and mlflow.get("tracking_uri")) and not os.environ.get(
+        "MLFLOW_TRACKING_URI"
+    )
+    if mlflow is not None and local and mlflow.get("db"):
+        lines.append(
+            f"  mlflow ui        --backend-store-uri sqlite:///{Path(mlflow.db).resolve()}"
+        )
     if (out / ".hydra" / "config.yaml").exists():
         lines.append(f"  config           {out / '.hydra' / 'config.yaml'}")
     print("\n".join(lines), flush=True)
+
+
+def results_lines(metrics: dict[str, float]) -> list[str]:
+    """One line per split (`test  acc 0.9917  f1 0.9916  loss 0.0186`), splits in the order
+    test, val, train, then others; metrics without a split prefix are left out."""
+    by_split: dict[str, list[str]] = {}
+    for key, value in sorted(metrics.items()):
+        if "/" in key:
+            split, name = key.split("/", 1)
+            by_split.setdefault(split, []).append(f"{name} {value:.4f}")
+    order = {"test": 0, "val": 1, "train": 2}
+    splits = sorted(by_split, key=lambda s: (order.get(s, 3), s))
+    return [f"  {split:<6} " + "  ".join(by_split[split]) for split in splits]
 
 
 def record_provenance(cfg: DictConfig, datamodule) -> dict:

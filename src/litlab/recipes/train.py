@@ -49,9 +49,13 @@ def train(cfg: DictConfig) -> RunResult:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
         if cfg.test:
-            # the Results block prints the metrics (4 decimals), not Lightning's full floats
+            # verbose=False: the Results block below says the same, once
             trainer.test(
-                model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True, verbose=False
+                model,
+                datamodule=datamodule,
+                ckpt_path=checkpoint,
+                weights_only=True,
+                verbose=False,
             )
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     report.save_metrics(cfg, metrics)

@@ -30,8 +30,33 @@ def run(tuners: list, trainer, model, datamodule) -> None:
             f"Lightning's finders need one device; tune with trainer=default, then "
             f"train with the value it prints"
         )
-    for tuner in tuners:
-        tuner(trainer, model, datamodule)
+    with _explicit_weights_only(trainer):
+        for tuner in tuners:
+            tuner(trainer, model, datamodule)
+
+
+@contextlib.contextmanager
+def _explicit_weights_only(trainer):
+    """Lightning's finders save the run's state to a temporary checkpoint and restore it when
+    done, both with `weights_only` unset: saving then logs a notice and restoring relies on
+    torch's default. Here both are explicit: the whole state is saved (the optimizer's too,
+    tensors and plain values only) and it is read back with `weights_only=True`, as every
+    checkpoint of litlab is."""
+    connector, save = trainer._checkpoint_connector, trainer.save_checkpoint
+    restore = connector.restore
+
+    def save_whole(filepath, weights_only=None, storage_options=None):
+        whole = False if weights_only is None else weights_only  # callers that set it: as is
+        return save(filepath, weights_only=whole, storage_options=storage_options)
+
+    def restore_weights_only(checkpoint_path=None, weights_only=None):
+        return restore(checkpoint_path, weights_only=True)
+
+    trainer.save_checkpoint, connector.restore = save_whole, restore_weights_only
+    try:
+        yield
+    finally:
+        del trainer.save_checkpoint, connector.restore  # the class's methods again
 
 
 def _out_dir(trainer) -> Path:

@@ -1,16 +1,15 @@
 """The FastAPI app: /health, /metadata, /predict, /metrics (prometheus-client), /docs.
 
-Every bad request gets a 4xx and one JSON sentence, {"error": ...}; the body size limit is
-enforced before the body is read (`BodyLimit`)."""
+Every bad request gets a 4xx and one JSON sentence, {"error": ...}; no request can produce a
+500 (tests/test_serve_hostile.py fuzzes them). In front of the app (litlab.serving.limits): a
+deadline per request, the body size limit (enforced before the body is read) and metrics."""
 
 import gc
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import numpy as np
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import (
@@ -21,20 +20,14 @@ from prometheus_client import (
     generate_latest,
 )
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
-from litlab.serving import inputs
 from litlab.serving.inputs import BadRequest
-from litlab.serving.limits import BodyLimit, Metrics
-from litlab.serving.runner import MicroBatcher, Runner
-from litlab.tasks import (
-    GRAPH_CLASSIFICATION,
-    IMAGE_CLASSIFICATION,
-    NODE_CLASSIFICATION,
-    VOLUME_CLASSIFICATION,
-    VOLUME_SEGMENTATION,
-)
+from litlab.serving.limits import BodyLimit, Deadline, Metrics
+from litlab.serving.predictor import Predictor
+from litlab.serving.runner import Runner
+from litlab.serving.settings import ServeSettings
 
-BATCHABLE = (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
 PREDICT_BODY = {
     "requestBody": {
         "content": {
@@ -49,7 +42,7 @@ PREDICT_BODY = {
                     "type": "object",
                     "properties": {"file": {"type": "string", "format": "binary"}},
                 },
-                "description": "PNG/JPEG images (vision) "
+                "description": "PNG/JPEG/TIFF images (vision) "
                 "or one NIfTI volume (3D), as field(s) named `file`",
             },
         }
@@ -61,22 +54,14 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def create_app(
-    model_path: str | Path,
-    max_batch: int = 64,
-    batching: bool = True,
-    max_wait_ms: float = 1.0,
-    threads: int = 1,
-    max_body_bytes: int = 8 << 20,
-):
-    """The ASGI app: metrics and body limit (litlab.serving.limits) around the FastAPI app."""
+def create_app(model_path: str | Path, settings: ServeSettings | None = None, **overrides):
+    """The ASGI app for one ONNX file (its metadata checked, the model run once before this
+    returns); `overrides` are ServeSettings fields (e.g. max_batch=8)."""
+    settings = (settings or ServeSettings()).model_copy(update=overrides)
+    settings = ServeSettings(**settings.model_dump())  # bounds checked on the overrides too
     state = {"ready": False}
-    runner = Runner(model_path, threads)
-    batcher = (
-        MicroBatcher(runner, max_batch, max_wait_ms)
-        if batching and runner.task in BATCHABLE
-        else None
-    )
+    runner = Runner(model_path, settings.threads)
+    predictor = Predictor(runner, settings)
     registry = CollectorRegistry()
     requests = Counter("litlab_requests", "HTTP requests", ["path", "status"], registry=registry)
     latency = Histogram(
@@ -89,15 +74,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app):
-        runner.warm_up()
-        if batcher is not None:
-            batcher.start()
+        await predictor.start()  # warm-up: /health says ready only after it
         gc.freeze()  # the startup's objects (modules, app, session) leave the GC's scans
         state["ready"] = True
         yield
         state["ready"] = False
-        if batcher is not None:
-            await batcher.stop()
+        await predictor.stop()
 
     app = FastAPI(
         title="litlab inference",
@@ -116,6 +98,10 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def invalid(request, err):
         return error(422, "The request does not match the API (see /docs).")
+
+    @app.exception_handler(ClientDisconnect)
+    async def gone(request, err):  # nobody reads this answer; counted as the client's error
+        return error(400, "The client closed the connection before the body was received.")
 
     @app.exception_handler(Exception)
     async def unexpected(request, err):  # a bug, not bad input: one line, the worker lives on
@@ -140,97 +126,48 @@ def create_app(
         request_id = uuid.uuid4().hex
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind == "application/json":
-            data = inputs.parse_json(await request.body())
-            out = await predict_json(data)
+            out = await predictor.json(await request.body())
         elif kind == "multipart/form-data":
             out = await predict_files(request)
         else:
             raise BadRequest(
-                f"Unsupported content type {kind or 'none'!r}; send "
+                f"Unsupported content type {kind[:60] or 'none'!r}; send "
                 "application/json or multipart/form-data.",
                 415,
             )
-        if isinstance(out, Response):
-            out.headers["X-Request-ID"] = request_id
-            return out
-        return JSONResponse({"request_id": request_id, **out}, headers={"X-Request-ID": request_id})
-
-    async def classify_batch(x: np.ndarray) -> dict:
-        if batcher is not None:
-            logits = await batcher(x)
-        else:
-            logits = runner.run(x) if runner.inline else await run_in_threadpool(runner.run, x)
-        return runner.classify(logits)
-
-    async def predict_json(data: dict) -> dict:
-        task = runner.task
-        if task in (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION):
-            graph_level = task == GRAPH_CLASSIFICATION
-            args = inputs.graph(
-                data, runner.layout["x"]["shape"][1], graph_level, max_nodes=max_batch * 10_000
-            )
-            out = runner.classify(await run_in_threadpool(runner.run, *args))
-            return {"level": "graph" if graph_level else "node", **out}
-        if task == VOLUME_SEGMENTATION:
-            x = inputs.array(data.get("inputs"), "inputs", np.float32, 5)
-            inputs.count(len(x), 1, "volumes")
-            if x.shape[1] != channels or min(x.shape[2:]) < 1:
-                raise BadRequest(f"The volume must have shape [1, {channels}, D, H, W].", 422)
-            mask = await run_in_threadpool(runner.segment, x[0])
-            return {"mask": mask.tolist(), "classes": runner.classes}
-        return await classify_batch(
-            inputs.tensor_batch(data, runner.layout["x"]["shape"], max_batch)
-        )
+        headers = {"X-Request-ID": request_id}
+        if isinstance(out, tuple):  # a segmentation mask as a NIfTI file
+            mask, fields = out
+            if fields:
+                headers["X-OOD-Score"] = str(fields["ood_scores"][0])
+                headers["X-Out-Of-Distribution"] = str(fields["out_of_distribution"][0]).lower()
+            headers["Content-Disposition"] = 'attachment; filename="mask.nii.gz"'
+            return Response(mask, media_type="application/gzip", headers=headers)
+        return JSONResponse({"request_id": request_id, **out}, headers=headers)
 
     async def predict_files(request: Request):
+        limit = settings.max_batch
         try:
-            form = await request.form(max_files=max_batch, max_fields=max_batch)
+            form = await request.form(max_files=limit, max_fields=limit)
+        except ClientDisconnect:
+            raise
         except HTTPException as err:  # starlette's own limits (files, fields)
             if "Too many" in str(err.detail):
                 raise BadRequest(
-                    f"The request holds more than {max_batch} files or fields; "
-                    f"the limit is {max_batch}.",
+                    f"The request holds more than {limit} files or fields; the limit is {limit}.",
                     413,
                 ) from None
             raise BadRequest("The multipart body cannot be parsed.") from None
         except Exception:  # noqa: BLE001 (python-multipart's parse errors)
             raise BadRequest("The multipart body cannot be parsed.") from None
-        files = [v for _, v in form.multi_items() if hasattr(v, "read")]
-        inputs.count(len(files), max_batch if runner.task in BATCHABLE else 1, "files")
-        raw = [await f.read() for f in files]
-        if runner.task == IMAGE_CLASSIFICATION:
-            x = np.stack([inputs.image(r, runner.layout) for r in raw])
-            return await classify_batch(x)
-        if runner.task.startswith("volume_"):
-            volume, affine = inputs.nifti(raw[0], files[0].filename or "upload", channels)
-            if runner.task == VOLUME_CLASSIFICATION:
-                return await classify_batch(fit_volume(volume, runner.layout)[None])
-            mask = await run_in_threadpool(runner.segment, volume)
-            return Response(
-                nifti_bytes(mask, affine),
-                media_type="application/gzip",
-                headers={"Content-Disposition": 'attachment; filename="mask.nii.gz"'},
-            )
-        raise BadRequest("This model takes JSON (x, edge_index), not file uploads.", 415)
+        try:
+            files = [v for _, v in form.multi_items() if hasattr(v, "read")]
+            raw = [await f.read() for f in files]
+            return await predictor.uploads(raw, [f.filename or "upload" for f in files])
+        finally:
+            await form.close()
 
-    channels = int(runner.layout["x"]["shape"][1])
     paths = {"/health", "/metadata", "/metrics", "/predict"}
-    return Metrics(BodyLimit(app, max_body_bytes), requests, latency, paths)
-
-
-def fit_volume(volume: np.ndarray, layout: dict) -> np.ndarray:
-    """Pad or crop to the classifier's fixed size, as its training data was."""
-    from monai.transforms import ResizeWithPadOrCrop
-
-    size = [int(s) for s in layout["x"]["shape"][2:]]
-    return np.asarray(ResizeWithPadOrCrop(size)(volume), dtype=np.float32)
-
-
-def nifti_bytes(mask: np.ndarray, affine: np.ndarray) -> bytes:
-    import gzip
-
-    import nibabel as nib
-
-    image = nib.Nifti1Image(mask.astype(np.uint8), affine)
-    image.set_data_dtype(np.uint8)
-    return gzip.compress(image.to_bytes(), compresslevel=1)
+    body_limit = BodyLimit(app, settings.max_body_bytes)
+    guarded = Deadline(body_limit, settings.max_request_s, settings.retry_after_s)
+    return Metrics(guarded, requests, latency, paths)

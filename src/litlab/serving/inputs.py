@@ -2,8 +2,8 @@
 `BadRequest` with a status code and one sentence (never an exception that reaches a 500)."""
 
 import functools
-import io
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -16,32 +16,72 @@ class BadRequest(Exception):
         self.status = status
 
 
-def parse_json(body: bytes) -> dict:
+#: JSON strings (keys): removed before looking for literals and brackets
+STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+#: +1 for [ and {, -1 for ] and }
+NESTING = np.zeros(256, np.int8)
+NESTING[[91, 123]], NESTING[[93, 125]] = 1, -1
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def depth(stripped: bytes) -> int:
+    """Deepest bracket nesting of a JSON text without its strings (vectorized, no parsing)."""
+    steps = NESTING[np.frombuffer(stripped, np.uint8)]
+    return int(np.cumsum(steps, dtype=np.int32).max(initial=0))
+
+
+def parse_json(body: bytes, max_depth: int = 8) -> dict:
+    """The body as a JSON object whose values hold only numbers, nested at most `max_depth`
+    deep: checked on the text before it is parsed (deep nesting never reaches the parser)."""
     if not body.strip():
         raise BadRequest("The request body is empty.")
+    stripped = STRING.sub(b'""', body)
+    if (d := depth(stripped)) > max_depth:
+        raise BadRequest(
+            f"The JSON body is nested {d} deep; the limit is {max_depth} "
+            "(serve setting max_json_depth).",
+            422,
+        )
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        data = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadRequest("The request body is not valid JSON.") from None
     if not isinstance(data, dict):
         raise BadRequest('The JSON body must be an object, e.g. {"inputs": [...]}.', 422)
+    if any(word in stripped for word in (b"true", b"false", b"null")):  # no number has them
+        raise BadRequest("JSON inputs hold only numbers: no true, false or null.", 422)
     return data
 
 
+def _no_constant(name: str):
+    raise BadRequest(f"JSON inputs must be finite numbers, not {name}.", 422)
+
+
 def array(value, name: str, dtype, ndim: int) -> np.ndarray:
-    """A JSON list as a numeric array of `ndim` dims, or a 422 saying what is wrong."""
+    """A JSON list as a numeric array of `ndim` dims, finite in float32 (integers: exact), or
+    a 422 saying what is wrong. Strings, booleans and null are refused, never converted."""
     if not isinstance(value, list):
         raise BadRequest(f"'{name}' must be a JSON array.", 422)
     try:
-        out = np.asarray(value, dtype=np.float64)
-    except (ValueError, TypeError):
+        out = np.array(value)  # ints -> int64, numbers -> float64; anything else shows in kind
+    except (ValueError, TypeError, OverflowError, RecursionError):
         raise BadRequest(f"'{name}' must be a rectangular array of numbers.", 422) from None
+    if out.dtype.kind not in "iuf" and not (out.size == 0 and out.dtype.kind == "f"):
+        raise BadRequest(
+            f"'{name}' must be a rectangular array of numbers (no strings or huge integers).",
+            422,
+        )
     if out.ndim != ndim:
         raise BadRequest(f"'{name}' must have {ndim} dimensions, not {out.ndim}.", 422)
     if not np.isfinite(out).all():
         raise BadRequest(f"'{name}' holds NaN or infinite values.", 422)
-    if np.issubdtype(dtype, np.integer) and (out != np.round(out)).any():
-        raise BadRequest(f"'{name}' must hold integers.", 422)
+    if out.size and np.abs(out).max() > FLOAT32_MAX:
+        raise BadRequest(f"'{name}' holds values outside the float32 range (|x| <= 3.4e38).", 422)
+    if np.issubdtype(dtype, np.integer):
+        if out.size and np.abs(out).max() > 2**53:
+            raise BadRequest(f"'{name}' holds integers too large for a node index.", 422)
+        if (out != np.round(out)).any():
+            raise BadRequest(f"'{name}' must hold integers.", 422)
     return out.astype(dtype)
 
 
@@ -66,44 +106,51 @@ def tensor_batch(data: dict, shape: list, max_items: int) -> np.ndarray:
     return x
 
 
-def image(raw: bytes, layout: dict) -> np.ndarray:
-    """A PNG/JPEG as the training pipeline saw it: grey or RGB, the training size, in [0, 1],
-    then normalized with the training mean and std. (C, H, W) float32."""
-    from PIL import Image, UnidentifiedImageError
-
-    if not raw:
-        raise BadRequest("An uploaded file is empty.")
-    mode, size = ("L" if layout["channels"] == 1 else "RGB"), int(layout["image_size"])
-    try:
-        img = Image.open(io.BytesIO(raw), formats=("PNG", "JPEG"))  # no other decoder tried
-        if img.mode != mode:
-            img = img.convert(mode)
-        if img.size != (size, size):
-            img = img.resize((size, size), Image.Resampling.BILINEAR)
-        pixels = np.asarray(img, dtype=np.float32)
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
-        raise BadRequest("An uploaded file is not a readable PNG or JPEG image.", 415) from None
-    pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
-    norm = layout["x"]["normalization"]
-    scale, shift = _affine(tuple(norm["mean"]), tuple(norm["std"]))
-    return pixels * scale + shift  # (pixels / 255 - mean) / std in one pass
-
-
 @functools.lru_cache(maxsize=8)
-def _affine(mean: tuple, std: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """(1 / (255 std), -mean / std) per channel: computed once per model."""
+def affine(mean: tuple, std: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """(1 / (255 std), -mean / std) per channel: 8-bit pixels normalized in one pass."""
     m = np.asarray(mean, np.float32).reshape(-1, 1, 1)
     s = np.asarray(std, np.float32).reshape(-1, 1, 1)
     return 1 / (255 * s), -m / s
 
 
-def nifti(raw: bytes, filename: str, channels: int) -> tuple[np.ndarray, np.ndarray]:
-    """A NIfTI upload as (volume (C, D, H, W) z-scored per channel as in training, affine)."""
+def nifti_voxels(raw: bytes) -> int:
+    """Voxels the NIfTI header claims, read from the first bytes only (a gzip bomb is never
+    inflated past its header); 0 when there is no readable header."""
+    import gzip
+    import io
+
+    import nibabel as nib
+
+    try:
+        head = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(540) if raw[:2] == b"\x1f\x8b" else raw
+        nifti2 = head[4:7] in (b"n+2", b"ni2")
+        if not (nifti2 or head[344:347] in (b"n+1", b"ni1")):
+            return 0  # no NIfTI magic: not a NIfTI header
+        kind = nib.Nifti2Header if nifti2 else nib.Nifti1Header
+        header = kind.from_fileobj(io.BytesIO(head[: kind.sizeof_hdr]), check=False)
+        shape = header.get_data_shape()
+    except Exception:  # noqa: BLE001 (not NIfTI: the reader below says so)
+        return 0
+    return int(np.prod(shape, dtype=np.float64))
+
+
+def nifti(
+    raw: bytes, filename: str, channels: int, max_voxels: int = 1 << 25
+) -> tuple[np.ndarray, np.ndarray]:
+    """A NIfTI upload as (volume (C, D, H, W) z-scored per channel as in training, affine);
+    its size is checked from the header before the voxels are read."""
     from litlab.data.volumes import normalize, read_nifti
     from litlab.errors import UserError
 
     if not raw:
         raise BadRequest("The uploaded NIfTI file is empty.")
+    if (voxels := nifti_voxels(raw)) > max_voxels:
+        raise BadRequest(
+            f"The volume's header claims {voxels:,} voxels; the limit is {max_voxels:,} "
+            "(serve setting max_volume_voxels).",
+            413,
+        )
     suffix = ".nii.gz" if raw[:2] == b"\x1f\x8b" else ".nii"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"upload{suffix}"

@@ -1,25 +1,55 @@
 """Pure ASGI layers in front of the app: request metrics (every response, the 413s of the body
-limit too; cheaper than Starlette's per-request middleware) and a body size limit: 413 before
-the body is read (Content-Length), or as soon as a streamed body passes the limit."""
+limit too; cheaper than Starlette's per-request middleware), a body size limit (413 before
+the body is read (Content-Length), or as soon as a streamed body passes the limit) and a
+deadline per request (503 with Retry-After when a request takes longer than max_request_s)."""
 
+import asyncio
 import json
 import time
 
 
-async def _send_error(send, status: int, message: str) -> None:
+async def _send_error(send, status: int, message: str, retry_after: int | None = None) -> None:
     body = json.dumps({"error": message}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class Deadline:
+    """ASGI middleware: a request still unanswered after `seconds` gets a 503 (its work is
+    cancelled; a decode already running in the pool finishes there, bounded by the pool)."""
+
+    def __init__(self, app, seconds: float, retry_after: int):
+        self.app, self.seconds, self.retry_after = app, seconds, retry_after
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def watch(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            async with asyncio.timeout(self.seconds):
+                return await self.app(scope, receive, watch)
+        except TimeoutError:
+            if not started:
+                await _send_error(
+                    send,
+                    503,
+                    f"The request took longer than {self.seconds:g} s (serve setting "
+                    "max_request_s); retry later or send less.",
+                    self.retry_after,
+                )
 
 
 class BodyLimit:

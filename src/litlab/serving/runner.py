@@ -1,11 +1,14 @@
 """The model behind the service: one ONNX Runtime session (thread-safe, shared by requests),
-optionally fed by a micro-batcher, and the task's output decoding (classes, probabilities)."""
+optionally fed by a micro-batcher, and the task's output decoding (classes, probabilities,
+out-of-distribution scores: litlab.export.ood, with the parameters stored in the export)."""
 
 import asyncio
 from pathlib import Path
 
 import numpy as np
 
+from litlab.errors import UserError, one_line
+from litlab.export import ood
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION, VOLUME_SEGMENTATION
 
 
@@ -16,33 +19,65 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 class Runner:
     def __init__(self, model_path, threads: int = 1):
+        """Opens the file, checks its metadata (litlab.serving.metadata) and runs it once on
+        zeros: a file whose outputs disagree with its metadata stops here, before listening."""
         from litlab.export.latency import ort_session
-        from litlab.export.onnx import read_metadata
+        from litlab.serving import metadata
 
         self.path = Path(model_path)
-        self.session = ort_session(self.path, threads)
-        self.meta = read_metadata(self.path)
+        try:
+            self.session = ort_session(self.path, threads)
+        except Exception as err:  # noqa: BLE001 (ORT raises its own types for bad files)
+            raise UserError(
+                f"{self.path} is not an ONNX model ONNX Runtime can load: {one_line(err, limit=150)}"
+            ) from None
+        self.meta = metadata.read(self.path, self.session)
         self.task = self.meta["task"]
         self.classes = self.meta["classes"]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
+        self.ood = self.meta.get("ood")
+        self.ood_model = self.ood.get("model") if self.ood else None
+        self.ood_score = ood.scorer(self.ood) if self.ood else None
         self.inline = False
+        self.warm_up()
 
     def run(self, *inputs: np.ndarray) -> np.ndarray:
         return self.session.run(None, dict(zip(self.input_names, inputs)))[0]
 
-    def classify(self, logits: np.ndarray) -> dict:
-        probs = softmax(logits.astype(np.float64))
+    def ood_scores(self, probs: np.ndarray, x: np.ndarray | None = None) -> np.ndarray | None:
+        """The out-of-distribution score per item (None for exports without one)."""
+        if self.ood is None:
+            return None
+        return self.ood_score(probs, x if self.ood_model is not None else None)
+
+    def ood_fields(self, scores: np.ndarray | None) -> dict:
+        """`ood_scores` and `out_of_distribution` per item (absent for exports without them)."""
+        if scores is None:
+            return {}
+        return {
+            "ood_scores": np.round(scores, 4).tolist(),
+            "out_of_distribution": (scores > self.ood["threshold"]).tolist(),
+        }
+
+    def classify(self, logits: np.ndarray, x=None, scores=None, probs=None) -> dict:
+        """Classes and probabilities; the OOD scores given (computed for a whole micro-batch)
+        or computed here from the probabilities and the inputs `x`."""
+        probs = softmax(logits.astype(np.float64)) if probs is None else probs
         ids = probs.argmax(1)
+        if scores is None:
+            scores = self.ood_scores(probs, x)
         return {
             "predictions": [self.classes[i] for i in ids],
             "class_ids": ids.tolist(),
             "probabilities": np.round(probs, 6).tolist(),
             "classes": self.classes,
+            **self.ood_fields(scores),
         }
 
-    def segment(self, volume: np.ndarray) -> np.ndarray:
-        """Label volume (D, H, W) of a (C, D, H, W) volume: sliding windows, as in training."""
+    def segment(self, volume: np.ndarray) -> tuple[np.ndarray, dict]:
+        """Label volume (D, H, W) of a (C, D, H, W) volume (sliding windows, as in training),
+        and its out-of-distribution fields."""
         import torch
         from monai.inferers import sliding_window_inference
 
@@ -56,7 +91,9 @@ class Runner:
                 overlap=window["overlap"],
                 mode=window["mode"],
             )
-        return logits.argmax(1)[0].numpy().astype(np.uint8)
+        probs = logits.softmax(1).numpy()
+        mask = logits.argmax(1)[0].numpy().astype(np.uint8)
+        return mask, self.ood_fields(self.ood_scores(probs))
 
     #: runs faster than this (measured at warm-up) happen on the event loop: a thread
     #: hand-off costs more than the run itself for small models
@@ -64,26 +101,32 @@ class Runner:
 
     def warm_up(self) -> None:
         """Inference on zeros of the input shape (ORT allocates and tunes on the first);
-        decides whether runs stay on the event loop (`inline`)."""
+        decides whether runs stay on the event loop (`inline`); checks the output width."""
         import time
 
-        self._warm_up()
+        out = self._warm_up()
+        width = out.shape[1] if out.ndim > 1 else None
+        if width != len(self.classes):
+            raise UserError(
+                f"{self.path.name}: the model outputs {width} classes but its metadata names "
+                f"{len(self.classes)}; re-export the checkpoint with src/export.py"
+            )
         start = time.perf_counter()
         self._warm_up()
         self.inline = time.perf_counter() - start < self.INLINE_S
 
-    def _warm_up(self) -> None:
+    def _warm_up(self) -> np.ndarray:
         if self.task in (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION):
             feats = self.layout["x"]["shape"][1]
             args = [np.zeros((2, feats), np.float32), np.zeros((2, 1), np.int64)]
             if self.task == GRAPH_CLASSIFICATION:
                 args.append(np.zeros(2, np.int64))
-            self.run(*args)
-        elif self.task == VOLUME_SEGMENTATION:
-            self.run(np.zeros((1, 1, *self.layout["patch_size"]), np.float32))
-        else:
-            shape = [int(s) for s in self.layout["x"]["shape"][1:]]
-            self.run(np.zeros((1, *shape), np.float32))
+            return self.run(*args)
+        if self.task == VOLUME_SEGMENTATION:
+            channels = int(self.layout["x"]["shape"][1])
+            return self.run(np.zeros((1, channels, *self.layout["patch_size"]), np.float32))
+        shape = [int(s) for s in self.layout["x"]["shape"][1:]]
+        return self.run(np.zeros((1, *shape), np.float32))
 
 
 class MicroBatcher:
@@ -129,8 +172,14 @@ class MicroBatcher:
                 for _, future in items:
                     future.set_exception(err)
                 continue
+            # probabilities and OOD scores of the whole batch: numpy's per-call cost once
+            probs = softmax(out.astype(np.float64))
+            scores = self.runner.ood_scores(probs, batch)
             start = 0
             for x, future in items:
+                end = start + len(x)
                 if not future.cancelled():
-                    future.set_result(out[start : start + len(x)])
-                start += len(x)
+                    future.set_result(
+                        (probs[start:end], None if scores is None else scores[start:end])
+                    )
+                start = end

@@ -1,14 +1,20 @@
-"""Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first).
+"""Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first), with the
+connection limits of litlab.serving.protocol and the settings of litlab.serving.settings.
 
-SIGTERM and Ctrl-C drain in-flight requests, close the port and return normally (exit 0):
-uvicorn would re-raise the signal after its graceful shutdown, which kills the process with
-the signal's status instead."""
+SIGTERM and Ctrl-C stop accepting, answer every request already accepted (within
+drain_timeout_s), close the port and return normally (exit 0): uvicorn would re-raise the
+signal after its graceful shutdown, which kills the process with the signal's status."""
 
+import json
+import os
 from pathlib import Path
 
 import uvicorn
 
 from litlab.errors import UserError
+from litlab.serving.settings import ServeSettings
+
+PROTOCOL = "litlab.serving.protocol:GuardedProtocol"
 
 
 class DrainingServer(uvicorn.Server):
@@ -39,60 +45,52 @@ def model_file(model_path, export_dir) -> Path:
     return Path(export_dir) / "model.onnx"
 
 
-def serve(
-    model_path,
-    export_dir,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    workers: int = 1,
-    max_batch: int = 64,
-    max_body_bytes: int = 8 << 20,
-    batching: bool = True,
-    max_wait_ms: float = 1.0,
-    threads: int = 1,
-    log_level: str = "warning",
-) -> None:
-    from litlab.serving.app import create_app
-
-    path = model_file(model_path, export_dir)
-    if workers != 1:  # processes of their own: uvicorn's supervisor builds one app each
-        import os
-
-        os.environ["LITLAB_SERVE"] = repr(
-            (str(path), max_batch, batching, max_wait_ms, threads, max_body_bytes)
-        )
-        uvicorn.run(
-            "litlab.serving.server:app_from_env",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            log_level=log_level,
-            timeout_graceful_shutdown=10,
-        )
-        return
-    app = create_app(path, max_batch, batching, max_wait_ms, threads, max_body_bytes)
+def uvicorn_config(app, settings: ServeSettings, **extra) -> uvicorn.Config:
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
-        log_level=log_level,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
         access_log=False,
-        timeout_graceful_shutdown=10,
+        http=PROTOCOL,
+        timeout_keep_alive=settings.keep_alive_s,
+        timeout_graceful_shutdown=settings.drain_timeout_s,
+        backlog=min(2048, settings.max_connections * 2),
         lifespan="on",
+        **extra,
     )
-    print(f"serving {path} on http://{host}:{port} (docs: /docs)", flush=True)
-    DrainingServer(config).run()
+    config.litlab_settings = settings  # read by GuardedProtocol
+    return config
+
+
+def serve(model_path, export_dir, settings: ServeSettings) -> None:
+    from litlab.serving.app import create_app
+    from litlab.serving.runner import Runner
+
+    path = model_file(model_path, export_dir)
+    s = settings
+    if s.workers != 1:  # processes of their own: each builds its app (uvicorn's supervisor)
+        from uvicorn.supervisors import Multiprocess
+
+        Runner(path, s.threads)  # the file is checked here, once, before anything listens
+        os.environ["LITLAB_SERVE"] = json.dumps([str(path), s.model_dump()])
+        config = uvicorn_config("litlab.serving.server:app_from_env", s, factory=True)
+        config.workers = s.workers
+        print(f"serving {path} on http://{s.host}:{s.port} ({s.workers} workers)", flush=True)
+        print(f"run dir {export_dir}  (log: serve.log)", flush=True)
+        server = DrainingServer(config)
+        Multiprocess(config, target=server.run, sockets=[config.bind_socket()]).run()
+        print("stopped", flush=True)
+        return
+    app = create_app(path, s)
+    print(f"serving {path} on http://{s.host}:{s.port} (docs: /docs)", flush=True)
+    print(f"run dir {export_dir}  (log: serve.log)", flush=True)
+    DrainingServer(uvicorn_config(app, s)).run()
     print("stopped", flush=True)
 
 
 def app_from_env():
-    import ast
-    import os
-
     from litlab.serving.app import create_app
 
-    path, max_batch, batching, wait, threads, max_body = ast.literal_eval(
-        os.environ["LITLAB_SERVE"]
-    )
-    return create_app(path, max_batch, batching, wait, threads, max_body)
+    path, settings = json.loads(os.environ["LITLAB_SERVE"])
+    return create_app(path, ServeSettings(**settings))

@@ -1,11 +1,12 @@
 """A small CNN for small images: conv-BN-ReLU blocks, 2x2 max-pooling, a dropout head."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 from torch import nn
 
 from litlab.bounds import MinLen, PosInt, Probability
+from litlab.ops import make_linear
 
 
 def conv_block(c_in: int, c_out: int, pool: bool) -> nn.Sequential:
@@ -19,7 +20,9 @@ def conv_block(c_in: int, c_out: int, pool: bool) -> nn.Sequential:
 
 class SmallCNN(nn.Module):
     """`channels` sets one block per entry; pooling stops once the map is 2x2, so the same
-    config fits 8x8 digits and 32x32 CIFAR. Global average pooling makes the head size-free."""
+    config fits 8x8 digits and 32x32 CIFAR. Global average pooling makes the head size-free.
+    `linear_impl="tiled"` computes the head with litlab's custom op (litlab.ops, docs/ops.md);
+    the parameters are the same either way."""
 
     def __init__(
         self,
@@ -29,6 +32,7 @@ class SmallCNN(nn.Module):
         channels: Annotated[list[PosInt], MinLen(1)] = (32, 64, 128),
         dropout: Probability = 0.3,
         xavier_init: bool = False,
+        linear_impl: Literal["torch", "tiled"] = "torch",
     ):
         super().__init__()
         blocks, size, c_in = [], image_size, in_channels
@@ -38,7 +42,10 @@ class SmallCNN(nn.Module):
             size, c_in = (size // 2 if pool else size), c_out
         self.features = nn.Sequential(*blocks)
         self.head = nn.Sequential(
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(c_in, num_classes)
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Dropout(dropout),
+            make_linear(linear_impl, c_in, num_classes),
         )
         if xavier_init:
             for m in self.modules():

@@ -16,6 +16,7 @@ from torch import nn
 
 from litlab.bounds import PosInt, Probability
 from litlab.errors import UserError
+from litlab.ops import TiledLinear, tile_linears
 from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
 
 # isort: split
@@ -29,6 +30,7 @@ from torch_geometric.nn import (
     global_max_pool,
     global_mean_pool,
 )
+from torch_geometric.nn.dense.linear import Linear as PygLinear
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
 from litlab.tasks import NODE_CLASSIFICATION
@@ -39,6 +41,13 @@ READOUTS = {"sum": global_add_pool, "mean": global_mean_pool, "max": global_max_
 
 class _Linear(nn.Linear):
     """A layer of the MLP baseline: same call as a conv, the edges are ignored."""
+
+    def forward(self, x, edge_index=None):
+        return super().forward(x)
+
+
+class _TiledLinear(TiledLinear):
+    """The same through litlab's custom op (`linear_impl=tiled`)."""
 
     def forward(self, x, edge_index=None):
         return super().forward(x)
@@ -98,10 +107,13 @@ class GNN(nn.Module):
         jumping_knowledge: Literal["last", "cat"] = "last",
         readout_dropout: Probability | None = None,
         cached: bool = True,
+        linear_impl: Literal["torch", "tiled"] = "torch",
     ):
         """`hidden_channels` is a layer's total width (GAT: heads x channels per head);
         `input_dropout`/`readout_dropout` default to `dropout`; `cached` keeps GCN's normalized
-        adjacency between steps (node classification only: the graph never changes)."""
+        adjacency between steps (node classification only: the graph never changes);
+        `linear_impl=tiled`: every dense product (the convs' weights, the MLPs, the classifier)
+        through litlab's custom op (docs/ops.md), same parameters; aggregation stays PyG's."""
         super().__init__()
         if conv not in CONVS:
             raise ValueError(f"conv={conv} is not one of {CONVS}")
@@ -116,6 +128,7 @@ class GNN(nn.Module):
         self.residual, self.jk = residual, jumping_knowledge
         self.pool = READOUTS[readout]
         self.act = activation_resolver(act)
+        self.tiled = linear_impl == "tiled"
 
         widths = [in_channels] + [hidden_channels] * num_layers
         if self.node_level:
@@ -133,6 +146,8 @@ class GNN(nn.Module):
         if not self.node_level:
             pooled = sum(widths) if jumping_knowledge == "cat" else hidden_channels
             self.classifier = nn.Linear(pooled, num_classes)
+        if linear_impl == "tiled":
+            tile_linears(self, (nn.Linear, PygLinear))
 
     @classmethod
     def check_settings(cls, s: dict, key: str) -> None:
@@ -172,7 +187,7 @@ class GNN(nn.Module):
                 concat=not last,
                 dropout=self.attention_dropout,
             )
-        return _Linear(n_in, n_out)
+        return (_TiledLinear if self.tiled else _Linear)(n_in, n_out)
 
     def forward(
         self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor | None = None

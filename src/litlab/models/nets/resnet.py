@@ -1,6 +1,10 @@
 """torchvision's ResNet-18, adapted to small images (CIFAR-style stem)."""
 
+from typing import Literal
+
 from torch import nn
+
+from litlab.ops import with_linear_impl
 
 
 def resnet18(
@@ -9,11 +13,13 @@ def resnet18(
     image_size: int,
     small_input: bool | None = None,
     zero_init_residual: bool = True,
+    linear_impl: Literal["torch", "tiled"] = "torch",
 ) -> nn.Module:
     """ResNet-18 from torchvision (random init: no weights are downloaded).
 
     For images under 64 px (`small_input`, default by size) the 7x7/2 stem and max-pool are
     replaced by a 3x3/1 conv, as in the CIFAR ResNets, so 32x32 inputs keep their resolution.
+    `linear_impl=tiled`: the classifier through litlab's custom op (docs/ops.md).
     """
     from torchvision.models import resnet18 as tv_resnet18
 
@@ -24,4 +30,5 @@ def resnet18(
         net.maxpool = nn.Identity()
     elif in_channels != 3:
         net.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
+    net.fc = with_linear_impl(linear_impl, net.fc)
     return net

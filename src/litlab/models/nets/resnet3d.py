@@ -6,6 +6,7 @@ from typing import Literal
 from torch import nn
 
 from litlab.errors import UserError
+from litlab.ops import with_linear_impl
 
 DEPTHS = {10: [1, 1, 1, 1], 18: [2, 2, 2, 2], 34: [3, 4, 6, 3]}
 
@@ -18,14 +19,16 @@ def resnet3d(
     conv1_size: int = 7,
     conv1_stride: int = 2,
     no_max_pool: bool = False,
+    linear_impl: Literal["torch", "tiled"] = "torch",
 ) -> nn.Module:
     """A 3D ResNet-`depth` (10, 18 or 34). For small volumes (MedMNIST's 28^3) a 3x3x3 stem
-    with stride 1 (`conv1_size=3 conv1_stride=1`) keeps more resolution."""
+    with stride 1 (`conv1_size=3 conv1_stride=1`) keeps more resolution. `linear_impl=tiled`:
+    the classifier through litlab's custom op (docs/ops.md), same parameters."""
     from monai.networks.nets.resnet import ResNet, ResNetBlock
 
     if depth not in DEPTHS:
         raise UserError(f"model.net.depth={depth} is not valid; choose one of {sorted(DEPTHS)}")
-    return ResNet(
+    net = ResNet(
         ResNetBlock,
         DEPTHS[depth],
         [64, 128, 256, 512],
@@ -39,3 +42,5 @@ def resnet3d(
         bias_downsample=False,
         widen_factor=widen_factor,
     )
+    net.fc = with_linear_impl(linear_impl, net.fc)
+    return net

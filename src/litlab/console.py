@@ -1,0 +1,132 @@
+"""One page of console per run; everything else goes to the run's log file.
+
+Every entry point (`cli.task`) and the Python API (`litlab.train`) call `setup()` right after
+Hydra has configured logging (a console handler and `<run dir>/<task>.log`). From then on:
+- the log file keeps every INFO line of every library (Hydra, Lightning, ONNX, Flower, ...)
+  and every Python warning, with its source line;
+- the console shows litlab's own INFO lines (a federated round, a trial of a study) and
+  Hydra's (the jobs of a multirun), any WARNING or ERROR, and Python warnings as one
+  `warning: ...` line each, except the notices that tell a user nothing about the run
+  (deprecations inside libraries, advertisements): those stay in the file.
+Lines that only trace what a run did (which class was instantiated) log with
+`extra=FILE_ONLY`. `hydra.verbose=true` (or HYDRA_FULL_ERROR=1) shows everything again.
+"""
+
+import logging
+import warnings
+
+#: `log.info(..., extra=FILE_ONLY)`: a litlab line kept out of the console (the file has it)
+FILE_ONLY = {"console": False}
+
+# libraries that add a console handler of their own on import (each line printed twice)
+_PROPAGATE = ("lightning", "lightning.pytorch", "lightning.fabric")
+_NOT_FOR_CONSOLE = (
+    "💡 Tip",  # Lightning's advertisement for its cloud packages
+    "isinstance(treespec, LeafSpec)",  # Lightning 2.6 on torch 2.14: its own use of a torch API
+    "was configured so 100% of the batches",  # explicit limits of 1.0 in configs/trainer
+    "not found. Creating it.",  # Lightning's MLflow logger, on a task's first MLflow run
+)
+# whose INFO lines the console shows: litlab's, and Hydra's and its launchers' in a multirun
+# (`#1 : model.optimizer.lr=0.1`, the sweep dir)
+_INFO_ON_CONSOLE = ("litlab", "hydra")
+_DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+
+class ConsoleFilter(logging.Filter):
+    """What a console handler lets through (see the module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "console", True) is False:
+            return False
+        if record.levelno < logging.WARNING and not record.name.startswith(_INFO_ON_CONSOLE):
+            return False
+        message = record.getMessage()
+        if any(text in message for text in _NOT_FOR_CONSOLE):
+            return False
+        category = getattr(record, "category", None)
+        return not (category is not None and issubclass(category, _DEPRECATIONS))
+
+
+class ConsoleFormatter(logging.Formatter):
+    """litlab's INFO lines as they are; others with their level; warnings in one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = getattr(record, "short", None) or record.getMessage()
+        if record.levelno >= logging.WARNING:
+            return f"{record.levelname.lower()}: {message}"
+        return message
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """`warnings.showwarning` while set up: a record of the `py.warnings` logger that carries
+    the category (the console filter reads it) and a one-line text (the console prints it)."""
+    if file is not None:  # an explicit stream (e.g. pytest's capture): as Python would
+        _original_show(message, category, filename, lineno, file, line)
+        return
+    text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
+    first = (str(message).strip().splitlines() or [""])[0]
+    logging.getLogger("py.warnings").warning(
+        "%s", text, extra={"category": category, "short": f"{first} ({category.__name__})"}
+    )
+
+
+_original_show = warnings.showwarning
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    return isinstance(handler, logging.StreamHandler) and not isinstance(
+        handler, logging.FileHandler
+    )
+
+
+class _NoOwnConsole(logging.Logger):
+    """A library's logger that refuses console handlers of its own: `import lightning` adds
+    one ("INFO: ..."), which printed every line a second time, beside the root's handlers."""
+
+    def addHandler(self, handler: logging.Handler) -> None:
+        if not _is_console(handler):
+            super().addHandler(handler)
+
+
+def _own_console_refused(name: str) -> logging.Logger:
+    existing = logging.Logger.manager.loggerDict.get(name)
+    if isinstance(existing, logging.Logger):  # already imported: drop what it added
+        existing.handlers = [h for h in existing.handlers if not _is_console(h)]
+        existing.propagate = True
+        return existing
+    previous = logging.getLoggerClass()
+    logging.setLoggerClass(_NoOwnConsole)  # the logger the library will get on import
+    try:
+        return logging.getLogger(name)
+    finally:
+        logging.setLoggerClass(previous)
+
+
+def setup(verbose: bool = False) -> None:
+    """Route INFO lines of libraries and Python warnings to the log file only (idempotent).
+
+    `verbose`: leave the console as Hydra configured it (everything on it)."""
+    import os
+
+    for name in _PROPAGATE:  # their lines go to the root's handlers only (console and file)
+        _own_console_refused(name)
+    # mlflow configures a stderr handler of its own on import unless told not to
+    os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
+    if verbose:
+        return
+    warnings.showwarning = _show_warning
+    for handler in logging.getLogger().handlers:
+        if _is_console(handler) and not any(isinstance(f, ConsoleFilter) for f in handler.filters):
+            handler.addFilter(ConsoleFilter())
+            handler.setFormatter(ConsoleFormatter())
+
+
+def verbose_requested() -> bool:
+    """`hydra.verbose=...` or HYDRA_FULL_ERROR=1: the whole log on the console."""
+    import os
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return True
+    return HydraConfig.initialized() and bool(HydraConfig.get().verbose)

@@ -1,0 +1,150 @@
+"""Every `federate.*` setting, with its type and bounds, in one place: checked before any data
+is read or Ray starts, so a bad value costs one line and exit code 2 (not a traceback from
+inside a Ray worker, or a process that never exits).
+
+The types are pydantic models over litlab's annotated bounds (`litlab.bounds`); the first
+error becomes `federate.<key>=<value> is not valid; <what is valid>`.
+"""
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from litlab.bounds import Gt, Interval, NonNegFloat, NonNegInt, PosFloat, PosInt, Seed
+from litlab.errors import UserError
+from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
+
+#: `federate.local_epochs: auto`, by task kind (others: 1). Graph classification: a PROTEINS
+#: client holds ~90 graphs, 3 steps of 32 an epoch; 20 rounds of 1 epoch left GIN at the
+#: majority class, 5 epochs learn (docs/federated.md, BENCHMARKS.md "Federated graphs").
+#: Node classification: an epoch is one full-graph step (GCN trains 200 centrally)
+LOCAL_EPOCHS_AUTO = {GRAPH_CLASSIFICATION: 5, NODE_CLASSIFICATION: 20}
+
+PARTITIONS = ("iid", "dirichlet")
+COMPRESSIONS = ("none", "int8", "topk")
+DP_MODES = ("none", "local", "central")
+LR_DECAYS = ("constant", "cosine")
+
+
+class _Strict(BaseModel):
+    # unknown keys are typos: refused (the config is composed from YAML a user edits)
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class DpSettings(_Strict):
+    mode: Literal[DP_MODES] = "none"
+    clipping_norm: PosFloat = 1.0
+    noise_multiplier: NonNegFloat = 0.1
+    epsilon: PosFloat = 10.0
+    delta: Annotated[float, Interval(gt=0, lt=1)] = 1e-5
+
+
+class ClientResources(_Strict):
+    # a Ray actor with no CPU is never scheduled: the run would wait forever
+    num_cpus: Annotated[float, Gt(0)] = 1
+    num_gpus: NonNegFloat = 0.0
+
+
+class RayInitArgs(_Strict):
+    # other keys go to ray.init as they are (e.g. _temp_dir)
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    num_cpus: PosInt = 2
+    num_gpus: NonNegInt = 0
+    # Ray refuses less than ~75 MB
+    object_store_memory: Annotated[int, Field(ge=78_643_200)] = 100_000_000
+    include_dashboard: bool = False
+    log_to_driver: bool = False
+
+
+class Backend(_Strict):
+    client_resources: ClientResources = ClientResources()
+    init_args: RayInitArgs = RayInitArgs()
+
+    @model_validator(mode="after")
+    def _fits(self):
+        need, have = self.client_resources, self.init_args
+        if need.num_cpus > have.num_cpus:
+            raise ValueError(
+                f"federate.backend.client_resources.num_cpus={need.num_cpus:g} is more than "
+                f"the {have.num_cpus} CPUs of federate.backend.init_args.num_cpus: no client "
+                "could run"
+            )
+        if need.num_gpus > have.num_gpus:
+            raise ValueError(
+                f"federate.backend.client_resources.num_gpus={need.num_gpus:g} is more than "
+                f"the {have.num_gpus} GPUs of federate.backend.init_args.num_gpus: no client "
+                "could run"
+            )
+        return self
+
+
+class FederateSettings(_Strict):
+    """`federate:` in configs/federate.yaml (the comments there say what each key does)."""
+
+    num_clients: PosInt = 10
+    rounds: PosInt = 20
+    fraction: Annotated[float, Interval(gt=0, le=1)] = 1.0
+    local_epochs: PosInt | Literal["auto"] = "auto"
+    lr_decay: Literal[LR_DECAYS] = "cosine"
+    partition: Literal[PARTITIONS] = "dirichlet"
+    alpha: PosFloat = 0.5
+    seed: Seed = 42
+    client_eval: bool = True
+    compression: Literal[COMPRESSIONS] = "none"
+    topk_ratio: Annotated[float, Interval(gt=0, lt=1)] = 0.25
+    dp: DpSettings = DpSettings()
+    fail_clients: list[NonNegInt] = []
+    verbose: bool = False
+    backend: Backend = Backend()
+    # Flower's strategy: its own constructor checks its keys
+    strategy: dict = {}
+
+
+def resolve_auto(cfg) -> None:
+    """`federate.local_epochs=auto` -> the task kind's number (LOCAL_EPOCHS_AUTO), in place:
+    the trainer's max_epochs interpolates it, and the stored run config holds the number."""
+    if cfg.federate.get("local_epochs") != "auto":
+        return
+    from hydra.utils import get_class
+
+    try:
+        task = getattr(get_class(str(cfg.data._target_)), "task", None)
+    except Exception:  # noqa: BLE001  (a bad data target is refused by the config checks)
+        task = None
+    cfg.federate.local_epochs = LOCAL_EPOCHS_AUTO.get(task, 1)
+
+
+def _key(loc) -> str:
+    # union members add their own tags to the location ('constrained-int', "literal['auto']")
+    return ".".join(str(p) for p in loc if isinstance(p, int) or not set(p) & set("-['"))
+
+
+def _message(err: ValidationError) -> str:
+    errors = err.errors()
+    first, where = errors[0], _key(errors[0]["loc"])
+    if first["type"] == "value_error":  # a rule across keys: its own sentence
+        return str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        return f"federate.{where} is not a federate setting"
+    texts = []
+    for e in errors:  # a union's members each say what they take
+        text = str(e["msg"])
+        if _key(e["loc"]) == where and text[0].lower() + text[1:] not in texts:
+            texts.append(text[0].lower() + text[1:])
+    return f"federate.{where}={first.get('input')} is not valid; {' or '.join(texts)}"
+
+
+def check(federate: dict) -> FederateSettings:
+    """The validated settings; a bad value raises UserError (one line)."""
+    try:
+        settings = FederateSettings.model_validate(federate)
+    except ValidationError as err:
+        raise UserError(_message(err)) from None
+    bad = [c for c in settings.fail_clients if c >= settings.num_clients]
+    if bad:
+        raise UserError(
+            f"federate.fail_clients={settings.fail_clients} names client {bad[0]}; "
+            f"clients are 0 to {settings.num_clients - 1}"
+        )
+    return settings

@@ -1,0 +1,162 @@
+"""Uploaded images -> model inputs, as the training pipeline saw its images.
+
+Every common mode is read for what it means, not squeezed through `convert("L")` (which drops
+alpha and clips 16-bit values): transparency (RGBA, LA, palette or grey/RGB with a tRNS key)
+is composited onto the training images' background stored in the export (`background`, e.g.
+black for digits); when everything visible is drawn in one colour, the alpha channel *is* the
+drawing and is rendered in the training contrast, whichever ink colour was used; 16-bit images
+are scaled by 65535, float images (TIFF) must lie in [0, 1]; CMYK and YCbCr go to RGB; grey
+and RGB are converted as training did (ITU-R 601 luma, as PIL and torchvision's Grayscale).
+
+The size is checked from the header, before any pixel is decoded (`check_header`): a
+decompression bomb costs its header's bytes, not its pixels.
+"""
+
+import io
+
+import numpy as np
+
+from litlab.serving.inputs import BadRequest
+
+FORMATS = ("PNG", "JPEG", "TIFF")
+UNIFORM_INK = 0.06  # weighted std of the visible colour below which alpha is the drawing
+LUMA = np.asarray([0.299, 0.587, 0.114], np.float32)
+#: PNG text chunks are decompressed by Image.open; nothing here reads them
+MAX_TEXT_BYTES = 64 << 10
+
+
+def _pil():
+    from PIL import Image, PngImagePlugin
+
+    PngImagePlugin.MAX_TEXT_CHUNK = MAX_TEXT_BYTES
+    PngImagePlugin.MAX_TEXT_MEMORY = 4 * MAX_TEXT_BYTES
+    return Image
+
+
+def check_header(raw: bytes, max_pixels: int):
+    """Open (header only) and check the pixel budget: the PIL image, not yet decoded."""
+    Image = _pil()
+    from PIL import UnidentifiedImageError
+
+    if not raw:
+        raise BadRequest("An uploaded file is empty.")
+    try:
+        img = Image.open(io.BytesIO(raw), formats=FORMATS)  # no other decoder is tried
+        width, height = img.size
+    except Image.DecompressionBombError:  # PIL's own header check, past 2 x 89 M pixels
+        raise BadRequest(
+            f"An uploaded image has more pixels than the limit of {max_pixels:,} per image "
+            "(serve setting max_image_pixels).",
+            413,
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        raise BadRequest(
+            "An uploaded file is not a readable PNG, JPEG or TIFF image.", 415
+        ) from None
+    if width < 1 or height < 1 or width * height > max_pixels:
+        raise BadRequest(
+            f"An uploaded image has {width}x{height} pixels; the limit is {max_pixels:,} "
+            "pixels per image (serve setting max_image_pixels).",
+            413,
+        )
+    return img
+
+
+def _working_mode(img):
+    """The image in one of L, LA, RGB, RGBA, I, F (what resize and numpy handle), and the
+    value that means "full intensity" in it."""
+    mode, info = img.mode, img.info
+    if mode in ("1", "L") and "transparency" not in info:
+        return img.convert("L"), 255.0
+    if mode in ("L", "LA", "La"):
+        return img.convert("LA"), 255.0
+    if mode == "P" or mode == "PA":
+        return img.convert("RGBA" if ("transparency" in info or mode == "PA") else "RGB"), 255.0
+    if mode == "RGB" and "transparency" in info:
+        return img.convert("RGBA"), 255.0
+    if mode in ("RGB", "RGBA"):
+        return img, 255.0
+    if mode in ("RGBa", "RGBX", "CMYK", "YCbCr"):
+        return img.convert("RGBA" if mode == "RGBa" else "RGB"), 255.0
+    if mode.startswith("I;16"):
+        return img.convert("I"), 65535.0
+    if mode == "I":
+        lo, hi = img.getextrema()
+        return img, 65535.0 if lo >= 0 and hi <= 65535 else 2**31 - 1.0
+    if mode == "F":
+        return img, 1.0
+    raise BadRequest(
+        f"An uploaded image has mode {mode}; supported: grey, RGB, with alpha or a palette, "
+        "16-bit, float, CMYK, YCbCr.",
+        415,
+    )
+
+
+def _composite(colour: np.ndarray, alpha: np.ndarray, background: np.ndarray) -> np.ndarray:
+    """(H, W, C) colour and (H, W) alpha in [0, 1] onto the training background."""
+    weight = alpha.sum()
+    if weight <= 0:
+        return np.broadcast_to(background, colour.shape).astype(np.float32)
+    a = alpha[..., None]
+    mean = (colour * a).sum((0, 1)) / weight
+    spread = np.sqrt(((colour - mean) ** 2 * a).sum((0, 1)) / weight)
+    if (spread < UNIFORM_INK).all():  # one ink colour: the alpha is the drawing
+        colour = np.broadcast_to(1 - background, colour.shape)  # the training contrast
+    return background + a * (colour - background)
+
+
+def decode(img, layout: dict) -> np.ndarray:
+    """A header-checked PIL image -> (C, H, W) float32 normalized as in training."""
+    Image = _pil()
+    channels, size = int(layout["channels"]), int(layout["image_size"])
+    norm = layout["x"]["normalization"]
+    try:
+        if img.format == "JPEG":
+            img.draft(None, (size, size))  # DCT scaling: decode big photos at a fraction
+        img, full = _working_mode(img)
+        if img.size != (size, size):  # area means down (as digits were made), bilinear up
+            down = img.size[0] >= size and img.size[1] >= size
+            img = img.resize(
+                (size, size), Image.Resampling.BOX if down else Image.Resampling.BILINEAR
+            )
+        pixels = np.asarray(img, dtype=np.float32)
+    except BadRequest:
+        raise
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        raise BadRequest("An uploaded image is truncated or corrupt.", 415) from None
+    if img.mode == "F" and not (
+        np.isfinite(pixels).all() and 0 <= pixels.min() <= pixels.max() <= 1
+    ):
+        raise BadRequest("A float image must hold values in [0, 1].", 422)
+    pixels = pixels.reshape(size, size, -1) / full
+    has_alpha = img.mode in ("LA", "RGBA")
+    colour = pixels[..., :-1] if has_alpha else pixels
+    if colour.shape[2] == 3 and channels == 1:
+        colour = colour @ LUMA[:, None]
+    elif colour.shape[2] == 1 and channels == 3:
+        colour = np.repeat(colour, 3, axis=2)
+    if has_alpha:
+        background = np.asarray(layout.get("background", [0.0] * channels), np.float32)
+        colour = _composite(colour, pixels[..., -1], background)
+    mean = np.asarray(norm["mean"], np.float32)
+    std = np.asarray(norm["std"], np.float32)
+    return ((colour - mean) / std).transpose(2, 0, 1).astype(np.float32)
+
+
+def fast_path(img, layout: dict):
+    """8-bit grey/RGB at the training size, no transparency (what most clients send): the
+    normalized array straight away, or None."""
+    mode = "L" if int(layout["channels"]) == 1 else "RGB"
+    size = int(layout["image_size"])
+    if img.mode != mode or img.size != (size, size) or "transparency" in img.info:
+        return None
+    from litlab.serving.inputs import affine
+
+    try:
+        pixels = np.asarray(img, dtype=np.float32)
+    except (OSError, ValueError, SyntaxError):
+        raise BadRequest("An uploaded image is truncated or corrupt.", 415) from None
+    pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
+    norm = layout["x"]["normalization"]
+    scale, shift = affine(tuple(norm["mean"]), tuple(norm["std"]))
+    return pixels * scale + shift

@@ -1,0 +1,217 @@
+"""An exported file's litlab metadata is data from elsewhere: it is checked when the file is
+opened, before the server listens, and anything wrong is one `UserError` line (exit 2) saying
+what is wrong and what is valid. The service then trusts only what was checked here: task
+kind, class names (as many as the model's outputs), input shapes, normalization, image size,
+sliding-window settings and the out-of-distribution score's parameters."""
+
+import json
+import math
+from pathlib import Path
+
+from litlab.errors import UserError
+from litlab.tasks import (
+    GRAPH_CLASSIFICATION,
+    IMAGE_CLASSIFICATION,
+    NODE_CLASSIFICATION,
+    VOLUME_CLASSIFICATION,
+    VOLUME_SEGMENTATION,
+)
+
+TASKS = (
+    IMAGE_CLASSIFICATION,
+    VOLUME_CLASSIFICATION,
+    VOLUME_SEGMENTATION,
+    NODE_CLASSIFICATION,
+    GRAPH_CLASSIFICATION,
+)
+MAX_VALUE_BYTES = 4 << 20  # one metadata value (the run config, the OOD model: ~0.2 MB)
+MAX_CLASSES, MAX_NAME = 100_000, 256
+MAX_IMAGE_SIDE, MAX_VOLUME_SIDE, MAX_CHANNELS = 4096, 1024, 64
+MAX_FEATURES, MAX_OOD_DIMS, MAX_OOD_COMPONENTS = 1_000_000, 4096, 256
+
+
+class Bad(Exception):
+    """One metadata problem: becomes the UserError naming the file."""
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise Bad(message)
+
+
+def _number(value, what: str, lo=-math.inf, hi=math.inf, low_open=False) -> float:
+    _require(
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
+        f"{what} is {value!r}; expected a finite number",
+    )
+    _require(
+        (value > lo if low_open else value >= lo) and value <= hi,
+        f"{what} is {value!r}; expected a number in {'(' if low_open else '['}{lo}, {hi}]",
+    )
+    return value
+
+
+def _int(value, what: str, lo: int, hi: int) -> int:
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi,
+        f"{what} is {str(value)[:40]!r}; expected an integer in [{lo}, {hi}]",
+    )
+    return value
+
+
+def _list(value, what: str, length: int | None = None, max_len: int = 4096) -> list:
+    _require(isinstance(value, list), f"{what} is not a list")
+    n = length if length is not None else len(value)
+    _require(
+        len(value) == n and len(value) <= max_len,
+        f"{what} has {len(value)} items; expected {length if length is not None else f'<= {max_len}'}",
+    )
+    return value
+
+
+def _matrix(value, what: str, rows: int, cols: int) -> None:
+    for row in _list(value, what, rows, MAX_OOD_DIMS):
+        for v in _list(row, f"{what} row", cols, MAX_OOD_DIMS):
+            _number(v, f"{what} entry")
+
+
+def _vision(inputs: dict) -> int:
+    size = _int(inputs.get("image_size"), "inputs.image_size", 1, MAX_IMAGE_SIDE)
+    channels = inputs.get("channels")
+    _require(channels in (1, 3), f"inputs.channels is {channels!r}; expected 1 or 3")
+    shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 4)
+    _require(
+        shape[1:] == [channels, size, size],
+        f"inputs.x.shape is {shape}; expected ['batch', {channels}, {size}, {size}]",
+    )
+    norm = inputs["x"].get("normalization")
+    _require(isinstance(norm, dict), "inputs.x.normalization is missing")
+    for v in _list(norm.get("mean"), "inputs.x.normalization.mean", channels):
+        _number(v, "a normalization mean", -1e3, 1e3)
+    for v in _list(norm.get("std"), "inputs.x.normalization.std", channels):
+        _number(v, "a normalization std", 0, 1e3, low_open=True)
+    for v in _list(inputs.get("background", [0.0] * channels), "inputs.background", channels):
+        _number(v, "a background value", 0, 1)
+    return channels
+
+
+def _volume(inputs: dict, task: str) -> int:
+    shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 5)
+    channels = _int(shape[1], "inputs.x.shape[1] (channels)", 1, MAX_CHANNELS)
+    if task == VOLUME_CLASSIFICATION:
+        for s in shape[2:]:
+            _int(s, "a volume side in inputs.x.shape", 1, MAX_VOLUME_SIDE)
+        return channels
+    for s in _list(inputs.get("patch_size"), "inputs.patch_size", 3):
+        _int(s, "a side of inputs.patch_size", 1, MAX_VOLUME_SIDE)
+    window = inputs.get("sliding_window")
+    _require(isinstance(window, dict), "inputs.sliding_window is missing")
+    _number(window.get("overlap"), "inputs.sliding_window.overlap", 0, 0.95)
+    _require(
+        window.get("mode") in ("constant", "gaussian"),
+        f"inputs.sliding_window.mode is {str(window.get('mode'))[:40]!r}; expected constant "
+        "or gaussian",
+    )
+    return channels
+
+
+def _ood(ood, channels: int | None) -> None:
+    _require(isinstance(ood, dict), "ood is not an object")
+    _number(ood.get("threshold"), "ood.threshold", -1e6, 1e6)
+    parts = ood.get("parts")
+    known = ("confidence", "input", "statistics")
+    _require(
+        isinstance(parts, dict) and "confidence" in parts and set(parts) <= set(known),
+        f"ood.parts must name some of {', '.join(known)}, confidence included",
+    )
+    for name, part in parts.items():
+        _require(isinstance(part, dict), f"ood.parts.{name} is not an object")
+        _number(part.get("median"), f"ood.parts.{name}.median", -1e9, 1e9)
+        _number(part.get("scale"), f"ood.parts.{name}.scale", 0, 1e9, low_open=True)
+    model = ood.get("model")
+    _require(
+        (model is not None) == ("input" in parts) and (model is None or channels is not None),
+        "ood.model must be present exactly when ood.parts has input (tensor inputs)",
+    )
+    if model is None:
+        return
+    _require(set(parts) == set(known), f"ood.parts must be {', '.join(known)}")
+    pca, stats = model.get("input"), model.get("statistics")
+    _require(isinstance(pca, dict) and isinstance(stats, dict), "ood.model is incomplete")
+    d = len(_list(pca.get("mean"), "ood.model.input.mean", max_len=MAX_OOD_DIMS))
+    k = len(_list(pca.get("variances"), "ood.model.input.variances", max_len=MAX_OOD_COMPONENTS))
+    for v in pca["mean"]:
+        _number(v, "ood.model.input.mean entry")
+    for v in pca["variances"]:
+        _number(v, "an ood.model.input variance", 0, math.inf, low_open=True)
+    _matrix(pca.get("components"), "ood.model.input.components", k, d)
+    _number(pca.get("residual_variance"), "ood.model.input.residual_variance", 0, 1e12, True)
+    for v in _list(stats.get("mean"), "ood.model.statistics.mean", 2 * channels):
+        _number(v, "ood.model.statistics.mean entry")
+    _matrix(stats.get("precision"), "ood.model.statistics.precision", 2 * channels, 2 * channels)
+
+
+def check(meta: dict, input_names: list[str], width) -> dict:
+    """Raise `Bad` for the first problem; `width` is the model's static output width (class
+    count; None when the file leaves it dynamic)."""
+    missing = [k for k in ("task", "classes", "inputs", "input_names") if k not in meta]
+    _require(not missing, f"it lacks {', '.join(missing)} (not an export of src/export.py?)")
+    task = meta["task"]
+    _require(task in TASKS, f"task is {str(task)[:40]!r}; known tasks: {', '.join(TASKS)}")
+    classes = _list(meta["classes"], "classes", max_len=MAX_CLASSES)
+    _require(len(classes) >= 1, "classes is empty")
+    for c in classes:
+        _require(
+            isinstance(c, str) and 0 < len(c) <= MAX_NAME,
+            f"a class name is {str(c)[:40]!r}; expected text of 1 to {MAX_NAME} characters",
+        )
+    _require(
+        width is None or len(classes) == width,
+        f"classes has {len(classes)} names but the model outputs {width} classes",
+    )
+    _require(
+        meta["input_names"] == input_names,
+        f"input_names is {str(meta['input_names'])[:80]}; the model's inputs are {input_names}",
+    )
+    inputs = meta["inputs"]
+    _require(isinstance(inputs, dict) and isinstance(inputs.get("x"), dict), "inputs.x is missing")
+    channels = None
+    if task == IMAGE_CLASSIFICATION:
+        channels = _vision(inputs)
+    elif task in (VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION):
+        channels = _volume(inputs, task)
+    else:
+        shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 2)
+        _int(shape[1], "inputs.x.shape[1] (node features)", 1, MAX_FEATURES)
+    if "ood" in meta:
+        _ood(meta["ood"], channels if task != VOLUME_SEGMENTATION else None)
+    return meta
+
+
+def read(path: Path, session) -> dict:
+    """The file's metadata, size-checked before decoding and checked against the session."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # noqa: BLE001 (protobuf raises many types on a bad file)
+        raise UserError(f"{path} is not a readable ONNX file ({type(err).__name__})") from None
+    meta = {}
+    try:
+        for p in model.metadata_props:
+            _require(
+                len(p.value) <= MAX_VALUE_BYTES,
+                f"metadata {p.key[:40]!r} is {len(p.value):,} bytes; at most {MAX_VALUE_BYTES:,}",
+            )
+            try:
+                meta[p.key] = json.loads(p.value)
+            except (ValueError, RecursionError):
+                meta[p.key] = p.value
+        output = session.get_outputs()[0].shape
+        width = output[1] if len(output) > 1 and isinstance(output[1], int) else None
+        return check(meta, [i.name for i in session.get_inputs()], width)
+    except Bad as err:
+        raise UserError(
+            f"{path.name}: its litlab metadata is not usable: {err} "
+            "(re-export the checkpoint with src/export.py)"
+        ) from None

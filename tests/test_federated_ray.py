@@ -1,0 +1,220 @@
+"""Federated runs as a user starts them (`python src/federate.py`, Flower's Ray simulation):
+faults, signals, kill -9 and resume, and that no process of a run outlives it. All slow: Ray
+takes a minute or more to start on a busy 2-core machine. Every process of a run carries an
+environment marker (Ray's workers inherit it), which is how leftovers are found."""
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import torch
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+SHORT = ["federate.num_clients=2", "trainer.limit_train_batches=3", "extras.print_config=false"]
+
+
+def _marked(marker: str) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("LITLAB_TEST_MARKER") == marker:
+                found.append(p.cmdline())
+        except psutil.Error:
+            continue
+    return found
+
+
+def _none_left_within(marker: str, seconds: float) -> list:
+    """The marked processes still alive after `seconds` (polled: [] as soon as none is)."""
+    deadline = time.time() + seconds
+    while (left := _marked(marker)) and time.time() < deadline:
+        time.sleep(1)
+    return left
+
+
+def _start(log_dir, *overrides, marker):
+    env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "src/federate.py", f"paths.log_dir={log_dir}", *overrides]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def _run_marked(tmp_path, *overrides, timeout=900, flags=()):
+    """Run federate.py to its end; return (proc, leftovers)."""
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable,
+        "src/federate.py",
+        *flags,
+        f"paths.log_dir={tmp_path / 'logs'}",
+        "extras.print_config=false",
+        *overrides,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+    return proc, _none_left_within(marker, 30)
+
+
+def _wait_for(proc, pattern: str) -> str:
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if re.search(pattern, line):
+            return "".join(seen)
+    raise AssertionError(f"no line matched {pattern!r}:\n{''.join(seen)[-3000:]}")
+
+
+def _history(run_dir):
+    with open(run_dir / "history.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_sigterm_saves_the_finished_rounds_and_ckpt_path_last_finishes_the_same_run(tmp_path):
+    """SIGTERM while round 3 of 6 trains: exit 143, rounds 0-2 on disk, no process of the run
+    30 s later; `ckpt_path=last` finishes it with the final accuracy (and weights) of a run
+    that was never stopped."""
+    marker = uuid.uuid4().hex
+    proc = _start(tmp_path / "logs", *SHORT, "federate.rounds=6", marker=marker)
+    _wait_for(proc, r"round 2/6 ")  # round 2 is saved, round 3 is training
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 143, rest[-3000:]
+    assert re.search(r"interrupted \(SIGTERM\): rounds up to [23] of 6 are saved in ", rest)
+    assert _none_left_within(marker, 30) == []
+    [run_dir] = (tmp_path / "logs" / "federate" / "runs").glob("*")
+    assert [r["round"] for r in _history(run_dir)] in (list("012"), list("0123"))
+
+    resumed, left = _run_marked(tmp_path, *SHORT, "federate.rounds=6", "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert left == []
+    assert f"resuming {run_dir}" in resumed.stdout
+    whole, left = _run_marked(tmp_path / "whole", *SHORT, "federate.rounds=6")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    [whole_dir] = (tmp_path / "whole" / "logs" / "federate" / "runs").glob("*")
+    a, b = _history(run_dir), _history(whole_dir)
+    assert [r["round"] for r in a] == [str(i) for i in range(7)]
+    assert a[-1]["accuracy"] == b[-1]["accuracy"]  # the same digits
+    wa = torch.load(run_dir / "global.ckpt", weights_only=True)["state_dict"]
+    wb = torch.load(whole_dir / "global.ckpt", weights_only=True)["state_dict"]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_kill_9_of_the_driver_leaves_no_process_of_the_run(tmp_path):
+    """The watchdog ends Ray's GCS, raylet, agents and workers when the driver is killed."""
+    marker = uuid.uuid4().hex
+    proc = _start(tmp_path, *SHORT, "federate.rounds=50", marker=marker)
+    _wait_for(proc, r"round 1/50 ")
+    assert len(_marked(marker)) > 3  # the driver, the watchdog and Ray's processes
+    proc.kill()
+    proc.wait(timeout=30)
+    assert _none_left_within(marker, 30) == []
+
+
+def test_ctrl_c_during_the_simulation_leaves_no_process(tmp_path):
+    marker = uuid.uuid4().hex
+    proc = _start(tmp_path, *SHORT, "federate.rounds=50", marker=marker)
+    _wait_for(proc, r"round 1/50 ")
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, rest[-2000:]
+    assert "interrupted (SIGINT): rounds up to " in rest
+    assert "resume with: python src/federate.py ckpt_path=" in rest
+    assert _none_left_within(marker, 30) == []
+
+
+def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
+    """3 clients, client 2 always raises: recorded each round, the run goes on, the global
+    checkpoint loads weights-only and eval.py reproduces the last round's accuracy."""
+    import json
+
+    from litlab.checkpointing.run_config import CONFIG_KEY
+
+    proc, leftovers = _run_marked(
+        tmp_path,
+        "federate.num_clients=3",
+        "federate.rounds=2",
+        "federate.fail_clients=[2]",
+        "federate.partition=iid",  # with the next line, README's command
+        "federate.compression=int8",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert leftovers == []
+    run_dir = next((tmp_path / "logs" / "federate" / "runs").glob("*"))
+    rows = _history(run_dir)
+    assert [(r["round"], r["clients"], r["failed"]) for r in rows] == [
+        ("0", "0", "0"),
+        ("1", "2", "1"),
+        ("2", "2", "1"),
+    ]
+    assert rows[1]["failures"].startswith("2: injected failure")
+    assert rows[2]["client_eval_clients"] == "2"  # the clients that trained evaluate
+    assert float(rows[2]["accuracy"]) > float(rows[0]["accuracy"])
+    assert int(rows[1]["bytes_sent"]) < 0.3 * int(rows[1]["bytes_uncompressed"])
+    assert (run_dir / "history.png").is_file() and (run_dir / "client_classes.png").is_file()
+    ckpt = torch.load(run_dir / "global.ckpt", weights_only=True)
+    assert ckpt[CONFIG_KEY]["federate"]["num_clients"] == 3
+    ev = subprocess.run(
+        [
+            sys.executable,
+            "src/eval.py",
+            f"ckpt_path={run_dir / 'global.ckpt'}",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            "extras.print_config=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    eval_dir = next((tmp_path / "logs" / "eval" / "runs").glob("*"))
+    metrics = json.loads((eval_dir / "metrics.json").read_text())
+    assert metrics["test/acc"] == pytest.approx(float(rows[2]["accuracy"]), abs=1e-6)
+
+
+def test_a_round_without_any_successful_client_ends_the_run(tmp_path):
+    proc, leftovers = _run_marked(
+        tmp_path, "federate.num_clients=2", "federate.rounds=3", "federate.fail_clients=[0,1]"
+    )
+    assert proc.returncode == 1
+    assert re.fullmatch(
+        r"error: round 1: none of the 2 sampled clients succeeded \(client "
+        r"[01]: injected failure \(federate.fail_clients\)\)",
+        proc.stderr.strip(),
+    )
+    assert leftovers == []
+
+
+def test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary(tmp_path):
+    """README's `-m federate.alpha=...` sweep, with FedProx and int8 updates: one job per alpha,
+    both completed, in the sweep summary every multirun writes; no process left behind."""
+    proc, left = _run_marked(
+        tmp_path,
+        "federate.alpha=0.1,1.0",
+        "federate/strategy=fedprox",
+        "federate.strategy.proximal_mu=0.1",
+        "federate.compression=int8",
+        "federate.num_clients=2",
+        "federate.rounds=1",
+        timeout=900,
+        flags=["-m"],
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not left, left
+    [summary] = (tmp_path / "logs").glob("*/multiruns/*/summary.csv")
+    rows = list(csv.DictReader(summary.open()))
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    assert sorted(r["federate.alpha"] for r in rows) == ["0.1", "1.0"]
