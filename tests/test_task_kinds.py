@@ -17,8 +17,8 @@ PACKAGE = ROOT / "src" / "litlab"
 OWNERS = ("tasks", "data", "models")
 #: modules that still branch on kind names, written beside the adapters in the same round:
 #: serving's request decoding and metadata checks (to move onto the kind's serve_*
-#: declarations), federated's per-kind units and local epochs (onto `federated` of the
-#: kind) and compression's per-kind epochs and steps (onto `compression` of the kind); listed so that no other module starts to
+#: declarations) and federated's per-kind units and local epochs (onto `federated` of the
+#: kind); listed so that no other module starts to
 NOT_YET = (
     "serving/predictor.py",
     "serving/metadata.py",
@@ -27,10 +27,6 @@ NOT_YET = (
     "export/recipe.py",
     "federated/settings.py",
     "federated/views.py",
-    "compression/recipe.py",
-    "compression/applies.py",
-    "compression/distill.py",
-    "export/domains.py",
 )
 
 

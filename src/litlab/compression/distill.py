@@ -12,13 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from litlab.errors import UserError
-from litlab.tasks import NODE_CLASSIFICATION
-
-# compress.distill.temperature=null: per task. A GCN's logits on Cora are small (weight decay,
-# dropout): at T=4 its soft labels are near uniform and a small student learns little from
-# them (GCN teacher 0.796: hidden-3 student 0.67 at T=4, 0.76 at T=1, 400 epochs).
-TEMPERATURE = {NODE_CLASSIFICATION: 1.0}
-DEFAULT_TEMPERATURE = 4.0
 
 
 def kd_loss(
@@ -45,20 +38,6 @@ def scores(module, batch) -> tuple[torch.Tensor, torch.Tensor]:
         return module._scores(batch, "train")
     x, y = batch
     return module(x), y
-
-
-def soft_and_hard(module, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logits the soft term compares, logits of the labelled samples, their labels). Node
-    classification: the soft term covers every node of the graph, as in GLNN (Zhang et al.,
-    2022): the teacher's predictions on the unlabelled nodes (140 of Cora's 2,708 carry a
-    training label) are what a small student learns most from; the labels only the training
-    nodes'. Elsewhere both are the batch."""
-    if getattr(module, "node_level", False):
-        every = module(batch.x, batch.edge_index)
-        idx = module._share(batch["train_mask"])
-        return every, every[idx], batch.y[idx]
-    logits, y = scores(module, batch)
-    return logits, logits, y
 
 
 def check_pair(teacher_task: str, teacher_classes, student_task: str, student_classes) -> None:
@@ -96,16 +75,10 @@ class Distiller(L.LightningModule):
         return self
 
     def training_step(self, batch, batch_idx):
-        soft, logits, y = soft_and_hard(self.student, batch)
+        logits, y = scores(self.student, batch)
         with torch.no_grad():
-            teacher_soft, _, _ = soft_and_hard(self.teacher, batch)
-        t = self.temperature
-        loss = self.alpha * t * t * F.kl_div(
-            F.log_softmax(soft / t, 1),
-            F.log_softmax(teacher_soft / t, 1),
-            reduction="batchmean",
-            log_target=True,
-        ) + (1 - self.alpha) * F.cross_entropy(logits, y)
+            teacher_logits, _ = scores(self.teacher, batch)
+        loss = kd_loss(logits, teacher_logits, y, self.alpha, self.temperature)
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=len(y))
         return loss
 

@@ -5,12 +5,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.tasks import NODE_CLASSIFICATION
-
-# trainer.max_epochs=null: epochs of the fine-tuning / student training per task (default 5)
-EPOCHS = {NODE_CLASSIFICATION: 400}
-DEFAULT_EPOCHS = 5
-
 
 def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     """`ckpt_path=last` (or the last.ckpt of a compress run's training): the steps, source
@@ -52,15 +46,6 @@ def compress(cfg: DictConfig) -> list[dict]:
         resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
     entry_config(cfg, CompressSettings)  # one line, exit 2, no data read
     cfg, resume = _resumed(cfg)
-    from litlab.compression import applies
-
-    task = applies.stored_task(cfg.ckpt_path)
-    applies.check(task, cfg.compress)
-    if cfg.trainer.get("max_epochs") is None:
-        from omegaconf import open_dict
-
-        with open_dict(cfg):
-            cfg.trainer.max_epochs = EPOCHS.get(task, DEFAULT_EPOCHS)
     import lightning as L
     import torch
 

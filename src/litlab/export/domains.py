@@ -10,13 +10,6 @@ from itertools import islice
 import torch
 
 from litlab import tasks
-from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
-
-# int8: which ONNX op types each task quantizes (absent: all); see quantize.GRAPH_OP_TYPES
-INT8_OP_TYPES = {
-    NODE_CLASSIFICATION: ("Gemm", "MatMul"),
-    GRAPH_CLASSIFICATION: ("Gemm", "MatMul"),
-}
 
 Predict = Callable[..., torch.Tensor]  # inputs (tensors, in input order) -> logits
 
