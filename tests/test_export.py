@@ -43,7 +43,12 @@ def test_digits_formats_verified(digits_export):
         assert fmts[fmt]["max_rel_diff"] <= 1e-4
         assert fmts[fmt]["metric"] == pytest.approx(report["checkpoint_metric"], abs=1e-9)
     assert report["checkpoint_metric"] - fmts["onnx_int8"]["metric"] <= 0.01
-    assert fmts["onnx_int8"]["size_bytes"] < 0.35 * fmts["onnx"]["size_bytes"]
+    # the weights shrink ~4x; both files carry the same metadata (class names, the
+    # out-of-distribution reference), which is not weights
+    import onnx
+
+    meta = sum(len(p.value) for p in onnx.load(out / "model.onnx").metadata_props)
+    assert fmts["onnx_int8"]["size_bytes"] - meta < 0.35 * (fmts["onnx"]["size_bytes"] - meta)
     assert not list(out.glob("*.onnx.data"))  # one file
     assert json.loads((out / "export_report.json").read_text())["formats"] == fmts
     md = (out / "export_report.md").read_text()

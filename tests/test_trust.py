@@ -113,16 +113,16 @@ def _eval(path, out):
 
 
 def _export(path, out):
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
 
-    export(path, ["onnx"], out / "export", latency_batch_sizes=())
+    export_checkpoint(path, out / "export", formats=["onnx"], latency={"batch_sizes": []})
 
 
 def _compress(path, out):
-    from litlab.api import _run
+    from litlab.api import run
     from litlab.compression.recipe import compress
 
-    _run("compress", [f"ckpt_path={path}", f"paths.log_dir={out}"], compress)
+    run("compress", [f"ckpt_path={path}", f"paths.log_dir={out}"], compress)
 
 
 def _serve(path, out):

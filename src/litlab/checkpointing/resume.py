@@ -85,9 +85,12 @@ def requeued_checkpoint(output_dir) -> Path | None:
     """last.ckpt of this run dir when this process is the same scheduler job restarted
     (requeued after preemption or a time limit, or resubmitted by submitit): the dir holds
     this job's id and an unfinished last.ckpt. None otherwise."""
-    job, out = cluster_job(), Path(output_dir)
+    job = cluster_job()
+    if job is None or output_dir is None:  # not a scheduler job, or no run dir (composed only)
+        return None
+    out = Path(output_dir)
     marker = out / JOB_FILE
-    if job is None or not marker.is_file() or marker.read_text().strip() != job:
+    if not marker.is_file() or marker.read_text().strip() != job:
         return None
     last = checkpoint_of(out)
     return last if last.is_file() and not (out / FINISHED).is_file() else None

@@ -16,7 +16,9 @@ class RunConfigInCheckpoint(Callback):
     stored beside the config, so eval.py can say when its code differs."""
 
     def __init__(self, config: dict[str, Any], provenance: dict[str, Any] | None = None):
-        self.config = config
+        # a config composed with Hydra's own node (tests, the compose API) stores it without:
+        # Hydra's settings are never part of a run, and loaders refuse a stored `hydra` node
+        self.config = {k: v for k, v in config.items() if k != "hydra"}
         self.provenance = provenance
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
