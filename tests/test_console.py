@@ -80,13 +80,15 @@ def test_console_filter_keeps_litlab_and_warnings_drops_library_info_and_depreca
 
 def test_setup_sends_warnings_to_the_log_file_in_one_console_line(tmp_path, capsys):
     root = logging.getLogger()
-    handlers, shown = root.handlers[:], warnings.showwarning
+    handlers, shown, level = root.handlers[:], warnings.showwarning, root.level
+    root.setLevel(logging.INFO)  # as Hydra's job logging sets it
     screen = logging.StreamHandler()  # stderr, as Hydra's console handler
     file = logging.FileHandler(tmp_path / "run.log")
     root.handlers = [screen, file]
     try:
         console.setup()
-        logging.getLogger("lightning.pytorch.test").info("Seed set to 1")
+        # a library logger no other test configures (lightning.pytorch's level is set by Lightning)
+        logging.getLogger("somelib.module").info("Seed set to 1")
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.showwarning = console._show_warning  # catch_warnings restored Python's
@@ -94,6 +96,7 @@ def test_setup_sends_warnings_to_the_log_file_in_one_console_line(tmp_path, caps
             warnings.warn("few workers\nsecond line", UserWarning, stacklevel=1)
     finally:
         root.handlers, warnings.showwarning = handlers, shown
+        root.setLevel(level)
         file.close()
     err = capsys.readouterr().err
     assert err.splitlines() == ["warning: few workers (UserWarning)"], err

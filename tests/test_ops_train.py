@@ -58,12 +58,14 @@ def test_export_and_serve_without_the_extension(tiled_run, tmp_path):
     import onnx
 
     from litlab.data.vision import DigitsDataModule
-    from litlab.export.recipe import export
+    from litlab.export.recipe import export_checkpoint
     from litlab.recipes.load import load_run
 
     best = next((tiled_run["run"] / "checkpoints").glob("epoch_*.ckpt"))
     out = tmp_path / "export"
-    report = export(best, ["onnx", "pt2", "onnx_int8"], out, latency_batch_sizes=())
+    report = export_checkpoint(
+        best, out, formats=["onnx", "pt2", "onnx_int8"], latency={"batch_sizes": []}
+    )
     assert report["ok"], report  # each format's outputs and test metric checked
     model = onnx.load(str(out / "model.onnx"))
     kinds = {(n.domain, n.op_type) for n in model.graph.node}
