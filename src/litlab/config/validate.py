@@ -105,6 +105,19 @@ def _model_and_data(c: dict) -> None:
     check_monitor(c)
 
 
+def _groups(cfg: DictConfig, c: dict, own: str | None = None) -> None:
+    """trainer, model, data and the other groups of a training run: what imports nothing
+    first, then the targets by their signatures (`own`: the entry point's own node, skipped)."""
+    check_trainer_plain(c["trainer"])
+    targets.walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
+    targets.walk_plain("", c)
+    _model_and_data_plain(cfg)
+    targets.walk("trainer", c["trainer"])
+    check_trainer(c["trainer"])
+    targets.walk("", {k: v for k, v in c.items() if k not in ("trainer", own)})
+    _model_and_data(c)
+
+
 def train_config(cfg: DictConfig) -> None:
     """Everything train.py needs, checked in about a second."""
     _missing(cfg)
@@ -113,14 +126,7 @@ def train_config(cfg: DictConfig) -> None:
     if c.get("ckpt_path") is not None:
         check_checkpoint_exists(c["ckpt_path"])
     check_run(c)
-    check_trainer_plain(c["trainer"])
-    targets.walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
-    targets.walk_plain("", c)
-    _model_and_data_plain(cfg)
-    targets.walk("trainer", c["trainer"])
-    check_trainer(c["trainer"])
-    targets.walk("", {k: v for k, v in c.items() if k != "trainer"})
-    _model_and_data(c)
+    _groups(cfg, c)
     if c.get("ckpt_path"):
         check_checkpoint(c["ckpt_path"], c["model"])
 
@@ -144,15 +150,8 @@ def federate_config(cfg: DictConfig) -> None:
     _missing(cfg)
     c = _container(cfg)
     check(FederateKeys, c)
-    check_trainer_plain(c["trainer"])
-    targets.walk_plain("trainer", c["trainer"])  # first: other groups interpolate trainer keys
-    targets.walk_plain("", c)
-    _model_and_data_plain(cfg)
-    targets.walk("trainer", c["trainer"])
-    check_trainer(c["trainer"])
-    targets.walk("", {k: v for k, v in c.items() if k not in ("trainer", "federate")})
+    _groups(cfg, c, own="federate")
     targets.walk("federate.strategy", c["federate"]["strategy"])
-    _model_and_data(c)
 
 
 def trainer_config(cfg: DictConfig) -> None:
