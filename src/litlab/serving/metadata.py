@@ -8,22 +8,14 @@ import json
 import math
 from pathlib import Path
 
+from litlab import tasks
 from litlab.errors import UserError
 from litlab.tasks import (
-    GRAPH_CLASSIFICATION,
     IMAGE_CLASSIFICATION,
-    NODE_CLASSIFICATION,
     VOLUME_CLASSIFICATION,
     VOLUME_SEGMENTATION,
 )
 
-TASKS = (
-    IMAGE_CLASSIFICATION,
-    VOLUME_CLASSIFICATION,
-    VOLUME_SEGMENTATION,
-    NODE_CLASSIFICATION,
-    GRAPH_CLASSIFICATION,
-)
 MAX_VALUE_BYTES = 4 << 20  # one metadata value (the run config, the OOD model: ~0.2 MB)
 MAX_CLASSES, MAX_NAME = 100_000, 256
 MAX_IMAGE_SIDE, MAX_VOLUME_SIDE, MAX_CHANNELS = 4096, 1024, 64
@@ -157,7 +149,8 @@ def check(meta: dict, input_names: list[str], width) -> dict:
     missing = [k for k in ("task", "classes", "inputs", "input_names") if k not in meta]
     _require(not missing, f"it lacks {', '.join(missing)} (not an export of src/export.py?)")
     task = meta["task"]
-    _require(task in TASKS, f"task is {str(task)[:40]!r}; known tasks: {', '.join(TASKS)}")
+    known = list(tasks.kinds())  # every kind declared in litlab.tasks, a new one's too
+    _require(task in known, f"task is {str(task)[:40]!r}; known tasks: {', '.join(known)}")
     classes = _list(meta["classes"], "classes", max_len=MAX_CLASSES)
     _require(len(classes) >= 1, "classes is empty")
     for c in classes:
