@@ -89,7 +89,11 @@ def export_digits(digits_run, tmp_path_factory) -> dict:
     return {"onnx": logs / "export" / "model.onnx", "preds": preds, "logs": logs}
 
 
-def start(model: Path, logs: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+def start(
+    model: Path, logs: Path, *extra: str, env: dict | None = None
+) -> tuple[subprocess.Popen, str]:
+    """`src/serve.py model_path=... extra...` (with `env` added to the environment), once it
+    answers /health."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -105,7 +109,7 @@ def start(model: Path, logs: Path, *extra: str) -> tuple[subprocess.Popen, str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     url, deadline = f"http://127.0.0.1:{port}", time.time() + START_TIMEOUT
     while time.time() < deadline:

@@ -5,15 +5,11 @@ format verified against the checkpoint, and the ONNX file is served by `src/serv
 process that could not build the extension (no compiler, an empty kernel cache)."""
 
 import json
-import os
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
-from conftest import ROOT, results, run_cli, run_dirs
-from serve_helpers import START_TIMEOUT, free_port, request
+from conftest import results, run_cli, run_dirs
+from serve_helpers import request, start
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +76,7 @@ def test_export_and_serve_without_the_extension(tiled_run, tmp_path):
 
     # a service that could not build the op if it tried: no compiler, an empty kernel cache
     env = {"CXX": "no-such-c++", "LITLAB_OPS_CACHE": str(tmp_path / "empty_cache")}
-    proc, url = serve(out / "model.onnx", tmp_path / "serve_logs", env)
+    proc, url = start(out / "model.onnx", tmp_path / "serve_logs", env=env)
     try:
         body = json.dumps({"inputs": x.tolist()}).encode()
         status, answer = request(url + "/predict", body, "application/json")
@@ -89,26 +85,3 @@ def test_export_and_serve_without_the_extension(tiled_run, tmp_path):
         proc.wait(timeout=60)
     assert status == 200 and answer["class_ids"] == eager
     assert not (tmp_path / "empty_cache").exists()
-
-
-def serve(model, logs, env) -> tuple[subprocess.Popen, str]:
-    """`src/serve.py model_path=...` with extra environment, once it answers /health."""
-    port = free_port()
-    cmd = [sys.executable, str(ROOT / "src" / "serve.py"), f"model_path={model}", f"port={port}"]
-    cmd += [f"paths.log_dir={logs}", "extras.print_config=false"]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-    )  # fmt: skip
-    url, deadline = f"http://127.0.0.1:{port}", time.time() + START_TIMEOUT
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"serve.py exited {proc.returncode}: {proc.stdout.read()}")
-        try:
-            if request(url + "/health")[0] == 200:
-                return proc, url
-        except OSError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise AssertionError("serve.py did not become ready")
