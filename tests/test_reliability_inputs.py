@@ -57,6 +57,13 @@ EXTERNAL = [
     (["trainer.num_sanity_val_steps=-5"], "-1 for all batches"),
     (["callbacks.early_stopping.patience=-1"], "integer >= 0"),
     (["callbacks.early_stopping.mode=dynamic"], "min or max"),
+    (
+        [
+            "callbacks=[default,joint_selection]",
+            "++callbacks.joint_checkpoint.monitors={val/acc: best}",
+        ],
+        "use min or max",
+    ),
     (["trainer.limit_val_batches=-0.5"], "a fraction in [0, 1]"),
 ]
 # rules a class declares across its parameters (check_settings)

@@ -20,6 +20,7 @@ from annotated_types import MinLen
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from litlab.bounds import NonNegInt
+from litlab.errors import UserError
 
 Mode = Literal["min", "max"]
 Monitors = Annotated[dict[str, Mode], MinLen(1)]
@@ -47,6 +48,13 @@ class _Bests:
         return at_best
 
 
+def _check_monitors(settings, key: str) -> None:
+    """Each metric's mode is min or max (the signature check reads the dict, not its values)."""
+    for name, mode in (settings.get("monitors") or {}).items():
+        if mode not in ("min", "max"):
+            raise UserError(f"{key}.monitors.{name}={mode}: use min or max")
+
+
 def _skip(trainer) -> bool:
     return trainer.sanity_checking or bool(trainer.fast_dev_run)
 
@@ -54,6 +62,8 @@ def _skip(trainer) -> bool:
 class JointEarlyStopping(Callback):
     """Stop when no monitored metric has matched or beaten its best for `patience`
     validations in a row."""
+
+    check_settings = staticmethod(_check_monitors)
 
     def __init__(self, monitors: Monitors, patience: NonNegInt = 100):
         self.patience = patience
@@ -79,6 +89,8 @@ class JointEarlyStopping(Callback):
 class JointModelCheckpoint(ModelCheckpoint):
     """Keep one checkpoint: the latest at which every monitored metric was at its best so far.
     `best_model_path` points at it, so the recipes test it as they test ModelCheckpoint's."""
+
+    check_settings = staticmethod(_check_monitors)
 
     def __init__(
         self,
