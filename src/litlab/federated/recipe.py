@@ -163,7 +163,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
 
     # the global checkpoint carries the run config, as train.py's do (eval.py, load_run, export)
     trainer = build.trainer(cfg, extra_callbacks=[RunConfigInCheckpoint(config)])
-    central = CentralEvaluation(model, datamodule, trainer, progress)
+    central = CentralEvaluation(model, datamodule, trainer)
     if resumed is not None:
         central.results = {int(k): v for k, v in resumed["central"].items()}
         if clients is not None:
@@ -192,6 +192,8 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
                 },
             )
             last["round"] = rnd
+        # printed once the round is on disk: a stop after "round r/N" resumes after round r
+        progress(rnd, central.results.get(rnd, {}))
 
     def stopped(signame: str) -> str:
         done = last["round"]

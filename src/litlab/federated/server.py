@@ -98,9 +98,8 @@ class Recorded(Strategy):
 class CentralEvaluation:
     """evaluate_fn of Flower's strategies: the global model on the central test split."""
 
-    def __init__(self, model, datamodule, trainer, on_result=None):
+    def __init__(self, model, datamodule, trainer):
         self.model, self.datamodule, self.trainer = model, datamodule, trainer
-        self.on_result = on_result  # called with (round, metrics): the progress line
         self.results: dict[int, dict[str, float]] = {}
         self.arrays: ArrayRecord | None = None
 
@@ -116,6 +115,4 @@ class CentralEvaluation:
         self.arrays = arrays
         metrics = self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)[0]
         self.results[server_round] = {k: float(v) for k, v in metrics.items()}
-        if self.on_result is not None:
-            self.on_result(server_round, self.results[server_round])
         return MetricRecord(self.results[server_round])

@@ -33,35 +33,48 @@ def _in_data_setup(err: BaseException, datamodule) -> bool:
     return False
 
 
+class _Watch:
+    """The hooks on `net`: a module-level class, so a net that a spawning strategy pickles
+    (`trainer=ddp_spawn`) pickles with them (its ranks' errors are not rewritten: they run in
+    other processes)."""
+
+    def __init__(self, net):
+        self.inside, self.shape = False, "?"
+        self.handles = [
+            net.register_forward_pre_hook(self.before),
+            net.register_forward_hook(self.after),
+        ]
+
+    def before(self, module, args):
+        self.inside, self.shape = True, _shapes(args)
+
+    def after(self, module, args, output):
+        self.inside = False
+        self.remove()  # it runs: stop watching
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+
 @contextlib.contextmanager
 def watched(net, target: str, key: str = "model.net", datamodule=None, data_target: str = ""):
     """Around `trainer.fit`/`trainer.test`: one line if the first forward of `net` fails, or
     (given `datamodule`) if its setup does."""
-    state = {"inside": False, "shape": "?"}
-
-    def before(module, args):
-        state["inside"], state["shape"] = True, _shapes(args)
-
-    def after(module, args, output):
-        state["inside"] = False
-        for handle in handles:  # it runs: stop watching
-            handle.remove()
-
-    handles = [net.register_forward_pre_hook(before), net.register_forward_hook(after)]
+    watch = _Watch(net)
     try:
         yield
     except UserError:
         raise
     except Exception as err:
-        if datamodule is not None and not state["inside"] and _in_data_setup(err, datamodule):
+        if datamodule is not None and not watch.inside and _in_data_setup(err, datamodule):
             raise UserError(f"data ({data_target}) cannot be set up: {one_line(err)}") from err
-        if not state["inside"]:
+        if not watch.inside:
             raise
         raise UserError(
-            f"{key} ({target}) cannot run on the data: input of shape {state['shape']}: "
+            f"{key} ({target}) cannot run on the data: input of shape {watch.shape}: "
             f"{one_line(err)}; check the net's settings against the data (e.g. strides, "
             "kernel sizes, channels)"
         ) from err
     finally:
-        for handle in handles:
-            handle.remove()
+        watch.remove()
