@@ -165,7 +165,11 @@ COMPRESS = [
     (["ckpt_path={cora}", "compress=quantize"], "does not apply to node_classification", 0),
     (["ckpt_path={cora}"], "prune with compress.prune.method=structured does not apply", 0),
     (["ckpt_path={seg}", "compress=distill"], "does not apply to volume_segmentation", 0),
-    (["ckpt_path={cora}", "compress=distill"], "the checkpoint's data is node_classification", 0),
+    (
+        ["ckpt_path={cora}", "compress=distill", "model@compress.distill.student=cnn"],
+        "the checkpoint's data is node_classification",
+        0,
+    ),
     (["compress=distill_graph"], "unknown key compress.distill.student.net.conv", 0),
 ]
 

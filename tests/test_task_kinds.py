@@ -17,7 +17,7 @@ PACKAGE = ROOT / "src" / "litlab"
 OWNERS = ("tasks", "data", "models")
 #: modules that still branch on kind names, written beside the adapters in the same round:
 #: serving's request decoding and metadata checks (to move onto the kind's serve_*
-#: declarations) and federated's per-kind units and local epochs (onto `federated` of the
+#: declarations), federated's per-kind units and local epochs (onto `federated` of the
 #: kind); listed so that no other module starts to
 NOT_YET = (
     "serving/predictor.py",

@@ -123,6 +123,7 @@ def guard(fn):
         try:
             try:
                 threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
+                _quiet_profiler_natives(cfg)
                 return fn(cfg)
             except (UserError, ModuleNotFoundError) as caught:
                 extra = environment.missing_extra(caught)  # an optional extra not installed
@@ -144,6 +145,18 @@ def guard(fn):
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
 
     return wrapper
+
+
+def _quiet_profiler_natives(cfg) -> None:
+    """Under `profiler=`, torch's C++ warnings ("Memory block of unknown size was allocated
+    before the profiling started", one per tensor alive at its start) and Kineto's device probe
+    (`gpuGetDeviceCount failed` on a machine without a GPU) are noise on the console: both
+    libraries read their log level from the environment once, when torch is imported (after
+    this). The profiler's own report is unaffected."""
+    trainer = cfg.get("trainer") if hasattr(cfg, "get") else None
+    if trainer is not None and trainer.get("profiler"):
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 
 def _one_line_in_sweep(err: UserError) -> UserError:

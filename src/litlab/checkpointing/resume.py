@@ -8,6 +8,7 @@ train.yaml and compress.yaml set
 which Hydra resolves once, from the config it composed (nothing is composed twice):
 
     ckpt_path=last        -> the newest logs/<task_name>/runs/* holding checkpoints/last.ckpt
+                             that trained the composed model on the composed data
     ckpt_path=<run dir>   -> that run
     anything else         -> a new timestamped run dir
 
@@ -100,37 +101,85 @@ def checkpoint_of(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / "last.ckpt"
 
 
-def latest_run(log_dir: Path, task_name: str) -> Path | None:
-    """The newest run dir (timestamps sort) of the task that holds a last.ckpt."""
-    runs = sorted(
-        p for p in (Path(log_dir) / task_name / "runs").glob("*") if checkpoint_of(p).is_file()
+def _identity(key: str, node) -> dict:
+    """What a resumed run must share with this command: the model's class and net (not the
+    optimizer or schedule, which a resume may change), the data's class and set name."""
+    if node is None:
+        return {}
+    plain = OmegaConf.to_container(node, resolve=False) if not isinstance(node, dict) else node
+    if key == "model":
+        return {"_target_": plain.get("_target_"), "net": plain.get("net")}
+    return {"_target_": plain.get("_target_"), "name": plain.get("name")}
+
+
+def _short(value) -> str:
+    text = str(value.rsplit(".", 1)[-1] if isinstance(value, str) else value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def why_not(run: Path, model=None, data=None) -> str | None:
+    """None when `run` trained this model on this data (or there is nothing to compare: no
+    composed model/data, or a run dir without its .hydra/config.yaml, whose checkpoint's own
+    stored config is checked when it loads), else why not, in a few words."""
+    if model is None and data is None:
+        return None
+    path = Path(run) / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    stored = OmegaConf.load(path)
+    for key, mine in (("model", model), ("data", data)):
+        if mine is None:
+            continue
+        ours, theirs = _identity(key, mine), _identity(key, stored.get(key))
+        if ours == theirs:
+            continue
+        if ours.get("_target_") != theirs.get("_target_"):
+            return f"{key} {_short(theirs.get('_target_'))}, not {_short(ours.get('_target_'))}"
+        sub = "net" if key == "model" else "name"
+        a, b = ours.get(sub) or {}, theirs.get(sub) or {}
+        if isinstance(a, dict) and isinstance(b, dict):
+            k = next(k for k in sorted({*a, *b}) if a.get(k) != b.get(k))
+            return f"{key}.{sub}.{k}={_short(b.get(k))}, not {_short(a.get(k))}"
+        return f"{key}.{sub}={_short(b)}, not {_short(a)}"
+    return None
+
+
+def candidates(log_dir: Path, task_name: str) -> list[Path]:
+    """Run dirs of the task holding a last.ckpt, newest first (timestamps sort)."""
+    runs = (Path(log_dir) / task_name / "runs").glob("*")
+    return sorted((p for p in runs if checkpoint_of(p).is_file()), reverse=True)
+
+
+def latest_run(log_dir: Path, task_name: str, model=None, data=None) -> Path | None:
+    """The newest run dir of the task with a last.ckpt that this model and data can resume."""
+    return next(
+        (p for p in candidates(log_dir, task_name) if why_not(p, model, data) is None), None
     )
-    return runs[-1] if runs else None
 
 
-def run_to_resume(ckpt_path, log_dir, task_name) -> Path | None:
+def run_to_resume(ckpt_path, log_dir, task_name, model=None, data=None) -> Path | None:
     """The run dir that `ckpt_path` names (`last`, or a run dir with a last.ckpt), else None."""
     if ckpt_path is None:
         return None
     value = str(ckpt_path)
     if value == LAST:
-        return latest_run(Path(log_dir), str(task_name))
+        return latest_run(Path(log_dir), str(task_name), model, data)
     path = Path(value)
     return path.resolve() if path.is_dir() and checkpoint_of(path).is_file() else None
 
 
-def _run_dir(ckpt_path, log_dir, task_name, new_dir) -> str:
-    resumed = run_to_resume(ckpt_path, log_dir, task_name)
+def _run_dir(ckpt_path, log_dir, task_name, new_dir, model=None, data=None) -> str:
+    resumed = run_to_resume(ckpt_path, log_dir, task_name, model, data)
     return str(resumed or job_run_dir(log_dir, task_name) or new_dir)
 
 
-def _output_subdir(ckpt_path, log_dir, task_name) -> str | None:
+def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str | None:
     """.hydra of a new run; .hydra/resume-<time> of a resumed one; none on ranks > 0 of a job
     (rank 0 writes the run's config once)."""
     if global_rank() > 0:
         return None
     job_dir = job_run_dir(log_dir, task_name)
-    resumed = run_to_resume(ckpt_path, log_dir, task_name) or (
+    resumed = run_to_resume(ckpt_path, log_dir, task_name, model, data) or (
         job_dir if job_dir is not None and (job_dir / ".hydra").is_dir() else None
     )
     if resumed is None:
@@ -144,7 +193,9 @@ def resolve_checkpoint(cfg) -> None:
     A restarted scheduler job continues its own last.ckpt whatever ckpt_path says (the first
     run may have started from a file: the requeued one goes on from where it stopped).
     The first thing the train and compress recipes do."""
-    cfg.ckpt_path = _checkpoint_file(cfg.get("ckpt_path"), cfg.paths.log_dir, cfg.task_name)
+    cfg.ckpt_path = _checkpoint_file(
+        cfg.get("ckpt_path"), cfg.paths.log_dir, cfg.task_name, cfg.get("model"), cfg.get("data")
+    )
     requeued = requeued_checkpoint(cfg.paths.output_dir)
     if requeued is not None and (
         cfg.ckpt_path is None or Path(str(cfg.ckpt_path)).resolve() != requeued.resolve()
@@ -160,18 +211,21 @@ def resolve_checkpoint(cfg) -> None:
     mark_job(cfg.paths.output_dir)
 
 
-def _checkpoint_file(ckpt_path, log_dir, task_name):
+def _checkpoint_file(ckpt_path, log_dir, task_name, model=None, data=None):
     from litlab.utils.distributed import is_rank_zero
 
     if ckpt_path is None:
         return None
     value = str(ckpt_path)
-    run = run_to_resume(value, log_dir, task_name)
+    run = run_to_resume(value, log_dir, task_name, model, data)
     if run is None and value == LAST:
         runs = Path(log_dir) / str(task_name) / "runs"
+        rejected = [f"{p.name} ({why_not(p, model, data)})" for p in candidates(log_dir, task_name)]
+        seen = f"; newest rejected: {', '.join(rejected[:3])}" if rejected else ""
         raise UserError(
-            f"ckpt_path=last: no run of task '{task_name}' with checkpoints/last.ckpt "
-            f"in {runs}; pass ckpt_path=<run dir or .ckpt file>"
+            f"ckpt_path=last: no run of task '{task_name}' in {runs} with checkpoints/last.ckpt "
+            f"that this command's model and data can resume{seen}; pass its overrides, or "
+            f"ckpt_path=<run dir or .ckpt file>"
         )
     if run is None and Path(value).is_dir():
         raise UserError(
@@ -181,7 +235,16 @@ def _checkpoint_file(ckpt_path, log_dir, task_name):
     if run is None:
         return ckpt_path
     if is_rank_zero():  # DDP ranks > 0 resolve it alike, silently
-        print(f"resuming {run} from {checkpoint_of(run).name}", flush=True)
+        skipped = []
+        if value == LAST:
+            for p in candidates(log_dir, task_name):
+                if p == run:
+                    break
+                skipped.append(f"{p.name} ({why_not(p, model, data)})")
+        note = (
+            f"; skipped newer runs of other settings: {', '.join(skipped[:3])}" if skipped else ""
+        )
+        print(f"resuming {run} from {checkpoint_of(run).name}{note}", flush=True)
     return str(checkpoint_of(run))
 
 

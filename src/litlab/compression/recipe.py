@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 
 def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
@@ -44,8 +44,13 @@ def compress(cfg: DictConfig) -> list[dict]:
 
     if not OmegaConf.is_missing(cfg, "ckpt_path"):  # unset: entry_config says so
         resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
-    entry_config(cfg, CompressSettings)  # one line, exit 2, no data read
+    entry_config(cfg, CompressSettings)  # one line, exit 2, no data read; steps vs task kind
     cfg, resume = _resumed(cfg)
+    if cfg.trainer.get("max_epochs") is None:  # the kind's number (node classification: 400)
+        from litlab.config.checks import stored_config
+
+        with open_dict(cfg):
+            cfg.trainer.max_epochs = CompressSettings.kind_epochs(stored_config(cfg.ckpt_path))
     import lightning as L
     import torch
 

@@ -25,10 +25,18 @@ class PruneSettings(Settings):
 class DistillSettings(Settings):
     #: null: the checkpoint teaches; a path: that run's model teaches this run's data
     teacher: str | None = None
-    #: a model config (`_target_`, checked by its signature) or keys merged onto the teacher's
-    student: dict
+    #: a model config (`_target_`, checked by its signature) or keys merged onto the teacher's;
+    #: null: the teacher's own model, narrowed (litlab.compression.students)
+    student: dict | None = None
+    #: a student merged onto the teacher's model is narrowed to at most this share of the
+    #: teacher's parameters (null: taken as given)
+    max_params_ratio: (
+        Annotated[float, Interval(gt=0, le=1), "a share of the teacher's parameters in (0, 1]"]
+        | None
+    ) = 0.25
     alpha: Annotated[float, Interval(ge=0, le=1), "a weight in [0, 1]"] = 0.7
-    temperature: PosFloat = 4.0
+    #: null: the task kind's (`TaskKind.distill_temperature`: 4, node classification 1)
+    temperature: PosFloat | None = None
 
 
 class QuantizeSettings(Settings):
@@ -92,7 +100,16 @@ class CompressSettings(EntrySettings):
         view = cfg.copy()
         with open_dict(view):
             view.model, view.data = stored["model"], stored["data"]
+            if view.trainer.get("max_epochs") is None:  # as the recipe sets it: the kind's
+                view.trainer.max_epochs = self.kind_epochs(stored)
         return view
+
+    @staticmethod
+    def kind_epochs(stored: dict) -> int:
+        """`trainer.max_epochs=null`: the epochs of the checkpoint's task kind."""
+        from litlab import tasks
+
+        return tasks.kind_of_data(stored["data"]["_target_"]).compress_epochs
 
     def check_kind(self, kind) -> None:
         """Every step applies to the checkpoint's task kind (`TaskKind.compression`)."""
@@ -116,5 +133,5 @@ class CompressSettings(EntrySettings):
             check_checkpoint(distill.teacher, None, self.trust_checkpoint)
         if distill:
             check_student(
-                distill.student, stored_config(self.ckpt_path), "compress.distill.student"
+                distill.student or {}, stored_config(self.ckpt_path), "compress.distill.student"
             )

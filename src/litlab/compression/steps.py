@@ -3,6 +3,7 @@ run config that rebuilds it) and returns the next; trainings run in Lightning wi
 compress command's trainer, callbacks and logger, so they checkpoint and resume like train.py."""
 
 import copy
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,30 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
     return Stage("prune", model, run_cfg)
 
 
-def student_config(step, teacher_model_cfg: dict) -> dict:
-    """A full model config, or keys merged onto the teacher's (no `_target_`)."""
-    student = OmegaConf.to_container(step.student, resolve=True)
+def student_config(step, teacher_model_cfg: dict, run_cfg: dict, dm) -> dict:
+    """The student's model config: a full model config (`_target_`) as given; else keys merged
+    onto the teacher's (none: the teacher's own), narrowed until it has at most
+    `max_params_ratio` of the teacher's parameters (litlab.compression.students)."""
+    from litlab.compression.students import fitting_student
+
+    given = step.get("student")
+    student = OmegaConf.to_container(given, resolve=True) if given is not None else {}
     if "_target_" in student:
         return student
-    return OmegaConf.to_container(OmegaConf.merge(teacher_model_cfg, student), resolve=True)
+    merged = OmegaConf.to_container(OmegaConf.merge(teacher_model_cfg, student), resolve=True)
+    ratio = step.get("max_params_ratio")
+    if ratio is None:
+        return merged
+
+    def count(model_cfg: dict) -> int:
+        quiet = logging.getLogger("litlab.config.build")
+        level, quiet.level = quiet.level, logging.WARNING  # no "Instantiating" per candidate
+        try:
+            return sum(p.numel() for p in rebuild({**run_cfg, "model": model_cfg}, dm).parameters())
+        finally:
+            quiet.setLevel(level)
+
+    return fitting_student(teacher_model_cfg, merged, count, ratio)
 
 
 def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:
@@ -132,9 +151,14 @@ def distill_step(
     teacher = teacher or stage
     check_teacher(teacher, stage.run_cfg, dm)
     run_cfg = copy.deepcopy(stage.run_cfg)
-    run_cfg["model"] = student_config(step, teacher.run_cfg["model"])
+    run_cfg["model"] = student_config(step, teacher.run_cfg["model"], run_cfg, dm)
+    if (run_cfg["model"].get("scheduler") or {}).get("T_max") is not None:
+        run_cfg["model"]["scheduler"]["T_max"] = cfg.trainer.max_epochs
     student = rebuild(run_cfg, dm)
-    distiller = distill.Distiller(student, teacher.model, step.alpha, step.temperature)
+    temperature = step.temperature
+    if temperature is None:
+        temperature = tasks.get(dm.task).distill_temperature
+    distiller = distill.Distiller(student, teacher.model, step.alpha, temperature)
     fit(distiller, training_config(cfg, run_cfg, index), dm, resume=resume and resume["path"])
     return Stage("distill", student.cpu(), run_cfg)
 

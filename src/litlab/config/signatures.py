@@ -27,6 +27,10 @@ _BATCHES = Annotated[
     "a fraction in [0, 1] or a number of batches >= 0",
 ]
 _EPOCHS = Annotated[PosInt | Literal[-1], "an integer >= 1 (or -1 for no limit)"]
+# null: Lightning's default (1000 epochs), or the entry's own (compress: per task kind)
+_MAX_EPOCHS = Annotated[
+    PosInt | Literal[-1] | None, "an integer >= 1, -1 for no limit, or null (the default)"
+]
 
 # Bounds for the classes of other libraries, by "module.QualName" (no import needed here).
 EXTERNAL: dict[str, dict] = {
@@ -45,7 +49,7 @@ EXTERNAL: dict[str, dict] = {
         "warmup_steps": NonNegInt,
     },
     "lightning.pytorch.trainer.trainer.Trainer": {
-        "max_epochs": _EPOCHS,
+        "max_epochs": _MAX_EPOCHS,
         "max_steps": _EPOCHS,
         "min_epochs": NonNegInt | None,
         "limit_train_batches": _BATCHES,

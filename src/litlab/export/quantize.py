@@ -4,8 +4,11 @@ Static (not dynamic) quantization: activations get fixed scales from calibration
 convolutions run as int8 kernels. QDQ keeps the graph portable (TensorRT reads it too).
 """
 
+import contextlib
+import logging
+import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,37 @@ def _feeds(batch, input_names: list[str]) -> dict[str, np.ndarray]:
     }
 
 
+class _FromOnnxRuntime(logging.Filter):
+    """Drops ONNX Runtime's records (it logs on the root logger: "Axis 1 is out-of-range",
+    "Created a copy of bias input", one per layer) from the console; the log file keeps them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "onnxruntime" not in record.pathname
+
+
+@contextlib.contextmanager
+def scratch(folder: Path) -> Iterator[Path]:
+    """ONNX Runtime's tools write temporary files into the working directory
+    (`sym_shape_infer_temp.onnx` and its `<uuid>.data` when symbolic shape inference gives up)
+    and into the system temp dir: both go to `folder` (the run dir's tmp/), removed after; the
+    console handlers skip its log records meanwhile."""
+    folder.mkdir(parents=True, exist_ok=True)
+    quiet = _FromOnnxRuntime()
+    handlers = [h for h in logging.getLogger().handlers if not isinstance(h, logging.FileHandler)]
+    previous = tempfile.tempdir
+    for h in handlers:
+        h.addFilter(quiet)
+    try:
+        tempfile.tempdir = str(folder)
+        with contextlib.chdir(folder), np.errstate(invalid="ignore", divide="ignore"):
+            yield folder
+    finally:
+        tempfile.tempdir = previous
+        for h in handlers:
+            h.removeFilter(quiet)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def input_layers(model) -> list[str]:
     """Names of the nodes that read a graph input directly (the first layer)."""
     inputs = {i.name for i in model.graph.input}
@@ -37,13 +71,15 @@ def quantize_int8(
     *,
     per_channel: bool = True,
     exclude_op_types: tuple[str, ...] = (),
+    op_types: tuple[str, ...] | None = None,
     keep_input_layer_fp32: bool = True,
 ) -> Path:
     """Write a QDQ int8 copy of `onnx_path` to `out_path`, calibrated on `calibration_batches`.
 
     Each batch is an input array (or tensor), a tuple in input order, or {input_name: array},
     preprocessed exactly as in training. The fp32 file's `metadata_props` are kept, plus
-    `quantization`. `exclude_op_types` keeps ops in fp32 (e.g. ("Softmax",)).
+    `quantization`. `exclude_op_types` keeps ops in fp32 (e.g. ("Softmax",)); `op_types`
+    quantizes only these (None: every op type of the graph; graphs: their kind's `int8_op_types`).
     `keep_input_layer_fp32`: the first layer reads raw inputs, whose rounding costs the most
     accuracy for the least size (digits CNN: 98.1% -> 99.4% test accuracy for 1% of the file)."""
     import onnx
@@ -58,7 +94,7 @@ def quantize_int8(
 
     from litlab.export.onnx import write_metadata
 
-    onnx_path, out_path = Path(onnx_path), Path(out_path)
+    onnx_path, out_path = Path(onnx_path).resolve(), Path(out_path).resolve()
     model = onnx.load(str(onnx_path), load_external_data=False)
     names = [i.name for i in model.graph.input]
     props = {p.key: p.value for p in model.metadata_props}
@@ -71,14 +107,19 @@ def quantize_int8(
             batch = next(self.batches, None)
             return None if batch is None else _feeds(batch, names)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        prepared = Path(tmp) / "prepared.onnx"
-        try:  # shape inference + graph optimization: the recommended step before quantizing
-            quant_pre_process(str(onnx_path), str(prepared), skip_symbolic_shape=False)
-        except Exception:  # noqa: BLE001 (symbolic shape inference fails on some graphs)
-            prepared = onnx_path
+    with scratch(out_path.parent / "tmp") as tmp:
+        prepared = tmp / "prepared.onnx"
+        # shape inference + graph optimization: the recommended step before quantizing;
+        # symbolic shape inference gives up on some graphs (3D U-Net): then without it
+        for symbolic in (True, False):
+            try:
+                quant_pre_process(str(onnx_path), str(prepared), skip_symbolic_shape=not symbolic)
+                break
+            except Exception:  # noqa: BLE001 (shape inference fails on some graphs)
+                prepared = onnx_path if not symbolic else prepared
         graph = onnx.load(str(prepared), load_external_data=False)
-        op_types = sorted({n.op_type for n in graph.graph.node} - set(exclude_op_types))
+        present = {n.op_type for n in graph.graph.node}
+        chosen = present & set(op_types) if op_types is not None else present
         keep = input_layers(graph) if keep_input_layer_fp32 else []
         quantize_static(
             str(prepared),
@@ -88,7 +129,7 @@ def quantize_int8(
             per_channel=per_channel,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
-            op_types_to_quantize=op_types,
+            op_types_to_quantize=sorted(chosen - set(exclude_op_types)),
             nodes_to_exclude=keep,
             calibrate_method=CalibrationMethod.MinMax,
             extra_options={"ActivationSymmetric": False},

@@ -90,6 +90,7 @@ def serving_metadata(spec, predict, meta: dict) -> None:
 
 
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
+    from litlab import tasks
     from litlab.export import onnx, pt2, quantize
 
     if fmt in ("onnx", "pt2"):
@@ -104,7 +105,10 @@ def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
         )
     elif fmt == "onnx_int8":
         quantize.quantize_int8(
-            path.with_name(FILES["onnx"]), spec.calibration(calibration_batches), path
+            path.with_name(FILES["onnx"]),
+            spec.calibration(calibration_batches),
+            path,
+            op_types=tasks.get(spec.task).int8_op_types,
         )
     elif fmt == "tensorrt":
         from litlab.export import tensorrt
@@ -188,6 +192,16 @@ def run_export(settings: ExportSettings, output_dir) -> dict:
             drop = reference - row["metric"] if higher_better else row["metric"] - reference
             row["ok"] = drop <= int8_max_drop
             row["check"] = f"test/{metric} at most {int8_max_drop:g} worse than the checkpoint"
+            if not row["ok"]:  # an int8 file that lost accuracy is not an artifact to ship
+                path.unlink()
+                row |= {"written": False, "drop": drop}
+                row["skipped"] = (
+                    f"{fmt}: not written: test/{metric} {row['metric']:.4f} is {drop:.4f} worse "
+                    f"than the checkpoint's {reference:.4f} (int8_max_drop={int8_max_drop:g}); "
+                    f"the fp32 formats are the ones to use"
+                )
+                print(row["skipped"])
+                continue
         print(
             f"{fmt:10s} {'ok    ' if row['ok'] else 'FAILED'} max abs diff "
             f"{row['max_abs_diff']:.2e}, rel {row['max_rel_diff']:.2e}; test/{metric} "
@@ -205,7 +219,7 @@ def run_export(settings: ExportSettings, output_dir) -> dict:
         sizes, make = (1,), lambda b: spec.example
     latency = measure_latency(net, onnx_files, make, sizes, budget_s=settings.latency.budget_s)
     result = {
-        "ok": all(r["ok"] for r in rows.values()),
+        "ok": all(r["ok"] or r.get("written") is False for r in rows.values()),
         "checkpoint": str(ckpt_path),
         "task": spec.task,
         "metric": f"test/{metric}",

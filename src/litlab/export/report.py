@@ -26,10 +26,13 @@ def markdown(r: dict) -> str:
         if "metric" not in row:
             lines.append(f"| {fmt} | {row['file']} | | | | | | FAILED: {row.get('error')} |")
             continue
+        status = "ok" if row["ok"] else "FAILED"
+        if row.get("written") is False:
+            status = f"not written ({row['drop']:.4f} worse)"
         lines.append(
-            f"| {fmt} | {row['file']} | {row['size_bytes']:,} | {row['metric']:.4f} | "
+            f"| {fmt} | {'(none)' if row.get('written') is False else row['file']} | {row['size_bytes']:,} | {row['metric']:.4f} | "
             f"{row['max_abs_diff']:.2e} | {row['max_rel_diff']:.2e} | {row['check']} | "
-            f"{'ok' if row['ok'] else 'FAILED'} |"
+            f"{status} |"
         )
     lines += [
         "",

@@ -83,11 +83,68 @@ def _lightning_args(finder, mode: str) -> dict:
     return args
 
 
+def steepest_descent(
+    lrs, losses, smooth: int = 5, skip_begin: int = 5
+) -> tuple[int, int, int] | None:
+    """(suggested, start, end) indices of an LR range test: the suggestion and the falling range.
+
+    The loss is smoothed again (a centered moving average of `smooth` points on top of
+    Lightning's running average), its descent measured against log10(lr) (the test's own
+    spacing), and only the range where the smoothed loss falls is searched: from its highest
+    point (after `skip_begin`: Lightning's running average starts biased) to its minimum. Lightning's `suggestion()` takes the steepest slope of the
+    whole curve, which after the minimum can land on the blow-up's edge (the curve's peak)."""
+    import numpy as np
+
+    lrs, losses = np.asarray(lrs, float), np.asarray(losses, float)
+    keep = np.isfinite(losses) & (lrs > 0)
+    lrs, losses, index = lrs[keep], losses[keep], np.flatnonzero(keep)
+    if len(losses) < skip_begin + 3:
+        return None
+    k = max(1, min(smooth, len(losses) // 10))
+    padded = np.pad(losses, (k // 2, k - 1 - k // 2), mode="edge")
+    smoothed = np.convolve(padded, np.ones(k) / k, mode="valid")
+    bottom = skip_begin + int(np.argmin(smoothed[skip_begin:]))
+    if bottom - skip_begin < 2:  # no falling range: the loss only rises
+        return None
+    top = skip_begin + int(np.argmax(smoothed[skip_begin:bottom]))
+    if bottom - top < 2:
+        return None
+    slope = np.gradient(smoothed, np.log10(lrs))
+    best = top + int(np.argmin(slope[top:bottom]))
+    return int(index[best]), int(index[top]), int(index[bottom])
+
+
+def plot_lr_curve(results: dict, best: int, top: int, bottom: int, path: Path) -> None:
+    """The loss against the lr (log axis), the falling range shaded, the suggestion marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lrs, losses = results["lr"], results["loss"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(lrs, losses)
+    ax.axvspan(lrs[top], lrs[bottom], color="tab:green", alpha=0.1, label="loss still falling")
+    ax.plot(
+        lrs[best],
+        losses[best],
+        "o",
+        color="tab:red",
+        markersize=9,
+        label=f"suggested lr {lrs[best]:.3g} (steepest descent)",
+    )
+    ax.set(xscale="log", xlabel="learning rate", ylabel="training loss (smoothed)")
+    ax.legend()
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+
+
 @dataclasses.dataclass
 class LearningRateFinder:
     """Lightning's LR range test: `num_training` steps from `min_lr` to `max_lr`, stopped early
     when the loss exceeds `early_stop_threshold` times its best; the suggestion is the steepest
-    descent of the smoothed loss curve (plot: tune/lr_find.png)."""
+    descent of the smoothed loss curve within the range where it still falls
+    (`steepest_descent`; plot: tune/lr_find.png)."""
 
     min_lr: float = 1e-6
     max_lr: float = 1.0
@@ -101,55 +158,131 @@ class LearningRateFinder:
         finder = Tuner(trainer).lr_find(
             model, datamodule=datamodule, update_attr=False, **_lightning_args(self, "spacing")
         )
-        lr = finder.suggestion() if finder is not None else None
-        if lr is None:
-            log.warning("LR finder: no suggestion (too few steps ran); keeping the config's lr")
+        found = steepest_descent(finder.results["lr"], finder.results["loss"]) if finder else None
+        if found is None:
+            log.warning("LR finder: no falling range in the loss curve; keeping the config's lr")
             return None
+        best, top, bottom = found
+        lr = float(finder.results["lr"][best])
         if is_rank_zero():
-            import matplotlib.pyplot as plt
-
-            fig = finder.plot(suggest=True, show=False)
-            fig.savefig(_out_dir(trainer) / "lr_find.png", dpi=90, bbox_inches="tight")
-            plt.close(fig)
+            plot_lr_curve(finder.results, best, top, bottom, _out_dir(trainer) / "lr_find.png")
         # the optimizer is a partial from config (LitModule builds it at fit): rebind its lr
         model._optimizer = functools.partial(model._optimizer, lr=lr)
         _report(
             trainer,
             "lr",
             lr,
-            f"LR finder: suggested lr {lr:.4g} (searched {self.min_lr:g} to {self.max_lr:g} "
-            f"in {len(finder.results['lr'])} steps); training with it",
-            {"searched": [self.min_lr, self.max_lr], "results": finder.results},
+            f"LR finder: suggested lr {lr:.4g}, the steepest descent of the smoothed loss "
+            f"before its minimum at lr {finder.results['lr'][bottom]:.3g} (searched "
+            f"{self.min_lr:g} to {self.max_lr:g} in {len(finder.results['lr'])} steps); "
+            f"training with it",
+            {
+                "searched": [self.min_lr, self.max_lr],
+                "falling_until": finder.results["lr"][bottom],
+                "results": finder.results,
+            },
         )
         return lr
 
 
+@contextlib.contextmanager
+def step_times(model):
+    """{batch size: [seconds per training step]} while inside. Lightning's scaler runs its
+    trials without the trainer's callbacks, so the module's own batch hooks are wrapped (on
+    the instance; the class's methods come back on exit)."""
+    import time
+
+    from lightning.pytorch.utilities.parsing import lightning_getattr
+
+    seconds: dict[int, list[float]] = {}
+    started = [0.0]
+    start_hook, end_hook = model.on_train_batch_start, model.on_train_batch_end
+
+    def on_start(*args, **kwargs):
+        started[0] = time.perf_counter()
+        return start_hook(*args, **kwargs)
+
+    def on_end(*args, **kwargs):
+        size = int(lightning_getattr(model, "batch_size"))
+        seconds.setdefault(size, []).append(time.perf_counter() - started[0])
+        return end_hook(*args, **kwargs)
+
+    model.on_train_batch_start, model.on_train_batch_end = on_start, on_end
+    try:
+        yield seconds
+    finally:
+        del model.on_train_batch_start, model.on_train_batch_end
+
+
+def choose_batch_size(seconds: dict[int, list[float]], n_train: int, slack: float = 1.1):
+    """(size, epoch seconds by size): the smallest size whose estimated epoch time (steps x
+    median step time, the first step of each size left out as warm-up) is within `slack` of
+    the fastest. Larger batches than that make epochs no faster, only fewer steps."""
+    import statistics
+
+    epoch = {
+        size: -(-n_train // size) * statistics.median(times[1:] or times)
+        for size, times in sorted(seconds.items())
+        if size <= n_train
+    }
+    fastest = min(epoch.values())
+    return min(s for s, t in epoch.items() if t <= slack * fastest), epoch
+
+
 @dataclasses.dataclass
 class BatchSizeFinder:
-    """Lightning's batch-size scaler: `power` doubles from `init_val` until a trial runs out of
-    memory (or `max_trials`, or the dataset size); `binsearch` then bisects."""
+    """Lightning's batch-size scaler (`power` doubles from `init_val` until a trial runs out of
+    memory or `max_trials`; `binsearch` then bisects), capped so that an epoch keeps
+    `min_steps_per_epoch` steps of the training set, then the smallest size of those tried
+    whose epoch is about as fast as the fastest (`choose_batch_size`): on a CPU, memory never
+    stops the doubling, and beyond that size batches only take steps away."""
 
     search: str = "power"
     steps_per_trial: int = 3
     init_val: int = 2
     max_trials: int = 25
+    min_steps_per_epoch: int = 10
 
     def __call__(self, trainer, model, datamodule) -> int | None:
+        import math
+
         from lightning.fabric.utilities.exceptions import MisconfigurationException
         from lightning.pytorch.tuner import Tuner
+        from lightning.pytorch.utilities.parsing import lightning_setattr
 
-        try:
-            size = Tuner(trainer).scale_batch_size(
-                model, datamodule=datamodule, **_lightning_args(self, "search")
+        if "batch_size" not in getattr(datamodule, "hparams", {}):
+            raise UserError(
+                "tune=batch_size cannot run here: this data has no data.batch_size (a whole "
+                "graph is one batch); tune=lr applies"
             )
+        datamodule.setup("fit")
+        n_train = len(datamodule.train_set)
+        cap = max(self.init_val, n_train // self.min_steps_per_epoch)
+        trials = min(self.max_trials, int(math.log2(cap / self.init_val)) + 1)
+        args = {
+            k: v for k, v in _lightning_args(self, "search").items() if k != "min_steps_per_epoch"
+        }
+        try:
+            with step_times(model) as seconds:
+                largest = Tuner(trainer).scale_batch_size(
+                    model, datamodule=datamodule, **(args | {"max_trials": trials})
+                )
         except MisconfigurationException as err:  # e.g. full-graph data have no batch_size
             raise UserError(f"tune=batch_size cannot run here: {one_line(err)}") from None
+        size, epoch = choose_batch_size({k: v for k, v in seconds.items() if k <= cap}, n_train)
+        lightning_setattr(model, "batch_size", size)
+        why = (
+            f"the largest that keeps {self.min_steps_per_epoch} steps per epoch"
+            if size == max(epoch)
+            else f"larger sizes (up to {max(epoch)}) make an epoch at most "
+            f"{epoch[size] / min(epoch.values()) - 1:.0%} faster"
+        )
         _report(
             trainer,
             "batch_size",
             size,
-            f"Batch-size finder: batch_size={size} ({self.search} search from {self.init_val}); "
-            f"training with it",
-            {"search": self.search},
+            f"Batch-size finder: batch_size={size} ({why}; {n_train:,} training samples, "
+            f"~{epoch[size]:.2f} s per epoch; memory allowed {largest}); training with it",
+            {"search": self.search, "epoch_seconds": epoch, "largest_fitting": largest},
         )
         return size

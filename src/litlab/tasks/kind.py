@@ -13,6 +13,10 @@ COMPRESSION_STEPS = ("prune_structured", "prune_unstructured", "distill", "quant
 GRAPH_INPUTS = {
     "inputs": "graph",
     "compression": ("prune_unstructured", "distill"),
+    # int8 of a graph net: its dense layers only. The message passing around them (gathers,
+    # scatters, degree norms) carries indices and per-node sums whose ranges calibrate to zero
+    # scales (NaN outputs) and whose rounding costs accuracy for no size or speed.
+    "int8_op_types": ("Gemm", "MatMul"),
 }
 GRAPH_NOTES = {
     "quantize": "graph inputs",
@@ -39,6 +43,12 @@ class TaskKind:
     samples_view: Literal["images", "volume_slices", "nodes"] | None = None
     #: compression steps that apply (quantize and structured pruning need tensor inputs)
     compression: tuple[str, ...] = COMPRESSION_STEPS
+    #: compress: epochs of fine-tuning / student training when trainer.max_epochs is null,
+    #: and the distillation temperature when compress.distill.temperature is null
+    compress_epochs: int = 5
+    distill_temperature: float = 4.0
+    #: export: the ONNX op types int8 quantizes (None: all)
+    int8_op_types: tuple[str, ...] | None = None
     #: federated partitions: one integer label per dataset item (None: not partitionable)
     federated_labels: Literal["per_item"] | None = "per_item"
     #: why a feature does not apply, by feature: appended to the refusal

@@ -1,0 +1,91 @@
+"""The default student of `compress=distill`: chosen per domain from the teacher's own model
+config, so that it has at most `max_params_ratio` (a quarter) of the teacher's parameters.
+
+- nets with a width knob (small CNN, 3D U-Net, 3D ResNet, GNNs): the same net, narrower;
+- nets without one (torchvision's ResNet-18): the small CNN of configs/model/cnn.yaml.
+The width is shrunk step by step and the student built and counted at each step: the first
+that fits is taken, so the bound holds for any data (Cora's 1,433 input features dominate a
+GCN's parameters; a digit's 64 pixels do not)."""
+
+import copy
+from collections.abc import Callable
+
+from litlab.errors import UserError
+
+# scale factors tried in order on a net's width (the first student that fits is kept; 1.0:
+# a student given narrower on the command line is kept as given)
+SCALES = (1.0, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05)
+
+
+def _channels(net: dict, scale: float) -> dict:
+    return {"channels": [max(2, round(c * scale)) for c in net["channels"]]}
+
+
+def _widen(net: dict, scale: float) -> dict:
+    return {"widen_factor": net.get("widen_factor", 1.0) * scale}
+
+
+def _hidden(net: dict, scale: float) -> dict:
+    """GNN widths stay multiples of the attention heads (GAT: heads x channels per head)."""
+    heads = net.get("heads", 1) if net.get("conv") == "gat" else 1
+    per_head = max(1, round(net.get("hidden_channels", 16) * scale / heads))
+    # dropout 0.5 on a few hidden units drops most of them: at most 0.2 on a narrowed GNN
+    return {"hidden_channels": per_head * heads, "dropout": min(net.get("dropout", 0.0), 0.2)}
+
+
+# net factory -> how it narrows (keys of its `net` config, given a scale factor)
+NARROW: dict[str, Callable[[dict, float], dict]] = {
+    "litlab.models.nets.cnn.SmallCNN": _channels,
+    "litlab.models.nets.unet3d.unet3d": _channels,
+    "litlab.models.nets.resnet3d.resnet3d": _widen,
+    "litlab.models.nets.gnn.GNN": _hidden,
+}
+# net factory -> a smaller net of another family, with the optimizer that trains it
+REPLACE = {
+    "litlab.models.nets.resnet.resnet18": {
+        "net": {"_target_": "litlab.models.nets.cnn.SmallCNN", "channels": [32, 64, 128]},
+        "optimizer": {
+            "_target_": "torch.optim.AdamW",
+            "_partial_": True,
+            "lr": 0.005,
+            "weight_decay": 0.0005,
+        },
+    },
+}
+
+
+def candidates(teacher_model: dict):
+    """Student model configs, largest first."""
+    model = copy.deepcopy(teacher_model)
+    target = model["net"]["_target_"]
+    if target in REPLACE:
+        model |= copy.deepcopy(REPLACE[target])
+        target = model["net"]["_target_"]
+        yield copy.deepcopy(model)
+    if target not in NARROW:
+        known = ", ".join(sorted({*NARROW, *REPLACE}))
+        raise UserError(
+            f"compress=distill has no default student for {target} (it has for {known}); "
+            f"name one: model@compress.distill.student=NAME or "
+            f"+compress.distill.student.net.KEY=VALUE"
+        )
+    base = model["net"]
+    for scale in SCALES:
+        yield copy.deepcopy(model) | {"net": {**base, **NARROW[target](base, scale)}}
+
+
+def fitting_student(
+    teacher_model: dict, student: dict, count: Callable[[dict], int], ratio: float
+) -> dict:
+    """The largest narrowing of `student` (a model config) with at most `ratio` x the
+    teacher's parameters, counted by `count(model_config)` (the net built for this data)."""
+    limit = ratio * count(teacher_model)
+    tried = None
+    for candidate in candidates(student):
+        tried = count(candidate)
+        if tried <= limit:
+            return candidate
+    raise UserError(
+        f"compress=distill: no default student has <= {ratio:g} of the teacher's parameters "
+        f"(the smallest has {tried:,}); name one with model@compress.distill.student=NAME"
+    )

@@ -1,0 +1,292 @@
+"""The feature x domain matrix: every after-training feature on every domain's default
+experiment, run as a user runs them (subprocesses of src/*.py), written to docs/matrix.md.
+
+    .venv/bin/python tests/feature_matrix.py                       # all of it (hours on 2 cores)
+    .venv/bin/python tests/feature_matrix.py --rows digits_cnn --columns train,eval
+
+Results are kept in a JSON file (--results) and merged, so rows or columns can be rerun; the
+markdown is written from all the results kept. tests/test_matrix.py runs it (slow) and one
+cell per column on the digits CNN (fast)."""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # run as a script: the sibling module
+
+import matrix_cells as cells
+
+ROOT = cells.ROOT
+SHARED = Path(os.environ.get("LITLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+@dataclass
+class Row:
+    name: str
+    label: str
+    train: list[str]  # train.py overrides (the domain's default experiment, fewer epochs)
+    short: list[str] = field(default_factory=lambda: ["trainer.max_epochs=1"])  # inspect, compress
+    compress: list[str] | None = None  # compress.py overrides (None: `short`)
+    needs: str | None = None  # a folder of the shared data (the row is skipped without it)
+
+    @property
+    def federate_args(self) -> list[str]:
+        """The row's data and model groups, without train.py's epochs."""
+        return [a for a in self.train if not a.startswith(("trainer.", "callbacks."))]
+
+
+def rows(shared: Path) -> list[Row]:
+    hippo = f"data.root={shared / 'Hippocampus'}"
+    nifti = [hippo, "data.num_workers=0", "data.persistent_workers=false"]
+    return [
+        Row("digits_cnn", "digits, CNN (default)", ["trainer.max_epochs=5"]),
+        Row(
+            "digits_resnet18",
+            "digits, ResNet-18",
+            ["experiment=digits_resnet18", "trainer.max_epochs=2"],
+            ["trainer.max_epochs=1", "trainer.limit_train_batches=10"],
+        ),
+        Row("unet3d_phantoms", "phantoms, UNet3D", ["model=unet3d", "trainer.max_epochs=3"]),
+        Row("resnet3d_phantoms", "phantoms, ResNet3D", ["model=resnet3d", "trainer.max_epochs=3"]),
+        Row(
+            "unet3d_hippocampus",
+            "Hippocampus NIfTI, UNet3D",
+            [
+                "experiment=unet3d_hippocampus",
+                *nifti,
+                "trainer.max_epochs=2",
+                "trainer.limit_train_batches=40",
+            ],
+            ["trainer.max_epochs=1", "trainer.limit_train_batches=10"],
+            needs="Hippocampus",
+        ),
+        Row(
+            "resnet3d_hippocampus",
+            "Hippocampus NIfTI, ResNet3D",
+            ["model=resnet3d", "data=nifti", *nifti, "trainer.max_epochs=1"],
+            needs="Hippocampus",
+        ),
+        Row("gcn_cora", "Cora, GCN", ["experiment=gcn_cora"], compress=[], needs="Planetoid"),
+        Row(
+            "gat_cora",
+            "Cora, GAT",
+            ["experiment=gat_cora", "trainer.max_epochs=200"],
+            ["trainer.max_epochs=20"],
+            compress=[],
+            needs="Planetoid",
+        ),
+        Row(
+            "gin_mutag",
+            "MUTAG, GIN",
+            ["experiment=gin_mutag", "trainer.max_epochs=50"],
+            ["trainer.max_epochs=5"],
+            needs="TUDataset",
+        ),
+        Row(
+            "gin_proteins",
+            "PROTEINS, GIN",
+            ["model=gin", "data=proteins", "trainer.max_epochs=20"],
+            ["trainer.max_epochs=3"],
+            needs="TUDataset",
+        ),
+        Row(
+            "gcn_sbm",
+            "SBM graph, GCN (model=gnn)",
+            ["model=gnn", "trainer.max_epochs=100"],
+            ["trainer.max_epochs=20"],
+        ),
+    ]
+
+
+COLUMNS = {
+    "train": None,  # special: gives the row its checkpoint
+    "eval": cells.evaluate,
+    "inspect": cells.inspect,
+    "export onnx": cells.export("onnx"),
+    "export pt2": cells.export("pt2"),
+    "export onnx_int8": cells.export("onnx_int8"),
+    "export tensorrt": cells.export("tensorrt"),
+    "serve": cells.serve,
+    "prune": cells.compress("prune"),
+    "distill": cells.compress("distill"),
+    "quantize": cells.compress("quantize"),
+    "federate": cells.federate,
+    "tune=lr": cells.tune_lr,
+}
+
+
+def copy_data(shared: Path, dst: Path) -> Path:
+    """Writable copies of the shared real data (read-only there), as LITLAB_DATA_DIR."""
+    for name in ("Planetoid", "TUDataset", "Hippocampus"):
+        if (shared / name).is_dir() and not (dst / name).exists():
+            shutil.copytree(shared / name, dst / name)
+    for path in dst.rglob("*"):
+        path.chmod(path.stat().st_mode | 0o200)
+    return dst
+
+
+def outside_writes(before: set[str]) -> list[str]:
+    return sorted(line[3:] for line in cells.git_status() - before if "__pycache__" not in line)
+
+
+def run_row(row: Row, columns: list[str], work: Path, env: dict, log=print, save=None) -> dict:
+    """Each column's Cell for `row`; the train cell first (the others use its checkpoint)."""
+    ctx = cells.Ctx(work / row.name / "logs", env)
+    out = {}
+    before = cells.git_status()
+    train = cells.train(row, ctx)
+    ctx.ckpt = train.path
+    out["train"] = train
+    log(
+        f"{row.name:22s} train            {train.status:8s} {train.text} ({train.seconds:.0f} s)",
+        flush=True,
+    )
+    for name in columns:
+        if name == "train":
+            continue
+        if train.status != "ok":
+            cell = cells.Cell("n/a", f"no checkpoint (train: {train.status})")
+        else:
+            try:
+                cell = COLUMNS[name](row, ctx)
+            except Exception as err:  # noqa: BLE001 (a bug of the runner: still one cell)
+                cell = cells.Cell("FAILED", f"runner: {type(err).__name__}: {err}")
+        if stray := outside_writes(before):
+            cell = cells.Cell(
+                "FAILED", f"wrote outside its run dir: {', '.join(stray)}", cell.seconds
+            )
+            before = cells.git_status()
+        out[name] = cell
+        if save is not None:  # after every cell: an interrupted matrix keeps what it ran
+            save({k: v.as_dict() for k, v in out.items()})
+        log(
+            f"{row.name:22s} {name:16s} {cell.status:8s} {cell.text} ({cell.seconds:.0f} s)",
+            flush=True,
+        )
+    return {k: v.as_dict() for k, v in out.items()}
+
+
+def render(results: dict, all_rows: list[Row]) -> str:
+    """docs/matrix.md: one table of statuses, then each row's cells in full."""
+    mark = {
+        "ok": "ok",
+        "refused": "refused",
+        "FAILED": "**FAILED**",
+        "n/a": "n/a",
+        "skipped": "skipped",
+    }
+    cols = list(COLUMNS)
+    lines = [
+        "# Feature x domain matrix",
+        "",
+        "Every after-training feature on every domain's default experiment, run as a user runs",
+        "them: `tests/feature_matrix.py` calls `src/train.py`, `eval.py`, `export.py`, `serve.py`",
+        "(one real HTTP request), `compress.py`, `federate.py` in subprocesses and writes this page",
+        "from what they printed and wrote. A cell is `ok` (with the metric or size it produced),",
+        "`refused` (the one line the command printed, exit 2, before any work) or `FAILED`.",
+        "Trainings are short (epochs below), so metrics are those of short runs, not of the",
+        "published recipes. Regenerate: `.venv/bin/python tests/feature_matrix.py` (slow test:",
+        "`pytest -m slow tests/test_matrix.py`). A cell marked `not run` was not reached by the",
+        "run that wrote this page (rerun its row: `--rows NAME`); seconds are wall time on the",
+        "machine named at the end, which tells more about its load than about litlab.",
+        "",
+        "| domain | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    for row in all_rows:  # a row not run yet: all its cells `not run`
+        got = results.get(row.name, {})
+        lines.append(
+            f"| {row.label} | "
+            + " | ".join(mark.get(got.get(c, {}).get("status"), "not run") for c in cols)
+            + " |"
+        )
+    for row in all_rows:
+        got = results.get(row.name)
+        if not got:
+            continue
+        lines += [
+            "",
+            f"## {row.label}",
+            "",
+            (
+                f"`python src/train.py {' '.join(a for a in row.train if '/' not in a)}`;"
+                f" inspect with `{' '.join(row.short)}`, compress.py with "
+                f"`{' '.join(row.short if row.compress is None else row.compress) or 'defaults'}`"
+            ),
+            "",
+        ]
+        lines += ["| feature | status | result | s |", "|---|---|---|---|"]
+        for c in cols:
+            cell = got.get(c, {"status": "not run", "text": "not run yet", "seconds": 0})
+            text = cell["text"].replace("|", "\\|")
+            lines.append(f"| {c} | {cell['status']} | {text} | {cell['seconds']:.0f} |")
+    lines += [
+        "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, on a shared 2-core CPU machine.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="all")
+    parser.add_argument("--columns", default="all")
+    parser.add_argument("--results", default=str(ROOT / "logs" / "matrix" / "results.json"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "matrix.md"))
+    parser.add_argument("--shared", default=str(SHARED))
+    parser.add_argument("--jobs", type=int, default=1, help="rows run in parallel")
+    parser.add_argument("--render-only", action="store_true", help="write --out from --results")
+    args = parser.parse_args(argv)
+    shared = Path(args.shared)
+    all_rows = rows(shared)
+    chosen = [r for r in all_rows if args.rows == "all" or r.name in args.rows.split(",")]
+    columns = list(COLUMNS) if args.columns == "all" else args.columns.split(",")
+    results_path = Path(args.results)
+    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    if args.render_only:
+        Path(args.out).write_text(render(results, all_rows))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="litlab-matrix-") as tmp:
+        work = Path(tmp)
+        env = cells.clean_env(copy_data(shared, work / "data"))
+        lock = threading.Lock()
+
+        def one(row):
+            if row.needs and not (shared / row.needs).is_dir():
+                got = {
+                    "train": {
+                        "status": "skipped",
+                        "text": f"{shared / row.needs} absent",
+                        "seconds": 0,
+                    }
+                }
+            else:
+                got = run_row(row, columns, work, env, save=lambda done: keep(row, done))
+            keep(row, got)
+
+        def keep(row, got):
+            with lock:
+                results[row.name] = {**results.get(row.name, {}), **got}
+                results_path.parent.mkdir(parents=True, exist_ok=True)
+                results_path.write_text(json.dumps(results, indent=2))
+                Path(args.out).write_text(render(results, all_rows))
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(one, chosen))
+    Path(args.out).write_text(render(results, all_rows))
+    bad = [(r, c) for r, got in results.items() for c, v in got.items() if v["status"] == "FAILED"]
+    print(f"{len(bad)} failed cells: {bad}" if bad else "no failed cell")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

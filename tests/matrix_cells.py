@@ -1,0 +1,283 @@
+"""The cells of the feature x domain matrix (tests/feature_matrix.py): each runs one entry
+point in a subprocess, as a user would, and returns a `Cell` (status and the number it made,
+or the one line it refused with). Nothing here imports litlab: the commands are the product."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
+QUIET_AFTER = ["extras.print_config=false"]  # entry points without a callbacks group
+# a refusal must come before any work; slower than this (on a loaded machine: the seconds
+# are in the cell) it is marked "(late)"
+REFUSAL_S = 30.0
+
+
+@dataclass
+class Cell:
+    status: str  # ok | refused | FAILED | n/a (a cell it depends on did not produce a run)
+    text: str  # the metric or size, or the one-line reason
+    seconds: float = 0.0
+    path: str = ""  # what it produced (a checkpoint, a file), for the cells after it
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "text": self.text, "seconds": round(self.seconds, 1)}
+
+
+@dataclass
+class Ctx:
+    """Where a row's runs go, and what the earlier cells of the row produced."""
+
+    log_dir: Path
+    env: dict
+    ckpt: str = ""  # the train cell's best checkpoint
+    onnx: str = ""  # the export cell's model.onnx
+
+
+def run(script: str, args: list[str], ctx: Ctx, timeout: float):
+    cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={ctx.log_dir}", *args]
+    started = time.time()
+    try:
+        proc = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ctx.env
+        )
+    except subprocess.TimeoutExpired:
+        return None, time.time() - started
+    return proc, time.time() - started
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def outcome(proc, seconds: float, timeout: float) -> Cell | None:
+    """A Cell for a run that did not succeed (None: it exited 0)."""
+    if proc is None:
+        return Cell("FAILED", f"timed out after {timeout:.0f} s", seconds)
+    if proc.returncode == 0:
+        return None
+    err = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    if proc.returncode == 2 and len(err) == 1:
+        late = f" (late: {seconds:.0f} s)" if seconds > REFUSAL_S else ""
+        return Cell("refused", err[0].strip() + late, seconds)
+    what = "traceback" if "Traceback" in proc.stderr else f"exit {proc.returncode}"
+    return Cell("FAILED", f"{what}: {last_line(proc.stderr or proc.stdout)}", seconds)
+
+
+def run_dir_of(stdout: str, log_dir: Path, task: str) -> Path:
+    m = re.search(r"run dir\s+(\S+)", stdout)
+    if m:
+        return Path(m.group(1))
+    return max((log_dir / task / "runs").glob("*"))
+
+
+def metric_text(metrics: dict, keys: tuple) -> str:
+    for key in keys:
+        if key in metrics:
+            return f"{key} {metrics[key]:.4f}"
+    return "no test metric"
+
+
+TEST_KEYS = ("test/acc", "test/dice", "test/auroc", "test/f1")
+
+
+def train(row, ctx: Ctx, extra=(), timeout=1800) -> Cell:
+    proc, s = run("train.py", [*QUIET, *row.train, *extra], ctx, timeout)
+    if (bad := outcome(proc, s, timeout)) is not None:
+        return bad
+    out = run_dir_of(proc.stdout, ctx.log_dir, "train")
+    metrics = json.loads((out / "metrics.json").read_text())
+    best = sorted((out / "checkpoints").glob("epoch_*.ckpt")) or [out / "checkpoints/last.ckpt"]
+    return Cell("ok", metric_text(metrics, TEST_KEYS), s, str(best[-1]))
+
+
+def evaluate(row, ctx: Ctx, timeout=900) -> Cell:
+    proc, s = run("eval.py", [*QUIET_AFTER, f"ckpt_path={ctx.ckpt}"], ctx, timeout)
+    if (bad := outcome(proc, s, timeout)) is not None:
+        return bad
+    out = run_dir_of(proc.stdout, ctx.log_dir, "eval")
+    metrics = json.loads((out / "metrics.json").read_text())
+    preds = out / "predictions.csv"
+    rows = len(preds.read_text().splitlines()) - 1 if preds.is_file() else 0
+    return Cell("ok", f"{metric_text(metrics, TEST_KEYS)}; {rows} predictions", s)
+
+
+def inspect(row, ctx: Ctx, timeout=1800) -> Cell:
+    cell = train(row, ctx, ["callbacks=inspect", *row.short], timeout)
+    if cell.status != "ok":
+        return cell
+    run = Path(cell.path).parents[1]
+    pictures = [p for p in run.rglob("*.png")]
+    return Cell("ok", f"{len(pictures)} pictures", cell.seconds)
+
+
+def export(fmt: str):
+    def cell(row, ctx: Ctx, timeout=900) -> Cell:
+        args = [*QUIET_AFTER, f"ckpt_path={ctx.ckpt}", f"formats=[{fmt}]"]
+        proc, s = run("export.py", args, ctx, timeout)
+        out = None
+        if proc is not None and proc.returncode in (0, 1):
+            out = run_dir_of(proc.stdout, ctx.log_dir, "export")
+        if out is not None and (out / "export_report.json").is_file():
+            report = json.loads((out / "export_report.json").read_text())
+            r = report["formats"].get(fmt, {})
+            if r.get("ok"):
+                if fmt == "onnx":
+                    ctx.onnx = str(out / r["file"])
+                return Cell(
+                    "ok",
+                    f"{report['metric']} {r['metric']:.4f}; {r['size_bytes'] / 1e3:,.0f} kB",
+                    s,
+                )
+            if proc.returncode == 0 and not (out / r.get("file", "none")).exists():
+                return Cell("refused", r.get("error") or r.get("skipped") or "not written", s)
+            return Cell("FAILED", r.get("error") or f"exit {proc.returncode}: check failed", s)
+        return outcome(proc, s, timeout) or Cell("FAILED", "no export_report.json", s)
+
+    return cell
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def request_body(meta: dict) -> dict:
+    """One request in the model's input layout (zeros: the answer's shape is what is checked)."""
+    layout, task = meta["inputs"], meta["task"]
+    if "edge_index" in layout:
+        n, f = 5, int(layout["x"]["shape"][1])
+        body = {"x": [[0.0] * f] * n, "edge_index": [[0, 1, 2, 3], [1, 2, 3, 4]]}
+        return body | ({"batch": [0] * n} if "batch" in layout else {})
+    shape = layout["x"]["shape"]
+    if "segmentation" in task:
+        shape = [1, shape[1], *layout["patch_size"]]
+    else:
+        shape = [1, *[int(s) for s in shape[1:]]]
+
+    def zeros(dims):
+        return [zeros(dims[1:]) for _ in range(dims[0])] if dims else 0.0
+
+    return {"inputs": zeros(shape)}
+
+
+def serve(row, ctx: Ctx, timeout=300) -> Cell:
+    if not ctx.onnx:
+        return Cell("n/a", "no model.onnx (export onnx did not pass)")
+    port = free_port()
+    cmd = [
+        sys.executable,
+        str(ROOT / "src/serve.py"),
+        f"paths.log_dir={ctx.log_dir}",
+        *QUIET_AFTER,
+        f"model_path={ctx.onnx}",
+        f"port={port}",
+    ]
+    started = time.time()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=ctx.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while time.time() - started < timeout:
+            if proc.poll() is not None:
+                return Cell("FAILED", f"exit {proc.returncode}: {last_line(proc.stderr.read())}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        meta = json.load(urllib.request.urlopen(base + "/metadata", timeout=10))
+        body = json.dumps(request_body(meta)).encode()
+        req = urllib.request.Request(base + "/predict", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            answer = json.load(r)
+        keys = sorted(k for k in answer if k != "request_id")
+        return Cell("ok", f"200, answer keys {', '.join(keys)}", time.time() - started)
+    except Exception as err:  # noqa: BLE001
+        return Cell("FAILED", f"{type(err).__name__}: {str(err)[:200]}", time.time() - started)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def compress(step: str):
+    def cell(row, ctx: Ctx, timeout=1800) -> Cell:
+        extra = row.short if row.compress is None else row.compress
+        args = [*QUIET, f"ckpt_path={ctx.ckpt}", f"compress={step}", *extra]
+        proc, s = run("compress.py", args, ctx, timeout)
+        if (bad := outcome(proc, s, timeout)) is not None:
+            return bad
+        out = run_dir_of(proc.stdout, ctx.log_dir, "compress")
+        report = json.loads((out / "compress_report.json").read_text())
+        first, last = report["stages"][0], report["stages"][-1]
+        metric = report["metric"]
+        text = f"{metric} {first[metric]:.4f} -> {last[metric]:.4f}"
+        if step == "quantize" and first.get("onnx_mb") and last.get("onnx_mb"):
+            text += f"; ONNX {first['onnx_mb']:.3f} -> {last['onnx_mb']:.3f} MB"
+        elif first.get("params") and last.get("params"):
+            a, b = first["nonzero_params"], last["nonzero_params"]
+            text += f"; non-zero params {a:,} -> {b:,} ({b / a:.0%})"
+        if step != "quantize":  # the compressed checkpoint must load in eval.py
+            ckpt = max(out.glob(f"*_{step}.ckpt"))
+            check = Ctx(ctx.log_dir, ctx.env, str(ckpt))
+            ev = evaluate(row, check)
+            if ev.status != "ok":
+                return Cell(
+                    "FAILED", f"eval.py of the {step} checkpoint: {ev.text}", s + ev.seconds
+                )
+            text += "; eval.py loads it"
+            s += ev.seconds
+        return Cell("ok", text, s)
+
+    return cell
+
+
+def federate(row, ctx: Ctx, timeout=600) -> Cell:
+    args = [*QUIET_AFTER, *row.federate_args, "federate.rounds=2", "federate.num_clients=2"]
+    proc, s = run("federate.py", args, ctx, timeout)
+    if (bad := outcome(proc, s, timeout)) is not None:
+        return bad
+    out = run_dir_of(proc.stdout, ctx.log_dir, "federate")
+    import csv
+
+    with open(out / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    value = rows[-1].get("accuracy") if rows else None
+    last = f"test/acc {float(value):.4f}" if value not in (None, "", "nan") else "no test metric"
+    return Cell("ok", f"{len(rows) - 1} rounds; {last}", s)
+
+
+def tune_lr(row, ctx: Ctx, timeout=1800) -> Cell:
+    cell = train(row, ctx, ["tune=lr"], timeout)
+    if cell.status != "ok":
+        return cell
+    run = Path(cell.path).parents[1]
+    found = run / "tune" / "lr.json"
+    lr = json.loads(found.read_text())["lr"] if found.is_file() else None
+    return Cell(
+        "ok", f"lr {lr:.3g}; {cell.text}" if lr else f"no suggestion; {cell.text}", cell.seconds
+    )
+
+
+def git_status() -> set[str]:
+    out = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    return set(out.stdout.splitlines())
+
+
+def clean_env(data_dir: Path) -> dict:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "LITLAB_DATA_DIR": str(data_dir)}

@@ -1,0 +1,180 @@
+"""The defaults that must hold on every domain (issue #26): the default export of a GCN exits 0
+and writes no data into pt2; a 3D export leaves nothing outside its run dir; the default
+distilled student is at most a quarter of its teacher; refusals come before any work; the LR
+suggestion comes from the falling part of the curve; ckpt_path=last resumes only a run that
+this command's model and data can resume; the console shows 4 decimals and no profiler noise."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from conftest import QUIET, TINY_SEG, run_dirs
+from matrix_cells import git_status
+
+SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2"]
+
+
+def _export_dir(log_dir):
+    return run_dirs(log_dir, "export")[-1]
+
+
+def test_gcn_default_export_exits_0_and_pt2_holds_no_data(cli, shared_data, tmp_path):
+    data = shared_data("Planetoid").parent
+    cli("train.py", "experiment=gcn_cora", "trainer.max_epochs=30", f"paths.data_dir={data}")
+    ckpt = next((run_dirs(tmp_path / "logs")[-1] / "checkpoints").glob("epoch_*.ckpt"))
+    proc = cli("export.py", f"ckpt_path={ckpt}", check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = _export_dir(tmp_path / "logs")
+    report = json.loads((out / "export_report.json").read_text())["formats"]
+    onnx, pt2 = (out / "model.onnx").stat().st_size, (out / "model.pt2").stat().st_size
+    assert pt2 < 3 * onnx, (pt2, onnx)  # 15.9 MB against 105 KB when it held Cora's features
+    int8 = report["onnx_int8"]
+    if int8.get("written") is False:  # missed its tolerance: reported, and no file left
+        assert not (out / "model.int8.onnx").exists()
+        assert f"not written: test/acc {int8['metric']:.4f}" in proc.stdout
+    else:
+        assert int8["ok"] and (out / "model.int8.onnx").is_file()
+    assert not (out / "tmp").exists()
+
+
+def test_int8_that_misses_its_tolerance_is_not_written(digits_run, tmp_path, capsys):
+    """A drop bound that no file can meet (-1: int8 must gain a point; the command refuses
+    negative bounds, so it is set past the check): the int8 file is reported not written and
+    removed, the fp32 file stays, the export counts as ok (exit 0)."""
+    from litlab.config.settings import check
+    from litlab.export.recipe import run_export
+    from litlab.export.settings import ExportSettings
+
+    values = {"task_name": "export", "ckpt_path": str(digits_run.best), "formats": ["onnx_int8"]}
+    values["latency"] = {"batch_sizes": [1], "budget_s": 0.1}
+    settings = check(ExportSettings, values).model_copy(update={"int8_max_drop": -1.0})
+    out = tmp_path / "export"
+    report = run_export(settings, out)
+    assert "onnx_int8: not written: test/acc" in capsys.readouterr().out
+    assert report["ok"] and report["formats"]["onnx_int8"]["written"] is False
+    assert (out / "model.onnx").is_file() and not (out / "model.int8.onnx").exists()
+    assert "not written" in (out / "export_report.md").read_text()
+
+
+def test_3d_export_writes_nothing_outside_its_run_dir(cli, tmp_path):
+    before = git_status()
+    cli("train.py", *TINY_SEG, *SHORT, "test=false")
+    ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
+    args = ["formats=[onnx_int8]", "calibration_batches=2", "latency.batch_sizes=[1]"]
+    proc = cli("export.py", f"ckpt_path={ckpt}", *args, "latency.budget_s=0.1")
+    assert git_status() == before  # no sym_shape_infer_temp.onnx, no <uuid>.data
+    out = _export_dir(tmp_path / "logs")
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".onnx") == [
+        "model.int8.onnx",
+        "model.onnx",
+    ]
+    assert not (out / "tmp").exists()
+    assert "out-of-range" not in proc.stdout + proc.stderr  # in export.log, not the console
+    assert "out-of-range" in (out / "export.log").read_text()
+
+
+def test_default_distilled_student_is_a_quarter_of_the_teacher(cli, digits_run, tmp_path):
+    fast = [*SHORT, "report.onnx=false", "report.batch_sizes=[1]", "report.budget_s=0.1"]
+    cli("compress.py", f"ckpt_path={digits_run.best}", "compress=distill", *fast)
+    out = run_dirs(tmp_path / "logs", "compress")[-1]
+    stages = {
+        s["stage"]: s for s in json.loads((out / "compress_report.json").read_text())["stages"]
+    }
+    assert stages["distill"]["params"] <= 0.25 * stages["original"]["params"]
+    cli("eval.py", f"ckpt_path={out / '1_distill.ckpt'}", "predictions=false")
+
+
+@pytest.mark.parametrize("step", ["quantize", "prune"])
+def test_steps_that_do_not_apply_are_refused_before_any_work(cli, tmp_path, step):
+    cli("train.py", "model=gnn", *SHORT, "test=false")
+    ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
+    proc = cli("compress.py", f"ckpt_path={ckpt}", f"compress={step}", check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "node_classification" in lines[0] and "distill" in lines[0]
+    assert not (tmp_path / "logs" / "compress").exists() or not any(
+        (tmp_path / "logs" / "compress" / "runs").glob("*/*.ckpt")
+    )
+
+
+def test_lr_suggestion_is_the_steepest_descent_before_the_minimum():
+    """A curve that falls, bottoms out, then blows up with a sharp drop after its peak: the
+    suggestion is in the falling range, not at the blow-up's edge."""
+    from litlab.recipes.tuning import steepest_descent
+
+    lrs = np.logspace(-6, 0, 100)
+    x = np.log10(lrs)
+    loss = 2.3 - 1.5 / (1 + np.exp(-3 * (x + 3)))  # falls fastest at lr 1e-3
+    loss[70:] = loss[69] + np.linspace(0, 8, 30)  # rises from lr ~1.6e-2 ...
+    loss[90:] = loss[89] - np.linspace(0, 3, 10)  # ... then falls steeply past its peak
+    best, top, bottom = steepest_descent(lrs, loss)
+    assert top < best < bottom < 70 and 3e-4 < lrs[best] < 3e-3
+    assert steepest_descent(lrs, np.linspace(1, 5, 100)) is None  # never falls: no suggestion
+
+
+def test_batch_size_choice_is_capped_and_stops_where_epochs_stop_getting_faster():
+    from litlab.recipes.tuning import choose_batch_size
+
+    # seconds per step: flat up to 64 (per-sample cost falls), then proportional to the size
+    seconds = {s: [1.0] + [0.01 * max(1, s / 64)] * 2 for s in (2, 4, 8, 16, 32, 64, 128, 256)}
+    size, epoch = choose_batch_size(seconds, n_train=1293)
+    assert size == 64 and epoch[128] == pytest.approx(epoch[64], rel=0.1)
+    assert max(choose_batch_size({2048: [0.1], 16: [0.1]}, n_train=1293)[1]) == 16
+
+
+def test_ckpt_path_last_resumes_the_run_of_this_model(cli, tmp_path):
+    cli("train.py", *SHORT, "test=false")  # the default CNN
+    cnn_run = run_dirs(tmp_path / "logs")[-1]
+    cli("train.py", *SHORT, "test=false", "model.net.channels=[8,16]")  # newer, another net
+    proc = cli("train.py", "ckpt_path=last", "trainer.max_epochs=2", *SHORT[1:], "test=false")
+    assert f"resuming {cnn_run}" in proc.stdout
+    assert "model.net.channels" in proc.stdout  # the newer run it skipped, and why
+    proc = cli("train.py", "ckpt_path=last", "model=gnn", *SHORT, check=False)
+    assert proc.returncode == 2 and "newest rejected" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_eval_prints_4_decimals_and_the_profiler_no_native_noise(cli, digits_run):
+    proc = cli("eval.py", f"ckpt_path={digits_run.best}", "predictions=false")
+    assert not re.search(r"\d\.\d{7,}", proc.stdout), proc.stdout  # test/f1 1.0000001192092896
+    assert re.search(r"^  test +.*\bacc 0\.\d{4}(  |$)", proc.stdout, re.MULTILINE), proc.stdout
+    proc = cli("train.py", "profiler=pytorch", *SHORT, "test=false", *QUIET)
+    noise = proc.stdout + proc.stderr
+    assert "gpuGetDeviceCount" not in noise and "allocated before the profiling" not in noise
+
+
+def _distilled(cli, tmp_path, ckpt, *extra) -> dict:
+    cli("compress.py", f"ckpt_path={ckpt}", "compress=distill", *extra, timeout=1800)
+    out = run_dirs(tmp_path / "logs", "compress")[-1]
+    report = json.loads((out / "compress_report.json").read_text())
+    return {s["stage"]: s for s in report["stages"]}
+
+
+@pytest.mark.slow
+def test_default_student_keeps_95_percent_on_digits(cli, digits_run, tmp_path):
+    stages = _distilled(cli, tmp_path, digits_run.best, "report.onnx=false")
+    teacher, student = stages["original"], stages["distill"]
+    assert student["params"] <= 0.25 * teacher["params"]
+    assert student["test/acc"] >= 0.95 * teacher["test/acc"], (student, teacher)
+
+
+@pytest.mark.slow
+def test_default_student_keeps_95_percent_on_cora(cli, shared_data, tmp_path):
+    data = shared_data("Planetoid").parent
+    cli("train.py", "experiment=gcn_cora", f"paths.data_dir={data}", "test=false")
+    ckpt = next((run_dirs(tmp_path / "logs")[-1] / "checkpoints").glob("epoch_*.ckpt"))
+    stages = _distilled(cli, tmp_path, ckpt)
+    teacher, student = stages["original"], stages["distill"]
+    assert student["params"] <= 0.25 * teacher["params"]
+    assert student["test/acc"] >= 0.95 * teacher["test/acc"], (student, teacher)
+
+
+@pytest.mark.slow
+def test_lr_suggestion_trains_digits_to_97_percent(cli, tmp_path):
+    proc = cli("train.py", "tune=lr", timeout=1800)
+    run = run_dirs(tmp_path / "logs")[-1]
+    lr = json.loads((run / "tune" / "lr.json").read_text())["lr"]
+    assert f"suggested lr {lr:.4g}" in proc.stdout
+    assert (run / "tune" / "lr_find.png").is_file()
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] >= 0.97

@@ -1,0 +1,85 @@
+"""The feature x domain matrix (tests/feature_matrix.py): one cell per column on the digits CNN
+in `make test`, the whole matrix (every domain; docs/matrix.md) in the slow stage."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SHARED_DATA
+from feature_matrix import COLUMNS, Row, main, rows
+from matrix_cells import Cell, Ctx, clean_env, git_status
+
+pytestmark = pytest.mark.xdist_group("digits_run")
+
+FAST = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
+
+
+@pytest.fixture(scope="module")
+def cells(digits_run, tmp_path_factory):
+    """The cells of the digits row, run on the session's digits checkpoint with short
+    trainings; module scope: serve uses the model.onnx that the export cell wrote."""
+    work = tmp_path_factory.mktemp("matrix")
+    row = next(r for r in rows(SHARED_DATA) if r.name == "digits_cnn")
+    row.train, row.short = [*FAST], [*FAST]
+    row.compress = [*FAST, "report.onnx=false", "report.batch_sizes=[1]", "report.budget_s=0.2"]
+    special = {  # the whole default run would be minutes: the same commands, shorter
+        "federate": Row("f", "f", ["federate.local_epochs=1", "trainer.limit_train_batches=2"]),
+        "tune=lr": Row("t", "t", ["trainer.max_epochs=1", "tune.lr_find.num_training=20"]),
+    }
+    ctx = Ctx(work / "logs", clean_env(work / "data"), ckpt=str(digits_run.best))
+    before = git_status()
+    done: dict[str, Cell] = {}
+
+    def cell(column: str) -> Cell:
+        if column not in done:
+            done[column] = COLUMNS[column](special.get(column, row), ctx)
+        return done[column]
+
+    yield cell
+    assert git_status() == before, "a matrix cell wrote into the project"
+
+
+@pytest.mark.parametrize("column", [c for c in COLUMNS if c != "train"])
+def test_one_cell_per_column_on_the_digits_cnn(cells, column):
+    if column == "serve":
+        cells("export onnx")  # serve answers with the file that export wrote
+    cell = cells(column)
+    if column == "export tensorrt" and cell.status == "refused":
+        assert "CUDA" in cell.text and "onnx" in cell.text  # one line naming what works here
+        return
+    assert cell.status == "ok", cell.text
+    if column in ("eval", "export onnx", "export pt2", "export onnx_int8"):
+        assert "test/acc 0.9" in cell.text  # the shared 12-epoch run's accuracy, through each
+    if column == "distill":
+        assert "eval.py loads it" in cell.text
+
+
+def test_the_train_cell_gives_a_checkpoint(tmp_path):
+    from matrix_cells import train
+
+    cell = train(Row("t", "t", FAST), Ctx(tmp_path / "logs", clean_env(tmp_path / "data")))
+    assert cell.status == "ok" and cell.text.startswith("test/acc ")
+    assert cell.path.endswith(".ckpt") and os.path.isfile(cell.path)
+
+
+@pytest.mark.slow
+def test_the_whole_matrix_has_no_failed_cell(tmp_path):
+    """Every domain's row; docs/matrix.md is rewritten from the results (commit it)."""
+    out = tmp_path / "matrix.md"
+    code = main(["--results", str(tmp_path / "results.json"), "--out", str(out), "--jobs", "2"])
+    text = out.read_text()
+    assert "FAILED" not in text, text
+    assert code == 0
+    if os.environ.get("LITLAB_WRITE_MATRIX"):
+        (ROOT / "docs" / "matrix.md").write_text(text)
+
+
+def test_the_runner_runs_as_a_script():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "feature_matrix.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "--rows" in proc.stdout
