@@ -30,6 +30,7 @@ class Victims:
     def untouched(self) -> bool:
         return (
             self.file.read_text() == "secret"
+            and sorted(p.name for p in self.dir.iterdir()) == ["keep.txt"]
             and (self.dir / "keep.txt").read_text() == "keep"
             and not self.copy.exists()
         )
@@ -78,6 +79,10 @@ CASES = {
     ),
     "env resolver": (
         lambda c, v: c["data"].update(data_dir="${oc.env:LITLAB_TEST_EVIL," + f"{v.dir}" + "}"),
+        "data.data_dir",
+    ),
+    "data folder elsewhere": (
+        lambda c, v: c["data"].update(data_dir=str(v.dir / "planted")),
         "data.data_dir",
     ),
 }
@@ -186,6 +191,29 @@ def test_trusted_file_is_built_as_stored(digits_run, tmp_path):
     with pytest.raises(UserError, match="data.batch_size"):
         load_run(tmp_path / "own.ckpt")
     assert load_run(tmp_path / "own.ckpt", trust=True).datamodule.hparams.batch_size == 17
+
+
+def test_data_folders_are_this_machines():
+    """A checkpoint's data folders move from its run's data dir to this command's (a
+    colleague's checkpoint finds the data here; a file never chooses where litlab writes);
+    one outside its run's data dir is refused unless this command names the folder."""
+    from litlab.checkpointing import trust
+
+    stored = {
+        "paths": {"data_dir": "/their/data"},
+        "data": {"data_dir": "/their/data", "cache_dir": "/their/data/cache", "root": "/imgs"},
+    }
+    moved = trust.data_folders_here(stored, "/my/data", "x.ckpt")["data"]
+    assert moved == {"data_dir": "/my/data", "cache_dir": "/my/data/cache", "root": "/imgs"}
+    for bad in ("/etc", "/their/data/../../etc", "relative/data"):
+        evil = {**stored, "data": {"data_dir": bad}}
+        with pytest.raises(UserError, match=r"data\.data_dir=.*\+data_overrides\.data_dir"):
+            trust.data_folders_here(evil, "/my/data", "x.ckpt")
+        kept = trust.data_folders_here(evil, "/my/data", "x.ckpt", overridden=("data_dir",))
+        assert kept["data"]["data_dir"] == bad  # the command's override replaces it next
+    no_paths = {"data": {"data_dir": "/their/data"}}
+    with pytest.raises(UserError, match="outside the data dir of its run"):
+        trust.data_folders_here(no_paths, "/my/data", "x.ckpt")
 
 
 # the configs whose resolved task config the project stores in checkpoints

@@ -269,11 +269,62 @@ def merged(config: dict, overrides: dict | None) -> dict:
     return {**config, "data": merge(config.get("data") or {}, overrides)}
 
 
-def checked(stored, source: str, overrides: dict | None = None, trust: bool = False):
-    """The DictConfig to build the run from: the stored config (with the data `overrides` of
-    this command), checked unless `trust`. Built from exactly the dict that was checked."""
+def default_data_dir() -> str:
+    """Where this machine keeps datasets when no command says (configs/paths/default.yaml:
+    LITLAB_DATA_DIR, else <project>/data)."""
+    import os
+
+    from litlab.config.resolvers import PROJECT_ROOT
+
+    return os.environ.get("LITLAB_DATA_DIR") or str(PROJECT_ROOT / "data")
+
+
+def data_folders_here(config: dict, data_dir, source: str, overridden=()) -> dict:
+    """The stored config with its data folders (`data.*_dir`: where a datamodule reads,
+    downloads and caches) moved from the data dir of the machine that trained it to this
+    command's `data_dir`: `/their/data/medmnist` becomes `<data_dir>/medmnist`. A checkpoint
+    thus never chooses where litlab writes (a folder named by a crafted file would be created
+    and filled: PyG's processed/, downloads, caches), and a colleague's checkpoint finds its
+    data where this machine keeps it. A folder outside the run's own data dir is refused."""
+    from pathlib import PurePath
+
+    data, paths = config.get("data"), config.get("paths")
+    if not isinstance(data, dict):
+        return config
+    theirs = paths.get("data_dir") if isinstance(paths, dict) else None
+    moved = dict(data)
+    for key, value in data.items():
+        if not (isinstance(key, str) and key.endswith("_dir")) or value is None:
+            continue
+        if key in overridden:  # this command names the folder
+            continue
+        inside = isinstance(theirs, str) and isinstance(value, str)
+        if inside:
+            try:
+                rel = PurePath(value).relative_to(theirs)
+            except ValueError:
+                inside = False
+        if not inside or ".." in rel.parts:
+            raise _refuse(
+                source,
+                f"names data.{key}={shown(value)}, outside the data dir of its run "
+                f"({shown(theirs)}); litlab writes data only where this command says: pass "
+                f"+data_overrides.{key}=FOLDER",
+            )
+        moved[key] = str(PurePath(data_dir) / rel)
+    return {**config, "data": moved}
+
+
+def checked(stored, source: str, overrides: dict | None = None, trust: bool = False, data_dir=None):
+    """The DictConfig to build the run from: the stored config, its data folders under this
+    command's `data_dir` (default: `default_data_dir()`), with this command's data `overrides`,
+    checked unless `trust` (then as stored). Built from exactly the dict that was checked."""
     from omegaconf import OmegaConf
 
+    if not trust:
+        check(stored, source)  # plain data first: the folders are then plain strings
+        here = data_dir or default_data_dir()
+        stored = data_folders_here(stored, here, source, overridden=tuple(overrides or ()))
     config = merged(stored, overrides)
     if not trust:
         check(config, source)

@@ -60,8 +60,8 @@ def compress(cfg: DictConfig) -> list[dict]:
 
     run_report.apply_extras(cfg)  # the header: steps, threads, run dir
     out = Path(cfg.paths.output_dir)
-    trust = bool(cfg.get("trust_checkpoint"))
-    run = load_run(cfg.ckpt_path, dict(cfg.data_overrides), trust=trust)
+    trust, data_dir = bool(cfg.get("trust_checkpoint")), cfg.paths.data_dir
+    run = load_run(cfg.ckpt_path, dict(cfg.data_overrides), trust=trust, data_dir=data_dir)
     L.seed_everything(cfg.seed, workers=True)
     dm = run.datamodule
     metric = "test/" + str(run.config.model.monitor).split("/", 1)[-1]
@@ -75,7 +75,7 @@ def compress(cfg: DictConfig) -> list[dict]:
     teacher = None
     if "distill" in cfg.compress and cfg.compress.distill.get("teacher"):
         # another run teaches this run's data
-        other = load_run(cfg.compress.distill.teacher, trust=trust)
+        other = load_run(cfg.compress.distill.teacher, trust=trust, data_dir=data_dir)
         teacher = steps.Stage("teacher", other.model, OmegaConf.to_container(other.config))
         steps.check_teacher(teacher, stage.run_cfg, dm)  # before anything is measured
     rows = [_measure(stage, cfg, dm, out, 0, metric)]
@@ -85,7 +85,7 @@ def compress(cfg: DictConfig) -> list[dict]:
         if name == "quantize":
             stage = steps.quantize_step(stage, cfg, step, dm, out, index)
         elif done.is_file():  # finished before an interruption: reuse it
-            again = load_run(done, dict(cfg.data_overrides), trust=trust)
+            again = load_run(done, dict(cfg.data_overrides), trust=trust, data_dir=data_dir)
             stage = steps.Stage(name, again.model, OmegaConf.to_container(again.config))
         elif name == "prune":
             stage = steps.prune_step(stage, cfg, step, dm, index, here)

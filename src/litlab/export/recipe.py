@@ -121,7 +121,8 @@ def export(cfg: DictConfig) -> dict:
     where the check needs none), then `run_export`."""
     from litlab.config.validate import entry_config
 
-    return run_export(entry_config(cfg, ExportSettings), cfg.paths.output_dir)
+    settings = entry_config(cfg, ExportSettings)
+    return run_export(settings, cfg.paths.output_dir, data_dir=cfg.paths.data_dir)
 
 
 def export_checkpoint(ckpt_path, output_dir, **settings) -> dict:
@@ -135,9 +136,10 @@ def export_checkpoint(ckpt_path, output_dir, **settings) -> dict:
     return run_export(checked, output_dir)
 
 
-def run_export(settings: ExportSettings, output_dir) -> dict:
+def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     """Export, verify and time; returns the report (also written as export_report.md/.json).
-    `report["ok"]` is False when a format failed to export or to verify."""
+    `report["ok"]` is False when a format failed to export or to verify. `data_dir`: where
+    the checkpoint's data is on this machine (`load_run`)."""
     import logging
 
     from litlab.export import report as reporting
@@ -150,7 +152,8 @@ def run_export(settings: ExportSettings, output_dir) -> dict:
         logging.getLogger(name).setLevel(logging.WARNING)
     formats, ckpt_path = settings.format_list(), settings.ckpt_path
     rtol, int8_max_drop = settings.rtol, settings.int8_max_drop
-    run = load_run(ckpt_path, dict(settings.data_overrides), trust=settings.trust_checkpoint)
+    overrides, trust = dict(settings.data_overrides), settings.trust_checkpoint
+    run = load_run(ckpt_path, overrides, trust=trust, data_dir=data_dir)
     spec = spec_for(run)
     net = prepare_net(run.model)
     metric = run.model.hparams.monitor.split("/", 1)[1]

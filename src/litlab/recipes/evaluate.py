@@ -20,7 +20,8 @@ def evaluate(cfg: DictConfig) -> RunResult:
 
     report.apply_extras(cfg)
     overrides = OmegaConf.to_container(cfg.data_overrides, resolve=True)
-    run = load_run(cfg.ckpt_path, overrides, trust=bool(cfg.get("trust_checkpoint")))
+    trust = bool(cfg.get("trust_checkpoint"))
+    run = load_run(cfg.ckpt_path, overrides, trust=trust, data_dir=cfg.paths.data_dir)
     from litlab.checkpointing import provenance
 
     note = provenance.code_note(run.checkpoint.get(provenance.KEY))

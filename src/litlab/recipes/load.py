@@ -15,13 +15,17 @@ class LoadedRun:
     checkpoint: dict  # the raw checkpoint dict (tensors on CPU)
 
 
-def load_run(ckpt_path, data_overrides: dict | None = None, *, trust: bool = False) -> LoadedRun:
+def load_run(
+    ckpt_path, data_overrides: dict | None = None, *, trust: bool = False, data_dir=None
+) -> LoadedRun:
     """The model and datamodule of the run that wrote `ckpt_path`.
 
     `data_overrides` replaces data settings (e.g. a batch size or a data_dir on this machine).
     The stored config is data: plain values naming only the kinds of classes the recipes build
     (`litlab.checkpointing.trust`), checked with the overrides merged in and built exactly as
-    checked, unless `trust=True`: a crafted file cannot run code."""
+    checked, unless `trust=True`: a crafted file cannot run code. Its data folders move to
+    `data_dir` (this machine's; default: LITLAB_DATA_DIR or <project>/data), so a file never
+    chooses where litlab writes (`trust.data_folders_here`)."""
     from litlab.checkpointing import trust as trusted
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
@@ -33,7 +37,9 @@ def load_run(ckpt_path, data_overrides: dict | None = None, *, trust: bool = Fal
             k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in data_overrides.items()
         }
-    cfg = trusted.checked(ckpt[CONFIG_KEY], str(ckpt_path), data_overrides, trust=trust)
+    cfg = trusted.checked(
+        ckpt[CONFIG_KEY], str(ckpt_path), data_overrides, trust=trust, data_dir=data_dir
+    )
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)
     model.load_state_dict(ckpt["state_dict"])
