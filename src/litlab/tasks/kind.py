@@ -35,9 +35,16 @@ class TaskKind:
     #: how one input is fed to the net: a batched tensor (samples along dim 0) or a graph
     inputs: Literal["tensor", "graph"] = "tensor"
     #: serving: what /predict answers per input (classes per sample, per node, per graph, or
-    #: a label volume) and which uploads it decodes (None: JSON only)
+    #: a label volume by sliding windows) and which uploads it decodes (None: JSON only). They
+    #: also say what the exported file's metadata must hold: images their size, channels and
+    #: normalization; volumes their shape (masks: patch size and sliding window); JSON samples
+    #: or nodes their feature shape
     serve_output: Literal["classes", "node_classes", "graph_classes", "mask"] = "classes"
     serve_files: Literal["image", "volume"] | None = None
+    #: the out-of-distribution score also measures the inputs (block-mean PPCA and per-channel
+    #: statistics: fixed-size tensors with channels and spatial dims, as whole images or
+    #: volumes); False: the classifier's confidence alone
+    ood_inputs: bool = False
     #: inspect callbacks (their `inspects` name) that apply; samples: how samples are drawn
     inspect: tuple[str, ...] = ()
     samples_view: Literal["images", "volume_slices", "nodes"] | None = None
