@@ -218,12 +218,6 @@ def test_the_new_kind_of_docs_new_task_is_one_adapter(tmp_path):
 
 
 @pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (issue 24): serving's request decoding (serving/predictor.py, runner.py) "
-    "still branches on the five kind names, so a kind declared only in litlab.tasks trains, "
-    "exports and quantizes but its /predict fails; it passed before serving's rework merged",
-)
 def test_the_new_kind_of_docs_new_task_trains_exports_serves_and_quantizes(tmp_path):
     """docs/new_task.md's table kind through every entry point, with no other file changed:
     train (callbacks=inspect), eval, export (fp32 and int8, verified), serve, compress."""

@@ -132,15 +132,15 @@ def calibrate(test_parts: dict[str, np.ndarray], input_params: dict | None) -> d
 
 
 def measure(spec, predict) -> dict:
-    """The `ood` metadata of an export: the input model fitted on the training split (tensor
-    inputs except segmentation, whose training items are patches), scales and threshold on the
-    test split, through `predict` (the eager net)."""
+    """The `ood` metadata of an export: the input model fitted on the training split (for the
+    kinds that declare `ood_inputs`: whole images or volumes, not segmentation's patches nor
+    graphs), scales and threshold on the test split, through `predict` (the eager net)."""
     import torch
 
-    from litlab.tasks import IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION
+    from litlab import tasks
 
     params = None
-    if spec.task in (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION):
+    if tasks.get(spec.task).ood_inputs:
         train = [b[0].numpy() for b in spec.calibration(100_000)]
         params = {
             "input": fit_input(np.concatenate([summary(x) for x in train])),

@@ -80,11 +80,12 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
 
 def serving_metadata(spec, predict, meta: dict) -> None:
     """What the service needs beyond the layout: the training background of images (for
-    transparent uploads) and the out-of-distribution score's model and threshold."""
+    transparent uploads, where the kind serves image files) and the out-of-distribution
+    score's model and threshold."""
+    from litlab import tasks
     from litlab.export import ood
-    from litlab.tasks import IMAGE_CLASSIFICATION
 
-    if spec.task == IMAGE_CLASSIFICATION:
+    if tasks.get(spec.task).serve_files == "image":
         meta["inputs"]["background"] = ood.background(spec)
     meta["ood"] = ood.measure(spec, predict)
 

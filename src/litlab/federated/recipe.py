@@ -24,7 +24,7 @@ def check(cfg: DictConfig):
     from litlab.federated import settings
 
     settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # no import: at once
-    settings.resolve_auto(cfg)  # imports the data class (torch) for its task kind
+    settings.resolve_auto(cfg)  # the data class's task kind (its source, or an import)
     f = settings.check(OmegaConf.to_container(cfg.federate, resolve=True))
     validate.federate_config(cfg)
     return f

@@ -12,13 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from litlab.bounds import Gt, Interval, NonNegFloat, NonNegInt, PosFloat, PosInt, Seed
 from litlab.errors import UserError
-from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
-
-#: `federate.local_epochs: auto`, by task kind (others: 1). Graph classification: a PROTEINS
-#: client holds ~90 graphs, 3 steps of 32 an epoch; 20 rounds of 1 epoch left GIN at the
-#: majority class, 5 epochs learn (docs/federated.md, BENCHMARKS.md "Federated graphs").
-#: Node classification: an epoch is one full-graph step (GCN trains 200 centrally)
-LOCAL_EPOCHS_AUTO = {GRAPH_CLASSIFICATION: 5, NODE_CLASSIFICATION: 20}
 
 PARTITIONS = ("iid", "dirichlet")
 COMPRESSIONS = ("none", "int8", "topk")
@@ -102,17 +95,19 @@ class FederateSettings(_Strict):
 
 
 def resolve_auto(cfg) -> None:
-    """`federate.local_epochs=auto` -> the task kind's number (LOCAL_EPOCHS_AUTO), in place:
-    the trainer's max_epochs interpolates it, and the stored run config holds the number."""
+    """`federate.local_epochs=auto` -> the number the data's task kind declares
+    (`TaskKind.federated_local_epochs`), in place: the trainer's max_epochs interpolates it,
+    and the stored run config holds the number."""
     if cfg.federate.get("local_epochs") != "auto":
         return
-    from hydra.utils import get_class
+    from litlab import tasks
+    from litlab.tasks.kind import TaskKind
 
     try:
-        task = getattr(get_class(str(cfg.data._target_)), "task", None)
+        epochs = tasks.kind_of_data(str(cfg.data._target_)).federated_local_epochs
     except Exception:  # noqa: BLE001  (a bad data target is refused by the config checks)
-        task = None
-    cfg.federate.local_epochs = LOCAL_EPOCHS_AUTO.get(task, 1)
+        epochs = TaskKind.federated_local_epochs  # the default of every kind
+    cfg.federate.local_epochs = epochs
 
 
 def _key(loc) -> str:

@@ -2,7 +2,9 @@
 opened, before the server listens, and anything wrong is one `UserError` line (exit 2) saying
 what is wrong and what is valid. The service then trusts only what was checked here: task
 kind, class names (as many as the model's outputs), input shapes, normalization, image size,
-sliding-window settings and the out-of-distribution score's parameters."""
+sliding-window settings and the out-of-distribution score's parameters. Which of these a file
+must hold is what its task kind's serving needs (`TaskKind.serve_files`, `serve_output`,
+`inputs`, `ood_inputs`)."""
 
 import json
 import math
@@ -10,11 +12,6 @@ from pathlib import Path
 
 from litlab import tasks
 from litlab.errors import UserError
-from litlab.tasks import (
-    IMAGE_CLASSIFICATION,
-    VOLUME_CLASSIFICATION,
-    VOLUME_SEGMENTATION,
-)
 
 MAX_VALUE_BYTES = 4 << 20  # one metadata value (the run config, the OOD model: ~0.2 MB)
 MAX_CLASSES, MAX_NAME = 100_000, 256
@@ -87,10 +84,12 @@ def _vision(inputs: dict) -> int:
     return channels
 
 
-def _volume(inputs: dict, task: str) -> int:
+def _volume(inputs: dict, windows: bool) -> int:
+    """A volume's channels; `windows`: whole volumes are read by sliding windows over patches
+    (any size), else the model's fixed size."""
     shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 5)
     channels = _int(shape[1], "inputs.x.shape[1] (channels)", 1, MAX_CHANNELS)
-    if task == VOLUME_CLASSIFICATION:
+    if not windows:
         for s in shape[2:]:
             _int(s, "a volume side in inputs.x.shape", 1, MAX_VOLUME_SIDE)
         return channels
@@ -105,6 +104,19 @@ def _volume(inputs: dict, task: str) -> int:
         "or gaussian",
     )
     return channels
+
+
+def _nodes(inputs: dict) -> None:
+    shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 2)
+    _int(shape[1], "inputs.x.shape[1] (node features)", 1, MAX_FEATURES)
+
+
+def _samples(inputs: dict) -> None:
+    """JSON samples: a batch axis, then a fixed size per dimension."""
+    shape = _list(inputs["x"].get("shape"), "inputs.x.shape", max_len=8)
+    _require(len(shape) >= 2, f"inputs.x.shape is {shape}; expected ['batch', sizes...]")
+    for s in shape[1:]:
+        _int(s, "a sample size in inputs.x.shape", 1, MAX_FEATURES)
 
 
 def _ood(ood, channels: int | None) -> None:
@@ -168,16 +180,17 @@ def check(meta: dict, input_names: list[str], width) -> dict:
     )
     inputs = meta["inputs"]
     _require(isinstance(inputs, dict) and isinstance(inputs.get("x"), dict), "inputs.x is missing")
-    channels = None
-    if task == IMAGE_CLASSIFICATION:
+    kind, channels = tasks.get(task), None
+    if kind.serve_files == "image":
         channels = _vision(inputs)
-    elif task in (VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION):
-        channels = _volume(inputs, task)
+    elif kind.serve_files == "volume":
+        channels = _volume(inputs, windows=kind.serve_output == "mask")
+    elif kind.inputs == "graph":
+        _nodes(inputs)
     else:
-        shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 2)
-        _int(shape[1], "inputs.x.shape[1] (node features)", 1, MAX_FEATURES)
+        _samples(inputs)
     if "ood" in meta:
-        _ood(meta["ood"], channels if task != VOLUME_SEGMENTATION else None)
+        _ood(meta["ood"], channels if kind.ood_inputs else None)
     return meta
 
 

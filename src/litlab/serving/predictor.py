@@ -2,7 +2,11 @@
 loop in a bounded thread pool (`decode_threads`), so /health and small requests are answered
 while large images decode; tiny images (at most INLINE_PIXELS in all) decode in place, where
 a thread hand-off would cost more than the decode. Image sizes are checked from the headers
-(per image and per request) before any pixel is decoded."""
+(per image and per request) before any pixel is decoded.
+
+How a request is decoded is what the model's task kind declares: graph inputs take JSON nodes
+and edges (`TaskKind.inputs`), a mask output takes one volume (`serve_output`), uploads are
+images or NIfTI volumes (`serve_files`), and any other kind takes JSON samples."""
 
 import asyncio
 import io
@@ -14,25 +18,19 @@ from litlab.serving import images, inputs
 from litlab.serving.inputs import BadRequest
 from litlab.serving.runner import MicroBatcher, Runner
 from litlab.serving.settings import ServeSettings
-from litlab.tasks import (
-    GRAPH_CLASSIFICATION,
-    IMAGE_CLASSIFICATION,
-    NODE_CLASSIFICATION,
-    VOLUME_CLASSIFICATION,
-    VOLUME_SEGMENTATION,
-)
 
-BATCHABLE = (IMAGE_CLASSIFICATION, VOLUME_CLASSIFICATION)
 INLINE_PIXELS = 64 * 64
+#: what a model that decodes no uploads takes instead, by `TaskKind.inputs`
+JSON_INPUTS = {"graph": "x, edge_index", "tensor": "inputs"}
 
 
 class Predictor:
     def __init__(self, runner: Runner, settings: ServeSettings):
-        self.runner, self.settings = runner, settings
+        self.runner, self.settings, self.kind = runner, settings, runner.kind
         self.max_batch = settings.max_batch
         self.batcher = (
             MicroBatcher(runner, settings.max_batch, settings.max_wait_ms)
-            if settings.batching and runner.task in BATCHABLE
+            if settings.batching and self.kind.serve_batchable
             else None
         )
         self.pool = ThreadPoolExecutor(
@@ -78,13 +76,13 @@ class Predictor:
         return await self.predict_json(data)
 
     async def predict_json(self, data: dict) -> dict:
-        runner, task = self.runner, self.runner.task
-        if task in (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION):
-            graph_level = task == GRAPH_CLASSIFICATION
+        runner, kind = self.runner, self.kind
+        if kind.inputs == "graph":
+            graph_level = kind.serve_output == "graph_classes"
             args = inputs.graph(data, self.channels, graph_level, max_nodes=self.max_batch * 10_000)
             out = runner.classify(await self.offload(runner.run, *args))
             return {"level": "graph" if graph_level else "node", **out}
-        if task == VOLUME_SEGMENTATION:
+        if kind.serve_output == "mask":
             x = inputs.array(data.get("inputs"), "inputs", np.float32, 5)
             inputs.count(len(x), 1, "volumes")
             if x.shape[1] != self.channels or min(x.shape[2:]) < 1:
@@ -96,13 +94,15 @@ class Predictor:
 
     async def uploads(self, raw: list[bytes], names: list[str]):
         """Uploaded files' bytes -> the response body (a dict), or (mask bytes, fields)."""
-        runner = self.runner
-        inputs.count(len(raw), self.max_batch if runner.task in BATCHABLE else 1, "files")
-        if runner.task == IMAGE_CLASSIFICATION:
+        kind = self.kind
+        inputs.count(len(raw), self.max_batch if kind.serve_batchable else 1, "files")
+        if kind.serve_files == "image":
             return await self.images(raw)
-        if runner.task.startswith("volume_"):
+        if kind.serve_files == "volume":
             return await self.offload(self.volume, raw[0], names[0])
-        raise BadRequest("This model takes JSON (x, edge_index), not file uploads.", 415)
+        raise BadRequest(
+            f"This model takes JSON ({JSON_INPUTS[kind.inputs]}), not file uploads.", 415
+        )
 
     async def images(self, raw: list[bytes]) -> dict:
         s = self.settings
@@ -131,17 +131,17 @@ class Predictor:
         runner = self.runner
         limit = self.settings.max_volume_voxels
         volume, affine = inputs.nifti(raw, name or "upload", self.channels, limit)
-        if runner.task == VOLUME_CLASSIFICATION:
-            x = fit_volume(volume, runner.layout)[None]
-            return runner.classify(runner.run(x), x)
-        mask, fields = runner.segment(volume)
-        return nifti_bytes(mask, affine), fields
+        if self.kind.serve_output == "mask":
+            mask, fields = runner.segment(volume)
+            return nifti_bytes(mask, affine), fields
+        x = fit_volume(volume, runner.layout)[None]
+        return runner.classify(runner.run(x), x)
 
     async def warm_up(self) -> None:
         """One request of each kind the model will see, through the whole path (decoding,
         sliding windows, imports), so that the first client's request is as fast as the next."""
-        runner, task = self.runner, self.runner.task
-        if task == IMAGE_CLASSIFICATION:
+        runner, kind = self.runner, self.kind
+        if kind.serve_files == "image":
             from PIL import Image
 
             size, mode = int(runner.layout["image_size"]), "L" if self.channels == 1 else "RGB"
@@ -153,24 +153,27 @@ class Predictor:
             for r in raw:
                 await self.images([r])
             await self.offload(self.decode_all, [images.check_header(raw[1], 1 << 30)])
-        elif task in (VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION):
+        elif kind.serve_files == "volume":
             import gzip
 
             import nibabel as nib
 
             shape = runner.layout.get("patch_size") or runner.layout["x"]["shape"][2:]
             shape = [int(s) for s in shape]
-            if task == VOLUME_SEGMENTATION:
+            if kind.serve_output == "mask":
                 shape[0] *= 2  # several windows: the sliding window's batch shape too
             channels = [self.channels] if self.channels > 1 else []
             data = np.random.default_rng(0).normal(size=(*shape, *channels)).astype(np.float32)
             raw = gzip.compress(nib.Nifti1Image(data, np.eye(4)).to_bytes(), compresslevel=1)
             for _ in range(2):
                 await self.uploads([raw], ["warm-up.nii.gz"])
-        else:
+        elif kind.inputs == "graph":
             feats = self.channels
             graph = {"x": [[0.0] * feats] * 3, "edge_index": [[0, 1], [1, 2]]}
             await self.predict_json(graph)
+        else:
+            sample = np.zeros([int(s) for s in runner.layout["x"]["shape"][1:]], np.float32)
+            await self.predict_json({"inputs": [sample.tolist()]})
 
 
 def _background() -> None:

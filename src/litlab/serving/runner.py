@@ -1,15 +1,16 @@
 """The model behind the service: one ONNX Runtime session (thread-safe, shared by requests),
 optionally fed by a micro-batcher, and the task's output decoding (classes, probabilities,
-out-of-distribution scores: litlab.export.ood, with the parameters stored in the export)."""
+out-of-distribution scores: litlab.export.ood, with the parameters stored in the export). What
+the model takes and answers is what its task kind declares (`TaskKind.inputs`, `serve_output`)."""
 
 import asyncio
 from pathlib import Path
 
 import numpy as np
 
+from litlab import tasks
 from litlab.errors import UserError, one_line
 from litlab.export import ood
-from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION, VOLUME_SEGMENTATION
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -33,6 +34,7 @@ class Runner:
             ) from None
         self.meta = metadata.read(self.path, self.session)
         self.task = self.meta["task"]
+        self.kind = tasks.get(self.task)  # a kind litlab.tasks declares: checked in the metadata
         self.classes = self.meta["classes"]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
@@ -116,13 +118,13 @@ class Runner:
         self.inline = time.perf_counter() - start < self.INLINE_S
 
     def _warm_up(self) -> np.ndarray:
-        if self.task in (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION):
+        if self.kind.inputs == "graph":
             feats = self.layout["x"]["shape"][1]
             args = [np.zeros((2, feats), np.float32), np.zeros((2, 1), np.int64)]
-            if self.task == GRAPH_CLASSIFICATION:
+            if self.kind.serve_output == "graph_classes":  # the graph id of each node
                 args.append(np.zeros(2, np.int64))
             return self.run(*args)
-        if self.task == VOLUME_SEGMENTATION:
+        if self.kind.serve_output == "mask":  # one patch of the sliding window
             channels = int(self.layout["x"]["shape"][1])
             return self.run(np.zeros((1, channels, *self.layout["patch_size"]), np.float32))
         shape = [int(s) for s in self.layout["x"]["shape"][1:]]

@@ -7,6 +7,7 @@ KIND = TaskKind(
     metrics=("acc", "f1"),
     export_spec="litlab.export.domains:tensor_spec",
     serve_files="image",
+    ood_inputs=True,
     inspect=("samples", "confusion", "gradcam", "embeddings", "histograms", "model_graph"),
     samples_view="images",
 )

@@ -35,9 +35,16 @@ class TaskKind:
     #: how one input is fed to the net: a batched tensor (samples along dim 0) or a graph
     inputs: Literal["tensor", "graph"] = "tensor"
     #: serving: what /predict answers per input (classes per sample, per node, per graph, or
-    #: a label volume) and which uploads it decodes (None: JSON only)
+    #: a label volume by sliding windows) and which uploads it decodes (None: JSON only). They
+    #: also say what the exported file's metadata must hold: images their size, channels and
+    #: normalization; volumes their shape (masks: patch size and sliding window); JSON samples
+    #: or nodes their feature shape
     serve_output: Literal["classes", "node_classes", "graph_classes", "mask"] = "classes"
     serve_files: Literal["image", "volume"] | None = None
+    #: the out-of-distribution score also measures the inputs (block-mean PPCA and per-channel
+    #: statistics: fixed-size tensors with channels and spatial dims, as whole images or
+    #: volumes); False: the classifier's confidence alone
+    ood_inputs: bool = False
     #: inspect callbacks (their `inspects` name) that apply; samples: how samples are drawn
     inspect: tuple[str, ...] = ()
     samples_view: Literal["images", "volume_slices", "nodes"] | None = None
@@ -49,8 +56,12 @@ class TaskKind:
     distill_temperature: float = 4.0
     #: export: the ONNX op types int8 quantizes (None: all)
     int8_op_types: tuple[str, ...] | None = None
-    #: federated partitions: one integer label per dataset item (None: not partitionable)
-    federated_labels: Literal["per_item"] | None = "per_item"
+    #: federated: the units a dataset is dealt to clients in, each partitioned by a label
+    #: (litlab.federated.views): dataset items by their class, whole volumes by their dominant
+    #: structure, the nodes of one graph by their class (None: not partitionable)
+    federated_units: Literal["items", "volumes", "nodes"] | None = "items"
+    #: federated: a client's epochs per round under `federate.local_epochs=auto`
+    federated_local_epochs: int = 1
     #: why a feature does not apply, by feature: appended to the refusal
     notes: dict = field(default_factory=dict)
 
@@ -70,11 +81,10 @@ class TaskKind:
             )
 
     def refuse_federated(self) -> None:
-        if self.federated_labels is None:
+        if self.federated_units is None:
             raise UserError(
-                f"federate partitions a dataset's items by their labels; {self.name} data "
-                f"has no label per item{self._note('federate')}: pick graph, image or volume "
-                f"classification data"
+                f"federate partitions a dataset's units (items, volumes or nodes) by their "
+                f"labels; {self.name} data declares none{self._note('federate')}"
             )
 
     def applies(self, inspects: str) -> bool:

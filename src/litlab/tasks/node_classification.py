@@ -11,8 +11,10 @@ KIND = TaskKind(
     serve_output="node_classes",
     inspect=("samples", "confusion", "embeddings", "histograms"),
     samples_view="nodes",
-    # one graph: no items to deal out to federated clients
-    federated_labels=None,
+    # federated clients hold subgraphs (FedGCN-style): the nodes are dealt out
+    federated_units="nodes",
+    # an epoch is one full-graph step (a GCN trains 200 centrally)
+    federated_local_epochs=20,
     # one full-graph step per epoch: 5 steps teach a student nothing
     compress_epochs=400,
     # a GCN's logits on Cora are small (weight decay, dropout): at T=4 its soft labels are near
@@ -22,7 +24,6 @@ KIND = TaskKind(
     notes={
         **GRAPH_NOTES,
         "quantize": "graph inputs; compress=distill_graph makes a graph-free MLP",
-        "federate": "the data is one graph",
     },
     **GRAPH_INPUTS,
 )

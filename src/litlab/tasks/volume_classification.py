@@ -7,5 +7,6 @@ KIND = TaskKind(
     metrics=("acc", "auroc"),
     export_spec="litlab.export.domains:tensor_spec",
     serve_files="volume",
+    ood_inputs=True,
     inspect=("confusion", "gradcam", "embeddings", "histograms", "model_graph"),
 )

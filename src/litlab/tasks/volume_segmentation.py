@@ -13,11 +13,11 @@ KIND = TaskKind(
     inspect=("samples", "histograms", "model_graph"),
     samples_view="volume_slices",
     compression=("prune_unstructured",),
-    federated_labels=None,
+    # one label volume per item: whole volumes are dealt out, by their dominant structure
+    federated_units="volumes",
     notes={
         "quantize": "its report is a test accuracy of class scores",
         "prune with compress.prune.method=structured": "Torch-Pruning sizes plain tensor nets",
         "distill": "distillation matches class scores, not label volumes",
-        "federate": "one label volume per item",
     },
 )
