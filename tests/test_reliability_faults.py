@@ -172,3 +172,36 @@ def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: the checkpoint holds another net"), lines
     assert "channels=[8, 16]" in lines[0] and "has shape" in lines[0]
     assert run_dirs(tmp_path / "b") == []
+
+
+def test_a_full_disk_is_one_line_and_exit_1(tmp_path):
+    """The log dir on a 300 kB tmpfs (a user namespace mounts it without root): the first
+    checkpoint does not fit. torch reports it as a RuntimeError around the OSError: the
+    console gets one line naming the full disk, not a 60-line traceback."""
+    import shutil
+    import subprocess
+    import sys
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=300k tmpfs {mount}"],
+        capture_output=True,
+    )
+    if shutil.which("unshare") is None or probe.returncode != 0:
+        pytest.skip(f"no user namespaces here to mount a small tmpfs: {probe.stderr[-200:]!r}")
+    train = (
+        f"{sys.executable} src/train.py paths.log_dir={mount} trainer.max_epochs=1 "
+        "extras.print_config=false callbacks.rich_progress_bar=null"
+    )
+    p = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=300k tmpfs {mount} && {train}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: the disk is full"), lines
+    assert "resume with ckpt_path=last" in lines[0]

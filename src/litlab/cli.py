@@ -19,7 +19,7 @@ from litlab.config import (
     hydra_errors,
     resolvers,  # noqa: F401  (registers the configs' resolvers: cheap)
 )
-from litlab.errors import UserError
+from litlab.errors import DiskFull, UserError, disk_full
 from litlab.recipes import run_dir
 from litlab.utils.distributed import is_rank_zero
 
@@ -130,6 +130,14 @@ def guard(fn):
                 if extra is None:
                     raise
                 raise UserError(extra) from caught
+            except Exception as caught:
+                if (full := disk_full(caught)) is None:
+                    raise
+                where = full.filename or (out if out is not None else "the run dir")
+                raise DiskFull(
+                    f"the disk is full ({full.strerror}) writing {where}: free space, then "
+                    "resume with ckpt_path=last (checkpoints written before are kept)"
+                ) from caught
         except UserError as err:
             if _full_errors():
                 raise
