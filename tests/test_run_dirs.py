@@ -64,6 +64,25 @@ def test_sweep_dirs_outside_log_dir_are_refused(tmp_path):
     check_location(compose("train", ["hparams_search=digits_cnn"]), multirun=True)  # trial_N
 
 
+def test_job_dirs_named_after_overrides_stay_in_the_sweep_dir(tmp_path):
+    """`hydra.sweep.subdir=${hydra.job.override_dirname}`: Hydra makes each job's dir before
+    any job callback runs, so a sweep value with a `..` segment is refused for all jobs at once,
+    before anything is made (job 0's dir is inside here, job 1's would not be)."""
+    logs = tmp_path / "box" / "logs"
+    p = run_cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        "hydra.sweep.subdir=${hydra.job.override_dirname}",
+        "+note=a,x/../../../../../../escaped",
+        log_dir=logs,
+        check=False,
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert "outside the sweep dir" in lines[0] and "+note=a,x/../../" in lines[0]
+    assert sorted(tmp_path.rglob("*")) == []
+
+
 HOLD = """
 import sys, time
 from litlab.checkpointing.run_lock import RunLock

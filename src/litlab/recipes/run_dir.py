@@ -49,8 +49,9 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
             f"paths.log_dir (set paths.log_dir to write elsewhere)"
         )
     subdirs = [("hydra.output_subdir", OmegaConf.select(cfg, "hydra.output_subdir"))]
-    if multirun:  # resolved as for the first job (job-dependent parts are checked per job)
+    if multirun:  # resolved as for the first job; the parts that differ per job below
         subdirs.append(("hydra.sweep.subdir", _as_job(cfg, "hydra.sweep.subdir")))
+        _check_job_names(cfg)
     for key, sub in subdirs:
         if sub is not None and not _inside(Path(out) / str(sub), out):
             raise UserError(
@@ -58,6 +59,24 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
             )
     if not multirun:
         _check_run_files(cfg, out, log_dir)
+
+
+def _check_job_names(cfg: DictConfig) -> None:
+    """A sweep's job dirs named after the job's overrides (`hydra.sweep.subdir=
+    ${hydra.job.override_dirname}`) stay inside the sweep dir: no override of the sweep may
+    carry a `..` path segment then (Hydra makes each job's dir before any callback of the
+    job could refuse it, so this is checked for all jobs before the first)."""
+    raw = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
+    if "override_dirname" not in str(raw):
+        return
+    for override in OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []:
+        value = str(override).split("=", 1)[-1]
+        if ".." in value and "/" in value:  # a `..` segment of the joined dir name
+            raise UserError(
+                f"hydra.sweep.subdir={raw} names each job's dir after its overrides, and "
+                f"{override} would put a job's dir outside the sweep dir: drop "
+                "override_dirname from the subdir or pass values without '../'"
+            )
 
 
 def _as_job(cfg: DictConfig, key: str, output_dir: str | None = None):
