@@ -257,9 +257,8 @@ def federate(row, ctx: Ctx, timeout=600) -> Cell:
 
     with open(out / "history.csv") as f:
         rows = list(csv.DictReader(f))
-    value = rows[-1].get("accuracy") if rows else None
-    last = f"test/acc {float(value):.4f}" if value not in (None, "", "nan") else "no test metric"
-    return Cell("ok", f"{len(rows) - 1} rounds; {last}", s)
+    metrics = json.loads((out / "metrics.json").read_text())  # the global model's, last round
+    return Cell("ok", f"{len(rows) - 1} rounds; {metric_text(metrics, TEST_KEYS)}", s)
 
 
 def tune_lr(row, ctx: Ctx, timeout=1800) -> Cell:
