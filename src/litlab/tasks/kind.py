@@ -9,6 +9,12 @@ from litlab.errors import UserError
 
 #: compression steps: structured pruning and quantization need a net of plain tensor inputs
 COMPRESSION_STEPS = ("prune_structured", "prune_unstructured", "distill", "quantize")
+#: what the kinds of one tensor in, one class out share (images, volumes): a batched tensor
+#: exported as is, and an OOD score that also measures how far the inputs are from training's
+TENSOR_CLASSIFICATION = {
+    "export_spec": "litlab.export.domains:tensor_spec",
+    "ood_inputs": True,
+}
 #: what the graph kinds share: graph inputs, so no quantization or channel pruning
 GRAPH_INPUTS = {
     "inputs": "graph",
