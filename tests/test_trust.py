@@ -203,8 +203,9 @@ def test_data_folders_are_this_machines():
         "paths": {"data_dir": "/their/data"},
         "data": {"data_dir": "/their/data", "cache_dir": "/their/data/cache", "root": "/imgs"},
     }
-    moved = trust.data_folders_here(stored, "/my/data", "x.ckpt")["data"]
-    assert moved == {"data_dir": "/my/data", "cache_dir": "/my/data/cache", "root": "/imgs"}
+    here = trust.data_folders_here(stored, "/my/data", "x.ckpt")
+    assert here["data"] == {"data_dir": "/my/data", "cache_dir": "/my/data/cache", "root": "/imgs"}
+    assert here["paths"] == {"data_dir": "/my/data"}  # what a derived checkpoint stores
     for bad in ("/etc", "/their/data/../../etc", "relative/data"):
         evil = {**stored, "data": {"data_dir": bad}}
         with pytest.raises(UserError, match=r"data\.data_dir=.*\+data_overrides\.data_dir"):

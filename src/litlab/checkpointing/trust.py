@@ -312,7 +312,9 @@ def data_folders_here(config: dict, data_dir, source: str, overridden=()) -> dic
                 f"+data_overrides.{key}=FOLDER",
             )
         moved[key] = str(PurePath(data_dir) / rel)
-    return {**config, "data": moved}
+    # the run as rebuilt here: a checkpoint derived from it (a compress step) says so
+    paths = {**(paths if isinstance(paths, dict) else {}), "data_dir": str(data_dir)}
+    return {**config, "data": moved, "paths": paths}
 
 
 def checked(stored, source: str, overrides: dict | None = None, trust: bool = False, data_dir=None):
