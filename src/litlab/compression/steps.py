@@ -4,6 +4,7 @@ compress command's trainer, callbacks and logger, so they checkpoint and resume 
 
 import copy
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,9 @@ def distill_step(
     if temperature is None:
         temperature = tasks.get(dm.task).distill_temperature
     distiller = distill.Distiller(student, teacher.model, step.alpha, temperature)
-    fit(distiller, training_config(cfg, run_cfg, index), dm, resume=resume and resume["path"])
+    with warnings.catch_warnings():  # the frozen teacher is in eval mode on purpose
+        warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
+        fit(distiller, training_config(cfg, run_cfg, index), dm, resume=resume and resume["path"])
     return Stage("distill", student.cpu(), run_cfg)
 
 
