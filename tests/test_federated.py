@@ -231,3 +231,18 @@ def test_zero_cpus_per_client_exits_2_before_ray_starts(tmp_path):
     )
     assert "ray" not in proc.stdout.lower()
     assert not list((tmp_path / "federate" / "runs").glob("*"))  # nothing half-written
+
+
+def test_an_experiment_made_for_train_federates_without_its_selection_callbacks():
+    """experiment=gat_cora brings the paper's joint checkpoint and early stopping; clients do
+    not validate, so federate leaves them out (the client Trainer refused them: checkpointing
+    is off)."""
+    from litlab.config import build
+    from litlab.federated.recipe import check
+
+    cfg = compose("federate", ["experiment=gat_cora"])
+    assert "joint_checkpoint" in cfg.callbacks
+    check(cfg)
+    assert [k for k, v in cfg.callbacks.items() if v is not None] == []
+    trainer = build.trainer(cfg)
+    assert not trainer.checkpoint_callbacks and trainer.max_epochs == 20  # local epochs, nodes

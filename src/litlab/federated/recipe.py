@@ -24,10 +24,33 @@ def check(cfg: DictConfig):
     from litlab.federated import settings
 
     settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # no import: at once
+    _without_selection(cfg)
     settings.resolve_auto(cfg)  # the data class's task kind (its source, or an import)
     f = settings.check(OmegaConf.to_container(cfg.federate, resolve=True))
     validate.federate_config(cfg)
     return f
+
+
+def _without_selection(cfg: DictConfig) -> None:
+    """Callbacks that select or stop on validation metrics (`monitor`/`monitors`: checkpoints,
+    early stopping) are left out: clients run no validation (the server tests the global model
+    each round) and the run keeps its global model itself. An experiment made for train.py
+    brings them (`experiment=gat_cora`: the paper's joint selection); said in the log file."""
+    from omegaconf import open_dict
+
+    callbacks = cfg.get("callbacks")
+    if not callbacks:
+        return
+    dropped = [
+        name
+        for name, node in callbacks.items()
+        if node is not None and ("monitor" in node or "monitors" in node)
+    ]
+    with open_dict(cfg):
+        for name in dropped:
+            del cfg.callbacks[name]
+    if dropped:
+        log.info("federate: callbacks %s left out (clients do not validate)", ", ".join(dropped))
 
 
 def _strategy(cfg: DictConfig):
