@@ -70,6 +70,8 @@ COVERED = {
     ".venv/bin/python -m pytest tests/test_reliability_inputs.py": ".ci/run",
     "python src/train.py -m experiment=gin_mutag data.fold=0,1,2,3,4,5,6,7,8,9 data.val_fraction=0 "
     "callbacks.model_checkpoint=null trainer.max_epochs=100": "test_reliability_faults.py::test_xu_protocol_command_runs_under_multirun",
+    "python src/train.py -m experiment=gin_proteins data.val_fraction=0 callbacks.model_checkpoint=null "
+    "data.fold=0,1,2,3,4,5,6,7,8,9 data.seed=1000 seed=1000": "test_reliability_faults.py::test_xu_protocol_command_runs_under_multirun",
     # start here
     "PYTHONPATH=$PWD/src": "test_notebooks.py::test_notebook_runs",
     "make doctor": "test_start.py::test_doctor_reports_facts_and_fails_on_an_unwritable_log_dir",

@@ -131,14 +131,24 @@ def test_multirun_resume_is_refused_in_one_line(tmp_path):
     assert "ckpt_path=last cannot be used with -m" in p.stderr
 
 
-def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data):
-    """README/docs/graph.md: experiment=gin_mutag data.val_fraction=0
-    callbacks.model_checkpoint=null, as a 2-fold sweep of one epoch each."""
-    data = shared_data("TUDataset/MUTAG").parents[1]
+@pytest.mark.parametrize(
+    "experiment, dataset",
+    [
+        ("gin_mutag", "MUTAG"),
+        pytest.param("gin_proteins", "PROTEINS_full", marks=pytest.mark.slow),
+    ],
+)
+def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data, experiment, dataset):
+    """README/docs/graph.md: experiment=gin_mutag|gin_proteins data.val_fraction=0
+    callbacks.model_checkpoint=null, as a 2-fold sweep of one epoch each (PROTEINS: on the
+    fold split and seed of the published figure)."""
+    data = shared_data(f"TUDataset/{dataset}").parents[1]
+    split = ["data.seed=1000", "seed=1000"] if experiment == "gin_proteins" else []
     run_cli(
         "train.py",
         f"paths.data_dir={data}",
-        "experiment=gin_mutag",
+        f"experiment={experiment}",
+        *split,
         "data.val_fraction=0",
         "callbacks.model_checkpoint=null",
         "data.fold=0,1",

@@ -197,24 +197,24 @@ def test_data_folders_are_this_machines():
     """A checkpoint's data folders move from its run's data dir to this command's (a
     colleague's checkpoint finds the data here; a file never chooses where litlab writes);
     one outside its run's data dir is refused unless this command names the folder."""
-    from litlab.checkpointing import trust
+    from litlab.checkpointing import data_folders
 
     stored = {
         "paths": {"data_dir": "/their/data"},
         "data": {"data_dir": "/their/data", "cache_dir": "/their/data/cache", "root": "/imgs"},
     }
-    here = trust.data_folders_here(stored, "/my/data", "x.ckpt")
+    here = data_folders.here(stored, "/my/data", "x.ckpt")
     assert here["data"] == {"data_dir": "/my/data", "cache_dir": "/my/data/cache", "root": "/imgs"}
     assert here["paths"] == {"data_dir": "/my/data"}  # what a derived checkpoint stores
     for bad in ("/etc", "/their/data/../../etc", "relative/data"):
         evil = {**stored, "data": {"data_dir": bad}}
         with pytest.raises(UserError, match=r"data\.data_dir=.*\+data_overrides\.data_dir"):
-            trust.data_folders_here(evil, "/my/data", "x.ckpt")
-        kept = trust.data_folders_here(evil, "/my/data", "x.ckpt", overridden=("data_dir",))
+            data_folders.here(evil, "/my/data", "x.ckpt")
+        kept = data_folders.here(evil, "/my/data", "x.ckpt", overridden=("data_dir",))
         assert kept["data"]["data_dir"] == bad  # the command's override replaces it next
     no_paths = {"data": {"data_dir": "/their/data"}}
     with pytest.raises(UserError, match="outside the data dir of its run"):
-        trust.data_folders_here(no_paths, "/my/data", "x.ckpt")
+        data_folders.here(no_paths, "/my/data", "x.ckpt")
 
 
 # the configs whose resolved task config the project stores in checkpoints

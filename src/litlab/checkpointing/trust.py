@@ -94,7 +94,7 @@ def shown(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _refuse(source: str, what: str) -> UserError:
+def refusal(source: str, what: str) -> UserError:
     return UserError(f"ckpt_path={shown(source, 200)}: its stored config {what}; {TRUST_HINT}")
 
 
@@ -191,12 +191,12 @@ def check(config, source: str) -> None:
     """Refuse, in one line, a stored config that is not plain data or names what litlab does
     not build from a checkpoint (see the module docstring)."""
     if not isinstance(config, dict):
-        raise _refuse(source, f"is a {type(config).__name__}, not a mapping")
+        raise refusal(source, f"is a {type(config).__name__}, not a mapping")
     if "hydra" in config:
-        raise _refuse(source, "has a 'hydra' node (Hydra's own settings are never stored)")
+        raise refusal(source, "has a 'hydra' node (Hydra's own settings are never stored)")
     for path, node, _ in _walk(config):
         if isinstance(node, TooBig):
-            raise _refuse(source, f"is nested deeper than {MAX_DEPTH} or over {MAX_NODES} nodes")
+            raise refusal(source, f"is nested deeper than {MAX_DEPTH} or over {MAX_NODES} nodes")
         if isinstance(node, dict):
             _check_mapping(path, node, source)
         else:
@@ -208,13 +208,13 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
     where = f"{path}." if path else ""
     for key, value in node.items():
         if not isinstance(key, str | int) or isinstance(key, bool) or "${" in str(key):
-            raise _refuse(source, f"has the key {shown(key)} under {path or 'its top'}")
+            raise refusal(source, f"has the key {shown(key)} under {path or 'its top'}")
         _check_value(f"{where}{key}", value, source)
         if path.startswith("data") and str(key).endswith("_file"):
             _check_file(f"{where}{key}", value, source)
     special = [k for k in HYDRA_KEYS if k in node]
     if special and "_target_" not in node:
-        raise _refuse(source, f"has {where}{special[0]} without a _target_")
+        raise refusal(source, f"has {where}{special[0]} without a _target_")
     if "_target_" not in node:
         return
     if _kinds_at(path) is None:
@@ -227,16 +227,16 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
         key, target = f"{where}base_target", node.get("base_target")
         why = target_refusal(target, PARTS, functions)
     if why is not None:
-        raise _refuse(source, f"names {key}={shown(target)}, which {why}")
+        raise refusal(source, f"names {key}={shown(target)}, which {why}")
 
 
 def _check_value(key: str, value, source: str) -> None:
     if isinstance(value, dict | list):
         return
     if not isinstance(value, SCALARS):
-        raise _refuse(source, f"has {key} of type {type(value).__name__} (plain values only)")
+        raise refusal(source, f"has {key} of type {type(value).__name__} (plain values only)")
     if isinstance(value, str) and "${" in value:
-        raise _refuse(
+        raise refusal(
             source,
             f"has an interpolation or resolver in {key}={shown(value)} (a stored config is "
             "data: litlab resolves nothing in it)",
@@ -269,64 +269,12 @@ def merged(config: dict, overrides: dict | None) -> dict:
     return {**config, "data": merge(config.get("data") or {}, overrides)}
 
 
-def default_data_dir() -> str:
-    """Where this machine keeps datasets when no command says (configs/paths/default.yaml:
-    LITLAB_DATA_DIR, else <project>/data)."""
-    import os
-
-    from litlab.config.resolvers import PROJECT_ROOT
-
-    return os.environ.get("LITLAB_DATA_DIR") or str(PROJECT_ROOT / "data")
-
-
-def data_folders_here(config: dict, data_dir, source: str, overridden=()) -> dict:
-    """The stored config with its data folders (`data.*_dir`: where a datamodule reads,
-    downloads and caches) moved from the data dir of the machine that trained it to this
-    command's `data_dir`: `/their/data/medmnist` becomes `<data_dir>/medmnist`. A checkpoint
-    thus never chooses where litlab writes (a folder named by a crafted file would be created
-    and filled: PyG's processed/, downloads, caches), and a colleague's checkpoint finds its
-    data where this machine keeps it. A folder outside the run's own data dir is refused."""
-    from pathlib import PurePath
-
-    data, paths = config.get("data"), config.get("paths")
-    if not isinstance(data, dict):
-        return config
-    theirs = paths.get("data_dir") if isinstance(paths, dict) else None
-    moved = dict(data)
-    for key, value in data.items():
-        if not (isinstance(key, str) and key.endswith("_dir")) or value is None:
-            continue
-        if key in overridden:  # this command names the folder
-            continue
-        inside = isinstance(theirs, str) and isinstance(value, str)
-        if inside:
-            try:
-                rel = PurePath(value).relative_to(theirs)
-            except ValueError:
-                inside = False
-        if not inside or ".." in rel.parts:
-            raise _refuse(
-                source,
-                f"names data.{key}={shown(value)}, outside the data dir of its run "
-                f"({shown(theirs)}); litlab writes data only where this command says: pass "
-                f"+data_overrides.{key}=FOLDER",
-            )
-        moved[key] = str(PurePath(data_dir) / rel)
-    # the run as rebuilt here: a checkpoint derived from it (a compress step) says so
-    paths = {**(paths if isinstance(paths, dict) else {}), "data_dir": str(data_dir)}
-    return {**config, "data": moved, "paths": paths}
-
-
-def checked(stored, source: str, overrides: dict | None = None, trust: bool = False, data_dir=None):
-    """The DictConfig to build the run from: the stored config, its data folders under this
-    command's `data_dir` (default: `default_data_dir()`), with this command's data `overrides`,
-    checked unless `trust` (then as stored). Built from exactly the dict that was checked."""
+def checked(stored, source: str, overrides: dict | None = None, trust: bool = False):
+    """The DictConfig to build the run from: the stored config (its data folders already
+    this machine's: `data_folders.here`) with this command's data `overrides`, checked
+    unless `trust`. Built from exactly the dict that was checked."""
     from omegaconf import OmegaConf
 
-    if not trust:
-        check(stored, source)  # plain data first: the folders are then plain strings
-        here = data_dir or default_data_dir()
-        stored = data_folders_here(stored, here, source, overridden=tuple(overrides or ()))
     config = merged(stored, overrides)
     if not trust:
         check(config, source)
@@ -335,4 +283,4 @@ def checked(stored, source: str, overrides: dict | None = None, trust: bool = Fa
     except Exception as err:  # noqa: BLE001  (a trusted file with values OmegaConf refuses)
         from litlab.errors import one_line
 
-        raise _refuse(source, f"cannot be read as a config: {one_line(err)}") from None
+        raise refusal(source, f"cannot be read as a config: {one_line(err)}") from None

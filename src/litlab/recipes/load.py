@@ -25,7 +25,8 @@ def load_run(
     (`litlab.checkpointing.trust`), checked with the overrides merged in and built exactly as
     checked, unless `trust=True`: a crafted file cannot run code. Its data folders move to
     `data_dir` (this machine's; default: LITLAB_DATA_DIR or <project>/data), so a file never
-    chooses where litlab writes (`trust.data_folders_here`)."""
+    chooses where litlab writes (`litlab.checkpointing.data_folders`)."""
+    from litlab.checkpointing import data_folders
     from litlab.checkpointing import trust as trusted
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
@@ -37,9 +38,18 @@ def load_run(
             k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in data_overrides.items()
         }
-    cfg = trusted.checked(
-        ckpt[CONFIG_KEY], str(ckpt_path), data_overrides, trust=trust, data_dir=data_dir
-    )
+    if data_dir is None:  # as configs/paths/default.yaml says: LITLAB_DATA_DIR or <project>/data
+        import os
+
+        from litlab.config.resolvers import PROJECT_ROOT
+
+        data_dir = os.environ.get("LITLAB_DATA_DIR") or str(PROJECT_ROOT / "data")
+    stored, source = ckpt[CONFIG_KEY], str(ckpt_path)
+    if not trust:
+        trusted.check(stored, source)  # plain data first: its folders are then plain strings
+        overridden = tuple(data_overrides or ())
+        stored = data_folders.here(stored, data_dir, source, overridden=overridden)
+    cfg = trusted.checked(stored, source, data_overrides, trust=trust)
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)
     model.load_state_dict(ckpt["state_dict"])
