@@ -1,6 +1,7 @@
 """The defaults that must hold on every domain (issue #26): the default export of a GCN exits 0
 and writes no data into pt2; a 3D export leaves nothing outside its run dir; the default
-distilled student is at most a quarter of its teacher; refusals come before any work; the LR
+distilled student is at most a quarter of its teacher (steps that do not apply to a kind are
+refused before any work: test_refusals.py's compress table); the LR
 suggestion comes from the falling part of the curve; ckpt_path=last resumes only a run that
 this command's model and data can resume; the console shows 4 decimals and no profiler noise."""
 
@@ -9,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import QUIET, TINY_SEG, run_dirs
+from conftest import TINY_SEG, run_dirs
 from matrix_cells import git_status
 
 SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2"]
@@ -21,9 +22,10 @@ def _export_dir(log_dir):
 
 def test_gcn_default_export_exits_0_and_pt2_holds_no_data(cli, shared_data, tmp_path):
     data = shared_data("Planetoid").parent
-    cli("train.py", "experiment=gcn_cora", "trainer.max_epochs=30", f"paths.data_dir={data}")
+    cli("train.py", "experiment=gcn_cora", "trainer.max_epochs=15", f"paths.data_dir={data}")
     ckpt = next((run_dirs(tmp_path / "logs")[-1] / "checkpoints").glob("epoch_*.ckpt"))
-    proc = cli("export.py", f"ckpt_path={ckpt}", check=False)
+    # the default formats; the timing loop shortened (3 s per format and batch size)
+    proc = cli("export.py", f"ckpt_path={ckpt}", "latency.budget_s=0.1", check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = _export_dir(tmp_path / "logs")
     report = json.loads((out / "export_report.json").read_text())["formats"]
@@ -85,19 +87,6 @@ def test_default_distilled_student_is_a_quarter_of_the_teacher(cli, digits_run, 
     cli("eval.py", f"ckpt_path={out / '1_distill.ckpt'}", "predictions=false")
 
 
-@pytest.mark.parametrize("step", ["quantize", "prune"])
-def test_steps_that_do_not_apply_are_refused_before_any_work(cli, tmp_path, step):
-    cli("train.py", "model=gnn", *SHORT, "test=false")
-    ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
-    proc = cli("compress.py", f"ckpt_path={ckpt}", f"compress={step}", check=False)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "node_classification" in lines[0] and "distill" in lines[0]
-    assert not (tmp_path / "logs" / "compress").exists() or not any(
-        (tmp_path / "logs" / "compress" / "runs").glob("*/*.ckpt")
-    )
-
-
 def test_lr_suggestion_is_the_steepest_descent_before_the_minimum():
     """A curve that falls, bottoms out, then blows up with a sharp drop after its peak: the
     suggestion is in the falling range, not at the blow-up's edge."""
@@ -135,13 +124,11 @@ def test_ckpt_path_last_resumes_the_run_of_this_model(cli, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_eval_prints_4_decimals_and_the_profiler_no_native_noise(cli, digits_run):
+def test_eval_prints_4_decimals(cli, digits_run):
+    """(The profiler's native noise on a CPU machine: test_inspect's profiler test.)"""
     proc = cli("eval.py", f"ckpt_path={digits_run.best}", "predictions=false")
     assert not re.search(r"\d\.\d{7,}", proc.stdout), proc.stdout  # test/f1 1.0000001192092896
     assert re.search(r"^  test +.*\bacc 0\.\d{4}(  |$)", proc.stdout, re.MULTILINE), proc.stdout
-    proc = cli("train.py", "profiler=pytorch", *SHORT, "test=false", *QUIET)
-    noise = proc.stdout + proc.stderr
-    assert "gpuGetDeviceCount" not in noise and "allocated before the profiling" not in noise
 
 
 def _distilled(cli, tmp_path, ckpt, *extra) -> dict:

@@ -40,7 +40,22 @@ def cells(digits_run, tmp_path_factory):
     assert git_status() == before, "a matrix cell wrote into the project"
 
 
-@pytest.mark.parametrize("column", [c for c in COLUMNS if c != "train"])
+# columns whose digits cell runs in `make test`: the runner's own paths (an export that serve
+# then answers from, a refusal). The other columns' features have their own fast tests on
+# digits (test_export, test_serve, test_compress, test_inspect, test_options' eval,
+# test_inspect's tune=lr, test_federated_runs); their matrix cells, each a subprocess of
+# 10-50 s, run in the slow stage (with the whole matrix) to keep `make test` within 5 minutes.
+FAST_COLUMNS = ("export onnx", "serve", "export tensorrt")
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        c if c in FAST_COLUMNS else pytest.param(c, marks=pytest.mark.slow)
+        for c in COLUMNS
+        if c != "train"
+    ],
+)
 def test_one_cell_per_column_on_the_digits_cnn(cells, column):
     if column == "serve":
         cells("export onnx")  # serve answers with the file that export wrote
