@@ -84,7 +84,7 @@ def test_default_distilled_student_is_a_quarter_of_the_teacher(cli, digits_run, 
         s["stage"]: s for s in json.loads((out / "compress_report.json").read_text())["stages"]
     }
     assert stages["distill"]["params"] <= 0.25 * stages["original"]["params"]
-    cli("eval.py", f"ckpt_path={out / '1_distill.ckpt'}", "predictions=false")
+    # (eval.py loads a distilled checkpoint: test_compress.py and the matrix, slow)
 
 
 def test_lr_suggestion_is_the_steepest_descent_before_the_minimum():
@@ -112,16 +112,38 @@ def test_batch_size_choice_is_capped_and_stops_where_epochs_stop_getting_faster(
     assert max(choose_batch_size({2048: [0.1], 16: [0.1]}, n_train=1293)[1]) == 16
 
 
-def test_ckpt_path_last_resumes_the_run_of_this_model(cli, tmp_path):
-    cli("train.py", *SHORT, "test=false")  # the default CNN
-    cnn_run = run_dirs(tmp_path / "logs")[-1]
-    cli("train.py", *SHORT, "test=false", "model.net.channels=[8,16]")  # newer, another net
-    proc = cli("train.py", "ckpt_path=last", "trainer.max_epochs=2", *SHORT[1:], "test=false")
-    assert f"resuming {cnn_run}" in proc.stdout
-    assert "model.net.channels" in proc.stdout  # the newer run it skipped, and why
-    proc = cli("train.py", "ckpt_path=last", "model=gnn", *SHORT, check=False)
-    assert proc.returncode == 2 and "newest rejected" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+def test_ckpt_path_last_resumes_the_run_of_this_model(tmp_path, capsys):
+    """Two runs in the log dir (the default CNN, then a newer one of another net): ckpt_path=last
+    of the default command picks the CNN's and names the newer run it skipped and why;
+    model=gnn finds none and says which runs it rejected (the CLI route: test_resume.py)."""
+    from omegaconf import OmegaConf
+
+    from litlab.checkpointing.resume import resolve_checkpoint
+    from litlab.config.compose import compose
+    from litlab.errors import UserError
+
+    logs = tmp_path / "logs"
+
+    def finished_run(name: str, overrides: list[str]):
+        run = logs / "train" / "runs" / name
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+        cfg = compose("train", [*overrides, f"paths.log_dir={logs}"], output_dir=tmp_path / "x")
+        (run / ".hydra").mkdir()
+        stored = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        OmegaConf.save(stored, run / ".hydra" / "config.yaml")
+        return run
+
+    cnn_run = finished_run("2026-01-01_00-00-00", [])
+    finished_run("2026-01-02_00-00-00", ["model.net.channels=[8,16]"])  # newer, another net
+    cfg = compose("train", ["ckpt_path=last", f"paths.log_dir={logs}"], output_dir=tmp_path / "y")
+    resolve_checkpoint(cfg)
+    assert cfg.ckpt_path == str(cnn_run / "checkpoints" / "last.ckpt")
+    out = capsys.readouterr().out
+    assert f"resuming {cnn_run}" in out and "model.net.channels" in out  # skipped, and why
+    gnn = compose("train", ["ckpt_path=last", "model=gnn", f"paths.log_dir={logs}"], tmp_path)
+    with pytest.raises(UserError, match="newest rejected: 2026-01-02_00-00-00 .model"):
+        resolve_checkpoint(gnn)
 
 
 def test_eval_prints_4_decimals(cli, digits_run):

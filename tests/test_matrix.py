@@ -70,6 +70,7 @@ def test_one_cell_per_column_on_the_digits_cnn(cells, column):
         assert "eval.py loads it" in cell.text
 
 
+@pytest.mark.slow  # a training subprocess; each row of the whole matrix runs it too
 def test_the_train_cell_gives_a_checkpoint(tmp_path):
     from matrix_cells import train
 
