@@ -22,8 +22,19 @@ def _export_dir(log_dir):
 
 def test_gcn_default_export_exits_0_and_pt2_holds_no_data(cli, shared_data, tmp_path):
     data = shared_data("Planetoid").parent
-    cli("train.py", "experiment=gcn_cora", "trainer.max_epochs=15", f"paths.data_dir={data}")
-    ckpt = next((run_dirs(tmp_path / "logs")[-1] / "checkpoints").glob("epoch_*.ckpt"))
+    from litlab import train  # in process: the export is the command under test
+
+    logs = tmp_path / "logs"
+    trained = train(
+        [
+            "experiment=gcn_cora",
+            "trainer.max_epochs=15",
+            f"paths.data_dir={data}",
+            f"paths.log_dir={logs}",
+            "extras.print_config=false",
+        ]
+    )
+    ckpt = trained.best_checkpoint
     # the default formats; the timing loop shortened (3 s per format and batch size)
     proc = cli("export.py", f"ckpt_path={ckpt}", "latency.budget_s=0.1", check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -60,9 +71,11 @@ def test_int8_that_misses_its_tolerance_is_not_written(digits_run, tmp_path, cap
 
 
 def test_3d_export_writes_nothing_outside_its_run_dir(cli, tmp_path):
+    from litlab import train  # in process: the export is the command under test
+
     before = git_status()
-    cli("train.py", *TINY_SEG, *SHORT, "test=false")
-    ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
+    logs = [f"paths.log_dir={tmp_path / 'logs'}", "extras.print_config=false"]
+    ckpt = train([*TINY_SEG, *SHORT, "test=false", *logs]).best_checkpoint
     args = ["formats=[onnx_int8]", "calibration_batches=2", "latency.batch_sizes=[1]"]
     proc = cli("export.py", f"ckpt_path={ckpt}", *args, "latency.budget_s=0.1")
     assert git_status() == before  # no sym_shape_infer_temp.onnx, no <uuid>.data
