@@ -184,6 +184,7 @@ def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path):
     assert run_dirs(tmp_path / "b") == []
 
 
+@pytest.mark.slow  # a training subprocess in a user namespace: .ci/run's second stage
 def test_a_full_disk_is_one_line_and_exit_1(tmp_path):
     """The log dir on a 300 kB tmpfs (a user namespace mounts it without root): the first
     checkpoint does not fit. torch reports it as a RuntimeError around the OSError: the
