@@ -1,12 +1,12 @@
 """The feature x domain matrix: every after-training feature on every domain's default
 experiment, run as a user runs them (subprocesses of src/*.py), written to docs/matrix.md.
 
-    .venv/bin/python tests/feature_matrix.py                       # all of it (hours on 2 cores)
+    .venv/bin/python tests/feature_matrix.py                       # all of it (~45 min on 2 cores)
     .venv/bin/python tests/feature_matrix.py --rows digits_cnn --columns train,eval
 
 Results are kept in a JSON file (--results) and merged, so rows or columns can be rerun; the
-markdown is written from all the results kept. tests/test_matrix.py runs it (slow) and one
-cell per column on the digits CNN (fast)."""
+markdown is written from all the results kept. tests/test_matrix.py runs the digits row's cells and
+one row of each other task kind (slow; export onnx, serve and the tensorrt refusal fast)."""
 
 import argparse
 import json
@@ -193,8 +193,9 @@ def render(results: dict, all_rows: list[Row]) -> str:
         "from what they printed and wrote. A cell is `ok` (with the metric or size it produced),",
         "`refused` (the one line the command printed, exit 2, before any work) or `FAILED`.",
         "Trainings are short (epochs below), so metrics are those of short runs, not of the",
-        "published recipes. Regenerate: `.venv/bin/python tests/feature_matrix.py` (slow test:",
-        "`pytest -m slow tests/test_matrix.py`). A cell marked `not run` was not reached by the",
+        "published recipes. Regenerate: `.venv/bin/python tests/feature_matrix.py` (about 45",
+        "minutes on 2 cores; the slow tests run the digits row and one row of each other task",
+        "kind: `pytest -m slow tests/test_matrix.py`). A cell marked `not run` was not reached by the",
         "run that wrote this page (rerun its row: `--rows NAME`); seconds are wall time on the",
         "machine named at the end, which tells more about its load than about litlab.",
         "",

@@ -8,6 +8,7 @@ import sys
 import pytest
 from conftest import ROOT, SHARED_DATA
 from feature_matrix import COLUMNS, Row, main, rows
+from helpers.runs import require_shared
 from matrix_cells import Cell, Ctx, clean_env, git_status
 
 pytestmark = pytest.mark.xdist_group("digits_run")
@@ -79,16 +80,25 @@ def test_the_train_cell_gives_a_checkpoint(tmp_path):
     assert cell.path.endswith(".ckpt") and os.path.isfile(cell.path)
 
 
+# one row per task kind besides the digits row's image classification (its cells: above); the
+# whole matrix (11 rows, about 45 minutes on 2 cores) is written by hand into docs/matrix.md:
+# `.venv/bin/python tests/feature_matrix.py` (.ci/run keeps CI well under 30 minutes)
+KIND_ROWS = ("unet3d_phantoms", "resnet3d_phantoms", "gcn_sbm", "gin_mutag")
+
+
 @pytest.mark.slow
-def test_the_whole_matrix_has_no_failed_cell(tmp_path):
-    """Every domain's row; docs/matrix.md is rewritten from the results (commit it)."""
+def test_one_row_per_task_kind_has_no_failed_cell(tmp_path):
+    """Every column on a row of each other task kind: each cell works or refuses in one line
+    before any work, and nothing is written into the project."""
+    require_shared("TUDataset")  # the GIN row's MUTAG
     out = tmp_path / "matrix.md"
-    code = main(["--results", str(tmp_path / "results.json"), "--out", str(out), "--jobs", "2"])
+    args = ["--rows", ",".join(KIND_ROWS), "--jobs", "2"]
+    code = main([*args, "--results", str(tmp_path / "results.json"), "--out", str(out)])
     text = out.read_text()
     assert "FAILED" not in text, text
     assert code == 0
-    if os.environ.get("LITLAB_WRITE_MATRIX"):
-        (ROOT / "docs" / "matrix.md").write_text(text)
+    for row in KIND_ROWS:
+        assert f"## {next(r.label for r in rows(SHARED_DATA) if r.name == row)}" in text
 
 
 def test_the_runner_runs_as_a_script():
