@@ -6,7 +6,7 @@ experiment, run as a user runs them (subprocesses of src/*.py), written to docs/
 
 Results are kept in a JSON file (--results) and merged, so rows or columns can be rerun; the
 markdown is written from all the results kept. tests/test_matrix.py runs the digits row's cells and
-one row of each other task kind (slow; export onnx, serve and the tensorrt refusal fast)."""
+one row of each other task kind (slow)."""
 
 import argparse
 import json

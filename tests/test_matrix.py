@@ -1,5 +1,6 @@
-"""The feature x domain matrix (tests/feature_matrix.py): one cell per column on the digits CNN
-in `make test`, the whole matrix (every domain; docs/matrix.md) in the slow stage."""
+"""The feature x domain matrix (tests/feature_matrix.py): in the slow stage, one cell per
+column on the digits CNN and one row of each other task kind; in `make test`, the runner
+starts as a script. The whole matrix (docs/matrix.md) is written by hand."""
 
 import os
 import subprocess
@@ -41,22 +42,12 @@ def cells(digits_run, tmp_path_factory):
     assert git_status() == before, "a matrix cell wrote into the project"
 
 
-# columns whose digits cell runs in `make test`: the runner's own paths (an export that serve
-# then answers from, a refusal). The other columns' features have their own fast tests on
-# digits (test_export, test_serve, test_compress, test_inspect, test_options' eval,
-# test_inspect's tune=lr, test_federated_runs); their matrix cells, each a subprocess of
-# 10-50 s, run in the slow stage (with the whole matrix) to keep `make test` within 5 minutes.
-FAST_COLUMNS = ("export onnx", "serve", "export tensorrt")
-
-
-@pytest.mark.parametrize(
-    "column",
-    [
-        c if c in FAST_COLUMNS else pytest.param(c, marks=pytest.mark.slow)
-        for c in COLUMNS
-        if c != "train"
-    ],
-)
+# The digits row's cells, each a subprocess of 3-50 s, run in the slow stage: every column's
+# feature has its own fast test on digits (test_export, test_serve, test_compress,
+# test_inspect, test_options' eval, test_inspect's tune=lr, test_federated_runs), and
+# `make test` stays within 5 minutes on 2 cores.
+@pytest.mark.slow
+@pytest.mark.parametrize("column", [c for c in COLUMNS if c != "train"])
 def test_one_cell_per_column_on_the_digits_cnn(cells, column):
     if column == "serve":
         cells("export onnx")  # serve answers with the file that export wrote
