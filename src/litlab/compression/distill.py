@@ -20,7 +20,11 @@ def kd_loss(
     target: torch.Tensor,
     alpha: float,
     temperature: float,
+    labelled_logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """alpha * T^2 * KL(teacher/T || student/T) + (1 - alpha) * CE. The soft term compares
+    `student_logits` with `teacher_logits`; the label term scores `labelled_logits` (default:
+    the same logits) against `target` (node classification: every node vs the training ones)."""
     t = temperature
     soft = F.kl_div(
         F.log_softmax(student_logits / t, 1),
@@ -28,7 +32,8 @@ def kd_loss(
         reduction="batchmean",
         log_target=True,
     )
-    return alpha * t * t * soft + (1 - alpha) * F.cross_entropy(student_logits, target)
+    hard = student_logits if labelled_logits is None else labelled_logits
+    return alpha * t * t * soft + (1 - alpha) * F.cross_entropy(hard, target)
 
 
 def scores(module, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,13 +97,7 @@ class Distiller(L.LightningModule):
         soft, logits, y = soft_and_hard(self.student, batch)
         with torch.no_grad():
             teacher_soft, _, _ = soft_and_hard(self.teacher, batch)
-        t = self.temperature
-        loss = self.alpha * t * t * F.kl_div(
-            F.log_softmax(soft / t, 1),
-            F.log_softmax(teacher_soft / t, 1),
-            reduction="batchmean",
-            log_target=True,
-        ) + (1 - self.alpha) * F.cross_entropy(logits, y)
+        loss = kd_loss(soft, teacher_soft, y, self.alpha, self.temperature, labelled_logits=logits)
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=len(y))
         return loss
 
