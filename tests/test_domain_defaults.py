@@ -36,7 +36,14 @@ def test_gcn_default_export_exits_0_and_pt2_holds_no_data(cli, shared_data, tmp_
     )
     ckpt = trained.best_checkpoint
     # the default formats; the timing loop shortened (3 s per format and batch size)
-    proc = cli("export.py", f"ckpt_path={ckpt}", "latency.budget_s=0.1", check=False)
+    # this machine's data folder: the run's stored one is never trusted (issue #23)
+    proc = cli(
+        "export.py",
+        f"ckpt_path={ckpt}",
+        f"paths.data_dir={data}",
+        "latency.budget_s=0.1",
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = _export_dir(tmp_path / "logs")
     report = json.loads((out / "export_report.json").read_text())["formats"]
@@ -202,7 +209,7 @@ def test_default_student_keeps_95_percent_on_cora(cli, shared_data, tmp_path):
     data = shared_data("Planetoid").parent
     cli("train.py", "experiment=gcn_cora", f"paths.data_dir={data}", "test=false")
     ckpt = next((run_dirs(tmp_path / "logs")[-1] / "checkpoints").glob("epoch_*.ckpt"))
-    stages = _distilled(cli, tmp_path, ckpt)
+    stages = _distilled(cli, tmp_path, ckpt, f"paths.data_dir={data}")
     teacher, student = stages["original"], stages["distill"]
     assert student["params"] <= 0.25 * teacher["params"]
     assert student["test/acc"] >= 0.95 * teacher["test/acc"], (student, teacher)

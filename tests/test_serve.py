@@ -180,13 +180,14 @@ def test_volume_and_graph_requests(domain, tmp_path, shared_data):
     from litlab.recipes.load import load_run
     from litlab.serving.app import create_app
 
-    extra = [f"paths.data_dir={shared_data('TUDataset').parent}"] if domain == "gin" else []
+    data = shared_data("TUDataset").parent if domain == "gin" else None  # else generated
+    extra = [f"paths.data_dir={data}"] if data else []
     run_cli("train.py", *SERVE_DOMAINS[domain], *extra, "test=false", log_dir=tmp_path / "logs")
     ckpt = run_dirs(tmp_path / "logs")[-1] / "checkpoints" / "last.ckpt"
     assert export_checkpoint(
-        ckpt, tmp_path / "export", formats=["onnx"], latency={"batch_sizes": []}
+        ckpt, tmp_path / "export", data_dir=data, formats=["onnx"], latency={"batch_sizes": []}
     )["ok"]
-    run = load_run(ckpt)
+    run = load_run(ckpt, data_dir=data)
     net = run.model.net.eval()
     app = create_app(tmp_path / "export" / "model.onnx", max_batch=8, max_body_bytes=1 << 22)
     with TestClient(app) as client:

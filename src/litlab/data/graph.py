@@ -55,7 +55,8 @@ def read_pyg(root: Path, name: str, raw_files: str, read):
     except (urllib.error.URLError, OSError) as err:
         raise UserError(
             f"{name} is not in {root / name / 'raw'} and downloading it failed ({err}); "
-            f"connect to the internet once or copy the {raw_files} files there"
+            f"connect to the internet once, copy the {raw_files} files there, or pass "
+            f"paths.data_dir=FOLDER (or set LITLAB_DATA_DIR) where {name} already is"
         ) from err
 
 

@@ -126,15 +126,16 @@ def export(cfg: DictConfig) -> dict:
     return run_export(settings, cfg.paths.output_dir, data_dir=cfg.paths.data_dir)
 
 
-def export_checkpoint(ckpt_path, output_dir, **settings) -> dict:
+def export_checkpoint(ckpt_path, output_dir, data_dir=None, **settings) -> dict:
     """Export from Python (serve, tests, benchmarks): `settings` are export.yaml's keys
-    (`formats=["onnx"]`, `latency={"batch_sizes": []}`), checked as the command checks them."""
+    (`formats=["onnx"]`, `latency={"batch_sizes": []}`), checked as the command checks them;
+    `data_dir`: where the checkpoint's data is on this machine (as `paths.data_dir`)."""
     from litlab.config.settings import check
 
     values = {"task_name": "export", "ckpt_path": str(ckpt_path), **settings}
     checked = check(ExportSettings, values)
     checked.check_files()
-    return run_export(checked, output_dir)
+    return run_export(checked, output_dir, data_dir=data_dir)
 
 
 def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
