@@ -189,6 +189,40 @@ def test_ddp_eval_equals_single_process(cli, shared_data, tmp_path, overrides):
     assert multi["test/f1"] == pytest.approx(single["test/f1"], abs=1e-6)
 
 
+def test_gat_value_dropout_drops_projected_features_per_node_only_in_training(monkeypatch):
+    """As the GAT authors' `attn_head`: the coefficients are scored from the undropped
+    projection, then each (node, head, feature) value is kept (scaled by 1/(1-p)) or zeroed;
+    eval and p=0 are PyG's GATConv exactly."""
+    import torch
+    from torch_geometric.nn import GATConv
+
+    from litlab.models.nets.gnn import _GATConv
+
+    x, edge_index = torch.randn(40, 6), torch.randint(0, 40, (2, 120))
+    torch.manual_seed(0)
+    ours = _GATConv(6, 5, heads=3, value_dropout=0.5)
+    plain = GATConv(6, 5, heads=3)
+    plain.load_state_dict(ours.state_dict())
+    assert torch.equal(ours.eval()(x, edge_index), plain.eval()(x, edge_index))
+    ours.value_dropout = 0.0
+    assert torch.equal(ours.train()(x, edge_index), plain.train()(x, edge_index))
+
+    values = []
+    propagate = GATConv.propagate  # what _GATConv hands the (dropped) values to
+
+    def spy(self, edge_index, x, **kwargs):
+        values.append(x[0])
+        return propagate(self, edge_index, x=x, **kwargs)
+
+    monkeypatch.setattr(GATConv, "propagate", spy)
+    ours.value_dropout = 0.5
+    ours.train()(x, edge_index)
+    projected = ours.lin(x).view(-1, 3, 5)
+    kept = values[0] != 0
+    assert 0.35 < kept.float().mean() < 0.65
+    assert torch.allclose(values[0][kept], 2 * projected[kept])
+
+
 def test_feature_dropout_positions_follow_the_tensor():
     """The non-zero positions are cached per tensor: alternating graphs and in-place edits
     must never reuse another tensor's (or a stale) positions."""

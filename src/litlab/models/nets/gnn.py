@@ -53,6 +53,23 @@ class _TiledLinear(TiledLinear):
         return super().forward(x)
 
 
+class _GATConv(GATConv):
+    """PyG's GATConv plus dropout on the values: the projected features that the attention
+    coefficients average. The GAT authors' code (`attn_head` in utils/layers.py) drops them
+    (p = the input dropout) after computing the coefficients from them, undropped; PyG has no
+    option for it. One mask per node, feature and head, as there; nothing changes in eval."""
+
+    def __init__(self, *args, value_dropout: float = 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.value_dropout = value_dropout
+
+    def propagate(self, edge_index, x, **kwargs):
+        # GATConv.forward has computed the coefficients' scores from x = (x_src, x_dst) already
+        if self.training and self.value_dropout > 0.0:
+            x = (F.dropout(x[0], self.value_dropout, True), x[1])
+        return super().propagate(edge_index, x=x, **kwargs)
+
+
 _NONZERO_CACHE: list = []  # (tensor kept alive, its version, its positions), newest first
 _NONZERO_CACHE_SIZE = 4  # a few graphs in turn (train/test graphs, two models) still hit
 
@@ -99,6 +116,7 @@ class GNN(nn.Module):
         dropout: Probability = 0.5,
         input_dropout: Probability | None = None,
         attention_dropout: Probability = 0.0,
+        value_dropout: Probability = 0.0,
         act: str = "relu",
         norm: str | None = None,
         residual: bool = False,
@@ -110,7 +128,8 @@ class GNN(nn.Module):
         linear_impl: Literal["torch", "tiled"] = "torch",
     ):
         """`hidden_channels` is a layer's total width (GAT: heads x channels per head);
-        `input_dropout`/`readout_dropout` default to `dropout`; `cached` keeps GCN's normalized
+        `input_dropout`/`readout_dropout` default to `dropout`; `value_dropout` (GAT): on the
+        projected features the attention averages, as the GAT authors' code does; `cached` keeps GCN's normalized
         adjacency between steps (node classification only: the graph never changes);
         `linear_impl=tiled`: every dense product (the convs' weights, the MLPs, the classifier)
         through litlab's custom op (docs/ops.md), same parameters; aggregation stays PyG's."""
@@ -122,6 +141,7 @@ class GNN(nn.Module):
         self.node_level = task == NODE_CLASSIFICATION
         self.conv_name, self.heads, self.output_heads = conv, heads, output_heads
         self.attention_dropout, self.cached = attention_dropout, cached and self.node_level
+        self.value_dropout = value_dropout
         self.dropout = dropout
         self.input_dropout = dropout if input_dropout is None else input_dropout
         self.readout_dropout = dropout if readout_dropout is None else readout_dropout
@@ -180,12 +200,13 @@ class GNN(nn.Module):
             heads = self.output_heads if last else self.heads
             if not last and n_out % heads:
                 raise ValueError(f"hidden_channels={n_out} is not a multiple of heads={heads}")
-            return GATConv(
+            return _GATConv(
                 n_in,
                 n_out if last else n_out // heads,
                 heads=heads,
                 concat=not last,
                 dropout=self.attention_dropout,
+                value_dropout=self.value_dropout,
             )
         return (_TiledLinear if self.tiled else _Linear)(n_in, n_out)
 
