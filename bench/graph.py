@@ -44,6 +44,7 @@ NETS = {  # the nets of configs/model/{gnn,gat}.yaml as the experiments use them
         "heads": 8,
         "dropout": 0.6,
         "attention_dropout": 0.6,
+        "value_dropout": 0.6,
         "act": "elu",
         "lr": 0.005,
     },

@@ -141,7 +141,7 @@ def test_pytorch_profiler_tables_name_the_convolution_and_memory(run):
 
 
 @pytest.mark.slow  # shares the `run` fixture (one full inspect run): .ci/run's slow stage
-def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(run):
+def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(run, monkeypatch):
     import mlflow
 
     _, stdout, logs = run
@@ -149,6 +149,7 @@ def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(run):
         f"sqlite:///{(logs / 'mlflow.db').resolve()}"  # the SQLite store, one experiment per task
     )
     client = mlflow.MlflowClient(store)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)  # set_tracking_uri exports it: restored
     mlflow.set_tracking_uri(store)
     runs = mlflow.search_runs(experiment_names=["train"])
     assert len(runs) == 1

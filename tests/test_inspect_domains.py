@@ -56,9 +56,6 @@ def test_inspect_on_3d_segmentation_draws_slices(cli, tmp_path):
 
 @pytest.mark.slow
 def test_mlflow_multirun_one_run_per_job_named_by_overrides(cli, tmp_path, monkeypatch):
-    # mlflow.set_tracking_uri (in an earlier test of this worker) exports MLFLOW_TRACKING_URI,
-    # which the run would inherit and log there instead of under its own logs/
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     import mlflow
 
     cli(
@@ -69,7 +66,9 @@ def test_mlflow_multirun_one_run_per_job_named_by_overrides(cli, tmp_path, monke
         "trainer.max_epochs=1",
         "trainer.limit_train_batches=2",
     )
-    mlflow.set_tracking_uri(f"sqlite:///{(tmp_path / 'logs' / 'mlflow.db').resolve()}")
+    store = f"sqlite:///{(tmp_path / 'logs' / 'mlflow.db').resolve()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)  # set_tracking_uri exports it: restored
+    mlflow.set_tracking_uri(store)
     runs = mlflow.search_runs(experiment_names=["train"])
     names = sorted(runs["tags.mlflow.runName"])
     assert len(names) == 2 and "seed=1" in names[0] and "seed=2" in names[1]

@@ -40,11 +40,10 @@ def readme_mlflow_ui() -> list[str]:
 
 
 @pytest.mark.slow  # a short run, then MLflow's server start (~40 s on a loaded 2-core machine)
-def test_readme_mlflow_ui_command_serves_the_run(cli, tmp_path, monkeypatch):
+def test_readme_mlflow_ui_command_serves_the_run(cli, tmp_path):
     """`logger=mlflow`, then the README's UI command from the folder holding `logs/` (the
     project root for a user; here tmp_path): the UI answers 200 and its REST search finds the
     run, in the experiment named after the task, with the run's test metric."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     proc = cli("train.py", "logger=mlflow", "trainer.max_epochs=1", "trainer.limit_train_batches=4")
     test_acc = results(proc.stdout)[0]["test/acc"]
     command = readme_mlflow_ui()
@@ -85,3 +84,24 @@ def test_readme_mlflow_ui_command_serves_the_run(cli, tmp_path, monkeypatch):
     finally:
         os.killpg(ui.pid, signal.SIGTERM)  # mlflow ui and the uvicorn it started
         ui.wait(timeout=60)
+
+
+def test_mlflow_logger_leaves_the_process_environment_as_it_was(tmp_path, monkeypatch):
+    """Lightning's mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI: left set, the next run
+    of the process (the Python API, a test worker) and its children would log into this run's
+    store. A user's own MLFLOW_TRACKING_URI is kept as it was."""
+    from litlab.loggers.mlflow import LocalMLFlowLogger
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = LocalMLFlowLogger("train", save_dir=str(tmp_path / "a" / "mlflow"))
+    assert first.experiment.get_experiment_by_name("train") is not None
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    second = LocalMLFlowLogger("train", save_dir=str(tmp_path / "b" / "mlflow"))
+    assert second._tracking_uri.endswith(str(tmp_path / "b" / "mlflow.db"))
+
+    theirs = f"sqlite:///{tmp_path / 'theirs.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", theirs)
+    third = LocalMLFlowLogger("train", save_dir=str(tmp_path / "c" / "mlflow"))
+    assert third._tracking_uri == theirs
+    third.experiment
+    assert os.environ["MLFLOW_TRACKING_URI"] == theirs

@@ -67,7 +67,19 @@ class LocalMLFlowLogger(MLFlowLogger):
     @property
     @rank_zero_experiment
     def experiment(self):
-        client = super().experiment
+        import os
+
+        # Lightning calls mlflow.set_tracking_uri, which exports MLFLOW_TRACKING_URI to the
+        # process: the next run of this process (the Python API, a test worker) and every
+        # child would log into this run's store instead of its own. The environment is kept.
+        before = os.environ.get("MLFLOW_TRACKING_URI")
+        try:
+            client = super().experiment
+        finally:
+            if before is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = before
         store_id(self.run_dir, "mlflow", self._run_id)
         return client
 
