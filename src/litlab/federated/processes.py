@@ -6,8 +6,11 @@
   (`kill -9` included), and at every normal end the driver ends them itself.
 - SIGTERM and Ctrl-C (SIGINT) end the round in progress at once: the rounds already finished
   are on disk (the recipe saves after every round, under `save_lock`, which the handler waits
-  for), the workers are ended, and the process exits with 128 + the signal (143, 130). Ray is
-  started here, in the main thread, so that these handlers replace the ones `ray.init` sets.
+  for), the process exits with 128 + the signal (143, 130), and the watchdog ends the workers
+  (it polls every 0.5 s). The driver does not end them itself: once its raylet is gone, Ray's
+  core worker exits the process with status 1 from a thread of its own, which under load
+  came before the handler's exit. Ray is started here, in the main thread, so that these
+  handlers replace the ones `ray.init` sets.
 """
 
 import contextlib
@@ -45,7 +48,7 @@ SAVE_WAIT_S = 60
 
 @contextlib.contextmanager
 def marked_run():
-    """Mark this run's processes and watch them; end them all on exit. Yields `end(fast)`."""
+    """Mark this run's processes and watch them; end them all on exit. Yields `end()`."""
     mark = uuid.uuid4().hex
     os.environ[MARK] = mark
     watchdog = subprocess.Popen(
@@ -56,8 +59,8 @@ def marked_run():
     )
     exclude = {os.getpid(), watchdog.pid}
 
-    def end(fast: bool = False) -> None:
-        end_marked(mark, exclude, grace_s=0.0 if fast else 3.0)
+    def end() -> None:
+        end_marked(mark, exclude, grace_s=3.0)
 
     try:
         yield end
@@ -187,7 +190,8 @@ def simulate(server_main, client_app, num_clients: int, backend: dict, stopped) 
 
         def on_signal(signum, frame) -> None:
             # Flower's runtime goes on training after a KeyboardInterrupt (its worker threads):
-            # the workers are ended and this process exits here, with the finished rounds saved
+            # this process exits here, with the finished rounds saved; the watchdog, seeing
+            # the driver gone, ends Ray's processes
             name = signal.Signals(signum).name
             try:
                 got = save_lock.acquire(timeout=SAVE_WAIT_S)  # a save in progress completes
@@ -196,10 +200,9 @@ def simulate(server_main, client_app, num_clients: int, backend: dict, stopped) 
                     file=sys.stderr,
                     flush=True,
                 )
-                end(fast=True)
                 logging.shutdown()
                 sys.stdout.flush()
-            finally:  # whatever ending the workers raised: the exit code says which signal
+            finally:  # whatever printing raised: the exit code says which signal
                 os._exit(128 + signum)
 
         for s in original:
