@@ -103,5 +103,5 @@ def test_mlflow_logger_leaves_the_process_environment_as_it_was(tmp_path, monkey
     monkeypatch.setenv("MLFLOW_TRACKING_URI", theirs)
     third = LocalMLFlowLogger("train", save_dir=str(tmp_path / "c" / "mlflow"))
     assert third._tracking_uri == theirs
-    third.experiment
+    assert third.experiment.get_experiment_by_name("train") is not None
     assert os.environ["MLFLOW_TRACKING_URI"] == theirs
