@@ -20,6 +20,7 @@ def _export_dir(log_dir):
     return run_dirs(log_dir, "export")[-1]
 
 
+@pytest.mark.slow  # 13 s on 2 cores (the 5-minute make test): a 15-epoch GCN, then export.py
 def test_gcn_default_export_exits_0_and_pt2_holds_no_data(cli, shared_data, tmp_path):
     data = shared_data("Planetoid").parent
     from litlab import train  # in process: the export is the command under test
@@ -77,6 +78,7 @@ def test_int8_that_misses_its_tolerance_is_not_written(digits_run, tmp_path, cap
     assert "not written" in (out / "export_report.md").read_text()
 
 
+@pytest.mark.slow  # 20 s on 2 cores: a 3D U-Net, then int8 export with calibration
 def test_3d_export_writes_nothing_outside_its_run_dir(cli, tmp_path):
     from litlab import train  # in process: the export is the command under test
 

@@ -130,6 +130,7 @@ def check_one_run(log_dir, name: str, one_node) -> None:
     assert not list(run.glob(".hydra/resume-*"))  # node 1 wrote no config of its own
 
 
+@pytest.mark.slow  # 27 s on 2 cores with its fixture; DDP itself: test_ddp.py in make test
 @pytest.mark.xdist_group("multinode")
 def test_two_torchrun_nodes_equal_one_node_of_two_processes(tmp_path, one_node):
     log_dir = tmp_path / "logs"

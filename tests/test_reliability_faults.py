@@ -134,7 +134,7 @@ def test_multirun_resume_is_refused_in_one_line(tmp_path):
 @pytest.mark.parametrize(
     "experiment, dataset",
     [
-        ("gin_mutag", "MUTAG"),
+        pytest.param("gin_mutag", "MUTAG", marks=pytest.mark.slow),
         pytest.param("gin_proteins", "PROTEINS_full", marks=pytest.mark.slow),
     ],
 )
