@@ -48,8 +48,8 @@ def test_incompatible_pair_is_one_line(tmp_path):
 def test_gcn_cora_offline_and_eval_reproduces(cli, shared_data, tmp_path):
     """The papers' recipes on real Cora and CiteSeer (copied raw files, no network), shortened
     to 100 epochs in one multirun: GCN and GAT on Cora >= 78%, GAT on CiteSeer >= 68%
-    (measured 80.4%, 82.7%, 71.6%). eval.py on GCN's best checkpoint prints the same test metrics and
-    writes node predictions."""
+    (measured 80.4%, 82.7%, 71.6%). eval.py on GCN's best checkpoint prints the same test
+    metrics and writes node predictions."""
     data = shared_data("Planetoid").parent
     proc = cli(
         "train.py",
