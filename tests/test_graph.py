@@ -241,6 +241,7 @@ def test_feature_dropout_positions_follow_the_tensor():
     assert [t.tolist() for t in _nonzero(a)] == [[0, 4], [1, 0]]
 
 
+@pytest.mark.slow  # 8 s on 2 cores: .ci/run's second stage (make test stays within 5 minutes)
 def test_joint_selection_keeps_the_last_epoch_best_on_loss_and_acc(cli, tmp_path):
     """`callbacks/joint_selection` (the GAT paper's rule): the checkpoint tested is the last
     epoch at which val/acc and val/loss were both at their best so far (ties count), and the

@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, results, run_dirs
 
 
+@pytest.mark.slow  # 14 s on 2 cores: .ci/run's second stage (make test stays within 5 minutes)
 def test_every_logger_writes_into_the_run_dir(cli, tmp_path):
     cli(
         "train.py",

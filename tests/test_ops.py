@@ -109,6 +109,7 @@ def test_torch_matmul_semantics_values_and_gradients(a_shape, b_shape):
     assert torch.autograd.gradcheck(OP, (a, b))
 
 
+@pytest.mark.slow  # 14 s on 2 cores: .ci/run's second stage (make test stays within 5 minutes)
 def test_opcheck():
     """Schema, fake (meta) kernel, autograd registration, and AOT dispatch (static and dynamic
     shapes) agree with the real kernel."""

@@ -70,6 +70,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow  # 13 s on 2 cores: .ci/run's second stage (make test stays within 5 minutes)
 def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
     root = _repo_copy(tmp_path)
     before = _tree(root)

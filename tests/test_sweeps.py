@@ -83,6 +83,7 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
     assert "mean ± std" in proc.stdout and "| failed |" in (sweep / "summary.md").read_text()
 
 
+@pytest.mark.slow  # 11 s on 2 cores: .ci/run's second stage (make test stays within 5 minutes)
 def test_search_records_failed_and_pruned_trials(cli, tmp_path):
     """3 trials: one raises (dropout 1.5 is refused by torch), one is pruned (lr=1e-7 learns
     nothing: its epoch-0 val/acc is below the completed trial's), the study goes on and writes
