@@ -60,6 +60,9 @@ class TaskKind:
     #: and the distillation temperature when compress.distill.temperature is null
     compress_epochs: int = 5
     distill_temperature: float = 4.0
+    #: compress=distill's default student (the teacher's net, narrowed) trains with this times
+    #: the teacher's learning rate
+    distill_lr_factor: float = 1.0
     #: export: the ONNX op types int8 quantizes (None: all)
     int8_op_types: tuple[str, ...] | None = None
     #: federated: the units a dataset is dealt to clients in, each partitioned by a label
