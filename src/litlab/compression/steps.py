@@ -153,9 +153,9 @@ def distill_step(
     check_teacher(teacher, stage.run_cfg, dm)
     run_cfg = copy.deepcopy(stage.run_cfg)
     run_cfg["model"] = student_config(step, teacher.run_cfg["model"], run_cfg, dm)
-    factor = tasks.get(dm.task).distill_lr_factor
-    if step.get("student") is None and factor != 1.0 and "lr" in run_cfg["model"]["optimizer"]:
-        run_cfg["model"]["optimizer"]["lr"] *= factor  # the default student: the kind's lr
+    optimizer = run_cfg["model"].get("optimizer") or {}  # a model config without one: as is
+    if step.get("student") is None and "lr" in optimizer:  # the default student: the kind's lr
+        optimizer["lr"] *= tasks.get(dm.task).distill_lr_factor
     if (run_cfg["model"].get("scheduler") or {}).get("T_max") is not None:
         run_cfg["model"]["scheduler"]["T_max"] = cfg.trainer.max_epochs
     student = rebuild(run_cfg, dm)
