@@ -92,6 +92,15 @@ TRAIN = [  # (overrides, words the error line must contain)
     (["train=false"], ["train=false", "ckpt_path="]),
     (["paths.log_dir=/proc/nope"], ["cannot create the run dir", "/proc/nope"]),
     (["tags=[mön tag]"], ["cannot parse override 'tags=[mön tag]'", "quote"]),
+    # issue 34, one per mechanism (the full set, in process: test_reliability_inputs.py)
+    (["~data"], ["data is required by src/train.py", "data=digits"]),
+    (["~trainer"], ["trainer is required by src/train.py", "trainer=default"]),
+    (["model.optimizer.lr=inf"], ["model.optimizer.lr=inf", "<= 10"]),
+    (
+        ["trainer.accelerator=cpu", "trainer.precision=bf16-true"],
+        ["trainer.precision=bf16-true is not supported on CPU", "bf16-mixed"],
+    ),
+    (["threads=100000"], ["threads=100000 is not valid", "an integer from 1 to"]),
 ]
 EVAL = [
     ([], ["ckpt_path is required"]),

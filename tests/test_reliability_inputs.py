@@ -66,6 +66,52 @@ EXTERNAL = [
     ),
     (["trainer.limit_val_batches=-0.5"], "a fraction in [0, 1]"),
 ]
+# issue 34: a node the entry point builds from, deleted on the command line or nulled
+REQUIRED_NODES = [
+    (["~data"], "data is required by src/train.py (deleted with ~data"),
+    (["~trainer"], "trainer is required by src/train.py"),
+    (["~model"], "model is required by src/train.py"),
+    (["~model.optimizer"], "model.optimizer is required by src/train.py"),
+    (["~model.net"], "model.net is required by src/train.py"),
+    (["model.optimizer=null"], "valid: an optimizer node"),
+    (["~data._target_"], "data is required by src/train.py"),
+]
+# issue 34: every float is finite, rates and factors bounded above (EXTERNAL, litlab.bounds)
+NON_FINITE = [
+    (["model.optimizer.lr=inf"], "model.optimizer.lr=inf has the wrong type or value; valid: "),
+    (["model.optimizer.lr=1e30"], "a learning rate > 0 and <= 10"),
+    (["model.optimizer.lr=nan"], "model.optimizer.lr=nan"),
+    (["model.optimizer.lr=11"], "a learning rate > 0 and <= 10"),
+    (["model.optimizer.weight_decay=inf"], "model.optimizer.weight_decay=inf"),
+    (["model.optimizer.weight_decay=nan"], "model.optimizer.weight_decay=nan"),
+    (["+model.optimizer.eps=-inf"], "model.optimizer.eps=-inf"),
+    (["+model.optimizer.betas=[0.9,1.5]"], "two numbers in [0, 1)"),
+    (["+model.optimizer.betas=[0.9,nan]"], "two numbers in [0, 1)"),
+    (["model=resnet18", "model.optimizer.momentum=2"], "model.optimizer.momentum=2"),
+    (["model=resnet18", "model.optimizer.lr=inf"], "model.optimizer.lr=inf"),
+    (["model.scheduler.T_max=inf"], "model.scheduler.T_max=inf"),
+    (["+model.scheduler.eta_min=inf"], "model.scheduler.eta_min=inf"),
+    (["trainer.gradient_clip_val=nan"], "trainer.gradient_clip_val=nan"),
+    (["trainer.gradient_clip_val=inf"], "trainer.gradient_clip_val=inf"),
+    (["trainer.max_epochs=-3"], "trainer.max_epochs=-3"),
+    (["trainer.accumulate_grad_batches=inf"], "trainer.accumulate_grad_batches=inf"),
+    (["trainer.limit_train_batches=nan"], "trainer.limit_train_batches=nan"),
+    (["+trainer.val_check_interval=-0.5"], "trainer.val_check_interval=-0.5"),
+    (["model.mixup_alpha=inf"], "model.mixup_alpha=inf"),
+    (["model.label_smoothing=nan"], "model.label_smoothing=nan"),
+    (["data.val_fraction=nan"], "data.val_fraction=nan"),
+    (["data.batch_size=inf"], "data.batch_size=inf"),
+    (["callbacks.early_stopping.min_delta=inf"], "callbacks.early_stopping.min_delta=inf"),
+    (["model=unet3d", "model.dice_weight=inf"], "model.dice_weight=inf"),
+]
+# issue 34: precision against the hardware (this machine's tests run on its CPU)
+PRECISION = [
+    (
+        ["trainer.accelerator=cpu", f"trainer.precision={p}"],
+        f"trainer.precision={p} is not supported on CPU",
+    )
+    for p in ("bf16-true", "16-true", "16-mixed", "transformer-engine")
+]
 # rules a class declares across its parameters (check_settings)
 DECLARED = [
     (
@@ -92,9 +138,32 @@ ACROSS = [
 ]
 
 
-@pytest.mark.parametrize("overrides,words", ANNOTATED + EXTERNAL + DECLARED + ACROSS)
+@pytest.mark.parametrize(
+    "overrides,words", ANNOTATED + EXTERNAL + DECLARED + ACROSS + REQUIRED_NODES + NON_FINITE
+)
 def test_refused_before_anything_is_built(overrides, words, tmp_path):
     assert words in refused(overrides, tmp_path)
+
+
+@pytest.mark.parametrize("overrides,words", PRECISION)
+def test_precision_the_cpu_cannot_run_is_refused(overrides, words, tmp_path):
+    assert words in refused(overrides, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model.optimizer.lr=10"],
+        ["+model.optimizer.betas=[0.0,0.999]", "model.optimizer.weight_decay=1"],
+        ["model=resnet18", "model.optimizer.momentum=0.999"],
+        ["trainer.accelerator=cpu", "trainer.precision=bf16-mixed"],
+        ["trainer.gradient_clip_val=1e3", "+trainer.val_check_interval=0.5"],
+    ],
+)
+def test_bounds_at_their_edges_are_accepted(overrides, tmp_path):
+    from litlab.config import validate
+
+    validate.train_config(compose("train", overrides, output_dir=tmp_path / "run"))
 
 
 def test_folders_a_datamodule_reads_are_checked_before_it_is_built(tmp_path):

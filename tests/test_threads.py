@@ -18,6 +18,7 @@ def machine(monkeypatch):
 
     def set_machine(cores: int, load: float) -> None:
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
         monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
 
     return set_machine
@@ -43,14 +44,19 @@ def test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both(machin
     machine(2, 0.0)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert threads.choose("auto") == 1
-    assert threads.choose(2) == 2 and threads.choose("3") == 3
+    assert threads.choose(2) == 2 and threads.choose("1") == 1
     assert threads.choose(None) is None and threads.choose("null") is None  # torch's default
 
 
-@pytest.mark.parametrize("bad", [0, -1, "many", 1.5])
-def test_bad_thread_counts_are_one_line_errors(bad):
-    with pytest.raises(UserError, match=f"threads={bad} is not valid; use auto"):
+@pytest.mark.parametrize("bad", [0, -1, "many", 1.5, True, float("nan"), 100000, 5, 10**30])
+def test_bad_thread_counts_are_one_line_errors(bad, machine):
+    """Not a count, or more threads than the machine's CPUs (4 here): torch would start them."""
+    machine(4, 0.0)
+    with pytest.raises(
+        UserError, match=f"threads={bad} is not valid; use auto, an integer from 1 to 4"
+    ):
         threads.choose(bad)
+    assert threads.choose(4) == 4
 
 
 def test_apply_exports_the_count_before_torch_and_sets_it_after(machine, monkeypatch):

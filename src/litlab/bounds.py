@@ -5,22 +5,33 @@ them from the signatures and refuses a bad value in one line before anything is 
 
 Metadata are annotated_types' (Ge, Gt, Interval, MinLen...); a string in the metadata is the
 text shown to the user. A leaf module: nets, data and models import it.
+
+Every float is finite: `config.signatures.conforms` refuses nan and inf for any `float`
+annotation (bounded or not) and the settings models refuse them (`allow_inf_nan=False`), so
+`lr=inf` or `dropout=nan` never reaches a constructor, whatever bounds a parameter declares.
 """
 
+import math
 from typing import Annotated, Literal
 
 import annotated_types as at
 
+#: on every float alias below, so pydantic's settings models refuse nan and inf as well
+FINITE = at.Predicate(math.isfinite)
 PosInt = Annotated[int, at.Ge(1)]
 NonNegInt = Annotated[int, at.Ge(0)]
-NonNegFloat = Annotated[float, at.Ge(0)]
-PosFloat = Annotated[float, at.Gt(0)]
+NonNegFloat = Annotated[float, at.Ge(0), FINITE]
+PosFloat = Annotated[float, at.Gt(0), FINITE]
 #: dropout, label smoothing: 1 would zero everything
 Probability = Annotated[float, at.Interval(ge=0, lt=1), "a probability in [0, 1)"]
 #: a held-out share: both parts non-empty
 Fraction = Annotated[float, at.Interval(gt=0, lt=1)]
 #: a share where 0 means "none held out"
 OptionalFraction = Annotated[float, at.Interval(ge=0, lt=1)]
+#: a learning rate: above 10 every optimizer litlab ships diverges in its first steps (1e30, inf)
+LearningRate = Annotated[
+    float, at.Interval(gt=0, le=10), FINITE, "a learning rate > 0 and <= 10 (e.g. 1e-3)"
+]
 #: numpy and Lightning accept seeds in [0, 2**32 - 1]
 Seed = Annotated[int, at.Interval(ge=0, le=2**32 - 1), "an integer in [0, 4294967295]"]
 MinMax = Annotated[Literal["min", "max"], "min or max"]

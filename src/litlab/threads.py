@@ -35,23 +35,39 @@ def free_cores(processes: int = 1) -> int:
     return max(1, free // max(1, processes))
 
 
-def choose(setting, processes: int = 1) -> int | None:
-    """Thread count for a `threads` setting: auto | N | null (None: torch decides)."""
-    if setting is None or str(setting).lower() in ("null", "none", "torch"):
+def limit() -> int:
+    """The most threads a run may ask for: the machine's logical CPUs. More only wait on each
+    other (and `threads=100000` would have torch start that many)."""
+    return max(os.cpu_count() or 1, cores())
+
+
+def check(setting) -> int | None:
+    """The count a `threads` setting names (None for auto or null), or one line: a positive
+    integer up to `limit()`. Checked for every job of a sweep before the first starts."""
+    if setting is None or str(setting).lower() in ("null", "none", "torch", "auto"):
         return None
-    if str(setting).lower() == "auto":
-        env = os.environ.get("OMP_NUM_THREADS", "")
-        return int(env) if env.isdigit() and int(env) > 0 else free_cores(processes)
     text = str(setting).strip()
-    count = int(text) if text.lstrip("-").isdigit() else 0  # 1.5 or "many" are not counts
-    if count < 1:
+    digits = not isinstance(setting, bool) and text.isdigit() and len(text) < 10
+    count = int(text) if digits else 0  # 1.5, -1, "many" or true are not counts
+    if not 1 <= count <= limit():
         from litlab.errors import UserError
 
         raise UserError(
-            f"threads={setting} is not valid; use auto, a positive integer, or null "
-            "(torch's default: one thread per core)"
+            f"threads={setting} is not valid; use auto, an integer from 1 to {limit()} (this "
+            "machine's CPUs), or null (torch's default: one thread per core)"
         )
     return count
+
+
+def choose(setting, processes: int = 1) -> int | None:
+    """Thread count for a `threads` setting: auto | N | null (None: torch decides)."""
+    count = check(setting)
+    if count is not None:
+        return count
+    if setting is None or str(setting).lower() != "auto":
+        return None
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else free_cores(processes)
 
 
 def local_processes(cfg) -> int:

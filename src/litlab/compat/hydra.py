@@ -3,7 +3,9 @@
 - `hydra.core.utils._save_config`: writes .hydra/config.yaml as a Hydra run does (the Python
   API makes its run dir as Hydra would: recipes/run_dir);
 - `JobReturn._return_value`: a job's return value or exception without re-raising it (the
-  sweep summary and the Optuna sweeper record failed jobs and go on).
+  sweep summary and the Optuna sweeper record failed jobs and go on);
+- `BasicSweeper.split_arguments`: the jobs of a grid sweep, as Hydra's basic sweeper will run
+  them (every job is checked before the first starts: recipes/sweep_check).
 """
 
 CHECKED_WITH = "1.3.8"
@@ -28,6 +30,13 @@ def job_outcome(job_return):
     return job_return._return_value
 
 
+def grid_jobs(overrides) -> list[list[str]]:
+    """Each job's overrides, in Hydra's order, from parsed overrides (`OverridesParser`)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
 def check() -> None:
     from hydra.core import utils
     from hydra.core.utils import JobReturn
@@ -36,3 +45,7 @@ def check() -> None:
         raise _fail("hydra.core.utils._save_config")
     if "_return_value" not in getattr(JobReturn, "__dataclass_fields__", {}):
         raise _fail("JobReturn._return_value")
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    if not callable(getattr(BasicSweeper, "split_arguments", None)):
+        raise _fail("BasicSweeper.split_arguments")

@@ -10,7 +10,9 @@ Fields are annotated with `litlab.bounds` (pydantic reads annotated_types' bound
 in the metadata is the text the user sees); rules across keys go in a
 `@model_validator(mode="after")` that raises `UserError`; checks of the files and resources
 the settings name in `check_files`. Strict: `rtol=abc` or `workers=true`
-is refused, never coerced. Unknown keys are refused with the closest valid one.
+is refused, never coerced; nan and inf are refused for every float (`allow_inf_nan=False`,
+inherited: a subclass's `model_config` is merged into this one). Unknown keys are refused
+with the closest valid one.
 """
 
 import typing
@@ -25,7 +27,7 @@ from litlab.errors import UserError
 class Settings(BaseModel):
     """Base of every entry point's settings: strict types, no unknown keys, read-only."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
     def run_view(self, cfg):
         """The config the run will see, checked after these settings (compress: the

@@ -8,11 +8,14 @@ The checks come from the targets themselves, never from key names: a litlab clas
 its parameters, and may declare a classmethod `check_settings(settings, key)` for rules that
 span parameters (fold < num_folds). Classes litlab does not own (torch optimizers, Lightning's
 Trainer and callbacks) get their bounds from `EXTERNAL`, keyed by class and inherited by
-subclasses: the annotations those libraries would carry if they were stricter.
+subclasses: the annotations those libraries would carry if they were stricter. Every number
+they bound is finite as well (`conforms` refuses nan and inf for every float), and a rate or
+factor has an upper bound: `lr=1e30` fails here, not after the first step.
 """
 
 import difflib
 import inspect
+import math
 import re
 import types
 import typing
@@ -20,7 +23,7 @@ from typing import Annotated, Literal
 
 import annotated_types as at
 
-from litlab.bounds import MinMax, NonNegFloat, NonNegInt, PosFloat, PosInt
+from litlab.bounds import LearningRate, MinMax, NonNegFloat, NonNegInt, PosInt
 
 _BATCHES = Annotated[
     Annotated[float, at.Interval(ge=0, le=1)] | NonNegInt,
@@ -32,22 +35,62 @@ _MAX_EPOCHS = Annotated[
     PosInt | Literal[-1] | None, "an integer >= 1, -1 for no limit, or null (the default)"
 ]
 
+_UNIT = Annotated[float, at.Interval(ge=0, le=1)]
+_BELOW_ONE = Annotated[float, at.Interval(ge=0, lt=1)]
+_LR_FLOOR = Annotated[float, at.Interval(ge=0, le=10), "a learning rate in [0, 10]"]
+# val_check_interval: a fraction of the training epoch, or a number of batches
+_INTERVAL = Annotated[
+    Annotated[float, at.Interval(gt=0, le=1)] | PosInt,
+    "a fraction in (0, 1] or a number of batches >= 1",
+]
+
 # Bounds for the classes of other libraries, by "module.QualName" (no import needed here).
 EXTERNAL: dict[str, dict] = {
     "torch.optim.optimizer.Optimizer": {
-        "lr": Annotated[PosFloat, "a learning rate > 0 (e.g. 1e-3)"],
-        "weight_decay": NonNegFloat,
-        "momentum": NonNegFloat,
-        "eps": PosFloat,
+        "lr": LearningRate,
+        # decoupled (AdamW) or L2 (SGD): above 1 it outweighs the loss
+        "weight_decay": _UNIT,
+        "momentum": _BELOW_ONE,
+        "dampening": _UNIT,
+        "betas": Annotated[
+            list[_BELOW_ONE] | tuple[_BELOW_ONE, ...],
+            at.MinLen(2),
+            at.MaxLen(2),
+            "two numbers in [0, 1) (e.g. [0.9, 0.999])",
+        ],
+        "eps": Annotated[float, at.Interval(gt=0, le=1)],
+        "alpha": _BELOW_ONE,  # RMSprop's smoothing
+        "rho": _UNIT,  # Adadelta
+        "lr_decay": _UNIT,  # Adagrad
+        "initial_accumulator_value": NonNegFloat,
     },
     "torch.optim.lr_scheduler.LRScheduler": {
         "T_max": PosInt,
         "step_size": PosInt,
-        "gamma": PosFloat,
-        "eta_min": NonNegFloat,
+        # decay per step or epoch: above 1 the learning rate grows without bound
+        "gamma": Annotated[float, at.Interval(gt=0, le=1)],
+        "eta_min": _LR_FLOOR,
         "T_0": PosInt,
+        "T_mult": PosInt,
         "warmup_steps": NonNegInt,
+        "total_iters": PosInt,
+        "total_steps": PosInt | None,
+        "epochs": PosInt | None,
+        "steps_per_epoch": PosInt | None,
+        "milestones": Annotated[list[PosInt], at.MinLen(1)],
+        "max_lr": LearningRate | list[LearningRate],  # CyclicLR, OneCycleLR: one per group
+        "base_lr": _LR_FLOOR | list[_LR_FLOOR],
+        "start_factor": Annotated[float, at.Interval(gt=0, le=1)],
+        "end_factor": _UNIT,
+        "factor": Annotated[float, at.Interval(gt=0, lt=1)],
+        "pct_start": Annotated[float, at.Interval(gt=0, lt=1)],
+        "patience": NonNegInt,
+        "min_lr": _LR_FLOOR | list[_LR_FLOOR],
+        "cooldown": NonNegInt,
+        "threshold": NonNegFloat,
     },
+    # ConstantLR's factor multiplies the lr for a while (0 allowed), unlike ReduceLROnPlateau's
+    "torch.optim.lr_scheduler.ConstantLR": {"factor": _UNIT},
     "lightning.pytorch.trainer.trainer.Trainer": {
         "max_epochs": _MAX_EPOCHS,
         "max_steps": _EPOCHS,
@@ -60,6 +103,9 @@ EXTERNAL: dict[str, dict] = {
         "check_val_every_n_epoch": PosInt | None,
         "log_every_n_steps": PosInt | None,
         "gradient_clip_val": NonNegFloat | None,
+        "val_check_interval": _INTERVAL | None,
+        "overfit_batches": _BATCHES,
+        "min_steps": NonNegInt | None,
         "gradient_clip_algorithm": Literal["value", "norm"] | None,
         "num_sanity_val_steps": Annotated[
             NonNegInt | Literal[-1], "an integer >= 0 (or -1 for all batches)"
@@ -94,7 +140,7 @@ PUBLIC = {
 def bounds_by_name(target_name: str) -> dict:
     """EXTERNAL's bounds for a target known by its name alone (no import): a first, fast pass."""
     if target_name.startswith("torch.optim.lr_scheduler."):
-        return EXTERNAL["torch.optim.lr_scheduler.LRScheduler"]
+        return EXTERNAL["torch.optim.lr_scheduler.LRScheduler"] | EXTERNAL.get(target_name, {})
     if target_name.startswith("torch.optim.") and target_name.count(".") == 2:
         return EXTERNAL["torch.optim.optimizer.Optimizer"]
     return EXTERNAL.get(PUBLIC.get(target_name, target_name), {})
@@ -176,6 +222,13 @@ def _meets(value, bound) -> bool:
     return True
 
 
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float: not a finite float either
+        return False
+
+
 def _element(ann):
     args = typing.get_args(ann)
     return args[0] if args else inspect.Parameter.empty
@@ -204,8 +257,8 @@ def conforms(value, ann) -> bool | None:
         return isinstance(value, bool)
     if ann is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if ann is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ann is float:  # nan and inf are no setting's value (lr=inf, gradient_clip_val=nan)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
     if ann is str:
         return isinstance(value, str)
     if ann in (list, tuple) or origin in (list, tuple, typing.Sequence):

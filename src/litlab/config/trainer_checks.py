@@ -7,7 +7,13 @@ import os
 from litlab.config.signatures import closest as _closest
 from litlab.errors import UserError
 
-PRECISIONS_NOT_ON_CPU = ("16-mixed", "16", 16)
+#: precisions Lightning accepts that a CPU run cannot use: no fp16 kernels for most CPU ops,
+#: bf16-true casts the weights but not the batches (the first forward fails), and Transformer
+#: Engine is CUDA only. 32-true, 64-true and bf16-mixed run on a CPU.
+PRECISIONS_NOT_ON_CPU = (
+    "16-mixed", "16", 16, "16-true", "bf16-true", "transformer-engine",
+    "transformer-engine-float16",
+)  # fmt: skip
 
 
 def _available(accelerator: str) -> int:
@@ -36,7 +42,8 @@ def check_trainer_plain(t: dict) -> None:
     if accelerator == "cpu" and t.get("precision") in PRECISIONS_NOT_ON_CPU:
         raise UserError(
             f"trainer.precision={t['precision']} is not supported on CPU; use "
-            f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed needs a GPU)"
+            f"trainer.precision=bf16-mixed or 32-true on CPU (16-mixed, 16-true, bf16-true "
+            f"and transformer-engine need a GPU)"
         )
 
 
@@ -69,6 +76,7 @@ def check_trainer(t: dict) -> None:
                 f"{_closest(strategy, valid)}"
             )
     check_trainer_plain({**t, "accelerator": accelerator})
+    _check_precision_on_gpu(t.get("precision"), accelerator)
     devices = t.get("devices")
     if isinstance(devices, str) and devices.lstrip("-").isdigit():
         devices = int(devices)
@@ -82,4 +90,25 @@ def check_trainer(t: dict) -> None:
         raise UserError(
             f"trainer.devices={devices} names a device this machine lacks "
             f"({have} {accelerator} device(s): indices 0..{have - 1})"
+        )
+
+
+def _check_precision_on_gpu(precision, accelerator) -> None:
+    """What the GPU present cannot run: bf16 on a GPU without bf16 (before Ampere), Transformer
+    Engine without its package."""
+    import importlib.util
+
+    import torch
+
+    text = str(precision)
+    bf16_on_gpu = accelerator in ("gpu", "cuda") and text.startswith("bf16")
+    if bf16_on_gpu and torch.cuda.device_count() and not torch.cuda.is_bf16_supported():
+        raise UserError(
+            f"trainer.precision={text}: this GPU ({torch.cuda.get_device_name(0)}) has no "
+            "bfloat16; use trainer.precision=16-mixed or 32-true"
+        )
+    if text.startswith("transformer-engine") and not importlib.util.find_spec("transformer_engine"):
+        raise UserError(
+            f"trainer.precision={text} needs NVIDIA's transformer_engine package, which is "
+            "not installed; use trainer.precision=bf16-mixed, 16-mixed or 32-true"
         )

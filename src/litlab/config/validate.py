@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import ConfigDict
 
 from litlab.bounds import Seed
-from litlab.config import targets
+from litlab.config import required, targets
 from litlab.config.checks import check_checkpoint, check_monitor, check_paths, check_run
 from litlab.config.settings import Settings, check
 from litlab.config.trainer_checks import check_trainer, check_trainer_plain
@@ -120,6 +120,7 @@ def _groups(cfg: DictConfig, c: dict, own: str | None = None) -> None:
 
 def train_config(cfg: DictConfig) -> None:
     """Everything train.py needs, checked in about a second."""
+    required.check(cfg, "train")
     _missing(cfg)
     c = _container(cfg)
     check(TrainKeys, c)
@@ -147,6 +148,7 @@ class FederateKeys(Settings):
 def federate_config(cfg: DictConfig) -> None:
     """federate.py's data, model, clients' trainer and Flower strategy (the other federate.*
     keys: `litlab.federated.settings`), before any data is read or Ray starts."""
+    required.check(cfg, "federate")
     _missing(cfg)
     c = _container(cfg)
     check(FederateKeys, c)
@@ -168,6 +170,7 @@ def trainer_config(cfg: DictConfig) -> None:
 
 
 def eval_config(cfg: DictConfig) -> None:
+    required.check(cfg, "eval")
     _missing(cfg)
     c = _container(cfg)
     keys = check(EvalKeys, c)
@@ -185,6 +188,7 @@ def entry_config(cfg: DictConfig, settings: type[Settings]):
     against the data's task kind (no torch yet), the groups with targets by their signatures,
     and last the files the settings name. Once per run, before any data is read or anything
     printed."""
+    required.check(cfg, required.entry_name())
     own_keys = [k for k in cfg if k not in (*GROUPS, "hydra")]
     _missing(cfg, own_keys)
     own = check(settings, _container(cfg, own_keys))
@@ -211,6 +215,26 @@ def entry_config(cfg: DictConfig, settings: type[Settings]):
         _model_and_data(c)
     own.check_files()
     return own
+
+
+def job_config(config_name: str, cfg: DictConfig) -> None:
+    """One job of a sweep, checked before the sweep's first job starts (recipes/sweep_check):
+    as its entry point checks it, and its `threads` (applied when the job starts). Entry points
+    after training check their own settings when they start; their groups are checked here."""
+    from litlab import threads
+
+    checks = {"train": train_config, "eval": eval_config, "federate": federate_config}
+    required.check(cfg, config_name if config_name in required.REQUIRED else "entry")
+    threads.check(cfg.get("threads", "auto"))
+    if config_name in checks:
+        return checks[config_name](cfg)
+    groups = [k for k in GROUPS if k in cfg]
+    _missing(cfg, groups)
+    c = _container(cfg, groups)
+    if isinstance(c.get("trainer"), dict):
+        _trainer(c["trainer"])
+    targets.walk_plain("", c)
+    targets.walk("", {k: v for k, v in c.items() if k != "trainer"})
 
 
 def check_checkpoint_exists(path) -> None:
