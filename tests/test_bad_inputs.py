@@ -198,11 +198,52 @@ def test_bad_eval_command(overrides, words, fake, tmp_path, capfd):
     _check(code, err, words, tmp_path / "logs", "eval")
 
 
+# issue 34: every job of a sweep is checked before the first starts (recipes/sweep_check):
+# (the sweep's overrides, words of the one line); nothing trained, no sweep dir
+SWEEPS = [
+    (["seed=1,2,-5"], ["job 2 of the sweep (seed=-5): seed=-5", "4294967295"]),
+    (["model.optimizer.lr=0.01,inf"], ["job 1 of the sweep (model.optimizer.lr=inf)", "<= 10"]),
+    (
+        ["trainer.max_epochs=1,0", "seed=1,2"],
+        ["job 2 of the sweep (trainer.max_epochs=0 seed=1): trainer.max_epochs=0"],
+    ),
+    (["data.batch_size=32,0"], ["job 1 of the sweep (data.batch_size=0)", "integer >= 1"]),
+    (["model=cnn,nope"], ["job 1 of the sweep (model=nope): unknown option model=nope"]),
+    (["threads=1,100000"], ["job 1 of the sweep (threads=100000)", "from 1 to"]),
+    (["seed=1,2", "~data"], ["job 0 of the sweep (seed=1): data is required"]),
+    (
+        ["model=resnet18", "model.optimizer.momentum=0.9,2"],
+        ["job 1 of the sweep (model.optimizer.momentum=2)"],
+    ),
+    (
+        ["trainer.accelerator=cpu", "trainer.precision=32-true,bf16-true"],
+        ["job 1 of the sweep (trainer.precision=bf16-true)", "not supported on CPU"],
+    ),
+    (  # an Optuna search: the trials queued up front
+        [
+            "hparams_search=digits_cnn",
+            "hydra.sweeper.enqueue_trials=[{model.net.dropout:0.1},{model.net.dropout:1.5}]",
+        ],
+        ["job 1 of the sweep (model.net.dropout=1.5)", "a probability in [0, 1)"],
+    ),
+]
+
+
+@pytest.mark.parametrize("overrides,words", SWEEPS)
+def test_bad_sweep_job_is_refused_before_the_first_job(overrides, words, tmp_path, capfd):
+    log_dir = tmp_path / "logs"
+    code, err = run_in_process("train.py", ["hydra.mode=MULTIRUN", *overrides], log_dir, capfd)
+    _check(code, err, words, log_dir, "train")
+    assert not (log_dir / "train").exists(), "a sweep dir was made"
+    assert not list(tmp_path.rglob("*.ckpt")), "a job trained"
+
+
 @pytest.mark.parametrize(
     "script,overrides",
     [
         ("train.py", ["trainer.max_epochs=0"]),
         ("eval.py", []),
+        ("train.py", ["-m", "seed=1,2,-5"]),  # issue 34: the third job's seed, before the first
     ],
 )
 def test_bad_command_subprocess_fails_fast(script, overrides, tmp_path):
@@ -227,3 +268,4 @@ def test_bad_command_subprocess_fails_fast(script, overrides, tmp_path):
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert elapsed < 60, f"{elapsed:.1f} s to reject a bad command"
     assert run_dirs(tmp_path, script[:-3]) == []
+    assert not (tmp_path / script[:-3] / "multiruns").exists()

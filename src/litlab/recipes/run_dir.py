@@ -143,8 +143,12 @@ class Guard(Callback):
     def on_run_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
         self._stop_on_error(lambda: (check_location(config), lock(config, str(config_name))))
 
-    def on_multirun_start(self, config: DictConfig, **kw) -> None:
+    def on_multirun_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
+        """Also every job of the sweep, before the sweeper makes the sweep dir (sweep_check)."""
+        from litlab.recipes import sweep_check
+
         self._stop_on_error(lambda: check_location(config, multirun=True))
+        self._stop_on_error(lambda: sweep_check.check_jobs(config, str(config_name)))
 
     def on_run_end(self, config: DictConfig, **kw) -> None:
         release(OmegaConf.select(config, "hydra.run.dir"))
