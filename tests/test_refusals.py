@@ -171,6 +171,7 @@ COMPRESS = [
         0,
     ),
     (["compress=distill_graph"], "unknown key compress.distill.student.net.conv", 0),
+    (["~trainer"], "trainer is required by src/compress.py (deleted with ~trainer", 1),  # 34
 ]
 
 
@@ -219,6 +220,11 @@ FEDERATE = [
     (["federate/strategy=fedprox", "federate.strategy.proximal_mu=-1"], "proximal_mu=-1", 0),
     (["model=gnn", "data=digits"], "cannot train on data=digits", 1),
     (["model=unet3d", "data=digits"], "cannot train on data=digits", 1),
+    # issue 34: a node federate.py builds from, deleted; a float that is not finite
+    (["~trainer"], "trainer is required by src/federate.py (deleted with ~trainer", 1),
+    (["~model.optimizer"], "model.optimizer is required by src/federate.py", 1),
+    (["~federate.strategy"], "federate.strategy is required by src/federate.py", 1),
+    (["model.optimizer.lr=inf"], "model.optimizer.lr=inf has the wrong type or value", 1),
 ]
 
 

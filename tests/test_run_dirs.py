@@ -130,3 +130,14 @@ def test_lock_file_is_never_opened_through_a_link(tmp_path):
     with pytest.raises(UserError, match="is a symbolic link"):
         RunLock(tmp_path / "run").acquire()
     assert victims.untouched()
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_deleted_paths_group_is_named_before_any_dir_is_made(multirun):
+    """`~paths` (issue 34): the run dir's location cannot be checked without paths.log_dir:
+    one line naming the group, not an interpolation error."""
+    from litlab.config.compose import compose
+    from litlab.recipes.run_dir import check_location
+
+    with pytest.raises(UserError, match=r"^paths is required by this command .*paths=default$"):
+        check_location(compose("train", ["~paths"]), multirun=multirun)

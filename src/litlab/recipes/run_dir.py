@@ -33,7 +33,11 @@ def _inside(path, folder) -> bool:
 
 
 def check_location(cfg: DictConfig, multirun: bool = False) -> None:
-    """One line unless every folder this run writes lies below `paths.log_dir`."""
+    """One line unless every folder this run writes lies below `paths.log_dir` (`~paths`
+    deleted it: named as the required node it is)."""
+    from litlab.config import required
+
+    required.check(cfg, "entry")
     name = str(cfg.get("task_name"))
     if not PLAIN_NAME.fullmatch(name) or name in (".", ".."):
         raise UserError(
