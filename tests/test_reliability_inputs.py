@@ -101,6 +101,8 @@ NON_FINITE = [
     (["model.label_smoothing=nan"], "model.label_smoothing=nan"),
     (["data.val_fraction=nan"], "data.val_fraction=nan"),
     (["data.batch_size=inf"], "data.batch_size=inf"),
+    (["data.num_workers=100000"], "4 per CPU of this machine"),
+    (["model=gnn", "data=mutag", "data.num_workers=100000"], "data.num_workers=100000"),
     (["callbacks.early_stopping.min_delta=inf"], "callbacks.early_stopping.min_delta=inf"),
     (["model=unet3d", "model.dice_weight=inf"], "model.dice_weight=inf"),
 ]

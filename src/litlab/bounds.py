@@ -12,6 +12,7 @@ annotation (bounded or not) and the settings models refuse them (`allow_inf_nan=
 """
 
 import math
+import os
 from typing import Annotated, Literal
 
 import annotated_types as at
@@ -31,6 +32,14 @@ OptionalFraction = Annotated[float, at.Interval(ge=0, lt=1)]
 #: a learning rate: above 10 every optimizer litlab ships diverges in its first steps (1e30, inf)
 LearningRate = Annotated[
     float, at.Interval(gt=0, le=10), FINITE, "a learning rate > 0 and <= 10 (e.g. 1e-3)"
+]
+#: dataloader worker processes: beyond 4 per CPU they only compete (and each is a process:
+#: `num_workers=100000` would start them all)
+MAX_WORKERS = 4 * (os.cpu_count() or 1)
+Workers = Annotated[
+    int,
+    at.Interval(ge=0, le=MAX_WORKERS),
+    f"an integer from 0 to {MAX_WORKERS} (4 per CPU of this machine)",
 ]
 #: numpy and Lightning accept seeds in [0, 2**32 - 1]
 Seed = Annotated[int, at.Interval(ge=0, le=2**32 - 1), "an integer in [0, 4294967295]"]

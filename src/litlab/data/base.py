@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from litlab.bounds import NonNegInt, PosInt
+from litlab.bounds import PosInt, Workers
 
 
 class SplitDataModule(L.LightningDataModule):
@@ -23,7 +23,7 @@ class SplitDataModule(L.LightningDataModule):
     def __init__(
         self,
         batch_size: PosInt = 32,
-        num_workers: NonNegInt = 0,
+        num_workers: Workers = 0,
         persistent_workers: bool = False,
         pin_memory: bool | None = None,
     ):

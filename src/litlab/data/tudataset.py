@@ -15,7 +15,7 @@ from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
 # isort: split
 from torch_geometric.loader import DataLoader
 
-from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt
+from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt, Workers
 from litlab.data.base import SplitDataModule
 from litlab.data.graph import read_pyg
 from litlab.data.splits import stratified_folds, stratified_split
@@ -45,7 +45,7 @@ class TUDataModule(SplitDataModule):
         num_folds: Annotated[int, Ge(2)] = 10,
         val_fraction: OptionalFraction = 0.1,
         use_node_attr: bool = False,
-        num_workers: NonNegInt = 0,
+        num_workers: Workers = 0,
         seed: NonNegInt = 0,
     ):
         # PyG's batches are not pinned, its workers not kept
