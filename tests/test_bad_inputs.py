@@ -224,7 +224,11 @@ SWEEPS = [
             "hparams_search=digits_cnn",
             "hydra.sweeper.enqueue_trials=[{model.net.dropout:0.1},{model.net.dropout:1.5}]",
         ],
-        ["job 1 of the sweep (model.net.dropout=1.5)", "a probability in [0, 1)"],
+        ["queued trial 1 of the search (model.net.dropout=1.5)", "a probability in [0, 1)"],
+    ),
+    (  # a search space that reaches past a bound: refused at its edge, before any trial
+        ["hparams_search=digits_cnn", "model.optimizer.lr=tag(log,interval(0.001,100))"],
+        ["the search space's edge", "model.optimizer.lr=100.0", "<= 10"],
     ),
 ]
 

@@ -4,7 +4,7 @@ one line naming that job's overrides and exit 2, not two trained jobs and a fail
 
 Each job's config is composed as the launcher will compose it (`load_sweep_config` on the
 sweep's overrides: Hydra's basic sweeper's grid, or the Optuna search's fixed overrides with
-each trial queued up front) and checked by its entry point's own validation
+each trial queued up front and with its space at its edges) and checked by its entry point's own validation
 (`config.validate.job_config`), with `${hydra:...}` resolving as in that job. Nothing is
 written; the cost is one composition and one validation per job (torch is imported once, as
 the first job would import it).
@@ -18,8 +18,8 @@ BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 OPTUNA = "hydra_plugins.litlab_optuna_sweeper.optuna_sweeper.LitlabOptunaSweeper"
 
 
-def jobs(config: DictConfig, loader) -> list[list[str]]:
-    """Each job's overrides, where the sweeper knows them up front (else none)."""
+def jobs(config: DictConfig, loader) -> list[tuple[str, list[str]]]:
+    """(what the job is, its overrides) for each job the sweeper knows up front (else none)."""
     sweeper = OmegaConf.select(config, "hydra.sweeper", default=None) or {}
     arguments = [str(o) for o in config.hydra.overrides.task]
     target = sweeper.get("_target_")
@@ -30,23 +30,39 @@ def jobs(config: DictConfig, loader) -> list[list[str]]:
 
         params = sweeper.get("params") or {}
         given = [f"{k}={v}" for k, v in params.items()] + arguments
-        return grid_jobs(OverridesParser.create(config_loader=loader).parse_overrides(given))
+        grid = grid_jobs(OverridesParser.create(config_loader=loader).parse_overrides(given))
+        return [(f"job {i} of the sweep", job) for i, job in enumerate(grid)]
     if target == OPTUNA:
-        from litlab.sweeps import search_space
-
-        options = OmegaConf.to_container(sweeper, resolve=False)
-        _, fixed = search_space.build(options.get("params"), arguments)
-        queued = [
-            [f"{k}={search_space.as_override_value(v)}" for k, v in trial.items()]
-            for trial in options.get("enqueue_trials") or []
-        ]
-        return [fixed + trial for trial in queued] or [fixed]
+        return _search_jobs(OmegaConf.to_container(sweeper, resolve=False), arguments)
     return []
 
 
-def _varying(all_jobs: list[list[str]], job: list[str]) -> list[str]:
+def _search_jobs(options: dict, arguments: list[str]) -> list[tuple[str, list[str]]]:
+    """An Optuna search: its fixed overrides with each trial queued up front, and with every
+    dimension of the space at its edges (low, high; each choice of a categorical one)."""
+    from litlab.sweeps import search_space
+
+    space, fixed = search_space.build(options.get("params"), arguments)
+    value = search_space.as_override_value
+    queued = [  # Optuna uses a queued value only for a dimension of the space
+        (f"queued trial {i} of the search", fixed + [f"{k}={value(t[k])}" for k in space if k in t])
+        for i, t in enumerate(options.get("enqueue_trials") or [])
+    ]
+    edges = [list(getattr(d, "choices", None) or (d.low, d.high)) for d in space.values()]
+    corners = [
+        (
+            "the search space's edge",
+            fixed + [f"{k}={value(e[min(i, len(e) - 1)])}" for k, e in zip(space, edges)],
+        )
+        for i in range(max((len(e) for e in edges), default=1))
+    ]
+    return queued + corners
+
+
+def _varying(all_jobs: list[tuple[str, list[str]]], job: list[str]) -> list[str]:
     """The overrides of `job` that differ between jobs (else all of them): what names it."""
-    shared = set.intersection(*(set(j) for j in all_jobs)) if len(all_jobs) > 1 else set()
+    sets = [set(overrides) for _, overrides in all_jobs]
+    shared = set.intersection(*sets) if len(sets) > 1 else set()
     return [o for o in job if o not in shared] or job
 
 
@@ -82,15 +98,15 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
         return
     sweep = HydraConfig.instance().cfg
     try:
-        for num, overrides in enumerate(all_jobs):
-            name = " ".join(_varying(all_jobs, overrides))
+        for num, (what, overrides) in enumerate(all_jobs):
+            name = f"{what} ({' '.join(_varying(all_jobs, overrides))})"
             try:
                 validate.job_config(config_name, _as_job(loader, config, overrides, num))
             except UserError as err:
-                raise UserError(f"job {num} of the sweep ({name}): {err}") from None
+                raise UserError(f"{name}: {err}") from None
             except Exception as err:  # noqa: BLE001  (composition: Hydra's multi-line text)
                 from litlab.config.hydra_errors import condense
 
-                raise UserError(f"job {num} of the sweep ({name}): {condense(str(err))}") from None
+                raise UserError(f"{name}: {condense(str(err))}") from None
     finally:
         HydraConfig.instance().cfg = sweep
