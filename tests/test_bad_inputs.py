@@ -200,31 +200,39 @@ def test_bad_eval_command(overrides, words, fake, tmp_path, capfd):
 
 # issue 34: every job of a sweep is checked before the first starts (recipes/sweep_check):
 # (the sweep's overrides, words of the one line); nothing trained, no sweep dir
+SLOW = pytest.mark.slow  # more of the same mechanism: .ci/run's second stage
 SWEEPS = [
     (["seed=1,2,-5"], ["job 2 of the sweep (seed=-5): seed=-5", "4294967295"]),
     (["model.optimizer.lr=0.01,inf"], ["job 1 of the sweep (model.optimizer.lr=inf)", "<= 10"]),
-    (
+    pytest.param(
         ["trainer.max_epochs=1,0", "seed=1,2"],
         ["job 2 of the sweep (trainer.max_epochs=0 seed=1): trainer.max_epochs=0"],
+        marks=SLOW,
     ),
-    (["data.batch_size=32,0"], ["job 1 of the sweep (data.batch_size=0)", "integer >= 1"]),
+    pytest.param(
+        ["data.batch_size=32,0"],
+        ["job 1 of the sweep (data.batch_size=0)", "integer >= 1"],
+        marks=SLOW,
+    ),
     (["model=cnn,nope"], ["job 1 of the sweep (model=nope): unknown option model=nope"]),
     (["threads=1,100000"], ["job 1 of the sweep (threads=100000)", "from 1 to"]),
     (["seed=1,2", "~data"], ["job 0 of the sweep (seed=1): data is required"]),
-    (
+    pytest.param(
         ["model=resnet18", "model.optimizer.momentum=0.9,2"],
         ["job 1 of the sweep (model.optimizer.momentum=2)"],
+        marks=SLOW,
     ),
     (
         ["trainer.accelerator=cpu", "trainer.precision=32-true,bf16-true"],
         ["job 1 of the sweep (trainer.precision=bf16-true)", "not supported on CPU"],
     ),
-    (  # an Optuna search: the trials queued up front
+    pytest.param(  # an Optuna search: the trials queued up front
         [
             "hparams_search=digits_cnn",
             "hydra.sweeper.enqueue_trials=[{model.net.dropout:0.1},{model.net.dropout:1.5}]",
         ],
         ["queued trial 1 of the search (model.net.dropout=1.5)", "a probability in [0, 1)"],
+        marks=SLOW,
     ),
     (  # a search space that reaches past a bound: refused at its edge, before any trial
         ["hparams_search=digits_cnn", "model.optimizer.lr=tag(log,interval(0.001,100))"],
