@@ -75,6 +75,10 @@ REQUIRED_NODES = [
     (["~model.net"], "model.net is required by src/train.py"),
     (["model.optimizer=null"], "valid: an optimizer node"),
     (["~data._target_"], "data is required by src/train.py"),
+    # a key other keys read (`optimized_metric: ${model.monitor}`), deleted
+    (["~model.monitor"], "optimized_metric reads model.monitor, which is not in the config"),
+    (["~seed"], "data.seed reads seed, which is not in the config (deleted with ~seed?)"),
+    (["~model.monitor_mode"], "callbacks.model_checkpoint.mode reads model.monitor_mode"),
 ]
 # issue 34: every float is finite, rates and factors bounded above (EXTERNAL, litlab.bounds):
 # one composed command per kind of node here, the full table node by node below

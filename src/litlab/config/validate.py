@@ -14,6 +14,7 @@ Only targets are imported (torch and lightning are, no data is read).
 from typing import Literal
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError
 from pydantic import ConfigDict
 
 from litlab.bounds import Seed
@@ -57,8 +58,13 @@ def _missing(cfg: DictConfig, keys=None) -> None:
     for k in [k for k in cfg if k != "hydra"] if keys is None else keys:
         if OmegaConf.is_missing(cfg, k):
             missing.append(k)
+        elif OmegaConf.is_interpolation(cfg, k):
+            continue  # resolved (and a deleted key it reads named) by `_container`
         elif OmegaConf.is_config(cfg[k]):
-            missing += [f"{k}.{sub}" for sub in OmegaConf.missing_keys(cfg[k])]
+            try:
+                missing += [f"{k}.{sub}" for sub in OmegaConf.missing_keys(cfg[k])]
+            except InterpolationKeyError:
+                continue  # named by `_container`, which resolves the node
     missing.sort()
     if missing:
         key = missing[0]
@@ -81,6 +87,12 @@ def _container(cfg: DictConfig, keys=None) -> dict:
     try:
         targets.remember_raw(plain(resolve=False))
         return plain(resolve=True)
+    except InterpolationKeyError as err:  # `~model.monitor`: a key others read is gone
+        gone = str(err).split("'")[1] if str(err).count("'") >= 2 else "a key"
+        raise UserError(
+            f"{err.full_key} reads {gone}, which is not in the config (deleted with ~{gone}?): "
+            f"keep {gone}, or set {err.full_key} to a value"
+        ) from None
     except Exception as err:
         raise UserError(f"the config does not resolve: {one_line(err)}") from None
 
