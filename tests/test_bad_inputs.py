@@ -92,6 +92,8 @@ TRAIN = [  # (overrides, words the error line must contain)
     (["train=false"], ["train=false", "ckpt_path="]),
     (["paths.log_dir=/proc/nope"], ["cannot create the run dir", "/proc/nope"]),
     (["tags=[mön tag]"], ["cannot parse override 'tags=[mön tag]'", "quote"]),
+    (["ddp_join_timeout=0"], ["ddp_join_timeout=0", "seconds in (0, 86400]"]),
+    (["ddp_join_timeout=.inf"], ["ddp_join_timeout=.inf", "seconds in (0, 86400]"]),
 ]
 EVAL = [
     ([], ["ckpt_path is required"]),
