@@ -225,8 +225,8 @@ def test_a_join_without_peers_says_what_it_waits_for_then_stops_in_one_line(
     assert ("nothing answered" in message) == (rank == 1)
     err = capfd.readouterr().err
     assert err.strip() == (
-        f"DDP rank {rank} of 2: waiting for the other processes of this job (2 in all, on "
-        f"every node) to join at 127.0.0.1:{port}; giving up after ddp_join_timeout=1 s"
+        f"DDP rank {rank} of 2: waiting for the job's other processes (2 in all, over every "
+        f"node) to join at 127.0.0.1:{port}; giving up after ddp_join_timeout=1 s"
     )
     assert not dist.is_initialized()
 
@@ -285,7 +285,7 @@ def test_a_node_whose_peer_never_starts_stops_in_one_line_and_leaves_no_run_dir(
         lines = [line for line in err.splitlines() if line.strip()]
         assert proc.returncode == 2, err[-3000:]
         assert len(lines) == 2, err[-3000:]
-        assert lines[0].startswith(f"DDP rank {name[-1]} of 2: waiting for the other")
+        assert lines[0].startswith(f"DDP rank {name[-1]} of 2: waiting for the job's other")
         assert lines[1].startswith(f"error: DDP rank {name[-1]} of 2: ")
         assert "within ddp_join_timeout=3 s" in lines[1]
     assert run_dirs(tmp_path / "node0") == []  # nothing half-written

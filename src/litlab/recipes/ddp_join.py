@@ -78,9 +78,8 @@ def _bounded_join(init, *args, **kwargs):
     rank, world, address = _where(kwargs)
     kwargs["timeout"] = datetime.timedelta(seconds=timeout_s)
     waiting = (
-        f"DDP rank {rank} of {world}: waiting for the other processes of this job ({world} in "
-        f"all, on every node) to join at {address}; giving up after ddp_join_timeout="
-        f"{timeout_s:g} s"
+        f"DDP rank {rank} of {world}: waiting for the job's other processes ({world} in all, "
+        f"over every node) to join at {address}; giving up after ddp_join_timeout={timeout_s:g} s"
     )
     with _native_stderr_captured() as console:
         notice = threading.Timer(min(NOTICE_S, timeout_s / 2), _say, (console, waiting))
