@@ -1,5 +1,6 @@
-"""The ranks' join, bounded and told: a process of a multi-node job whose peers have not
-started yet says so in one line, and gives up with one line after `ddp_join_timeout` seconds.
+"""The ranks' join, bounded and told: a DDP process whose peers have not started yet (another
+node's, typically) says so in one line, and gives up with one line after `ddp_join_timeout`
+seconds.
 
 torch's rendezvous otherwise waits in silence for 30 minutes (its collective timeout, which
 Lightning passes to `init_process_group`), then fails with a C++ stack dump per retry. Here
