@@ -12,8 +12,8 @@ TORCH_PINS := $(shell grep -oE '^torch(vision)?==[^ ]+' requirements.txt)
 # JupyterLab refuses to start as root (containers, CI) unless told it may
 JUPYTER_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # `make notebook` serves copies of the tutorials from here (git-ignored): running them never
-# changes the tracked notebooks/*.ipynb (outputs, .ipynb_checkpoints/). PORT=8899: that port,
-# or JupyterLab stops in one line when it is taken; unset: 8888 or the next free one.
+# changes the tracked notebooks/*.ipynb (outputs, .ipynb_checkpoints/). PORT=8899: that port
+# (taken: JupyterLab stops and says so); unset: 8888 or the next free one.
 NOTEBOOK_COPIES := notebooks/.work
 PORT ?=
 JUPYTER_PORT := $(if $(PORT),--ServerApp.port=$(PORT) --ServerApp.port_retries=0)
