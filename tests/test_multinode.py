@@ -231,6 +231,39 @@ def test_a_join_without_peers_says_what_it_waits_for_then_stops_in_one_line(
     assert not dist.is_initialized()
 
 
+def test_a_master_port_in_use_is_one_line_at_once(monkeypatch, capfd):
+    """Rank 0 cannot host the rendezvous (another program holds MASTER_PORT): one JoinFailed
+    line that names the address and why, at once, not after the timeout."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from litlab.recipes import ddp_join
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        ddp_join.arm(60)
+        ddp_join.install()
+        try:
+            with pytest.raises(ddp_join.JoinFailed) as failed:
+                dist.init_process_group(
+                    "gloo", rank=0, world_size=2, timeout=datetime.timedelta(minutes=30)
+                )
+        finally:
+            ddp_join.arm(None)
+    message = str(failed.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"DDP rank 0 of 2: the processes of this job cannot meet at 127.0.0.1:{port} ("
+    )
+    assert "EADDRINUSE" in message and message.endswith("check MASTER_ADDR and MASTER_PORT")
+    assert capfd.readouterr().err == ""  # no waiting line: it failed at once
+
+
 def test_a_bounded_join_gives_the_group_its_collective_timeout_back(monkeypatch, capfd):
     """Once every rank has joined, the process group's store waits as long as Lightning
     asked (30 minutes), not ddp_join_timeout: a long test on rank 0 must not fail the
