@@ -11,8 +11,14 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PINS := $(shell grep -oE '^torch(vision)?==[^ ]+' requirements.txt)
 # JupyterLab refuses to start as root (containers, CI) unless told it may
 JUPYTER_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+# `make notebook` serves copies of the tutorials from here (git-ignored): running them never
+# changes the tracked notebooks/*.ipynb (outputs, .ipynb_checkpoints/). PORT=8899: that port
+# (taken: JupyterLab stops and says so); unset: 8888 or the next free one.
+NOTEBOOK_COPIES := notebooks/.work
+PORT ?=
+JUPYTER_PORT := $(if $(PORT),--ServerApp.port=$(PORT) --ServerApp.port_retries=0)
 
-.PHONY: train test notebook bench doctor new-task clean help
+.PHONY: train test notebook notebook-copies bench doctor new-task clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
@@ -37,8 +43,20 @@ train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`
 test: $(VENV)/.installed  ## set up, then run the test suite (not the `slow` ones)
 	$(PY) -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
-notebook: $(VENV)/.installed  ## set up, then JupyterLab on notebooks/ (kernel: this .venv; 127.0.0.1 only)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(JUPYTER_ROOT)
+notebook: $(VENV)/.installed notebook-copies  ## set up, then JupyterLab on copies of notebooks/ (kernel: this .venv; 127.0.0.1 only): make notebook PORT=8899 ARGS=--no-browser
+	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_COPIES) --ServerApp.ip=127.0.0.1 $(JUPYTER_PORT) $(JUPYTER_ROOT) $(ARGS)
+
+# A copy is made when it is missing and never overwritten: it holds your outputs and edits
+# (delete it to get the tutorial afresh). A tutorial changed since its copy is pointed out.
+notebook-copies:  ## copy the tutorials missing from notebooks/.work/ (the copies there are kept)
+	@mkdir -p $(NOTEBOOK_COPIES)
+	@for nb in notebooks/*.ipynb; do \
+	    copy="$(NOTEBOOK_COPIES)/$${nb##*/}"; \
+	    if [ ! -e "$$copy" ]; then cp "$$nb" "$$copy" && echo "new copy: $$copy"; \
+	    elif [ "$$nb" -nt "$$copy" ]; then \
+	        echo "note: $$nb changed after $$copy was made; yours is kept (delete it for the new one)"; \
+	    fi; \
+	done
 
 bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an idle machine)
 	PYTHONPATH=src $(PY) bench/startup.py

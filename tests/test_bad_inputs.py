@@ -101,6 +101,8 @@ TRAIN = [  # (overrides, words the error line must contain)
         ["trainer.precision=bf16-true is not supported on CPU", "bf16-mixed"],
     ),
     (["threads=100000"], ["threads=100000 is not valid", "an integer from 1 to"]),
+    (["ddp_join_timeout=0"], ["ddp_join_timeout=0", "seconds in (0, 86400]"]),
+    (["ddp_join_timeout=.inf"], ["ddp_join_timeout=.inf", "seconds in (0, 86400]"]),
 ]
 EVAL = [
     ([], ["ckpt_path is required"]),

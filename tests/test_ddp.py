@@ -91,6 +91,8 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
     assert "[rank0]" in console
     assert "2 processes x batch_size 64 x accumulate_grad_batches 2 = 256 samples" in console
     assert "terminate called" not in console and "Traceback" not in console
+    # torchmetrics already synced the epoch metrics: no advice per metric to sync them again
+    assert "sync_dist" not in console
 
 
 @SWEEP
@@ -149,6 +151,32 @@ def test_eval_shards_are_unpadded():
     assert shards([0], RunningStage.VALIDATING) == [[0], [0]]
 
 
+def test_only_metrics_synced_by_torchmetrics_lose_lightnings_sync_dist_advice():
+    """Lightning's advice, as its logger connector words it, is dropped for the epoch values
+    litlab computed with torchmetrics (synced already) and kept for any other name, e.g. a
+    value a user logs unsynced in their own module."""
+    import warnings
+
+    from lightning.pytorch.utilities.warnings import PossibleUserWarning
+
+    from litlab.utils.distributed import synced_by_torchmetrics
+
+    def advice(name: str) -> str:
+        return (
+            f"It is recommended to use `self.log({name!r}, ..., sync_dist=True)` when logging on "
+            "epoch level in distributed setting to accumulate the metric across devices."
+        )
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        synced_by_torchmetrics({"val/acc": 1, "val/loss": 2})
+        for name in ("val/acc", "val/loss", "val/acc_mine", "val/mine", "train/acc"):
+            warnings.warn(advice(name), PossibleUserWarning, stacklevel=1)
+    assert [str(w.message) for w in shown] == [
+        advice(n) for n in ("val/acc_mine", "val/mine", "train/acc")
+    ]
+
+
 DOMAINS = [
     pytest.param("gnn", id="graph"),
     pytest.param("unet3d", id="3d-segmentation", marks=pytest.mark.slow),
@@ -162,7 +190,8 @@ def test_ddp_per_domain_metrics_equal_single_process(model, tmp_path):
     (this one: no second interpreter start)."""
     from litlab.recipes.train import train
 
-    run_cli("train.py", f"model={model}", "trainer=ddp", *TINY, log_dir=tmp_path / "ddp")
+    proc = run_cli("train.py", f"model={model}", "trainer=ddp", *TINY, log_dir=tmp_path / "ddp")
+    assert "sync_dist" not in proc.stdout + proc.stderr  # metrics synced by torchmetrics
     ddp_dir = run_dirs(tmp_path / "ddp")
     assert len(ddp_dir) == 1  # one run dir, not one per rank
     ckpt = ddp_dir[0] / "checkpoints" / "epoch_000.ckpt"

@@ -3,6 +3,7 @@ the README's `mlflow ui` command serves a `logger=mlflow` run."""
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -33,11 +34,15 @@ def test_every_logger_writes_into_the_run_dir(cli, tmp_path):
     assert list((run / "wandb").glob("offline-run-*/run-*.wandb"))
 
 
-def readme_mlflow_ui() -> list[str]:
-    """The README's `mlflow ui ...` line, its trailing comment dropped."""
+def readme_mlflow_ui_line() -> str:
     readme = (ROOT / "README.md").read_text()
     [line] = [ln for ln in readme.splitlines() if ln.startswith("mlflow ui ")]
-    return line.split("#")[0].split()
+    return line
+
+
+def readme_mlflow_ui() -> list[str]:
+    """The README's `mlflow ui ...` line, its trailing comment dropped."""
+    return readme_mlflow_ui_line().split("#")[0].split()
 
 
 @pytest.mark.slow  # a short run, then MLflow's server start (~40 s on a loaded 2-core machine)
@@ -82,6 +87,16 @@ def test_readme_mlflow_ui_command_serves_the_run(cli, tmp_path):
             [run] = json.loads(r.read())["runs"]
         metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
         assert metrics["test/acc"] == pytest.approx(test_acc, abs=1e-4)
+        # the runs view the README links (experiment 1 in a fresh store), and the run page the
+        # Files block prints, are routes of the UI this server ships (it opens on GenAI's)
+        assert experiment == "1" and "/#/experiments/1/runs" in readme_mlflow_ui_line()
+        page = re.search(r"mlflow run +http://127\.0\.0\.1:5000/#/runs/(\w+)", proc.stdout)
+        assert page and page.group(1) == run["info"]["run_id"], proc.stdout[-2000:]
+        with urllib.request.urlopen(url + "/") as r:
+            scripts = re.findall(r'src="([^"]*static/js/main[^"]*\.js)"', r.read().decode())
+        with urllib.request.urlopen(url + "/" + scripts[0].lstrip("./")) as r:
+            bundle = r.read().decode()
+        assert '"/experiments/:experimentId/runs"' in bundle and '"/runs/:runUuid"' in bundle
     finally:
         os.killpg(ui.pid, signal.SIGTERM)  # mlflow ui and the uvicorn it started
         ui.wait(timeout=60)
@@ -106,3 +121,24 @@ def test_mlflow_logger_leaves_the_process_environment_as_it_was(tmp_path, monkey
     assert third._tracking_uri == theirs
     assert third.experiment.get_experiment_by_name("train") is not None
     assert os.environ["MLFLOW_TRACKING_URI"] == theirs
+
+
+def test_files_block_links_the_mlflow_run_page(tmp_path, capsys):
+    """A local `logger=mlflow` run's Files block gives the UI command and the run's own page:
+    the UI opens on MLflow 3's GenAI view, where litlab's runs do not show."""
+    from omegaconf import OmegaConf
+
+    from litlab.recipes.report import summary
+
+    (tmp_path / "mlflow_run_id.txt").write_text("0123abcd\n")
+    cfg = OmegaConf.create(
+        {
+            "task_name": "train",
+            "paths": {"output_dir": str(tmp_path)},
+            "logger": {"mlflow": {"db": str(tmp_path / "mlflow.db")}},
+        }
+    )
+    summary(cfg, {"test/acc": 0.5}, None)
+    files = capsys.readouterr().out.split("\nFiles\n")[1].splitlines()
+    assert f"  mlflow ui        --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'}" in files
+    assert "  mlflow run       http://127.0.0.1:5000/#/runs/0123abcd" in files

@@ -2,7 +2,8 @@
 started as docs/scale.md tells a cluster to start them: torchrun (as on any machines, and in a
 Kubernetes PyTorchJob) and SLURM's srun (simulated: the environment srun gives each task).
 One run dir, files from global rank 0 only, test metrics equal to the 1-node 2-process run's,
-and a node that dies ends the other one with one line, not a hang."""
+a node that dies ends the other one with one line, not a hang, and a node whose peers never
+start says what it waits for, then stops with one line after ddp_join_timeout."""
 
 import os
 import socket
@@ -10,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, csv_test_metrics, run_cli
+from conftest import ROOT, csv_test_metrics, run_cli, run_dirs
 from test_ddp import TESTS, TINY
 
 # one intra-op thread per process in both runs: float sums in the same order
@@ -184,3 +185,144 @@ def test_a_dead_node_ends_the_other_with_one_line(tmp_path, dead):
     assert "another process of this job stopped or cannot be reached" in errors[0]
     worker = survivor.split("failed (exitcode")[0]  # before torchrun's own failure report
     assert "Traceback" not in worker, survivor[-3000:]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_join_without_peers_says_what_it_waits_for_then_stops_in_one_line(
+    rank, monkeypatch, capfd
+):
+    """`init_process_group` as Lightning calls it (its 30-minute collective timeout) for a
+    job of 2 whose other process never starts: a line that says what it waits for, then one
+    JoinFailed line after ddp_join_timeout (not 30 minutes), and none of torch's C++ stack
+    dumps on the console. Rank 0 hosts the rendezvous (it counts who joined), rank 1 finds
+    nobody there."""
+    import datetime
+    import time
+
+    import torch.distributed as dist
+
+    from litlab.recipes import ddp_join
+
+    port = free_port()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    ddp_join.arm(1)
+    ddp_join.install()
+    start = time.monotonic()
+    try:
+        with pytest.raises(ddp_join.JoinFailed) as failed:
+            dist.init_process_group(
+                "gloo", rank=rank, world_size=2, timeout=datetime.timedelta(minutes=30)
+            )
+    finally:
+        ddp_join.arm(None)
+    assert time.monotonic() - start < 20
+    message = str(failed.value)
+    assert "\n" not in message and failed.value.every_rank  # its node's only line
+    assert message.startswith(f"DDP rank {rank} of 2: ")
+    assert f"127.0.0.1:{port} within ddp_join_timeout=1 s" in message
+    assert ("only 1 of the job's 2 processes joined" in message) == (rank == 0)
+    assert ("nothing answered" in message) == (rank == 1)
+    err = capfd.readouterr().err
+    assert err.strip() == (
+        f"DDP rank {rank} of 2: waiting for the job's other processes (2 in all, over every "
+        f"node) to join at 127.0.0.1:{port}; giving up after ddp_join_timeout=1 s"
+    )
+    assert not dist.is_initialized()
+
+
+def test_a_master_port_in_use_is_one_line_at_once(monkeypatch, capfd):
+    """Rank 0 cannot host the rendezvous (another program holds MASTER_PORT): one JoinFailed
+    line that names the address and why, at once, not after the timeout."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from litlab.recipes import ddp_join
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        ddp_join.arm(60)
+        ddp_join.install()
+        try:
+            with pytest.raises(ddp_join.JoinFailed) as failed:
+                dist.init_process_group(
+                    "gloo", rank=0, world_size=2, timeout=datetime.timedelta(minutes=30)
+                )
+        finally:
+            ddp_join.arm(None)
+    message = str(failed.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"DDP rank 0 of 2: the processes of this job cannot meet at 127.0.0.1:{port} ("
+    )
+    assert "EADDRINUSE" in message and message.endswith("check MASTER_ADDR and MASTER_PORT")
+    assert capfd.readouterr().err == ""  # no waiting line: it failed at once
+
+
+def test_a_bounded_join_gives_the_group_its_collective_timeout_back(monkeypatch, capfd):
+    """Once every rank has joined, the process group's store waits as long as Lightning
+    asked (30 minutes), not ddp_join_timeout: a long test on rank 0 must not fail the
+    others at a barrier. Nothing is printed on a prompt join."""
+    import datetime
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    from litlab.recipes import ddp_join
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    ddp_join.arm(2)
+    ddp_join.install()
+    try:
+        dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(hours=1))
+        assert distributed_c10d._get_default_store().timeout == datetime.timedelta(hours=1)
+    finally:
+        ddp_join.arm(None)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.slow  # two train.py starts at once (150 s on the shared 2-core machine)
+def test_a_node_whose_peer_never_starts_stops_in_one_line_and_leaves_no_run_dir(tmp_path):
+    """`train.py trainer=ddp trainer.num_nodes=2` on node 0 only (MASTER_ADDR/MASTER_PORT/
+    NODE_RANK, as Lightning's general cluster environment reads them), and a SLURM task of
+    node 1 only: each prints what it waits for, then one error line after ddp_join_timeout,
+    exit 2; node 0's fresh run dir is gone."""
+    slurm = {"SLURM_JOB_ID": "9002", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1"}
+    slurm |= {"SLURM_NNODES": "2", "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_NAME": "train"}
+    slurm |= {"SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "1"}
+    nodes = {
+        "node0": {"MASTER_ADDR": "127.0.0.1", "NODE_RANK": "0"},
+        "node1": slurm,
+    }
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, *train_cmd(tmp_path / name, "ddp_join_timeout=3")],
+            cwd=ROOT,
+            env=env(OMP_NUM_THREADS="1", MASTER_PORT=str(free_port()), **extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, extra in nodes.items()
+    }
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=300)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert proc.returncode == 2, err[-3000:]
+        assert len(lines) == 2, err[-3000:]
+        assert lines[0].startswith(f"DDP rank {name[-1]} of 2: waiting for the job's other")
+        assert lines[1].startswith(f"error: DDP rank {name[-1]} of 2: ")
+        assert "within ddp_join_timeout=3 s" in lines[1]
+    assert run_dirs(tmp_path / "node0") == []  # nothing half-written
+    # node 1's log file stays in the job's shared run dir: rank 0 owns that dir
+    assert [p.name for p in (tmp_path / "node1" / "train" / "runs" / "slurm-9002").iterdir()] == [
+        "train.log"
+    ]

@@ -173,16 +173,25 @@ def test_nbconvert_runs_notebook_01_without_pythonpath(venv):
 
 @pytest.mark.slow  # JupyterLab's start: ~10-30 s
 def test_make_notebook_starts_jupyterlab_on_the_venv(tmp_path):
-    dry = subprocess.run(
-        ["make", "-n", "notebook"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.splitlines()
-    [command] = [line for line in dry if "jupyter lab" in line]
-    assert command.startswith(".venv/bin/jupyter lab") and "127.0.0.1" in command
+    """`make notebook PORT=...`'s JupyterLab (on a copy folder of its own here: the make
+    step that fills notebooks/.work/ is tests/test_notebooks.py's) answers on that port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    dry = subprocess.run(
+        ["make", "-n", "notebook", f"PORT={port}", "ARGS=--no-browser"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    [command] = [line for line in dry if "jupyter lab" in line]
+    assert command.startswith(".venv/bin/jupyter lab") and "127.0.0.1" in command
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    command = command.replace("--notebook-dir=notebooks/.work", f"--notebook-dir={copies}")
     server = subprocess.Popen(
-        [*command.split(), "--no-browser", f"--port={port}", "--IdentityProvider.token=t28"],
+        [*command.split(), "--IdentityProvider.token=t28"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

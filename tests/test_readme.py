@@ -84,6 +84,7 @@ COVERED = {
     "pip install -e .": "test_repo_basics.py::test_editable_install_imports_litlab_without_pythonpath",
     "pip install --no-deps -e .": "test_packaging.py::test_installed_metadata_has_no_tool_outside_an_extra_and_litlab_imports_anywhere",
     "make notebook": "test_packaging.py::test_make_notebook_starts_jupyterlab_on_the_venv",
+    "make notebook PORT=8899 ARGS=--no-browser": "test_notebooks.py::test_make_notebook_runs_copies_and_leaves_the_tracked_notebooks_clean",
     "make train TORCH=cpu": "test_repo_basics.py::test_make_installs_cpu_torch_only_when_asked",
     "python src/train.py -m hparams_search=digits_cnn hydra.sweeper.n_trials=5 trainer.max_epochs=3": "test_study_resume.py::test_a_real_search_resumed_with_another_budget",
     # inspect

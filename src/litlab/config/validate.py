@@ -11,8 +11,9 @@ entry point goes through here once, by one mechanism:
 Only targets are imported (torch and lightning are, no data is read).
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
+import annotated_types as at
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 from pydantic import ConfigDict
@@ -31,6 +32,8 @@ HINTS = {
 }
 #: groups checked by their targets' signatures, not by an entry point's settings model
 GROUPS = ("trainer", "callbacks", "logger", "model", "data", "paths", "extras")
+#: how long DDP processes wait for each other to join (recipes/ddp_join): up to a day
+JoinSeconds = Annotated[float, at.Interval(gt=0, le=86400), "seconds in (0, 86400]"]
 
 
 class TrainKeys(Settings):
@@ -42,6 +45,7 @@ class TrainKeys(Settings):
     test: bool = True
     ckpt_path: str | None = None
     task_name: str = "train"
+    ddp_join_timeout: JoinSeconds = 300
 
 
 class EvalKeys(Settings):

@@ -6,7 +6,8 @@ with its step; this adds the run's artifacts (its config and best checkpoint; th
 callbacks add their plots) and takes the list of tags the other loggers take. Loggers log on
 rank 0 only under DDP. SQLite is MLflow's recommended local store (mlflow 3 keeps the file
 store behind a switch). Browse from the project root with
-`mlflow ui --backend-store-uri sqlite:///logs/mlflow.db`."""
+`mlflow ui --backend-store-uri sqlite:///logs/mlflow.db`, at
+http://127.0.0.1:5000/#/experiments/<id>/runs (its home page is the GenAI view)."""
 
 from pathlib import Path
 

@@ -23,6 +23,7 @@ from torchmetrics import MeanMetric, MetricCollection
 
 from litlab.bounds import MinMax
 from litlab.errors import UserError
+from litlab.utils.distributed import synced_by_torchmetrics
 
 SPLITS = ("train", "val", "test")
 
@@ -185,6 +186,7 @@ class LitModule(L.LightningModule):
         if not loss.update_called:  # e.g. limit_val_batches=0
             return
         values = {**metrics.compute(), f"{split}/loss": loss.compute()}  # synced by torchmetrics
+        synced_by_torchmetrics(values)  # no advice to sync them again (utils.distributed)
         self.log_dict(values, prog_bar=True)
         metrics.reset()
         loss.reset()

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Mapping
 
 from litlab.errors import UserError
+from litlab.recipes import ddp_join
 from litlab.recipes.ddp_peers import peer_lost
 from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
@@ -189,6 +190,7 @@ def install(script: str) -> None:
 
     _remember(script)
     compat.set_ddp_child_command(child_command)
+    ddp_join.install()  # the ranks' join: told while it waits, bounded by ddp_join_timeout
 
 
 def attach(trainer) -> None:
@@ -269,6 +271,7 @@ def lifecycle(cfg, script):
     run = _Run(str(script), cfg)
     if rank() > 0:  # a child rank: warnings and errors only (rank 0 says the rest once)
         quiet_rank_console(rank())
+    ddp_join.arm(cfg.get("ddp_join_timeout"))  # how long the ranks' join may take
     with early_ranks(cfg, str(script)):
         try:
             yield run
@@ -279,6 +282,8 @@ def lifecycle(cfg, script):
             if lost is None:
                 raise
             raise lost from None
+        finally:
+            ddp_join.arm(None)
         if run.trainer is not None:
             finish(run.trainer)  # all ranks end together; fails if a child rank failed
         else:

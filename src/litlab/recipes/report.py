@@ -149,9 +149,19 @@ def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) 
         lines.append(
             f"  mlflow ui        --backend-store-uri sqlite:///{Path(mlflow.db).resolve()}"
         )
+        lines += _mlflow_run_page(out)
     if (out / ".hydra" / "config.yaml").exists():
         lines.append(f"  config           {out / '.hydra' / 'config.yaml'}")
     print("\n".join(lines), flush=True)
+
+
+def _mlflow_run_page(out: Path) -> list[str]:
+    """The run's page in that UI: it opens on MLflow 3's GenAI home (no traces there), and
+    `#/runs/<id>` (a route of the installed UI) goes straight to the run."""
+    from litlab.loggers.run_ids import stored_id
+
+    run_id = stored_id(out, "mlflow")
+    return [f"  mlflow run       http://127.0.0.1:5000/#/runs/{run_id}"] if run_id else []
 
 
 def results_lines(metrics: dict[str, float]) -> list[str]:

@@ -21,6 +21,7 @@ MACHINE_LOCAL = (
     "extras.",
     "logger",
     "threads",
+    "ddp_join_timeout",
     "callbacks.rich_progress_bar",
     "callbacks.model_summary",
 )

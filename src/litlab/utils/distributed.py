@@ -8,7 +8,11 @@ duplicates that torchmetrics would count), as Lightning already does for predict
 
 import logging
 import os
+import re
 import warnings
+
+# Lightning's PossibleUserWarning for a tensor logged per epoch without sync_dist under DDP
+_NOT_SYNCED = r"It is recommended to use `self\.log\('(?:{})', \.\.\., sync_dist=True\)`"
 
 
 def rank() -> int:
@@ -59,6 +63,19 @@ def unpad_eval_shards() -> None:
         )
     # Lightning warns that eval shards are padded; with the sampler above they are not
     warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+
+
+def synced_by_torchmetrics(names) -> None:
+    """Silence Lightning's advice to log `names` with `sync_dist=True` (idempotent).
+
+    Lightning cannot tell that a tensor came from a torchmetrics `compute()`, which has
+    already gathered every rank's state: under DDP it printed the advice once per metric
+    and split (nine lines for the default run). `sync_dist=True` would instead all-reduce
+    the equal values again, a collective per metric per epoch that can also change their
+    last bit with 3 ranks or more. The filter names exactly these metrics: a value a user
+    logs unsynced in their own module is still pointed out."""
+    alternatives = "|".join(re.escape(name) for name in sorted(names))
+    warnings.filterwarnings("ignore", message=_NOT_SYNCED.format(alternatives))
 
 
 class _RankFormatter(logging.Formatter):
