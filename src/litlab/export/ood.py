@@ -39,6 +39,7 @@ MAX_COMPONENTS = 48
 #: change 6 flags, keeping 32 or fewer components changes 12 to 16.
 LEVELS = 2047
 DTYPES = {"int16": "<i2", "float32": "<f4"}
+MAX_ARRAY_BYTES = 32 << 20  # a 4096 x 4096 triangle in int16 is 16 MB
 
 
 def summary(x: np.ndarray) -> np.ndarray:
@@ -118,6 +119,8 @@ def unpack(value) -> np.ndarray:
         raise ValueError(f"has shape {str(shape)[:40]}; expected a list of sizes")
     kind = np.dtype(DTYPES[dtype])
     need = math.prod(shape) * kind.itemsize
+    if need > MAX_ARRAY_BYTES:
+        raise ValueError(f"declares {need:,} bytes (shape {shape}); at most {MAX_ARRAY_BYTES:,}")
     try:
         inflate = zlib.decompressobj()
         raw = inflate.decompress(base64.b64decode(str(value["base64"]), validate=True), need + 1)
