@@ -217,6 +217,19 @@ def test_default_student_keeps_95_percent_on_cora(cli, shared_data, tmp_path):
     assert student["test/acc"] >= 0.95 * teacher["test/acc"], (student, teacher)
 
 
+@pytest.mark.slow  # ~40 s: the 100-step search and 2 epochs
+def test_lr_suggestion_of_a_2_epoch_run_trains_digits_to_95_percent(cli, tmp_path):
+    """A run shorter than the search (2 x 21 batches, 100 steps) still gets a suggestion (it
+    used to stop after 42 steps: no falling range, the config's lr kept) and trains with it."""
+    proc = cli("train.py", "tune=lr", "trainer.max_epochs=2", timeout=900)
+    run = run_dirs(tmp_path / "logs")[-1]
+    found = json.loads((run / "tune" / "lr.json").read_text())
+    assert len(found["results"]["lr"]) == 100
+    assert f"suggested lr {found['lr']:.4g}" in proc.stdout
+    assert "in 100 steps, 4.8 passes over the 21 training batches); training with it" in proc.stdout
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] >= 0.95
+
+
 @pytest.mark.slow
 def test_lr_suggestion_trains_digits_to_97_percent(cli, tmp_path):
     proc = cli("train.py", "tune=lr", timeout=1800)

@@ -57,6 +57,46 @@ def test_digits_formats_verified(digits_export):
     assert rows == {(f, b) for f in ("eager", "onnx", "onnx_int8") for b in (1, 64)}
 
 
+def test_int8_file_is_at_most_0_3x_and_its_ood_flags_are_the_full_precision_ones(
+    digits_export, digits_ckpt
+):
+    """The whole int8 file, the out-of-distribution model in its metadata included, is at most
+    0.3x the fp32 file (it was 0.398x with the model in JSON decimals), and the compact model
+    both files carry flags the very test digits the float64 fit flags."""
+    from litlab.export import ood
+    from litlab.export.domains import spec_for
+    from litlab.export.onnx import read_metadata
+    from litlab.export.recipe import prepare_net
+    from litlab.export.verify import eager_predictor
+    from litlab.recipes.load import load_run
+
+    report, out = digits_export
+    sizes = {f: report["formats"][f]["size_bytes"] for f in ("onnx", "onnx_int8")}
+    assert sizes["onnx_int8"] <= 0.3 * sizes["onnx"], sizes
+    stored = read_metadata(out / "model.onnx")["ood"]
+    assert read_metadata(out / "model.int8.onnx")["ood"] == stored
+    assert len(json.dumps(stored)) < 8000  # the PPCA in JSON decimals: 70,564 characters
+    run = load_run(digits_ckpt)
+    spec, predict = spec_for(run), eager_predictor(prepare_net(run.model))
+    train = [b[0].numpy() for b in spec.calibration(100_000)]
+    full = {  # float64, as fitted
+        "input": ood.fit_input(np.concatenate([ood.summary(x) for x in train])),
+        "statistics": ood.fit_statistics(np.concatenate([ood.statistics(x) for x in train])),
+    }
+    batches = list(spec.test_batches())
+    with torch.inference_mode():
+        probs = np.concatenate(
+            [(spec.probs or spec.score)(predict, i).float().numpy() for i, _ in batches]
+        )
+    x = np.concatenate([inputs[0].numpy() for inputs, _ in batches])
+    parts = {"confidence": ood.unconfidence(probs), **ood.tensor_parts(x, full)}
+    reference = ood.calibrate(parts, full)
+    flags = ood.combined(parts, reference) > reference["threshold"]
+    served = ood.scorer(stored)(probs, x) > stored["threshold"]
+    assert 0 < flags.sum() <= 0.05 * len(x)
+    assert (served == flags).all(), f"{(served != flags).sum()} of {len(x)} flags changed"
+
+
 def test_dynamic_batch_axis(digits_export):
     from litlab.export.latency import ort_session
     from litlab.export.pt2 import load_pt2

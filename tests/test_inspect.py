@@ -5,6 +5,7 @@ import csv
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from helpers.runs import csv_test_metrics, results, run_cli, run_dirs
 
@@ -182,6 +183,93 @@ def test_a_callback_that_does_not_fit_the_task_is_refused_in_one_line(tmp_path):
     kept = build.fitting_callbacks(cfg)
     assert {"confusion_matrix", "embeddings", "sample_predictions", "histograms"} <= set(kept)
     assert not {"gradcam", "model_graph"} & set(kept)
+
+
+def test_lr_finder_takes_all_its_steps_in_a_run_shorter_than_them(tmp_path, capfd):
+    """1 epoch of 4 batches, a 20-step search: the finder cycles the data for all 20 steps
+    (it used to stop with the epochs, at 4: "no falling range", the config's lr kept), prints
+    the lr it trains with, and the checkpoint's run config holds that lr."""
+    import torch
+
+    from litlab import train
+
+    result = train(
+        [
+            f"paths.log_dir={tmp_path}",
+            "tune=lr",
+            "tune.lr_find.num_training=20",
+            "trainer.max_epochs=1",
+            "trainer.limit_train_batches=4",
+            "trainer.limit_val_batches=1",
+            "trainer.num_sanity_val_steps=0",
+            "test=false",
+            "callbacks.rich_progress_bar=null",
+        ]
+    )
+    out = capfd.readouterr().out
+    found = json.loads((result.run_dir / "tune" / "lr.json").read_text())
+    lr = found["lr"]
+    assert len(found["results"]["lr"]) == 20
+    [line] = [x for x in out.splitlines() if x.startswith("LR finder:")]
+    assert line.startswith(f"LR finder: suggested lr {lr:.4g}, ")
+    assert line.endswith("in 20 steps, 5.0 passes over the 4 training batches); training with it")
+    ckpt = torch.load(result.best_checkpoint, weights_only=True)
+    assert ckpt["litlab_config"]["model"]["optimizer"]["lr"] == lr != 0.005  # cnn.yaml's lr
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["initial_lr"] == pytest.approx(lr)
+
+
+def test_lr_finder_says_when_the_data_gave_fewer_steps_and_keeps_the_lr(monkeypatch, caplog):
+    """A search that ended short of its steps without diverging (no training batches): one
+    warning line with the count, the config's lr kept and nothing reported."""
+    import functools
+
+    import torch
+    from lightning.pytorch import tuner as lightning_tuner
+
+    from litlab.recipes.tuning import LearningRateFinder
+
+    lrs = np.logspace(-6, 0, 30).tolist()
+    curve = SimpleNamespace(results={"lr": lrs, "loss": np.linspace(2.3, 2.0, 30).tolist()})
+    monkeypatch.setattr(lightning_tuner.Tuner, "lr_find", lambda self, *a, **k: curve)
+    optimizer = functools.partial(torch.optim.AdamW, lr=0.005)
+    model = SimpleNamespace(_optimizer=optimizer)
+    trainer = SimpleNamespace(
+        fit_loop=SimpleNamespace(max_epochs=2), num_training_batches=0, loggers=[]
+    )
+    assert LearningRateFinder()(trainer, model, None) is None
+    assert model._optimizer is optimizer and trainer.fit_loop.max_epochs == 2
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning == (
+        "LR finder: the training data gave 30 of its 100 steps (0 batches per epoch: check "
+        "the data and trainer.limit_train_batches); keeping the config's lr 0.005"
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides,line",
+    [
+        (
+            ["tune.lr_find.num_training=5"],
+            "tune.lr_find.num_training=5 has the wrong type or value; valid: an integer >= 20",
+        ),
+        (
+            ["tune.lr_find.min_lr=0.1", "tune.lr_find.max_lr=0.01"],
+            "tune.lr_find.min_lr=0.1 is not below tune.lr_find.max_lr=0.01",
+        ),
+        (["tune.lr_find.spacing=log"], "valid: exponential | linear"),
+        (["tune.lr_find.early_stop_threshold=1"], "valid: a number > 1 or null"),
+        (["tune.lr_find.max_lr=0"], "tune.lr_find.max_lr=0 has the wrong type or value"),
+    ],
+)
+def test_lr_finder_settings_that_cannot_give_a_curve_are_one_line(overrides, line, tmp_path):
+    """Refused before the run starts (one line, no run dir: `refused`), not found out after a
+    search that could not say anything."""
+    from helpers.refusals import refused
+
+    from litlab.recipes.train import train
+
+    message, _ = refused("train", ["tune=lr", *overrides], train, tmp_path / "logs")
+    assert line in message, message
 
 
 def test_tuning_is_refused_under_ddp():

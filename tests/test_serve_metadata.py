@@ -69,6 +69,39 @@ def deep(update: dict) -> dict:
     return out
 
 
+def with_ood(change=None) -> dict:
+    """GOOD with an out-of-distribution model as an export stores it, `change`d."""
+    from litlab.export import ood
+
+    train = np.random.default_rng(0).normal(0.3, 0.4, size=(200, 1, 8, 8))
+    model = ood.pack_model(
+        {
+            "input": ood.fit_input(ood.summary(train)),
+            "statistics": ood.fit_statistics(ood.statistics(train)),
+        }
+    )
+    scale = {"median": 0.0, "scale": 1.0}
+    meta = {"threshold": 1.0, "parts": dict.fromkeys(model | {"confidence": 0}, scale)}
+    meta["model"] = model
+    if change:
+        change(model)
+    return deep({"ood": meta})
+
+
+def _old_form(model):
+    model["input"] = {"mean": [0.0] * 64, "components": [[1.0] * 64], "variances": [1.0]}
+
+
+def _wrong_shape(model):
+    model["input"]["whitening"]["shape"] = [2079]
+
+
+def _zero_scale(model):
+    from litlab.export import ood
+
+    model["statistics"]["column_scales"] = ood.pack([1.0, 0.0])
+
+
 CRAFTED = {  # name: (metadata, words of the error)
     "no metadata": (None, "lacks task, classes, inputs, input_names"),
     "3 names for 10 outputs": (deep({"classes": ["a", "b", "c"]}), "3 names but the model"),
@@ -83,6 +116,9 @@ CRAFTED = {  # name: (metadata, words of the error)
     "background 2": (deep({"inputs.background": [2.0]}), "background"),
     "wrong input name": (deep({"input_names": ["image"]}), "model's inputs are ['x']"),
     "bad ood": (deep({"ood": {"threshold": 1.0, "parts": {"exec": {}}}}), "ood.parts"),
+    "ood model of older exports": (with_ood(_old_form), "before the compact one"),
+    "ood whitening of another shape": (with_ood(_wrong_shape), "does not hold 4158 bytes"),
+    "ood column scale 0": (with_ood(_zero_scale), "column scale <= 0"),
 }
 
 
@@ -112,6 +148,9 @@ def test_good_crafted_file_opens(tmp_path):
 
     runner = Runner(model(tmp_path / "model.onnx", GOOD))
     assert runner.classes == GOOD["classes"] and runner.ood is None
+    runner = Runner(model(tmp_path / "ood.onnx", with_ood()))
+    scores = runner.ood_scores(np.full((2, 10), 0.1), np.zeros((2, 1, 8, 8)))
+    assert scores.shape == (2,) and np.isfinite(scores).all()
 
 
 def test_serve_exits_2_before_listening(tmp_path):

@@ -6,7 +6,8 @@
 - `Trainer._signal_connector.received_sigterm`: cleared so that a graceful stop on SIGTERM
   validates and writes last.ckpt before stopping (callbacks/guards);
 - `ModelCheckpoint._last_global_step_saved`: whether last.ckpt is of this very step;
-- `fit_loop._data_fetcher`: the fetcher whose iterator a mid-epoch resume advances.
+- `fit_loop._data_fetcher`: the fetcher whose iterator a mid-epoch resume advances;
+- `Trainer._checkpoint_connector`: whose `restore` Lightning's finders call (recipes/tuning).
 """
 
 CHECKED_WITH = "2.6.6"
@@ -54,6 +55,11 @@ def data_fetcher(trainer):
     return trainer.fit_loop._data_fetcher
 
 
+def checkpoint_connector(trainer):
+    """What restores a checkpoint into the trainer (Lightning's finders restore through it)."""
+    return trainer._checkpoint_connector
+
+
 def check() -> None:
     """Every name above still exists: a `CompatError` naming the first one that does not."""
     from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
@@ -69,6 +75,8 @@ def check() -> None:
     trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
     if not hasattr(getattr(trainer, "_signal_connector", None), "received_sigterm"):
         raise _fail("Trainer._signal_connector.received_sigterm")
+    if not callable(getattr(getattr(trainer, "_checkpoint_connector", None), "restore", None)):
+        raise _fail("Trainer._checkpoint_connector.restore")
     if not hasattr(trainer.fit_loop, "_data_fetcher"):
         raise _fail("fit_loop._data_fetcher")
     if not hasattr(ModelCheckpoint(), "_last_global_step_saved"):

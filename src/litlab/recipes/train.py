@@ -42,9 +42,10 @@ def train(cfg: DictConfig) -> RunResult:
         report.log_hyperparameters(cfg, model, trainer)
 
         if cfg.train:
-            tuning.run(
+            tuned = tuning.run(
                 build.instantiate_all(cfg.get("tune"), "tune"), trainer, model, datamodule
             )  # tune=
+            tuning.record(stored.config, tuned)  # checkpoints: the values trained with
             with first_forward.watched(
                 model.net,
                 cfg.model.net._target_,

@@ -12,17 +12,27 @@ import functools
 import json
 import logging
 from pathlib import Path
+from typing import Annotated, ClassVar, Literal
 
+from litlab.bounds import Ge, Gt, PosFloat
 from litlab.errors import UserError, one_line
+from litlab.recipes.lr_search import (
+    diverged,
+    epochs_unbounded,
+    passes,
+    plot_lr_curve,
+    steepest_descent,
+)
 from litlab.utils.distributed import is_rank_zero
 
 log = logging.getLogger(__name__)
 
 
-def run(tuners: list, trainer, model, datamodule) -> None:
-    """Run the configured finders in order (called once, right before `trainer.fit`)."""
+def run(tuners: list, trainer, model, datamodule) -> dict[tuple[str, ...], object]:
+    """Run the configured finders in order (called once, right before `trainer.fit`); returns
+    {the run config's key: the value set}, for `record`."""
     if not tuners:
-        return
+        return {}
     strategy = type(trainer.strategy).__name__
     if trainer.world_size > 1 or strategy != "SingleDeviceStrategy":
         raise UserError(
@@ -30,9 +40,23 @@ def run(tuners: list, trainer, model, datamodule) -> None:
             f"Lightning's finders need one device; tune with trainer=default, then "
             f"train with the value it prints"
         )
+    found = {}
     with _explicit_weights_only(trainer):
         for tuner in tuners:
-            tuner(trainer, model, datamodule)
+            value = tuner(trainer, model, datamodule)
+            if value is not None:
+                found[tuner.config_key] = value
+    return found
+
+
+def record(config: dict, found: dict[tuple[str, ...], object]) -> None:
+    """Write the tuned values into the run config stored in checkpoints: eval, export and
+    `load_run` rebuild the run as it was trained, not with the values the finders replaced."""
+    for key, value in found.items():
+        node = config
+        for name in key[:-1]:
+            node = node.setdefault(name, {})
+        node[key[-1]] = value
 
 
 @contextlib.contextmanager
@@ -42,7 +66,9 @@ def _explicit_weights_only(trainer):
     torch's default. Here both are explicit: the whole state is saved (the optimizer's too,
     tensors and plain values only) and it is read back with `weights_only=True`, as every
     checkpoint of litlab is."""
-    connector, save = trainer._checkpoint_connector, trainer.save_checkpoint
+    from litlab.compat.lightning import checkpoint_connector
+
+    connector, save = checkpoint_connector(trainer), trainer.save_checkpoint
     restore = connector.restore
 
     def save_whole(filepath, weights_only=None, storage_options=None):
@@ -83,89 +109,72 @@ def _lightning_args(finder, mode: str) -> dict:
     return args
 
 
-def steepest_descent(
-    lrs, losses, smooth: int = 5, skip_begin: int = 5
-) -> tuple[int, int, int] | None:
-    """(suggested, start, end) indices of an LR range test: the suggestion and the falling range.
-
-    The loss is smoothed again (a centered moving average of `smooth` points on top of
-    Lightning's running average), its descent measured against log10(lr) (the test's own
-    spacing), and only the range where the smoothed loss falls is searched: from its highest
-    point (after `skip_begin`: Lightning's running average starts biased) to its minimum. Lightning's `suggestion()` takes the steepest slope of the
-    whole curve, which after the minimum can land on the blow-up's edge (the curve's peak)."""
-    import numpy as np
-
-    lrs, losses = np.asarray(lrs, float), np.asarray(losses, float)
-    keep = np.isfinite(losses) & (lrs > 0)
-    lrs, losses, index = lrs[keep], losses[keep], np.flatnonzero(keep)
-    if len(losses) < skip_begin + 3:
-        return None
-    k = max(1, min(smooth, len(losses) // 10))
-    padded = np.pad(losses, (k // 2, k - 1 - k // 2), mode="edge")
-    smoothed = np.convolve(padded, np.ones(k) / k, mode="valid")
-    bottom = skip_begin + int(np.argmin(smoothed[skip_begin:]))
-    if bottom - skip_begin < 2:  # no falling range: the loss only rises
-        return None
-    top = skip_begin + int(np.argmax(smoothed[skip_begin:bottom]))
-    if bottom - top < 2:
-        return None
-    slope = np.gradient(smoothed, np.log10(lrs))
-    best = top + int(np.argmin(slope[top:bottom]))
-    return int(index[best]), int(index[top]), int(index[bottom])
+def _config_lr(model) -> str:
+    lr = getattr(model, "_optimizer", None)
+    lr = getattr(lr, "keywords", {}).get("lr")
+    return f"{lr:.4g}" if isinstance(lr, int | float) else "the optimizer's default"
 
 
-def plot_lr_curve(results: dict, best: int, top: int, bottom: int, path: Path) -> None:
-    """The loss against the lr (log axis), the falling range shaded, the suggestion marked."""
-    import matplotlib
+def _keep_config_lr(model, why: str) -> None:
+    log.warning(f"LR finder: {why}; keeping the config's lr {_config_lr(model)}")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    lrs, losses = results["lr"], results["loss"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(lrs, losses)
-    ax.axvspan(lrs[top], lrs[bottom], color="tab:green", alpha=0.1, label="loss still falling")
-    ax.plot(
-        lrs[best],
-        losses[best],
-        "o",
-        color="tab:red",
-        markersize=9,
-        label=f"suggested lr {lrs[best]:.3g} (steepest descent)",
-    )
-    ax.set(xscale="log", xlabel="learning rate", ylabel="training loss (smoothed)")
-    ax.legend()
-    fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
+MIN_STEPS = 20  # the fewest a curve is read from (`steepest_descent` skips 5, smooths over 5)
 
 
 @dataclasses.dataclass
 class LearningRateFinder:
-    """Lightning's LR range test: `num_training` steps from `min_lr` to `max_lr`, stopped early
-    when the loss exceeds `early_stop_threshold` times its best; the suggestion is the steepest
-    descent of the smoothed loss curve within the range where it still falls
-    (`steepest_descent`; plot: tune/lr_find.png)."""
+    """Lightning's LR range test: `num_training` steps from `min_lr` to `max_lr`, whatever the
+    run's `max_epochs` (`epochs_unbounded`), stopped early when the loss exceeds
+    `early_stop_threshold` times its best; the suggestion is the steepest descent of the
+    smoothed loss curve within the range where it still falls (`steepest_descent`; plot:
+    tune/lr_find.png)."""
 
-    min_lr: float = 1e-6
-    max_lr: float = 1.0
-    num_training: int = 100
-    spacing: str = "exponential"
-    early_stop_threshold: float | None = 4.0
+    min_lr: PosFloat = 1e-6
+    max_lr: PosFloat = 1.0
+    num_training: Annotated[int, Ge(MIN_STEPS)] = 100
+    spacing: Literal["exponential", "linear"] = "exponential"
+    early_stop_threshold: Annotated[float, Gt(1)] | None = 4.0
+    config_key: ClassVar[tuple[str, ...]] = ("model", "optimizer", "lr")
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        if not settings["min_lr"] < settings["max_lr"]:
+            raise UserError(
+                f"{key}.min_lr={settings['min_lr']} is not below {key}.max_lr="
+                f"{settings['max_lr']}: the search sweeps from min_lr up to max_lr"
+            )
 
     def __call__(self, trainer, model, datamodule) -> float | None:
         from lightning.pytorch.tuner import Tuner
 
-        finder = Tuner(trainer).lr_find(
-            model, datamodule=datamodule, update_attr=False, **_lightning_args(self, "spacing")
-        )
-        found = steepest_descent(finder.results["lr"], finder.results["loss"]) if finder else None
+        with epochs_unbounded(trainer):
+            finder = Tuner(trainer).lr_find(
+                model, datamodule=datamodule, update_attr=False, **_lightning_args(self, "spacing")
+            )
+        if finder is None:  # Lightning skips it under fast_dev_run
+            return _keep_config_lr(model, "skipped (trainer.fast_dev_run)")
+        steps = len(finder.results["lr"])
+        if steps < self.num_training and not diverged(
+            finder.results["loss"], self.early_stop_threshold
+        ):
+            return _keep_config_lr(
+                model,
+                f"the training data gave {steps} of its {self.num_training} steps "
+                f"({trainer.num_training_batches} batches per epoch: check the data and "
+                "trainer.limit_train_batches)",
+            )
+        found = steepest_descent(finder.results["lr"], finder.results["loss"])
         if found is None:
-            log.warning("LR finder: no falling range in the loss curve; keeping the config's lr")
-            return None
+            return _keep_config_lr(model, f"no falling range in the loss curve ({steps} steps)")
+        return self._use(trainer, model, finder.results, found, passes(steps, trainer))
+
+    def _use(self, trainer, model, results: dict, found: tuple, passes: str) -> float:
+        """Train with the suggestion: the optimizer rebound, the curve plotted, the line printed."""
         best, top, bottom = found
-        lr = float(finder.results["lr"][best])
+        lr = float(results["lr"][best])
         if is_rank_zero():
-            plot_lr_curve(finder.results, best, top, bottom, _out_dir(trainer) / "lr_find.png")
+            plot_lr_curve(results, best, top, bottom, _out_dir(trainer) / "lr_find.png")
         # the optimizer is a partial from config (LitModule builds it at fit): rebind its lr
         model._optimizer = functools.partial(model._optimizer, lr=lr)
         _report(
@@ -173,13 +182,13 @@ class LearningRateFinder:
             "lr",
             lr,
             f"LR finder: suggested lr {lr:.4g}, the steepest descent of the smoothed loss "
-            f"before its minimum at lr {finder.results['lr'][bottom]:.3g} (searched "
-            f"{self.min_lr:g} to {self.max_lr:g} in {len(finder.results['lr'])} steps); "
+            f"before its minimum at lr {results['lr'][bottom]:.3g} (searched "
+            f"{self.min_lr:g} to {self.max_lr:g} in {len(results['lr'])} steps{passes}); "
             f"training with it",
             {
                 "searched": [self.min_lr, self.max_lr],
-                "falling_until": finder.results["lr"][bottom],
-                "results": finder.results,
+                "falling_until": results["lr"][bottom],
+                "results": results,
             },
         )
         return lr
@@ -242,6 +251,7 @@ class BatchSizeFinder:
     init_val: int = 2
     max_trials: int = 25
     min_steps_per_epoch: int = 10
+    config_key: ClassVar[tuple[str, ...]] = ("data", "batch_size")
 
     def __call__(self, trainer, model, datamodule) -> int | None:
         import math

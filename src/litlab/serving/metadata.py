@@ -13,10 +13,10 @@ from pathlib import Path
 from litlab import tasks
 from litlab.errors import UserError
 
-MAX_VALUE_BYTES = 4 << 20  # one metadata value (the run config, the OOD model: ~0.2 MB)
+MAX_VALUE_BYTES = 4 << 20  # one metadata value (the run config; the OOD model: ~9 kB)
 MAX_CLASSES, MAX_NAME = 100_000, 256
 MAX_IMAGE_SIDE, MAX_VOLUME_SIDE, MAX_CHANNELS = 4096, 1024, 64
-MAX_FEATURES, MAX_OOD_DIMS, MAX_OOD_COMPONENTS = 1_000_000, 4096, 256
+MAX_FEATURES, MAX_OOD_DIMS = 1_000_000, 4096
 
 
 class Bad(Exception):
@@ -56,12 +56,6 @@ def _list(value, what: str, length: int | None = None, max_len: int = 4096) -> l
         f"{what} has {len(value)} items; expected {length if length is not None else f'<= {max_len}'}",
     )
     return value
-
-
-def _matrix(value, what: str, rows: int, cols: int) -> None:
-    for row in _list(value, what, rows, MAX_OOD_DIMS):
-        for v in _list(row, f"{what} row", cols, MAX_OOD_DIMS):
-            _number(v, f"{what} entry")
 
 
 def _vision(inputs: dict) -> int:
@@ -142,17 +136,49 @@ def _ood(ood, channels: int | None) -> None:
     _require(set(parts) == set(known), f"ood.parts must be {', '.join(known)}")
     pca, stats = model.get("input"), model.get("statistics")
     _require(isinstance(pca, dict) and isinstance(stats, dict), "ood.model is incomplete")
-    d = len(_list(pca.get("mean"), "ood.model.input.mean", max_len=MAX_OOD_DIMS))
-    k = len(_list(pca.get("variances"), "ood.model.input.variances", max_len=MAX_OOD_COMPONENTS))
-    for v in pca["mean"]:
-        _number(v, "ood.model.input.mean entry")
-    for v in pca["variances"]:
-        _number(v, "an ood.model.input variance", 0, math.inf, low_open=True)
-    _matrix(pca.get("components"), "ood.model.input.components", k, d)
-    _number(pca.get("residual_variance"), "ood.model.input.residual_variance", 0, 1e12, True)
-    for v in _list(stats.get("mean"), "ood.model.statistics.mean", 2 * channels):
-        _number(v, "ood.model.statistics.mean entry")
-    _matrix(stats.get("precision"), "ood.model.statistics.precision", 2 * channels, 2 * channels)
+    _require(
+        "components" not in pca,
+        "ood.model is in the form of exports before the compact one (components, variances)",
+    )
+    d = len(_array(pca.get("mean"), "ood.model.input.mean", (None,)))
+    _whitening(pca, "ood.model.input", d)
+    _array(stats.get("mean"), "ood.model.statistics.mean", (2 * channels,))
+    _whitening(stats, "ood.model.statistics", 2 * channels)
+
+
+def _array(value, what: str, shape: tuple):
+    """An array of the OOD model as `litlab.export.ood.pack` stores it, of finite numbers in
+    `shape` (None: any length up to MAX_OOD_DIMS)."""
+    import numpy as np
+
+    from litlab.export.ood import unpack
+
+    try:
+        array = unpack(value)
+    except ValueError as err:
+        raise Bad(f"{what} {err}") from None
+    want = [MAX_OOD_DIMS if n is None else n for n in shape]
+    _require(
+        array.ndim == len(shape)
+        and all(n <= w if s is None else n == w for n, w, s in zip(array.shape, want, shape)),
+        f"{what} has shape {list(array.shape)}; expected {[s or f'<= {MAX_OOD_DIMS}' for s in shape]}",
+    )
+    _require(bool(np.isfinite(array).all()), f"{what} has entries that are not finite numbers")
+    return array
+
+
+def _whitening(part: dict, what: str, n: int) -> None:
+    """An upper-triangular n x n whitening (`litlab.export.ood.pack_model`): its diagonal and
+    its column scales positive (a distance)."""
+    import numpy as np
+
+    array = _array(part.get("whitening"), f"{what}.whitening", (n * (n + 1) // 2,))
+    diagonal = array[np.cumsum([0, *range(n, 1, -1)])] if n else array
+    scales = _array(part.get("column_scales"), f"{what}.column_scales", (n,))
+    _require(
+        bool((diagonal > 0).all() and (scales > 0).all()),
+        f"{what}.whitening has a diagonal entry or column scale <= 0; expected > 0",
+    )
 
 
 def check(meta: dict, input_names: list[str], width) -> dict:
