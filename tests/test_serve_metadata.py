@@ -1,73 +1,18 @@
-"""An ONNX file's litlab metadata is data from elsewhere: the service checks it when it opens
-the file, before it listens, and refuses a bad one in one line (exit 2). Files here are
-crafted: a real 10-class model (one MatMul) under doctored metadata."""
+"""An ONNX file's litlab metadata and graph are data from elsewhere: the service checks them
+when it opens the file, before it listens, and refuses a bad one in one line (exit 2): every
+number of the metadata (finite, in the range of what it is), the graph's input and output
+dtypes and ranks, its weights. Files here are crafted: a real 10-class model (one MatMul)
+under doctored metadata, dtypes, ranks or weights. The serve settings' bounds too."""
 
-import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 from conftest import ROOT
+from serve_helpers import GOOD, crafted_model, deep
 
 from litlab.errors import UserError
-
-GOOD = {
-    "task": "image_classification",
-    "classes": [str(i) for i in range(10)],
-    "input_names": ["x"],
-    "inputs": {
-        "x": {
-            "shape": ["batch", 1, 8, 8],
-            "dtype": "float32",
-            "layout": "NCHW",
-            "normalization": {"mean": [0.3], "std": [0.4]},
-        },
-        "image_size": 8,
-        "channels": 1,
-        "background": [0.0],
-    },
-}
-
-
-def model(path, props: dict | None, outputs: int = 10):
-    """x [batch, 1, 8, 8] -> flatten -> MatMul -> logits [batch, outputs], with `props`."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    weight = numpy_helper.from_array(
-        np.random.default_rng(0).normal(size=(64, outputs)).astype(np.float32), "w"
-    )
-    graph = helper.make_graph(
-        [
-            helper.make_node("Flatten", ["x"], ["flat"]),
-            helper.make_node("MatMul", ["flat", "w"], ["logits"]),
-        ],
-        "crafted",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 8, 8])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", outputs])],
-        [weight],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 9
-    if props is not None:
-        helper.set_model_props(
-            m, {k: v if isinstance(v, str) else json.dumps(v) for k, v in props.items()}
-        )
-    onnx.save(m, str(path))
-    return path
-
-
-def deep(update: dict) -> dict:
-    out = json.loads(json.dumps(GOOD))
-    for key, value in update.items():
-        node, *parts = key.split(".")
-        target = out
-        for p in [node, *parts][:-1]:
-            target = target[p]
-        target[[node, *parts][-1]] = value
-    return out
-
 
 CRAFTED = {  # name: (metadata, words of the error)
     "no metadata": (None, "lacks task, classes, inputs, input_names"),
@@ -83,7 +28,54 @@ CRAFTED = {  # name: (metadata, words of the error)
     "background 2": (deep({"inputs.background": [2.0]}), "background"),
     "wrong input name": (deep({"input_names": ["image"]}), "model's inputs are ['x']"),
     "bad ood": (deep({"ood": {"threshold": 1.0, "parts": {"exec": {}}}}), "ood.parts"),
+    # numbers: finite everywhere, each in the range of what it is (std, scale, variance floors)
+    "std 1e-300": (deep({"inputs.x.normalization.std": [1e-300]}), "normalization std is 1e-300"),
+    "std subnormal": (deep({"inputs.x.normalization.std": [5e-324]}), "std is 5e-324"),
+    "mean NaN": (deep({"inputs.x.normalization.mean": [float("nan")]}), "mean[0] is nan"),
+    "NaN in the run config": (
+        {**GOOD, "config": '{"model": {"optimizer": {"lr": NaN}}}'},
+        "config.model.optimizer.lr is nan; every number must be finite",
+    ),
+    "-Infinity in the run config": (
+        {**GOOD, "config": '{"trainer": {"limits": [1, -Infinity]}}'},
+        "config.trainer.limits[1] is -inf",
+    ),
+    "1e999 in a note": ({**GOOD, "metric": '{"best": 1e999}'}, "metric.best is inf"),
+    "400-digit integer": ({**GOOD, "config": '{"seed": 1' + "0" * 400 + "}"}, "64 bits"),
+    "channels true": (deep({"inputs.channels": True}), "inputs.channels"),
+    "huge volume samples": (
+        deep({"task": "volume_classification", "inputs.x.shape": ["batch", 64, *[1024] * 3]}),
+        "values per sample",
+    ),
 }
+OOD = {  # a complete OOD entry of an 8x8 grey classifier: 64 summary dims, 2 statistics
+    "threshold": 1.0,
+    "test_count": 360,
+    "test_exceed_fraction": 0.05,
+    "parts": {k: {"median": 0.0, "scale": 1.0} for k in ("confidence", "input", "statistics")},
+    "model": {
+        "input": {
+            "mean": [0.0] * 64,
+            "components": [[1.0] + [0.0] * 63, [0.0, 1.0] + [0.0] * 62],
+            "variances": [1.0, 0.5],
+            "residual_variance": 0.1,
+        },
+        "statistics": {"mean": [0.0, 1.0], "precision": [[1.0, 0.0], [0.0, 1.0]]},
+    },
+}
+for name, update, words in [
+    ("OOD scale subnormal", {"parts.confidence.scale": 5e-324}, "confidence.scale is 5e-324"),
+    ("OOD scale 1e-300", {"parts.input.scale": 1e-300}, "ood.parts.input.scale"),
+    ("OOD threshold 1e300", {"threshold": 1e300}, "ood.threshold"),
+    ("OOD fraction 1.5", {"test_exceed_fraction": 1.5}, "ood.test_exceed_fraction"),
+    ("OOD count 0", {"test_count": 0}, "ood.test_count"),
+    ("OOD variance 1e-300", {"model.input.variances": [1.0, 1e-300]}, "input variance"),
+    ("OOD residual 0", {"model.input.residual_variance": 0.0}, "residual_variance"),
+    ("OOD component 5", {"model.input.components": [[5.0] + [0.0] * 63] * 2}, "components"),
+    ("OOD precision 1e300", {"model.statistics.precision": [[1e300, 0], [0, 1]]}, "precision"),
+    ("OOD mean 1e300", {"model.statistics.mean": [1e300, 0.0]}, "statistics.mean"),
+]:
+    CRAFTED[name] = ({**GOOD, "ood": deep(update, OOD)}, words)
 
 
 @pytest.mark.parametrize("name", list(CRAFTED))
@@ -91,7 +83,7 @@ def test_crafted_metadata_is_refused_in_one_line(name, tmp_path):
     from litlab.serving.runner import Runner
 
     meta, words = CRAFTED[name]
-    path = model(tmp_path / "model.onnx", meta)
+    path = crafted_model(tmp_path / "model.onnx", meta)
     with pytest.raises(UserError) as err:
         Runner(path)
     message = str(err.value)
@@ -102,7 +94,7 @@ def test_outputs_wider_than_a_dynamic_shape_says(tmp_path):
     """The class count is checked on a real run too (an output width the file leaves open)."""
     from litlab.serving.runner import Runner
 
-    path = model(tmp_path / "model.onnx", GOOD, outputs=12)
+    path = crafted_model(tmp_path / "model.onnx", GOOD, outputs=12)
     with pytest.raises(UserError, match="12"):
         Runner(path)
 
@@ -110,12 +102,61 @@ def test_outputs_wider_than_a_dynamic_shape_says(tmp_path):
 def test_good_crafted_file_opens(tmp_path):
     from litlab.serving.runner import Runner
 
-    runner = Runner(model(tmp_path / "model.onnx", GOOD))
+    runner = Runner(crafted_model(tmp_path / "model.onnx", GOOD))
     assert runner.classes == GOOD["classes"] and runner.ood is None
+    runner = Runner(crafted_model(tmp_path / "ood.onnx", {**GOOD, "ood": OOD}))
+    assert runner.ood_model is not None  # the OOD entry the cases above break, whole
 
 
-def test_serve_exits_2_before_listening(tmp_path):
-    path = model(tmp_path / "model.onnx", deep({"inputs.image_size": 100000}))
+NAN_WEIGHTS = np.random.default_rng(0).normal(size=(64, 10)).astype(np.float32)
+NAN_WEIGHTS[5, 3] = np.nan
+GRAPHS = {  # name: (crafted_model arguments, words of the error)
+    "int64 input": ({"x_type": "INT64"}, "input 'x' is int64 of rank 4"),
+    "int32 input": ({"x_type": "INT32"}, "input 'x' is int32"),
+    "float64 input": ({"x_type": "DOUBLE"}, "input 'x' is float64"),
+    "rank-3 output": ({"out_rank": 3}, "output 'logits' is float32 of rank 3"),
+    "rank-4 output": ({"out_rank": 4}, "of rank 4"),
+    "float64 output": ({"out_type": "DOUBLE"}, "output 'logits' is float64"),
+    "int64 output": ({"out_type": "INT64"}, "is int64 of rank 2"),
+    "16x16 input, 8x8 metadata": ({"x_shape": ("batch", 1, 16, 16)}, "size 16 on axis 2"),
+    "rank-3 input": ({"x_shape": ("batch", 8, 8)}, "of rank 3"),
+    "NaN weights": ({"weight": NAN_WEIGHTS}, "weight 'w' holds NaN or infinite values"),
+    "inf in a Constant": (
+        {"bias": np.full(10, np.inf), "constant_bias": True},
+        "weight 'b0' holds NaN",
+    ),
+    "overflowing weights": ({"bias": [np.full(10, 3e38)] * 2}, "all-zero input is not finite"),
+}
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_crafted_graph_is_refused_in_one_line(name, tmp_path):
+    """Dtypes and ranks the service does not feed or read, and weights that make every answer
+    NaN: refused when the file is opened, not a traceback or a 500 on every request."""
+    from litlab.serving.runner import Runner
+
+    kwargs, words = GRAPHS[name]
+    path = crafted_model(tmp_path / "model.onnx", GOOD, **kwargs)
+    with pytest.raises(UserError) as err:
+        Runner(path)
+    message = str(err.value)
+    assert words in message and "\n" not in message and len(message) < 400, message
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        ({"props": deep({"inputs.image_size": 100000})}, "inputs.image_size"),
+        ({"props": GOOD, "x_type": "INT64"}, "input 'x' is int64"),
+        pytest.param(
+            {"props": {**GOOD, "config": '{"lr": NaN}'}}, "config.lr", marks=pytest.mark.slow
+        ),
+        pytest.param({"props": GOOD, "weight": NAN_WEIGHTS}, "NaN", marks=pytest.mark.slow),
+    ],
+    ids=["metadata", "int64 input", "NaN config", "NaN weights"],
+)
+def test_serve_exits_2_before_listening(kwargs, words, tmp_path):
+    path = crafted_model(tmp_path / "model.onnx", **kwargs)
     proc = subprocess.run(
         [
             sys.executable,
@@ -131,18 +172,36 @@ def test_serve_exits_2_before_listening(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and "inputs.image_size" in lines[0], lines
+    assert len(lines) == 1 and words in lines[0], lines
     assert "serving" not in proc.stdout
 
 
-@pytest.mark.parametrize(
-    "override,words",
-    [("max_header_bytes=10", "max_header_bytes"), ("keep_alive_s=-1", "keep_alive_s")],
-)
-def test_bad_serve_setting_is_one_line(override, words):
+SETTINGS = [  # overrides as typed on the command line, words of the line
+    (["max_header_bytes=10"], "max_header_bytes=10"),
+    (["keep_alive_s=-1"], "keep_alive_s=-1"),
+    (["threads=100000"], "threads=100000 has the wrong type or value; valid: an integer >= 1"),
+    (["workers=100000"], "workers=100000"),
+    (["decode_threads=100000"], "decode_threads=100000"),
+    (["max_batch=10000000"], "max_batch=10000000"),
+    (["keep_alive_s=1e-300"], "keep_alive_s=1e-300"),
+    (["request_read_timeout_s=0"], "request_read_timeout_s=0"),
+    (["max_request_s=.inf"], "max_request_s=inf"),
+    (["drain_timeout_s=.nan"], "drain_timeout_s=nan"),
+    (["max_wait_ms=1e308"], "max_wait_ms=1e+308"),
+    (["max_connections=10000000"], "max_connections=10000000"),
+    (["port=65536"], "port=65536"),
+    (["workers=64", "threads=64"], "threads=64 x workers=64 is 4096 ONNX Runtime threads"),
+]
+
+
+@pytest.mark.parametrize("overrides,words", SETTINGS, ids=[" ".join(o) for o, _ in SETTINGS])
+def test_bad_serve_setting_is_one_line(overrides, words):
+    """Every serve setting has both bounds (threads and processes a documented maximum and at
+    most 4 per core of this machine, timeouts from 0.1 s): refused in one line naming it."""
     from omegaconf import OmegaConf
 
     from litlab.serving.settings import from_config
 
-    with pytest.raises(UserError, match=words):
-        from_config(OmegaConf.create(dict([override.split("=")])))
+    with pytest.raises(UserError) as err:
+        from_config(OmegaConf.from_dotlist(overrides))
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)

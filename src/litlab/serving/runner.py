@@ -11,11 +11,32 @@ import numpy as np
 from litlab import tasks
 from litlab.errors import UserError, one_line
 from litlab.export import ood
+from litlab.serving.inputs import BadRequest
+
+NOT_FINITE = (
+    "The model's output is not finite for item {item} of the request (inputs far outside "
+    "what it was trained on?); nothing was answered."
+)
+SCORE_NOT_FINITE = (
+    "The out-of-distribution score is not finite for item {item} of the request (inputs far "
+    "outside the training data); nothing was answered."
+)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True)
+    """Row-wise softmax; a row with inf or NaN becomes NaN (told by `finite`), silently."""
+    with np.errstate(all="ignore"):
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+
+
+def finite(values, message: str) -> None:
+    """A number that is not finite never reaches the JSON answer: the request gets a 422
+    naming the first item (row) that has one."""
+    if values is None or np.isfinite(values).all():
+        return
+    rows = np.isfinite(np.reshape(values, (len(values), -1))).all(1)
+    raise BadRequest(message.format(item=int(np.argmin(rows)) + 1), 422)
 
 
 class Runner:
@@ -23,7 +44,7 @@ class Runner:
         """Opens the file, checks its metadata (litlab.serving.metadata) and runs it once on
         zeros: a file whose outputs disagree with its metadata stops here, before listening."""
         from litlab.export.latency import ort_session
-        from litlab.serving import metadata
+        from litlab.serving import metadata, signature
 
         self.path = Path(model_path)
         try:
@@ -32,12 +53,15 @@ class Runner:
             raise UserError(
                 f"{self.path} is not an ONNX model ONNX Runtime can load: {one_line(err, limit=150)}"
             ) from None
-        self.meta = metadata.read(self.path, self.session)
+        model = metadata.load(self.path)
+        self.meta = metadata.read(self.path, self.session, model)
         self.task = self.meta["task"]
         self.kind = tasks.get(self.task)  # a kind litlab.tasks declares: checked in the metadata
         self.classes = self.meta["classes"]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
+        signature.check(self.path, model, self.session, self.kind, self.layout)
+        del model
         self.ood = self.meta.get("ood")
         self.ood_model = self.ood.get("model") if self.ood else None
         self.ood_score = ood.scorer(self.ood) if self.ood else None
@@ -51,7 +75,8 @@ class Runner:
         """The out-of-distribution score per item (None for exports without one)."""
         if self.ood is None:
             return None
-        return self.ood_score(probs, x if self.ood_model is not None else None)
+        with np.errstate(all="ignore"):  # an overflow shows as inf: told by `finite`
+            return self.ood_score(probs, x if self.ood_model is not None else None)
 
     def ood_fields(self, scores: np.ndarray | None) -> dict:
         """`ood_scores` and `out_of_distribution` per item (absent for exports without them)."""
@@ -66,9 +91,11 @@ class Runner:
         """Classes and probabilities; the OOD scores given (computed for a whole micro-batch)
         or computed here from the probabilities and the inputs `x`."""
         probs = softmax(logits.astype(np.float64)) if probs is None else probs
+        finite(probs, NOT_FINITE)
         ids = probs.argmax(1)
         if scores is None:
             scores = self.ood_scores(probs, x)
+        finite(scores, SCORE_NOT_FINITE)
         return {
             "predictions": [self.classes[i] for i in ids],
             "class_ids": ids.tolist(),
@@ -93,9 +120,12 @@ class Runner:
                 overlap=window["overlap"],
                 mode=window["mode"],
             )
+        finite(logits.numpy(), NOT_FINITE)
         probs = logits.softmax(1).numpy()
         mask = logits.argmax(1)[0].numpy().astype(np.uint8)
-        return mask, self.ood_fields(self.ood_scores(probs))
+        scores = self.ood_scores(probs)
+        finite(scores, SCORE_NOT_FINITE)
+        return mask, self.ood_fields(scores)
 
     #: runs faster than this (measured at warm-up) happen on the event loop: a thread
     #: hand-off costs more than the run itself for small models
@@ -106,7 +136,18 @@ class Runner:
         decides whether runs stay on the event loop (`inline`); checks the output width."""
         import time
 
-        out = self._warm_up()
+        try:
+            out = self._warm_up()
+        except Exception as err:  # noqa: BLE001 (ORT's errors: a graph that cannot run)
+            raise UserError(
+                f"{self.path.name}: the model fails on an input of the shape its metadata "
+                f"gives: {one_line(err, limit=150)}; re-export the checkpoint with src/export.py"
+            ) from None
+        if not np.isfinite(out).all():
+            raise UserError(
+                f"{self.path.name}: the model's output on an all-zero input is not finite (NaN "
+                "or infinite weights, or an overflow); re-export the checkpoint with src/export.py"
+            )
         width = out.shape[1] if out.ndim > 1 else None
         if width != len(self.classes):
             raise UserError(
