@@ -204,6 +204,22 @@ GOOD = {  # the litlab metadata of an 8x8 grey image classifier with 10 classes
     },
 }
 
+OOD = {  # a complete OOD entry of an 8x8 grey classifier: 64 summary dims, 2 statistics
+    "threshold": 1.0,
+    "test_count": 360,
+    "test_exceed_fraction": 0.05,
+    "parts": {k: {"median": 0.0, "scale": 1.0} for k in ("confidence", "input", "statistics")},
+    "model": {
+        "input": {
+            "mean": [0.0] * 64,
+            "components": [[1.0] + [0.0] * 63, [0.0, 1.0] + [0.0] * 62],
+            "variances": [1.0, 0.5],
+            "residual_variance": 0.1,
+        },
+        "statistics": {"mean": [0.0, 1.0], "precision": [[1.0, 0.0], [0.0, 1.0]]},
+    },
+}
+
 
 def deep(update: dict, base: dict = GOOD) -> dict:
     """A copy of `base` with dotted keys set (`{"inputs.x.normalization.std": [0]}`)."""

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT
-from serve_helpers import GOOD, crafted_model, deep
+from serve_helpers import GOOD, OOD, crafted_model, deep
 
 from litlab.errors import UserError
 
@@ -47,21 +47,6 @@ CRAFTED = {  # name: (metadata, words of the error)
         deep({"task": "volume_classification", "inputs.x.shape": ["batch", 64, *[1024] * 3]}),
         "values per sample",
     ),
-}
-OOD = {  # a complete OOD entry of an 8x8 grey classifier: 64 summary dims, 2 statistics
-    "threshold": 1.0,
-    "test_count": 360,
-    "test_exceed_fraction": 0.05,
-    "parts": {k: {"median": 0.0, "scale": 1.0} for k in ("confidence", "input", "statistics")},
-    "model": {
-        "input": {
-            "mean": [0.0] * 64,
-            "components": [[1.0] + [0.0] * 63, [0.0, 1.0] + [0.0] * 62],
-            "variances": [1.0, 0.5],
-            "residual_variance": 0.1,
-        },
-        "statistics": {"mean": [0.0, 1.0], "precision": [[1.0, 0.0], [0.0, 1.0]]},
-    },
 }
 for name, update, words in [
     ("OOD scale subnormal", {"parts.confidence.scale": 5e-324}, "confidence.scale is 5e-324"),
@@ -106,6 +91,18 @@ def test_good_crafted_file_opens(tmp_path):
     assert runner.classes == GOOD["classes"] and runner.ood is None
     runner = Runner(crafted_model(tmp_path / "ood.onnx", {**GOOD, "ood": OOD}))
     assert runner.ood_model is not None  # the OOD entry the cases above break, whole
+
+
+def test_an_export_with_nan_in_its_run_config_is_served(tmp_path):
+    """export writes a run config's NaN as text ('nan'): the file it writes is one the
+    service opens (and /metadata can answer), not one it must refuse."""
+    from litlab.export.onnx import write_metadata
+    from litlab.serving.runner import Runner
+
+    path = crafted_model(tmp_path / "model.onnx", GOOD)
+    write_metadata(path, {"config": {"model": {"lr": float("nan"), "limits": [float("-inf")]}}})
+    runner = Runner(path)
+    assert runner.meta["config"] == {"model": {"lr": "nan", "limits": ["-inf"]}}
 
 
 NAN_WEIGHTS = np.random.default_rng(0).normal(size=(64, 10)).astype(np.float32)
