@@ -9,7 +9,12 @@ are scaled by 65535, float images (TIFF) must lie in [0, 1]; CMYK and YCbCr go t
 and RGB are converted as training did (ITU-R 601 luma, as PIL and torchvision's Grayscale).
 
 The size is checked from the header, before any pixel is decoded (`check_header`): a
-decompression bomb costs its header's bytes, not its pixels.
+decompression bomb costs its header's bytes, not its pixels. So is the frame count: one file is
+one image, so a multi-page TIFF or an animated PNG is refused (422, naming its frame count)
+rather than answered for its first frame only; an MPO (a camera JPEG with extra pictures: a
+large preview, a depth or gain map) is its primary picture, frame 0. Every image is turned
+upright by its EXIF orientation before anything else (`prepare`): a phone stores a portrait
+photo sideways with a tag, and the model was trained on upright pictures.
 """
 
 import io
@@ -23,6 +28,9 @@ UNIFORM_INK = 0.06  # weighted std of the visible colour below which alpha is th
 LUMA = np.asarray([0.299, 0.587, 0.114], np.float32)
 #: PNG text chunks are decompressed by Image.open; nothing here reads them
 MAX_TEXT_BYTES = 64 << 10
+#: frames of a multi-frame upload counted for its refusal (each one a seek, on the event loop)
+MAX_FRAMES_COUNTED = 1000
+ORIENTATION = 0x0112  # the EXIF tag; 1 is upright, 2-8 mirrored and/or rotated
 
 
 def _pil():
@@ -59,6 +67,46 @@ def check_header(raw: bytes, max_pixels: int):
             "pixels per image (serve setting max_image_pixels).",
             413,
         )
+    if (frames := _frames(img)) > 1:
+        many = f"more than {MAX_FRAMES_COUNTED}" if frames > MAX_FRAMES_COUNTED else frames
+        raise BadRequest(
+            f"An uploaded image has {many} frames (pages or animation); the model classifies "
+            "one image per file: send each frame as a file of its own.",
+            422,
+        )
+    return img
+
+
+def _frames(img) -> int:
+    """Frames in the file (MPO: 1, its primary picture), counted up to MAX_FRAMES_COUNTED + 1
+    (a TIFF's pages are a chain: counting them all is a seek each)."""
+    if img.format == "MPO" or not getattr(img, "is_animated", False):
+        return 1
+    count = 1
+    try:
+        while count <= MAX_FRAMES_COUNTED:
+            img.seek(count)
+            count += 1
+    except EOFError:
+        pass
+    except (OSError, ValueError, SyntaxError):
+        raise BadRequest("An uploaded image is truncated or corrupt.", 415) from None
+    return count
+
+
+def prepare(img, size: int):
+    """A header-checked image upright as its EXIF orientation says (any format: JPEG, TIFF,
+    PNG eXIf); a large JPEG is first decoded at a fraction of its size (DCT scaling)."""
+    from PIL import ImageOps
+
+    try:
+        if img.format in ("JPEG", "MPO"):
+            img.draft(None, (size, size))  # DCT scaling: decode big photos at a fraction
+        orientation = img.getexif().get(ORIENTATION, 1)
+        if orientation in range(2, 9):
+            img = ImageOps.exif_transpose(img)
+    except (OSError, ValueError, SyntaxError, KeyError, TypeError):
+        raise BadRequest("An uploaded image is truncated or corrupt.", 415) from None
     return img
 
 
@@ -106,13 +154,11 @@ def _composite(colour: np.ndarray, alpha: np.ndarray, background: np.ndarray) ->
 
 
 def decode(img, layout: dict) -> np.ndarray:
-    """A header-checked PIL image -> (C, H, W) float32 normalized as in training."""
+    """A prepared PIL image (`prepare`) -> (C, H, W) float32 normalized as in training."""
     Image = _pil()
     channels, size = int(layout["channels"]), int(layout["image_size"])
     norm = layout["x"]["normalization"]
     try:
-        if img.format == "JPEG":
-            img.draft(None, (size, size))  # DCT scaling: decode big photos at a fraction
         img, full = _working_mode(img)
         if img.size != (size, size):  # area means down (as digits were made), bilinear up
             down = img.size[0] >= size and img.size[1] >= size

@@ -1,0 +1,265 @@
+"""The service on crafted ONNX files (a real 10-class model of one MatMul), in-process through
+FastAPI's TestClient, one real socket for pipelining: a number that is not finite never
+reaches the JSON encoder (inputs that overflow the model, OOD scores that overflow: a 422
+naming the item, on every route, never a 500); images are read upright (EXIF orientation, in
+every format) and a multi-frame file is refused naming its frame count, never answered for its
+first frame; pipelined requests followed by a half-close are all answered."""
+
+import io
+import json
+import math
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+from serve_helpers import GOOD, OOD, crafted_model, free_port, parse
+
+CONFIDENCE_ONLY = {"threshold": 1.0, "parts": {"confidence": {"median": 0.1, "scale": 0.5}}}
+#: an asymmetric 8x8 picture: each of the 8 EXIF orientations stores it differently
+PICTURE = np.zeros((8, 8), np.uint8)
+PICTURE[1:3, 1:7], PICTURE[3:7, 5], PICTURE[6, 1:4] = 255, 180, 90
+#: EXIF orientation -> what the camera did to the upright picture when storing it
+STORED_AS = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
+
+
+def save(img: Image.Image, fmt: str = "PNG", **kw) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def with_orientation(orientation: int, fmt: str) -> bytes:
+    """PICTURE stored as a camera stores it, with the EXIF tag that says how to show it."""
+    stored = Image.fromarray(PICTURE).transpose(STORED_AS[orientation])
+    if fmt == "TIFF":
+        return save(stored, "TIFF", tiffinfo={0x0112: orientation})
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return save(stored, fmt, exif=exif, **({"quality": 100} if fmt == "JPEG" else {}))
+
+
+def frames(n: int, fmt: str) -> bytes:
+    pages = [Image.fromarray(np.roll(PICTURE, i, axis=1)) for i in range(n)]
+    if fmt == "MPO":
+        pages = [p.convert("RGB") for p in pages]
+    return save(pages[0], fmt, save_all=True, append_images=pages[1:])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    base = tmp_path_factory.mktemp("crafted")
+    weight = np.random.default_rng(0).normal(size=(64, 10)).astype(np.float32)
+    loud = weight.copy()
+    loud[:, 0] = 1e37  # class 0 overflows to inf on a bright image (finite on a black one)
+    return {
+        "plain": crafted_model(base / "plain.onnx", {**GOOD, "ood": CONFIDENCE_ONLY}),
+        "loud": crafted_model(base / "loud.onnx", {**GOOD, "ood": CONFIDENCE_ONLY}, weight=loud),
+        # answers 0 for anything: only the OOD score's input parts can overflow
+        "ood": crafted_model(base / "ood.onnx", {**GOOD, "ood": OOD}, weight=weight * 0),
+    }
+
+
+def client(path, **settings):
+    from fastapi.testclient import TestClient
+
+    from litlab.serving.app import create_app
+
+    return TestClient(create_app(path, **settings), raise_server_exceptions=False)
+
+
+def predict_json(c, samples) -> tuple[int, dict]:
+    r = c.post("/predict", json={"inputs": np.asarray(samples).tolist()})
+    return r.status_code, r.json()
+
+
+def upload(c, files: list[bytes]) -> tuple[int, dict]:
+    r = c.post("/predict", files=[("file", (f"{i}.img", f)) for i, f in enumerate(files)])
+    return r.status_code, r.json()
+
+
+def assert_finite_json(status: int, out: dict) -> None:
+    """A 200 with finite numbers, or a 422 of one sentence: never a 500."""
+    assert status in (200, 422), (status, out)
+    if status == 422:
+        assert list(out) == ["error"] and "\n" not in out["error"], out
+        return
+    numbers = [v for row in out["probabilities"] for v in row] + out.get("ood_scores", [])
+    assert all(math.isfinite(v) for v in numbers), out
+
+
+def no_500(c) -> None:
+    """The other routes answer as before, and no 500 was ever counted."""
+    assert c.get("/health").json()["status"] == "ready"
+    json.loads(c.get("/metadata").content)  # strict JSON: no NaN
+    assert 'status="500"' not in c.get("/metrics").text
+
+
+SAMPLE = np.zeros((1, 8, 8), np.float32)
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_inputs_that_overflow_the_model_get_a_422(models, batching):
+    """3e38 is a finite float32; the model's output on it is not (the issue's 500)."""
+    with client(models["plain"], batching=batching, max_batch=8) as c:
+        for samples, item in [
+            ([SAMPLE + 3e38], 1),
+            ([SAMPLE, SAMPLE - 3.4e38], 2),
+            ([SAMPLE, SAMPLE, np.where(PICTURE > 0, 2e38, -2e38)[None]], 3),
+        ]:
+            status, out = predict_json(c, samples)
+            assert status == 422, out
+            assert f"output is not finite for item {item} of the request" in out["error"], out
+        for scale in (1e30, 1e36, 1e37, 1e38):  # wherever the overflow starts: never a 500
+            assert_finite_json(*predict_json(c, [SAMPLE + scale, SAMPLE - scale]))
+        assert predict_json(c, [SAMPLE])[0] == 200
+        no_500(c)
+
+
+def test_images_the_model_overflows_on_get_a_422(models):
+    """Upload and batch routes: a bright image overflows class 0, a black one does not."""
+    white, black = (save(Image.new("L", (8, 8), v)) for v in (255, 0))
+    with client(models["loud"], max_batch=8) as c:
+        assert upload(c, [black])[0] == 200
+        for files, item in [([white], 1), ([black, black, white], 3)]:
+            status, out = upload(c, files)
+            assert status == 422 and f"for item {item} of" in out["error"], out
+        status, out = upload(c, [save(Image.fromarray(PICTURE))])  # finite or a 422
+        assert_finite_json(status, out)
+        no_500(c)
+
+
+def test_ood_scores_that_overflow_get_a_422(models):
+    """The model answers 0; the OOD statistics of 3e38 inputs overflow (inf - inf)."""
+    with client(models["ood"]) as c:
+        status, out = predict_json(c, [SAMPLE + 3e38])
+        assert status == 422 and "out-of-distribution score is not finite" in out["error"]
+        status, out = predict_json(c, [SAMPLE, SAMPLE + 1.5])
+        assert status == 200 and all(math.isfinite(s) for s in out["ood_scores"]), out
+        no_500(c)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "TIFF", "JPEG"])
+def test_exif_orientation_is_applied(models, fmt):
+    """A picture stored rotated or mirrored with its EXIF orientation is classified upright:
+    the upright picture's probabilities in every orientation (lossless formats: equal)."""
+    with client(models["plain"]) as c:
+        upright = upload(c, [save(Image.fromarray(PICTURE), fmt, quality=100)])[1]
+        for orientation, transpose in STORED_AS.items():
+            status, out = upload(c, [with_orientation(orientation, fmt)])
+            assert status == 200, out
+            atol = 0.05 if fmt == "JPEG" else 1e-5
+            got, want = np.asarray(out["probabilities"]), np.asarray(upright["probabilities"])
+            assert np.allclose(got, want, atol=atol), (orientation, got, want)
+            stored = Image.fromarray(PICTURE).transpose(transpose)  # what ignoring the tag sees
+            as_stored = np.asarray(upload(c, [save(stored)])[1]["probabilities"])
+            assert not np.allclose(as_stored, want, atol=atol), orientation
+
+
+@pytest.mark.parametrize(
+    "files,words",
+    [
+        ([frames(100, "TIFF")], "has 100 frames"),
+        ([frames(2, "TIFF")], "has 2 frames"),
+        ([frames(3, "PNG")], "has 3 frames"),  # APNG
+        ([save(Image.fromarray(PICTURE)), frames(5, "TIFF")], "has 5 frames"),
+        ([frames(1200, "TIFF")], "has more than 1000 frames"),
+    ],
+    ids=["100-page TIFF", "2-page TIFF", "APNG", "one of a batch", "1200 pages"],
+)
+def test_multi_frame_images_are_refused_with_their_frame_count(models, files, words):
+    with client(models["plain"], max_batch=8) as c:
+        status, out = upload(c, files)
+        assert status == 422 and words in out["error"] and "one image per file" in out["error"]
+
+
+def test_an_mpo_is_its_primary_picture(models):
+    """A camera's MPO (a JPEG with extra pictures: previews, depth or gain maps) is frame 0."""
+    with client(models["plain"]) as c:
+        status, out = upload(c, [frames(2, "MPO")])
+        first = save(Image.fromarray(PICTURE).convert("RGB"), "JPEG")
+        assert status == 200 and out["probabilities"] == upload(c, [first])[1]["probabilities"]
+
+
+@pytest.fixture(scope="module")
+def live(models):
+    """The app under uvicorn with litlab's protocol, in a thread, on 127.0.0.1."""
+    import uvicorn
+
+    from litlab.serving.app import create_app
+    from litlab.serving.server import uvicorn_config
+    from litlab.serving.settings import ServeSettings
+
+    settings = ServeSettings(port=free_port(), keep_alive_s=5)
+    server = uvicorn.Server(uvicorn_config(create_app(models["plain"], settings), settings))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 60
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    yield settings.port
+    server.should_exit = True
+    thread.join(30)
+
+
+def half_closed(port: int, data: bytes) -> tuple[list[int], float]:
+    """Send `data`, half-close, read until the server closes: the statuses and the seconds."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        start = time.perf_counter()
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+        seconds = time.perf_counter() - start
+    statuses = []
+    while raw:  # answers one after the other: head, then content-length bytes of body
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        status, headers, _ = parse(head)
+        statuses.append(status)
+        raw = rest[int(headers["content-length"]) :]
+    return statuses, seconds
+
+
+def _post(body: bytes) -> bytes:
+    return (
+        "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+PREDICT = _post(json.dumps({"inputs": [SAMPLE.tolist()]}).encode())
+PIPELINES = {  # data sent before the half-close: the statuses it must get
+    "3 health": (HEALTH * 3, [200] * 3),
+    "3 predict": (PREDICT * 3, [200] * 3),
+    "mixed, a 422 inside": (
+        HEALTH
+        + _post(b'{"inputs": [[1, 2]]}')
+        + PREDICT
+        + b"GET /metadata HTTP/1.1\r\nHost: x\r\n\r\n",
+        [200, 422, 200, 200],
+    ),
+    "20 predict": (PREDICT * 20, [200] * 20),
+    "3 and half a head": (HEALTH * 3 + b"GET /hea", [200] * 3),
+}
+
+
+@pytest.mark.parametrize("name", list(PIPELINES))
+def test_pipelined_requests_before_a_half_close_are_all_answered(live, name):
+    """Each request received in full before the client's half-close gets its answer, in
+    order, then the server closes at once (not after keep_alive_s)."""
+    data, expected = PIPELINES[name]
+    statuses, seconds = half_closed(live, data)
+    assert statuses == expected, statuses
+    assert seconds < 3, seconds
