@@ -46,14 +46,30 @@ def with_orientation(orientation: int, fmt: str) -> bytes:
         return save(stored, "TIFF", tiffinfo={0x0112: orientation})
     exif = Image.Exif()
     exif[0x0112] = orientation
-    return save(stored, fmt, exif=exif, **({"quality": 100} if fmt == "JPEG" else {}))
+    options = {"JPEG": {"quality": 100}, "WEBP": {"lossless": True}}.get(fmt, {})
+    return save(stored, fmt, exif=exif, **options)
 
 
 def frames(n: int, fmt: str) -> bytes:
     pages = [Image.fromarray(np.roll(PICTURE, i, axis=1)) for i in range(n)]
-    if fmt == "MPO":
+    if fmt in ("MPO", "WEBP"):
         pages = [p.convert("RGB") for p in pages]
-    return save(pages[0], fmt, save_all=True, append_images=pages[1:])
+    lossless = {"lossless": True} if fmt == "WEBP" else {}
+    return save(pages[0], fmt, save_all=True, append_images=pages[1:], **lossless)
+
+
+def tiff_without_dimensions_on_page_2() -> bytes:
+    """A 2-page TIFF whose second page lacks its width tag (Pillow: TypeError on seek)."""
+    import struct
+
+    raw = bytearray(frames(2, "TIFF"))
+    first = struct.unpack_from("<I", raw, 4)[0]
+    second = struct.unpack_from("<I", raw, first + 2 + 12 * struct.unpack_from("<H", raw, first)[0])
+    for entry in range(struct.unpack_from("<H", raw, second[0])[0]):
+        at = second[0] + 2 + 12 * entry
+        if struct.unpack_from("<H", raw, at)[0] == 256:  # ImageWidth -> an unknown tag
+            struct.pack_into("<H", raw, at, 65000)
+    return bytes(raw)
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +165,12 @@ def test_ood_scores_that_overflow_get_a_422(models):
         no_500(c)
 
 
-@pytest.mark.parametrize("fmt", ["PNG", "TIFF", "JPEG"])
+@pytest.mark.parametrize("fmt", ["PNG", "TIFF", "JPEG", "WEBP"])
 def test_exif_orientation_is_applied(models, fmt):
     """A picture stored rotated or mirrored with its EXIF orientation is classified upright:
     the upright picture's probabilities in every orientation (lossless formats: equal)."""
     with client(models["plain"]) as c:
-        upright = upload(c, [save(Image.fromarray(PICTURE), fmt, quality=100)])[1]
+        upright = upload(c, [save(Image.fromarray(PICTURE), fmt, quality=100, lossless=True)])[1]
         for orientation, transpose in STORED_AS.items():
             status, out = upload(c, [with_orientation(orientation, fmt)])
             assert status == 200, out
@@ -174,13 +190,32 @@ def test_exif_orientation_is_applied(models, fmt):
         ([frames(3, "PNG")], "has 3 frames"),  # APNG
         ([save(Image.fromarray(PICTURE)), frames(5, "TIFF")], "has 5 frames"),
         ([frames(1200, "TIFF")], "has more than 1000 frames"),
+        ([frames(4, "GIF")], "has 4 frames"),
+        ([frames(6, "WEBP")], "has 6 frames"),
     ],
-    ids=["100-page TIFF", "2-page TIFF", "APNG", "one of a batch", "1200 pages"],
+    ids=["100-page TIFF", "2-page TIFF", "APNG", "one of a batch", "1200 pages", "GIF", "WebP"],
 )
 def test_multi_frame_images_are_refused_with_their_frame_count(models, files, words):
     with client(models["plain"], max_batch=8) as c:
         status, out = upload(c, files)
         assert status == 422 and words in out["error"] and "one image per file" in out["error"]
+
+
+def test_single_frame_gif_and_webp_are_read_like_the_png(models):
+    with client(models["plain"]) as c:
+        png = upload(c, [save(Image.fromarray(PICTURE))])[1]["probabilities"]
+        for raw in (frames(1, "GIF"), frames(1, "WEBP")):
+            status, out = upload(c, [raw])
+            assert status == 200 and np.allclose(out["probabilities"], png, atol=1e-5), out
+
+
+def test_a_page_pillow_cannot_read_is_a_415(models):
+    """Pillow raises TypeError, not OSError, for a TIFF page without dimensions: still a 415
+    (the hostile fuzz found it), as is any other parse error of an upload."""
+    with client(models["plain"]) as c:
+        status, out = upload(c, [tiff_without_dimensions_on_page_2()])
+        assert status == 415 and "truncated or corrupt" in out["error"], out
+        no_500(c)
 
 
 def test_an_mpo_is_its_primary_picture(models):

@@ -42,7 +42,7 @@ PREDICT_BODY = {
                     "type": "object",
                     "properties": {"file": {"type": "string", "format": "binary"}},
                 },
-                "description": "PNG/JPEG/TIFF images (vision) "
+                "description": "PNG/JPEG/TIFF/GIF/WebP images, one frame each (vision) "
                 "or one NIfTI volume (3D), as field(s) named `file`",
             },
         }
