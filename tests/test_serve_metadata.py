@@ -140,15 +140,16 @@ def test_crafted_graph_is_refused_in_one_line(name, tmp_path):
     assert words in message and "\n" not in message and len(message) < 400, message
 
 
+SLOW = pytest.mark.slow  # the same path as the first (Runner's UserError): one start each
+
+
 @pytest.mark.parametrize(
     "kwargs,words",
     [
         ({"props": deep({"inputs.image_size": 100000})}, "inputs.image_size"),
-        ({"props": GOOD, "x_type": "INT64"}, "input 'x' is int64"),
-        pytest.param(
-            {"props": {**GOOD, "config": '{"lr": NaN}'}}, "config.lr", marks=pytest.mark.slow
-        ),
-        pytest.param({"props": GOOD, "weight": NAN_WEIGHTS}, "NaN", marks=pytest.mark.slow),
+        pytest.param({"props": GOOD, "x_type": "INT64"}, "input 'x' is int64", marks=SLOW),
+        pytest.param({"props": {**GOOD, "config": '{"lr": NaN}'}}, "config.lr", marks=SLOW),
+        pytest.param({"props": GOOD, "weight": NAN_WEIGHTS}, "NaN", marks=SLOW),
     ],
     ids=["metadata", "int64 input", "NaN config", "NaN weights"],
 )
