@@ -244,11 +244,12 @@ def crafted_model(
     x_shape: tuple = ("batch", 1, 8, 8),
     out_type: str = "FLOAT",
     out_rank: int = 2,
+    batch_mean: bool = False,
 ):
     """x -> (Cast) -> Flatten -> MatMul (+ bias) -> (Cast) -> logits [batch, outputs(, 1...)],
     with `props` as metadata (a str value is stored as is: raw JSON text). `x_type`/`out_type`
     name ONNX element types; `bias` may be a list (one Add each); `constant_bias` stores the
-    biases in Constant nodes."""
+    biases in Constant nodes; `batch_mean` answers one row for the whole batch."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -272,6 +273,10 @@ def crafted_model(
             inits.append(tensor)
         nodes.append(helper.make_node("Add", [last, f"b{i}"], [f"z{i}"]))
         last = f"z{i}"
+    if batch_mean:
+        inits.append(numpy_helper.from_array(np.asarray([0], np.int64), "batch_axis"))
+        nodes.append(helper.make_node("ReduceMean", [last, "batch_axis"], ["zm"], keepdims=1))
+        last = "zm"
     if out_rank != 2:
         axes = numpy_helper.from_array(np.arange(2, out_rank, dtype=np.int64), "axes")
         inits.append(axes)

@@ -83,7 +83,35 @@ def models(tmp_path_factory):
         "loud": crafted_model(base / "loud.onnx", {**GOOD, "ood": CONFIDENCE_ONLY}, weight=loud),
         # answers 0 for anything: only the OOD score's input parts can overflow
         "ood": crafted_model(base / "ood.onnx", {**GOOD, "ood": OOD}, weight=weight * 0),
+        "indexed": value_indexed(base / "indexed.onnx"),
     }
+
+
+def value_indexed(path):
+    """A model that looks up its answer by the largest input value (Gather): zeros run, an
+    input of 50 indexes past its 10-row table (ONNX Runtime fails on that input only)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.eye(10, dtype=np.float32), "table")
+    axis = numpy_helper.from_array(np.asarray([1], np.int64), "axis")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Flatten", ["x"], ["flat"]),
+            helper.make_node("Cast", ["flat"], ["ints"], to=TensorProto.INT64),
+            helper.make_node("ReduceMax", ["ints", "axis"], ["top"], keepdims=0),
+            helper.make_node("Gather", ["table", "top"], ["logits"], axis=0),
+        ],
+        "indexed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+        [table, axis],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    helper.set_model_props(model, {k: json.dumps(v) for k, v in GOOD.items()})
+    onnx.save(model, str(path))
+    return path
 
 
 def client(path, **settings):
@@ -162,6 +190,17 @@ def test_ood_scores_that_overflow_get_a_422(models):
         assert status == 422 and "out-of-distribution score is not finite" in out["error"]
         status, out = predict_json(c, [SAMPLE, SAMPLE + 1.5])
         assert status == 200 and all(math.isfinite(s) for s in out["ood_scores"]), out
+        no_500(c)
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_an_input_the_model_cannot_run_on_gets_a_422(models, batching):
+    """ONNX Runtime fails on this input only (the model ran on zeros at start): a 422 for the
+    request, and the next request is answered."""
+    with client(models["indexed"], batching=batching) as c:
+        status, out = predict_json(c, [SAMPLE, SAMPLE + 50])
+        assert status == 422 and "cannot run on this input" in out["error"], out
+        assert predict_json(c, [SAMPLE + 3])[1]["class_ids"] == [3]
         no_500(c)
 
 

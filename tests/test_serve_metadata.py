@@ -123,6 +123,8 @@ GRAPHS = {  # name: (crafted_model arguments, words of the error)
         "weight 'b0' holds NaN",
     ),
     "overflowing weights": ({"bias": [np.full(10, 3e38)] * 2}, "all-zero input is not finite"),
+    "fixed batch of 1": ({"x_shape": (1, 1, 8, 8)}, "fails on inputs of the shape"),
+    "one row per batch": ({"batch_mean": True}, "answers 1 row for 2 items"),
 }
 
 

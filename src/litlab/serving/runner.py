@@ -69,7 +69,14 @@ class Runner:
         self.warm_up()
 
     def run(self, *inputs: np.ndarray) -> np.ndarray:
-        return self.session.run(None, dict(zip(self.input_names, inputs)))[0]
+        """The model's first output. An input it cannot run on (checked at start on zeros of
+        one and two items, so this depends on the input) is the request's 422, not a 500."""
+        try:
+            return self.session.run(None, dict(zip(self.input_names, inputs)))[0]
+        except Exception as err:  # ONNX Runtime raises its own error types
+            raise BadRequest(
+                f"The model cannot run on this input (ONNX Runtime: {type(err).__name__}).", 422
+            ) from err
 
     def ood_scores(self, probs: np.ndarray, x: np.ndarray | None = None) -> np.ndarray | None:
         """The out-of-distribution score per item (None for exports without one)."""
@@ -133,16 +140,23 @@ class Runner:
 
     def warm_up(self) -> None:
         """Inference on zeros of the input shape (ORT allocates and tunes on the first);
-        decides whether runs stay on the event loop (`inline`); checks the output width."""
+        decides whether runs stay on the event loop (`inline`); checks the output width, and
+        that two items get two answers (the service batches them)."""
         import time
 
         try:
-            out = self._warm_up()
-        except Exception as err:  # noqa: BLE001 (ORT's errors: a graph that cannot run)
+            out, two = self._warm_up(), self._warm_up(items=2)
+        except BadRequest as err:  # ORT's error (its cause): a graph that cannot run
             raise UserError(
-                f"{self.path.name}: the model fails on an input of the shape its metadata "
-                f"gives: {one_line(err, limit=150)}; re-export the checkpoint with src/export.py"
+                f"{self.path.name}: the model fails on inputs of the shape its metadata gives: "
+                f"{one_line(err.__cause__ or err, limit=150)}; re-export the checkpoint with "
+                "src/export.py"
             ) from None
+        if len(two) != 2:
+            raise UserError(
+                f"{self.path.name}: the model answers {len(two)} row{'s' * (len(two) != 1)} "
+                "for 2 items (a fixed batch size?); re-export the checkpoint with src/export.py"
+            )
         if not np.isfinite(out).all():
             raise UserError(
                 f"{self.path.name}: the model's output on an all-zero input is not finite (NaN "
@@ -158,18 +172,21 @@ class Runner:
         self._warm_up()
         self.inline = time.perf_counter() - start < self.INLINE_S
 
-    def _warm_up(self) -> np.ndarray:
+    def _warm_up(self, items: int = 1) -> np.ndarray:
+        """The answer to zeros: `items` samples (or patches); graphs: 2 nodes, in `items`
+        graphs for graph classification."""
         if self.kind.inputs == "graph":
             feats = self.layout["x"]["shape"][1]
             args = [np.zeros((2, feats), np.float32), np.zeros((2, 1), np.int64)]
             if self.kind.serve_output == "graph_classes":  # the graph id of each node
-                args.append(np.zeros(2, np.int64))
+                args.append(np.asarray([0, items - 1], np.int64))
             return self.run(*args)
-        if self.kind.serve_output == "mask":  # one patch of the sliding window
+        if self.kind.serve_output == "mask":  # patches of the sliding window
             channels = int(self.layout["x"]["shape"][1])
-            return self.run(np.zeros((1, channels, *self.layout["patch_size"]), np.float32))
+            patch = self.layout["patch_size"]
+            return self.run(np.zeros((items, channels, *patch), np.float32))
         shape = [int(s) for s in self.layout["x"]["shape"][1:]]
-        return self.run(np.zeros((1, *shape), np.float32))
+        return self.run(np.zeros((items, *shape), np.float32))
 
 
 class MicroBatcher:
