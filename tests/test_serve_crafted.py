@@ -312,6 +312,16 @@ def _post(body: bytes) -> bytes:
     ).encode() + body
 
 
+def _chunked(body: bytes) -> bytes:
+    return (
+        b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+        + f"{len(body):x}\r\n".encode()
+        + body
+        + b"\r\n0\r\n\r\n"
+    )
+
+
 HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 PREDICT = _post(json.dumps({"inputs": [SAMPLE.tolist()]}).encode())
 PIPELINES = {  # data sent before the half-close: the statuses it must get
@@ -325,6 +335,7 @@ PIPELINES = {  # data sent before the half-close: the statuses it must get
         [200, 422, 200, 200],
     ),
     "20 predict": (PREDICT * 20, [200] * 20),
+    "chunked bodies": (_chunked(json.dumps({"inputs": [SAMPLE.tolist()]}).encode()) * 3, [200] * 3),
     "3 and half a head": (HEALTH * 3 + b"GET /hea", [200] * 3),
 }
 
