@@ -245,11 +245,13 @@ def crafted_model(
     out_type: str = "FLOAT",
     out_rank: int = 2,
     batch_mean: bool = False,
+    floor: float | None = None,
 ):
     """x -> (Cast) -> Flatten -> MatMul (+ bias) -> (Cast) -> logits [batch, outputs(, 1...)],
     with `props` as metadata (a str value is stored as is: raw JSON text). `x_type`/`out_type`
     name ONNX element types; `bias` may be a list (one Add each); `constant_bias` stores the
-    biases in Constant nodes; `batch_mean` answers one row for the whole batch."""
+    biases in Constant nodes; `batch_mean` answers one row for the whole batch; `floor` is a
+    Max with a constant (-inf: a sentinel, as exported masks hold)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -273,6 +275,11 @@ def crafted_model(
             inits.append(tensor)
         nodes.append(helper.make_node("Add", [last, f"b{i}"], [f"z{i}"]))
         last = f"z{i}"
+    if floor is not None:
+        value = numpy_helper.from_array(np.asarray(floor, np.float32), "floor")
+        nodes.append(helper.make_node("Constant", [], ["floor"], value=value))
+        nodes.append(helper.make_node("Max", [last, "floor"], ["zf"]))
+        last = "zf"
     if batch_mean:
         inits.append(numpy_helper.from_array(np.asarray([0], np.int64), "batch_axis"))
         nodes.append(helper.make_node("ReduceMean", [last, "batch_axis"], ["zm"], keepdims=1))

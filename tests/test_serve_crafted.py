@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 from PIL import Image
-from serve_helpers import GOOD, OOD, crafted_model, free_port, parse
+from serve_helpers import GOOD, OOD, crafted_model, deep, free_port, parse
 
 CONFIDENCE_ONLY = {"threshold": 1.0, "parts": {"confidence": {"median": 0.1, "scale": 0.5}}}
 #: an asymmetric 8x8 picture: each of the 8 EXIF orientations stores it differently
@@ -190,6 +190,31 @@ def test_ood_scores_that_overflow_get_a_422(models):
         assert status == 422 and "out-of-distribution score is not finite" in out["error"]
         status, out = predict_json(c, [SAMPLE, SAMPLE + 1.5])
         assert status == 200 and all(math.isfinite(s) for s in out["ood_scores"]), out
+        no_500(c)
+
+
+def test_volumes_whose_z_score_overflows_get_a_422(tmp_path):
+    """NIfTI route: a volume of finite float32 values too large to z-score (its mean and std
+    overflow) is a 422, as a volume the model overflows on; a plain one is answered."""
+    import gzip
+
+    import nibabel as nib
+
+    volume_meta = deep(
+        {"task": "volume_classification", "inputs": {"x": {"shape": ["batch", 1, 4, 4, 4]}}}
+    )
+    path = crafted_model(tmp_path / "v.onnx", volume_meta, x_shape=("batch", 1, 4, 4, 4))
+
+    def nifti(values) -> bytes:
+        return gzip.compress(nib.Nifti1Image(values.astype(np.float32), np.eye(4)).to_bytes())
+
+    rng = np.random.default_rng(0)
+    with client(path) as c:
+        r = c.post("/predict", files={"file": ("v.nii.gz", nifti(rng.normal(size=(4, 4, 4))))})
+        assert r.status_code == 200, r.json()
+        for values in (np.full((4, 4, 4), 3e38), rng.choice([-3e38, 3e38], (4, 4, 4))):
+            r = c.post("/predict", files={"file": ("v.nii.gz", nifti(values))})
+            assert r.status_code == 422 and "not finite" in r.json()["error"], r.json()
         no_500(c)
 
 

@@ -91,6 +91,8 @@ def test_good_crafted_file_opens(tmp_path):
     assert runner.classes == GOOD["classes"] and runner.ood is None
     runner = Runner(crafted_model(tmp_path / "ood.onnx", {**GOOD, "ood": OOD}))
     assert runner.ood_model is not None  # the OOD entry the cases above break, whole
+    # a -inf sentinel (a GCN's export holds one) is not a broken weight
+    Runner(crafted_model(tmp_path / "sentinel.onnx", GOOD, floor=-np.inf))
 
 
 def test_an_export_with_nan_in_its_run_config_is_served(tmp_path):
@@ -117,11 +119,14 @@ GRAPHS = {  # name: (crafted_model arguments, words of the error)
     "int64 output": ({"out_type": "INT64"}, "is int64 of rank 2"),
     "16x16 input, 8x8 metadata": ({"x_shape": ("batch", 1, 16, 16)}, "size 16 on axis 2"),
     "rank-3 input": ({"x_shape": ("batch", 8, 8)}, "of rank 3"),
-    "NaN weights": ({"weight": NAN_WEIGHTS}, "weight 'w' holds NaN or infinite values"),
-    "inf in a Constant": (
-        {"bias": np.full(10, np.inf), "constant_bias": True},
+    "NaN weights": ({"weight": NAN_WEIGHTS}, "weight 'w' holds NaN values"),
+    "NaN in a Constant": (
+        {"bias": np.full(10, np.nan), "constant_bias": True},
         "weight 'b0' holds NaN",
     ),
+    # inf is a legitimate sentinel (masks): refused by what it does to the answer on zeros
+    "inf weights": ({"weight": np.full((64, 10), np.inf, np.float32)}, "is not finite"),
+    "inf in a Constant": ({"bias": np.full(10, np.inf), "constant_bias": True}, "not finite"),
     "overflowing weights": ({"bias": [np.full(10, 3e38)] * 2}, "all-zero input is not finite"),
     "fixed batch of 1": ({"x_shape": (1, 1, 8, 8)}, "fails on inputs of the shape"),
     "one row per batch": ({"batch_mean": True}, "answers 1 row for 2 items"),
