@@ -13,9 +13,9 @@ decoded (`check_header`): a decompression bomb costs its header's bytes, not its
 the frame count: one file is one image, so a multi-page TIFF or an animated PNG, GIF or WebP
 is refused (422, naming its frame count) rather than answered for its first frame only; an
 MPO (a camera JPEG with extra pictures: a large preview, a depth or gain map) is its primary
-picture, frame 0. Every image is turned
-upright by its EXIF orientation before anything else (`prepare`): a phone stores a portrait
-photo sideways with a tag, and the model was trained on upright pictures.
+picture, frame 0. Every image is turned upright by its EXIF orientation before anything else
+(`prepare`): a phone stores a portrait photo sideways with a tag, and the model was trained on
+upright pictures.
 """
 
 import io
