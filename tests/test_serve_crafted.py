@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from helpers.onnx_files import GOOD, OOD, crafted_model, deep
 from PIL import Image
-from serve_helpers import GOOD, OOD, crafted_model, deep
 
 CONFIDENCE_ONLY = {"threshold": 1.0, "parts": {"confidence": {"median": 0.1, "scale": 0.5}}}
 #: an asymmetric 8x8 picture: each of the 8 EXIF orientations stores it differently

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT
-from serve_helpers import GOOD, OOD, crafted_model, deep
+from helpers.onnx_files import GOOD, OOD, crafted_model, deep
 
 from litlab.errors import UserError
 
