@@ -1,5 +1,6 @@
 """Real digits (white ink on black, 8-bit grey) saved the ways clients save images: with a
-transparent background in either ink colour, as palettes, 16-bit, float, CMYK, JPEG, bigger.
+transparent background in either ink colour, as palettes, 16-bit, float, CMYK, JPEG, bigger,
+and stored sideways or mirrored with an EXIF orientation, as phones and scanners store them.
 Used by tests/test_serve.py (over HTTP) and bench/serve_hostile.py."""
 
 import io
@@ -30,6 +31,25 @@ def palette(a: np.ndarray) -> bytes:
     return _save(img, transparency=0)
 
 
+#: EXIF orientation -> how the upright picture is stored (what the tag undoes)
+STORED_AS = {
+    3: Image.Transpose.ROTATE_180,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,
+    8: Image.Transpose.ROTATE_270,
+}
+
+
+def oriented(a: np.ndarray, orientation: int, fmt: str = "PNG", **kw) -> bytes:
+    """The digit stored transformed, with the EXIF orientation that shows it upright."""
+    stored = Image.fromarray(a).transpose(STORED_AS[orientation])
+    if fmt == "TIFF":
+        return _save(stored, "TIFF", tiffinfo={0x0112: orientation})
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return _save(stored, fmt, exif=exif, **kw)
+
+
 LOSSLESS = {  # same pixels as the 8-bit grey PNG, other encodings
     "L 8-bit": lambda a: _save(Image.fromarray(a)),
     "RGB": lambda a: _save(Image.fromarray(np.dstack([a] * 3))),
@@ -41,6 +61,8 @@ LOSSLESS = {  # same pixels as the 8-bit grey PNG, other encodings
     "16-bit grey": lambda a: _save(Image.fromarray(a.astype(np.uint16) * 257)),
     "float TIFF": lambda a: _save(Image.fromarray(a.astype(np.float32) / 255), "TIFF"),
     "RGBA, opaque": lambda a: _save(Image.fromarray(np.dstack([a] * 3 + [a * 0 + 255]))),
+    "PNG, EXIF rotated 90": lambda a: oriented(a, 6),
+    "TIFF, EXIF transposed": lambda a: oriented(a, 5, "TIFF"),
 }
 LOSSY = {  # compressed or resampled: close to, not equal to, the 8-bit PNG
     "CMYK JPEG": lambda a: _save(
@@ -50,6 +72,8 @@ LOSSY = {  # compressed or resampled: close to, not equal to, the 8-bit PNG
     "RGB 32x32": lambda a: _save(
         Image.fromarray(np.dstack([a] * 3)).resize((32, 32), Image.Resampling.NEAREST)
     ),
+    "JPEG q90, EXIF rotated 270": lambda a: oriented(a, 8, "JPEG", quality=90),
+    "JPEG q90, EXIF rotated 180": lambda a: oriented(a, 3, "JPEG", quality=90),
 }
 MODES = {**LOSSLESS, **LOSSY}
 

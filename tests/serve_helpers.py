@@ -1,5 +1,6 @@
 """Helpers of the serving tests: the exported digits model, `src/serve.py` in a subprocess,
-HTTP requests (urllib) and multipart bodies, raw-socket exchanges for the hostile tests."""
+HTTP requests (urllib) and multipart bodies, raw-socket exchanges for the hostile tests
+(crafted ONNX files: tests/helpers/onnx_files.py)."""
 
 import csv
 import io

@@ -79,7 +79,7 @@ BAD = [  # (body, content type, status, words of the error)
     (b"{not json", "application/json", 400, "not valid JSON"),
     (b"x" * (BODY + 1), "application/json", 413, "larger than the limit"),
     (b"hello", "text/plain", 415, "content type"),
-    (multipart([("a.png", b"this is not an image")]), None, 415, "PNG, JPEG or TIFF"),
+    (multipart([("a.png", b"this is not an image")]), None, 415, "PNG, JPEG, TIFF"),
     (multipart([("a.png", b"")]), None, 400, "empty"),
     (multipart([(f"{i}.png", b"x") for i in range(5)]), None, 413, "limit is 4"),
     (b"--nope\r\n\r\nbroken", "multipart/form-data; boundary=nope", 400, None),

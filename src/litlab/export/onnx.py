@@ -6,6 +6,7 @@ the legacy exporter is the fallback for nets torch.export cannot trace. Weights 
 """
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -125,8 +126,22 @@ def _export(kind, net, args, path, input_names, output_names, dynamic, opset) ->
             )
 
 
+def _finite(value):
+    """`value` with each NaN or infinite float written as text ('nan', 'inf'): JSON has no
+    such numbers, and the service refuses a file whose metadata holds one (a run config may)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _as_text(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
+    if isinstance(value, str):
+        return value
+    return json.dumps(_finite(value), default=str, allow_nan=False)
 
 
 def write_metadata(path, metadata: Mapping[str, object]) -> None:

@@ -42,7 +42,7 @@ PREDICT_BODY = {
                     "type": "object",
                     "properties": {"file": {"type": "string", "format": "binary"}},
                 },
-                "description": "PNG/JPEG/TIFF images (vision) "
+                "description": "PNG/JPEG/TIFF/GIF/WebP images, one frame each (vision) "
                 "or one NIfTI volume (3D), as field(s) named `file`",
             },
         }
@@ -52,6 +52,18 @@ PREDICT_BODY = {
 
 def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def answer(content: dict, headers: dict | None = None) -> JSONResponse:
+    """A JSON answer; a number that is not finite (which JSON cannot carry, and which the
+    runner refuses first) is the 422 of a non-finite output, never an encoder's 500."""
+    try:
+        return JSONResponse(content, headers=headers)
+    except ValueError:  # "Out of range float values are not JSON compliant"
+        raise BadRequest(
+            "The model's output is not finite (NaN or infinite numbers have no JSON form).",
+            422,
+        ) from None
 
 
 def create_app(model_path: str | Path, settings: ServeSettings | None = None, **overrides):
@@ -115,7 +127,7 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
 
     @app.get("/metadata")
     async def metadata():
-        return runner.meta
+        return answer(runner.meta)  # checked finite when the file was opened
 
     @app.get("/metrics")
     async def metrics():
@@ -143,7 +155,7 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
                 headers["X-Out-Of-Distribution"] = str(fields["out_of_distribution"][0]).lower()
             headers["Content-Disposition"] = 'attachment; filename="mask.nii.gz"'
             return Response(mask, media_type="application/gzip", headers=headers)
-        return JSONResponse({"request_id": request_id, **out}, headers=headers)
+        return answer({"request_id": request_id, **out}, headers)
 
     async def predict_files(request: Request):
         limit = settings.max_batch

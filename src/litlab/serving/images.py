@@ -8,8 +8,14 @@ drawing and is rendered in the training contrast, whichever ink colour was used;
 are scaled by 65535, float images (TIFF) must lie in [0, 1]; CMYK and YCbCr go to RGB; grey
 and RGB are converted as training did (ITU-R 601 luma, as PIL and torchvision's Grayscale).
 
-The size is checked from the header, before any pixel is decoded (`check_header`): a
-decompression bomb costs its header's bytes, not its pixels.
+Formats: PNG, JPEG, TIFF, GIF, WebP. The size is checked from the header, before any pixel is
+decoded (`check_header`): a decompression bomb costs its header's bytes, not its pixels. So is
+the frame count: one file is one image, so a multi-page TIFF or an animated PNG, GIF or WebP
+is refused (422, naming its frame count) rather than answered for its first frame only; an
+MPO (a camera JPEG with extra pictures: a large preview, a depth or gain map) is its primary
+picture, frame 0. Every image is turned upright by its EXIF orientation before anything else
+(`prepare`): a phone stores a portrait photo sideways with a tag, and the model was trained on
+upright pictures.
 """
 
 import io
@@ -18,11 +24,18 @@ import numpy as np
 
 from litlab.serving.inputs import BadRequest
 
-FORMATS = ("PNG", "JPEG", "TIFF")
+FORMATS = ("PNG", "JPEG", "TIFF", "GIF", "WEBP")
+NOT_AN_IMAGE = "An uploaded file is not a readable PNG, JPEG, TIFF, GIF or WebP image."
+#: what Pillow raises on bytes it cannot read: besides OSError and ValueError, a corrupt file
+#: can raise TypeError ("Missing dimensions"), KeyError, IndexError, struct.error...
+CORRUPT = "An uploaded image is truncated or corrupt."
 UNIFORM_INK = 0.06  # weighted std of the visible colour below which alpha is the drawing
 LUMA = np.asarray([0.299, 0.587, 0.114], np.float32)
 #: PNG text chunks are decompressed by Image.open; nothing here reads them
 MAX_TEXT_BYTES = 64 << 10
+#: frames of a multi-frame upload counted for its refusal (each one a seek, on the event loop)
+MAX_FRAMES_COUNTED = 1000
+ORIENTATION = 0x0112  # the EXIF tag; 1 is upright, 2-8 mirrored and/or rotated
 
 
 def _pil():
@@ -50,15 +63,59 @@ def check_header(raw: bytes, max_pixels: int):
             413,
         ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-        raise BadRequest(
-            "An uploaded file is not a readable PNG, JPEG or TIFF image.", 415
-        ) from None
+        raise BadRequest(NOT_AN_IMAGE, 415) from None
+    except Exception:  # noqa: BLE001 (any other parse error of untrusted bytes)
+        raise BadRequest(CORRUPT, 415) from None
     if width < 1 or height < 1 or width * height > max_pixels:
         raise BadRequest(
             f"An uploaded image has {width}x{height} pixels; the limit is {max_pixels:,} "
             "pixels per image (serve setting max_image_pixels).",
             413,
         )
+    if (frames := _frames(img)) > 1:
+        many = f"more than {MAX_FRAMES_COUNTED}" if frames > MAX_FRAMES_COUNTED else frames
+        raise BadRequest(
+            f"An uploaded image has {many} frames (pages or animation); the model classifies "
+            "one image per file: send each frame as a file of its own.",
+            422,
+        )
+    return img
+
+
+def _frames(img) -> int:
+    """Frames in the file (MPO: 1, its primary picture); a TIFF's pages are counted up to
+    MAX_FRAMES_COUNTED + 1 (a chain: a seek each), other formats' from their headers or
+    blocks (bounded by the body size)."""
+    try:
+        if img.format == "MPO" or not getattr(img, "is_animated", False):
+            return 1
+        if img.format != "TIFF":
+            return img.n_frames
+        count = 1
+        try:
+            while count <= MAX_FRAMES_COUNTED:
+                img.seek(count)
+                count += 1
+        except EOFError:
+            pass
+        return count
+    except Exception:  # noqa: BLE001 (Pillow's parse errors of untrusted bytes: see CORRUPT)
+        raise BadRequest(CORRUPT, 415) from None
+
+
+def prepare(img, size: int):
+    """A header-checked image upright as its EXIF orientation says (any format: JPEG, TIFF,
+    PNG eXIf); a large JPEG is first decoded at a fraction of its size (DCT scaling)."""
+    from PIL import ImageOps
+
+    try:
+        if img.format in ("JPEG", "MPO"):
+            img.draft(None, (size, size))  # DCT scaling: decode big photos at a fraction
+        orientation = img.getexif().get(ORIENTATION, 1)
+        if orientation in range(2, 9):
+            img = ImageOps.exif_transpose(img)
+    except Exception:  # noqa: BLE001 (Pillow's parse errors of untrusted bytes: see CORRUPT)
+        raise BadRequest(CORRUPT, 415) from None
     return img
 
 
@@ -106,13 +163,11 @@ def _composite(colour: np.ndarray, alpha: np.ndarray, background: np.ndarray) ->
 
 
 def decode(img, layout: dict) -> np.ndarray:
-    """A header-checked PIL image -> (C, H, W) float32 normalized as in training."""
+    """A prepared PIL image (`prepare`) -> (C, H, W) float32 normalized as in training."""
     Image = _pil()
     channels, size = int(layout["channels"]), int(layout["image_size"])
     norm = layout["x"]["normalization"]
     try:
-        if img.format == "JPEG":
-            img.draft(None, (size, size))  # DCT scaling: decode big photos at a fraction
         img, full = _working_mode(img)
         if img.size != (size, size):  # area means down (as digits were made), bilinear up
             down = img.size[0] >= size and img.size[1] >= size
@@ -122,8 +177,8 @@ def decode(img, layout: dict) -> np.ndarray:
         pixels = np.asarray(img, dtype=np.float32)
     except BadRequest:
         raise
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        raise BadRequest("An uploaded image is truncated or corrupt.", 415) from None
+    except Exception:  # noqa: BLE001 (Pillow's parse errors of untrusted bytes: see CORRUPT)
+        raise BadRequest(CORRUPT, 415) from None
     if img.mode == "F" and not (
         np.isfinite(pixels).all() and 0 <= pixels.min() <= pixels.max() <= 1
     ):
@@ -154,8 +209,8 @@ def fast_path(img, layout: dict):
 
     try:
         pixels = np.asarray(img, dtype=np.float32)
-    except (OSError, ValueError, SyntaxError):
-        raise BadRequest("An uploaded image is truncated or corrupt.", 415) from None
+    except Exception:  # noqa: BLE001 (Pillow's parse errors of untrusted bytes: see CORRUPT)
+        raise BadRequest(CORRUPT, 415) from None
     pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
     norm = layout["x"]["normalization"]
     scale, shift = affine(tuple(norm["mean"]), tuple(norm["std"]))

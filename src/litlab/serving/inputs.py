@@ -82,7 +82,10 @@ def array(value, name: str, dtype, ndim: int) -> np.ndarray:
             raise BadRequest(f"'{name}' holds integers too large for a node index.", 422)
         if (out != np.round(out)).any():
             raise BadRequest(f"'{name}' must hold integers.", 422)
-    return out.astype(dtype)
+    out = out.astype(dtype)
+    if out.dtype.kind == "f" and not np.isfinite(out).all():  # what the model is fed
+        raise BadRequest(f"'{name}' holds values that are not finite as {out.dtype}.", 422)
+    return out
 
 
 def count(n: int, max_items: int, what: str = "items") -> None:
@@ -169,7 +172,11 @@ def nifti(
         )
     if not np.isfinite(volume).all():
         raise BadRequest("The volume holds NaN or infinite values.", 422)
-    return normalize(volume), affine
+    with np.errstate(all="ignore"):
+        volume = normalize(volume)
+    if not np.isfinite(volume).all():  # values so large that their z-score overflows
+        raise BadRequest("The volume's values are too large to normalize (not finite).", 422)
+    return volume, affine
 
 
 def graph(data: dict, features: int, graph_level: bool, max_nodes: int) -> tuple:

@@ -4,7 +4,12 @@ what is wrong and what is valid. The service then trusts only what was checked h
 kind, class names (as many as the model's outputs), input shapes, normalization, image size,
 sliding-window settings and the out-of-distribution score's parameters. Which of these a file
 must hold is what its task kind's serving needs (`TaskKind.serve_files`, `serve_output`,
-`inputs`, `ood_inputs`)."""
+`inputs`, `ood_inputs`).
+
+Every number is checked for what it is, not only for being a number: anywhere in the metadata
+(the run config too, which /metadata answers) finite and within 64 bits; a std, a scale or a
+variance above a floor (dividing by 1e-300 turns every answer into inf); sizes bounded so that
+one sample fits in memory. A file that passes answers finite numbers for finite inputs."""
 
 import json
 import math
@@ -16,7 +21,12 @@ from litlab.errors import UserError
 MAX_VALUE_BYTES = 4 << 20  # one metadata value (the run config; the OOD model: ~9 kB)
 MAX_CLASSES, MAX_NAME = 100_000, 256
 MAX_IMAGE_SIDE, MAX_VOLUME_SIDE, MAX_CHANNELS = 4096, 1024, 64
-MAX_FEATURES, MAX_OOD_DIMS = 1_000_000, 4096
+MAX_FEATURES, MAX_OOD_DIMS, MAX_OOD_VALUE = 1_000_000, 4096, 1e12
+#: floats in one sample (x channels): the warm-up allocates one (2^26 float32: 256 MiB)
+MAX_SAMPLE_VALUES = 1 << 26
+MAX_INT = 2**63 - 1
+#: what a division may divide by: normalization stds and OOD scales
+STD_FLOOR, SCALE_FLOOR = 1e-6, 1e-9
 
 
 class Bad(Exception):
@@ -48,6 +58,35 @@ def _int(value, what: str, lo: int, hi: int) -> int:
     return value
 
 
+def _finite_everywhere(meta: dict) -> None:
+    """Every number anywhere in the metadata is finite and fits in 64 bits (JSON readers and
+    the /metadata answer cannot carry NaN, inf or a 400-digit integer). Iterative: a deep
+    value costs no recursion."""
+    stack = [((key,), value) for key, value in meta.items()]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(((*where, f".{k}"), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*where, f"[{i}]"), v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise Bad(f"{''.join(where)[:80]} is {value!r}; every number must be finite")
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise Bad(
+                f"{''.join(where)[:80]} is an integer of {value.bit_length()} bits; every "
+                "integer must fit in 64 bits"
+            )
+
+
+def _sample_size(shape: list, what: str) -> None:
+    """One sample of `shape` (ints) fits in memory: the warm-up and each request make one."""
+    _require(
+        math.prod(shape) <= MAX_SAMPLE_VALUES,
+        f"{what} {shape} holds {math.prod(shape):,} values per sample; at most "
+        f"{MAX_SAMPLE_VALUES:,}",
+    )
+
+
 def _list(value, what: str, length: int | None = None, max_len: int = 4096) -> list:
     _require(isinstance(value, list), f"{what} is not a list")
     n = length if length is not None else len(value)
@@ -61,7 +100,10 @@ def _list(value, what: str, length: int | None = None, max_len: int = 4096) -> l
 def _vision(inputs: dict) -> int:
     size = _int(inputs.get("image_size"), "inputs.image_size", 1, MAX_IMAGE_SIDE)
     channels = inputs.get("channels")
-    _require(channels in (1, 3), f"inputs.channels is {channels!r}; expected 1 or 3")
+    _require(
+        type(channels) is int and channels in (1, 3),
+        f"inputs.channels is {str(channels)[:40]!r}; expected 1 or 3",
+    )
     shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 4)
     _require(
         shape[1:] == [channels, size, size],
@@ -72,7 +114,7 @@ def _vision(inputs: dict) -> int:
     for v in _list(norm.get("mean"), "inputs.x.normalization.mean", channels):
         _number(v, "a normalization mean", -1e3, 1e3)
     for v in _list(norm.get("std"), "inputs.x.normalization.std", channels):
-        _number(v, "a normalization std", 0, 1e3, low_open=True)
+        _number(v, "a normalization std", STD_FLOOR, 1e3)
     for v in _list(inputs.get("background", [0.0] * channels), "inputs.background", channels):
         _number(v, "a background value", 0, 1)
     return channels
@@ -86,9 +128,12 @@ def _volume(inputs: dict, windows: bool) -> int:
     if not windows:
         for s in shape[2:]:
             _int(s, "a volume side in inputs.x.shape", 1, MAX_VOLUME_SIDE)
+        _sample_size(shape[1:], "inputs.x.shape")
         return channels
-    for s in _list(inputs.get("patch_size"), "inputs.patch_size", 3):
+    patch = _list(inputs.get("patch_size"), "inputs.patch_size", 3)
+    for s in patch:
         _int(s, "a side of inputs.patch_size", 1, MAX_VOLUME_SIDE)
+    _sample_size([channels, *patch], "a patch of channels x inputs.patch_size")
     window = inputs.get("sliding_window")
     _require(isinstance(window, dict), "inputs.sliding_window is missing")
     _number(window.get("overlap"), "inputs.sliding_window.overlap", 0, 0.95)
@@ -111,6 +156,7 @@ def _samples(inputs: dict) -> None:
     _require(len(shape) >= 2, f"inputs.x.shape is {shape}; expected ['batch', sizes...]")
     for s in shape[1:]:
         _int(s, "a sample size in inputs.x.shape", 1, MAX_FEATURES)
+    _sample_size(shape[1:], "inputs.x.shape")
 
 
 def _ood(ood, channels: int | None) -> None:
@@ -125,7 +171,11 @@ def _ood(ood, channels: int | None) -> None:
     for name, part in parts.items():
         _require(isinstance(part, dict), f"ood.parts.{name} is not an object")
         _number(part.get("median"), f"ood.parts.{name}.median", -1e9, 1e9)
-        _number(part.get("scale"), f"ood.parts.{name}.scale", 0, 1e9, low_open=True)
+        _number(part.get("scale"), f"ood.parts.{name}.scale", SCALE_FLOOR, 1e9)
+    if "test_count" in ood:
+        _int(ood["test_count"], "ood.test_count", 1, MAX_INT)
+    if "test_exceed_fraction" in ood:
+        _number(ood["test_exceed_fraction"], "ood.test_exceed_fraction", 0, 1)
     model = ood.get("model")
     _require(
         (model is not None) == ("input" in parts) and (model is None or channels is not None),
@@ -164,6 +214,10 @@ def _array(value, what: str, shape: tuple):
         f"{what} has shape {list(array.shape)}; expected {[s or f'<= {MAX_OOD_DIMS}' for s in shape]}",
     )
     _require(bool(np.isfinite(array).all()), f"{what} has entries that are not finite numbers")
+    _require(  # a distance squares them: larger would overflow every request's score
+        bool((np.abs(array) <= MAX_OOD_VALUE).all()),
+        f"{what} has entries larger than {MAX_OOD_VALUE:g} in size; expected a fitted model's",
+    )
     return array
 
 
@@ -186,6 +240,7 @@ def check(meta: dict, input_names: list[str], width) -> dict:
     count; None when the file leaves it dynamic)."""
     missing = [k for k in ("task", "classes", "inputs", "input_names") if k not in meta]
     _require(not missing, f"it lacks {', '.join(missing)} (not an export of src/export.py?)")
+    _finite_everywhere(meta)
     task = meta["task"]
     known = list(tasks.kinds())  # every kind declared in litlab.tasks, a new one's too
     _require(task in known, f"task is {str(task)[:40]!r}; known tasks: {', '.join(known)}")
@@ -220,14 +275,19 @@ def check(meta: dict, input_names: list[str], width) -> dict:
     return meta
 
 
-def read(path: Path, session) -> dict:
-    """The file's metadata, size-checked before decoding and checked against the session."""
+def load(path: Path):
+    """The file's ONNX model, without external data (its metadata and weights are read here)."""
     import onnx
 
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        return onnx.load(str(path), load_external_data=False)
     except Exception as err:  # noqa: BLE001 (protobuf raises many types on a bad file)
         raise UserError(f"{path} is not a readable ONNX file ({type(err).__name__})") from None
+
+
+def read(path: Path, session, model=None) -> dict:
+    """The file's metadata, size-checked before decoding and checked against the session."""
+    model = load(path) if model is None else model
     meta = {}
     try:
         for p in model.metadata_props:

@@ -120,8 +120,10 @@ class Predictor:
 
     def decode_all(self, heads: list) -> np.ndarray:
         layout = self.runner.layout
+        size = int(layout["image_size"])
         out = []
         for head in heads:
+            head = images.prepare(head, size)
             x = images.fast_path(head, layout)
             out.append(x if x is not None else images.decode(head, layout))
         return np.stack(out)
@@ -139,7 +141,15 @@ class Predictor:
 
     async def warm_up(self) -> None:
         """One request of each kind the model will see, through the whole path (decoding,
-        sliding windows, imports), so that the first client's request is as fast as the next."""
+        sliding windows, imports), so that the first client's request is as fast as the next.
+        A warm-up input the model cannot answer (a 422: its output is not finite for a blank
+        image) still warmed the path: the service starts, and answers that input so too."""
+        try:
+            await self._warm_up()
+        except BadRequest:
+            pass
+
+    async def _warm_up(self) -> None:
         runner, kind = self.runner, self.kind
         if kind.serve_files == "image":
             from PIL import Image

@@ -2,7 +2,7 @@
 JSON error shape: a header size limit (431), a request-read timeout from the first byte to
 the last of each request (408: slowloris, bodies shorter than their Content-Length), an idle
 timeout from the connection's start (uvicorn's keep-alive timer starts only after a first
-response), a maximum of open connections (503 with Retry-After, then closed: file descriptors
+response), pipelined requests answered after the client's half-close, a maximum of open connections (503 with Retry-After, then closed: file descriptors
 stay available), malformed HTTP as a JSON 400, and a drain that lets a request whose head is
 half received finish instead of resetting it."""
 
@@ -75,9 +75,18 @@ class GuardedProtocol(HttpToolsProtocol):
             f"{self.limits.max_header_bytes} bytes (serve setting max_header_bytes).",
         )
 
-    def eof_received(self) -> None:
+    def eof_received(self) -> bool | None:
+        """The client half-closed (sent all it will send): every request received in full
+        is still answered, in order, and the connection closes after the last answer
+        (returning None would let the transport close at once, dropping the pipelined ones)."""
         if self.refused:
             self.transport.close()
+            return None
+        cycle = self.cycle
+        if cycle is None or (cycle.response_complete and not self.pipeline):
+            return None  # nothing left to answer (a head still incomplete never will be)
+        cycle.keep_alive = False  # the last request received: close once it is answered
+        return True  # keep the transport open for the answers
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -11,11 +11,32 @@ import numpy as np
 from litlab import tasks
 from litlab.errors import UserError, one_line
 from litlab.export import ood
+from litlab.serving.inputs import BadRequest
+
+NOT_FINITE = (
+    "The model's output is not finite for item {item} of the request (inputs far outside "
+    "what it was trained on?); nothing was answered."
+)
+SCORE_NOT_FINITE = (
+    "The out-of-distribution score is not finite for item {item} of the request (inputs far "
+    "outside the training data); nothing was answered."
+)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True)
+    """Row-wise softmax; a row with inf or NaN becomes NaN (told by `finite`), silently."""
+    with np.errstate(all="ignore"):
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+
+
+def finite(values, message: str) -> None:
+    """A number that is not finite never reaches the JSON answer: the request gets a 422
+    naming the first item (row) that has one."""
+    if values is None or np.isfinite(values).all():
+        return
+    rows = np.isfinite(np.reshape(values, (len(values), -1))).all(1)
+    raise BadRequest(message.format(item=int(np.argmin(rows)) + 1), 422)
 
 
 class Runner:
@@ -23,7 +44,7 @@ class Runner:
         """Opens the file, checks its metadata (litlab.serving.metadata) and runs it once on
         zeros: a file whose outputs disagree with its metadata stops here, before listening."""
         from litlab.export.latency import ort_session
-        from litlab.serving import metadata
+        from litlab.serving import metadata, signature
 
         self.path = Path(model_path)
         try:
@@ -32,12 +53,15 @@ class Runner:
             raise UserError(
                 f"{self.path} is not an ONNX model ONNX Runtime can load: {one_line(err, limit=150)}"
             ) from None
-        self.meta = metadata.read(self.path, self.session)
+        model = metadata.load(self.path)
+        self.meta = metadata.read(self.path, self.session, model)
         self.task = self.meta["task"]
         self.kind = tasks.get(self.task)  # a kind litlab.tasks declares: checked in the metadata
         self.classes = self.meta["classes"]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
+        signature.check(self.path, model, self.session, self.kind, self.layout)
+        del model
         self.ood = self.meta.get("ood")
         self.ood_model = self.ood.get("model") if self.ood else None
         self.ood_score = ood.scorer(self.ood) if self.ood else None
@@ -45,13 +69,21 @@ class Runner:
         self.warm_up()
 
     def run(self, *inputs: np.ndarray) -> np.ndarray:
-        return self.session.run(None, dict(zip(self.input_names, inputs)))[0]
+        """The model's first output. An input it cannot run on (checked at start on zeros of
+        one and two items, so this depends on the input) is the request's 422, not a 500."""
+        try:
+            return self.session.run(None, dict(zip(self.input_names, inputs)))[0]
+        except Exception as err:  # ONNX Runtime raises its own error types
+            raise BadRequest(
+                f"The model cannot run on this input (ONNX Runtime: {type(err).__name__}).", 422
+            ) from err
 
     def ood_scores(self, probs: np.ndarray, x: np.ndarray | None = None) -> np.ndarray | None:
         """The out-of-distribution score per item (None for exports without one)."""
         if self.ood is None:
             return None
-        return self.ood_score(probs, x if self.ood_model is not None else None)
+        with np.errstate(all="ignore"):  # an overflow shows as inf: told by `finite`
+            return self.ood_score(probs, x if self.ood_model is not None else None)
 
     def ood_fields(self, scores: np.ndarray | None) -> dict:
         """`ood_scores` and `out_of_distribution` per item (absent for exports without them)."""
@@ -66,9 +98,11 @@ class Runner:
         """Classes and probabilities; the OOD scores given (computed for a whole micro-batch)
         or computed here from the probabilities and the inputs `x`."""
         probs = softmax(logits.astype(np.float64)) if probs is None else probs
+        finite(probs, NOT_FINITE)
         ids = probs.argmax(1)
         if scores is None:
             scores = self.ood_scores(probs, x)
+        finite(scores, SCORE_NOT_FINITE)
         return {
             "predictions": [self.classes[i] for i in ids],
             "class_ids": ids.tolist(),
@@ -93,9 +127,12 @@ class Runner:
                 overlap=window["overlap"],
                 mode=window["mode"],
             )
+        finite(logits.numpy(), NOT_FINITE)
         probs = logits.softmax(1).numpy()
         mask = logits.argmax(1)[0].numpy().astype(np.uint8)
-        return mask, self.ood_fields(self.ood_scores(probs))
+        scores = self.ood_scores(probs)
+        finite(scores, SCORE_NOT_FINITE)
+        return mask, self.ood_fields(scores)
 
     #: runs faster than this (measured at warm-up) happen on the event loop: a thread
     #: hand-off costs more than the run itself for small models
@@ -103,10 +140,28 @@ class Runner:
 
     def warm_up(self) -> None:
         """Inference on zeros of the input shape (ORT allocates and tunes on the first);
-        decides whether runs stay on the event loop (`inline`); checks the output width."""
+        decides whether runs stay on the event loop (`inline`); checks the output width, and
+        that two items get two answers (the service batches them)."""
         import time
 
-        out = self._warm_up()
+        try:
+            out, two = self._warm_up(), self._warm_up(items=2)
+        except BadRequest as err:  # ORT's error (its cause): a graph that cannot run
+            raise UserError(
+                f"{self.path.name}: the model fails on inputs of the shape its metadata gives: "
+                f"{one_line(err.__cause__ or err, limit=150)}; re-export the checkpoint with "
+                "src/export.py"
+            ) from None
+        if len(two) != 2:
+            raise UserError(
+                f"{self.path.name}: the model answers {len(two)} row{'s' * (len(two) != 1)} "
+                "for 2 items (a fixed batch size?); re-export the checkpoint with src/export.py"
+            )
+        if not np.isfinite(out).all():
+            raise UserError(
+                f"{self.path.name}: the model's output on an all-zero input is not finite (NaN "
+                "or infinite weights, or an overflow); re-export the checkpoint with src/export.py"
+            )
         width = out.shape[1] if out.ndim > 1 else None
         if width != len(self.classes):
             raise UserError(
@@ -117,18 +172,21 @@ class Runner:
         self._warm_up()
         self.inline = time.perf_counter() - start < self.INLINE_S
 
-    def _warm_up(self) -> np.ndarray:
+    def _warm_up(self, items: int = 1) -> np.ndarray:
+        """The answer to zeros: `items` samples (or patches); graphs: 2 nodes, in `items`
+        graphs for graph classification."""
         if self.kind.inputs == "graph":
             feats = self.layout["x"]["shape"][1]
             args = [np.zeros((2, feats), np.float32), np.zeros((2, 1), np.int64)]
             if self.kind.serve_output == "graph_classes":  # the graph id of each node
-                args.append(np.zeros(2, np.int64))
+                args.append(np.asarray([0, items - 1], np.int64))
             return self.run(*args)
-        if self.kind.serve_output == "mask":  # one patch of the sliding window
+        if self.kind.serve_output == "mask":  # patches of the sliding window
             channels = int(self.layout["x"]["shape"][1])
-            return self.run(np.zeros((1, channels, *self.layout["patch_size"]), np.float32))
+            patch = self.layout["patch_size"]
+            return self.run(np.zeros((items, channels, *patch), np.float32))
         shape = [int(s) for s in self.layout["x"]["shape"][1:]]
-        return self.run(np.zeros((1, *shape), np.float32))
+        return self.run(np.zeros((items, *shape), np.float32))
 
 
 class MicroBatcher:
