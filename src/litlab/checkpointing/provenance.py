@@ -100,6 +100,31 @@ def write(run_dir, record: dict, subdir: str | None = None) -> Path:
     return path
 
 
+def check_record(record, source: str) -> None:
+    """A checkpoint's provenance (absent in older files) is a mapping whose `code` and
+    `packages` are mappings of plain values, as `collect` writes it: one line otherwise."""
+    from litlab.checkpointing.trust import shown
+    from litlab.errors import UserError
+
+    plain = (str, int, float, bool, type(None))
+    what = None
+    if record is not None and not isinstance(record, dict):
+        what = f"is a {type(record).__name__}, not a mapping"
+    for part in ("code", "packages") if isinstance(record, dict) else ():
+        value = record.get(part)
+        if value is not None and not isinstance(value, dict):
+            what = f"has {part} of type {type(value).__name__}, not a mapping"
+        elif value is not None and not all(isinstance(v, plain) for v in value.values()):
+            what = f"has {part} values that are not plain text or numbers"
+        if what:
+            break
+    if what is not None:
+        raise UserError(
+            f"ckpt_path={shown(source, 200)}: its provenance ('{KEY}') {what}, as litlab's "
+            "train.py never writes it"
+        )
+
+
 def _describe(code: dict) -> str:
     commit = (code.get("commit") or "no git commit")[:12]
     if code.get("dirty"):

@@ -29,8 +29,10 @@ def load_run(
     from litlab.checkpointing import data_folders
     from litlab.checkpointing import trust as trusted
     from litlab.checkpointing.load import load
+    from litlab.checkpointing import weights
     from litlab.checkpointing.run_config import CONFIG_KEY
     from litlab.config import build
+    from litlab.config.checks import check_stored
 
     ckpt = load(ckpt_path)
     if data_overrides:  # this command's own values, resolved where they were composed
@@ -50,8 +52,22 @@ def load_run(
         overridden = tuple(data_overrides or ())
         stored = data_folders.here(stored, data_dir, source, overridden=overridden)
     cfg = trusted.checked(stored, source, data_overrides, trust=trust)
+    check_stored(_plain(cfg, source), source)  # as a command line's model and data are
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)
-    model.load_state_dict(ckpt["state_dict"])
+    state = weights.without_legacy(ckpt["state_dict"])
+    weights.check_fits(state, model.state_dict(), source)  # before any tensor is copied
+    model.load_state_dict(state)
     model.eval()
     return LoadedRun(model, datamodule, cfg, ckpt)
+
+
+def _plain(cfg: DictConfig, source: str) -> dict:
+    """The config to build, resolved (a trusted file may interpolate): one line if it cannot."""
+    from litlab.checkpointing.trust import refusal
+    from litlab.errors import one_line
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception as err:  # noqa: BLE001  (an interpolation a trusted file names)
+        raise refusal(source, f"does not resolve: {one_line(err)}") from None
