@@ -25,11 +25,13 @@ def load_run(
     (`litlab.checkpointing.trust`), checked with the overrides merged in and built exactly as
     checked, unless `trust=True`: a crafted file cannot run code. Its data folders move to
     `data_dir` (this machine's; default: LITLAB_DATA_DIR or <project>/data), so a file never
-    chooses where litlab writes (`litlab.checkpointing.data_folders`)."""
-    from litlab.checkpointing import data_folders
+    chooses where litlab writes, unless the user chose them on the command line of the run,
+    as its run dir records (`litlab.checkpointing.data_folders`). Its weights, stored config
+    and provenance are validated first (`checkpointing.load`, `config.checks.check_stored`,
+    `checkpointing.weights`): one line, not a traceback or a NaN model."""
+    from litlab.checkpointing import data_folders, weights
     from litlab.checkpointing import trust as trusted
     from litlab.checkpointing.load import load
-    from litlab.checkpointing import weights
     from litlab.checkpointing.run_config import CONFIG_KEY
     from litlab.config import build
     from litlab.config.checks import check_stored
@@ -50,7 +52,9 @@ def load_run(
     if not trust:
         trusted.check(stored, source)  # plain data first: its folders are then plain strings
         overridden = tuple(data_overrides or ())
-        stored = data_folders.here(stored, data_dir, source, overridden=overridden)
+        # folders the user typed when training on this machine (its run dir's record) stay
+        chosen = data_folders.user_chosen(ckpt_path, stored.get("ckpt_path"))
+        stored = data_folders.here(stored, data_dir, source, overridden, chosen)
     cfg = trusted.checked(stored, source, data_overrides, trust=trust)
     check_stored(_plain(cfg, source), source)  # as a command line's model and data are
     datamodule = build.datamodule(cfg)
