@@ -39,7 +39,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise
         _fsync_dir(path.parent)  # make the rename itself durable
 
-
     def remove_checkpoint(self, path) -> None:
         """Lightning deletes the previous best/last files: never through a linked folder."""
         if "://" not in str(path):

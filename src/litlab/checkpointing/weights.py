@@ -71,21 +71,23 @@ def without_legacy(state_dict: dict) -> dict:
 
 def check_fits(state_dict: dict, model_state: dict, source: str) -> None:
     """The checkpoint's tensors are the model's: the same keys, shapes and kinds of values."""
-    missing = next((k for k in model_state if k not in state_dict), None)
-    extra = next((k for k in state_dict if k not in model_state), None)
     detail = None
-    if missing is not None:
-        detail = f"it lacks {shown(missing)}"
-    elif extra is not None:
-        detail = f"it has the unexpected entry {shown(extra)}"
-    for key, ours in model_state.items():
-        if detail is not None:
-            break
-        theirs = state_dict[key]
+    for key, ours in model_state.items():  # a mismatched shape says most about the net held
+        theirs = state_dict.get(key)
+        if theirs is None:
+            continue
         if tuple(theirs.shape) != tuple(ours.shape):
             detail = f"{shown(key)} has shape {list(theirs.shape)} there, {list(ours.shape)} here"
         elif ours.is_floating_point() and not theirs.is_floating_point():
             detail = f"{shown(key)} holds {theirs.dtype} values there, {ours.dtype} here"
+        if detail is not None:
+            break
+    missing = next((k for k in model_state if k not in state_dict), None)
+    extra = next((k for k in state_dict if k not in model_state), None)
+    if detail is None and missing is not None:
+        detail = f"it lacks {shown(missing)}"
+    elif detail is None and extra is not None:
+        detail = f"it has the unexpected entry {shown(extra)}"
     if detail is not None:
         raise _refusal(
             source,
