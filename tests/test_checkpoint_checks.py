@@ -231,21 +231,27 @@ def test_a_data_folder_typed_when_training_here_is_accepted(tiny):
     assert _load(ckpt).config.data.data_dir == str(elsewhere)
 
 
-def _copy_run(tiny, tmp_path):
-    run = tmp_path / "logs" / "train" / "runs" / "copy"
+def _copy_run(tiny, tmp_path, name="copy", here=True):
+    """A copy of the tiny run dir; `here`: its record says it ran there (as a run made in
+    that folder would), else it names the original folder (a run dir copied from elsewhere)."""
+    run = tmp_path / "logs" / "train" / "runs" / name
     shutil.copytree(tiny[0], run)
+    if here:
+        hydra = run / ".hydra" / "hydra.yaml"
+        hydra.write_text(hydra.read_text().replace(str(tiny[0]), str(run)))
     return run, run / "checkpoints" / tiny[1].name
 
 
 def test_a_folder_named_only_by_the_file_is_still_refused(tiny, tmp_path):
-    """The same file copied out of its run dir, a link to it from elsewhere's point of view,
-    a folder other than the recorded one, a recorded folder that no longer exists: refused."""
+    """The same file copied out of its run dir, its run dir copied as a whole (its record
+    names the original folder), a run dir whose checkpoints/ links elsewhere, a file planted
+    in the run dir naming another folder, a recorded folder that no longer exists: refused."""
     _, ckpt, elsewhere = tiny
     copied = tmp_path / "copied.ckpt"
     shutil.copy(ckpt, copied)
     other = tmp_path / "other"
     other.mkdir()
-    run2, ckpt2 = _copy_run(tiny, tmp_path)  # the user's own run dir, copied: still theirs
+    run2, ckpt2 = _copy_run(tiny, tmp_path)  # a run dir of the user's, made where it is
     assert _load(ckpt2).config.data.data_dir == str(elsewhere)
     crafted = torch.load(ckpt, weights_only=True)
     crafted[C]["data"]["data_dir"] = str(other)  # a file placed inside the real run dir
@@ -254,6 +260,8 @@ def test_a_folder_named_only_by_the_file_is_still_refused(tiny, tmp_path):
     shutil.copytree(run2 / "checkpoints", outside)
     linked = tmp_path / "logs" / "train" / "runs" / "linked"
     shutil.copytree(run2, linked, ignore=shutil.ignore_patterns("checkpoints"))
+    hydra = linked / ".hydra" / "hydra.yaml"
+    hydra.write_text(hydra.read_text().replace(str(run2), str(linked)))
     (linked / "checkpoints").symlink_to(outside)  # its checkpoints are not in the run dir
     gone = tmp_path / "gone"
     gone.mkdir()
@@ -261,8 +269,10 @@ def test_a_folder_named_only_by_the_file_is_still_refused(tiny, tmp_path):
     crafted[C]["data"]["data_dir"] = str(gone)
     torch.save(crafted, run2 / "checkpoints" / "gone.ckpt")
     gone.rmdir()
+    _, unpacked = _copy_run(tiny, tmp_path, "unpacked", here=False)
     refused = [
         copied,
+        unpacked,
         run2 / "checkpoints" / "planted.ckpt",
         linked / "checkpoints" / ckpt.name,
         run2 / "checkpoints" / "gone.ckpt",

@@ -9,10 +9,11 @@ wrote the checkpoint (its stored `paths.data_dir`) to this command's.
 Except a folder this machine's user chose: one typed on the command line of the run that
 wrote the checkpoint (`data.data_dir=/elsewhere`, as the docs show), which the run dir itself
 records (`.hydra/overrides.yaml`, and `.hydra/resume-*/` of its resumes). That record is read
-only from a real run dir of this user (`chosen`): the checkpoint file is inside it (not a link
-to elsewhere), and the run dir, its record and the checkpoint are owned by this user. A folder
-named only by the file (a checkpoint from elsewhere, a crafted stored config, a file copied
-out of its run dir) is still moved or refused."""
+only from a real run dir of this user (`user_chosen`): the checkpoint file is inside it (not a
+link to elsewhere), the run dir, its record and the checkpoint are owned by this user, and the
+record says its run ran in this very folder (Hydra's `runtime.output_dir`). A folder named
+only by the file (a checkpoint from elsewhere, a crafted stored config, a file copied out of
+its run dir, a run dir copied or unpacked from elsewhere) is still moved or refused."""
 
 import os
 from pathlib import Path
@@ -82,9 +83,23 @@ def user_chosen(*ckpt_paths) -> dict:
             continue
         records = [run / RECORDS[0], *sorted(run.glob(RECORDS[1]))][:MAX_RECORDS]
         for record in records:
-            if _owned(record) and not record.is_symlink():
+            if _owned(record) and not record.is_symlink() and _written_in(record, run):
                 found |= _folders(record)
     return found
+
+
+def _written_in(record: Path, run: Path) -> bool:
+    """The run that wrote the record ran in this very folder (Hydra's `runtime.output_dir`
+    beside it): a run dir unpacked or copied from elsewhere names another."""
+    from omegaconf import OmegaConf
+
+    try:
+        recorded = OmegaConf.select(
+            OmegaConf.load(record.parent / "hydra.yaml"), "hydra.runtime.output_dir"
+        )
+        return isinstance(recorded, str) and Path(recorded).resolve() == run
+    except Exception:  # noqa: BLE001  (no such record, or not Hydra's: nothing chosen)
+        return False
 
 
 def _own_run_dir(ckpt_path) -> Path | None:
