@@ -3,7 +3,7 @@
 (`os.replace` is atomic on POSIX and Windows), so a reader sees the old file or the new one.
 Nor is a checkpoint written or deleted through a checkpoint folder that is a symbolic link out
 of its run dir (`<run>/checkpoints -> /elsewhere`): a resume refuses such a run dir before it
-starts (`resume.check_links`), and a link made while a run goes is refused here."""
+starts (`links.check_links`), and a link made while a run goes is refused here."""
 
 import os
 import tempfile
@@ -50,7 +50,11 @@ def _refuse_linked_folder(path: Path) -> None:
     folder = path.parent
     if not folder.is_symlink():
         return
-    target, run = folder.resolve(), folder.parent.resolve()
+    run = folder.parent.resolve()
+    try:
+        target = folder.resolve()
+    except (OSError, RuntimeError):  # a loop of links
+        target = Path(os.readlink(folder))
     if target != run and run not in target.parents:
         from litlab.errors import UserError
 

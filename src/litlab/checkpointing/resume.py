@@ -168,35 +168,6 @@ def run_to_resume(ckpt_path, log_dir, task_name, model=None, data=None) -> Path 
     return path.resolve() if path.is_dir() and checkpoint_of(path).is_file() else None
 
 
-def links_out(run: Path) -> tuple[Path, Path] | None:
-    """(link, where it leads) of the first symbolic link inside `run` whose target lies
-    outside it, else None: a resumed run writes its checkpoints, logs and config records into
-    its folders, and must never write (nor rewrite or delete old checkpoints) through one."""
-    root = Path(run).resolve()
-    for folder, dirs, files in os.walk(root):  # a linked folder is listed, never entered
-        for name in sorted([*dirs, *files]):
-            path = Path(folder) / name
-            if path.is_symlink():
-                target = path.resolve()
-                if target != root and root not in target.parents:
-                    return path, target
-    return None
-
-
-def check_links(run: Path) -> None:
-    """One line when a run to resume holds a link out of it (`links_out`): checked with the
-    run dir's location (`recipes.run_dir.check_location`), before Hydra writes into it."""
-    found = links_out(run)
-    if found is not None:
-        link, target = found
-        raise UserError(
-            f"cannot resume {run}: {link.relative_to(Path(run).resolve())} is a symbolic link "
-            f"to {target}, outside the run dir, and litlab writes nothing through a link that "
-            f"leaves its run dir; replace the link with the folder's contents, or start a new "
-            f"run from its checkpoint: ckpt_path={checkpoint_of(run)}"
-        )
-
-
 def _run_dir(ckpt_path, log_dir, task_name, new_dir, model=None, data=None) -> str:
     resumed = run_to_resume(ckpt_path, log_dir, task_name, model, data)
     return str(resumed or job_run_dir(log_dir, task_name) or new_dir)
