@@ -5,6 +5,7 @@ entry point that loads a checkpoint; the side effect it aims at must not happen.
 their lock: tests/test_run_dirs.py."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -232,18 +233,24 @@ STORED = [
 @pytest.mark.parametrize("name, overrides", STORED, ids=[" ".join(o) or n for n, o in STORED])
 def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_path):
     """What train.py (DDP, Optuna trials), federate.py (the global checkpoint) and compress.py
-    (a pruned net's step checkpoint) store is accepted as it is."""
+    (a pruned net's step checkpoint) store is accepted as it is, by the trust check and by the
+    command line's checks of the model and data rebuilt from it."""
     from omegaconf import OmegaConf, open_dict
 
     from litlab.checkpointing import trust
     from litlab.compression.prune import pruned_net_config
     from litlab.compression.steps import training_config
+    from litlab.config import checks
     from litlab.config.compose import compose
 
     run_cfg = OmegaConf.to_container(compose("train", output_dir=tmp_path), resolve=True)
     cfg = compose(name, overrides, output_dir=tmp_path)
     with open_dict(cfg):
         del cfg["hydra"]
+    if name == "federate":  # as the recipe does before it stores the config
+        from litlab.federated.settings import resolve_auto
+
+        resolve_auto(cfg)
     if name == "compress":  # a structured-pruning step's checkpoint: the net resized
         run_cfg["model"]["net"] = pruned_net_config(run_cfg["model"]["net"], {"conv": [8, 1]})
         stored = OmegaConf.to_container(training_config(cfg, run_cfg, 1), resolve=True)
@@ -254,6 +261,9 @@ def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_p
             (tmp_path / value).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / value).touch()
     trust.check(stored, "stored.ckpt")
+    root = stored["data"].get("root")
+    if root is None or Path(root).is_dir():  # a data root absent here is refused (one line)
+        checks.check_stored(stored, "stored.ckpt")  # what eval/export/compress rebuild
 
 
 @DIGITS

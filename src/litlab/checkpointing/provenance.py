@@ -100,8 +100,40 @@ def write(run_dir, record: dict, subdir: str | None = None) -> Path:
     return path
 
 
+# what `collect` writes under `code` (code_state), by key: unknown keys may be any plain value
+CODE_TYPES = {"commit": str, "dirty": bool, "diff_sha256": str, "tree_sha256": str, "snapshot": str}
+
+
+def check_record(record, source: str) -> None:
+    """A checkpoint's provenance (absent in older files) is a mapping whose `code` and
+    `packages` are mappings of the plain values `collect` writes: one line otherwise (eval.py
+    compares them with this code)."""
+    from litlab.checkpointing.trust import shown
+    from litlab.errors import UserError
+
+    what = None
+    if record is not None and not isinstance(record, dict):
+        what = f"is a {type(record).__name__}, not a mapping"
+    for part in ("code", "packages") if isinstance(record, dict) else ():
+        value = record.get(part)
+        if value is not None and not isinstance(value, dict):
+            what = f"has {part} of type {type(value).__name__}, not a mapping"
+        for key, item in (value or {}).items() if isinstance(value, dict) else ():
+            kind = str if part == "packages" else CODE_TYPES.get(key, str | int | float | bool)
+            if item is not None and not isinstance(item, kind):
+                what = f"has {part}.{shown(key)} of type {type(item).__name__}"
+                break
+        if what:
+            break
+    if what is not None:
+        raise UserError(
+            f"ckpt_path={shown(source, 200)}: its provenance ('{KEY}') {what}, as litlab's "
+            "train.py never writes it"
+        )
+
+
 def _describe(code: dict) -> str:
-    commit = (code.get("commit") or "no git commit")[:12]
+    commit = str(code.get("commit") or "no git commit")[:12]
     if code.get("dirty"):
         return f"{commit} + uncommitted changes {str(code.get('diff_sha256'))[:12]}"
     return commit

@@ -95,12 +95,49 @@ def check_checkpoint(
     check_callback_states(ckpt, str(path))  # a resume restores them: always
     if not trust:  # as load_run will build it: with this command's data overrides
         check(merged(stored, data_overrides), str(path))
+        if cfg_model is None:  # eval, export, compress: the run is rebuilt from the file
+            check_stored(merged(stored, data_overrides), str(path))
     theirs = (stored.get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
         raise UserError(
             f"ckpt_path={path} holds a {theirs} model; this run builds "
             f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint"
         )
+
+
+def check_stored(stored: dict, source: str) -> None:
+    """The model and data a checkpoint's stored config builds pass the checks a command line's
+    do (signatures and bounds, model against data, the monitored metric), so a file from
+    elsewhere fails in one line naming the key, not deep inside a build, a loss or an export.
+    `stored` is plain data (`trust.check` passed, or resolved from a trusted file)."""
+    from omegaconf import OmegaConf
+
+    from litlab.checkpointing.trust import shown
+    from litlab.config import targets
+    from litlab.config.build import check_compatible
+
+    where = f"ckpt_path={shown(source, 200)}: its stored config"
+    for key in ("model", "data"):
+        node = stored.get(key)
+        if not isinstance(node, dict) or not isinstance(node.get("_target_"), str):
+            what = "has no" if node is None else f"has a {type(node).__name__} as its"
+            raise UserError(
+                f"{where} {what} {key} node (a mapping with a _target_, as train.py stores "
+                "it): not a checkpoint litlab can rebuild"
+            )
+    model, data = stored["model"], stored["data"]
+    if not isinstance(model.get("net"), dict) or "_target_" not in model["net"]:
+        raise UserError(f"{where} has no model.net node with a _target_ (the net it holds)")
+    try:
+        targets.walk_plain("", {"model": model, "data": data})
+        kinds = {"model": {"_target_": model["_target_"]}, "data": {"_target_": data["_target_"]}}
+        check_compatible(OmegaConf.create(kinds))
+        targets.check_node("model", model)
+        targets.check_node("data", data)
+        targets.check_optimizer(model)
+        check_monitor({"model": model, "trainer": {}, "train": False})
+    except UserError as err:
+        raise UserError(f"{where} is not valid: {err}") from None
 
 
 def stored_config(path) -> dict:

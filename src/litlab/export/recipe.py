@@ -2,12 +2,13 @@
 against the checkpoint (outputs and test metric), time them, and write the report."""
 
 import hashlib
+import math
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.errors import one_line
+from litlab.errors import UserError, one_line
 from litlab.export.settings import ExportSettings
 
 FILES = {
@@ -88,6 +89,14 @@ def serving_metadata(spec, predict, meta: dict) -> None:
     if tasks.get(spec.task).serve_files == "image":
         meta["inputs"]["background"] = ood.background(spec)
     meta["ood"] = ood.measure(spec, predict)
+    threshold = meta["ood"].get("threshold")
+    if not (isinstance(threshold, int | float) and math.isfinite(threshold)):
+        # finite weights can still overflow (1e38): no file ships a `nan` threshold
+        raise UserError(
+            f"ckpt_path={meta['checkpoint']}: the model's outputs on the test split are not "
+            f"finite (out-of-distribution threshold {threshold}); its weights overflow: "
+            "pick another checkpoint of the run"
+        )
 
 
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:

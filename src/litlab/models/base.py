@@ -105,7 +105,8 @@ class LitModule(L.LightningModule):
             del theirs[key]
         wrong = [k for k in ours if k in theirs and tuple(theirs[k].shape) != tuple(ours[k].shape)]
         missing = [k for k in ours if k not in theirs]
-        if not wrong and not missing:
+        extra = [k for k in theirs if k not in ours]  # Lightning's strict load: a traceback
+        if not wrong and not missing and not extra:
             return
         net = dict((checkpoint.get("litlab_config") or {}).get("model", {}).get("net") or {})
         held = ", ".join(f"{k}={v}" for k, v in net.items()) or "an unknown net"
@@ -114,6 +115,8 @@ class LitModule(L.LightningModule):
             f"{list(ours[wrong[0]].shape)} here"
             if wrong
             else f"it lacks {missing[0]}"
+            if missing
+            else f"it has the unexpected entry {extra[0]}"
         )
         raise UserError(
             f"the checkpoint holds another net ({held}): {detail}; use the "

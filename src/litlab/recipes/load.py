@@ -25,12 +25,16 @@ def load_run(
     (`litlab.checkpointing.trust`), checked with the overrides merged in and built exactly as
     checked, unless `trust=True`: a crafted file cannot run code. Its data folders move to
     `data_dir` (this machine's; default: LITLAB_DATA_DIR or <project>/data), so a file never
-    chooses where litlab writes (`litlab.checkpointing.data_folders`)."""
-    from litlab.checkpointing import data_folders
+    chooses where litlab writes, unless the user chose them on the command line of the run,
+    as its run dir records (`litlab.checkpointing.data_folders`). Its weights, stored config
+    and provenance are validated first (`checkpointing.load`, `config.checks.check_stored`,
+    `checkpointing.weights`): one line, not a traceback or a NaN model."""
+    from litlab.checkpointing import data_folders, weights
     from litlab.checkpointing import trust as trusted
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
     from litlab.config import build
+    from litlab.config.checks import check_stored
 
     ckpt = load(ckpt_path)
     if data_overrides:  # this command's own values, resolved where they were composed
@@ -48,10 +52,26 @@ def load_run(
     if not trust:
         trusted.check(stored, source)  # plain data first: its folders are then plain strings
         overridden = tuple(data_overrides or ())
-        stored = data_folders.here(stored, data_dir, source, overridden=overridden)
+        # folders the user typed when training on this machine (its run dir's record) stay
+        chosen = data_folders.user_chosen(ckpt_path, stored.get("ckpt_path"))
+        stored = data_folders.here(stored, data_dir, source, overridden, chosen)
     cfg = trusted.checked(stored, source, data_overrides, trust=trust)
+    check_stored(_plain(cfg, source), source)  # as a command line's model and data are
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)
-    model.load_state_dict(ckpt["state_dict"])
+    state = weights.without_legacy(ckpt["state_dict"])
+    weights.check_fits(state, model.state_dict(), source)  # before any tensor is copied
+    model.load_state_dict(state)
     model.eval()
     return LoadedRun(model, datamodule, cfg, ckpt)
+
+
+def _plain(cfg: DictConfig, source: str) -> dict:
+    """The config to build, resolved (a trusted file may interpolate): one line if it cannot."""
+    from litlab.checkpointing.trust import refusal
+    from litlab.errors import one_line
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception as err:  # noqa: BLE001  (an interpolation a trusted file names)
+        raise refusal(source, f"does not resolve: {one_line(err)}") from None

@@ -63,6 +63,10 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
             )
     if not multirun:
         _check_run_files(cfg, out, log_dir)
+    if not multirun and Path(out).is_dir():  # a resumed run: nothing through a link out of it
+        from litlab.checkpointing.links import check_links
+
+        check_links(Path(out))
 
 
 def _check_job_names(cfg: DictConfig) -> None:

@@ -1,0 +1,44 @@
+"""Nothing is written through a symbolic link that leaves a run dir. A resumed run
+(`ckpt_path=<run dir>` or `last`, a requeued job) writes its checkpoints, logs, CSV rows and
+config records into the folders of an existing run dir; one of them linking elsewhere
+(`checkpoints -> /other/folder`) would have new checkpoints written, and old ones rewritten
+or deleted, there. `check_links` refuses such a run dir in one line before Hydra writes into
+it (called with the run dir's location checks, `recipes.run_dir.check_location`);
+`atomic_io` refuses a checkpoint folder that links out while a run goes."""
+
+import os
+from pathlib import Path
+
+from litlab.errors import UserError
+
+
+def links_out(run: Path) -> tuple[Path, Path] | None:
+    """(link, where it leads) of the first symbolic link inside `run` whose target lies
+    outside it, else None: a resumed run writes its checkpoints, logs and config records into
+    its folders, and must never write (nor rewrite or delete old checkpoints) through one."""
+    root = Path(run).resolve()
+    for folder, dirs, files in os.walk(root):  # a linked folder is listed, never entered
+        for name in sorted([*dirs, *files]):
+            path = Path(folder) / name
+            if path.is_symlink():
+                try:
+                    target = path.resolve()
+                except (OSError, RuntimeError):  # a loop of links: leads nowhere inside
+                    return path, Path(os.readlink(path))
+                if target != root and root not in target.parents:
+                    return path, target
+    return None
+
+
+def check_links(run: Path) -> None:
+    """One line when a run to resume holds a link out of it (`links_out`): checked with the
+    run dir's location (`recipes.run_dir.check_location`), before Hydra writes into it."""
+    found = links_out(run)
+    if found is not None:
+        link, target = found
+        raise UserError(
+            f"cannot resume {run}: {link.relative_to(Path(run).resolve())} is a symbolic link "
+            f"to {target}, outside the run dir, and litlab writes nothing through a link that "
+            f"leaves its run dir; replace the link with the folder's contents, or start a new "
+            f"run from its checkpoint: ckpt_path={Path(run) / 'checkpoints' / 'last.ckpt'}"
+        )
