@@ -1,13 +1,22 @@
 """Faults of issue 18, as a user meets them: a kill after an epoch that did not improve the
 metric, SIGTERM from a scheduler, a crafted checkpoint. Real runs as subprocesses."""
 
+import json
 import os
 
 import pandas as pd
 import pytest
 import torch
 from helpers.runs import ROOT, run_cli, run_dirs
-from test_reliability import ENV, assert_same_as_reference, load, ref_run, train  # noqa: F401  (fixture)
+from test_reliability import (  # noqa: F401  (ref_run: a fixture)
+    ENV,
+    assert_same_as_reference,
+    load,
+    printed,
+    ref_run,
+    run,
+    train,
+)
 
 # no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the
 # "best" never improves again while the model learns
@@ -60,6 +69,51 @@ def test_resume_after_sigterm_and_ctrl_c_on_last_batch(tmp_path, ref_run):  # no
     p = train(logs, "ckpt_path=last")
     assert p.returncode == 0, p.stderr[-3000:]
     assert_same_as_reference(run_dirs(logs)[0], ref_run)
+
+
+# the fault comes from the environment (FAULT=kind@stage:step:batch, tests/faults.py), so the
+# resume command a stopped run prints, which repeats its overrides, is run as printed
+ENV_FAULT = ["+callbacks.fault._target_=faults.EnvFault"]
+# EarlyStopping watching val/acc (patience 100: it never stops these runs, as in ref_run)
+EARLY_STOPPING = (
+    "callbacks.early_stopping={_target_:lightning.pytorch.callbacks.EarlyStopping,"
+    "monitor:val/acc,mode:max,patience:100}"
+)
+
+
+def resume_command(proc) -> str:
+    """The resume the run printed: its `resume: ` line, or the end of its `error: ` line."""
+    lines = [ln for ln in proc.stderr.splitlines() if "resume: python " in ln]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0].split("resume: ", 1)[1]
+
+
+@pytest.mark.slow  # five runs
+def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run):  # noqa: F811
+    """SIGTERM in the first and in the last batch of an epoch's validation, in the last epoch's
+    validation, then in the test: each exits 143 with last.ckpt of the epoch's end, keeps the
+    run dir marked failed, and prints a resume that works as printed (EarlyStopping and the
+    best checkpoint find their val metric); the end equals the run never stopped."""
+    logs = tmp_path / "logs"
+    p = train(logs, *ENV_FAULT, EARLY_STOPPING, env={"FAULT": "sigterm@validate:6:0"})
+    assert p.returncode == 143, p.stderr[-3000:]
+    [run_dir] = run_dirs(logs)
+    command = resume_command(p)
+    for spec, saved in [  # the next stop, and last.ckpt (epoch, step) before it
+        ("sigterm@validate:12:1", (0, 6)),  # the validation's last batch
+        ("sigterm@validate:18:0", (1, 12)),  # the last epoch's validation: no test after it
+        ("sigterm@test:18:0", (2, 18)),
+        ("", (2, 18)),  # not stopped: trains nothing more and tests
+    ]:
+        last = load(run_dir / "checkpoints" / "last.ckpt")
+        assert (last["epoch"], last["global_step"]) == saved, spec
+        failed = json.loads((run_dir / "failed.json").read_text())
+        assert failed["resume"] == command and failed["exit_code"] == 143
+        p = run(printed(command), env={"FAULT": spec})
+        assert p.returncode == (143 if spec else 0), p.stderr[-3000:]
+        assert not spec or resume_command(p) == command
+    assert run_dirs(logs) == [run_dir] and not (run_dir / "failed.json").exists()
+    assert_same_as_reference(run_dir, ref_run)
 
 
 def _crafted_checkpoint(path, target="shutil.copy"):
