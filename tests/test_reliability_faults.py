@@ -116,6 +116,80 @@ def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run): 
     assert_same_as_reference(run_dir, ref_run)
 
 
+@pytest.mark.slow  # four runs
+def test_errors_after_a_checkpoint_keep_the_run_and_its_resume_works_as_printed(
+    tmp_path,
+    ref_run,  # noqa: F811
+):
+    """A NaN loss, a full disk, then a crash litlab does not know, each after checkpoints were
+    written: the run dir stays with them (marked failed), the message is one line ending with
+    the resume command, which, run as printed, ends like the run that never failed."""
+    logs = tmp_path / "logs"
+    last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
+    p = train(logs, *ENV_FAULT, env={"FAULT": "nan_input@train:9"})
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode == 1 and len(errors) == 1, p.stderr[-3000:]
+    assert "training loss is nan at global step 9" in errors[0] and last()["global_step"] == 8
+    [run_dir] = run_dirs(logs)
+    command = resume_command(p)
+    assert command.endswith(f"ckpt_path={run_dir}") and f"paths.log_dir={logs}" in command
+    assert json.loads((run_dir / "failed.json").read_text())["resume"] == command
+
+    p = run(printed(command), env={"FAULT": "disk_full@train:10"})  # the step-12 save fails
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1 and len(lines) == 1, p.stderr[-3000:]
+    assert lines[0].startswith("error: the disk is full (No space left on device) writing ")
+    assert resume_command(p) == command and last()["global_step"] == 8
+    assert "epoch_000.ckpt" in os.listdir(run_dir / "checkpoints")
+
+    p = run(printed(command), env={"FAULT": "raise@train:14"})  # a traceback, exit 1
+    assert p.returncode == 1 and "RuntimeError" in p.stderr, p.stderr[-3000:]
+    assert resume_command(p) == command and last()["global_step"] == 12
+    failed = json.loads((run_dir / "failed.json").read_text())
+    assert failed["error"].startswith("RuntimeError: something litlab does not know")
+
+    p = run(printed(command))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert run_dirs(logs) == [run_dir] and not (run_dir / "failed.json").exists()
+    assert_same_as_reference(run_dir, ref_run)
+
+
+@pytest.mark.slow  # two runs of an image folder with 2 loader workers
+def test_images_deleted_mid_run_keep_the_run_and_the_error_is_one_line(tmp_path):
+    """An imagefolder run whose images vanish after epoch 0 (num_workers=2): one line naming
+    the image, exit 2; the run dir keeps last.ckpt and the epoch checkpoint; with the images
+    back, the printed resume finishes the run."""
+    import shutil
+
+    from test_vision import write_images
+
+    images, backup, logs = tmp_path / "images", tmp_path / "backup", tmp_path / "logs"
+    write_images(images, [""])
+    shutil.copytree(images, backup)
+    data = [
+        "data=imagefolder",
+        f"data.root={images}",
+        "data.image_size=16",
+        "data.batch_size=4",
+        "data.num_workers=2",
+        "trainer.max_epochs=2",
+        "callbacks.last_checkpoint.every_n_train_steps=0",
+        f"+callbacks.fault.path={images}",
+    ]
+    p = train(logs, *ENV_FAULT, *data, env={"FAULT": "delete@train:5"})  # epoch 1's start
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-3000:]
+    assert lines[0].startswith(f"error: cannot read image {images}/"), lines
+    [run_dir] = run_dirs(logs)
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["epoch_000.ckpt", "last.ckpt"]
+    assert (run_dir / "failed.json").is_file()
+    shutil.rmtree(images)
+    shutil.copytree(backup, images)
+    p = run(printed(resume_command(p)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert run_dirs(logs) == [run_dir] and (run_dir / "metrics.json").is_file()
+
+
 def _crafted_checkpoint(path, target="shutil.copy"):
     """A litlab-looking checkpoint whose stored data config would call `target`."""
     victim = path.parent / "victim.txt"
