@@ -114,6 +114,9 @@ def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run): 
         assert not spec or resume_command(p) == command
     assert run_dirs(logs) == [run_dir] and not (run_dir / "failed.json").exists()
     assert_same_as_reference(run_dir, ref_run)
+    # the last resume trained nothing: its val/train metrics are the checkpoint's, as unbroken
+    saved = lambda run: json.loads((run / "metrics.json").read_text())  # noqa: E731
+    assert saved(run_dir) == saved(ref_run)
 
 
 @pytest.mark.slow  # four runs
