@@ -119,6 +119,24 @@ def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run): 
     assert saved(run_dir) == saved(ref_run)
 
 
+@pytest.mark.slow  # three runs
+def test_a_stop_during_a_mid_epoch_validation_resumes_bit_identical(tmp_path):
+    """Validation every 3 batches: SIGTERM in the one after batch 3 lets it finish, the run
+    stops at the end of batch 4 (a mid-epoch last.ckpt), and the resume equals the unbroken run."""
+    mid = "+trainer.val_check_interval=3"
+    ref = train(tmp_path / "ref", mid)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    logs = tmp_path / "logs"
+    p = train(logs, mid, *ENV_FAULT, EARLY_STOPPING, env={"FAULT": "sigterm@validate:3:0"})
+    assert p.returncode == 143, p.stderr[-3000:]
+    [run_dir] = run_dirs(logs)
+    last = load(run_dir / "checkpoints" / "last.ckpt")
+    assert (last["epoch"], last["global_step"]) == (0, 4)
+    p = run(printed(resume_command(p)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert_same_as_reference(run_dir, run_dirs(tmp_path / "ref")[0])
+
+
 @pytest.mark.slow  # four runs
 def test_errors_after_a_checkpoint_keep_the_run_and_its_resume_works_as_printed(
     tmp_path,

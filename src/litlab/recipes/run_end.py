@@ -30,6 +30,7 @@ from litlab.recipes import run_dir
 
 FAILED = "failed.json"  # in a run dir: what stopped it, and how to resume it
 BAD_INPUT = 2
+OWN_STOP_LINE = ("federate",)  # entry points whose recipe prints a stop's resume itself
 
 
 def _own_files(out) -> dict[str, tuple[int, int]]:
@@ -140,8 +141,11 @@ class RunEnd:
             err.args = (f"{err}; resume: {command}",)
 
     def resume_line(self) -> str | None:
-        """`resume: <command>` for a run stopped with a resumable checkpoint, else None."""
-        command = self._resume_command() if self.out is not None else None
+        """`resume: <command>` for a run stopped with a resumable checkpoint, else None
+        (federate.py says how to resume a stopped federation itself: federated/recipe.py)."""
+        if self.out is None or self.config_name in OWN_STOP_LINE:
+            return None
+        command = self._resume_command()
         return f"resume: {command}" if command else None
 
     def finished(self) -> None:
