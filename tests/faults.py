@@ -3,7 +3,9 @@
     +callbacks.fault._target_=faults.Fault +callbacks.fault.step=5 +callbacks.fault.kind=sigkill
 
 (the subprocess needs `tests/` on PYTHONPATH). At the start of the batch that follows
-`step` optimizer steps, on rank `rank` (-1: on every rank), it does one of:
+`step` optimizer steps, on rank `rank` (-1: on every rank), it does one of the kinds below;
+`stage=validate` (or `test`) does it at the start of validation (test) batch `batch` instead,
+once `step` optimizer steps were taken (validation during fit, not the sanity check):
   sigkill            kill -9 this process (nothing can clean up)
   sigint             send this process Ctrl-C (SIGINT)
   sigterm            send this process SIGTERM (how SLURM, Kubernetes and `timeout` stop jobs)
@@ -12,20 +14,53 @@
   oom                raise torch.OutOfMemoryError, as CUDA does
   nan_input          fill the batch's inputs with NaN
   kill_during_save   kill -9 in the middle of writing the next checkpoint file
+  disk_full          every later checkpoint write fails as on a full disk (torch's RuntimeError
+                     around an OSError ENOSPC)
+  delete             delete the files below `path` (a dataset's images, mid-run)
+  raise              raise a RuntimeError that litlab does not know (a crash)
+
+`faults.EnvFault` takes its settings from the environment variable FAULT instead
+(`kind@stage:step[:batch]`, e.g. `sigterm@validate:6:1`; unset: nothing happens), so that the
+command a failed run prints for its resume, which repeats the run's overrides, is run as printed
+without the fault.
 """
 
+import errno
 import os
+import shutil
 import signal
+from pathlib import Path
 
 import torch
 from lightning.pytorch.callbacks import Callback
 
 
 class Fault(Callback):
-    def __init__(self, step: int, kind: str = "sigkill", rank: int = 0):
+    def __init__(
+        self,
+        step: int,
+        kind: str = "sigkill",
+        rank: int = 0,
+        stage: str = "train",
+        batch: int = 0,
+        path: str = "",
+    ):
         self.step, self.kind, self.rank = step, kind, rank
+        self.stage, self.batch, self.path = stage, batch, path
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.stage == "train":
+            self._strike(trainer, batch)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+        if self.stage == "validate" and batch_idx == self.batch and not trainer.sanity_checking:
+            self._strike(trainer, batch)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+        if self.stage == "test" and batch_idx == self.batch:
+            self._strike(trainer, batch)
+
+    def _strike(self, trainer, batch) -> None:
         if trainer.global_step != self.step or self.rank not in (trainer.global_rank, -1):
             return  # rank=-1: every rank (as SLURM and torchrun signal every task)
         if self.kind == "sigkill":
@@ -52,8 +87,36 @@ class Fault(Callback):
                 os.kill(os.getpid(), signal.SIGKILL)
 
             torch.save = half_then_die
+        elif self.kind == "disk_full":
+            torch.save = _no_space
+        elif self.kind == "delete":
+            for item in Path(self.path).iterdir():
+                shutil.rmtree(item) if item.is_dir() else item.unlink()
+        elif self.kind == "raise":
+            raise RuntimeError("something litlab does not know went wrong (tests/faults.py)")
         else:
             raise ValueError(f"unknown fault kind {self.kind}")
+
+
+def _no_space(obj, f, *args, **kwargs):
+    """torch.save on a full disk: its writer's RuntimeError, the OSError as its context."""
+    try:
+        name = getattr(f, "name", f)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(name))
+    except OSError:
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+
+class EnvFault(Fault):
+    """A Fault set by the environment variable FAULT (see the module docstring)."""
+
+    def __init__(self, path: str = "", rank: int = 0):
+        spec = os.environ.get("FAULT", "")
+        kind, _, where = spec.partition("@")
+        stage, step, *batch = where.split(":") if where else ("train", "-1")
+        super().__init__(
+            int(step), kind or "none", rank, stage, int(batch[0]) if batch else 0, path
+        )
 
 
 class OtherTaskData:

@@ -4,6 +4,7 @@ same run dir, same numbers, same one-line errors."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers.runs import QUIET, ROOT, results, run_dirs
@@ -83,3 +84,34 @@ def test_bad_override_raises_the_cli_line(override, cli, tmp_path):
         train([override, f"paths.log_dir={tmp_path / 'api'}"])
     assert f"error: {err.value}" == line
     assert not list((tmp_path / "api").glob("train/runs/*"))
+
+
+@pytest.mark.parametrize("wrote_checkpoint", [True, False])
+def test_an_error_keeps_the_run_dir_once_it_holds_a_checkpoint(tmp_path, wrote_checkpoint):
+    """`litlab.api.run` decides as the CLI does, when the error happens: a recipe that wrote a
+    checkpoint before its error leaves the run dir (marked failed) and the error names the
+    resume, with the call's overrides; one that wrote none leaves no run dir."""
+    import shlex
+
+    from litlab.api import run
+    from litlab.errors import UserError
+
+    def recipe(cfg):
+        out = Path(cfg.paths.output_dir)
+        if wrote_checkpoint:
+            (out / "checkpoints").mkdir()
+            (out / "checkpoints" / "last.ckpt").write_bytes(b"x")
+        raise UserError("cannot read image /data/cat/1.png: gone; fix or remove the file")
+
+    overrides = [f"paths.log_dir={tmp_path / 'api'}", "seed=3", *QUIET]
+    with pytest.raises(UserError) as err:
+        run("train", overrides, recipe)
+    runs = run_dirs(tmp_path / "api")
+    if not wrote_checkpoint:
+        assert runs == [] and "resume" not in str(err.value)
+        return
+    [out] = runs
+    assert (out / "failed.json").is_file() and (out / "checkpoints" / "last.ckpt").is_file()
+    line, command = str(err.value).split("; resume: ")
+    assert line == "cannot read image /data/cat/1.png: gone; fix or remove the file"
+    assert shlex.split(command) == ["python", "src/train.py", *overrides, f"ckpt_path={out}"]

@@ -29,7 +29,9 @@ BUDGET = [
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "PYTHONUNBUFFERED": "1"}
 
 
-def train(log_dir: Path, *overrides: str, fault: tuple[int, str] | None = None, timeout=240):
+def train(
+    log_dir: Path, *overrides: str, fault: tuple[int, str] | None = None, timeout=240, env=None
+):
     cmd = [
         sys.executable,
         str(ROOT / "src" / "train.py"),
@@ -44,7 +46,22 @@ def train(log_dir: Path, *overrides: str, fault: tuple[int, str] | None = None, 
             f"+callbacks.fault.step={fault[0]}",
             f"+callbacks.fault.kind={fault[1]}",
         ]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return run(cmd, env=env, timeout=timeout)
+
+
+def run(cmd: list[str], env=None, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def printed(command: str) -> list[str]:
+    """A command a run printed (`python src/train.py ...`), as this interpreter runs it."""
+    import shlex
+
+    args = shlex.split(command)
+    assert args[:2] == ["python", "src/train.py"], command
+    return [sys.executable, str(ROOT / "src" / "train.py"), *args[2:]]
 
 
 def load(path: Path) -> dict:

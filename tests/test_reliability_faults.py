@@ -1,13 +1,22 @@
 """Faults of issue 18, as a user meets them: a kill after an epoch that did not improve the
 metric, SIGTERM from a scheduler, a crafted checkpoint. Real runs as subprocesses."""
 
+import json
 import os
 
 import pandas as pd
 import pytest
 import torch
 from helpers.runs import ROOT, run_cli, run_dirs
-from test_reliability import ENV, assert_same_as_reference, load, ref_run, train  # noqa: F401  (fixture)
+from test_reliability import (  # noqa: F401  (ref_run: a fixture)
+    ENV,
+    assert_same_as_reference,
+    load,
+    printed,
+    ref_run,
+    run,
+    train,
+)
 
 # no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the
 # "best" never improves again while the model learns
@@ -60,6 +69,146 @@ def test_resume_after_sigterm_and_ctrl_c_on_last_batch(tmp_path, ref_run):  # no
     p = train(logs, "ckpt_path=last")
     assert p.returncode == 0, p.stderr[-3000:]
     assert_same_as_reference(run_dirs(logs)[0], ref_run)
+
+
+# the fault comes from the environment (FAULT=kind@stage:step:batch, tests/faults.py), so the
+# resume command a stopped run prints, which repeats its overrides, is run as printed
+ENV_FAULT = ["+callbacks.fault._target_=faults.EnvFault"]
+# EarlyStopping watching val/acc (patience 100: it never stops these runs, as in ref_run)
+EARLY_STOPPING = (
+    "callbacks.early_stopping={_target_:lightning.pytorch.callbacks.EarlyStopping,"
+    "monitor:val/acc,mode:max,patience:100}"
+)
+
+
+def resume_command(proc) -> str:
+    """The resume the run printed: its `resume: ` line, or the end of its `error: ` line."""
+    lines = [ln for ln in proc.stderr.splitlines() if "resume: python " in ln]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0].split("resume: ", 1)[1]
+
+
+@pytest.mark.slow  # five runs
+def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run):  # noqa: F811
+    """SIGTERM in the first and in the last batch of an epoch's validation, in the last epoch's
+    validation, then in the test: each exits 143 with last.ckpt of the epoch's end, keeps the
+    run dir marked failed, and prints a resume that works as printed (EarlyStopping and the
+    best checkpoint find their val metric); the end equals the run never stopped."""
+    logs = tmp_path / "logs"
+    p = train(logs, *ENV_FAULT, EARLY_STOPPING, env={"FAULT": "sigterm@validate:6:0"})
+    assert p.returncode == 143, p.stderr[-3000:]
+    [run_dir] = run_dirs(logs)
+    command = resume_command(p)
+    for spec, saved in [  # the next stop, and last.ckpt (epoch, step) before it
+        ("sigterm@validate:12:1", (0, 6)),  # the validation's last batch
+        ("sigterm@validate:18:0", (1, 12)),  # the last epoch's validation: no test after it
+        ("sigterm@test:18:0", (2, 18)),
+        ("", (2, 18)),  # not stopped: trains nothing more and tests
+    ]:
+        last = load(run_dir / "checkpoints" / "last.ckpt")
+        assert (last["epoch"], last["global_step"]) == saved, spec
+        failed = json.loads((run_dir / "failed.json").read_text())
+        assert failed["resume"] == command and failed["exit_code"] == 143
+        p = run(printed(command), env={"FAULT": spec})
+        assert p.returncode == (143 if spec else 0), p.stderr[-3000:]
+        assert not spec or resume_command(p) == command
+    assert run_dirs(logs) == [run_dir] and not (run_dir / "failed.json").exists()
+    assert_same_as_reference(run_dir, ref_run)
+    # the last resume trained nothing: its val/train metrics are the checkpoint's, as unbroken
+    saved = lambda run: json.loads((run / "metrics.json").read_text())  # noqa: E731
+    assert saved(run_dir) == saved(ref_run)
+
+
+@pytest.mark.slow  # three runs
+def test_a_stop_during_a_mid_epoch_validation_resumes_bit_identical(tmp_path):
+    """Validation every 3 batches: SIGTERM in the one after batch 3 lets it finish, the run
+    stops at the end of batch 4 (a mid-epoch last.ckpt), and the resume equals the unbroken run."""
+    mid = "+trainer.val_check_interval=3"
+    ref = train(tmp_path / "ref", mid)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    logs = tmp_path / "logs"
+    p = train(logs, mid, *ENV_FAULT, EARLY_STOPPING, env={"FAULT": "sigterm@validate:3:0"})
+    assert p.returncode == 143, p.stderr[-3000:]
+    [run_dir] = run_dirs(logs)
+    last = load(run_dir / "checkpoints" / "last.ckpt")
+    assert (last["epoch"], last["global_step"]) == (0, 4)
+    p = run(printed(resume_command(p)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert_same_as_reference(run_dir, run_dirs(tmp_path / "ref")[0])
+
+
+@pytest.mark.slow  # four runs
+def test_errors_after_a_checkpoint_keep_the_run_and_its_resume_works_as_printed(
+    tmp_path,
+    ref_run,  # noqa: F811
+):
+    """A NaN loss, a full disk, then a crash litlab does not know, each after checkpoints were
+    written: the run dir stays with them (marked failed), the message is one line ending with
+    the resume command, which, run as printed, ends like the run that never failed."""
+    logs = tmp_path / "logs"
+    last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
+    p = train(logs, *ENV_FAULT, env={"FAULT": "nan_input@train:9"})
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode == 1 and len(errors) == 1, p.stderr[-3000:]
+    assert "training loss is nan at global step 9" in errors[0] and last()["global_step"] == 8
+    [run_dir] = run_dirs(logs)
+    command = resume_command(p)
+    assert command.endswith(f"ckpt_path={run_dir}") and f"paths.log_dir={logs}" in command
+    assert json.loads((run_dir / "failed.json").read_text())["resume"] == command
+
+    p = run(printed(command), env={"FAULT": "disk_full@train:10"})  # the step-12 save fails
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1 and len(lines) == 1, p.stderr[-3000:]
+    assert lines[0].startswith("error: the disk is full (No space left on device) writing ")
+    assert resume_command(p) == command and last()["global_step"] == 8
+    assert "epoch_000.ckpt" in os.listdir(run_dir / "checkpoints")
+
+    p = run(printed(command), env={"FAULT": "raise@train:14"})  # a traceback, exit 1
+    assert p.returncode == 1 and "RuntimeError" in p.stderr, p.stderr[-3000:]
+    assert resume_command(p) == command and last()["global_step"] == 12
+    failed = json.loads((run_dir / "failed.json").read_text())
+    assert failed["error"].startswith("RuntimeError: something litlab does not know")
+
+    p = run(printed(command))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert run_dirs(logs) == [run_dir] and not (run_dir / "failed.json").exists()
+    assert_same_as_reference(run_dir, ref_run)
+
+
+@pytest.mark.slow  # two runs of an image folder with 2 loader workers
+def test_images_deleted_mid_run_keep_the_run_and_the_error_is_one_line(tmp_path):
+    """An imagefolder run whose images vanish after epoch 0 (num_workers=2): one line naming
+    the image, exit 2; the run dir keeps last.ckpt and the epoch checkpoint; with the images
+    back, the printed resume finishes the run."""
+    import shutil
+
+    from test_vision import write_images
+
+    images, backup, logs = tmp_path / "images", tmp_path / "backup", tmp_path / "logs"
+    write_images(images, [""])
+    shutil.copytree(images, backup)
+    data = [
+        "data=imagefolder",
+        f"data.root={images}",
+        "data.image_size=16",
+        "data.batch_size=4",
+        "data.num_workers=2",
+        "trainer.max_epochs=2",
+        "callbacks.last_checkpoint.every_n_train_steps=0",
+        f"+callbacks.fault.path={images}",
+    ]
+    p = train(logs, *ENV_FAULT, *data, env={"FAULT": "delete@train:5"})  # epoch 1's start
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-3000:]
+    assert lines[0].startswith(f"error: cannot read image {images}/"), lines
+    [run_dir] = run_dirs(logs)
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["epoch_000.ckpt", "last.ckpt"]
+    assert (run_dir / "failed.json").is_file()
+    shutil.rmtree(images)
+    shutil.copytree(backup, images)
+    p = run(printed(resume_command(p)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert run_dirs(logs) == [run_dir] and (run_dir / "metrics.json").is_file()
 
 
 def _crafted_checkpoint(path, target="shutil.copy"):
@@ -188,7 +337,8 @@ def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path):
 def test_a_full_disk_is_one_line_and_exit_1(tmp_path):
     """The log dir on a 300 kB tmpfs (a user namespace mounts it without root): the first
     checkpoint does not fit. torch reports it as a RuntimeError around the OSError: the
-    console gets one line naming the full disk, not a 60-line traceback."""
+    console gets one line naming the full disk, not a 60-line traceback. (A disk that fills
+    after checkpoints were written: test_errors_after_a_checkpoint_keep_the_run_...)"""
     import shutil
     import subprocess
     import sys
@@ -215,4 +365,5 @@ def test_a_full_disk_is_one_line_and_exit_1(tmp_path):
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 1, p.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: the disk is full"), lines
-    assert "resume with ckpt_path=last" in lines[0]
+    # nothing to resume from: the message does not send the user to ckpt_path=last
+    assert lines[0].endswith("free space, then run again (no checkpoint was written)"), lines

@@ -161,3 +161,16 @@ def test_dead_rank_0_ends_the_job_and_ddp_resumes_bit_identical(tmp_path):
         if not torch.equal(ours["state_dict"][k], theirs["state_dict"][k])
     ]
     assert not different, f"weights differ: {different[:5]}"
+
+
+def test_stored_metrics_are_plain_numbers_by_name():
+    """The metrics a checkpoint carries for a resume that trains nothing (resume_state): data
+    from a file, so only names with plain numbers are taken."""
+    from litlab.checkpointing.resume_state import ResumeState, rng_state
+
+    state = ResumeState()
+    metrics = {"val/acc": 0.5, "n": 3, "bad": "x", 7: 1.0, "flag": True, "t": [1.0]}
+    state.load_state_dict({"rng": rng_state(), "metrics": metrics})
+    assert state.resumed_metrics == {"val/acc": 0.5, "n": 3.0}
+    state.load_state_dict({"rng": rng_state()})  # a checkpoint from before: none
+    assert state.resumed_metrics == {}

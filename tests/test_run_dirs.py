@@ -141,3 +141,139 @@ def test_deleted_paths_group_is_named_before_any_dir_is_made(multirun):
 
     with pytest.raises(UserError, match=r"^paths is required by this command .*paths=default$"):
         check_location(compose("train", ["~paths"]), multirun=multirun)
+
+
+def _run_dir(tmp_path, *files: str):
+    """A run dir as Hydra leaves it (.hydra/, the log file), plus `files` (relative paths)."""
+    run = tmp_path / "logs" / "train" / "runs" / "2026-01-01_00-00-00"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    (run / "train.log").write_text("")
+    for name in files:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"x")
+    return run
+
+
+OVERRIDES = ["paths.log_dir=/logs", "model.optimizer.lr=0.5", "ckpt_path=last"]
+
+
+def test_bad_input_before_a_checkpoint_removes_the_fresh_run_dir(tmp_path):
+    from litlab.recipes.run_end import RunEnd
+
+    run = _run_dir(tmp_path)
+    end = RunEnd(run, "train", OVERRIDES)
+    (run / "provenance.json").write_text("{}")  # written before the error, no checkpoint yet
+    end.failed(UserError("model.net.channels=[] is too short"))
+    assert not run.exists()
+
+
+@pytest.mark.parametrize(
+    "error, code",
+    [
+        ("nan", 1),  # NonFiniteLoss: a UserError that exits 1
+        ("image", 2),  # an unreadable image mid-run: bad input, exit 2
+        ("crash", 1),  # an exception litlab does not know
+        ("ctrl_c", 1),
+        ("sigterm", 143),  # Lightning's SIGTERMException is a SystemExit
+    ],
+)
+def test_a_run_that_wrote_a_checkpoint_is_kept_marked_failed(tmp_path, error, code):
+    """Whatever stops a run once it holds a checkpoint: nothing is removed, failed.json says
+    what stopped it, and a one-line error gains the command that resumes the run (this run's
+    overrides, its ckpt_path replaced by the run dir); a later finished resume clears it."""
+    import json
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from litlab.callbacks.guards import NonFiniteLoss
+    from litlab.recipes.run_end import FAILED, RunEnd
+
+    errors = {
+        "nan": NonFiniteLoss("training loss is nan at global step 30"),
+        "image": UserError("cannot read image /data/cat/1.png: gone; fix or remove the file"),
+        "crash": RuntimeError("CUDA error: an illegal memory access"),
+        "ctrl_c": SystemExit(1),  # what Lightning turns Ctrl-C into
+        "sigterm": SIGTERMException(143),
+    }
+    run = _run_dir(tmp_path)
+    end = RunEnd(run, "train", OVERRIDES)
+    for name in ("checkpoints/epoch_000.ckpt", "checkpoints/last.ckpt", "csv/metrics.csv"):
+        (run / name).parent.mkdir(exist_ok=True)
+        (run / name).write_bytes(b"x")
+    err = errors[error]
+    end.failed(err)
+    names = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    assert "checkpoints/last.ckpt" in names and "checkpoints/epoch_000.ckpt" in names
+    record = json.loads((run / FAILED).read_text())
+    command = f"python src/train.py paths.log_dir=/logs model.optimizer.lr=0.5 ckpt_path={run}"
+    assert record["resume"] == command and record["exit_code"] == code
+    if isinstance(err, UserError):
+        assert str(err).endswith(f"; resume: {command}") and "\n" not in str(err)
+        assert record["error"] == str(err).split("; resume: ")[0]
+    assert end.resume_line() == f"resume: {command}"
+    RunEnd(run, "train", OVERRIDES).finished()  # the resume that finished
+    assert not (run / FAILED).exists() and (run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_refused_resume_leaves_its_run_as_it_was(tmp_path):
+    """Bad input on `ckpt_path=<run dir>` before the resume wrote anything: the run keeps its
+    files and gets no failed.json; only the config record Hydra saved for the resume goes. A
+    resume that failed (exit 1) without writing is marked failed."""
+    from litlab.callbacks.guards import NonFiniteLoss
+    from litlab.recipes.run_end import FAILED, RunEnd
+
+    run = _run_dir(tmp_path, "checkpoints/last.ckpt", "csv/metrics.csv")
+    (run / ".hydra" / "resume-2026-01-02_00-00-00").mkdir()
+    before = sorted(p.name for p in run.rglob("*") if "resume-" not in str(p))
+    err = UserError("trainer.max_epochs=0 must be >= 1")
+    RunEnd(run, "train", OVERRIDES).failed(err)
+    assert sorted(p.name for p in run.rglob("*")) == before
+    assert str(err) == "trainer.max_epochs=0 must be >= 1"
+    RunEnd(run, "train", OVERRIDES).failed(NonFiniteLoss("training loss is inf at global step 3"))
+    assert (run / FAILED).is_file()
+
+
+def test_sweep_jobs_and_other_ranks_are_never_removed_nor_told_to_resume(tmp_path, monkeypatch):
+    from litlab.recipes.run_end import FAILED, RunEnd
+
+    run = _run_dir(tmp_path)
+    end = RunEnd(run, "train", OVERRIDES, sweep=True)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    err = UserError("cannot read image x.png")
+    end.failed(err)
+    assert str(err) == "cannot read image x.png" and (run / FAILED).is_file()
+    (run / FAILED).unlink()
+    monkeypatch.setenv("RANK", "1")  # a DDP rank > 0: rank 0 decides for the run dir
+    RunEnd(run, "train", OVERRIDES).failed(RuntimeError("boom"))
+    assert not (run / FAILED).exists()
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_a_full_disk_says_whether_there_is_anything_to_resume(tmp_path, written):
+    import errno
+
+    from litlab.errors import DiskFull
+    from litlab.recipes.run_end import RunEnd, as_user_error
+
+    run = _run_dir(tmp_path)
+    end = RunEnd(run, "train", OVERRIDES)
+    if written:
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", str(run / "x.ckpt"))
+        except OSError:
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0")  # as torch.save
+    except RuntimeError as caught:
+        err = as_user_error(caught, str(run))
+    assert isinstance(err, DiskFull) and err.exit_code == 1
+    end.failed(err)
+    if written:
+        assert "free space, then resume from the checkpoints written before; resume: " in str(err)
+        assert str(err).endswith(f"ckpt_path={run}") and (run / "failed.json").is_file()
+    else:
+        assert str(err).endswith("free space, then run again (no checkpoint was written)")
+        assert not run.exists()

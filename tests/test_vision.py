@@ -93,6 +93,41 @@ VISION_RUNS = {
 }
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_image_gone_mid_run_is_one_line_with_loader_workers_too(tmp_path, num_workers):
+    """An image deleted after the folder was checked: the loader's error is the one line that
+    names the file, also from a DataLoader worker (torch rebuilds it there from a message of
+    the worker's whole traceback); the type is kept (its exit code), and other UserError kinds
+    come back as their own line too."""
+    from torch.utils.data import DataLoader
+
+    from litlab.data.vision import ImageFolderDataModule
+    from litlab.errors import DiskFull, UserError
+
+    write_images(tmp_path / "flat", [""])
+    dm = ImageFolderDataModule(
+        root=str(tmp_path / "flat"), image_size=16, batch_size=4, num_workers=num_workers
+    )
+    dm.setup()
+    gone = tmp_path / "flat" / "cat" / "0.png"
+    gone.unlink()
+    with pytest.raises(UserError) as err:
+        for _ in dm.loader(torch.utils.data.Subset(dm.train_set.dataset, range(24)), False):
+            pass
+    assert str(err.value).startswith(f"cannot read image {gone}: ")
+    assert str(err.value).endswith("; fix or remove the file") and "\n" not in str(err.value)
+
+    class Full(torch.utils.data.Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            raise DiskFull("the disk is full writing /x: free space")
+
+    with pytest.raises(DiskFull, match="^the disk is full writing /x: free space$"):
+        next(iter(DataLoader(Full(), num_workers=num_workers)))
+
+
 @pytest.mark.parametrize("name", list(VISION_RUNS))
 def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
     """`python src/train.py data=... [model=...] debug=fdr`, in process: the data reaches the

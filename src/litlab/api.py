@@ -17,8 +17,9 @@ from litlab.recipes.result import RunResult
 
 def run(config_name: str, overrides: Sequence[str], recipe):
     """Any entry point's recipe as its command runs it: configs/<config_name>.yaml composed
-    with `overrides`, a run dir made as Hydra makes it (removed again on bad input), threads
-    applied; bad input raises `UserError` with the line the CLI prints.
+    with `overrides`, a run dir made as Hydra makes it (removed again on bad input before it
+    holds a checkpoint, else kept and marked failed: `recipes.run_end`), threads applied; bad
+    input raises `UserError` with the line the CLI prints.
 
         run("export", ["ckpt_path=..."], litlab.export.recipe.export)
     """
@@ -27,8 +28,7 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     from litlab import console, environment, threads
     from litlab.config.compose import compose
     from litlab.config.hydra_errors import composition_error
-    from litlab.recipes import run_dir
-    from litlab.utils.distributed import is_rank_zero
+    from litlab.recipes import run_dir, run_end
 
     environment.load_dotenv_files()  # as `cli.run` does
     try:
@@ -38,16 +38,23 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     task_cfg = run_dir.start(cfg, config_name)
     console.setup(console.verbose_requested())  # as `cli.guard` does
     out = cfg.hydra.runtime.output_dir
-    fresh = run_dir.only_hydra_files(out) and is_rank_zero()
+    end = run_end.RunEnd(out, config_name, cfg.hydra.overrides.task)
     try:
-        threads.apply(task_cfg)  # as `cli.guard` does
-        return recipe(task_cfg)
-    except UserError:
-        if fresh:
-            run_dir.remove(out)
+        try:
+            threads.apply(task_cfg)  # as `cli.guard` does
+            result = recipe(task_cfg)
+        except BaseException as caught:
+            error = run_end.as_user_error(caught, out)  # a missing extra, a full disk
+            if error is None:
+                raise
+            raise error from caught
+    except BaseException as err:  # removed, or kept marked failed, as `cli.guard` decides
+        end.failed(err)  # a UserError may gain the command that resumes the run
         raise
     finally:
         run_dir.release(out)
+    end.finished()
+    return result
 
 
 def train(overrides: Sequence[str] = ()) -> RunResult:

@@ -4,7 +4,8 @@ Two kinds of bad input reach a user:
 - Hydra composition errors (unknown group option, unknown key, bad override syntax), raised
   before the run starts. Hydra prints them over several lines; `run` condenses them.
 - `UserError`, raised by litlab code for a wrong value, a missing file, a model/data mismatch.
-  `guard` prints it as one line and removes the run dir that Hydra created for nothing.
+  `guard` prints it as one line and removes the run dir that Hydra created for nothing, unless
+  the run has written a checkpoint since (`recipes.run_end`: then it is kept, marked failed).
 Set HYDRA_FULL_ERROR=1 to get full tracebacks instead.
 """
 
@@ -19,8 +20,8 @@ from litlab.config import (
     hydra_errors,
     resolvers,  # noqa: F401  (registers the configs' resolvers: cheap)
 )
-from litlab.errors import DiskFull, UserError, disk_full
-from litlab.recipes import run_dir
+from litlab.errors import UserError
+from litlab.recipes import run_end
 from litlab.utils.distributed import is_rank_zero
 
 EXIT_BAD_INPUT = 2
@@ -112,47 +113,57 @@ def main(config_name: str):
 
 
 def guard(fn):
-    """Guard an entry point's function: `UserError` becomes one line, exit 2, and no half-made run dir."""
+    """Guard an entry point's function: `UserError` becomes one line, exit 2; the run dir is
+    removed or kept as `run_end` decides when the error happens (nothing finished is deleted)."""
 
     @functools.wraps(fn)
     def wrapper(cfg):
         _release_stderr()
         console.setup(console.verbose_requested())  # library INFO lines: to the log file only
         out = _output_dir()
-        fresh = out is not None and run_dir.only_hydra_files(out) and is_rank_zero()
+        end = run_end.RunEnd(out, *_job(), sweep=_is_multirun())
         try:
             try:
                 threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
                 _quiet_profiler_natives(cfg)
-                return fn(cfg)
-            except (UserError, ModuleNotFoundError) as caught:
-                extra = environment.missing_extra(caught)  # an optional extra not installed
-                if extra is None:
+                result = fn(cfg)
+            except BaseException as caught:
+                error = run_end.as_user_error(caught, out)  # a missing extra, a full disk
+                if error is None:
                     raise
-                raise UserError(extra) from caught
-            except Exception as caught:
-                if (full := disk_full(caught)) is None:
-                    raise
-                where = full.filename or (out if out is not None else "the run dir")
-                raise DiskFull(
-                    f"the disk is full ({full.strerror}) writing {where}: free space, then "
-                    "resume with ckpt_path=last (checkpoints written before are kept)"
-                ) from caught
+                raise error from caught
         except UserError as err:
+            end.failed(err)  # may append the command that resumes the run
             if _full_errors():
                 raise
             if _is_multirun():  # a sweep records the failed job and goes on
                 raise _one_line_in_sweep(err) from None
-            if fresh:
-                run_dir.remove(out)
-            elif out is not None and is_rank_zero():  # a refused resume: its record goes
-                run_dir.remove_resume_record(out)
             # DDP ranks > 0 fail alike and rank 0 says it once, unless the error is this rank's own
             if is_rank_zero() or getattr(err, "every_rank", False):
                 print(f"error: {err}", file=sys.stderr)
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
+        except BaseException as err:  # a stop (SIGTERM, Ctrl-C) or a crash: nothing is deleted
+            if isinstance(err, SystemExit) and err.code in (0, None):
+                end.finished()
+                raise
+            end.failed(err)
+            if (line := end.resume_line()) is not None and not _is_multirun():
+                print(line, file=sys.stderr)
+            raise
+        end.finished()
+        return result
 
     return wrapper
+
+
+def _job() -> tuple[str, list[str]]:
+    """This job's config name and its command-line overrides (what a resume repeats)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return "", []
+    hc = HydraConfig.get()
+    return str(hc.job.config_name), list(hc.overrides.task)
 
 
 def _quiet_profiler_natives(cfg) -> None:

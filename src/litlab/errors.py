@@ -3,7 +3,30 @@ it as `error: <message>` and exit with code 2 (see `litlab.cli`)."""
 
 
 class UserError(Exception):
-    """Bad input: a config value, a file, an incompatible pair. Shown as one line."""
+    """Bad input: a config value, a file, an incompatible pair. Shown as one line.
+
+    Raised in a DataLoader worker (`data.num_workers>0`), it reaches the main process rebuilt
+    by torch from a message of the worker's whole traceback (`ExceptionWrapper.reraise`): the
+    original line is taken back out of it, so the error is one line with workers too."""
+
+    def __init__(self, *args):
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (_worker_line(args[0], type(self)),)
+        super().__init__(*args)
+
+
+def _worker_line(message: str, cls: type) -> str:
+    """The error's own line from torch's "Caught X in DataLoader worker process N.\nOriginal
+    Traceback ..." message; any other message as it is."""
+    if not message.startswith("Caught ") or "\nOriginal Traceback" not in message:
+        return message
+    prefixes = tuple(
+        f"{c.__module__}.{c.__qualname__}: " for c in cls.__mro__ if issubclass(c, UserError)
+    )
+    for line in reversed(message.splitlines()):
+        if line.startswith(prefixes):
+            return line.split(": ", 1)[1]
+    return message
 
 
 class DiskFull(UserError):

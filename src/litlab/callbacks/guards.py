@@ -17,33 +17,30 @@
 Where it stops decides whether the resume is bit-identical. Mid-epoch it saves at the end of the
 batch, where the step checkpoints are written. On an epoch's last batch a checkpoint from there
 would resume in the next epoch, skipping this one's validation and end; so the epoch finishes
-first (its `last.ckpt` is written after validation) and the run stops then.
+first (its `last.ckpt` is written after validation) and the run stops then. A stop during
+validation lets the validation finish (metric states are not in checkpoints: a resume from
+mid-validation had no val metric for EarlyStopping or ModelCheckpoint), then stops at the next
+batch's end, or at the epoch's end after the epoch's validation. A stop during the test after
+fit leaves the final `last.ckpt`: the resume trains nothing more and tests.
 Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`.
 """
 
 import logging
 import math
-import os
 import signal
-import subprocess
 import threading
 from pathlib import Path
 
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from litlab.callbacks.requeue import REQUEUE_SIGNALS, in_scheduler_job, requeue
 from litlab.compat import lightning as compat
 from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
 EXIT_SIGTERM = 128 + signal.SIGTERM
 _CTRL_C, _SIGTERM, _REQUEUE = 1, 2, 3  # stop requests, the stronger one larger
-# the signals a scheduler sends before a job's time limit (SLURM --signal=USR1, submitit USR2)
-REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
-
-
-def in_scheduler_job() -> bool:
-    return bool(os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"))
 
 
 class NonFiniteLoss(UserError):
@@ -60,11 +57,10 @@ def last_checkpoint_path(trainer) -> Path:
 
 
 def _resume_hint(trainer) -> str:
+    """The checkpoint to go on from; the entry point appends the command that resumes it with
+    the run's own overrides (litlab.recipes.run_end), which this callback does not know."""
     path = last_checkpoint_path(trainer)
-    if not path.is_file():
-        return "no checkpoint was written yet"
-    run = path.parent.parent
-    return f"last good checkpoint: {path} (resume: python src/train.py ckpt_path={run})"
+    return f"last good checkpoint: {path}" if path.is_file() else "no checkpoint was written yet"
 
 
 class NonFiniteLossGuard(Callback):
@@ -90,6 +86,7 @@ class NonFiniteLossGuard(Callback):
 class GracefulInterrupt(Callback):
     def __init__(self):
         self._requested = False  # Ctrl-C seen by this process
+        self._deferred_sigterm = False  # SIGTERM that came during validation (see _defer_sigterm)
         self._stop = 0  # the stop under way (_CTRL_C or _SIGTERM), once agreed by every rank
         self._stop_epoch = -1  # the epoch whose end it waits for (stop on its last batch)
         self._previous = None
@@ -111,6 +108,7 @@ class GracefulInterrupt(Callback):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._requested, self._stop, self._stop_epoch = False, 0, -1
+        self._deferred_sigterm = False
         self._requeue_signal = 0
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handler)
@@ -155,11 +153,44 @@ class GracefulInterrupt(Callback):
             if trainer.current_epoch > self._stop_epoch:
                 self._end(trainer, save=True)
             return
+        if not (stop := self._agreed_stop(trainer)):
+            return
+        self._stop = stop
+        if batch_idx + 1 < trainer.num_training_batches:
+            self._end(trainer, save=True)
+        # the epoch's last batch: validate and end the epoch (its last.ckpt), then stop
+        self._stop_at_epoch_end(trainer)
+
+    def on_validation_batch_end(self, trainer, *args, **kwargs) -> None:
+        self._defer_sigterm(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._defer_sigterm(trainer)
+
+    def _defer_sigterm(self, trainer) -> None:
+        """SIGTERM during validation in fit: Lightning would stop mid-validation, and a
+        checkpoint from there resumes without that validation's metrics (metric states are
+        not checkpointed; EarlyStopping and the checkpoint callbacks then find no val metric).
+        The validation finishes instead; the stop comes at the next batch's end, or at the
+        epoch's end after the epoch's validation (on_train_epoch_end)."""
+        if trainer.received_sigterm and trainer.state.fn == "fit" and not trainer.sanity_checking:
+            compat.clear_received_sigterm(trainer)
+            self._deferred_sigterm = True
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        """A stop asked for during the epoch's validation (after its last batch): the epoch
+        ends (its last.ckpt follows this hook), then the run stops."""
+        if not self._stop and (stop := self._agreed_stop(trainer)):
+            self._stop = stop
+            self._stop_at_epoch_end(trainer)
+
+    def _agreed_stop(self, trainer) -> int:
+        """The strongest stop requested of any rank (0: none); every rank calls it alike."""
         stop = (
             _REQUEUE
             if self._requeue_signal
             else _SIGTERM
-            if trainer.received_sigterm
+            if trainer.received_sigterm or self._deferred_sigterm
             else _CTRL_C
             if self._requested
             else 0
@@ -167,12 +198,9 @@ class GracefulInterrupt(Callback):
         if trainer.world_size > 1:  # one collective: the strongest request of any rank
             code = torch.tensor(stop, device=trainer.strategy.root_device)
             stop = int(trainer.strategy.reduce(code, reduce_op="max"))
-        if not stop:
-            return
-        self._stop = stop
-        if batch_idx + 1 < trainer.num_training_batches:
-            self._end(trainer, save=True)
-        # the epoch's last batch: validate and end the epoch (its last.ckpt), then stop
+        return stop
+
+    def _stop_at_epoch_end(self, trainer) -> None:
         self._stop_epoch = trainer.current_epoch
         compat.clear_received_sigterm(trainer)  # Lightning's own stop: mid-validation
         trainer.should_stop = True
@@ -202,7 +230,7 @@ class GracefulInterrupt(Callback):
         self._stop_epoch = math.inf  # ended: on_exception saves nothing more
         if self._stop == _REQUEUE:
             signum = self._requeue_signal or signal.SIGUSR1
-            _requeue(trainer, signum, previous.get(signum))
+            requeue(trainer, signum, previous.get(signum))
             raise SIGTERMException(128 + signum)  # Lightning closes the loggers, then exits
         if self._stop == _SIGTERM:
             raise SIGTERMException(EXIT_SIGTERM)  # Lightning closes the loggers, then exits 143
@@ -235,41 +263,10 @@ class GracefulInterrupt(Callback):
     def _report(trainer, why: str) -> None:
         if trainer.is_global_zero:
             path = last_checkpoint_path(trainer)
+            # the entry point prints the command that resumes it (litlab.recipes.run_end)
             log.warning(
-                "%s at global step %d; resumable checkpoint: %s (resume: python "
-                "src/train.py ckpt_path=%s)",
-                why,
-                trainer.global_step,
-                path,
-                path.parent.parent,
+                "%s at global step %d; resumable checkpoint: %s", why, trainer.global_step, path
             )
-
-
-def _requeue(trainer, signum: int, previous) -> None:
-    """Requeue the job after last.ckpt is written: submitit's handler when it set one (it
-    pickles the job through the launcher's `checkpoint` hook and requeues or resubmits it; it
-    may exit here), else `scontrol requeue` from rank 0 under SLURM. Lightning's own SLURM
-    handler is not called: it would save a second (hpc) checkpoint."""
-    if callable(previous) and "submitit" in getattr(previous, "__module__", ""):
-        previous(signum, None)
-        return
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job or not trainer.is_global_zero:
-        return
-    array = os.environ.get("SLURM_ARRAY_JOB_ID")
-    if array and os.environ.get("SLURM_ARRAY_TASK_ID"):
-        job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-    try:
-        done = subprocess.run(
-            ["scontrol", "requeue", job], check=False, capture_output=True, text=True
-        )
-    except FileNotFoundError:
-        log.warning("scontrol not found: SLURM job %s was not requeued (resubmit it)", job)
-        return
-    if done.returncode == 0:
-        log.warning("requeued SLURM job %s: it resumes from last.ckpt in this run dir", job)
-    else:
-        log.warning("scontrol requeue %s failed: %s", job, done.stderr.strip()[:200])
 
 
 def _last_checkpoint_is_current(trainer) -> bool:

@@ -16,7 +16,9 @@ memory) rewinds torch's generators to before that batch; numpy's and Python's gl
 stored as they are at the save (reading them after every batch would cost 0.1-0.3 ms a step),
 so only a training step that draws from those two resumes from an OOM with other draws.
 
-It also flushes the loggers at each save, so the logs on disk are never behind the checkpoint.
+It also stores the run's latest metrics (`metrics`: plain floats), which a resume that trains
+nothing more (stopped during the test after fit) reports as the unbroken run does; and it
+flushes the loggers at each save, so the logs on disk are never behind the checkpoint.
 Plain lists and tensors only: the checkpoint still loads with `torch.load(weights_only=True)`.
 """
 
@@ -67,6 +69,17 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(cuda.cpu())
 
 
+def _metrics(trainer) -> dict[str, float]:
+    """The trainer's latest scalar metrics as floats (empty before it has any)."""
+    if trainer is None:
+        return {}
+    return {
+        k: float(v)
+        for k, v in trainer.callback_metrics.items()
+        if isinstance(v, torch.Tensor) and v.numel() == 1
+    }
+
+
 class ResumeState(Callback):
     """Saves and restores what Lightning leaves out, so a resumed run equals an unbroken one."""
 
@@ -75,13 +88,14 @@ class ResumeState(Callback):
         self._epoch_rng: dict | None = None
         self._after_batch_rng: tuple | None = None  # torch_rng_state() after the last batch
         self._pending: dict | None = None  # a loaded mid-epoch state, applied at train start
+        self.resumed_metrics: dict[str, float] = {}  # the metrics of the checkpoint resumed
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._trainer = trainer
 
     def state_dict(self) -> dict:
-        boundary = {"rng": rng_state(), "epoch_rng": None, "skip": 0}
         t = self._trainer
+        boundary = {"rng": rng_state(), "epoch_rng": None, "skip": 0, "metrics": _metrics(t)}
         if t is None or t.state.fn != "fit":
             return boundary
         progress = t.fit_loop.epoch_loop.batch_progress.current
@@ -91,10 +105,21 @@ class ResumeState(Callback):
             return boundary  # between epochs: the next loader draws from `rng`
         # a batch in flight was already augmented: keep the state from before it
         rng = rng_state(self._after_batch_rng if in_flight else None)
-        return {"rng": rng if done else None, "epoch_rng": self._epoch_rng, "skip": done}
+        return {
+            **boundary,
+            "rng": rng if done else None,
+            "epoch_rng": self._epoch_rng,
+            "skip": done,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         # called while the checkpoint is restored, before the train loader draws its order
+        stored = state_dict.get("metrics")  # a checkpoint is data: plain numbers by name only
+        self.resumed_metrics = {
+            k: float(v)
+            for k, v in (stored.items() if isinstance(stored, dict) else ())
+            if isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+        }
         if state_dict.get("epoch_rng") is not None:
             set_rng_state(state_dict["epoch_rng"])
             self._pending = state_dict

@@ -113,6 +113,14 @@ def best_checkpoint(trainer) -> str | None:
     return (best or last or [None])[0]
 
 
+def resumed_metrics(trainer) -> dict[str, float]:
+    """The metrics stored in the checkpoint the fit resumed from (checkpointing.resume_state)."""
+    from litlab.checkpointing.resume_state import ResumeState
+
+    states = [c for c in trainer.callbacks if isinstance(c, ResumeState)]
+    return dict(states[0].resumed_metrics) if states else {}
+
+
 def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
     """<output_dir>/metrics.json: the final metrics, read back by sweep summaries."""
     import json

@@ -55,7 +55,10 @@ def train(cfg: DictConfig) -> RunResult:
                 trainer.fit(
                     model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True
                 )
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        # a resume that trained nothing more (stopped during the test) reports the metrics
+        # its checkpoint was saved with, as the run that was never stopped does
+        metrics = {**report.resumed_metrics(trainer)}
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         checkpoint = report.best_checkpoint(trainer) if cfg.train else cfg.ckpt_path
         if cfg.test:
             # verbose=False: the Results block below says the same, once

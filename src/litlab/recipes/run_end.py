@@ -1,0 +1,173 @@
+"""What a run dir keeps when its task stops on an error, decided when the error happens.
+
+Both entry routes (`litlab.cli.guard` and `litlab.api.run`) start a `RunEnd` before the task
+and call `failed(err)` with whatever stops it, or `finished()` when it returns. Whether the
+dir goes is decided then, from what the dir holds at that moment, not at the start: training
+may have written checkpoints since, and the error's message may point at them.
+
+- Bad input before the run wrote a checkpoint: a run dir that was fresh when the task started
+  is removed (DEVELOPERS.md: no half-written run dir); a resume refused before it wrote
+  anything keeps its run as it was, without the `.hydra/resume-*` record Hydra saved for it.
+- Anything else (a checkpoint exists: a NaN loss, an unreadable image, a full disk, an
+  unexpected exception, Ctrl-C, SIGTERM; or an exception that is not litlab's one-line kind)
+  deletes nothing: the dir is kept and `failed.json` says what stopped it, when, and the
+  command that resumes it. A one-line error that names no resume gets that command appended,
+  with the run's own overrides (a resume is composed from the command line, so the printed
+  command must repeat them to work as printed). A resume that later finishes removes it.
+Only rank 0 decides (DDP ranks > 0 run the same task in the same dir). A sweep job's dir is
+never removed (the sweep summary lists the job), and gets no resume command (a sweep job is
+resumed with its own overrides, which the summary shows).
+"""
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+
+from litlab.errors import DiskFull, UserError, disk_full, one_line
+from litlab.recipes import run_dir
+
+FAILED = "failed.json"  # in a run dir: what stopped it, and how to resume it
+BAD_INPUT = 2
+OWN_STOP_LINE = ("federate",)  # entry points whose recipe prints a stop's resume itself
+
+
+def _own_files(out) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of the files the task writes: not Hydra's, the log file, the lock or
+    `failed.json`. A change between start and error means the run wrote into its dir."""
+    from litlab.checkpointing.run_lock import LOCK_FILE
+
+    found = {}
+    for root, dirs, files in os.walk(out):  # symlinks to folders are not followed
+        rel = os.path.relpath(root, out)
+        if rel == ".hydra" or rel.startswith(".hydra" + os.sep):
+            continue
+        for name in files:
+            if rel == "." and (name in (FAILED, str(LOCK_FILE)) or name.endswith(".log")):
+                continue
+            path = os.path.join(root, name)
+            try:
+                stat = os.lstat(path)
+            except OSError:
+                continue
+            found[os.path.join(rel, name)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def holds_checkpoint(out) -> bool:
+    """Finished work: a checkpoint anywhere in the run dir (written atomically, so whole)."""
+    return any(name.endswith(".ckpt") for _, _, files in os.walk(out) for name in files)
+
+
+def resume_command(config_name: str, overrides, out) -> str:
+    """The command that resumes the run in `out`: this run's overrides, its `ckpt_path`
+    replaced by the run dir."""
+    kept = [str(o) for o in overrides if str(o).lstrip("+").split("=", 1)[0] != "ckpt_path"]
+    args = [*kept, f"ckpt_path={out}"]
+    return " ".join(["python", f"src/{config_name}.py", *map(shlex.quote, args)])
+
+
+def as_user_error(caught: BaseException, out) -> UserError | None:
+    """The one-line error a task's exception stands for, if any: a missing optional extra, or
+    a full disk (torch wraps it in a RuntimeError); None for the others."""
+    from litlab import environment
+
+    if isinstance(caught, (UserError, ModuleNotFoundError)):
+        extra = environment.missing_extra(caught)
+        return UserError(extra) if extra is not None else None
+    if not isinstance(caught, Exception) or (full := disk_full(caught)) is None:
+        return None
+    where = full.filename or (out if out is not None else "the run dir")
+    written = out is not None and os.path.isdir(out) and holds_checkpoint(out)
+    then = (
+        "then resume from the checkpoints written before"
+        if written
+        else "then run again (no checkpoint was written)"
+    )
+    return DiskFull(f"the disk is full ({full.strerror}) writing {where}: free space, {then}")
+
+
+def _exit_code(err: BaseException) -> int:
+    if isinstance(err, SystemExit):
+        return err.code if isinstance(err.code, int) else 1
+    if isinstance(err, UserError):
+        return getattr(err, "exit_code", BAD_INPUT)
+    return 1
+
+
+def _what(err: BaseException) -> str:
+    if isinstance(err, SystemExit):
+        return f"stopped (exit code {_exit_code(err)})"
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    if isinstance(err, UserError):
+        return str(err)
+    return one_line(err, with_type=True, limit=400)
+
+
+class RunEnd:
+    """The run dir `out` as its task starts (see the module docstring); `out` None: no run dir."""
+
+    def __init__(self, out, config_name: str, overrides=(), sweep: bool = False):
+        from litlab.checkpointing.resume import RESUMABLE_CONFIGS
+        from litlab.utils.distributed import is_rank_zero
+
+        self.out = str(out) if out is not None and is_rank_zero() else None
+        self.resumable = config_name in RESUMABLE_CONFIGS and not sweep
+        self.config_name, self.overrides, self.sweep = config_name, list(overrides), sweep
+        self.fresh = self.out is not None and run_dir.only_hydra_files(self.out)
+        self.before = _own_files(self.out) if self.out is not None else {}
+
+    def failed(self, err: BaseException) -> None:
+        """Remove the run dir, or keep it marked failed; a UserError's message may gain the
+        command that resumes the run."""
+        if self.out is None or not os.path.isdir(self.out):
+            return
+        work = holds_checkpoint(self.out)
+        wrote = _own_files(self.out) != self.before
+        if isinstance(err, UserError) and not work and not self.sweep:
+            if self.fresh:  # bad input before anything finished: no half-written run dir
+                run_dir.remove(self.out)
+            else:  # a resume refused before it ran
+                run_dir.remove_resume_record(self.out)
+            return
+        if isinstance(err, UserError) and not wrote and _exit_code(err) == BAD_INPUT:
+            run_dir.remove_resume_record(self.out)  # refused before it ran: the run is as it was
+            return
+        command = self._resume_command()
+        self._mark(err, command)
+        if isinstance(err, UserError) and command and "ckpt_path=" not in str(err):
+            err.args = (f"{err}; resume: {command}",)
+
+    def resume_line(self) -> str | None:
+        """`resume: <command>` for a run stopped with a resumable checkpoint, else None
+        (federate.py says how to resume a stopped federation itself: federated/recipe.py)."""
+        if self.out is None or self.config_name in OWN_STOP_LINE:
+            return None
+        command = self._resume_command()
+        return f"resume: {command}" if command else None
+
+    def finished(self) -> None:
+        """The run ended well: an earlier failure's record no longer applies."""
+        if self.out is not None:
+            Path(self.out, FAILED).unlink(missing_ok=True)
+
+    def _resume_command(self) -> str | None:
+        from litlab.checkpointing.resume import checkpoint_of
+
+        if not self.resumable or not checkpoint_of(Path(self.out)).is_file():
+            return None
+        return resume_command(self.config_name, self.overrides, self.out)
+
+    def _mark(self, err: BaseException, command: str | None) -> None:
+        record = {
+            "error": _what(err),
+            "exit_code": _exit_code(err),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "resume": command,
+        }
+        try:  # the disk may be full: the record is a courtesy, the checkpoints are kept anyway
+            Path(self.out, FAILED).write_text(json.dumps(record, indent=1) + "\n")
+        except OSError:
+            pass
