@@ -14,6 +14,7 @@ from helpers.onnx_files import GOOD, OOD, crafted_model, deep, ood_entry
 
 from litlab.errors import UserError
 
+
 def with_ood(change=None) -> dict:
     """GOOD with an out-of-distribution model as an export stores it, `change`d."""
     return {**GOOD, "ood": ood_entry(change)}

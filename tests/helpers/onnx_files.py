@@ -23,6 +23,7 @@ GOOD = {  # the litlab metadata of an 8x8 grey image classifier with 10 classes
     },
 }
 
+
 def ood_entry(change=None) -> dict:
     """A complete OOD entry of an 8x8 grey classifier as export stores it (the compact packed
     model: 64 summary dims, 2 statistics, fitted on noise), its model `change`d in place."""

@@ -44,7 +44,9 @@ def compress(cfg: DictConfig) -> list[dict]:
 
     if not OmegaConf.is_missing(cfg, "ckpt_path"):  # unset: entry_config says so
         resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
-    entry_config(cfg, CompressSettings)  # one line, exit 2, no data read; steps vs task kind
+    entry_config(
+        cfg, CompressSettings, "compress"
+    )  # one line, exit 2, no data read; steps vs task kind
     cfg, resume = _resumed(cfg)
     if cfg.trainer.get("max_epochs") is None:  # the kind's number (node classification: 400)
         from litlab.config.checks import stored_config

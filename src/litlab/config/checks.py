@@ -96,7 +96,7 @@ def check_checkpoint(
     if not trust:  # as load_run will build it: with this command's data overrides
         check(merged(stored, data_overrides), str(path))
         if cfg_model is None:  # eval, export, compress: the run is rebuilt from the file
-            check_stored(merged(stored, data_overrides), str(path))
+            check_stored(stored, str(path))  # the file's own; overrides: check_data_overrides
     theirs = (stored.get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
         raise UserError(

@@ -54,13 +54,3 @@ def check(cfg: DictConfig, entry: str) -> None:
                 f"{key} is required by {who} (deleted with ~{key}, or not {what}): drop that "
                 f"override; valid: {WHAT.get(key, f'the {key} node of its config')}"
             )
-
-
-def entry_name() -> str:
-    """The running entry point's config name where REQUIRED lists it (else "entry")."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return "entry"
-    name = HydraConfig.get().job.config_name
-    return name if name in REQUIRED else "entry"

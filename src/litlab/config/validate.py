@@ -198,13 +198,13 @@ def eval_config(cfg: DictConfig) -> None:
     check_data_overrides(keys.ckpt_path, c.get("data_overrides"))
 
 
-def entry_config(cfg: DictConfig, settings: type[Settings]):
+def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"):
     """An entry point's whole config: first its own keys as `settings` (returned, typed); then
     the config the run will see (`Settings.run_view`): model against data and the settings
     against the data's task kind (no torch yet), the groups with targets by their signatures,
     and last the files the settings name. Once per run, before any data is read or anything
     printed."""
-    required.check(cfg, required.entry_name())
+    required.check(cfg, entry)  # `entry`: a key of required.REQUIRED
     own_keys = [k for k in cfg if k not in (*GROUPS, "hydra")]
     _missing(cfg, own_keys)
     own = check(settings, _container(cfg, own_keys))
