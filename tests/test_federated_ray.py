@@ -82,10 +82,10 @@ def _history(run_dir):
         return list(csv.DictReader(f))
 
 
-def test_sigterm_saves_the_finished_rounds_and_ckpt_path_last_finishes_the_same_run(tmp_path):
+def test_sigterm_saves_the_finished_rounds_and_the_printed_resume_finishes_the_same_run(tmp_path):
     """SIGTERM while round 3 of 6 trains: exit 143, rounds 0-2 on disk, no process of the run
-    30 s later; `ckpt_path=last` finishes it with the final accuracy (and weights) of a run
-    that was never stopped."""
+    30 s later; the resume command it prints, as printed (no override repeated), finishes it
+    with the final accuracy (and weights) of a run that was never stopped."""
     marker = uuid.uuid4().hex
     proc = _start(tmp_path / "logs", *SHORT, "federate.rounds=6", marker=marker)
     _wait_for(proc, r"round 2/6 ")  # round 2 is saved, round 3 is training
@@ -97,7 +97,8 @@ def test_sigterm_saves_the_finished_rounds_and_ckpt_path_last_finishes_the_same_
     [run_dir] = (tmp_path / "logs" / "federate" / "runs").glob("*")
     assert [r["round"] for r in _history(run_dir)] in (list("012"), list("0123"))
 
-    resumed, left = _run_marked(tmp_path, *SHORT, "federate.rounds=6", "ckpt_path=last")
+    printed = re.search(r"resume with: python src/federate.py (ckpt_path=\S+)", rest)[1]
+    resumed, left = _run_marked(tmp_path, printed)  # + paths.log_dir, print_config: free keys
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert left == []
     assert f"resuming {run_dir}" in resumed.stdout

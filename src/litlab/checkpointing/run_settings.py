@@ -183,7 +183,10 @@ def link_leaving(run_dir) -> str | None:
     for folder, dirs, files in os.walk(root):  # links to folders are listed, not followed
         for name in (*dirs, *files):
             path = os.path.join(folder, name)
-            st = os.lstat(path)
+            try:
+                st = os.lstat(path)
+            except OSError:  # gone meanwhile
+                continue
             if stat.S_ISLNK(st.st_mode):
                 if os.path.commonpath([root, os.path.realpath(path)]) != root:
                     return path
@@ -197,6 +200,7 @@ def check_links(run_dir, source: str) -> None:
     path = link_leaving(run_dir)
     if path is not None:
         raise UserError(
-            f"ckpt_path={trust.shown(source, 200)}: the run dir holds {trust.shown(path, 200)}, a link to "
-            "a file or folder outside it; litlab writes nothing through it (remove the link)"
+            f"ckpt_path={trust.shown(source, 200)}: the run dir holds {trust.shown(path, 200)}, "
+            "a link to a file or folder outside it; litlab writes nothing through it (remove "
+            "the link)"
         )
