@@ -319,3 +319,33 @@ def test_a_resume_takes_the_runs_settings_unless_given_otherwise(case, tmp_path)
     for key, value in expected.items():
         held = OmegaConf.select(cfg, key)
         assert held == value or str(held).lower().endswith(f".{value}"), (key, held)
+
+
+def test_the_watchdog_ends_a_descendant_whose_environment_shows_no_mark():
+    """Ray's agents write their title over their environment (/proc shows none: no mark) and
+    are re-parented to init when the raylet dies: the watchdog ends them as descendants it
+    saw. Here a marked 'raylet' starts an 'agent' without the mark and is killed."""
+    import os
+    import time
+    import uuid
+
+    import psutil
+
+    from litlab.federated.watchdog import MARK, Tree, end_marked
+
+    mark = uuid.uuid4().hex
+    start_agent = (
+        "import subprocess, time; subprocess.Popen(['sleep', '120'], env={}); time.sleep(120)"
+    )
+    raylet = subprocess.Popen([sys.executable, "-c", start_agent], env={**os.environ, MARK: mark})
+    tree = Tree(raylet.pid)
+    deadline = time.time() + 30
+    while not tree.known and time.time() < deadline:  # the watchdog polls as long as it runs
+        tree.seen()
+        time.sleep(0.1)
+    [agent] = [psutil.Process(pid) for pid in tree.known]
+    raylet.kill()
+    raylet.wait()
+    assert agent.is_running() and MARK not in agent.environ()
+    end_marked(mark, {os.getpid()}, grace_s=1.0, tree=tree)
+    assert not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE

@@ -59,8 +59,12 @@ def marked_run():
         stdin=subprocess.DEVNULL,
         env={k: v for k, v in os.environ.items() if k != MARK},
     )
-    exclude = {os.getpid(), watchdog.pid}
-    tree = Tree(os.getpid())  # Ray's agents show no environment (no mark): known by descent
+    import psutil
+
+    # Ray's agents show no environment (no mark): known by descent from this process, but for
+    # the children it had before Ray (they are not the run's to end)
+    tree = Tree(os.getpid())
+    exclude = {os.getpid(), watchdog.pid, *(p.pid for p in psutil.Process().children(True))}
 
     def end() -> None:
         tree.seen()
