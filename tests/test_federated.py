@@ -349,3 +349,18 @@ def test_the_watchdog_ends_a_descendant_whose_environment_shows_no_mark():
     assert agent.is_running() and MARK not in agent.environ()
     end_marked(mark, {os.getpid()}, grace_s=1.0, tree=tree)
     assert not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_printed_resume_command_names_where_the_run_is(tmp_path):
+    """A run under another paths.log_dir is refused without it (its run dir is outside the
+    default log dir): the command a stop prints carries the `paths.*` it was given, quoted."""
+    import shlex
+
+    from litlab.federated import state
+
+    logs = tmp_path / "my logs"
+    compose("federate", [f"paths.log_dir={logs}", "federate.rounds=8"], output_dir=tmp_path)
+    run = logs / "federate" / "runs" / "2026-12-01_00-00-00"
+    printed = state.resume_command(run)
+    assert printed.startswith("python src/federate.py ")
+    assert shlex.split(printed)[2:] == [f"ckpt_path={run}", f"paths.log_dir={logs}"]

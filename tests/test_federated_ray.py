@@ -7,6 +7,7 @@ import contextlib
 import csv
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -97,12 +98,24 @@ def test_sigterm_saves_the_finished_rounds_and_the_printed_resume_finishes_the_s
     [run_dir] = (tmp_path / "logs" / "federate" / "runs").glob("*")
     assert [r["round"] for r in _history(run_dir)] in (list("012"), list("0123"))
 
-    printed = re.search(r"resume with: python src/federate.py (ckpt_path=\S+)", rest)[1]
-    resumed, left = _run_marked(tmp_path, printed)  # + paths.log_dir, print_config: free keys
+    printed = re.search(r"resume with: python src/federate.py (.+)", rest)[1]
+    assert printed.startswith(f"ckpt_path={run_dir} paths.log_dir=")  # where this run's are
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
+    resumed = subprocess.run(  # as printed: no setting repeated
+        [sys.executable, "src/federate.py", *shlex.split(printed)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert left == []
+    assert _none_left_within(marker, 30) == []
     assert f"resuming {run_dir}" in resumed.stdout
     whole, left = _run_marked(tmp_path / "whole", *SHORT, "federate.rounds=6")
+    assert left == []
     assert whole.returncode == 0, whole.stderr[-3000:]
     [whole_dir] = (tmp_path / "whole" / "logs" / "federate" / "runs").glob("*")
     a, b = _history(run_dir), _history(whole_dir)

@@ -259,7 +259,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
             return f"interrupted ({signame}) before round 1 ended: nothing to resume"
         return (
             f"interrupted ({signame}): rounds up to {done} of {f.rounds} are saved in {out}; "
-            f"resume with: python src/federate.py ckpt_path={out}"
+            f"resume with: {state.resume_command(out)}"
         )
 
     started = time.time()

@@ -205,6 +205,21 @@ def own_settings(cfg, ckpt: dict, source: str, run_dir: Path) -> list[str]:
     )
 
 
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes the run, as a stop prints it: its run dir, and the `paths.*`
+    this command was given (a run outside the default log dir is refused without them)."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+
+    where = []
+    if HydraConfig.initialized():
+        task = HydraConfig.get().overrides.task
+        where = [str(o) for o in task if str(o).lstrip("+").startswith("paths.")]
+    args = [f"ckpt_path={run_dir}", *where]
+    return " ".join(["python src/federate.py", *map(shlex.quote, args)])
+
+
 def _started(run_dir: Path) -> str:
     """`(it was started with: ...)` from the run's .hydra/overrides.yaml: a file of the run,
     read as data (a list of short strings) or left out."""
