@@ -318,3 +318,169 @@ def test_interrupted_fine_tuning_resumes_with_ckpt_path_last(tmp_path, cli, digi
         if r.split(",")[0]
     }
     assert epochs == {0, 1, 2} and stages["prune"]["params"] <= 0.5 * stages["original"]["params"]
+
+
+# --- a resumed step takes its run's settings; its resume file is data -------------------------
+RESUME = pytest.mark.xdist_group("compress_resume")  # one worker builds the files once
+
+
+@pytest.fixture(scope="module")
+def compress_run(tmp_path_factory):
+    """A compress run dir as an interrupted prune step leaves it (its last.ckpt holds the
+    step's config: ratio 0.5, 2 epochs, no ONNX, data overrides of its own), beside the train
+    checkpoint it compresses. Untrained weights: only the files matter here."""
+    from omegaconf import OmegaConf, open_dict
+
+    from litlab.compression.steps import training_config
+    from litlab.config import build
+
+    base = tmp_path_factory.mktemp("compress_resume")
+    train_cfg = compose("train", ["model.net.channels=[8,16]"], output_dir=base / "train")
+    with open_dict(train_cfg):
+        del train_cfg["hydra"]
+    run_cfg = OmegaConf.to_container(train_cfg, resolve=True)
+    model = build.model(train_cfg, build.datamodule(train_cfg))
+    source = base / "train" / "checkpoints" / "epoch_000.ckpt"
+    source.parent.mkdir(parents=True)
+    torch.save({"state_dict": model.state_dict(), "litlab_config": run_cfg}, source)
+    run = base / "compress_run"
+    args = ["compress.prune.ratio=0.5", "trainer.max_epochs=2", "report.onnx=false"]
+    cfg = compose("compress", [f"ckpt_path={source}", *args], output_dir=run)
+    with open_dict(cfg):
+        del cfg["hydra"]
+        cfg.data_overrides = {"batch_size": 32}
+    stored = OmegaConf.to_container(training_config(cfg, run_cfg, 1), resolve=True)
+    (run / "checkpoints").mkdir(parents=True)
+    state = {"state_dict": model.state_dict(), "litlab_config": stored}
+    torch.save(state, run / "checkpoints" / "last.ckpt")
+    return run
+
+
+def _resume_file(compress_run, tmp_path, edit=None):
+    import shutil
+
+    run = tmp_path / "logs" / "compress" / "runs" / "2026-12-01_00-00-00"
+    shutil.copytree(compress_run, run)
+    last = run / "checkpoints" / "last.ckpt"
+    if edit is not None:
+        ckpt = torch.load(last, weights_only=True)
+        edit(ckpt["litlab_config"])
+        torch.save(ckpt, last)
+    return run, last
+
+
+def _resumed(last, run, *overrides):
+    from litlab.compression.recipe import _resumed
+    from litlab.compression.settings import CompressSettings
+    from litlab.config.validate import entry_config
+
+    cfg = compose("compress", [f"ckpt_path={last}", *overrides], output_dir=run)
+    entry_config(cfg, CompressSettings)
+    return _resumed(cfg)
+
+
+@RESUME
+def test_a_resumed_step_takes_its_runs_settings_and_not_its_data_folders(compress_run, tmp_path):
+    """`ckpt_path=<its last.ckpt>` alone continues with the run's ratio, epochs and report;
+    a data folder its data overrides name (a crafted or a colleague's file) is not taken:
+    the data is read where this command says, nothing is created there."""
+    from litlab.recipes.load import load_run
+
+    elsewhere = tmp_path / "elsewhere"
+    run, last = _resume_file(
+        compress_run, tmp_path, lambda c: c["data_overrides"].update(data_dir=str(elsewhere))
+    )
+    cfg, resume = _resumed(last, run)
+    assert resume["step"] == 1 and cfg.ckpt_path.endswith("epoch_000.ckpt")
+    assert cfg.compress.prune.ratio == 0.5 and cfg.trainer.max_epochs == 2
+    assert cfg.report.onnx is False and dict(cfg.data_overrides) == {"batch_size": 32}
+    loaded = load_run(cfg.ckpt_path, dict(cfg.data_overrides), data_dir=cfg.paths.data_dir)
+    assert str(loaded.datamodule.data_dir).startswith(str(cfg.paths.data_dir))
+    assert loaded.datamodule.hparams.batch_size == 32
+    assert not elsewhere.exists()
+
+
+@RESUME
+def test_a_resumed_step_refuses_a_setting_given_otherwise_naming_both(compress_run, tmp_path):
+    run, last = _resume_file(compress_run, tmp_path)
+    with pytest.raises(UserError) as err:
+        _resumed(last, run, "compress.prune.ratio=0.3")
+    assert str(err.value).startswith(
+        "ckpt_path: compress.prune.ratio is 0.5 in the run to resume, 0.3 here; drop "
+    )
+    with pytest.raises(UserError, match=r"^ckpt_path: trainer.max_epochs is 2 in the run to "):
+        _resumed(last, run, "trainer.max_epochs=7")
+    cfg, _ = _resumed(last, run, "compress.prune.ratio=0.5", "trainer.max_epochs=2")  # the same
+    assert cfg.compress.prune.ratio == 0.5
+
+
+def _written(folder) -> dict:
+    """The files below `folder` with their times, but the run dir's lock, log file and .hydra
+    (Hydra and the run lock make them before any recipe runs)."""
+
+    return {
+        p: p.stat().st_mtime_ns
+        for p in folder.rglob("*")
+        if p.is_file() and ".hydra" not in p.parts and p.suffix not in (".lock", ".log")
+    }
+
+
+# a crafted or damaged resume file -> what the one line names
+COMPRESS_GARBAGE = {
+    "step as text": (lambda c: c.update(compress_step="1"), "compress_step=1 is not a step"),
+    "step past the chain": (lambda c: c.update(compress_step=99), "compress_step=99"),
+    "source not a path": (lambda c: c.update(ckpt_path=123), "its ckpt_path=123"),
+    "source not there": (
+        lambda c: c.update(ckpt_path="/nonexistent/x.ckpt"),
+        "the run to resume has ckpt_path=/nonexistent/x.ckpt: no such checkpoint file",
+    ),
+    "steps a list": (lambda c: c.update(compress=["prune"]), "compress of type list"),
+    "a ratio of the wrong type": (
+        lambda c: c["compress"]["prune"].update(ratio="lots"),
+        "the run to resume has compress.prune.ratio",
+    ),
+    "a huge seed": (lambda c: c.update(seed=10**30), "seed"),
+    "epochs a list": (lambda c: c["trainer"].update(max_epochs=[1]), "trainer.max_epochs"),
+    "a trainer that is not one": (
+        lambda c: c["trainer"].update(_target_="shutil.rmtree"),
+        "trainer._target_=shutil.rmtree",
+    ),
+    "data overrides a list": (
+        lambda c: c.update(data_overrides=[1]),
+        "data_overrides of type list",
+    ),
+    "an extra field": (lambda c: c.update(evil={"x": 1}), "evil.x is 1 in the run to resume"),
+    "an interpolation": (
+        lambda c: c["report"].update(budget_s="${oc.env:HOME}"),
+        "interpolation or resolver in report.budget_s",
+    ),
+}
+
+
+@RESUME
+@pytest.mark.parametrize("case", list(COMPRESS_GARBAGE))
+def test_a_garbage_compress_resume_file_is_one_line_nothing_written(compress_run, case, tmp_path):
+    from litlab.api import run as run_entry
+    from litlab.compression.recipe import compress
+
+    edit, named = COMPRESS_GARBAGE[case]
+    run, _ = _resume_file(compress_run, tmp_path, edit)
+    before = _written(tmp_path)
+    with pytest.raises(UserError) as err:
+        run_entry("compress", [f"ckpt_path={run}", f"paths.log_dir={tmp_path / 'logs'}"], compress)
+    assert "\n" not in str(err.value) and named in str(err.value), str(err.value)
+    assert _written(tmp_path) == before
+
+
+@RESUME
+def test_a_compress_resume_writes_nothing_through_a_link_leaving_its_run(compress_run, tmp_path):
+    from litlab.api import run as run_entry
+    from litlab.compression.recipe import compress
+
+    run, _ = _resume_file(compress_run, tmp_path)
+    victim = tmp_path / "victim.md"
+    victim.write_text("secret")
+    (run / "compress_report.md").symlink_to(victim)
+    with pytest.raises(UserError, match="a link to a file or folder outside it"):
+        run_entry("compress", [f"ckpt_path={run}", f"paths.log_dir={tmp_path / 'logs'}"], compress)
+    assert victim.read_text() == "secret"

@@ -246,3 +246,121 @@ def test_an_experiment_made_for_train_federates_without_its_selection_callbacks(
     assert [k for k, v in cfg.callbacks.items() if v is not None] == []
     trainer = build.trainer(cfg)
     assert not trainer.checkpoint_callbacks and trainer.max_epochs == 20  # local epochs, nodes
+
+
+def _stored(tmp_path, overrides):
+    """The run config a federated run started with `overrides` stores in its checkpoints."""
+    from omegaconf import OmegaConf, open_dict
+
+    from litlab.federated.recipe import check
+
+    cfg = compose("federate", overrides, output_dir=tmp_path / "run")
+    check(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+# (the run's overrides, this resume's overrides, what the resume holds then, or the refusal)
+RESUMES = {
+    "rounds, as in the issue": (
+        ["federate.rounds=8"],
+        [],
+        {"federate.rounds": 8},
+    ),
+    "a strategy group and its key": (
+        ["federate/strategy=fedprox", "federate.strategy.proximal_mu=0.3"],
+        [],
+        {"federate.strategy.proximal_mu": 0.3, "federate.strategy._target_": "fedprox"},
+    ),
+    "the seed and what interpolates it": (
+        ["seed=7", "model.net.channels=[8,16]", "federate.local_epochs=3"],
+        [],
+        {"federate.seed": 7, "data.seed": 7, "trainer.max_epochs": 3},
+    ),
+    "a group given otherwise": (
+        ["federate/strategy=fedprox"],
+        ["federate/strategy=fedavg"],
+        (
+            "ckpt_path: federate.strategy._target_ is flwr.serverapp.strategy.FedProx in the run "
+            "to resume, flwr.serverapp.strategy.FedAvg here"
+        ),
+    ),
+    "an interpolated key given otherwise": (
+        ["seed=7"],
+        ["seed=8"],
+        "ckpt_path: seed is 7 in the run to resume, 8 here; drop seed=",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUMES))
+def test_a_resume_takes_the_runs_settings_unless_given_otherwise(case, tmp_path):
+    """What the run was started with is the default of the resume (the printed command works
+    as printed); a setting this command gives that differs is one line naming both values."""
+    from omegaconf import OmegaConf
+
+    from litlab.checkpointing import run_settings
+    from litlab.federated import state
+
+    started, given, expected = RESUMES[case]
+    stored = _stored(tmp_path, started)
+    cfg = compose("federate", given, output_dir=tmp_path / "run")
+
+    def adopt():
+        return run_settings.adopt(cfg, stored, "last.ckpt", state.ROOTS, state.TARGETS, state.FREE)
+
+    if isinstance(expected, str):
+        with pytest.raises(UserError) as err:
+            adopt()
+        assert str(err.value).startswith(expected) and "\n" not in str(err.value)
+        return
+    adopt()
+    for key, value in expected.items():
+        held = OmegaConf.select(cfg, key)
+        assert held == value or str(held).lower().endswith(f".{value}"), (key, held)
+
+
+def test_the_watchdog_ends_a_descendant_whose_environment_shows_no_mark():
+    """Ray's agents write their title over their environment (/proc shows none: no mark) and
+    are re-parented to init when the raylet dies: the watchdog ends them as descendants it
+    saw. Here a marked 'raylet' starts an 'agent' without the mark and is killed."""
+    import os
+    import time
+    import uuid
+
+    import psutil
+
+    from litlab.federated.watchdog import MARK, Tree, end_marked
+
+    mark = uuid.uuid4().hex
+    start_agent = (
+        "import subprocess, time; subprocess.Popen(['sleep', '120'], env={}); time.sleep(120)"
+    )
+    raylet = subprocess.Popen([sys.executable, "-c", start_agent], env={**os.environ, MARK: mark})
+    tree = Tree(raylet.pid)
+    deadline = time.time() + 30
+    while not tree.known and time.time() < deadline:  # the watchdog polls as long as it runs
+        tree.seen()
+        time.sleep(0.1)
+    [agent] = [psutil.Process(pid) for pid in tree.known]
+    raylet.kill()
+    raylet.wait()
+    assert agent.is_running() and MARK not in agent.environ()
+    end_marked(mark, {os.getpid()}, grace_s=1.0, tree=tree)
+    assert not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_printed_resume_command_names_where_the_run_is(tmp_path):
+    """A run under another paths.log_dir is refused without it (its run dir is outside the
+    default log dir): the command a stop prints carries the `paths.*` it was given, quoted."""
+    import shlex
+
+    from litlab.federated import state
+
+    logs = tmp_path / "my logs"
+    compose("federate", [f"paths.log_dir={logs}", "federate.rounds=8"], output_dir=tmp_path)
+    run = logs / "federate" / "runs" / "2026-12-01_00-00-00"
+    printed = state.resume_command(run)
+    assert printed.startswith("python src/federate.py ")
+    assert shlex.split(printed)[2:] == [f"ckpt_path={run}", f"paths.log_dir={logs}"]

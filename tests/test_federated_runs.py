@@ -21,10 +21,10 @@ SMALL = [
 ]
 
 
-def _run(out, overrides, stop_in_round=None):
+def _run(out, overrides, stop_in_round=None, small=True):
     from litlab.federated.recipe import federate
 
-    merged = dict(o.split("=", 1) for o in [*SMALL, *overrides])  # later ones win
+    merged = dict(o.split("=", 1) for o in [*SMALL * small, *overrides])  # later ones win
     cfg = compose("federate", [f"{k}={v}" for k, v in merged.items()], output_dir=out)
     return federate(cfg, engine=engine(stop_in_round))
 
@@ -40,8 +40,8 @@ def _weights(run_dir):
 
 def test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit(tmp_path):
     """Stopped while round 3 trains: rounds 0-2 are on disk (history, global model); resuming
-    with other settings is refused; resumed with ckpt_path=<run dir>, it ends with exactly the
-    weights and history of a run that never stopped (clients sampled by fraction=0.5, so
+    with other settings is refused; resumed with just ckpt_path=<run dir>, it ends with exactly
+    the weights and history of a run that never stopped (clients sampled by fraction=0.5, so
     sampling is resumed too). The history holds the clients' own evaluation."""
     from litlab.errors import UserError
 
@@ -59,9 +59,17 @@ def test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit(tmp_path):
     assert (stopped / "global.ckpt").samefile(stopped / "checkpoints" / "last.ckpt")
     with pytest.raises(UserError, match=r"^ckpt_path: federate.alpha is 0.5 in the run to "):
         _run(stopped, [*overrides, "federate.alpha=0.9", f"ckpt_path={stopped}"])
+    with pytest.raises(UserError) as refused:  # given explicitly: refused, both values named
+        _run(stopped, [f"ckpt_path={stopped}", "federate.rounds=8"], small=False)
+    assert str(refused.value).startswith(
+        "ckpt_path: federate.rounds is 4 in the run to resume, 8 here; drop federate.rounds="
+    )
+    assert "\n" not in str(refused.value)
     assert [r["round"] for r in _history(stopped)] == ["0", "1", "2"]  # untouched
 
-    resumed = _run(stopped, [*overrides, f"ckpt_path={stopped}"])
+    # as the stop prints it: no other setting given, the run's own are taken (4 rounds of 3
+    # clients, 3 batches each), not federate.yaml's defaults
+    resumed = _run(stopped, [f"ckpt_path={stopped}", "extras.print_config=false"], small=False)
     assert resumed == expected  # final test metrics and client evaluation, exactly
     a, b = _weights(whole), _weights(stopped)
     assert a.keys() == b.keys()
@@ -150,3 +158,134 @@ def test_federated_proteins_reaches_the_bar(tmp_path, shared_data):
         ],
     )
     assert metrics["test/acc"] >= 0.68, metrics
+
+
+# --- a resume file is data -------------------------------------------------------------------
+RESUME_FILES = pytest.mark.xdist_group("federated_stopped")  # one worker builds the run once
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """A 2-client run stopped in round 2: round 1 is on disk."""
+    run = tmp_path_factory.mktemp("stopped") / "run"
+    with pytest.raises(Stopped):
+        _run(run, ["federate.rounds=3"], stop_in_round=2)
+    return run
+
+
+def _state(c):
+    return c["litlab_federated"]
+
+
+def _config(c):
+    return c["litlab_config"]
+
+
+def _set_rng(part, value):
+    return lambda c: _state(c)["rng"].__setitem__(part, value)
+
+
+# what a crafted or damaged last.ckpt holds -> what the one line names
+GARBAGE = {
+    "round as text": (lambda c: _state(c).update(round="1"), "not a federated run's checkpoint"),
+    "huge round": (lambda c: _state(c).update(round=10**30), "round="),
+    "rounds a dict": (lambda c: _state(c).update(rounds={"round": 1}), "rounds="),
+    "a round's field a list": (lambda c: _state(c)["rounds"][0].update(clients=[1]), "clients"),
+    "an extra field": (lambda c: _state(c).update(evil={"_target_": "os.system"}), "evil="),
+    "a missing field": (lambda c: _state(c).pop("partitions"), "partitions"),
+    "rounds past the round": (lambda c: _state(c).update(round=3), "rounds 1 to 3"),
+    "python rng": (_set_rng("python", [3, [1, 2], None]), "its RNG state"),
+    "numpy rng keys": (
+        _set_rng("numpy", ["MT19937", torch.zeros(5, dtype=torch.int64), 0, 0, 0.0]),
+        "its RNG state",
+    ),
+    "torch rng a float tensor": (_set_rng("torch", torch.zeros(3)), "its RNG state"),
+    "weights of another net": (
+        lambda c: c["state_dict"].update({k: torch.zeros(1) for k in c["state_dict"]}),
+        "its weights do not fit",
+    ),
+    "settings of the wrong type": (
+        lambda c: _config(c)["federate"].update(num_clients="many"),
+        "the run to resume has federate.num_clients=many is not valid",
+    ),
+    "settings a list": (lambda c: _config(c).update(federate=[1, 2]), "federate"),
+    "a strategy that is not one": (
+        lambda c: _config(c)["federate"]["strategy"].update(_target_="shutil.rmtree"),
+        "federate.strategy._target_=shutil.rmtree",
+    ),
+    "a target inside the trainer": (
+        lambda c: _config(c)["trainer"].update(plugins=[{"_target_": "shutil.copy"}]),
+        "_target_ in trainer.plugins",
+    ),
+    "an interpolation": (
+        lambda c: _config(c)["federate"].update(alpha="${oc.env:HOME}"),
+        "interpolation or resolver in federate.alpha",
+    ),
+    "a data folder elsewhere": (
+        lambda c: _config(c)["data"].update(data_dir="/tmp/elsewhere"),
+        "data.data_dir=/tmp/elsewhere, outside the data dir of its run",
+    ),
+}
+
+
+def _files(folder):
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+@RESUME_FILES
+@pytest.mark.parametrize("case", list(GARBAGE))
+def test_a_garbage_resume_file_is_one_line_and_nothing_is_written(stopped_run, case, tmp_path):
+    """Every field of the resume file (round state, RNG states, weights, stored settings) is
+    checked before it is used: one line naming the bad one, the run dir as it was."""
+    import shutil
+
+    from litlab.errors import UserError
+
+    run = tmp_path / "run"
+    shutil.copytree(stopped_run, run)
+    last = run / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=True)
+    edit, named = GARBAGE[case]
+    edit(ckpt)
+    torch.save(ckpt, last)
+    (run / "global.ckpt").unlink()
+    (run / "global.ckpt").hardlink_to(last)
+    before = _files(run)
+    with pytest.raises(UserError) as err:
+        _run(run, [f"ckpt_path={run}"], small=False)
+    assert "\n" not in str(err.value) and named in str(err.value), str(err.value)
+    assert _files(run) == before
+
+
+@RESUME_FILES
+@pytest.mark.parametrize("link", ["metrics.json", "history.csv", "checkpoints"])
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_nothing_is_written_through_a_link_that_leaves_the_run_dir(
+    stopped_run, link, kind, tmp_path
+):
+    """A run dir whose file (or folder) is a link to elsewhere is refused before the resume
+    writes anything: the file outside is untouched."""
+    import shutil
+
+    from litlab.errors import UserError
+
+    run = tmp_path / "run"
+    shutil.copytree(stopped_run, run)
+    victim = tmp_path / "victim"
+    if link == "checkpoints":
+        if kind == "hardlink":
+            pytest.skip("folders have no hard links")
+        shutil.move(run / "checkpoints", victim)
+        (run / "checkpoints").symlink_to(victim)
+    else:
+        victim.write_text("secret")
+        (run / link).unlink(missing_ok=True)
+        if kind == "symlink":
+            (run / link).symlink_to(victim)
+        else:
+            (run / link).hardlink_to(victim)
+    before = _files(tmp_path)
+    with pytest.raises(UserError, match=r"a link to a file or folder outside it") as err:
+        _run(run, [f"ckpt_path={run}"], small=False)
+    assert "\n" not in str(err.value)
+    assert _files(tmp_path) == before

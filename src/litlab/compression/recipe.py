@@ -5,35 +5,87 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from litlab.checkpointing.trust import shown
+from litlab.errors import UserError
+
+#: keys of a compress run's stored config that are not this command's to match: where things
+#: are, what only the command line says (trust, callbacks, logger: built, never from a file),
+#: and the step's own model and data (rebuilt from the checkpoint itself)
+FREE = tuple(
+    (k,)
+    for k in (
+        *("paths", "hydra", "extras", "tags", "task_name", "threads", "ckpt_path"),
+        *("trust_checkpoint", "callbacks", "logger", "model", "data", "compress_step"),
+    )
+)
+#: what a resumed step takes from its run unless this command sets it otherwise
+ROOTS = ("compress", "seed", "data_overrides", "trainer", "report")
+TARGETS = {"trainer": (("lightning.pytorch", "Trainer"),)}
+
 
 def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
-    """`ckpt_path=last` (or the last.ckpt of a compress run's training): the steps, source
-    checkpoint and data of that run, and which step resumes from which checkpoint. As with
-    train.py, trainer/callbacks/logger come from the command line (repeat your overrides)."""
-    from omegaconf import open_dict
-
+    """`ckpt_path=last` (or the last.ckpt of a compress run's training): the run's own steps,
+    source checkpoint, data overrides, seed, trainer and report settings (where this command
+    sets none; one it sets otherwise is refused), and which step resumes from which
+    checkpoint. Callbacks and logger come from the command line, as with train.py."""
+    from litlab.checkpointing import run_settings
     from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
     from litlab.checkpointing.trust import check
 
+    source = str(cfg.ckpt_path)
     ckpt = load(cfg.ckpt_path, mmap=True)  # one line if not litlab's
     stored = ckpt[CONFIG_KEY]
     if not cfg.get("trust_checkpoint"):  # its steps, model and source are built from it
-        check(stored, str(cfg.ckpt_path))
-    check_callback_states(ckpt, str(cfg.ckpt_path))  # a resumed fine-tuning restores them
-    if stored.get("task_name") != "compress" or "compress_step" not in stored:
+        check(stored, source)
+    check_callback_states(ckpt, source)  # a resumed fine-tuning restores them
+    if not isinstance(stored, dict) or stored.get("task_name") != "compress":
         return cfg, None
-    resume = {"path": str(cfg.ckpt_path), "step": stored["compress_step"], "model": stored["model"]}
-    with open_dict(cfg):
-        cfg.compress, cfg.ckpt_path = stored["compress"], stored["ckpt_path"]
-        cfg.data_overrides, cfg.seed = stored["data_overrides"], stored["seed"]
+    if "compress_step" not in stored:
+        return cfg, None
+    check(stored, source)  # a resume file is data, trusted or not: plain values
+    run_settings.check_links(cfg.paths.output_dir, source)  # it writes there: no way out
+    resume = {"path": source, "step": stored["compress_step"], "model": stored.get("model")}
+    _own_settings(cfg, stored, source)
+    if not (
+        type(resume["step"]) is int and 1 <= resume["step"] <= len(cfg.compress)
+    ) or not isinstance(resume["model"], dict):
+        raise UserError(
+            f"ckpt_path={shown(source, 200)}: its compress_step={shown(resume['step'])} is not "
+            f"a step of its chain {list(cfg.compress)}, or it holds no model; it is not a "
+            "checkpoint compress.py wrote"
+        )
     print(
         f"resuming step {resume['step']} ({list(cfg.compress)[resume['step'] - 1]}) of the "
         f"compress run of {cfg.ckpt_path}",
         flush=True,
     )
     return cfg, resume
+
+
+def _own_settings(cfg: DictConfig, stored: dict, source: str) -> None:
+    """The run's settings into `cfg` (`run_settings.adopt`), its source checkpoint as
+    `ckpt_path`, all checked again as this command's own: a bad one is the file's, said so."""
+    from litlab.checkpointing import run_settings
+    from litlab.compression.settings import CompressSettings
+    from litlab.config.validate import entry_config
+
+    run_settings.adopt(cfg, stored, source, ROOTS, TARGETS, free=FREE)
+    theirs = stored.get("ckpt_path")
+    if not isinstance(theirs, str) or not theirs.endswith(".ckpt"):
+        raise UserError(
+            f"ckpt_path={shown(source, 200)}: its ckpt_path={shown(theirs)} is not a checkpoint "
+            "file; it is not a checkpoint compress.py wrote"
+        )
+    with open_dict(cfg):
+        if isinstance(stored.get("compress"), dict):  # whole: its keys are the chain's order
+            cfg.compress = stored["compress"]
+        cfg.ckpt_path = theirs
+    try:
+        entry_config(cfg, CompressSettings)
+    except UserError as err:
+        raise UserError(f"ckpt_path={shown(source, 200)}: the run to resume has {err}") from None
 
 
 def compress(cfg: DictConfig) -> list[dict]:

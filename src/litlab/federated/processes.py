@@ -1,7 +1,9 @@
 """Ray's processes for one federated run: started, stopped on a signal, never left behind.
 
 - Every process of the run carries a mark in its environment (`watchdog.MARK`, a fresh id):
-  Ray's GCS, raylet, agents and workers inherit it, also the ones Ray re-parents to init.
+  Ray's GCS, raylet and workers inherit it, also the ones Ray re-parents to init; its agents,
+  whose environment /proc no longer shows, are known as the driver's descendants
+  (`watchdog.Tree`).
 - A watchdog process ends the marked processes when the driver dies, whatever killed it
   (`kill -9` included), and at every normal end the driver ends them itself.
 - SIGTERM and Ctrl-C (SIGINT) end the round in progress at once: the rounds already finished
@@ -24,7 +26,7 @@ import uuid
 from pathlib import Path
 
 from litlab.errors import UserError, one_line
-from litlab.federated.watchdog import MARK, end_marked
+from litlab.federated.watchdog import MARK, Tree, end_marked
 
 
 class RayDidNotStart(UserError):
@@ -57,14 +59,21 @@ def marked_run():
         stdin=subprocess.DEVNULL,
         env={k: v for k, v in os.environ.items() if k != MARK},
     )
-    exclude = {os.getpid(), watchdog.pid}
+    import psutil
+
+    # Ray's agents show no environment (no mark): known by descent from this process, but for
+    # the children it had before Ray (they are not the run's to end)
+    tree = Tree(os.getpid())
+    exclude = {os.getpid(), watchdog.pid, *(p.pid for p in psutil.Process().children(True))}
 
     def end() -> None:
-        end_marked(mark, exclude, grace_s=3.0)
+        tree.seen()
+        end_marked(mark, exclude, grace_s=3.0, tree=tree)
 
     try:
         yield end
     finally:
+        tree.seen()  # before ray.shutdown re-parents the agents to init
         with contextlib.suppress(Exception):
             import ray
 

@@ -53,6 +53,37 @@ def _without_selection(cfg: DictConfig) -> None:
         log.info("federate: callbacks %s left out (clients do not validate)", ", ".join(dropped))
 
 
+def _own_settings(cfg: DictConfig) -> tuple[dict, dict]:
+    """A resume continues the run as it was started (`python src/federate.py ckpt_path=<run
+    dir>`, as printed on a stop): its checkpoint and round state, checked as data, and its
+    settings taken into `cfg` where this command does not set them (`state.own_settings`)."""
+    from litlab.checkpointing import run_settings
+    from litlab.federated import state
+
+    path = Path(cfg.ckpt_path)
+    run_settings.check_links(cfg.paths.output_dir, str(path))  # it writes there: no way out
+    ckpt, resumed = state.load(path)
+    taken = state.own_settings(cfg, ckpt, str(path), path.parents[1])
+    if taken:
+        log.info("federate: from the run to resume: %s", ", ".join(taken))
+    return ckpt, resumed
+
+
+def _check_taken(cfg: DictConfig, resumed: dict):
+    """The settings taken from the run, checked as this command's own (the command's were,
+    before): a bad one is the file's, said so in one line."""
+    try:
+        f = check(cfg)
+    except UserError as err:
+        raise UserError(f"ckpt_path={cfg.ckpt_path}: the run to resume has {err}") from None
+    if resumed["round"] > f.rounds:
+        raise UserError(
+            f"ckpt_path={cfg.ckpt_path}: its round state (round {resumed['round']}) is past "
+            f"the run's federate.rounds={f.rounds}"
+        )
+    return f
+
+
 def _strategy(cfg: DictConfig):
     """Flower's strategy from config (federate.strategy._target_), DP-wrapped on request. It
     trains every node it is shown: rounds.py shows it the round's sampled clients."""
@@ -111,11 +142,14 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt
     resume.resolve_checkpoint(cfg)
     f = check(cfg)
+    ckpt, resumed = (None, None) if cfg.get("ckpt_path") is None else _own_settings(cfg)
+    if resumed is not None:
+        f = _check_taken(cfg, resumed)
     import json
 
     import lightning as L
 
-    from litlab.checkpointing.run_config import CONFIG_KEY, RunConfigInCheckpoint
+    from litlab.checkpointing.run_config import RunConfigInCheckpoint
     from litlab.config import build
     from litlab.federated import outputs, processes, state
     from litlab.federated.client import make_client_app
@@ -124,7 +158,6 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     from litlab.recipes import report
 
     out = Path(cfg.paths.output_dir)
-    report.apply_extras(cfg)
     if not f.verbose:
         # Flower logs each failed client's traceback; litlab logs one line per failure
         logging.getLogger("flwr").setLevel(logging.CRITICAL)
@@ -133,10 +166,20 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)  # data/model mismatch: one line, before any work
+    if resumed is not None:  # weights that do not fit: one line, before anything is written
+        state.load_weights(model, ckpt, cfg.ckpt_path)
+    report.apply_extras(cfg)
     datamodule.prepare_data()
     if hasattr(datamodule, "setup"):
         datamodule.setup("fit")
     parts, counts = _partitions(datamodule, f)
+    if resumed is not None and resumed["partitions"] != state.digest(
+        parts["train"] + parts["heldout"]
+    ):
+        raise UserError(
+            f"ckpt_path={cfg.ckpt_path}: the partitions differ from the run's "
+            "(its data changed?); resuming would not continue the same run"
+        )
     outputs.write_class_histogram(out, counts)
 
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -144,16 +187,8 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     recorded = Recorded(strategy)
     metric, mode = str(cfg.model.monitor).split("/", 1)[-1], str(cfg.model.monitor_mode)
     clients = ClientEvaluation(metric, mode) if f.client_eval else None
-    start, saved, resumed = 1, None, None
-    if cfg.get("ckpt_path") is not None:
-        ckpt, resumed = state.load(Path(cfg.ckpt_path))
-        state.check_same_run(ckpt[CONFIG_KEY], config, Path(cfg.ckpt_path).parents[1])
-        if resumed.get("partitions") != state.digest(parts["train"] + parts["heldout"]):
-            raise UserError(
-                f"ckpt_path={cfg.ckpt_path}: the partitions differ from the run's "
-                "(its data changed?); resuming would not continue the same run"
-            )
-        model.load_state_dict(ckpt["state_dict"])
+    start, saved = 1, None
+    if resumed is not None:
         if f.compression == "topk":
             log.warning(
                 "compression=topk: the clients' unsent residuals were in the stopped run's "
@@ -224,7 +259,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
             return f"interrupted ({signame}) before round 1 ended: nothing to resume"
         return (
             f"interrupted ({signame}): rounds up to {done} of {f.rounds} are saved in {out}; "
-            f"resume with: python src/federate.py ckpt_path={out}"
+            f"resume with: {state.resume_command(out)}"
         )
 
     started = time.time()

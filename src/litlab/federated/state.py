@@ -16,15 +16,70 @@ import hashlib
 import os
 import random
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from litlab.errors import UserError
+from litlab.checkpointing.run_config import CONFIG_KEY
+from litlab.checkpointing.trust import shown
+from litlab.errors import UserError, one_line
 
 STATE_KEY = "litlab_federated"
 #: keys of the run config that may differ on resume: they do not change what is computed
-FREE_KEYS = ("paths", "hydra", "extras", "ckpt_path", "tags", "task_name", "threads")
-FREE_FEDERATE_KEYS = ("verbose", "backend")
+FREE = (
+    *((k,) for k in ("paths", "hydra", "extras", "ckpt_path", "tags", "task_name", "threads")),
+    ("federate", "verbose"),
+    ("federate", "backend"),
+)
+#: the settings a resume takes from the run (unless this command sets them otherwise)
+ROOTS = ("data", "model", "trainer", "federate", "seed", "optimized_metric")
+#: the targets a resumed run's file may set outside data and model: the kind built there
+TARGETS = {
+    "trainer": (("lightning.pytorch", "Trainer"),),
+    "federate.strategy": (("flwr.serverapp.strategy", "Strategy"),),
+}
+MAX_ROUNDS = 1_000_000
+Count = Annotated[int, Field(ge=0, le=10**15)]
+Metrics = dict[Annotated[str, Field(max_length=200)], float]
+
+
+class _Plain(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class RoundRecord(_Plain):
+    """One finished round, as `server.Recorded` writes it."""
+
+    round: Annotated[int, Field(ge=1, le=MAX_ROUNDS)]
+    clients: Count
+    failed: Count
+    failures: Annotated[str, Field(max_length=1_000_000)]
+    bytes_sent: Count
+    bytes_uncompressed: Count
+    train_s: Annotated[float, Field(ge=0, le=1e9)]
+
+
+class RunState(_Plain):
+    """What `save` stores under STATE_KEY: every round up to `round` recorded and tested."""
+
+    round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
+    rounds: list[RoundRecord]
+    central: dict[int, Metrics]
+    clients: dict[int, Metrics] = {}
+    partitions: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    rng: dict[Literal["python", "numpy", "torch"], Any]
+
+    @model_validator(mode="after")
+    def _every_round(self):
+        done = list(range(1, self.round + 1))
+        if [r.round for r in self.rounds] != done:
+            raise ValueError(f"rounds are not the rounds 1 to {self.round}")
+        if sorted(self.central) != [0, *done]:
+            raise ValueError(f"central holds not the rounds 0 to {self.round}")
+        if not set(self.clients) <= set(done) or len(self.rng) != 3:
+            raise ValueError("clients or rng hold other entries")
+        return self
 
 
 def digest(parts: list[list[int]]) -> str:
@@ -81,56 +136,101 @@ def save(trainer, run_dir: Path, state: dict) -> Path:
 
 
 def load(path: Path) -> tuple[dict, dict]:
-    """(checkpoint, federated state) of a run to resume; one line when it is not one."""
+    """(checkpoint, federated state) of a run to resume; one line when it is not one. The
+    state is data: its fields are checked (`RunState`, `_check_rng`) before any is used."""
     from litlab.checkpointing.load import load as load_checkpoint
 
     ckpt = load_checkpoint(path)
     state = ckpt.get(STATE_KEY)
     if not isinstance(state, dict) or not isinstance(state.get("round"), int):
         raise UserError(f"ckpt_path={path} is not a federated run's checkpoint (no round state)")
+    try:
+        RunState.model_validate(state)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        what = f"{where}={shown(first.get('input'), 60)}: " if where else ""
+        raise UserError(
+            f"ckpt_path={path}: its round state is not one federate.py writes ({what}"
+            f"{first['msg'].removeprefix('Value error, ')})"
+        ) from None
+    _check_rng(state["rng"], path)
     return ckpt, state
 
 
-def check_same_run(stored: dict, current: dict, run_dir: Path) -> None:
-    """Resuming with other settings would not continue the same run: refused in one line,
-    naming the first key that differs and the overrides the run was started with."""
+def load_weights(model, ckpt: dict, path) -> None:
+    """The global model's weights; one line when they are not this model's."""
+    try:
+        model.load_state_dict(ckpt["state_dict"])
+    except Exception as err:  # noqa: BLE001  (torch: RuntimeError, TypeError, KeyError...)
+        raise UserError(
+            f"ckpt_path={path}: its weights do not fit the run's model ({one_line(err)})"
+        ) from None
 
-    def relevant(c: dict) -> dict:
-        out = {k: v for k, v in c.items() if k not in FREE_KEYS}
-        fed = out.get("federate")
-        if isinstance(fed, dict):
-            out["federate"] = {k: v for k, v in fed.items() if k not in FREE_FEDERATE_KEYS}
-        return out
 
-    key = _first_difference(relevant(stored), relevant(current))
-    if key is None:
-        return
-    overrides = run_dir / ".hydra" / "overrides.yaml"
-    started = ""
-    if overrides.is_file():
-        from omegaconf import OmegaConf
+def _check_rng(rng: dict, path) -> None:
+    """The RNG states, set on throwaway generators: the libraries' own checks, no global one
+    touched (a resume sets the real ones just before its first round)."""
+    import torch
 
-        args = [a for a in OmegaConf.load(overrides) if not str(a).startswith("ckpt_path=")]
-        started = f" (it was started with: {' '.join(map(str, args)) or 'no overrides'})"
-    raise UserError(
-        f"ckpt_path: {key} is {_at(stored, key)!r} in the run to resume, {_at(current, key)!r} "
-        f"here; resume with the run's own settings{started}"
+    try:
+        random.Random().setstate(_tuples(rng["python"]))
+        kind, keys, pos, has_gauss, cached = rng["numpy"]
+        np.random.RandomState().set_state(
+            (kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached)
+        )
+        torch.Generator().set_state(rng["torch"])
+    except Exception as err:  # noqa: BLE001  (each library raises its own kind)
+        raise UserError(
+            f"ckpt_path={path}: its RNG state is not one federate.py wrote ({one_line(err)}); "
+            "a resume would not continue the same run"
+        ) from None
+
+
+def own_settings(cfg, ckpt: dict, source: str, run_dir: Path) -> list[str]:
+    """The run's own settings into `cfg` (`run_settings.adopt`): its stored config is checked
+    as data first, its data folders moved to this command's data dir (`data_folders`).
+    Returns the keys taken from the run."""
+    from flwr.serverapp.strategy import Strategy  # noqa: F401  (imported: its subclasses match)
+
+    from litlab.checkpointing import data_folders, run_settings, trust
+
+    stored = ckpt[CONFIG_KEY]
+    trust.check(stored, source)  # plain data, only the kinds of targets built from a file
+    explicit = run_settings.explicit_keys() or []
+    mine = tuple(k[1] for k in explicit if len(k) == 2 and k[0] == "data")
+    stored = data_folders.here(stored, cfg.paths.data_dir, source, overridden=mine)
+    return run_settings.adopt(
+        cfg, stored, source, ROOTS, TARGETS, free=FREE, started=_started(run_dir)
     )
 
 
-def _first_difference(a, b, prefix: str = "") -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b), key=str):
-            if str(k).endswith("_dir") or str(k).endswith("_file"):
-                continue  # where things are, not what is computed
-            found = _first_difference(a.get(k), b.get(k), f"{prefix}{k}.")
-            if found:
-                return found
-        return None
-    return None if a == b else prefix.rstrip(".")
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes the run, as a stop prints it: its run dir, and the `paths.*`
+    this command was given (a run outside the default log dir is refused without them)."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+
+    where = []
+    if HydraConfig.initialized():
+        task = HydraConfig.get().overrides.task
+        where = [str(o) for o in task if str(o).lstrip("+").startswith("paths.")]
+    args = [f"ckpt_path={run_dir}", *where]
+    return " ".join(["python src/federate.py", *map(shlex.quote, args)])
 
 
-def _at(c: dict, key: str):
-    for part in key.split("."):
-        c = c.get(part) if isinstance(c, dict) else None
-    return c
+def _started(run_dir: Path) -> str:
+    """`(it was started with: ...)` from the run's .hydra/overrides.yaml: a file of the run,
+    read as data (a list of short strings) or left out."""
+    import yaml
+
+    path = Path(run_dir) / ".hydra" / "overrides.yaml"
+    try:
+        args = yaml.safe_load(path.read_text()[:20_000]) if path.is_file() else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return ""
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return ""
+    args = [a for a in args if not a.startswith("ckpt_path=")]
+    return f" (it was started with: {shown(' '.join(args), 300) or 'no overrides'})"

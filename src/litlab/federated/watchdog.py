@@ -1,8 +1,12 @@
 """The watchdog of a federated run: `python watchdog.py <driver pid> <mark>`, started by the
-driver before Ray. When the driver is gone (`kill -9`, a crash, or its own exit), it ends every
-process that carries the run's mark in its environment (Ray's GCS, raylet, agents and
-workers: they all inherit it), then exits. Ray's processes outlive a killed driver otherwise
-(DashboardAgent and RuntimeEnvAgent were seen re-parented to init).
+driver before Ray. When the driver is gone (`kill -9`, a crash, a signal, or its own exit), it
+ends every process of the run, then exits. Ray's processes outlive a killed driver otherwise
+(DashboardAgent and RuntimeEnvAgent, re-parented to init, lived about two more minutes).
+
+A process of the run is one that carries the run's mark in its environment (Ray's GCS, raylet
+and workers inherit it) or one the watchdog saw descend from the driver (`Tree`): Ray's agents
+set their process title over their environment's memory, so /proc shows them no environment
+(no mark) once they run, and when the raylet dies they are re-parented to init.
 
 Standalone on purpose (imports psutil only, not litlab): it starts in ~0.1 s, in its own
 session, so a Ctrl-C sent to the terminal's process group does not end it before its work.
@@ -14,6 +18,42 @@ import time
 
 MARK = "LITLAB_FEDERATE_RUN"
 POLL_S = 0.5
+
+
+class Tree:
+    """The driver's descendants as seen so far (pid -> start time: a reused pid is not
+    theirs), `seen()` every poll while the driver lives."""
+
+    def __init__(self, root: int):
+        self.root, self.known = root, {}
+
+    def seen(self) -> None:
+        import psutil
+
+        try:
+            children = psutil.Process(self.root).children(recursive=True)
+        except psutil.Error:
+            return
+        for p in children:
+            try:
+                self.known.setdefault(p.pid, p.create_time())
+            except psutil.Error:
+                continue
+
+    def alive(self, exclude: set[int]) -> list:
+        """The known descendants that still run (their own descendants too)."""
+        import psutil
+
+        found = {}
+        for pid, started in self.known.items():
+            try:
+                p = psutil.Process(pid)
+                if pid not in exclude and p.create_time() == started:
+                    found[pid] = p
+                    found.update((c.pid, c) for c in p.children(recursive=True))
+            except psutil.Error:
+                continue
+        return [p for pid, p in found.items() if pid not in exclude]
 
 
 def marked(mark: str, exclude: set[int]) -> list:
@@ -32,15 +72,18 @@ def marked(mark: str, exclude: set[int]) -> list:
     return found
 
 
-def end_marked(mark: str, exclude: set[int], grace_s: float = 3.0) -> int:
-    """SIGTERM, then SIGKILL after `grace_s`, to every marked process; repeated until none is
-    left (a dying raylet may start nothing new, but a worker may be mid-start). Returns how
-    many were ended."""
+def end_marked(mark: str, exclude: set[int], grace_s: float = 3.0, tree: Tree | None = None):
+    """SIGTERM, then SIGKILL after `grace_s`, to every marked process and every one of `tree`;
+    repeated until none is left (a dying raylet may start nothing new, but a worker may be
+    mid-start). Returns how many were ended."""
     import psutil
 
     ended = 0
     for _ in range(5):
-        left = marked(mark, exclude)
+        left = {p.pid: p for p in marked(mark, exclude)}
+        if tree is not None:
+            left.update((p.pid, p) for p in tree.alive(exclude) if p.pid not in left)
+        left = list(left.values())
         if not left:
             break
         ended += len(left)
@@ -66,7 +109,9 @@ def main(driver: int, mark: str) -> None:
         started = psutil.Process(driver).create_time()
     except psutil.Error:
         started = None
+    tree = Tree(driver)
     while True:
+        tree.seen()
         try:
             alive = (
                 started is not None
@@ -78,7 +123,7 @@ def main(driver: int, mark: str) -> None:
         if not alive:
             break
         time.sleep(POLL_S)
-    end_marked(mark, {os.getpid()})
+    end_marked(mark, {os.getpid()}, tree=tree)
 
 
 if __name__ == "__main__":
