@@ -481,6 +481,6 @@ def test_a_compress_resume_writes_nothing_through_a_link_leaving_its_run(compres
     victim = tmp_path / "victim.md"
     victim.write_text("secret")
     (run / "compress_report.md").symlink_to(victim)
-    with pytest.raises(UserError, match="a link to a file or folder outside it"):
+    with pytest.raises(UserError, match="outside the run dir, and litlab writes nothing through a link"):
         run_entry("compress", [f"ckpt_path={run}", f"paths.log_dir={tmp_path / 'logs'}"], compress)
     assert victim.read_text() == "secret"

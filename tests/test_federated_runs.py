@@ -50,7 +50,8 @@ def test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit(tmp_path):
     expected = _run(whole, overrides)
     _check_client_evaluation(_history(whole), expected)
 
-    stopped = tmp_path / "stopped"
+    logs = tmp_path / "logs"  # where `ckpt_path=last` finds it
+    stopped = logs / "federate" / "runs" / "2026-01-01_00-00-00"
     with pytest.raises(Stopped):
         _run(stopped, overrides, stop_in_round=3)
     assert [r["round"] for r in _history(stopped)] == ["0", "1", "2"]
@@ -67,9 +68,10 @@ def test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit(tmp_path):
     assert "\n" not in str(refused.value)
     assert [r["round"] for r in _history(stopped)] == ["0", "1", "2"]  # untouched
 
-    # as the stop prints it: no other setting given, the run's own are taken (4 rounds of 3
-    # clients, 3 batches each), not federate.yaml's defaults
-    resumed = _run(stopped, [f"ckpt_path={stopped}", "extras.print_config=false"], small=False)
+    # as README's `ckpt_path=last` (the stop prints the run dir): no other setting given, the
+    # run's own are taken (4 rounds of 3 clients, 3 batches each), not federate.yaml's defaults
+    last = ["ckpt_path=last", f"paths.log_dir={logs}", "extras.print_config=false"]
+    resumed = _run(stopped, last, small=False)
     assert resumed == expected  # final test metrics and client evaluation, exactly
     a, b = _weights(whole), _weights(stopped)
     assert a.keys() == b.keys()
@@ -285,7 +287,7 @@ def test_nothing_is_written_through_a_link_that_leaves_the_run_dir(
         else:
             (run / link).hardlink_to(victim)
     before = _files(tmp_path)
-    with pytest.raises(UserError, match=r"a link to a file or folder outside it") as err:
+    with pytest.raises(UserError, match=r"outside the run dir, and litlab writes nothing through a link") as err:
         _run(run, [f"ckpt_path={run}"], small=False)
     assert "\n" not in str(err.value)
     assert _files(tmp_path) == before

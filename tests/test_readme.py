@@ -105,7 +105,7 @@ COVERED = {
     "python src/federate.py -m federate.alpha=0.1,0.5,1.0": "test_federated_ray.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
     "python src/federate.py federate/strategy=fedprox federate.strategy.proximal_mu=0.1": "test_federated_ray.py::test_a_federated_sweep_with_fedprox_and_int8_gives_the_usual_summary",
     "python src/federate.py federate.partition=iid federate.compression=int8": "test_federated_ray.py::test_simulation_records_a_failing_client_and_leaves_no_process",
-    "python src/federate.py ckpt_path=last": "test_federated_ray.py::test_sigterm_saves_the_finished_rounds_and_ckpt_path_last_finishes_the_same_run",
+    "python src/federate.py ckpt_path=last": "test_federated_runs.py::test_a_stopped_run_resumes_to_the_same_global_weights_bit_for_bit",
 }
 # needs hardware or set-up this suite cannot have: composed only (test_every_train_command_composes)
 NOT_RUN = {

@@ -7,26 +7,38 @@ it (called with the run dir's location checks, `recipes.run_dir.check_location`)
 `atomic_io` refuses a checkpoint folder that links out while a run goes."""
 
 import os
+import stat
 from pathlib import Path
 
 from litlab.errors import UserError
 
 
-def links_out(run: Path) -> tuple[Path, Path] | None:
-    """(link, where it leads) of the first symbolic link inside `run` whose target lies
-    outside it, else None: a resumed run writes its checkpoints, logs and config records into
+def links_out(run: Path) -> tuple[Path, Path | None] | None:
+    """(link, where it leads; None for a hard link) of the first way out of `run`, else None: a symbolic link inside
+    it whose target lies outside it, or a file hard-linked from elsewhere (it has more names
+    than the run dir holds). A resumed run writes its checkpoints, logs and config records into
     its folders, and must never write (nor rewrite or delete old checkpoints) through one."""
     root = Path(run).resolve()
+    names: dict[tuple, list] = {}  # (device, inode) -> [link count, paths in the run dir...]
     for folder, dirs, files in os.walk(root):  # a linked folder is listed, never entered
         for name in sorted([*dirs, *files]):
             path = Path(folder) / name
-            if path.is_symlink():
+            try:
+                st = path.lstat()
+            except OSError:  # gone meanwhile
+                continue
+            if stat.S_ISLNK(st.st_mode):
                 try:
                     target = path.resolve()
                 except (OSError, RuntimeError):  # a loop of links: leads nowhere inside
                     return path, Path(os.readlink(path))
                 if target != root and root not in target.parents:
                     return path, target
+            elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                names.setdefault((st.st_dev, st.st_ino), [st.st_nlink]).append(path)
+    for count, *paths in names.values():
+        if len(paths) < count:
+            return paths[0], None  # where its other names are is not known
     return None
 
 
@@ -37,8 +49,9 @@ def check_links(run: Path) -> None:
     if found is not None:
         link, target = found
         raise UserError(
-            f"cannot resume {run}: {link.relative_to(Path(run).resolve())} is a symbolic link "
-            f"to {target}, outside the run dir, and litlab writes nothing through a link that "
+            f"cannot resume {run}: {link.relative_to(Path(run).resolve())} is "
+            + (f"a symbolic link to {target}" if target else "a hard link to a file elsewhere")
+            + ", outside the run dir, and litlab writes nothing through a link that "
             f"leaves its run dir; replace the link with the folder's contents, or start a new "
             f"run from its checkpoint: ckpt_path={Path(run) / 'checkpoints' / 'last.ckpt'}"
         )

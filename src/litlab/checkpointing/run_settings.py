@@ -169,38 +169,3 @@ def adopt(cfg, stored: dict, source: str, roots, targets: dict, free=(), started
     for path in adopted:
         _set(cfg, path, _at(stored, path))
     return [dotted(p) for p in adopted]
-
-
-def link_leaving(run_dir) -> str | None:
-    """A path in `run_dir` through which a write would land outside it: a symbolic link
-    whose target is elsewhere, or a file hard-linked from elsewhere (it has more names than
-    the run dir holds). A resumed run writes into its run dir: checked before it does."""
-    import os
-    import stat
-
-    root = os.path.realpath(run_dir)
-    names: dict[tuple, list] = {}
-    for folder, dirs, files in os.walk(root):  # links to folders are listed, not followed
-        for name in (*dirs, *files):
-            path = os.path.join(folder, name)
-            try:
-                st = os.lstat(path)
-            except OSError:  # gone meanwhile
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                if os.path.commonpath([root, os.path.realpath(path)]) != root:
-                    return path
-            elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                names.setdefault((st.st_dev, st.st_ino), [st.st_nlink]).append(path)
-    return next((p[1] for p in names.values() if len(p) - 1 < p[0]), None)
-
-
-def check_links(run_dir, source: str) -> None:
-    """One line, before anything is written, when `link_leaving` finds a way out."""
-    path = link_leaving(run_dir)
-    if path is not None:
-        raise UserError(
-            f"ckpt_path={trust.shown(source, 200)}: the run dir holds {trust.shown(path, 200)}, "
-            "a link to a file or folder outside it; litlab writes nothing through it (remove "
-            "the link)"
-        )

@@ -28,7 +28,7 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     source checkpoint, data overrides, seed, trainer and report settings (where this command
     sets none; one it sets otherwise is refused), and which step resumes from which
     checkpoint. Callbacks and logger come from the command line, as with train.py."""
-    from litlab.checkpointing import run_settings
+    from litlab.checkpointing import links
     from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
@@ -45,7 +45,7 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     if "compress_step" not in stored:
         return cfg, None
     check(stored, source)  # a resume file is data, trusted or not: plain values
-    run_settings.check_links(cfg.paths.output_dir, source)  # it writes there: no way out
+    links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
     resume = {"path": source, "step": stored["compress_step"], "model": stored.get("model")}
     _own_settings(cfg, stored, source)
     if not (

@@ -57,11 +57,11 @@ def _own_settings(cfg: DictConfig) -> tuple[dict, dict]:
     """A resume continues the run as it was started (`python src/federate.py ckpt_path=<run
     dir>`, as printed on a stop): its checkpoint and round state, checked as data, and its
     settings taken into `cfg` where this command does not set them (`state.own_settings`)."""
-    from litlab.checkpointing import run_settings
+    from litlab.checkpointing import links
     from litlab.federated import state
 
     path = Path(cfg.ckpt_path)
-    run_settings.check_links(cfg.paths.output_dir, str(path))  # it writes there: no way out
+    links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
     ckpt, resumed = state.load(path)
     taken = state.own_settings(cfg, ckpt, str(path), path.parents[1])
     if taken:
