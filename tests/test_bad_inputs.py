@@ -205,7 +205,11 @@ def test_bad_eval_command(overrides, words, fake, tmp_path, capfd):
 SLOW = pytest.mark.slow  # more of the same mechanism: .ci/run's second stage
 SWEEPS = [
     (["seed=1,2,-5"], ["job 2 of the sweep (seed=-5): seed=-5", "4294967295"]),
-    (["model.optimizer.lr=0.01,inf"], ["job 1 of the sweep (model.optimizer.lr=inf)", "<= 10"]),
+    pytest.param(
+        ["model.optimizer.lr=0.01,inf"],
+        ["job 1 of the sweep (model.optimizer.lr=inf)", "<= 10"],
+        marks=SLOW,
+    ),
     pytest.param(
         ["trainer.max_epochs=1,0", "seed=1,2"],
         ["job 2 of the sweep (trainer.max_epochs=0 seed=1): trainer.max_epochs=0"],
@@ -216,17 +220,26 @@ SWEEPS = [
         ["job 1 of the sweep (data.batch_size=0)", "integer >= 1"],
         marks=SLOW,
     ),
-    (["model=cnn,nope"], ["job 1 of the sweep (model=nope): unknown option model=nope"]),
-    (["threads=1,100000"], ["job 1 of the sweep (threads=100000)", "from 1 to"]),
-    (["seed=1,2", "~data"], ["job 0 of the sweep (seed=1): data is required"]),
+    pytest.param(
+        ["model=cnn,nope"],
+        ["job 1 of the sweep (model=nope): unknown option model=nope"],
+        marks=SLOW,
+    ),
+    pytest.param(
+        ["threads=1,100000"], ["job 1 of the sweep (threads=100000)", "from 1 to"], marks=SLOW
+    ),
+    pytest.param(
+        ["seed=1,2", "~data"], ["job 0 of the sweep (seed=1): data is required"], marks=SLOW
+    ),
     pytest.param(
         ["model=resnet18", "model.optimizer.momentum=0.9,2"],
         ["job 1 of the sweep (model.optimizer.momentum=2)"],
         marks=SLOW,
     ),
-    (
+    pytest.param(
         ["trainer.accelerator=cpu", "trainer.precision=32-true,bf16-true"],
         ["job 1 of the sweep (trainer.precision=bf16-true)", "not supported on CPU"],
+        marks=SLOW,
     ),
     pytest.param(  # an Optuna search: the trials queued up front
         [

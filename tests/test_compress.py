@@ -457,8 +457,17 @@ COMPRESS_GARBAGE = {
 }
 
 
+COMPRESS_GARBAGE_FAST = ("step as text", "a trainer that is not one", "an interpolation")
+
+
 @RESUME
-@pytest.mark.parametrize("case", list(COMPRESS_GARBAGE))
+@pytest.mark.parametrize(  # one case of each class fast; the rest in the slow stage
+    "case",
+    [
+        pytest.param(c, marks=() if c in COMPRESS_GARBAGE_FAST else pytest.mark.slow)
+        for c in COMPRESS_GARBAGE
+    ],
+)
 def test_a_garbage_compress_resume_file_is_one_line_nothing_written(compress_run, case, tmp_path):
     from litlab.api import run as run_entry
     from litlab.compression.recipe import compress
@@ -481,6 +490,8 @@ def test_a_compress_resume_writes_nothing_through_a_link_leaving_its_run(compres
     victim = tmp_path / "victim.md"
     victim.write_text("secret")
     (run / "compress_report.md").symlink_to(victim)
-    with pytest.raises(UserError, match="outside the run dir, and litlab writes nothing through a link"):
+    with pytest.raises(
+        UserError, match="outside the run dir, and litlab writes nothing through a link"
+    ):
         run_entry("compress", [f"ckpt_path={run}", f"paths.log_dir={tmp_path / 'logs'}"], compress)
     assert victim.read_text() == "secret"

@@ -234,8 +234,18 @@ def _files(folder):
     return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
 
 
+GARBAGE_FAST = (
+    "huge round",
+    "an extra field",
+    "torch rng a float tensor",
+    "a strategy that is not one",
+)
+
+
 @RESUME_FILES
-@pytest.mark.parametrize("case", list(GARBAGE))
+@pytest.mark.parametrize(  # one case of each class fast; the rest in the slow stage
+    "case", [pytest.param(c, marks=() if c in GARBAGE_FAST else pytest.mark.slow) for c in GARBAGE]
+)
 def test_a_garbage_resume_file_is_one_line_and_nothing_is_written(stopped_run, case, tmp_path):
     """Every field of the resume file (round state, RNG states, weights, stored settings) is
     checked before it is used: one line naming the bad one, the run dir as it was."""
@@ -260,7 +270,9 @@ def test_a_garbage_resume_file_is_one_line_and_nothing_is_written(stopped_run, c
 
 
 @RESUME_FILES
-@pytest.mark.parametrize("link", ["metrics.json", "history.csv", "checkpoints"])
+@pytest.mark.parametrize(
+    "link", ["history.csv", pytest.param("metrics.json", marks=pytest.mark.slow), "checkpoints"]
+)
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
 def test_nothing_is_written_through_a_link_that_leaves_the_run_dir(
     stopped_run, link, kind, tmp_path
@@ -287,7 +299,9 @@ def test_nothing_is_written_through_a_link_that_leaves_the_run_dir(
         else:
             (run / link).hardlink_to(victim)
     before = _files(tmp_path)
-    with pytest.raises(UserError, match=r"outside the run dir, and litlab writes nothing through a link") as err:
+    with pytest.raises(
+        UserError, match=r"outside the run dir, and litlab writes nothing through a link"
+    ) as err:
         _run(run, [f"ckpt_path={run}"], small=False)
     assert "\n" not in str(err.value)
     assert _files(tmp_path) == before

@@ -225,6 +225,8 @@ FEDERATE = [
     (["~model.optimizer"], "model.optimizer is required by src/federate.py", 1),
     (["~federate.strategy"], "federate.strategy is required by src/federate.py", 1),
     (["model.optimizer.lr=inf"], "model.optimizer.lr=inf has the wrong type or value", 1),
+    (["federate.alpha=inf"], "federate.alpha=inf is not valid", 1),
+    (["federate.dp.noise_multiplier=nan"], "federate.dp.noise_multiplier=nan is not valid", 0),
 ]
 
 

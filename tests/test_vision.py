@@ -93,7 +93,7 @@ VISION_RUNS = {
 }
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [pytest.param(0, marks=pytest.mark.slow), 2])
 def test_an_image_gone_mid_run_is_one_line_with_loader_workers_too(tmp_path, num_workers):
     """An image deleted after the folder was checked: the loader's error is the one line that
     names the file, also from a DataLoader worker (torch rebuilds it there from a message of

@@ -21,7 +21,7 @@ LR_DECAYS = ("constant", "cosine")
 
 class _Strict(BaseModel):
     # unknown keys are typos: refused (the config is composed from YAML a user edits)
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class DpSettings(_Strict):
@@ -40,7 +40,7 @@ class ClientResources(_Strict):
 
 class RayInitArgs(_Strict):
     # other keys go to ray.init as they are (e.g. _temp_dir)
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
     num_cpus: PosInt = 2
     num_gpus: NonNegInt = 0
