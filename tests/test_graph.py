@@ -10,6 +10,7 @@ from litlab.config.compose import compose
 QUICK = ["logger=[]", "callbacks.model_summary=null", "callbacks.lr_monitor=null"]
 
 
+@pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_default_graph_needs_the_edges(cli):
     """`model=gnn` alone picks the synthetic graph; a GCN learns it, an MLP on the features
     alone cannot (one multirun: one interpreter start for both)."""

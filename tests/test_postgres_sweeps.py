@@ -115,6 +115,7 @@ def test_postgres_study_prunes_and_resumes_after_a_kill(postgres, tmp_path):
     assert [t.state.name for t in trials[:2]] == ["COMPLETE", "PRUNED"]
 
 
+@pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_unreachable_storage_is_one_line(tmp_path):
     """A server that is not there: one line naming the URL (password hidden), exit 2."""
     url = f"postgresql://user:secret@/db?host={tmp_path}"  # no server on this socket dir

@@ -92,6 +92,7 @@ def assert_same_as_reference(run: Path, ref_run: Path) -> None:
     assert not list((run / "checkpoints").glob("*.tmp")), "no temp file left behind"
 
 
+@pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_resume_after_kill_9_is_bit_identical(tmp_path, ref_run):
     """kill -9 mid-epoch, resume, kill -9 right after a checkpoint, resume: same weights."""
     logs = tmp_path / "logs"

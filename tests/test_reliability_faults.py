@@ -23,6 +23,7 @@ from test_reliability import (  # noqa: F401  (ref_run: a fixture)
 NO_IMPROVEMENT = ["callbacks.last_checkpoint.every_n_train_steps=0", "model.monitor_mode=min"]
 
 
+@pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_kill_after_an_epoch_without_improvement_resumes_from_that_epoch(tmp_path):
     logs = tmp_path / "logs"
     p = train(logs, *NO_IMPROVEMENT, fault=(12, "sigkill"))  # first batch of epoch 2

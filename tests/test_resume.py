@@ -66,6 +66,7 @@ def tensorboard_steps(run: Path, tag: str = "val/acc") -> list[int]:
     return steps
 
 
+@pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_continue_a_finished_run_then_branch_from_its_file(tmp_path):
     """3 epochs; `ckpt_path=last trainer.max_epochs=4` trains one more in the same run dir
     (TensorBoard continues: 4 validations, steps increasing); `ckpt_path=<file>

@@ -59,6 +59,7 @@ def test_other_settings_are_refused_naming_the_keys_and_both_ways_out(caplog):
     assert study.user_attrs["fixed_overrides"]["trainer.max_epochs"] == "3"  # the study's own
 
 
+@pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_the_command_line_refuses_before_any_trial(cli, tmp_path):
     folder = tmp_path / "logs" / "train" / "searches" / "digits_cnn"
     folder.mkdir(parents=True)

@@ -123,6 +123,7 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
     assert not any("LITLAB_OPTUNA_TRIAL" in o for o in overrides)  # the trial id is no override
 
 
+@pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_search_resumes_after_a_kill_without_rerunning_finished_trials(cli, tmp_path):
     log_dir = tmp_path / "logs"
     args = [*SEARCH, NO_PRUNING, "hydra.sweeper.n_trials=2"]
