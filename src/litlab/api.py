@@ -40,14 +40,8 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     out = cfg.hydra.runtime.output_dir
     end = run_end.RunEnd(out, config_name, cfg.hydra.overrides.task)
     try:
-        try:
-            threads.apply(task_cfg)  # as `cli.guard` does
-            result = recipe(task_cfg)
-        except BaseException as caught:
-            error = run_end.as_user_error(caught, out)  # a missing extra, a full disk
-            if error is None:
-                raise
-            raise error from caught
+        threads.apply(task_cfg)  # as `cli.guard` does
+        result = run_end.call(recipe, task_cfg, out)  # a missing extra, a full disk: one line
     except BaseException as err:  # removed, or kept marked failed, as `cli.guard` decides
         end.failed(err)  # a UserError may gain the command that resumes the run
         raise

@@ -123,15 +123,9 @@ def guard(fn):
         out = _output_dir()
         end = run_end.RunEnd(out, *_job(), sweep=_is_multirun())
         try:
-            try:
-                threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
-                _quiet_profiler_natives(cfg)
-                result = fn(cfg)
-            except BaseException as caught:
-                error = run_end.as_user_error(caught, out)  # a missing extra, a full disk
-                if error is None:
-                    raise
-                raise error from caught
+            threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
+            _quiet_profiler_natives(cfg)
+            result = run_end.call(fn, cfg, out)  # a missing extra, a full disk: one line
         except UserError as err:
             end.failed(err)  # may append the command that resumes the run
             if _full_errors():

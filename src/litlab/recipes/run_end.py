@@ -88,6 +88,18 @@ def as_user_error(caught: BaseException, out) -> UserError | None:
     return DiskFull(f"the disk is full ({full.strerror}) writing {where}: free space, {then}")
 
 
+def call(task, cfg, out):
+    """`task(cfg)`, its exception replaced by the one-line error it stands for where there is
+    one (`as_user_error`): both entry routes run their task through this."""
+    try:
+        return task(cfg)
+    except BaseException as caught:
+        error = as_user_error(caught, out)
+        if error is None:
+            raise
+        raise error from caught
+
+
 def _exit_code(err: BaseException) -> int:
     if isinstance(err, SystemExit):
         return err.code if isinstance(err.code, int) else 1
