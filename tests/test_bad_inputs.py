@@ -296,3 +296,22 @@ def test_bad_command_subprocess_fails_fast(script, overrides, tmp_path):
     assert elapsed < 60, f"{elapsed:.1f} s to reject a bad command"
     assert run_dirs(tmp_path, script[:-3]) == []
     assert not (tmp_path / script[:-3] / "multiruns").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides,words",
+    [  # job 0 is federate.py's default (its client epochs `auto`, resolved as the job resolves it)
+        (["federate.rounds=1,0"], ["job 1 of the sweep (federate.rounds=0)", "federate.rounds"]),
+        (
+            ["federate.alpha=0.5,-1", "federate/strategy=fedprox"],
+            ["job 1 of the sweep (federate.alpha=-1)", "federate.alpha"],
+        ),
+    ],
+)
+def test_bad_federate_sweep_job_is_refused_and_the_default_job_is_not(
+    overrides, words, tmp_path, capfd
+):
+    log_dir = tmp_path / "logs"
+    code, err = run_in_process("federate.py", ["hydra.mode=MULTIRUN", *overrides], log_dir, capfd)
+    _check(code, err, words, log_dir, "federate")
+    assert not (log_dir / "federate").exists(), "a sweep dir was made"

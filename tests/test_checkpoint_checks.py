@@ -364,6 +364,33 @@ def test_checkpoints_are_never_written_through_a_linked_folder(tmp_path):
     assert (run / "inside" / "last.ckpt").is_file()
 
 
+def test_wandbs_own_links_out_of_its_earlier_runs_do_not_stop_a_resume(tmp_path):
+    """wandb (offline too) links `wandb/offline-run-*/logs/debug-core.log` to ~/.cache/wandb and
+    never writes into an earlier start's folder again (a resume makes a new one): that link is
+    not a way out. The same folder, or `wandb` itself, linking out still is."""
+    from litlab.checkpointing.links import links_out
+
+    outside = tmp_path / "cache"
+    outside.mkdir()
+    (outside / "core-debug.log").write_text("log")
+    run = tmp_path / "run"
+    logs = run / "wandb" / "offline-run-20261202_010937-5e999b4d7780" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "debug-core.log").symlink_to(outside / "core-debug.log")
+    (run / "wandb" / "latest-run").symlink_to(logs.parent)
+    assert links_out(run) is None
+    (run / "wandb" / "debug-core.log").symlink_to(outside / "core-debug.log")  # not sealed
+    assert links_out(run)[0].name == "debug-core.log"
+    (run / "wandb" / "debug-core.log").unlink()
+    (run / "wandb" / "run-20261202_010937-x").symlink_to(outside)  # the folder itself
+    assert links_out(run)[0].name == "run-20261202_010937-x"
+    shutil.rmtree(run / "wandb" / "offline-run-20261202_010937-5e999b4d7780")
+    (run / "wandb" / "run-20261202_010937-x").unlink()
+    shutil.move(run / "wandb", tmp_path / "wandb-elsewhere")
+    (run / "wandb").symlink_to(tmp_path / "wandb-elsewhere")
+    assert links_out(run)[0].name == "wandb"
+
+
 @pytest.mark.parametrize(
     "case", ["NaN weight", pytest.param("extra huge tensor", marks=pytest.mark.slow)]
 )

@@ -263,11 +263,14 @@ def test_a_round_without_any_successful_client_ends_the_run(tmp_path):
         tmp_path, "federate.num_clients=2", "federate.rounds=3", "federate.fail_clients=[0,1]"
     )
     assert proc.returncode == 1
+    [run] = (tmp_path / "logs" / "federate" / "runs").iterdir()  # kept: it holds the round-0 model
     assert re.fullmatch(
         r"error: round 1: none of the 2 sampled clients succeeded \(client "
-        r"[01]: injected failure \(federate.fail_clients\)\)",
+        r"[01]: injected failure \(federate.fail_clients\)\); resume: python src/federate.py "
+        rf".*ckpt_path={re.escape(str(run))}",
         proc.stderr.strip(),
-    )
+    ), proc.stderr
+    assert (run / "failed.json").is_file()
     assert leftovers == []
 
 

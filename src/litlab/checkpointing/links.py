@@ -6,11 +6,23 @@ or deleted, there. `check_links` refuses such a run dir in one line before Hydra
 it (called with the run dir's location checks, `recipes.run_dir.check_location`);
 `atomic_io` refuses a checkpoint folder that links out while a run goes."""
 
+import fnmatch
 import os
 import stat
 from pathlib import Path
 
 from litlab.errors import UserError
+
+# Folders a logger wrote for one of its earlier starts and never writes into again: wandb makes
+# a new `wandb/offline-run-<time>-<id>` (or `run-...`) at every start, resumed runs included,
+# and links its core log from inside it to `~/.cache/wandb/logs`. Such a folder is checked
+# itself (a link out is refused) but not entered: nothing is written through what it holds.
+SEALED = ("wandb/run-*", "wandb/offline-run-*")
+
+
+def _sealed(root: Path, folder: Path) -> bool:
+    relative = folder.relative_to(root).as_posix()
+    return any(fnmatch.fnmatchcase(relative, pattern) for pattern in SEALED)
 
 
 def links_out(run: Path) -> tuple[Path, Path | None] | None:
@@ -36,6 +48,7 @@ def links_out(run: Path) -> tuple[Path, Path | None] | None:
                     return path, target
             elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                 names.setdefault((st.st_dev, st.st_ino), [st.st_nlink]).append(path)
+        dirs[:] = [d for d in dirs if not _sealed(root, Path(folder) / d)]  # checked, not entered
     for count, *paths in names.values():
         if len(paths) < count:
             return paths[0], None  # where its other names are is not known

@@ -239,7 +239,7 @@ def job_config(config_name: str, cfg: DictConfig) -> None:
     after training check their own settings when they start; their groups are checked here."""
     from litlab import threads
 
-    checks = {"train": train_config, "eval": eval_config, "federate": federate_config}
+    checks = {"train": train_config, "eval": eval_config, "federate": _federate_job}
     required.check(cfg, config_name if config_name in required.REQUIRED else "entry")
     threads.check(cfg.get("threads", "auto"))
     if config_name in checks:
@@ -251,6 +251,14 @@ def job_config(config_name: str, cfg: DictConfig) -> None:
         _trainer(c["trainer"])
     targets.walk_plain("", c)
     targets.walk("", {k: v for k, v in c.items() if k != "trainer"})
+
+
+def _federate_job(cfg: DictConfig) -> None:
+    """As federate.py checks a job when it starts: its `auto` values resolved first (a client's
+    epochs from the data's task kind), then every setting (`federated.recipe.check`)."""
+    from litlab.federated.recipe import check
+
+    check(cfg)
 
 
 def check_checkpoint_exists(path) -> None:
