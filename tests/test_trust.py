@@ -248,7 +248,7 @@ def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_p
     with open_dict(cfg):
         del cfg["hydra"]
     if name == "federate":  # as the recipe does before it stores the config
-        from litlab.federated.settings import resolve_auto
+        from litlab.config.federate_settings import resolve_auto
 
         resolve_auto(cfg)
     if name == "compress":  # a structured-pruning step's checkpoint: the net resized

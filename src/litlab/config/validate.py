@@ -150,7 +150,7 @@ def train_config(cfg: DictConfig) -> None:
 
 class FederateKeys(Settings):
     """federate.py's top-level keys besides the groups and `federate.*`
-    (`litlab.federated.settings`)."""
+    (`litlab.config.federate_settings`)."""
 
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
     seed: Seed = 42
@@ -163,7 +163,7 @@ class FederateKeys(Settings):
 
 def federate_config(cfg: DictConfig) -> None:
     """federate.py's data, model, clients' trainer and Flower strategy (the other federate.*
-    keys: `litlab.federated.settings`), before any data is read or Ray starts."""
+    keys: `litlab.config.federate_settings`), before any data is read or Ray starts."""
     required.check(cfg, "federate")
     _missing(cfg)
     c = _container(cfg)
@@ -254,11 +254,14 @@ def job_config(config_name: str, cfg: DictConfig) -> None:
 
 
 def _federate_job(cfg: DictConfig) -> None:
-    """As federate.py checks a job when it starts: its `auto` values resolved first (a client's
-    epochs from the data's task kind), then every setting (`federated.recipe.check`)."""
-    from litlab.federated.recipe import check
+    """As federate.py checks a job when it starts (`federated.recipe.check`): its federate.*
+    settings, its `auto` client epochs resolved (the trainer's max_epochs interpolates them),
+    then its data, model, trainer and strategy."""
+    from litlab.config import federate_settings
 
-    check(cfg)
+    federate_settings.check(OmegaConf.to_container(cfg.federate, resolve=True))
+    federate_settings.resolve_auto(cfg)
+    federate_config(cfg)
 
 
 def check_checkpoint_exists(path) -> None:

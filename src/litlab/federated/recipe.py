@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def check(cfg: DictConfig):
     """Every setting, before any data is read or Ray starts: one line on the first bad one."""
     from litlab.config import validate
-    from litlab.federated import settings
+    from litlab.config import federate_settings as settings
 
     settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # no import: at once
     _without_selection(cfg)
@@ -136,7 +136,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     `engine(server_main, client_app, num_clients, backend, stopped)` runs the rounds:
     `processes.simulate` (Flower's Ray simulation) unless a test passes an in-process one."""
     from litlab.checkpointing import resume
-    from litlab.federated import settings
+    from litlab.config import federate_settings as settings
 
     settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # at once: no import
     # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt

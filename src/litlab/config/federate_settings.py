@@ -96,8 +96,8 @@ class FederateSettings(_Strict):
 
 def resolve_auto(cfg) -> None:
     """`federate.local_epochs=auto` -> the number the data's task kind declares
-    (`TaskKind.federated_local_epochs`), in place: the trainer's max_epochs interpolates it,
-    and the stored run config holds the number."""
+    (`TaskKind.federated_local_epochs`), in place: the clients' trainer.max_epochs interpolates
+    it, and the stored run config holds the number."""
     if cfg.federate.get("local_epochs") != "auto":
         return
     from litlab import tasks
