@@ -155,6 +155,8 @@ def test_summary_files_and_printed_table_say_which_groups_are_within_noise(tmp_p
         },
     )
     records.append(records[0] | {"job": 10, "status": "failed", "objective": None, "metrics": {}})
+    diverged = {"val/acc": float("nan"), "test/acc": float("inf")}  # completed, nothing to count
+    records.append(records[9] | {"job": 11, "objective": float("nan"), "metrics": diverged})
     write_summary(tmp_path, records, plot=False)
     printed = capsys.readouterr().out
     with open(tmp_path / "summary_stats.csv") as f:
@@ -221,3 +223,23 @@ def test_no_replicas_no_group_statistics(tmp_path, capsys):
         assert {r["group"] for r in data["groups"]} == {"all jobs"}
         assert data["comparisons"] == [] and data["best_group"] is None
     assert "each group against the best" not in capsys.readouterr().out
+    failed = [
+        r | {"status": "failed", "objective": None, "metrics": {}}
+        for r in _records(tmp_path, {"0.01": [0.9, 0.8]})
+    ]
+    write_summary(tmp_path, failed, plot=False)
+    assert "(no completed jobs)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "summary_stats.json").read_text())["groups"] == []
+
+
+def test_the_summary_callback_imports_no_scipy():
+    """Hydra builds the callback for every run, `--help` included: scipy (and numpy) only when
+    a summary is written."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, litlab.sweeps.summary; print(sorted({'scipy', 'numpy'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
