@@ -2,6 +2,7 @@
 failed and pruned trials, resume after a kill, and two workers sharing one study."""
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -81,6 +82,10 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
     assert int(stats["test/acc"]["n"]) == 2
     assert float(stats["test/acc"]["mean"]) == pytest.approx(sum(accs) / 2)
     assert float(stats["test/acc"]["std"]) == pytest.approx(abs(accs[0] - accs[1]) / 2**0.5)
+    half = 12.706205 * float(stats["test/acc"]["std"]) / 2**0.5  # Student's t(0.975, 1 dof)
+    assert float(stats["test/acc"]["ci95_high"]) == pytest.approx(sum(accs) / 2 + half)
+    assert stats["test/acc"]["within_noise"] == ""  # one configuration: nothing to compare
+    assert json.loads((sweep / "summary_stats.json").read_text())["mode"] == "max"
     assert (sweep / "summary.png").stat().st_size > 0
     assert "mean ± std" in proc.stdout and "| failed |" in (sweep / "summary.md").read_text()
 

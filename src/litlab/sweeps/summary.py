@@ -11,7 +11,6 @@ callback for every run, including `--help`.
 
 import atexit
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -22,8 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
+from litlab.sweeps import summary_stats
 from litlab.sweeps.study_settings import override_settings
-from litlab.sweeps.summary_render import finite, markdown, plot_objective, stats_markdown
+from litlab.sweeps.summary_render import finite, markdown, plot_objective
 from litlab.utils.distributed import is_rank_zero
 
 RECORD = "sweep_job.json"
@@ -41,6 +41,16 @@ def _select(config: DictConfig, key: str, default=None):
     except Exception:  # noqa: BLE001  (an interpolation that cannot resolve here)
         return default
     return value
+
+
+def _objective_mode(config: DictConfig) -> str:
+    """max or min for this job's objective (`summary_stats.objective_mode`)."""
+    return summary_stats.objective_mode(
+        _select(config, "hydra.sweeper.direction"),
+        _select(config, "optimized_metric"),
+        _select(config, "model.monitor"),
+        _select(config, "model.monitor_mode"),
+    )
 
 
 def status_of(err: BaseException | None) -> str:
@@ -102,7 +112,7 @@ class SweepSummary(Callback):
             "job": int(_select(config, "hydra.job.num", 0)),
             "overrides": list(_select(config, "hydra.overrides.task", [])),
             "objective_name": _select(config, "optimized_metric"),
-            "mode": _select(config, "model.monitor_mode", "max"),
+            "mode": _objective_mode(config),
             "run_dir": str(config.hydra.runtime.output_dir),
             "started": time.time(),
             "metrics": {},
@@ -164,31 +174,13 @@ def replica_groups(records: list[dict], replica_keys) -> dict[str, list[dict]]:
     return groups
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof=1; 0 for a single value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
-def stats_rows(records: list[dict], replica_keys) -> list[dict]:
-    """mean ± std of each metric: over all completed jobs, and per replica group (n >= 2)."""
-    groups = {"all jobs": [r for r in records if r["status"] == "completed"]}
-    by_replica = replica_groups(records, replica_keys)
-    if len(by_replica) > 1:
-        groups.update({k: v for k, v in by_replica.items() if len(v) >= 2})
-    rows = []
-    for name, members in groups.items():
-        metrics = sorted({k for r in members for k in r["metrics"]})
-        for metric in metrics:
-            values = [r["metrics"][metric] for r in members if finite(r["metrics"].get(metric))]
-            if values:
-                mean, std = mean_std(values)
-                rows.append(
-                    {"group": name, "metric": metric, "n": len(values), "mean": mean, "std": std}
-                )
-    return rows
+def group_statistics(records: list[dict], replica_keys, objective: str, shown: list[str]) -> dict:
+    """Each replica group's statistics and its difference with the best group, on the
+    objective and the val/test metrics (`summary_stats.compute`; written by `summary_stats`)."""
+    mode = next((r["mode"] for r in records if r["status"] == "completed"), "max")
+    metrics = list(dict.fromkeys([objective, *shown]))
+    groups = replica_groups(records, replica_keys)
+    return summary_stats.compute(records, groups, metrics, objective, mode)
 
 
 def metric_column(metric: str) -> str:
@@ -251,11 +243,8 @@ def write_summary(
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    stats = [s for s in stats_rows(records, replica_keys) if s["metric"] in shown]
-    with open(sweep_dir / "summary_stats.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["group", "metric", "n", "mean", "std"])
-        writer.writeheader()
-        writer.writerows(stats)
+    stats = group_statistics(records, replica_keys, objective, shown)
+    summary_stats.write(sweep_dir, stats)
     table = markdown(
         rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying", "error"]
     )
@@ -272,9 +261,7 @@ def write_summary(
         "",
         table,
         "",
-        "## mean ± std over jobs (sample std)",
-        "",
-        stats_markdown(stats),
+        summary_stats.text(stats, heading="## "),
     ]
     (sweep_dir / "summary.md").write_text("\n".join(text) + "\n")
     if plot:
@@ -282,8 +269,8 @@ def write_summary(
     failed = sum(r["status"] in ("failed", "incomplete") for r in records)
     print(
         f"\nSweep summary ({len(records)} jobs, {failed} failed or incomplete): "
-        f"{sweep_dir / 'summary.md'}\n{head[0]}\n{table}\n\nmean ± std over jobs\n"
-        f"{stats_markdown(stats)}",
+        f"{sweep_dir / 'summary.md'}\n{head[0]}\n{table}\n\n"
+        f"{summary_stats.text(stats, heading='')}",
         flush=True,
     )
     return rows

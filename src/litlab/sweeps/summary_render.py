@@ -22,17 +22,6 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def stats_markdown(stats: list[dict]) -> str:
-    if not stats:
-        return "(no completed jobs)"
-    lines = ["| group | metric | n | mean ± std |", "|---|---|---|---|"]
-    lines += [
-        f"| {s['group']} | {s['metric']} | {s['n']} | {s['mean']:.4f} ± {s['std']:.4f} |"
-        for s in stats
-    ]
-    return "\n".join(lines)
-
-
 def plot_objective(records: list[dict], best: int | None, objective: str, path: Path) -> None:
     """One bar per job (failed jobs are red crosses at the bottom); the best job is gold."""
     import matplotlib
