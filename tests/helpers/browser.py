@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from helpers.runs import on_ci
 
 FLAGS = [

@@ -106,7 +106,10 @@ def parallel_coordinates(jobs: list[dict], keys: list[str], objective: str):
     dims.append({"label": objective, "values": scores})
     line = {"color": scores, "colorscale": "Viridis", "showscale": True}
     fig = go.Figure(go.Parcoords(line=line, dimensions=dims))
-    fig.update_layout(title=f"settings against {objective}", **{**LAYOUT, "height": 440, "margin": {"l": 80, "r": 40, "t": 100, "b": 40}})
+    fig.update_layout(
+        title=f"settings against {objective}",
+        **{**LAYOUT, "height": 440, "margin": {"l": 80, "r": 40, "t": 100, "b": 40}},
+    )
     return fig
 
 
@@ -115,15 +118,21 @@ def group_means(rows: list[dict], objective: str):
     statistics rows; None when no row is of the objective."""
     import plotly.graph_objects as go
 
-    picked = [r for r in rows if str(r.get("metric")) == objective and number(r.get("mean")) is not None]
+    picked = [
+        r for r in rows if str(r.get("metric")) == objective and number(r.get("mean")) is not None
+    ]
     if not picked:
         return None
     means = [number(r["mean"]) for r in picked]
     low = [number(r.get("ci95_low")) for r in picked]
     high = [number(r.get("ci95_high")) for r in picked]
     if all(v is not None for v in low + high):
-        error = {"type": "data", "symmetric": False, "array": [h - m for h, m in zip(high, means)],
-                 "arrayminus": [m - lo for m, lo in zip(means, low)]}
+        error = {
+            "type": "data",
+            "symmetric": False,
+            "array": [h - m for h, m in zip(high, means)],
+            "arrayminus": [m - lo for m, lo in zip(means, low)],
+        }
         what = "95% interval"
     else:
         error = {"type": "data", "array": [number(r.get("std")) or 0.0 for r in picked]}

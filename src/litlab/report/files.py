@@ -5,6 +5,7 @@ followed), each up to a size; what cannot be read is said on the page, never rai
 import csv
 import io
 import json
+import math
 import os
 from pathlib import Path
 
@@ -81,4 +82,4 @@ def number(value) -> float | None:
         out = float(value)
     except (TypeError, ValueError):
         return None
-    return out if out == out and abs(out) != float("inf") else None
+    return out if math.isfinite(out) else None

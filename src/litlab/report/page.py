@@ -69,7 +69,9 @@ class Page:
         self._plotly_embedded = False
 
     def add(self, heading: str, *parts: str) -> None:
-        self.sections.append(f"<section><h2>{esc(heading)}</h2>\n" + "\n".join(parts) + "</section>")
+        self.sections.append(
+            f"<section><h2>{esc(heading)}</h2>\n" + "\n".join(parts) + "</section>"
+        )
 
     def figure(self, fig) -> str:
         """A plotly figure (plotly.js goes inline with the first one)."""
@@ -96,7 +98,9 @@ class Page:
         for i, row in enumerate(rows):
             kind = f' class="{classes[i]}"' if classes and classes[i] else ""
             body.append(f"<tr{kind}>" + "".join(f"<td>{cell(row.get(c))}</td>" for c in columns))
-        return f"<table><tr>{head}</tr>" + "</tr>".join(body) + ("</tr>" if body else "") + "</table>"
+        return (
+            f"<table><tr>{head}</tr>" + "</tr>".join(body) + ("</tr>" if body else "") + "</table>"
+        )
 
     @staticmethod
     def missing(text: str) -> str:
@@ -112,7 +116,7 @@ class Page:
 
     def html(self) -> str:
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{esc(self.title)}</title><style>{STYLE}</style><script>{CHECK}</script>"
             f"</head><body><h1>{esc(self.title)}</h1><p>{esc(self.subtitle)}</p>\n"
             + "\n".join(self.sections)

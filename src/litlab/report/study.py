@@ -15,9 +15,12 @@ def opened(sweep: Path):
     """Yields (the study or None, why there is none)."""
     db = files.inside(sweep, "optuna.db")
     if db is None:
-        yield None, (
-            "no Optuna study in this sweep dir (optuna.db): a grid sweep, or a search whose "
-            "study lives on a database server"
+        yield (
+            None,
+            (
+                "no Optuna study in this sweep dir (optuna.db): a grid sweep, or a search whose "
+                "study lives on a database server"
+            ),
         )
         return
     import optuna

@@ -42,8 +42,19 @@ def table(page: Page, found: list[dict], unreadable: list[str], best, objective:
         }
         for j in found
     ]
-    classes = ["best" if j["job"] == best else "bad" if j["status"] != "completed" else "" for j in found]
-    columns = ["job", "status", f"objective ({objective})", *keys, *metrics, "wall_s", "folder", "error"]
+    classes = [
+        "best" if j["job"] == best else "bad" if j["status"] != "completed" else "" for j in found
+    ]
+    columns = [
+        "job",
+        "status",
+        f"objective ({objective})",
+        *keys,
+        *metrics,
+        "wall_s",
+        "folder",
+        "error",
+    ]
     if found:
         parts.append(page.table(rows, columns, classes))
     bad = [j for j in found if j["status"] != "completed"]
@@ -57,11 +68,15 @@ def table(page: Page, found: list[dict], unreadable: list[str], best, objective:
         )
     if unreadable:
         parts.append(
-            page.missing(f"Job records left out (not as the sweep writes them): {', '.join(unreadable)}")
+            page.missing(
+                f"Job records left out (not as the sweep writes them): {', '.join(unreadable)}"
+            )
         )
     page.add(f"Jobs ({len(found)})", *parts)
     if found:
-        page.add("Objective per job", page.figure(figures.objective_per_job(found, objective, best)))
+        page.add(
+            "Objective per job", page.figure(figures.objective_per_job(found, objective, best))
+        )
 
 
 def settings(page: Page, found: list[dict], objective: str, the_study, why: str) -> None:
@@ -71,7 +86,9 @@ def settings(page: Page, found: list[dict], objective: str, the_study, why: str)
         keys = list(dict.fromkeys(k for j in found for k in j["settings"]))
         fig = figures.parallel_coordinates(found, keys, objective)
         problem = "needs a setting that varies and a completed job with an objective"
-    part = page.figure(fig) if fig is not None else page.missing(f"No parallel coordinates: {problem}")
+    part = (
+        page.figure(fig) if fig is not None else page.missing(f"No parallel coordinates: {problem}")
+    )
     page.add("Settings against the objective", part)
 
 

@@ -18,7 +18,8 @@ VALID = (
 
 
 def kind_of(path: str | Path) -> str:
-    """"run" or "sweep", or one line naming what `path` is and what is valid."""
+    """The kind of folder `path` is ("run" or "sweep"), or one line naming what it is and
+    what is valid."""
     folder = Path(path)
     if not folder.is_dir():
         what = "does not exist" if not folder.exists() else "is not a folder"
