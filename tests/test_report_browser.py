@@ -71,3 +71,7 @@ def test_search_writes_its_report_at_the_end(tmp_path):
     assert "Parameter importance (Optuna search)" in text and "Group comparison" in text
     assert "Parallel Coordinate Plot" in text  # Optuna's own figure
     assert assert_renders(page) >= 3
+    again = run_cli("report.py", f"path={sweep}", log_dir=logs)  # as the README shows it
+    assert f"report: {page}" in again.stdout and page.read_text().count("<h2>") == text.count(
+        "<h2>"
+    )
