@@ -227,6 +227,8 @@ def bad_path(tmp: Path, kind: str) -> Path:
         return tmp / "empty"
     if kind == "the-folder-above-a-run":
         return fake_run(tmp).parent
+    if kind == "a-newline-in-it":
+        return tmp / "two\nlines"
     return tmp / "absent"
 
 
@@ -237,13 +239,15 @@ def bad_path(tmp: Path, kind: str) -> Path:
         ("a-file", "is not a folder; pass a run dir"),
         ("an-empty-folder", "is neither a run dir nor a sweep dir; pass a run dir"),
         ("the-folder-above-a-run", "is neither a run dir nor a sweep dir; pass a run dir"),
+        ("a-newline-in-it", "does not exist; pass a run dir"),
     ],
 )
 def test_a_path_that_is_no_run_or_sweep_is_refused_before_any_work(kind, expected, tmp_path):
     target = bad_path(tmp_path, kind)
     before = sorted(tmp_path.rglob("*"))
-    line, _ = refused("report", [f"path={target}"], report_recipe, tmp_path / "logs")
-    assert line.startswith(f"path={target} {expected}")
+    line, _ = refused("report", [f"path='{target}'"], report_recipe, tmp_path / "logs")
+    shown = str(target).replace("\n", "\\n")  # one line: a newline is shown escaped
+    assert line.startswith(f"path={shown} {expected}")
     assert sorted(p for p in tmp_path.rglob("*") if "logs" not in p.parts) == before
 
 

@@ -17,21 +17,27 @@ VALID = (
 )
 
 
+def _shown(path) -> str:
+    """The path as a one-line message may show it (escaped, cut; as trust.shown does)."""
+    text = str(path).encode("unicode_escape").decode("ascii")
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def kind_of(path: str | Path) -> str:
     """The kind of folder `path` is ("run" or "sweep"), or one line naming what it is and
     what is valid."""
     folder = Path(path)
     if not folder.is_dir():
         what = "does not exist" if not folder.exists() else "is not a folder"
-        raise UserError(f"path={path} {what}; pass {VALID}")
+        raise UserError(f"path={_shown(path)} {what}; pass {VALID}")
     if (folder / ".hydra" / "config.yaml").is_file():
         kind = "run"
     elif (folder / "multirun.yaml").is_file() or any(folder.glob("*/sweep_job.json")):
         kind = "sweep"
     else:
-        raise UserError(f"path={path} is neither a run dir nor a sweep dir; pass {VALID}")
+        raise UserError(f"path={_shown(path)} is neither a run dir nor a sweep dir; pass {VALID}")
     if not os.access(folder, os.W_OK):
-        raise UserError(f"path={path} is not writable: {REPORT} is written into it")
+        raise UserError(f"path={_shown(path)} is not writable: {REPORT} is written into it")
     return kind
 
 
