@@ -41,7 +41,9 @@ def tiny_png() -> bytes:
 def fake_run(root: Path, pictures: bool = True) -> Path:
     run = root / "run"
     (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text("model:\n  lr: 0.01\nseed: 42\n")
+    (run / ".hydra" / "config.yaml").write_text(
+        f"model:\n  lr: 0.01\nseed: 42\nnote: '{HOSTILE}'\n"
+    )
     (run / ".hydra" / "overrides.yaml").write_text("- seed=42\n")
     (run / "csv").mkdir()
     (run / "csv" / "metrics.csv").write_text(
@@ -164,6 +166,10 @@ def test_sweep_report_with_a_failed_job_renders_and_says_so(tmp_path):
         "not a record",
     ]
     sweep = fake_sweep(tmp_path, records)
+    (tmp_path / "other").mkdir()
+    elsewhere = fake_sweep(tmp_path / "other", [sweep_record(7, "completed", 0.99)])
+    (sweep / "linked").symlink_to(elsewhere / "0")  # a job dir linking out: not entered
+    (sweep / "optuna.db").write_bytes(b"not a database")
     (sweep / "summary_stats.csv").write_text(
         "group,metric,n,mean,std\nall jobs,val/acc,2,0.8,0.14\nall jobs,test/acc,2,0.8,0.14\n"
     )
@@ -173,10 +179,17 @@ def test_sweep_report_with_a_failed_job_renders_and_says_so(tmp_path):
     assert '<tr class="best"><td>2</td><td>completed (best)</td>' in page
     assert "2 of 4 jobs did not complete (job 1: failed, job 3: incomplete)" in page
     assert "Job records left out (not as the sweep writes them): 4/sweep_job.json" in page
-    assert "No parameter importance: no Optuna study in this sweep dir (optuna.db)" in page
+    assert "No parameter importance: optuna.db cannot be read as an Optuna study" in page
+    assert "<td>7</td>" not in page  # the job behind the link
     assert "<h2>Group comparison</h2>" in page and "per group (\\u00b1 std)" in page
     assert page.count('data-plot="plotly"') == 3  # objective, parallel coordinates, groups
     assert HOSTILE not in page and external(page) == []
+
+
+def test_a_sweep_whose_jobs_left_no_record_yet_renders(tmp_path):
+    page = report.write(fake_sweep(tmp_path, [])).read_text()
+    assert "No job records (sweep_job.json) in this sweep dir yet" in page
+    assert "<h2>Jobs (0)</h2>" in page and external(page) == []
 
 
 def test_sweep_report_reads_the_summary_statistics_json(tmp_path):

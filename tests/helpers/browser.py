@@ -22,6 +22,7 @@ FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND",  # offline for real: any fetch from elsewhere fails
     "--enable-logging=stderr",
     "--v=0",
     "--virtual-time-budget=10000",
