@@ -18,7 +18,7 @@ def add_sweep(page: Page, sweep: Path) -> None:
     if not found:
         return
     with study.opened(sweep) as (the_study, why):
-        settings(page, found, objective, the_study, why)
+        settings(page, found, objective, the_study)
         page.add("Parameter importance (Optuna search)", *importance(page, the_study, why))
     groups(page, sweep, objective)
 
@@ -79,7 +79,7 @@ def table(page: Page, found: list[dict], unreadable: list[str], best, objective:
         )
 
 
-def settings(page: Page, found: list[dict], objective: str, the_study, why: str) -> None:
+def settings(page: Page, found: list[dict], objective: str, the_study) -> None:
     if the_study is not None:
         fig, problem = study.plot("parallel", the_study)
     else:
