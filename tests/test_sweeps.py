@@ -88,6 +88,12 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
     assert json.loads((sweep / "summary_stats.json").read_text())["mode"] == "max"
     assert (sweep / "summary.png").stat().st_size > 0
     assert "mean ± std" in proc.stdout and "| failed |" in (sweep / "summary.md").read_text()
+    # report.html, written at exit too (src/report.py; tests/test_report.py)
+    assert f"Sweep report: {sweep / 'report.html'}" in proc.stdout
+    assert (
+        "2 of 4 jobs did not complete (job 2: failed, job 3: failed)"
+        in (sweep / "report.html").read_text()
+    )
 
 
 @pytest.mark.slow  # 11 s on 2 cores: .ci/run's second stage (make test stays within 5 minutes)

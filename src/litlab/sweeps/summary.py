@@ -130,6 +130,9 @@ class SweepSummary(Callback):
         records = load_records(sweep_dir)
         if records:
             write_summary(sweep_dir, records, self.replica_keys, self.plot)
+            from litlab.report import write_quietly  # report.html (a failure: one warning)
+
+            write_quietly(sweep_dir)
 
 
 def load_records(sweep_dir: Path) -> list[dict]:

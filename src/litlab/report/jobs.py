@@ -1,0 +1,71 @@
+"""A sweep's jobs, read from the records its jobs leave (`sweep_job.json`, written by
+`litlab.sweeps.summary`). The records are data: one that does not have the shape the summary
+writes is left out and named on the page; every value shown is a plain one."""
+
+from pathlib import Path
+
+from litlab.report import files
+
+RECORD = "sweep_job.json"  # litlab.sweeps.summary.RECORD (a layer above this one)
+STATUSES = ("completed", "failed", "pruned", "incomplete", "running")
+
+
+def _job(record) -> dict | None:
+    if not isinstance(record, dict):
+        return None
+    job, status, overrides = record.get("job"), record.get("status"), record.get("overrides")
+    if isinstance(job, bool) or not isinstance(job, int) or status not in STATUSES:
+        return None
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        return None
+    metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    return {
+        "job": job,
+        "status": "incomplete" if status == "running" else status,  # killed, or still going
+        "objective": files.number(record.get("objective")),
+        "objective_name": str(record.get("objective_name") or "objective"),
+        "mode": str(record.get("mode") or "max"),
+        "metrics": {str(k): v for k, v in metrics.items() if files.number(v) is not None},
+        "overrides": overrides,
+        "error": str(record.get("error") or "")[:300],
+        "wall_s": files.number(record.get("wall_s")),
+    }
+
+
+def settings_of(overrides: list[str]) -> dict[str, str]:
+    """key -> value of each override (`~key`: deleted)."""
+    out = {}
+    for o in overrides:
+        key, _, value = o.partition("=")
+        out[key.lstrip("+~")] = "(deleted)" if key.startswith("~") else value
+    return out
+
+
+def load(sweep: Path) -> tuple[list[dict], list[str]]:
+    """(the jobs, sorted by number; the records that could not be read, as relative paths)."""
+    jobs, unreadable = [], []
+    for path in files.walk(sweep, RECORD):
+        relative = path.relative_to(sweep)
+        data, _ = files.read_json(sweep, relative)
+        job = _job(data)
+        if job is None:
+            unreadable.append(str(relative))
+            continue
+        job["folder"] = str(relative.parent)
+        jobs.append(job)
+    jobs.sort(key=lambda j: (j["job"], j["folder"]))
+    if jobs:
+        common = set.intersection(*(set(j["overrides"]) for j in jobs))
+        for j in jobs:
+            j["settings"] = settings_of([o for o in j["overrides"] if o not in common])
+            j["varying"] = " ".join(o for o in j["overrides"] if o not in common)
+    return jobs, unreadable
+
+
+def best_job(jobs: list[dict]) -> int | None:
+    """The number of the best completed job by its objective and the sweep's mode."""
+    done = [j for j in jobs if j["status"] == "completed" and j["objective"] is not None]
+    if not done:
+        return None
+    sign = -1 if done[0]["mode"].startswith("max") else 1
+    return min(done, key=lambda j: (sign * j["objective"], j["job"]))["job"]

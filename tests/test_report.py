@@ -1,0 +1,295 @@
+"""`python src/report.py path=DIR` (litlab.report): report.html of a run or a sweep, built here
+from tiny files (no training): its sections, what is missing said on the page, nothing fetched
+from elsewhere, the files shown treated as data, and bad paths refused in one line. Real runs
+opened in headless chromium: tests/test_report_browser.py (slow)."""
+
+import json
+import struct
+import subprocess
+import sys
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from helpers.refusals import refused
+from helpers.runs import ROOT
+
+from litlab import report
+from litlab.recipes.html_report import report as report_recipe
+
+HOSTILE = "</script><script>alert(1)</script>"
+
+
+def tiny_png() -> bytes:
+    """A valid 2x2 grey PNG (standard library only)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + b"\x80\x80" for _ in range(2))
+    ihdr = struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def fake_run(root: Path, pictures: bool = True) -> Path:
+    run = root / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(
+        f"model:\n  lr: 0.01\nseed: 42\nnote: '{HOSTILE}'\n"
+    )
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=42\n")
+    (run / "csv").mkdir()
+    (run / "csv" / "metrics.csv").write_text(
+        "epoch,lr-AdamW,step,train/loss,val/loss,val/acc,test/acc\n"
+        ",0.01,0,,,,\n0,,9,1.2,,,\n0,,9,,1.0,0.6,\n1,,19,0.7,,,\n1,,19,,0.5,0.8,\n1,,20,,,,0.79\n"
+    )
+    metrics = {"val/acc": 0.8, "test/acc": 0.79, HOSTILE: 1.0, "bad": "nan"}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "provenance.json").write_text(
+        json.dumps({"code": {"commit": "abc123", "dirty": False}, "packages": {"torch": "2.9"}})
+    )
+    if pictures:
+        (run / "inspect").mkdir()
+        (run / "inspect" / "confusion_test.png").write_bytes(tiny_png())
+        (run / "inspect" / "tsne.png").write_bytes(tiny_png())
+    return run
+
+
+class Resources(HTMLParser):
+    """Every src/href of the page's tags (the text inside <script> is not tags)."""
+
+    def __init__(self):
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.links += [v for k, v in attrs if k in ("src", "href") and v]
+
+
+def external(page: str) -> list[str]:
+    parser = Resources()
+    parser.feed(page)
+    return [link for link in parser.links if not link.startswith("data:")]
+
+
+def test_run_report_has_every_section_and_needs_nothing_from_elsewhere(tmp_path):
+    run = fake_run(tmp_path)
+    page = report.write(run).read_text()
+    for heading in ("Learning curves", "Final metrics", "Inspect pictures", "Config", "Provenance"):
+        assert f"<h2>{heading}</h2>" in page
+    assert page.count('data-plot="png"') == 2  # confusion_test.png, tsne.png as data URIs
+    assert page.count('data-plot="png" src="data:image/png;base64,') == 2
+    assert page.count('data-plot="plotly"') == 3  # learning rate, loss, acc
+    assert page.count("* plotly.js v") == 1  # the library, embedded once for every figure
+    assert "Not in this run: confusion_val.png, gradcam.png, samples.png" in page
+    assert "abc123" in page and "seed=42" in page
+    assert external(page) == []
+    assert HOSTILE not in page  # a metric name from the file: escaped, never markup
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in page
+    assert list(run.glob(".report.html*")) == []  # no temporary file left
+
+
+def test_run_without_pictures_or_metrics_says_what_is_missing(tmp_path):
+    run = fake_run(tmp_path, pictures=False)
+    (run / "metrics.json").unlink()
+    (run / "provenance.json").write_text("[1, 2]")
+    page = report.write(run).read_text()
+    assert (
+        "No inspect pictures in this run (inspect/*.png): python src/train.py callbacks=inspect"
+        in page
+    )
+    assert "No final metrics: metrics.json is absent" in page
+    assert "No provenance: provenance.json is not a mapping" in page
+    assert 'data-plot="png"' not in page
+
+
+def test_a_picture_linked_from_outside_the_run_is_not_shown(tmp_path):
+    """The files of a run dir are data: a link out of it (or a file that is no PNG) is not
+    read into the page."""
+    run = fake_run(tmp_path)
+    secret = tmp_path / "outside.png"
+    secret.write_bytes(tiny_png() + b"SECRET")
+    (run / "inspect" / "gradcam.png").symlink_to(secret)
+    (run / "inspect" / "samples.png").write_bytes(b"<svg onload=alert(1)>")
+    (run / "csv" / "metrics.csv").unlink()
+    (run / "csv" / "metrics.csv").symlink_to(secret)
+    page = report.write(run).read_text()
+    assert page.count('data-plot="png"') == 2
+    assert "No learning curves" in page
+    assert "onload" not in page
+
+
+def sweep_record(job: int, status: str, objective, **extra) -> dict:
+    return {
+        "job": job,
+        "overrides": [
+            "trainer.max_epochs=1",
+            f"model.optimizer.lr={0.001 * (job + 1)}",
+            f"seed={job % 2}",
+        ],
+        "objective_name": "val/acc",
+        "mode": "max",
+        "run_dir": "/somewhere/else",
+        "metrics": {"val/acc": objective, "test/acc": objective} if objective else {},
+        "objective": objective,
+        "error": "",
+        "wall_s": 1.5,
+        "status": status,
+        **extra,
+    }
+
+
+def fake_sweep(root: Path, records: list) -> Path:
+    sweep = root / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for i, record in enumerate(records):
+        (sweep / str(i)).mkdir()
+        (sweep / str(i) / "sweep_job.json").write_text(json.dumps(record))
+    return sweep
+
+
+def test_sweep_report_with_a_failed_job_renders_and_says_so(tmp_path):
+    records = [
+        sweep_record(0, "completed", 0.7),
+        sweep_record(1, "failed", None, error=f"ValueError: {HOSTILE}"),
+        sweep_record(2, "completed", 0.9),
+        sweep_record(3, "running", None),
+        "not a record",
+    ]
+    sweep = fake_sweep(tmp_path, records)
+    (tmp_path / "other").mkdir()
+    elsewhere = fake_sweep(tmp_path / "other", [sweep_record(7, "completed", 0.99)])
+    (sweep / "linked").symlink_to(elsewhere / "0")  # a job dir linking out: not entered
+    (sweep / "optuna.db").write_bytes(b"not a database")
+    (sweep / "summary_stats.csv").write_text(
+        "group,metric,n,mean,std\nall jobs,val/acc,2,0.8,0.14\nall jobs,test/acc,2,0.8,0.14\n"
+    )
+    page = report.write(sweep).read_text()
+    for heading in ("Jobs (4)", "Objective per job", "Settings against the objective"):
+        assert f"<h2>{heading}</h2>" in page
+    assert '<tr class="best"><td>2</td><td>completed (best)</td>' in page
+    assert "2 of 4 jobs did not complete (job 1: failed, job 3: incomplete)" in page
+    assert "Job records left out (not as the sweep writes them): 4/sweep_job.json" in page
+    assert "No parameter importance: optuna.db cannot be read as an Optuna study" in page
+    assert "<td>7</td>" not in page  # the job behind the link
+    assert "<h2>Group comparison</h2>" in page and "per group (\\u00b1 std)" in page
+    assert page.count('data-plot="plotly"') == 3  # objective, parallel coordinates, groups
+    assert HOSTILE not in page and external(page) == []
+
+
+def test_a_sweep_whose_jobs_left_no_record_yet_renders(tmp_path):
+    page = report.write(fake_sweep(tmp_path, [])).read_text()
+    assert "No job records (sweep_job.json) in this sweep dir yet" in page
+    assert "<h2>Jobs (0)</h2>" in page and external(page) == []
+
+
+def test_sweep_report_reads_the_summary_statistics_json(tmp_path):
+    """summary_stats.json (groups, their intervals and the comparisons with the best group)
+    wins over the CSV; a sweep without any statistics says so."""
+    sweep = fake_sweep(
+        tmp_path, [sweep_record(0, "completed", 0.7), sweep_record(1, "completed", 0.8)]
+    )
+    page = report.write(sweep).read_text()
+    assert "No group comparison: summary_stats.csv is absent" in page
+    stats = {
+        "objective": "val/acc",
+        "best_group": "lr=0.002",
+        "groups": [
+            {
+                "group": "lr=0.002",
+                "metric": "val/acc",
+                "n": 2,
+                "mean": 0.8,
+                "std": 0.01,
+                "ci95_low": 0.7,
+                "ci95_high": 0.9,
+            },
+        ],
+        "comparisons": [
+            {
+                "group": "lr=0.001",
+                "best_group": "lr=0.002",
+                "metric": "val/acc",
+                "diff": -0.1,
+                "welch_p": 0.04,
+                "within_noise": False,
+            },
+        ],
+    }
+    (sweep / "summary_stats.json").write_text(json.dumps(stats))
+    page = report.write(sweep).read_text()
+    assert "best_group: lr=0.002" in page and "<th>welch_p</th>" in page
+    assert "per group (95% interval)" in page
+
+
+def bad_path(tmp: Path, kind: str) -> Path:
+    if kind == "a-file":
+        (tmp / "file.txt").write_text("x")
+        return tmp / "file.txt"
+    if kind == "an-empty-folder":
+        (tmp / "empty").mkdir()
+        return tmp / "empty"
+    if kind == "the-folder-above-a-run":
+        return fake_run(tmp).parent
+    if kind == "a-newline-in-it":
+        return tmp / "two\nlines"
+    return tmp / "absent"
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("absent", "does not exist; pass a run dir"),
+        ("a-file", "is not a folder; pass a run dir"),
+        ("an-empty-folder", "is neither a run dir nor a sweep dir; pass a run dir"),
+        ("the-folder-above-a-run", "is neither a run dir nor a sweep dir; pass a run dir"),
+        ("a-newline-in-it", "does not exist; pass a run dir"),
+    ],
+)
+def test_a_path_that_is_no_run_or_sweep_is_refused_before_any_work(kind, expected, tmp_path):
+    target = bad_path(tmp_path, kind)
+    before = sorted(tmp_path.rglob("*"))
+    line, _ = refused("report", [f"path='{target}'"], report_recipe, tmp_path / "logs")
+    shown = str(target).replace("\n", "\\n")  # one line: a newline is shown escaped
+    assert line.startswith(f"path={shown} {expected}")
+    assert sorted(p for p in tmp_path.rglob("*") if "logs" not in p.parts) == before
+
+
+def test_report_command_exits_2_with_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "src/report.py", f"paths.log_dir={tmp_path / 'logs'}", f"path={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+        f"error: path={tmp_path} is neither"
+    )
+    assert not list(tmp_path.rglob("report.html"))
+    runs = tmp_path / "logs" / "report" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_a_failing_report_at_the_end_of_a_sweep_is_one_warning(tmp_path, caplog, monkeypatch):
+    """SweepSummary writes the report last: its failure must never fail the sweep."""
+    sweep = fake_sweep(tmp_path, [sweep_record(0, "completed", 0.7)])
+
+    def broken(folder, kind):
+        raise RuntimeError("plotly broke\nsecond line")
+
+    monkeypatch.setattr("litlab.report.writer.build", broken)
+    assert report.write_quietly(sweep) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "the sweep's report.html was not written: RuntimeError: plotly broke"
+    ]
+    assert not (sweep / "report.html").exists() and not list(sweep.glob(".report*"))
