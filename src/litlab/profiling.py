@@ -16,6 +16,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.profilers import AdvancedProfiler, PyTorchProfiler, SimpleProfiler
 
+from litlab.compat.lightning import profiler_local_rank, profiler_row_limit
+
 log = logging.getLogger(__name__)
 
 
@@ -30,7 +32,7 @@ class _Printed:
 
         def both(text: str) -> None:
             write(text)
-            if self._local_rank in (None, 0):
+            if profiler_local_rank(self) in (None, 0):
                 print(text, flush=True)
 
         self._write_stream = both
@@ -69,7 +71,7 @@ class MemoryPyTorchProfiler(_Printed, PyTorchProfiler):
         memory_key = (
             "self_device_memory_usage" if torch.cuda.is_available() else "self_cpu_memory_usage"
         )
-        by_memory = events.table(sort_by=memory_key, row_limit=self._row_limit)
+        by_memory = events.table(sort_by=memory_key, row_limit=profiler_row_limit(self))
         return (
             f"{by_time}\nPyTorch profiler, sorted by {memory_key} "
             f"(memory allocated by the op itself)\n{by_memory}\n"

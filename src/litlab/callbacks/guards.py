@@ -127,13 +127,14 @@ class GracefulInterrupt(Callback):
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._sigterm)
 
     def _sigterm(self, signum, frame) -> None:
-        connector = self._trainer._signal_connector
-        if not connector.received_sigterm:
+        from litlab.compat.lightning import received_sigterm, set_received_sigterm
+
+        if not received_sigterm(self._trainer):
             log.info("SIGTERM: finishing this batch, then saving last.ckpt")
             launcher = self._trainer.strategy.launcher
             if launcher is not None:  # the local ranks this process started get it too
                 launcher.kill(signum)
-        connector.received_sigterm = True
+        set_received_sigterm(self._trainer)
 
     def _restore(self) -> None:
         if threading.current_thread() is not threading.main_thread():

@@ -11,6 +11,7 @@ trainer's `AtomicCheckpointIO`), so a kill during it leaves the previous file wh
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from litlab.bounds import NonNegInt
+from litlab.compat.lightning import save_last_checkpoint
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -39,7 +40,7 @@ class LastCheckpoint(ModelCheckpoint):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         # also when a step save happened at this very step: the epoch-end state supersedes it
         if not self._skip(trainer):
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            save_last_checkpoint(self, trainer)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         """Nothing: the epoch's save comes at train epoch end, after validation."""

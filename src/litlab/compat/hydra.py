@@ -5,7 +5,9 @@
 - `JobReturn._return_value`: a job's return value or exception without re-raising it (the
   sweep summary and the Optuna sweeper record failed jobs and go on);
 - `BasicSweeper.split_arguments`: the jobs of a grid sweep, as Hydra's basic sweeper will run
-  them (every job is checked before the first starts: recipes/sweep_check).
+  them (every job is checked before the first starts: recipes/sweep_check);
+- `hydra._internal.config_repository.ConfigRepository`: rebuilt over a code snapshot's
+  configs (sweeps/snapshot).
 """
 
 CHECKED_WITH = "1.3.8"
@@ -37,6 +39,14 @@ def grid_jobs(overrides) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
+def config_repository(search_path):
+    """Hydra's config repository over `search_path` (a loader's `repository` is rebuilt with it
+    when the search path changes: sweeps/snapshot)."""
+    from hydra._internal.config_repository import ConfigRepository
+
+    return ConfigRepository(config_search_path=search_path)
+
+
 def check() -> None:
     from hydra.core import utils
     from hydra.core.utils import JobReturn
@@ -49,3 +59,7 @@ def check() -> None:
 
     if not callable(getattr(BasicSweeper, "split_arguments", None)):
         raise _fail("BasicSweeper.split_arguments")
+    try:
+        from hydra._internal.config_repository import ConfigRepository  # noqa: F401
+    except ImportError as err:
+        raise _fail("hydra._internal.config_repository.ConfigRepository") from err

@@ -7,7 +7,20 @@
   validates and writes last.ckpt before stopping (callbacks/guards);
 - `ModelCheckpoint._last_global_step_saved`: whether last.ckpt is of this very step;
 - `fit_loop._data_fetcher`: the fetcher whose iterator a mid-epoch resume advances;
-- `Trainer._checkpoint_connector`: whose `restore` Lightning's finders call (recipes/tuning).
+- `Trainer._checkpoint_connector`: whose `restore` Lightning's finders call (recipes/tuning),
+  and whose `dump_checkpoint` writes a federated run's global model (federated/state);
+- `Trainer._signal_connector.received_sigterm`: read and set by the DDP SIGTERM handler
+  (callbacks/guards);
+- `ModelCheckpoint._save_last_checkpoint` / `_monitor_candidates`: last.ckpt at epoch end
+  (checkpointing/last);
+- `LightningModule._device_mesh`: the mesh of ModelParallelStrategy (models/base, trainer=fsdp);
+- profilers' `_local_rank` and `_row_limit` (profiling);
+- `data_connector._get_distributed_sampler`: wrapped so that eval shards are not padded
+  (utils/distributed);
+- `lightning.fabric.utilities.logger._convert_params` / `_flatten_dict`: MLflow's params as
+  Lightning logs them (loggers/mlflow); `MLFlowLogger._run_id` / `_initialized`;
+- `CSVLogger._fs` / `ExperimentWriter._fs`: the filesystem a resumed metrics.csv is read
+  from (loggers/resumable_csv).
 """
 
 CHECKED_WITH = "2.6.6"
@@ -60,6 +73,60 @@ def checkpoint_connector(trainer):
     return trainer._checkpoint_connector
 
 
+def received_sigterm(trainer) -> bool:
+    return trainer._signal_connector.received_sigterm
+
+
+def set_received_sigterm(trainer) -> None:
+    trainer._signal_connector.received_sigterm = True
+
+
+def save_last_checkpoint(callback, trainer) -> None:
+    """What `ModelCheckpoint` itself does for last.ckpt, with the current monitor values."""
+    callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))
+
+
+def device_mesh(module):
+    """The device mesh ModelParallelStrategy gave the module (None under other strategies)."""
+    return module._device_mesh
+
+
+def profiler_local_rank(profiler):
+    return profiler._local_rank
+
+
+def profiler_row_limit(profiler) -> int:
+    return profiler._row_limit
+
+
+def wrap_distributed_sampler(wrapper) -> None:
+    """Lightning's `_get_distributed_sampler` -> `wrapper(original)`, once per process."""
+    from lightning.pytorch.trainer.connectors import data_connector
+
+    if not getattr(data_connector._get_distributed_sampler, "litlab", False):
+        data_connector._get_distributed_sampler = wrapper(data_connector._get_distributed_sampler)
+
+
+def flat_params(params) -> dict:
+    """Hyperparameters flattened and converted as Lightning's loggers log them."""
+    from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+
+    return _flatten_dict(_convert_params(params))
+
+
+def filesystem(writer):
+    """The fsspec filesystem of a CSV logger or its ExperimentWriter (local or remote)."""
+    return writer._fs
+
+
+def mlflow_run_id(logger):
+    return logger._run_id
+
+
+def mlflow_initialized(logger) -> bool:
+    return logger._initialized
+
+
 def check() -> None:
     """Every name above still exists: a `CompatError` naming the first one that does not."""
     from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
@@ -81,3 +148,38 @@ def check() -> None:
         raise _fail("fit_loop._data_fetcher")
     if not hasattr(ModelCheckpoint(), "_last_global_step_saved"):
         raise _fail("ModelCheckpoint._last_global_step_saved")
+    _check_more()
+
+
+def _check_more() -> None:
+    from lightning.fabric.utilities import logger as fabric_logger
+    from lightning.pytorch import LightningModule
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import MLFlowLogger
+    from lightning.pytorch.profilers import PyTorchProfiler, SimpleProfiler
+    from lightning.pytorch.trainer.connectors import data_connector
+
+    for owner, name in (
+        (ModelCheckpoint, "_save_last_checkpoint"),
+        (ModelCheckpoint, "_monitor_candidates"),
+        (data_connector, "_get_distributed_sampler"),
+        (fabric_logger, "_convert_params"),
+        (fabric_logger, "_flatten_dict"),
+    ):
+        if not callable(getattr(owner, name, None)):
+            raise _fail(f"{owner.__name__}.{name}")
+    from lightning.pytorch.loggers import CSVLogger
+
+    if not hasattr(CSVLogger(save_dir="."), "_fs"):
+        raise _fail("CSVLogger._fs")
+    if not hasattr(LightningModule(), "_device_mesh"):
+        raise _fail("LightningModule._device_mesh")
+    if not hasattr(SimpleProfiler(), "_local_rank"):
+        raise _fail("Profiler._local_rank")
+    if not hasattr(PyTorchProfiler(), "_row_limit"):
+        raise _fail("PyTorchProfiler._row_limit")
+    import inspect
+
+    source = inspect.getsource(MLFlowLogger.__init__)  # building one needs a tracking store
+    if "self._run_id" not in source or "self._initialized" not in source:
+        raise _fail("MLFlowLogger._run_id / _initialized")

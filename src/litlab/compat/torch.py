@@ -3,7 +3,11 @@
 - `torch.distributed.init_process_group` is wrapped (in memory, once per process): the ranks'
   join gets a timeout of its own and a line while it waits (recipes/ddp_join);
 - `distributed_c10d._get_default_store`: the rendezvous store, whose timeout goes back to the
-  collectives' once every rank has joined.
+  collectives' once every rank has joined;
+- `torch._check`: a condition torch.export may assume (export/domains, ops/op);
+- an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/onnx);
+- `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._BatchNorm`: the bases of every
+  convolution and batch norm, whose channels compression resizes (compression/resize).
 """
 
 import functools
@@ -21,6 +25,27 @@ def _fail(what: str):
     from litlab.compat import missing
 
     return missing("torch", CHECKED_WITH, _version(), what)
+
+
+def assume(condition, message=None) -> None:
+    """`torch._check`: tells torch.export (and the compiler) that `condition` holds; eagerly, a
+    false one raises RuntimeError with `message()`."""
+    import torch
+
+    torch._check(condition, message)
+
+
+def op_overload(op):
+    """The OpOverload behind a `torch.ops` packet's default overload."""
+    return op._opoverload
+
+
+def resizable_bases() -> tuple[type, type]:
+    """(every convolution's base class, every batch norm's base class)."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.conv import _ConvNd
+
+    return _ConvNd, _BatchNorm
 
 
 def wrap_init_process_group(wrapper) -> None:
@@ -56,3 +81,15 @@ def check() -> None:
             raise _fail(f"torch.distributed.{name}")
     if not callable(getattr(distributed_c10d, "_get_default_store", None)):
         raise _fail("torch.distributed.distributed_c10d._get_default_store")
+    import torch
+
+    if not callable(getattr(torch, "_check", None)):
+        raise _fail("torch._check")
+    from litlab.ops.op import tiled_matmul  # a torch.library custom op
+
+    if not hasattr(tiled_matmul, "_opoverload"):
+        raise _fail("torch.library.CustomOpDef._opoverload")
+    try:
+        resizable_bases()
+    except ImportError as err:
+        raise _fail("torch.nn.modules.conv._ConvNd / batchnorm._BatchNorm") from err

@@ -10,8 +10,10 @@ import inspect
 
 import torch
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.modules.conv import _ConvNd
+
+from litlab.compat.torch import resizable_bases
+
+_ConvNd, _BatchNorm = resizable_bases()
 
 RESIZABLE = (_ConvNd, nn.Linear, _BatchNorm)
 

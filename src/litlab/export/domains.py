@@ -210,7 +210,9 @@ class SizedPooling(torch.nn.Module):
         import functools
 
         graphs = batch.max().item() + 1
-        torch._check(graphs >= 1)
+        from litlab.compat.torch import assume
+
+        assume(graphs >= 1)
         pool = self.gnn.pool
         self.gnn.pool = functools.partial(pool, size=graphs)
         try:

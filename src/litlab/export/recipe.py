@@ -55,12 +55,13 @@ def prepare_net(model):
     """The module's plain net in eval mode, without graph caches (a cached GCN adjacency would
     be baked into the file as a constant of the training graph); graph-level GNNs get their
     pooling sized symbolically (domains.SizedPooling)."""
+    from litlab.compat.pyg import drop_cached_graph
     from litlab.export.domains import SizedPooling
 
     net = model.net.eval()
     for m in net.modules():
         if getattr(m, "cached", False):
-            m.cached, m._cached_edge_index, m._cached_adj_t = False, None, None
+            drop_cached_graph(m)
     return SizedPooling(net).eval() if getattr(net, "node_level", True) is False else net
 
 

@@ -112,14 +112,13 @@ def agents_on_given_ports():
     `ray.init` has no argument for): free ports are picked here and handed to the agents (Ray's
     node parameters) and to the raylet's command line; 1 start of 1 then took 65 s. If Ray's
     internals are not the expected ones, nothing is changed."""
-    try:
-        from ray._private import node, services
-    except ImportError:
+    from litlab.compat.ray import node_and_services
+
+    internals = node_and_services()
+    if internals is None:
         yield
         return
-    if not hasattr(node.Node, "__init__") or not hasattr(services, "start_ray_process"):
-        yield
-        return
+    node, services = internals
     ports: dict[str, int] = {}
     node_init, start_process = node.Node.__init__, services.start_ray_process
 

@@ -118,7 +118,9 @@ def save(trainer, run_dir: Path, state: dict) -> Path:
     """checkpoints/last.ckpt and global.ckpt of the model the trainer last tested."""
     from litlab.checkpointing.atomic_io import AtomicCheckpointIO
 
-    checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+    from litlab.compat.lightning import checkpoint_connector
+
+    checkpoint = checkpoint_connector(trainer).dump_checkpoint(weights_only=False)
     checkpoint[STATE_KEY] = state
     last = run_dir / "checkpoints" / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint(checkpoint, last)

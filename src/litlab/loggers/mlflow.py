@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
+from litlab.compat.lightning import mlflow_initialized, mlflow_run_id
 from litlab.loggers.run_ids import store_id, stored_id
 
 
@@ -81,7 +82,7 @@ class LocalMLFlowLogger(MLFlowLogger):
                 os.environ.pop("MLFLOW_TRACKING_URI", None)
             else:
                 os.environ["MLFLOW_TRACKING_URI"] = before
-        store_id(self.run_dir, "mlflow", self._run_id)
+        store_id(self.run_dir, "mlflow", mlflow_run_id(self))
         return client
 
     @rank_zero_only
@@ -90,10 +91,10 @@ class LocalMLFlowLogger(MLFlowLogger):
         run's ckpt_path differs); new keys are added."""
         if not self._resumed_run:
             return super().log_hyperparams(params)
-        from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+        from litlab.compat.lightning import flat_params
 
         known = self.experiment.get_run(self.run_id).data.params
-        flat = _flatten_dict(_convert_params(params))
+        flat = flat_params(params)
         new = {k: v for k, v in flat.items() if k not in known}
         if new:
             super().log_hyperparams(new)
@@ -112,7 +113,7 @@ class LocalMLFlowLogger(MLFlowLogger):
 
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
-        if self._initialized and status == "success":
+        if mlflow_initialized(self) and status == "success":
             if self.run_dir is not None:
                 self.upload(self.run_dir / ".hydra" / "config.yaml", "config")
             best = self._selector and self._selector.best_model_path

@@ -11,12 +11,14 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from litlab.compat.lightning import filesystem
+
 
 class _AppendingWriter(ExperimentWriter):
     def _header(self) -> list[str]:
-        if not self._fs.isfile(self.metrics_file_path):
+        if not filesystem(self).isfile(self.metrics_file_path):
             return []
-        with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+        with filesystem(self).open(self.metrics_file_path, "r", newline="") as f:
             return next(csv.reader(f), [])
 
     def _check_log_dir_exists(self) -> None:
@@ -37,6 +39,6 @@ class ResumableCSVLogger(CSVLogger):
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
-            self._fs.makedirs(self.root_dir, exist_ok=True)
+            filesystem(self).makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         return self._experiment

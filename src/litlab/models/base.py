@@ -207,7 +207,9 @@ class LitModule(L.LightningModule):
         """Under trainer=fsdp on CPUs (Lightning's ModelParallelStrategy, torch's FSDP2): shard
         the net's parameters over the processes, each layer with parameters a unit, then the
         net. A no-op under every other strategy (no device mesh)."""
-        mesh = self._device_mesh
+        from litlab.compat.lightning import device_mesh
+
+        mesh = device_mesh(self)
         if mesh is None or getattr(self, "_sharded", False):
             return
         from torch.distributed.fsdp import fully_shard

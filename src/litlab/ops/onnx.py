@@ -26,4 +26,6 @@ def translations() -> dict:
     def tiled_matmul(a, b):
         return op.MatMul(a, b)
 
-    return {_op._opoverload: tiled_matmul}
+    from litlab.compat.torch import op_overload
+
+    return {op_overload(_op): tiled_matmul}

@@ -48,7 +48,9 @@ def check(a: Tensor, b: Tensor) -> None:
             f"litlab::tiled_matmul: inputs on {a.device} and {b.device}; use one device"
         )
     k_a, k_b = a.shape[-1], b.shape[0] if b.dim() == 1 else b.shape[-2]
-    torch._check(
+    from litlab.compat.torch import assume
+
+    assume(
         k_a == k_b,
         lambda: f"litlab::tiled_matmul: inner sizes differ: {tuple(a.shape)} @ {tuple(b.shape)}",
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import uvicorn
 
+from litlab.compat.uvicorn import forget_captured_signals
 from litlab.errors import UserError
 from litlab.serving.settings import ServeSettings
 
@@ -20,7 +21,7 @@ PROTOCOL = "litlab.serving.protocol:GuardedProtocol"
 class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         super().handle_exit(sig, frame)
-        self._captured_signals.clear()  # shut down gracefully, then exit 0
+        forget_captured_signals(self)  # shut down gracefully, then exit 0
 
 
 def model_file(model_path, export_dir) -> Path:

@@ -61,11 +61,11 @@ def use(snapshot: Path, config_loader, root: Path = CODE_ROOT) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [src, *(p for p in paths if p not in (src, old_src))]
     )
-    from hydra._internal.config_repository import ConfigRepository
+    from litlab.compat.hydra import config_repository
 
     configs = {f"file://{root / 'configs'}", str(root / "configs")}
     search_path = config_loader.config_search_path
     for element in search_path.get_path():
         if element.path in configs:
             element.path = f"file://{snapshot / 'configs'}"
-    config_loader.repository = ConfigRepository(config_search_path=search_path)
+    config_loader.repository = config_repository(search_path)

@@ -55,12 +55,9 @@ def _unpadded_eval_sampler(original):
 def unpad_eval_shards() -> None:
     """Give val/test shards without padding (idempotent). Called from LitModule.setup: every
     process that evaluates runs it, ddp_spawn's workers included."""
-    from lightning.pytorch.trainer.connectors import data_connector
+    from litlab.compat.lightning import wrap_distributed_sampler
 
-    if not getattr(data_connector._get_distributed_sampler, "litlab", False):
-        data_connector._get_distributed_sampler = _unpadded_eval_sampler(
-            data_connector._get_distributed_sampler
-        )
+    wrap_distributed_sampler(_unpadded_eval_sampler)
     # Lightning warns that eval shards are padded; with the sampler above they are not
     warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
 
