@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from litlab.bounds import Fraction, PosInt, Seed
+from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
+from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
 from litlab.errors import UserError, one_line
@@ -84,9 +85,15 @@ def read_image(path: str, header_only: bool = False):
 
 
 class VisionDataModule(SplitDataModule):
-    """Shared split/transform/loader logic; subclasses only say how to read their images."""
+    """Shared split/transform/loader logic; subclasses only say how to read their images.
+
+    `num_folds=K fold=i` pools every labelled image (official test split included) and makes
+    fold i of a seeded stratified K-fold split the test set (data/folds.py).
+    """
 
     task = IMAGE_CLASSIFICATION
+    #: how error lines name the data
+    data_name = "the images"
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
@@ -98,10 +105,25 @@ class VisionDataModule(SplitDataModule):
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         seed: Seed = 42,
+        num_folds: folds.NumFolds = None,
+        fold: NonNegInt = 0,
         **kwargs,
     ):
         super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
         self.data_dir = Path(data_dir)
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        """fold < num_folds, and num_folds <= the smallest class when the labels are at hand."""
+        folds.check_fold(settings, key)
+        if settings.get("num_folds") is not None:
+            folds.check_labels(cls.fold_labels(settings), settings, key, cls.data_name, "images")
+
+    @classmethod
+    def fold_labels(cls, settings: dict) -> list | None:
+        """The labels k-fold splits, when they can be read without a download (else None:
+        `setup` checks them once read)."""
+        return None
 
     @property
     def dims(self) -> dict:
@@ -135,6 +157,9 @@ class VisionDataModule(SplitDataModule):
         if self.train_set is not None:
             return
         (images, labels), test = self.load()
+        if self.hparams.num_folds is not None:
+            self._fold_sets(images, labels, test)
+            return
         if test is None:  # no official test split: carve one out, stratified
             rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed, "the test share")
             test = images[test_idx], labels[test_idx]
@@ -146,15 +171,29 @@ class VisionDataModule(SplitDataModule):
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*test)
 
+    def _fold_sets(self, images, labels, test) -> None:
+        """Every labelled image in one pool (the official test split after the training split):
+        fold `fold` tests, the validation set is carved from the other folds."""
+        if test is not None:
+            images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
+        h = self.hparams
+        folds.check_labels(labels.numpy(), h, "data", self.data_name, "images")
+        split = folds.fold_split(labels.numpy(), h.num_folds, h.fold, h.seed, h.val_fraction)
+        self.train_set, self.val_set, self.test_set = (
+            TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
+        )
+
 
 class DigitsDataModule(VisionDataModule):
     """scikit-learn's 1,797 handwritten digits (8x8, 16 grey levels): real, offline, fast.
 
-    Stratified train/val/test split by seed (test_fraction of all, val_fraction of the rest).
+    Stratified train/val/test split by seed (test_fraction of all, val_fraction of the rest);
+    with `num_folds` the test set is a fold instead (test_fraction is not used).
     """
 
     mean, std = (0.3051,), (0.3781,)
     channels, image_size, num_classes = 1, 8, 10
+    data_name = "digits"
 
     def __init__(self, test_fraction: Fraction = 0.2, **kwargs):
         super().__init__(**kwargs)
@@ -170,12 +209,20 @@ class DigitsDataModule(VisionDataModule):
 
         return [Path(str(files("sklearn.datasets") / "data" / "digits.csv.gz"))]
 
+    @classmethod
+    def fold_labels(cls, settings: dict):
+        from sklearn.datasets import load_digits
+
+        return load_digits().target
+
     def load(self):
         from sklearn.datasets import load_digits
 
         digits = load_digits()
         images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         labels = torch.tensor(digits.target, dtype=torch.long)
+        if self.hparams.num_folds is not None:  # every image is in one fold's test set
+            return (images, labels), None
         rest, test = stratified_split(
             labels, self.test_fraction, self.hparams.seed, "data.test_fraction"
         )
@@ -185,8 +232,9 @@ class DigitsDataModule(VisionDataModule):
 class ImageFolderDataModule(VisionDataModule):
     """A folder of class sub-folders (`root/cat/*.png`, `root/dog/*.png`), read lazily.
 
-    With `root/train` (and optionally `root/val`, `root/test`) those splits are used as is;
-    otherwise the images are split into train/val/test by seed, stratified by class.
+    With `root/train` (and optionally `root/val`, `root/test`) those splits are used as is
+    (and k-fold is refused: they are the user's fixed split); otherwise the images are split
+    into train/val/test by seed, stratified by class, or into `num_folds` folds.
     """
 
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -209,7 +257,26 @@ class ImageFolderDataModule(VisionDataModule):
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
-        cls.class_folders(Path(str(settings["root"])), key)
+        root = Path(str(settings["root"]))
+        cls.class_folders(root, key)
+        if settings.get("num_folds") is not None and (root / "train").is_dir():
+            raise UserError(
+                f"{key}.num_folds={settings['num_folds']}: {root} has fixed train/val/test "
+                f"sub-folders; k-fold needs one folder of class sub-folders (or {key}.num_folds=null)"
+            )
+        super().check_settings(settings, key)
+
+    @classmethod
+    def fold_labels(cls, settings: dict) -> list[int]:
+        """One label per image file, as ImageFolder will find them (names only, nothing read)."""
+        from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+
+        root = Path(str(settings["root"]))
+        classes = cls.class_folders(root, "data")
+        found = make_dataset(
+            str(root), {c: i for i, c in enumerate(classes)}, IMG_EXTENSIONS, None, True
+        )
+        return [label for _, label in found]
 
     @staticmethod
     def class_folders(root: Path, key: str) -> list[str]:
@@ -263,6 +330,13 @@ class ImageFolderDataModule(VisionDataModule):
             self.train_set = Subset(train, idx)
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set
+            return
+        if h.num_folds is not None:
+            folds.check_labels(train.targets, h, "data", str(self.root), "images")
+            split = folds.fold_split(train.targets, h.num_folds, h.fold, h.seed, h.val_fraction)
+            self.train_set, self.val_set, self.test_set = (
+                Subset(train, split[s].tolist()) for s in ("train", "val", "test")
+            )
             return
         rest, test_idx = stratified_split(
             train.targets, self.test_fraction, h.seed, "data.test_fraction"
