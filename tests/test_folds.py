@@ -220,3 +220,42 @@ def test_fold_without_num_folds_is_a_mistake():
     F.check_fold({"num_folds": None, "fold": 0}, "data")
     with pytest.raises(UserError, match=r"^data.fold=2 needs k-fold .*data.num_folds=5"):
         F.check_fold({"num_folds": None, "fold": 2}, "data")
+
+
+@pytest.mark.slow
+def test_two_fold_digits_sweep_summarizes_the_folds_as_one_group(cli, tmp_path):
+    """`-m data.num_folds=2 'data.fold=range(2)'`: two jobs, one per test fold, summarized as
+    one group: mean ± std of test/acc over the folds (the folds' partition: tests above)."""
+    import csv
+
+    tiny = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
+    cli("train.py", "hydra.mode=MULTIRUN", "data.num_folds=2", "data.fold=range(2)", *tiny)
+    [sweep] = list((tmp_path / "logs" / "train" / "multiruns").glob("*"))
+    rows = list(csv.DictReader((sweep / "summary.csv").open()))
+    assert [(r["data.fold"], r["status"]) for r in rows] == [("0", "completed"), ("1", "completed")]
+    stats = [r for r in csv.DictReader((sweep / "summary_stats.csv").open())]
+    acc = [r for r in stats if r["metric"] == "test/acc"]
+    assert [(r["group"], r["n"]) for r in acc] == [("all jobs", "2")]  # the folds: one group
+    values = [float(r["test/acc"]) for r in rows]
+    assert float(acc[0]["mean"]) == pytest.approx(sum(values) / 2)
+    assert float(acc[0]["std"]) == pytest.approx(abs(values[0] - values[1]) / 2**0.5)
+
+
+def test_fold_jobs_are_replicas_and_num_folds_is_not():
+    """The sweep summary groups `data.fold=i` jobs as replicas (configs/hydra/default.yaml's
+    replica_keys), while `data.num_folds` stays a setting: one group per model here."""
+    from litlab.sweeps.summary import stats_rows
+
+    records = [
+        {
+            "status": "completed",
+            "overrides": [f"model={model}", "data.num_folds=3", f"data.fold={fold}"],
+            "metrics": {"test/acc": acc},
+        }
+        for model, accs in (("cnn", [0.9, 0.8, 1.0]), ("resnet18", [0.5, 0.6, 0.7]))
+        for fold, acc in enumerate(accs)
+    ]
+    groups = {
+        r["group"]: (r["n"], round(r["mean"], 6)) for r in stats_rows(records, ["seed", "fold"])
+    }
+    assert groups == {"all jobs": (6, 0.75), "model=cnn": (3, 0.9), "model=resnet18": (3, 0.6)}
