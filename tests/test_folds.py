@@ -259,3 +259,20 @@ def test_fold_jobs_are_replicas_and_num_folds_is_not():
         r["group"]: (r["n"], round(r["mean"], 6)) for r in stats_rows(records, ["seed", "fold"])
     }
     assert groups == {"all jobs": (6, 0.75), "model=cnn": (3, 0.9), "model=resnet18": (3, 0.6)}
+
+
+def test_mnist_folds_are_checked_from_the_label_files_on_disk(tmp_path):
+    """MNIST's smallest class is read from its small label file before any image is read;
+    with no files yet (a download to come) the check waits for setup."""
+    from test_vision import write_idx
+
+    from litlab.data.vision_downloads import MNISTDataModule
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    settings = {"data_dir": str(tmp_path), "num_folds": 7, "fold": 0}
+    MNISTDataModule.check_settings(settings, "data")  # nothing on disk yet
+    write_idx(raw / "t10k-labels-idx1-ubyte.gz", np.repeat(np.arange(10, dtype=np.uint8), 6))
+    with pytest.raises(UserError, match=r"^data.num_folds=7 is too many for MNIST \(60 images"):
+        MNISTDataModule.check_settings(settings, "data")
+    MNISTDataModule.check_settings({**settings, "num_folds": 6}, "data")

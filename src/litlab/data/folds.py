@@ -82,6 +82,21 @@ def fold_split(
     return {"train": np.sort(rest[fit]), "val": np.sort(rest[val]), "test": np.sort(test)}
 
 
+def settings_split(labels, h, what: str, pool: str) -> dict[str, np.ndarray]:
+    """`fold_split` by a datamodule's hparams, once the labels are read (data downloaded after
+    the settings were checked is checked here)."""
+    check_labels(labels, h, "data", what, pool)
+    return fold_split(labels, h.num_folds, h.fold, h.seed, h.val_fraction, pool)
+
+
+def volume_split(label_maps, h, what: str) -> dict[str, list[int]]:
+    """Segmentation volumes by fold, stratified by their dominant structures."""
+    check_count(len(label_maps), h, "data", what, "volumes")
+    strata = pooled_strata([dominant_structure(m) for m in label_maps], h.num_folds)
+    split = fold_split(strata, h.num_folds, h.fold, h.seed, h.val_fraction, "volumes")
+    return {k: v.tolist() for k, v in split.items()}
+
+
 def dominant_structure(label_map: np.ndarray) -> int:
     """The foreground class with the most voxels (0 when there is none): a segmentation
     volume's stratum, so each fold holds volumes of every common kind."""
@@ -97,3 +112,33 @@ def pooled_strata(strata, num_folds: int) -> np.ndarray:
     common = values[counts.argmax()]
     rare = values[counts < num_folds]
     return np.where(np.isin(strata, rare), common, strata)
+
+
+class FoldSettings:
+    """The k-fold checks of a datamodule, before anything is written: `config.validate` calls
+    `check_settings` (through the targets' hook). A subclass tells what it knows without work:
+    `fold_count` (items) and `fold_labels` (their classes), None when only `setup` can tell."""
+
+    data_name = "the data"  # how error lines name it
+    fold_pool = "samples"  # what its items are
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        cls.check_folds(settings, key, cls.fold_count(settings))
+
+    @classmethod
+    def check_folds(cls, settings: dict, key: str, count: int | None) -> None:
+        check_fold(settings, key)
+        if settings.get("num_folds") is None:
+            return
+        if count is not None:
+            check_count(count, settings, key, cls.data_name, cls.fold_pool)
+        check_labels(cls.fold_labels(settings), settings, key, cls.data_name, cls.fold_pool)
+
+    @classmethod
+    def fold_count(cls, settings: dict) -> int | None:
+        return None
+
+    @classmethod
+    def fold_labels(cls, settings: dict) -> list | None:
+        return None

@@ -21,30 +21,14 @@ from litlab.bounds import Fraction, Ge, MaxLen, MinLen, NonNegFloat, NonNegInt, 
 from litlab.data import folds
 from litlab.data import volumes as V
 from litlab.data.base import SplitDataModule
+from litlab.data.splits import split_indices
 from litlab.errors import UserError
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
 
 
-def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> dict:
-    """Seeded random train/val/test split of n items (each split gets at least one)."""
-    order = np.random.default_rng(seed).permutation(n)
-    n_test = max(1, round(n * test_fraction))
-    n_val = max(1, round(n * val_fraction))
-    if n_test + n_val >= n:
-        raise UserError(
-            f"{n} volumes are too few for val_fraction={val_fraction} and "
-            f"test_fraction={test_fraction}"
-        )
-    return {
-        "train": sorted(order[n_test + n_val :].tolist()),
-        "val": sorted(order[n_test : n_test + n_val].tolist()),
-        "test": sorted(order[:n_test].tolist()),
-    }
-
-
-class Medical3DDataModule(SplitDataModule):
+class Medical3DDataModule(folds.FoldSettings, SplitDataModule):
     """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP.
 
     `num_folds=K fold=i`: fold i of a seeded K-fold split of the volumes tests (stratified by
@@ -52,7 +36,7 @@ class Medical3DDataModule(SplitDataModule):
     validates (test_fraction is not used).
     """
 
-    data_name = "the volumes"
+    data_name, fold_pool = "the volumes", "volumes"
 
     def __init__(
         self,
@@ -66,29 +50,6 @@ class Medical3DDataModule(SplitDataModule):
         **kwargs,
     ):
         super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
-
-    @classmethod
-    def check_settings(cls, settings: dict, key: str) -> None:
-        cls.check_folds(settings, key, cls.fold_count(settings))
-
-    @classmethod
-    def check_folds(cls, settings: dict, key: str, count: int | None) -> None:
-        """fold < num_folds; enough volumes (and of each class) for num_folds, when known
-        before any volume is read (else `setup` checks them)."""
-        folds.check_fold(settings, key)
-        if settings.get("num_folds") is None:
-            return
-        if count is not None:
-            folds.check_count(count, settings, key, cls.data_name, "volumes")
-        folds.check_labels(cls.fold_labels(settings), settings, key, cls.data_name, "volumes")
-
-    @classmethod
-    def fold_count(cls, settings: dict) -> int | None:
-        return None
-
-    @classmethod
-    def fold_labels(cls, settings: dict) -> list | None:
-        return None
 
     @property
     def dims(self) -> dict:
@@ -136,11 +97,7 @@ class SegmentationDataModule(Medical3DDataModule):
         if h.num_folds is None:
             split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
         else:  # stratified by each volume's dominant structure; rare ones pooled
-            folds.check_count(len(vols), h, "data", self.data_name, "volumes")
-            strata = [folds.dominant_structure(v["label"]) for v in vols]
-            strata = folds.pooled_strata(strata, h.num_folds)
-            split = folds.fold_split(strata, h.num_folds, h.fold, h.seed, h.val_fraction, "volumes")
-            split = {k: v.tolist() for k, v in split.items()}
+            split = folds.volume_split([v["label"] for v in vols], h, self.data_name)
         self._write_split(split)
         self.train_set = V.PatchDataset(
             [vols[i] for i in split["train"]], self.patch_size, self.samples_per_volume, h.augment
@@ -296,10 +253,7 @@ class ClassificationDataModule(Medical3DDataModule):
         if h.num_folds is None:
             split = split_indices(len(labels), h.val_fraction, h.test_fraction, h.seed)
         else:
-            folds.check_labels(labels.numpy(), h, "data", self.data_name, "volumes")
-            split = folds.fold_split(
-                labels.numpy(), h.num_folds, h.fold, h.seed, h.val_fraction, "volumes"
-            )
+            split = folds.settings_split(labels.numpy(), h, self.data_name, "volumes")
         return {
             k: (images[torch.as_tensor(v)], labels[torch.as_tensor(v)]) for k, v in split.items()
         }

@@ -8,83 +8,20 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
+from litlab.data.images import TensorImages, random_affine, read_image
 from litlab.data.splits import stratified_split
-from litlab.errors import UserError, one_line
+from litlab.errors import UserError
 from litlab.tasks import IMAGE_CLASSIFICATION
 
 LEFT = "samples left after the test split (data.test_fraction)"
 
 
-def random_affine(
-    x: torch.Tensor,
-    degrees: float = 0.0,
-    translate: float = 0.0,
-    scale: tuple[float, float] = (1.0, 1.0),
-    hflip: bool = False,
-) -> torch.Tensor:
-    """A different random rotation/shift/scale (and flip) for every image of a batch.
-
-    `translate` is a fraction of the image size; empty borders are zero (black).
-    """
-    import torch.nn.functional as F
-
-    n = x.shape[0]
-
-    def uniform(lo, hi):
-        return torch.empty(n, device=x.device).uniform_(lo, hi)
-
-    angle = uniform(-degrees, degrees).deg2rad_()
-    zoom = uniform(*scale)
-    flip = torch.where(torch.rand(n, device=x.device) < 0.5, -1.0, 1.0) if hflip else 1.0
-    theta = torch.zeros(n, 2, 3, device=x.device)
-    theta[:, 0, 0] = angle.cos() / zoom * flip
-    theta[:, 0, 1] = -angle.sin() / zoom
-    theta[:, 1, 0] = angle.sin() / zoom * flip
-    theta[:, 1, 1] = angle.cos() / zoom
-    theta[:, :, 2] = torch.empty(n, 2, device=x.device).uniform_(-2 * translate, 2 * translate)
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-
-
-class TensorImages(Dataset):
-    """Images held in memory as a uint8/float tensor (N, C, H, W) with integer labels.
-
-    Items are returned as stored; scaling, augmentation and normalization happen per batch
-    (VisionDataModule.on_after_batch_transfer)."""
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
-        self.images, self.labels = images, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        return self.images[i], self.labels[i]
-
-
-def read_image(path: str, header_only: bool = False):
-    """An image as RGB PIL (ImageFolder's loader), or one line naming the file it cannot read."""
-    from PIL import Image
-
-    try:
-        with open(path, "rb") as f:
-            img = Image.open(f)
-            if header_only:
-                return None
-            return img.convert("RGB")
-    except Exception as err:  # noqa: BLE001 (PIL raises many kinds; all mean a bad file)
-        raise UserError(
-            f"cannot read image {path}: {one_line(err)}; fix or remove the file"
-        ) from None
-
-
-class VisionDataModule(SplitDataModule):
+class VisionDataModule(folds.FoldSettings, SplitDataModule):
     """Shared split/transform/loader logic; subclasses only say how to read their images.
 
     `num_folds=K fold=i` pools every labelled image (official test split included) and makes
@@ -92,8 +29,7 @@ class VisionDataModule(SplitDataModule):
     """
 
     task = IMAGE_CLASSIFICATION
-    #: how error lines name the data
-    data_name = "the images"
+    data_name, fold_pool = "the images", "images"
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
@@ -111,19 +47,6 @@ class VisionDataModule(SplitDataModule):
     ):
         super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
         self.data_dir = Path(data_dir)
-
-    @classmethod
-    def check_settings(cls, settings: dict, key: str) -> None:
-        """fold < num_folds, and num_folds <= the smallest class when the labels are at hand."""
-        folds.check_fold(settings, key)
-        if settings.get("num_folds") is not None:
-            folds.check_labels(cls.fold_labels(settings), settings, key, cls.data_name, "images")
-
-    @classmethod
-    def fold_labels(cls, settings: dict) -> list | None:
-        """The labels k-fold splits, when they can be read without a download (else None:
-        `setup` checks them once read)."""
-        return None
 
     @property
     def dims(self) -> dict:
@@ -176,9 +99,7 @@ class VisionDataModule(SplitDataModule):
         fold `fold` tests, the validation set is carved from the other folds."""
         if test is not None:
             images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
-        h = self.hparams
-        folds.check_labels(labels.numpy(), h, "data", self.data_name, "images")
-        split = folds.fold_split(labels.numpy(), h.num_folds, h.fold, h.seed, h.val_fraction)
+        split = folds.settings_split(labels.numpy(), self.hparams, self.data_name, "images")
         self.train_set, self.val_set, self.test_set = (
             TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
         )
@@ -332,8 +253,7 @@ class ImageFolderDataModule(VisionDataModule):
             self.test_set = self._folder("test") if has["test"] else self.val_set
             return
         if h.num_folds is not None:
-            folds.check_labels(train.targets, h, "data", str(self.root), "images")
-            split = folds.fold_split(train.targets, h.num_folds, h.fold, h.seed, h.val_fraction)
+            split = folds.settings_split(train.targets, h, str(self.root), "images")
             self.train_set, self.val_set, self.test_set = (
                 Subset(train, split[s].tolist()) for s in ("train", "val", "test")
             )
