@@ -103,6 +103,33 @@ TRAIN = [  # (overrides, words the error line must contain)
     (["threads=100000"], ["threads=100000 is not valid", "an integer from 1 to"]),
     (["ddp_join_timeout=0"], ["ddp_join_timeout=0", "seconds in (0, 86400]"]),
     (["ddp_join_timeout=.inf"], ["ddp_join_timeout=.inf", "seconds in (0, 86400]"]),
+    # issue 36: k-fold on every domain, refused before any data is read
+    (["data.num_folds=5", "data.fold=5"], ["data.fold=5 is not valid", "choose 0 to 4"]),
+    (["data.num_folds=1"], ["data.num_folds=1", "null (the usual split) or an integer >= 2"]),
+    (
+        ["data.num_folds=175"],
+        ["data.num_folds=175 is too many for digits", "smallest class 174", "use 2 to 174"],
+    ),
+    (["data.fold=3"], ["data.fold=3 needs k-fold", "data.num_folds"]),
+    (
+        ["model=gnn", "data=cora", "data.num_folds=5"],
+        ["data.num_folds=5", "fixed node split", "k-fold is not available"],
+    ),
+    pytest.param(
+        ["model=resnet3d", "data.num_folds=300", "data.fold=1"],
+        ["data.num_folds=300 is too many for the phantoms (400 volumes", "use 2 to"],
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        ["model=unet3d", "data.num_folds=49"],
+        ["data.num_folds=49 is too many for the phantoms (48 volumes)", "use 2 to 48"],
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        ["model=gnn", "data=sbm", "data.fold=2"],
+        ["data.fold=2: SBMDataModule keeps the benchmark's fixed node split"],
+        marks=pytest.mark.slow,
+    ),
 ]
 EVAL = [
     ([], ["ckpt_path is required"]),
@@ -205,6 +232,11 @@ def test_bad_eval_command(overrides, words, fake, tmp_path, capfd):
 SLOW = pytest.mark.slow  # more of the same mechanism: .ci/run's second stage
 SWEEPS = [
     (["seed=1,2,-5"], ["job 2 of the sweep (seed=-5): seed=-5", "4294967295"]),
+    pytest.param(  # issue 36: a fold past the last, in a k-fold sweep
+        ["data.num_folds=3", "data.fold=0,1,2,3"],
+        ["job 3 of the sweep (data.fold=3): data.fold=3 is not valid; choose 0 to 2"],
+        marks=SLOW,
+    ),
     pytest.param(
         ["model.optimizer.lr=0.01,inf"],
         ["job 1 of the sweep (model.optimizer.lr=inf)", "<= 10"],

@@ -85,15 +85,36 @@ def _the_graph(items: list) -> Data:
 
 
 class NodeDataModule(L.LightningDataModule):
-    """One graph with boolean `train_mask`/`val_mask`/`test_mask`; each loader yields it whole."""
+    """One graph with boolean `train_mask`/`val_mask`/`test_mask`; each loader yields it whole.
+
+    Its masks are the benchmark's protocol (Planetoid's public split, a few labelled nodes per
+    class), so `num_folds` (k-fold on every other datamodule) is refused here in one line: a
+    k-fold over nodes would be another task, not the published one.
+    """
 
     task = NODE_CLASSIFICATION
     predict_split = "test"
 
-    def __init__(self, data_dir: str = "data", normalize_features: bool = False):
+    def __init__(
+        self,
+        data_dir: str = "data",
+        normalize_features: bool = False,
+        num_folds: int | None = None,
+        fold: NonNegInt = 0,
+    ):
         super().__init__()
         self.data_dir = Path(data_dir)
         self.normalize_features = normalize_features
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        folds, fold = settings.get("num_folds"), settings.get("fold", 0)
+        if folds is not None or fold:
+            setting = f"num_folds={folds}" if folds is not None else f"fold={fold}"
+            raise UserError(
+                f"{key}.{setting}: {cls.__name__} keeps the benchmark's fixed node split "
+                f"(train/val/test masks), k-fold is not available; leave {key}.num_folds=null"
+            )
 
     def load(self) -> Data:
         raise NotImplementedError
@@ -205,6 +226,7 @@ class PlanetoidDataModule(NodeDataModule):
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
+        super().check_settings(settings, key)
         if str(settings["name"]).lower() not in ("cora", "citeseer", "pubmed"):
             raise UserError(
                 f"{key}.name={settings['name']} is not a Planetoid graph; valid: "

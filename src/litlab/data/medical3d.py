@@ -18,33 +18,25 @@ import torch
 from torch.utils.data import TensorDataset
 
 from litlab.bounds import Fraction, Ge, MaxLen, MinLen, NonNegFloat, NonNegInt, PosInt, Seed
+from litlab.data import folds
 from litlab.data import volumes as V
 from litlab.data.base import SplitDataModule
+from litlab.data.splits import split_indices
 from litlab.errors import UserError
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
 
 
-def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> dict:
-    """Seeded random train/val/test split of n items (each split gets at least one)."""
-    order = np.random.default_rng(seed).permutation(n)
-    n_test = max(1, round(n * test_fraction))
-    n_val = max(1, round(n * val_fraction))
-    if n_test + n_val >= n:
-        raise UserError(
-            f"{n} volumes are too few for val_fraction={val_fraction} and "
-            f"test_fraction={test_fraction}"
-        )
-    return {
-        "train": sorted(order[n_test + n_val :].tolist()),
-        "val": sorted(order[n_test : n_test + n_val].tolist()),
-        "test": sorted(order[:n_test].tolist()),
-    }
+class Medical3DDataModule(folds.FoldSettings, SplitDataModule):
+    """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP.
 
+    `num_folds=K fold=i`: fold i of a seeded K-fold split of the volumes tests (stratified by
+    class, or by dominant structure for segmentation); `val_fraction` of the other folds
+    validates (test_fraction is not used).
+    """
 
-class Medical3DDataModule(SplitDataModule):
-    """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP."""
+    data_name, fold_pool = "the volumes", "volumes"
 
     def __init__(
         self,
@@ -53,6 +45,8 @@ class Medical3DDataModule(SplitDataModule):
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
         seed: Seed = 42,
+        num_folds: folds.NumFolds = None,
+        fold: NonNegInt = 0,
         **kwargs,
     ):
         super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
@@ -100,7 +94,10 @@ class SegmentationDataModule(Medical3DDataModule):
             return
         h = self.hparams
         vols = self.load()
-        split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
+        if h.num_folds is None:
+            split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
+        else:  # stratified by each volume's dominant structure; rare ones pooled
+            split = folds.volume_split([v["label"] for v in vols], h, self.data_name)
         self._write_split(split)
         self.train_set = V.PatchDataset(
             [vols[i] for i in split["train"]], self.patch_size, self.samples_per_volume, h.augment
@@ -135,6 +132,12 @@ class PhantomDataModule(Medical3DDataModule):
         **kwargs,
     ):
         super().__init__(**kwargs)
+
+    data_name = "the phantoms"
+
+    @classmethod
+    def fold_count(cls, settings: dict) -> int:
+        return int(settings["num_volumes"])
 
     def phantoms(self, nodule_probability: float, **kwargs):
         """(index, image, label, has_nodule) of each phantom, in order."""
@@ -171,11 +174,14 @@ class NiftiDataModule(SegmentationDataModule):
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list:
-        """The folder holds at least 3 image/label pairs (read before anything is printed)."""
+        """The folder holds at least 3 image/label pairs, enough for `num_folds` (read before
+        anything is printed)."""
         root = Path(str(settings["root"]))
         if not root.is_dir():
             raise UserError(f"{key}.root={root} is not a folder (expected imagesTr/ and labelsTr/)")
-        return V.find_pairs(root, key)
+        pairs = V.find_pairs(root, key)
+        cls.check_folds(settings, key, len(pairs))
+        return pairs
 
     def _cache_path(self) -> Path | None:
         if self.cache_dir is None:
@@ -241,6 +247,17 @@ class ClassificationDataModule(Medical3DDataModule):
     def load(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         raise NotImplementedError
 
+    def split(self, images: torch.Tensor, labels: torch.Tensor) -> dict:
+        """{split: (images, labels)}: seeded train/val/test, or the folds of `num_folds`."""
+        h = self.hparams
+        if h.num_folds is None:
+            split = split_indices(len(labels), h.val_fraction, h.test_fraction, h.seed)
+        else:
+            split = folds.settings_split(labels.numpy(), h, self.data_name, "volumes")
+        return {
+            k: (images[torch.as_tensor(v)], labels[torch.as_tensor(v)]) for k, v in split.items()
+        }
+
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:
             sets = {k: TensorDataset(*v) for k, v in self.load().items()}
@@ -263,14 +280,18 @@ class PhantomClassificationDataModule(PhantomDataModule, ClassificationDataModul
     def __init__(self, num_volumes: Annotated[int, Ge(3)] = 400, **kwargs):
         super().__init__(num_volumes=num_volumes, **kwargs)
 
+    @classmethod
+    def fold_labels(cls, settings: dict) -> list[int]:
+        """Which phantoms hold a nodule, without generating them (checked before any work)."""
+        seed = settings["seed"]
+        return [V.phantom_has_nodule(seed, i, 0.5) for i in range(int(settings["num_volumes"]))]
+
     def load(self):
         from monai.transforms import ResizeWithPadOrCrop
 
-        h, fit = self.hparams, ResizeWithPadOrCrop([self.hparams.size] * 3)
+        fit = ResizeWithPadOrCrop([self.hparams.size] * 3)
         images, labels = [], []
         for _, image, _, has_nodule in self.phantoms(0.5):
             images.append(torch.as_tensor(np.asarray(fit(V.normalize(image)))))
             labels.append(has_nodule)
-        images, labels = torch.stack(images), torch.tensor(labels)
-        split = split_indices(len(labels), h.val_fraction, h.test_fraction, h.seed)
-        return {k: (images[v], labels[v]) for k, v in split.items()}
+        return self.split(torch.stack(images), torch.tensor(labels))

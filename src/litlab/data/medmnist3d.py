@@ -12,8 +12,9 @@ from litlab.errors import UserError
 
 class MedMNIST3DDataModule(ClassificationDataModule):
     """MedMNIST v2 3D sets (`flag`: organmnist3d, nodulemnist3d, adrenalmnist3d,
-    fracturemnist3d, vesselmnist3d, synapsemnist3d) with their official splits. Downloads with
-    the `medmnist` package when `<data_dir>/<flag>[_64].npz` is absent."""
+    fracturemnist3d, vesselmnist3d, synapsemnist3d) with their official splits, or k-fold
+    over all of them (`num_folds`). Downloads with the `medmnist` package when
+    `<data_dir>/<flag>[_64].npz` is absent."""
 
     def __init__(
         self,
@@ -44,7 +45,19 @@ class MedMNIST3DDataModule(ClassificationDataModule):
         info = medmnist.INFO[flag]
         if info["task"] not in ("binary-class", "multi-class"):
             raise UserError(f"{key}.flag={flag} is a {info['task']} task, not single-label")
+        cls.check_folds(settings, key, None)
         return info
+
+    @classmethod
+    def fold_labels(cls, settings: dict):
+        """The labels of an `<flag>.npz` already on disk (not yet downloaded: setup checks)."""
+        size = settings.get("size", 28)
+        name = f"{settings['flag']}{'' if size == 28 else f'_{size}'}.npz"
+        path = Path(str(settings.get("data_dir", "data"))) / name
+        if not path.is_file():
+            return None
+        with np.load(path) as z:
+            return np.concatenate([z[f"{s}_labels"].reshape(-1) for s in ("train", "val", "test")])
 
     @property
     def npz_path(self) -> Path:
@@ -74,4 +87,8 @@ class MedMNIST3DDataModule(ClassificationDataModule):
             images = torch.as_tensor(np.asarray(ds.imgs))
             images = images.unsqueeze(1) if images.ndim == 4 else images.permute(0, 4, 1, 2, 3)
             out[split] = (images.contiguous(), torch.as_tensor(ds.labels).reshape(-1).long())
-        return out
+        if self.hparams.num_folds is None:
+            return out
+        # k-fold: the official splits pooled in their order (train, val, test), then folded
+        pooled = [torch.cat([out[s][i] for s in ("train", "val", "test")]) for i in (0, 1)]
+        return self.split(*pooled)

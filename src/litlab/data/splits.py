@@ -53,3 +53,20 @@ def stratified_folds(labels, num_folds: int, fold: int, seed: int) -> tuple[np.n
     splitter = StratifiedKFold(n_splits=num_folds, shuffle=True, random_state=seed)
     train, test = list(splitter.split(np.zeros(len(labels)), np.asarray(labels)))[fold]
     return train, test
+
+
+def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> dict:
+    """Seeded random train/val/test split of n items (each split gets at least one)."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = max(1, round(n * test_fraction))
+    n_val = max(1, round(n * val_fraction))
+    if n_test + n_val >= n:
+        raise UserError(
+            f"{n} volumes are too few for val_fraction={val_fraction} and "
+            f"test_fraction={test_fraction}"
+        )
+    return {
+        "train": sorted(order[n_test + n_val :].tolist()),
+        "val": sorted(order[n_test : n_test + n_val].tolist()),
+        "test": sorted(order[:n_test].tolist()),
+    }

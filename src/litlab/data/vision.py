@@ -8,85 +8,28 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from litlab.bounds import Fraction, PosInt, Seed
+from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
+from litlab.data import folds
 from litlab.data.base import SplitDataModule
+from litlab.data.images import TensorImages, random_affine, read_image
 from litlab.data.splits import stratified_split
-from litlab.errors import UserError, one_line
+from litlab.errors import UserError
 from litlab.tasks import IMAGE_CLASSIFICATION
 
 LEFT = "samples left after the test split (data.test_fraction)"
 
 
-def random_affine(
-    x: torch.Tensor,
-    degrees: float = 0.0,
-    translate: float = 0.0,
-    scale: tuple[float, float] = (1.0, 1.0),
-    hflip: bool = False,
-) -> torch.Tensor:
-    """A different random rotation/shift/scale (and flip) for every image of a batch.
+class VisionDataModule(folds.FoldSettings, SplitDataModule):
+    """Shared split/transform/loader logic; subclasses only say how to read their images.
 
-    `translate` is a fraction of the image size; empty borders are zero (black).
+    `num_folds=K fold=i` pools every labelled image (official test split included) and makes
+    fold i of a seeded stratified K-fold split the test set (data/folds.py).
     """
-    import torch.nn.functional as F
-
-    n = x.shape[0]
-
-    def uniform(lo, hi):
-        return torch.empty(n, device=x.device).uniform_(lo, hi)
-
-    angle = uniform(-degrees, degrees).deg2rad_()
-    zoom = uniform(*scale)
-    flip = torch.where(torch.rand(n, device=x.device) < 0.5, -1.0, 1.0) if hflip else 1.0
-    theta = torch.zeros(n, 2, 3, device=x.device)
-    theta[:, 0, 0] = angle.cos() / zoom * flip
-    theta[:, 0, 1] = -angle.sin() / zoom
-    theta[:, 1, 0] = angle.sin() / zoom * flip
-    theta[:, 1, 1] = angle.cos() / zoom
-    theta[:, :, 2] = torch.empty(n, 2, device=x.device).uniform_(-2 * translate, 2 * translate)
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-
-
-class TensorImages(Dataset):
-    """Images held in memory as a uint8/float tensor (N, C, H, W) with integer labels.
-
-    Items are returned as stored; scaling, augmentation and normalization happen per batch
-    (VisionDataModule.on_after_batch_transfer)."""
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
-        self.images, self.labels = images, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        return self.images[i], self.labels[i]
-
-
-def read_image(path: str, header_only: bool = False):
-    """An image as RGB PIL (ImageFolder's loader), or one line naming the file it cannot read."""
-    from PIL import Image
-
-    try:
-        with open(path, "rb") as f:
-            img = Image.open(f)
-            if header_only:
-                return None
-            return img.convert("RGB")
-    except Exception as err:  # noqa: BLE001 (PIL raises many kinds; all mean a bad file)
-        raise UserError(
-            f"cannot read image {path}: {one_line(err)}; fix or remove the file"
-        ) from None
-
-
-class VisionDataModule(SplitDataModule):
-    """Shared split/transform/loader logic; subclasses only say how to read their images."""
 
     task = IMAGE_CLASSIFICATION
+    data_name, fold_pool = "the images", "images"
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
@@ -98,6 +41,8 @@ class VisionDataModule(SplitDataModule):
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         seed: Seed = 42,
+        num_folds: folds.NumFolds = None,
+        fold: NonNegInt = 0,
         **kwargs,
     ):
         super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
@@ -135,6 +80,9 @@ class VisionDataModule(SplitDataModule):
         if self.train_set is not None:
             return
         (images, labels), test = self.load()
+        if self.hparams.num_folds is not None:
+            self._fold_sets(images, labels, test)
+            return
         if test is None:  # no official test split: carve one out, stratified
             rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed, "the test share")
             test = images[test_idx], labels[test_idx]
@@ -146,15 +94,27 @@ class VisionDataModule(SplitDataModule):
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*test)
 
+    def _fold_sets(self, images, labels, test) -> None:
+        """Every labelled image in one pool (the official test split after the training split):
+        fold `fold` tests, the validation set is carved from the other folds."""
+        if test is not None:
+            images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
+        split = folds.settings_split(labels.numpy(), self.hparams, self.data_name, "images")
+        self.train_set, self.val_set, self.test_set = (
+            TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
+        )
+
 
 class DigitsDataModule(VisionDataModule):
     """scikit-learn's 1,797 handwritten digits (8x8, 16 grey levels): real, offline, fast.
 
-    Stratified train/val/test split by seed (test_fraction of all, val_fraction of the rest).
+    Stratified train/val/test split by seed (test_fraction of all, val_fraction of the rest);
+    with `num_folds` the test set is a fold instead (test_fraction is not used).
     """
 
     mean, std = (0.3051,), (0.3781,)
     channels, image_size, num_classes = 1, 8, 10
+    data_name = "digits"
 
     def __init__(self, test_fraction: Fraction = 0.2, **kwargs):
         super().__init__(**kwargs)
@@ -170,12 +130,20 @@ class DigitsDataModule(VisionDataModule):
 
         return [Path(str(files("sklearn.datasets") / "data" / "digits.csv.gz"))]
 
+    @classmethod
+    def fold_labels(cls, settings: dict):
+        from sklearn.datasets import load_digits
+
+        return load_digits().target
+
     def load(self):
         from sklearn.datasets import load_digits
 
         digits = load_digits()
         images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         labels = torch.tensor(digits.target, dtype=torch.long)
+        if self.hparams.num_folds is not None:  # every image is in one fold's test set
+            return (images, labels), None
         rest, test = stratified_split(
             labels, self.test_fraction, self.hparams.seed, "data.test_fraction"
         )
@@ -185,8 +153,9 @@ class DigitsDataModule(VisionDataModule):
 class ImageFolderDataModule(VisionDataModule):
     """A folder of class sub-folders (`root/cat/*.png`, `root/dog/*.png`), read lazily.
 
-    With `root/train` (and optionally `root/val`, `root/test`) those splits are used as is;
-    otherwise the images are split into train/val/test by seed, stratified by class.
+    With `root/train` (and optionally `root/val`, `root/test`) those splits are used as is
+    (and k-fold is refused: they are the user's fixed split); otherwise the images are split
+    into train/val/test by seed, stratified by class, or into `num_folds` folds.
     """
 
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -209,7 +178,26 @@ class ImageFolderDataModule(VisionDataModule):
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
-        cls.class_folders(Path(str(settings["root"])), key)
+        root = Path(str(settings["root"]))
+        cls.class_folders(root, key)
+        if settings.get("num_folds") is not None and (root / "train").is_dir():
+            raise UserError(
+                f"{key}.num_folds={settings['num_folds']}: {root} has fixed train/val/test "
+                f"sub-folders; k-fold needs one folder of class sub-folders (or {key}.num_folds=null)"
+            )
+        super().check_settings(settings, key)
+
+    @classmethod
+    def fold_labels(cls, settings: dict) -> list[int]:
+        """One label per image file, as ImageFolder will find them (names only, nothing read)."""
+        from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+
+        root = Path(str(settings["root"]))
+        classes = cls.class_folders(root, "data")
+        found = make_dataset(
+            str(root), {c: i for i, c in enumerate(classes)}, IMG_EXTENSIONS, None, True
+        )
+        return [label for _, label in found]
 
     @staticmethod
     def class_folders(root: Path, key: str) -> list[str]:
@@ -263,6 +251,12 @@ class ImageFolderDataModule(VisionDataModule):
             self.train_set = Subset(train, idx)
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set
+            return
+        if h.num_folds is not None:
+            split = folds.settings_split(train.targets, h, str(self.root), "images")
+            self.train_set, self.val_set, self.test_set = (
+                Subset(train, split[s].tolist()) for s in ("train", "val", "test")
+            )
             return
         rest, test_idx = stratified_split(
             train.targets, self.test_fraction, h.seed, "data.test_fraction"

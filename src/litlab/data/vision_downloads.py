@@ -35,6 +35,13 @@ def read_idx(path: Path) -> torch.Tensor:
     return torch.frombuffer(bytearray(body), dtype=torch.uint8).reshape(shape)
 
 
+def _find(raw_dir: Path, stem: str) -> Path | None:
+    for name in (stem, stem + ".gz"):
+        if (raw_dir / name).is_file():
+            return raw_dir / name
+    return None
+
+
 class MNISTDataModule(VisionDataModule):
     """MNIST in torchvision's layout (<data_dir>/MNIST/raw).
 
@@ -42,7 +49,7 @@ class MNISTDataModule(VisionDataModule):
     is split into train/val/test by seed, with a warning: fine for tests, not for papers.
     """
 
-    dataset_name = "MNIST"
+    dataset_name = data_name = "MNIST"
     mean, std = (0.1307,), (0.3081,)
 
     def __init__(self, download: bool = True, **kwargs):
@@ -54,10 +61,14 @@ class MNISTDataModule(VisionDataModule):
         return self.data_dir / self.dataset_name / "raw"
 
     def _find(self, stem: str) -> Path | None:
-        for name in (stem, stem + ".gz"):
-            if (self.raw_dir / name).is_file():
-                return self.raw_dir / name
-        return None
+        return _find(self.raw_dir, stem)
+
+    @classmethod
+    def fold_labels(cls, settings: dict):
+        """The label files already on disk (they are small): none yet, checked in setup."""
+        raw = Path(str(settings.get("data_dir", "data"))) / cls.dataset_name / "raw"
+        found = [_find(raw, f"{split}-labels-idx1-ubyte") for split in ("train", "t10k")]
+        return torch.cat([read_idx(p).long() for p in found if p]).numpy() if any(found) else None
 
     def _split(self, prefix: str):
         images, labels = (
@@ -106,7 +117,7 @@ class MNISTDataModule(VisionDataModule):
 class FashionMNISTDataModule(MNISTDataModule):
     """Fashion-MNIST, same format and layout as MNIST (<data_dir>/FashionMNIST/raw)."""
 
-    dataset_name = "FashionMNIST"
+    dataset_name = data_name = "FashionMNIST"
     mean, std = (0.2860,), (0.3530,)
 
 
@@ -115,6 +126,7 @@ class CIFAR10DataModule(VisionDataModule):
 
     mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
     channels, image_size, num_classes = 3, 32, 10
+    data_name = "CIFAR-10"
 
     def __init__(self, download: bool = True, **kwargs):
         super().__init__(**kwargs)
