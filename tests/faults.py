@@ -113,7 +113,8 @@ class EnvFault(Fault):
 
     def __init__(self, path: str = "", rank: int = 0):
         spec = os.environ.get("FAULT", "")
-        if os.environ.get("FAULT_JOB") not in (None, _job_num()):
+        job = os.environ.get("FAULT_JOB")
+        if job is not None and job != _job_num():
             spec = ""
         kind, _, where = spec.partition("@")
         stage, step, *batch = where.split(":") if where else ("train", "-1")
@@ -124,8 +125,11 @@ class EnvFault(Fault):
 
 def _job_num() -> str | None:
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
-    return str(HydraConfig.get().job.num) if HydraConfig.initialized() else None
+    if not HydraConfig.initialized():
+        return None
+    return str(OmegaConf.select(HydraConfig.get(), "job.num", default=None))
 
 
 class OtherTaskData:
