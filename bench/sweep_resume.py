@@ -94,7 +94,7 @@ def main() -> None:
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     after = checkpoints(stopped_dir)
     again = {k.split("/")[0] for k, v in done.items() if after.get(k) != v}
-    ran = len(re.findall(r"^  run dir ", resumed.stdout, re.MULTILINE))
+    ran = len(set(re.findall(r"^  run dir +(\S+)", resumed.stdout, re.MULTILINE)))
     equal = summary(stopped_dir) == summary(log_dir / "train" / "multiruns" / "whole")
     objectives = [
         (a["objective"], b["objective"])
