@@ -122,18 +122,16 @@ def test_stopped_sweep_resumes_as_printed_and_trains_only_what_is_missing(tmp_pa
     assert {i: fingerprint(sweep / str(i)) for i in range(4)} == every_job
 
 
-@pytest.mark.slow  # ~15 s on 2 cores (every job validated, then one fails): the slow stage
-def test_fail_fast_stops_at_the_first_failed_job_and_names_it(tmp_path):
-    """A test fraction of 0.999 leaves no validation sample (found when the data is split, so
-    the job fails before it trains): with fail_fast the second job never starts."""
+@pytest.mark.slow  # two sweeps of tiny jobs: ~2 minutes on 2 busy cores
+def test_fail_fast_stops_at_the_first_failed_job_which_the_resume_runs_again(tmp_path):
+    """The first job crashes in its second epoch (an exception litlab does not know): with
+    fail_fast the second job never starts; the sweep names the failure in one line, exits 1 and
+    prints the command that runs the rest, which runs the failed job again from its last.ckpt
+    (written at the end of its first epoch) and then the second job."""
     log_dir = tmp_path / "logs"
     proc = _run(
-        _sweep(
-            log_dir,
-            "data.test_fraction=0.999,0.2",
-            "seed=3",
-            "hydra.callbacks.sweep_summary.fail_fast=true",
-        )
+        _sweep(log_dir, "seed=1,2", "hydra.callbacks.sweep_summary.fail_fast=true", FAULT),
+        env={"FAULT": "raise@train:4", "FAULT_JOB": "0"},
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     [sweep] = (log_dir / "train" / "multiruns").iterdir()
@@ -141,10 +139,19 @@ def test_fail_fast_stops_at_the_first_failed_job_and_names_it(tmp_path):
     assert not (sweep / "1").exists()
     lines = proc.stderr.splitlines()
     at = lines.index("1 failed job(s):")
-    assert re.fullmatch(
-        r"job 0 \(data.test_fraction=0.999\): UserError: .*at least one sample.*", lines[at + 1]
+    assert lines[at + 1] == (
+        "job 0 (seed=1): RuntimeError: something litlab does not know went wrong (tests/faults.py)"
     )
-    assert lines[at + 2].startswith("sweep ended with 0 of 2 jobs completed; run the rest with: ")
+    rest = re.fullmatch(
+        r"sweep ended with 0 of 2 jobs completed; run the rest with: (.+)", lines[at + 2]
+    )
+    assert rest and "hydra.callbacks.sweep_summary.fail_fast=true" in rest.group(1)
+
+    again = _run(_printed(rest.group(1)))  # the crash was a one-off: FAULT is not set now
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming {sweep / '0'} from last.ckpt" in again.stdout
+    assert [r["status"] for r in _summary(sweep)] == ["completed", "completed"]
+    assert "failed job" not in again.stderr
 
 
 def test_resume_with_other_settings_is_refused_before_anything_is_written(tmp_path):
