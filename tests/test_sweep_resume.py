@@ -193,3 +193,19 @@ def test_other_grids_are_refused_and_machine_local_keys_may_differ(tmp_path, now
         plan.check_resume(sweep, jobs, [])
     same = [["seed=1", "paths.log_dir=/b", "extras.print_config=false"], ["seed=2"]]
     plan.check_resume(sweep, same, [])  # where files go and what is printed may differ
+
+
+def test_sigterm_between_jobs_lets_the_job_finish_then_stops_the_sweep():
+    """Outside a job's training (Hydra composing the next job, a job's data setup) Python's
+    default SIGTERM would end the sweep at once, with no summary and no resume line: the grid
+    sweeper notes it instead and stops after the job (exit 143); its handler goes afterwards."""
+    import signal
+
+    from litlab.sweeps.grid import _StopBetweenJobs
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("this test process has its own SIGTERM handler")
+    with _StopBetweenJobs() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
