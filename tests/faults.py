@@ -108,15 +108,28 @@ def _no_space(obj, f, *args, **kwargs):
 
 
 class EnvFault(Fault):
-    """A Fault set by the environment variable FAULT (see the module docstring)."""
+    """A Fault set by the environment variable FAULT (see the module docstring); in a sweep,
+    FAULT_JOB=<n> keeps it to job n (the other jobs run as the resumed sweep runs them)."""
 
     def __init__(self, path: str = "", rank: int = 0):
         spec = os.environ.get("FAULT", "")
+        job = os.environ.get("FAULT_JOB")
+        if job is not None and job != _job_num():
+            spec = ""
         kind, _, where = spec.partition("@")
         stage, step, *batch = where.split(":") if where else ("train", "-1")
         super().__init__(
             int(step), kind or "none", rank, stage, int(batch[0]) if batch else 0, path
         )
+
+
+def _job_num() -> str | None:
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    if not HydraConfig.initialized():
+        return None
+    return str(OmegaConf.select(HydraConfig.get(), "job.num", default=None))
 
 
 class OtherTaskData:

@@ -4,6 +4,7 @@ failed and pruned trials, resume after a kill, and two workers sharing one study
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,6 +69,9 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
         check=False,
     )
     assert proc.returncode == 1, "a failed job fails the sweep with exit code 1 (docs/sweeps.md)"
+    failed = proc.stderr.splitlines()[proc.stderr.splitlines().index("2 failed job(s):") + 1 :]
+    for line, (num, seed) in zip(failed, ((2, 1), (3, 2))):  # one line per failed job
+        assert re.match(rf"job {num} \(data.test_fraction=0.999 seed={seed}\): UserError: ", line)
     [sweep] = list((tmp_path / "logs" / "train" / "multiruns").glob("*"))
     rows = read_summary(sweep)
     assert [r["status"] for r in rows] == ["completed", "completed", "failed", "failed"]

@@ -97,6 +97,15 @@ def requeued_checkpoint(output_dir) -> Path | None:
     return last if last.is_file() and not (out / FINISHED).is_file() else None
 
 
+def swept_checkpoint(output_dir) -> Path | None:
+    """last.ckpt of this run dir when a resumed grid sweep runs this job again in it
+    (`LITLAB_SWEEP_RESUME=1`, set for the job by litlab.sweeps.grid) and it did not finish."""
+    if os.environ.get("LITLAB_SWEEP_RESUME") != "1" or output_dir is None:
+        return None
+    last = checkpoint_of(Path(output_dir))
+    return last if last.is_file() and not (Path(output_dir) / FINISHED).is_file() else None
+
+
 def checkpoint_of(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / "last.ckpt"
 
@@ -192,21 +201,20 @@ def resolve_checkpoint(cfg) -> None:
     names; a file (or None) stays. One line when `last` finds no run or a folder is not a run.
     A restarted scheduler job continues its own last.ckpt whatever ckpt_path says (the first
     run may have started from a file: the requeued one goes on from where it stopped).
+    A job of a resumed grid sweep continues its own last.ckpt alike (`swept_checkpoint`).
     The first thing the train and compress recipes do."""
     cfg.ckpt_path = _checkpoint_file(
         cfg.get("ckpt_path"), cfg.paths.log_dir, cfg.task_name, cfg.get("model"), cfg.get("data")
     )
-    requeued = requeued_checkpoint(cfg.paths.output_dir)
+    requeued = requeued_checkpoint(cfg.paths.output_dir) or swept_checkpoint(cfg.paths.output_dir)
     if requeued is not None and (
         cfg.ckpt_path is None or Path(str(cfg.ckpt_path)).resolve() != requeued.resolve()
     ):
         if global_rank() == 0:
             restart = os.environ.get("SLURM_RESTART_COUNT")
             again = f" (restart {restart})" if restart else ""
-            print(
-                f"{cluster_job()}{again}: resuming {requeued.parent.parent} from last.ckpt",
-                flush=True,
-            )
+            who = cluster_job() or "sweep job"
+            print(f"{who}{again}: resuming {requeued.parent.parent} from last.ckpt", flush=True)
         cfg.ckpt_path = str(requeued)
     mark_job(cfg.paths.output_dir)
 

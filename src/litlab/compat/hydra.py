@@ -4,8 +4,9 @@
   API makes its run dir as Hydra would: recipes/run_dir);
 - `JobReturn._return_value`: a job's return value or exception without re-raising it (the
   sweep summary and the Optuna sweeper record failed jobs and go on);
-- `BasicSweeper.split_arguments`: the jobs of a grid sweep, as Hydra's basic sweeper will run
-  them (every job is checked before the first starts: recipes/sweep_check);
+- `BasicSweeper.split_arguments`: the jobs of a grid sweep, in Hydra's basic sweeper's order
+  (litlab's grid sweeper runs them so: sweeps/grid; every job is checked before the first
+  starts: recipes/sweep_check).
 - `hydra._internal.config_repository.ConfigRepository`: rebuilt over a code snapshot's
   configs (sweeps/snapshot).
 """

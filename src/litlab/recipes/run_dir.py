@@ -156,6 +156,7 @@ class Guard(Callback):
         from litlab.recipes import sweep_check
 
         self._stop_on_error(lambda: check_location(config, multirun=True))
+        self._stop_on_error(lambda: sweep_check.check_resume(config))  # same jobs as on disk
         self._stop_on_error(lambda: sweep_check.check_jobs(config, str(config_name)))
 
     def on_run_end(self, config: DictConfig, **kw) -> None:

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from litlab.errors import UserError
 
 BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+GRID = "hydra_plugins.litlab_grid_sweeper.grid_sweeper.LitlabGridSweeper"  # hydra/sweeper=basic
 OPTUNA = "hydra_plugins.litlab_optuna_sweeper.optuna_sweeper.LitlabOptunaSweeper"
 
 
@@ -23,7 +24,7 @@ def jobs(config: DictConfig, loader) -> list[tuple[str, list[str]]]:
     sweeper = OmegaConf.select(config, "hydra.sweeper", default=None) or {}
     arguments = [str(o) for o in config.hydra.overrides.task]
     target = sweeper.get("_target_")
-    if target == BASIC:
+    if target in (BASIC, GRID):
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         from litlab.compat.hydra import grid_jobs
@@ -110,3 +111,24 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
                 raise UserError(f"{name}: {condense(str(err))}") from None
     finally:
         HydraConfig.instance().cfg = sweep
+
+
+def check_resume(config: DictConfig) -> None:
+    """A grid sweep re-run into an existing `hydra.sweep.dir` resumes it: refused in one line
+    (`UserError`) when its jobs are not the jobs on disk (`litlab.sweeps.plan`)."""
+    from pathlib import Path
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    from litlab.sweeps import plan
+    from litlab.sweeps.summary import load_records
+
+    target = (OmegaConf.select(config, "hydra.sweeper", default=None) or {}).get("_target_")
+    sweep_dir = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
+    if target not in (BASIC, GRID) or not sweep_dir.is_dir():
+        return
+    try:
+        grid = [overrides for _, overrides in jobs(config, GlobalHydra.instance().config_loader())]
+    except Exception:  # noqa: BLE001  (overrides the sweeper cannot split: it says so itself)
+        return
+    plan.check_resume(sweep_dir, grid, load_records(sweep_dir))

@@ -3,10 +3,10 @@ summary_stats.csv in the sweep dir, plus the table and mean ± std printed at th
 
 Each job leaves a record (`sweep_job.json` in its run dir) when it starts and when it ends, so
 the summary covers every job of the sweep dir: jobs of a resumed study, of a second worker, or
-of a launcher that runs jobs in other processes. Hydra's BasicSweeper raises the first failed
-job's error after all jobs of the batch ran and then skips `on_multirun_end` (exit code 1), so
-the summary is also written at interpreter exit. Imports stay light: Hydra builds this
-callback for every run, including `--help`.
+of a launcher that runs jobs in other processes; a grid sweep's jobs that never started are
+listed too (`plan`). It ends with one line per failed job; a stopped sweep (SIGTERM, Ctrl-C)
+skips `on_multirun_end`, so the summary is also written at interpreter exit, with the command
+that resumes the sweep. Imports stay light: Hydra builds this callback for every run.
 """
 
 import atexit
@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
-from litlab.sweeps import summary_stats
+from litlab.sweeps import plan, summary_stats
 from litlab.sweeps.study_settings import override_settings
 from litlab.sweeps.summary_render import finite, markdown, plot_objective
 from litlab.utils.distributed import is_rank_zero
@@ -68,19 +68,22 @@ def _write_json(path: Path, data: dict) -> None:
 class SweepSummary(Callback):
     """Writes the summary of a multirun into its sweep dir (rank 0, multirun mode only)."""
 
-    def __init__(self, replica_keys=("seed", "fold"), plot: bool = True):
-        # overrides whose last key part is in `replica_keys` tell replicas apart (seeds, folds)
-        self.replica_keys = tuple(replica_keys)
+    def __init__(self, replica_keys=("seed", "fold"), plot: bool = True, fail_fast: bool = False):
+        # overrides whose last key part is in `replica_keys` tell replicas apart (seeds, folds);
+        # fail_fast is read by the grid sweeper (litlab.sweeps.grid)
+        self.replica_keys, self.fail_fast = tuple(replica_keys), fail_fast
         self.plot = plot
         self._started: dict[str, float] = {}
         self._done = False
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if is_rank_zero():
-            atexit.register(self._finish, config)  # Hydra skips on_multirun_end after a failure
+            plan.announce(config)  # the sweep dir and the command that resumes the sweep
+            atexit.register(self._finish, config, True)  # a stop skips on_multirun_end
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._finish(config)
+        if self._finish(config):
+            raise SystemExit(1)  # a grid sweep with a failed job (after its summary)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if _is_multirun(config):
@@ -122,17 +125,18 @@ class SweepSummary(Callback):
             **fields,
         }
 
-    def _finish(self, config: DictConfig) -> None:
+    def _finish(self, config: DictConfig, stopped: bool = False) -> bool:
         if self._done or not is_rank_zero():
-            return
+            return False
         self._done = True
         sweep_dir = Path(str(_select(config, "hydra.sweep.dir")))
-        records = load_records(sweep_dir)
+        records = plan.with_not_started(sweep_dir, load_records(sweep_dir))
         if records:
             write_summary(sweep_dir, records, self.replica_keys, self.plot)
             from litlab.report import write_quietly  # report.html (a failure: one warning)
 
             write_quietly(sweep_dir)
+        return plan.end(sweep_dir, records, stopped)
 
 
 def load_records(sweep_dir: Path) -> list[dict]:

@@ -1,0 +1,1 @@
+"""litlab's grid sweeper, registered as Hydra's `hydra/sweeper=basic` (found by Hydra's plugin scan)."""

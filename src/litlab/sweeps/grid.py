@@ -1,0 +1,147 @@
+"""The grid sweep (`hydra/sweeper=basic`, litlab's version of Hydra's basic sweeper): the same
+jobs in the same order and job numbers, plus what a long sweep needs.
+
+- **Resume.** The same command with `hydra.sweep.dir=<dir>` (printed when every sweep starts)
+  runs only what is missing: a job whose record (`sweep_job.json`) says completed is kept and
+  not launched; any other job that ran before runs again in its own run dir, from its own
+  `last.ckpt` when it has one (the job gets `LITLAB_SWEEP_RESUME=1`, which
+  `litlab.checkpointing.resume` turns into that checkpoint: the path of `ckpt_path=<run dir>`,
+  so its metrics.csv goes on instead of starting over), its first `.hydra/` kept. A command
+  with other settings is refused before this runs (`plan.check_resume`, from the run dir guard).
+- **Every job, whatever fails.** A failed job does not raise here (Hydra's basic sweeper
+  re-raises the first one and skips `on_multirun_end`): the sweep goes on, and the summary
+  callback ends it with one line per failed job and exit code 1. With
+  `hydra.callbacks.sweep_summary.fail_fast=true` it launches no job after the first failure.
+- **Stops.** SIGTERM between two jobs' training lets the current job finish, then stops the
+  sweep (exit 143); during training the job's own handler saves last.ckpt and stops it.
+
+Skipping and resuming happen here, not in a launcher: jobs are launched in runs of consecutive
+job numbers (`initial_job_idx`), so any launcher names their dirs as it would have.
+"""
+
+import signal
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from litlab.sweeps import plan
+from litlab.sweeps.study_settings import MACHINE_LOCAL, override_settings
+
+SWEEP_RESUME = "LITLAB_SWEEP_RESUME"  # a job that continues its run dir's last.ckpt
+EXIT_SIGTERM = 128 + signal.SIGTERM
+
+
+def grid(config, loader, arguments: list[str]) -> list[list[str]]:
+    """Every job's overrides, in Hydra's basic sweeper's order (`hydra.sweeper.params` first)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from litlab.compat.hydra import grid_jobs
+
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    given = [f"{k}={v}" for k, v in params.items()] + list(arguments)
+    return grid_jobs(OverridesParser.create(config_loader=loader).parse_overrides(given))
+
+
+def _same(record: dict, job: list[str]) -> bool:
+    mine = override_settings(job, skip=MACHINE_LOCAL)
+    return override_settings(record.get("overrides", []), skip=MACHINE_LOCAL) == mine
+
+
+def _again(config, record: dict | None) -> list[str]:
+    """Hydra overrides of a job that ran before: resume its last.ckpt, keep its first .hydra/."""
+    if record is None:
+        return []
+    extra = [f"++hydra.job.env_set.{SWEEP_RESUME}=1"]
+    if OmegaConf.select(config, "hydra.output_subdir", default=None) is not None:
+        extra.append(f"hydra.output_subdir=.hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+    return extra
+
+
+def _runs(todo: list[tuple[int, list[str]]], size: int) -> list[list[tuple[int, list[str]]]]:
+    """`todo` cut into launches of consecutive job numbers, at most `size` jobs each."""
+    launches: list[list[tuple[int, list[str]]]] = []
+    for num, job in todo:
+        last = launches[-1] if launches else None
+        if last and last[-1][0] == num - 1 and len(last) < size:
+            last.append((num, job))
+        else:
+            launches.append([(num, job)])
+    return launches
+
+
+class _StopBetweenJobs:
+    """SIGTERM outside a job's training: finish that job, then stop (Python's default would end
+    the process at once, leaving no summary)."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            self._previous = signal.signal(signal.SIGTERM, self._note)
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.requested = True
+        print("SIGTERM: the sweep stops after this job", flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _batch_size(sweeper, fail_fast: bool, count: int) -> int:
+    size = OmegaConf.select(sweeper.config, "hydra.sweeper.max_batch_size", default=None)
+    size = count if size in (None, -1) else int(size)
+    if fail_fast and type(sweeper.launcher).__name__ == "BasicLauncher":
+        return 1  # in-process jobs: one at a time, so that none starts after a failure
+    return max(1, size)
+
+
+def pending(config, sweep_dir: Path, jobs: list[list[str]]) -> tuple[list, list[int]]:
+    """(jobs to launch with their numbers, numbers of completed jobs kept)."""
+    from litlab.sweeps.summary import load_records
+
+    records = {int(r["job"]): r for r in load_records(sweep_dir)}
+    todo, kept = [], []
+    for num, job in enumerate(jobs):
+        record = records.get(num)
+        if record is not None and record["status"] == "completed" and _same(record, job):
+            kept.append(num)
+        else:
+            todo.append((num, [*job, *_again(config, record)]))
+    return todo, kept
+
+
+def run(sweeper, arguments: list[str]) -> list:
+    """Launch the jobs of the grid that are not completed yet (see the module docstring)."""
+    config = sweeper.config
+    jobs = grid(config, sweeper.hydra_context.config_loader, arguments)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if not (sweep_dir / "multirun.yaml").is_file():  # a resume keeps the first one
+        OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    plan.write(sweep_dir, jobs, plan.resume_command(config))
+    todo, kept = pending(config, sweep_dir, jobs)
+    if kept:
+        print(
+            f"resuming the sweep: {len(kept)} of {len(jobs)} jobs completed before and are kept "
+            f"(jobs {', '.join(map(str, kept))}); running {len(todo)}",
+            flush=True,
+        )
+    fail_fast = bool(OmegaConf.select(config, "hydra.callbacks.sweep_summary.fail_fast"))
+    returns = []
+    with _StopBetweenJobs() as stop:
+        for launch in _runs(todo, _batch_size(sweeper, fail_fast, len(todo))):
+            batch = [job for _, job in launch]
+            sweeper.validate_batch_is_legal(batch)
+            results = sweeper.launcher.launch(batch, initial_job_idx=launch[0][0])
+            returns.append(results)
+            if stop.requested:
+                raise SystemExit(EXIT_SIGTERM)
+            if fail_fast and any(r.status.name != "COMPLETED" for r in results):
+                print("fail_fast: a job failed, no further job is started", flush=True)
+                break
+    return returns
