@@ -81,9 +81,11 @@ def _foreign_privates(path, tree, own) -> list[str]:
             names = [*node.module.split("."), *(a.name for a in node.names)]
             found += [f"{where}: from {node.module} import {n}" for n in names if _private(n)]
         elif isinstance(node, ast.Import):
-            found += [f"{where}: import {a.name}" for a in node.names if any(
-                _private(part) for part in a.name.split(".")
-            )]
+            found += [
+                f"{where}: import {a.name}"
+                for a in node.names
+                if any(_private(part) for part in a.name.split("."))
+            ]
     return found
 
 
@@ -100,7 +102,9 @@ def test_other_libraries_private_names_are_reached_only_in_compat():
     own = _own_private_names(trees.values())
     outside = [p for p in files if (src / "litlab" / "compat") not in p.parents]
     found = [hit for p in outside for hit in _foreign_privates(p.relative_to(src), trees[p], own)]
-    assert found == [], "private names of other libraries outside litlab/compat/:\n" + "\n".join(found)
+    assert found == [], "private names of other libraries outside litlab/compat/:\n" + "\n".join(
+        found
+    )
 
 
 def test_the_fence_scan_finds_what_it_is_for():

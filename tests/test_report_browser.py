@@ -4,19 +4,11 @@ Slow: each trains a tiny digits run first."""
 
 import pytest
 from helpers.browser import console_errors, open_page
-from helpers.runs import run_cli, run_dirs
+from helpers.runs import TINY_BUDGET, run_cli, run_dirs
 
 pytestmark = pytest.mark.slow
 
-FAST = [
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=3",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "callbacks.model_summary=null",
-    "data.num_workers=0",
-]
+FAST = [*TINY_BUDGET, "data.num_workers=0"]
 
 
 def assert_renders(page) -> int:

@@ -12,19 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.runs import QUIET, ROOT, csv_test_metrics, fingerprint
+from helpers.runs import QUIET, ROOT, TINY_BUDGET, csv_test_metrics, fingerprint
 
 from litlab.errors import UserError
 from litlab.sweeps import plan
 
-FAST = [
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=3",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "callbacks.model_summary=null",
-]
+FAST = TINY_BUDGET
 # stays on the command line of every run (the resume repeats it); FAULT in the environment
 # of the first run only makes it strike (tests/faults.py)
 FAULT = "+callbacks.fault._target_=faults.EnvFault"

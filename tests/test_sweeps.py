@@ -13,19 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.runs import QUIET, ROOT
+from helpers.runs import QUIET, ROOT, TINY_BUDGET
 
 from litlab.config.compose import compose
 
 # tiny budgets: 2 epochs of 3 batches, 2 val/test batches, no sanity check
-FAST = [
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=3",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "callbacks.model_summary=null",
-]
+FAST = TINY_BUDGET
 SEARCH = ["hydra.mode=MULTIRUN", "hparams_search=digits_cnn", *FAST]
 NO_PRUNING = "hydra.sweeper.pruner=null"
 

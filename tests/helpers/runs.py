@@ -15,6 +15,16 @@ SHARED_DATA = Path(os.environ.get("LITLAB_SHARED_DATA", ROOT.parent / "shared" /
 # overrides that keep train.py quiet in tests (eval.py has no callbacks group: QUIET_EVAL)
 QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
 QUIET_EVAL = ["extras.print_config=false"]
+# the smallest budget that still trains, validates and tests: 2 epochs of 3 batches, 2 val and
+# test batches, no sanity check (sweeps of several jobs in subprocesses)
+TINY_BUDGET = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=3",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "callbacks.model_summary=null",
+]
 
 
 def on_ci() -> bool:

@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.plugins import Plugins
-from hydra.plugins.sweeper import Sweeper
-from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+
+from litlab.sweeps.launching import LaunchingSweeper
 
 
 @dataclass
@@ -33,22 +31,10 @@ ConfigStore.instance().store(
 )
 
 
-class LitlabGridSweeper(Sweeper):
+class LitlabGridSweeper(LaunchingSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params=None) -> None:
         self.max_batch_size = max_batch_size
         self.params = params or {}
-        self.config: Optional[DictConfig] = None
-        self.launcher = None
-        self.hydra_context: Optional[HydraContext] = None
-
-    def setup(
-        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
-    ) -> None:
-        self.config = config
-        self.hydra_context = hydra_context
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
-        )
 
     def sweep(self, arguments: List[str]) -> Any:
         from litlab.sweeps import grid

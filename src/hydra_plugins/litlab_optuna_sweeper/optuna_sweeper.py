@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.plugins import Plugins
-from hydra.plugins.sweeper import Sweeper
-from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
+
+from litlab.sweeps.launching import LaunchingSweeper
 
 
 @dataclass
@@ -51,24 +50,12 @@ ConfigStore.instance().store(
 )
 
 
-class LitlabOptunaSweeper(Sweeper):
+class LitlabOptunaSweeper(LaunchingSweeper):
     def __init__(self, **options: Any) -> None:
         self.options = {
             k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
             for k, v in options.items()
         }
-        self.config: Optional[DictConfig] = None
-        self.launcher = None
-        self.hydra_context: Optional[HydraContext] = None
-
-    def setup(
-        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
-    ) -> None:
-        self.config = config
-        self.hydra_context = hydra_context
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
-        )
 
     def sweep(self, arguments: List[str]) -> None:
         import sys
