@@ -229,12 +229,27 @@ def render(results: dict, all_rows: list[Row]) -> str:
             cell = got.get(c, {"status": "not run", "text": "not run yet", "seconds": 0})
             text = cell["text"].replace("|", "\\|")
             lines.append(f"| {c} | {cell['status']} | {text} | {cell['seconds']:.0f} |")
-    lines += [
-        "",
-        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, on a shared 2-core CPU machine.",
-        "",
-    ]
+    lines += ["", _generated(results, all_rows), ""]
     return "\n".join(lines)
+
+
+def _generated(results: dict, all_rows) -> str:
+    """The page's last line: when, and the commit of the tree every shown cell ran on (each
+    row's commits where they differ: rows rerun later name theirs)."""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    by_row = {
+        row.label: sorted({c.get("commit", "unrecorded") for c in results[row.name].values()})
+        for row in all_rows
+        if results.get(row.name)
+    }
+    commits = sorted({c for cs in by_row.values() for c in cs})
+    if len(commits) == 1:
+        where = f"every cell ran on the tree of commit {commits[0]}"
+    else:
+        where = "the cells ran on the trees of commits " + "; ".join(
+            f"{label}: {', '.join(cs)}" for label, cs in by_row.items()
+        )
+    return f"Generated {when}, on a shared 2-core CPU machine; {where}."
 
 
 def main(argv=None) -> int:
@@ -274,7 +289,10 @@ def main(argv=None) -> int:
                 got = run_row(row, columns, work, env, save=lambda done: keep(row, done))
             keep(row, got)
 
+        commit = cells.tree_commit()
+
         def keep(row, got):
+            got = {c: {**cell, "commit": commit} for c, cell in got.items()}
             with lock:
                 results[row.name] = {**results.get(row.name, {}), **got}
                 results_path.parent.mkdir(parents=True, exist_ok=True)

@@ -273,6 +273,21 @@ def tune_lr(row, ctx: Ctx, timeout=1800) -> Cell:
     )
 
 
+def tree_commit() -> str:
+    """The commit of the tree the cells run on, `+changes` when it has uncommitted changes to
+    tracked files (what a page generated from it must name)."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{head or 'unknown'}{'+changes' if dirty else ''}"
+
+
 def git_status() -> set[str]:
     out = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
     return set(out.stdout.splitlines())
