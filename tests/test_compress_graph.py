@@ -1,0 +1,147 @@
+"""compress.py on graph nets (GCN, GAT, GraphSAGE, GIN): structured pruning gives a smaller
+plain GNN holding the most important channels, int8 quantizes the dense layers as export.py
+does, an int8 file that lost too much is not kept, and a ratio that would leave a layer without
+channels is one line with nothing written."""
+
+import json
+
+import pytest
+import torch
+
+from litlab.compression import graph_prune
+from litlab.compression.int8 import judge
+from litlab.errors import UserError
+from litlab.models.nets.gnn import GNN
+
+GNN_TARGET = "litlab.models.nets.gnn.GNN"
+NODE, GRAPH = "node_classification", "graph_classification"
+
+
+def _graph(nodes=30, features=10):
+    torch.manual_seed(0)
+    x, edges = torch.randn(nodes, features), torch.randint(0, nodes, (2, 4 * nodes))
+    return x, edges, torch.arange(nodes) // 10  # three graphs for graph-level nets
+
+
+def _prune(args: dict, ratio: float, hidden=16, steps=2, round_to=None):
+    net = GNN(hidden_channels=hidden, **args).eval()
+
+    def build(width):
+        return GNN(hidden_channels=width, **args).eval()
+
+    cfg = {"_target_": GNN_TARGET, "hidden_channels": hidden, **args}
+    return net, *graph_prune.prune(net, cfg, build, ratio, steps, round_to, 2)
+
+
+def _count(net) -> int:
+    return sum(p.numel() for p in net.parameters())
+
+
+@pytest.mark.parametrize(
+    "conv,extra",
+    [
+        ("gcn", {}),
+        ("gat", {"heads": 4}),
+        ("sage", {}),
+        ("gin", {}),
+        ("gcn", {"residual": True, "norm": "batch_norm"}),
+        ("gin", {"jumping_knowledge": "cat", "norm": "layer_norm"}),
+    ],
+)
+@pytest.mark.parametrize("task", [NODE, GRAPH])
+def test_each_graph_net_prunes_under_the_ratio_as_a_plain_smaller_gnn(conv, extra, task):
+    """At most half the parameters, and the pruned net IS the config's GNN with the smaller
+    hidden_channels (what the checkpoint stores: eval, export and serve build it as is)."""
+    args = {"in_channels": 10, "num_classes": 3, "conv": conv, "task": task, "num_layers": 3}
+    net, small, width = _prune({**args, **extra}, 0.5)
+    assert _count(small) <= 0.5 * _count(net) and 1 <= width < 16
+    rebuilt = GNN(hidden_channels=width, **args, **extra)
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {
+        k: v.shape for k, v in small.state_dict().items()
+    }
+    x, edges, batch = _graph()
+    out = small(x, edges, None if task == NODE else batch)
+    assert out.shape == (30 if task == NODE else 3, 3) and torch.isfinite(out).all()
+    if conv == "gat":
+        assert width % 4 == 0  # every head keeps the same number of channels
+
+
+def _kill(net, key: str, dim: int, dead: torch.Tensor) -> None:
+    with torch.no_grad():
+        net.state_dict()[key].index_fill_(dim, dead, 0.0)
+
+
+@pytest.mark.parametrize("conv", ["gcn", "sage", "gat", "gin"])
+def test_channels_that_carry_nothing_go_first_and_outputs_stay_the_same(conv):
+    """Half the hidden channels made dead (their producing rows, biases and the next layer's
+    columns zero): pruning to that width must drop exactly them, so the pruned net computes
+    the same class scores (a wrong channel kept, or rows and columns mismatched, would not)."""
+    heads = 2 if conv == "gat" else 1
+    args = {"in_channels": 10, "num_classes": 3, "conv": conv, "heads": heads}
+    net = GNN(hidden_channels=16, **args).eval()
+    dead = torch.arange(8, 16)
+    if conv == "gat":  # per head: channels 4..7 of 8 dead (the same count in each head)
+        dead = torch.tensor([h * 8 + c for h in range(2) for c in range(4, 8)])
+        for key in ("convs.0.att_src", "convs.0.att_dst"):
+            _kill(net, key, 2, torch.arange(4, 8))
+    produce = {
+        "gcn": ["convs.0.lin.weight", "convs.0.bias"],
+        "sage": ["convs.0.lin_l.weight", "convs.0.lin_l.bias", "convs.0.lin_r.weight"],
+        "gat": ["convs.0.lin.weight", "convs.0.bias"],
+        "gin": ["convs.0.nn.lins.1.weight", "convs.0.nn.lins.1.bias"],
+    }[conv]
+    read = {"gcn": ["convs.1.lin.weight"], "sage": ["convs.1.lin_l.weight", "convs.1.lin_r.weight"],
+            "gat": ["convs.1.lin.weight"], "gin": ["convs.1.nn.lins.0.weight"]}[conv]  # fmt: skip
+    for key in produce:
+        _kill(net, key, 0, dead)
+    for key in read:
+        _kill(net, key, 1, dead)
+    if conv == "gin":  # its MLP's inner units too: the first half of them carry nothing
+        for key in ("convs.0.nn.lins.0.weight", "convs.0.nn.lins.0.bias"):
+            _kill(net, key, 0, dead)
+        _kill(net, "convs.0.nn.lins.1.weight", 1, dead)
+    small = GNN(hidden_channels=8, **args).eval()
+    graph_prune.copy_kept(net, small)
+    x, edges, _ = _graph(features=10)
+    torch.testing.assert_close(small(x, edges), net(x, edges))
+
+
+@pytest.mark.parametrize(
+    "args,ratio,expected",
+    [
+        ({"conv": "gcn"}, 0.01, "compress.prune.ratio=0.01 would leave the gcn net's hidden"),
+        ({"conv": "gat", "heads": 8}, 0.2, "8 channel(s) per layer (8 head(s))"),
+        ({"conv": "gin", "task": GRAPH}, 0.01, "would leave the gin net's hidden layers"),
+        ({"conv": "sage", "num_layers": 1}, 0.5, "no hidden channels to prune"),
+        ({"conv": "gcn", "residual": True, "in_channels": 16}, 0.5, "cannot lose channels"),
+    ],
+)
+def test_a_ratio_or_net_that_leaves_no_channels_is_one_line(args, ratio, expected):
+    args = {"in_channels": 10, "num_classes": 3, **args}
+    with pytest.raises(UserError) as err:
+        _prune(args, ratio)
+    message = str(err.value)
+    assert expected in message and "\n" not in message, message
+    if "would leave" in message:
+        assert "valid: a ratio in [" in message  # says what would work
+
+
+def test_an_int8_file_that_lost_too_much_is_removed_and_the_report_says_why(tmp_path):
+    from litlab.compression import report
+
+    int8 = tmp_path / "2_quantize.onnx"
+    int8.write_bytes(b"onnx")
+    rows = [
+        {"stage": "original", "test/acc": 0.81},
+        {"stage": "prune", "test/acc": 0.80, "checkpoint": "1_prune.ckpt"},
+        {"stage": "quantize", "test/acc": 0.77, "onnx": str(int8), "onnx_mb": 0.1},
+    ]
+    assert judge(rows, "test/acc", True, 0.05) is None and int8.exists()  # within: kept
+    line = judge(rows, "test/acc", True, 0.02)
+    assert "\n" not in line and "0.0300 worse than the prune model's 0.8000" in line
+    assert "max_drop=0.02" in line and not int8.exists() and rows[-1]["onnx"] is None
+    report.write(rows, "test/acc", tmp_path, {"source": "x"})
+    assert line in (tmp_path / "compress_report.md").read_text()
+    assert json.loads((tmp_path / "compress_report.json").read_text())["stages"][-1]["verdict"]
+    lower = [{"stage": "a", "val/loss": 0.5}, {"stage": "quantize", "val/loss": 0.6}]
+    assert judge(lower, "val/loss", False, 0.05)  # lower is better: a rise is a loss
