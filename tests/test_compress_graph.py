@@ -145,3 +145,64 @@ def test_an_int8_file_that_lost_too_much_is_removed_and_the_report_says_why(tmp_
     assert json.loads((tmp_path / "compress_report.json").read_text())["stages"][-1]["verdict"]
     lower = [{"stage": "a", "val/loss": 0.5}, {"stage": "quantize", "val/loss": 0.6}]
     assert judge(lower, "val/loss", False, 0.05)  # lower is better: a rise is a loss
+
+
+# --- as a user runs them: a real (tiny) run of the default graph, compress.py in-process ---
+QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
+COMPRESS_QUIET = [*QUIET, "report.budget_s=0.1"]
+SBM = pytest.mark.xdist_group("graph_compress")  # one worker trains the run once
+
+
+@pytest.fixture(scope="module")
+def sbm_ckpt(tmp_path_factory):
+    """`train.py model=gnn` (a GCN on the synthetic SBM graph), 10 full-graph epochs."""
+    from litlab import api
+
+    logs = tmp_path_factory.mktemp("sbm") / "logs"
+    result = api.train(["model=gnn", "trainer.max_epochs=10", *QUIET, f"paths.log_dir={logs}"])
+    return result.best_checkpoint
+
+
+def _compress(ckpt, logs, *overrides):
+    from litlab import api
+    from litlab.compression.recipe import compress
+
+    return api.run(
+        "compress", [f"ckpt_path={ckpt}", *COMPRESS_QUIET, f"paths.log_dir={logs}", *overrides],
+        compress,
+    )  # fmt: skip
+
+
+@SBM
+def test_a_ratio_no_graph_net_reaches_is_one_line_and_writes_nothing(sbm_ckpt, tmp_path):
+    from helpers.refusals import refused
+    from litlab.compression.recipe import compress
+
+    for ratio in ("0.05",):  # the SBM GCN: 1 hidden channel keeps ~7% of it (0.01: above)
+        overrides = [f"ckpt_path={sbm_ckpt}", f"compress.prune.ratio={ratio}", *COMPRESS_QUIET]
+        message, _ = refused("compress", overrides, compress, tmp_path / "logs")
+        assert f"compress.prune.ratio={ratio} would leave the gcn net's hidden" in message
+
+
+@SBM
+@pytest.mark.slow  # a fine-tuning, two ONNX exports and a calibration: ~20 s of CPU
+def test_graph_prune_then_quantize_as_a_user_runs_it(sbm_ckpt, tmp_path):
+    """compress=[prune,quantize] on a GCN: half the parameters or fewer, the fine-tuned
+    checkpoint is a plain GNN that eval.py reproduces, the int8 ONNX file holds the metric."""
+    from litlab import api
+    from litlab.recipes.load import load_run
+
+    rows = _compress(
+        sbm_ckpt, tmp_path / "logs", "compress=[prune,quantize]", "compress.prune.ratio=0.5",
+        "trainer.max_epochs=20",
+    )  # fmt: skip
+    original, pruned, int8 = rows
+    assert pruned["params"] <= 0.5 * original["params"]
+    assert pruned["test/acc"] >= 0.95 * original["test/acc"], rows
+    assert int8["onnx"] and int8["test/acc"] >= pruned["test/acc"] - 0.02, rows
+    assert int8["latency_ms_onnx_b1"] > 0 and int8["latency_ms_onnx_fp32_b1"] > 0
+    run = load_run(pruned["checkpoint"])  # weights-only, rebuilt from its config
+    assert run.config.model.net._target_ == GNN_TARGET and run.config.model.net.hidden_channels < 16
+    again = api.evaluate([f"ckpt_path={pruned['checkpoint']}", "predictions=false",
+                          "extras.print_config=false", f"paths.log_dir={tmp_path / 'ev'}"])  # fmt: skip
+    assert again.metrics["test/acc"] == pytest.approx(pruned["test/acc"], abs=1e-6)
