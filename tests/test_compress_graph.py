@@ -176,6 +176,7 @@ def _compress(ckpt, logs, *overrides):
 @SBM
 def test_a_ratio_no_graph_net_reaches_is_one_line_and_writes_nothing(sbm_ckpt, tmp_path):
     from helpers.refusals import refused
+
     from litlab.compression.recipe import compress
 
     for ratio in ("0.05",):  # the SBM GCN: 1 hidden channel keeps ~7% of it (0.01: above)
@@ -206,3 +207,65 @@ def test_graph_prune_then_quantize_as_a_user_runs_it(sbm_ckpt, tmp_path):
     again = api.evaluate([f"ckpt_path={pruned['checkpoint']}", "predictions=false",
                           "extras.print_config=false", f"paths.log_dir={tmp_path / 'ev'}"])  # fmt: skip
     assert again.metrics["test/acc"] == pytest.approx(pruned["test/acc"], abs=1e-6)
+
+
+# --- real data, as a user runs each command (slow stage): train, compress, eval, export ---
+GRAPH_QUICK = ["logger=[]", "callbacks.model_summary=null", "callbacks.lr_monitor=null"]
+
+
+def _report(log_dir):
+    run = max((log_dir / "compress" / "runs").glob("*"))
+    stages = json.loads((run / "compress_report.json").read_text())["stages"]
+    return run, {s["stage"]: s for s in stages}
+
+
+def _trained(cli, tmp_path, data, *overrides):
+    cli("train.py", *overrides, f"paths.data_dir={data}", *GRAPH_QUICK, timeout=900)
+    return next((tmp_path / "logs" / "train" / "runs").glob("*/checkpoints/epoch_*.ckpt"))
+
+
+def _eval_and_export(cli, tmp_path, ckpt, data) -> tuple[float, dict]:
+    from helpers.runs import results
+
+    proc = cli("eval.py", f"ckpt_path={ckpt}", f"paths.data_dir={data}", "predictions=false")
+    (evaluated,) = results(proc.stdout)
+    cli("export.py", f"ckpt_path={ckpt}", f"paths.data_dir={data}", "formats=[onnx,onnx_int8]",
+        "latency.budget_s=0.1", timeout=600)  # fmt: skip
+    out = max((tmp_path / "logs" / "export" / "runs").glob("*"))
+    return evaluated["test/acc"], json.loads((out / "export_report.json").read_text())
+
+
+@pytest.mark.slow  # GCN on real Cora: 100 epochs, a 100-epoch fine-tuning, eval, export
+@pytest.mark.parametrize("conv", ["gcn", "gat"])
+def test_a_pruned_cora_net_keeps_its_accuracy_evaluates_and_exports(conv, cli, shared_data,
+                                                                     tmp_path):  # fmt: skip
+    data = shared_data("Planetoid").parent
+    ckpt = _trained(cli, tmp_path, data, f"experiment={conv}_cora", "trainer.max_epochs=100")
+    cli("compress.py", f"ckpt_path={ckpt}", f"paths.data_dir={data}", "compress=prune",
+        "compress.prune.ratio=0.5", "trainer.max_epochs=100", *COMPRESS_QUIET[1:],
+        timeout=900)  # fmt: skip
+    run, stages = _report(tmp_path / "logs")
+    original, pruned = stages["original"], stages["prune"]
+    assert pruned["params"] <= 0.5 * original["params"]
+    assert pruned["test/acc"] >= 0.95 * original["test/acc"], (original, pruned)
+    evaluated, exported = _eval_and_export(cli, tmp_path, run / "1_prune.ckpt", data)
+    assert evaluated == pytest.approx(pruned["test/acc"], abs=1e-4)
+    assert exported["formats"]["onnx"]["ok"], exported  # the file serve.py serves
+
+
+@pytest.mark.slow  # GIN on real MUTAG: 30 epochs, prune + 5-epoch fine-tuning, int8, eval
+def test_a_gin_on_mutag_prunes_and_quantizes_and_its_pruned_checkpoint_exports(
+    cli, shared_data, tmp_path
+):
+    data = shared_data("TUDataset").parent
+    ckpt = _trained(cli, tmp_path, data, "experiment=gin_mutag", "trainer.max_epochs=30")
+    cli("compress.py", f"ckpt_path={ckpt}", f"paths.data_dir={data}", "compress=[prune,quantize]",
+        "compress.prune.ratio=0.5", "compress.quantize.max_drop=null", *COMPRESS_QUIET[1:],
+        timeout=900)  # fmt: skip
+    run, stages = _report(tmp_path / "logs")
+    original, pruned, int8 = stages["original"], stages["prune"], stages["quantize"]
+    assert pruned["params"] <= 0.5 * original["params"]
+    assert int8["onnx"] and abs(int8["test/acc"] - pruned["test/acc"]) <= 0.06  # 1 of 19 graphs
+    evaluated, exported = _eval_and_export(cli, tmp_path, run / "1_prune.ckpt", data)
+    assert evaluated == pytest.approx(pruned["test/acc"], abs=1e-4)
+    assert exported["formats"]["onnx"]["ok"], exported
