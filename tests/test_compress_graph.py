@@ -232,7 +232,8 @@ def _eval_and_export(cli, tmp_path, ckpt, data) -> tuple[float, dict]:
     cli("export.py", f"ckpt_path={ckpt}", f"paths.data_dir={data}", "formats=[onnx,onnx_int8]",
         "latency.budget_s=0.1", timeout=600)  # fmt: skip
     out = max((tmp_path / "logs" / "export" / "runs").glob("*"))
-    return evaluated["test/acc"], json.loads((out / "export_report.json").read_text())
+    report = json.loads((out / "export_report.json").read_text())
+    return evaluated["test/acc"], report | {"dir": out}
 
 
 @pytest.mark.slow  # GCN on real Cora: 100 epochs, a 100-epoch fine-tuning, eval, export
@@ -250,7 +251,14 @@ def test_a_pruned_cora_net_keeps_its_accuracy_evaluates_and_exports(conv, cli, s
     assert pruned["test/acc"] >= 0.95 * original["test/acc"], (original, pruned)
     evaluated, exported = _eval_and_export(cli, tmp_path, run / "1_prune.ckpt", data)
     assert evaluated == pytest.approx(pruned["test/acc"], abs=1e-4)
-    assert exported["formats"]["onnx"]["ok"], exported  # the file serve.py serves
+    assert exported["formats"]["onnx"]["ok"], exported
+    if conv == "gcn":  # serve.py answers with the pruned net's file
+        from feature_matrix import Row
+        from matrix_cells import Ctx, clean_env, serve
+
+        ctx = Ctx(tmp_path / "logs", clean_env(data), onnx=str(exported["dir"] / "model.onnx"))
+        cell = serve(Row("served", "served", []), ctx)
+        assert cell.status == "ok" and "predictions" in cell.text, cell.text
 
 
 @pytest.mark.slow  # GIN on real MUTAG: 30 epochs, prune + 5-epoch fine-tuning, int8, eval
