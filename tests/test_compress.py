@@ -245,6 +245,7 @@ def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckp
         f"ckpt_path={digits_ckpt}",
         "compress=[prune,quantize]",
         "compress.prune.ratio=0.3",
+        "compress.quantize.max_drop=0.05",  # this test's own bound on int8's cost (below)
         "trainer.max_epochs=2",
         *FAST,
         timeout=600,

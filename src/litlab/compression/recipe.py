@@ -132,6 +132,8 @@ def compress(cfg: DictConfig) -> list[dict]:
         other = load_run(cfg.compress.distill.teacher, trust=trust, data_dir=data_dir)
         teacher = steps.Stage("teacher", other.model, OmegaConf.to_container(other.config))
         steps.check_teacher(teacher, stage.run_cfg, dm)  # before anything is measured
+    if "prune" in cfg.compress and not resume:  # a ratio no graph net can reach: one line now
+        steps.check_graph_prune(stage, cfg.compress.prune, dm)
     rows = [_measure(stage, cfg, dm, out, 0, metric)]
     for index, name in enumerate(cfg.compress, start=1):
         step, done = cfg.compress[name], out / f"{index}_{name}.ckpt"
@@ -146,20 +148,37 @@ def compress(cfg: DictConfig) -> list[dict]:
         else:
             stage = steps.distill_step(stage, cfg, step, dm, index, here, teacher)
         rows.append(_measure(stage, cfg, dm, out, index, metric))
+        if stage.quantized and (verdict := _judged(rows, cfg, run, metric)):
+            print(verdict, flush=True)
         report.write(rows, metric, out, context)
     print((out / "compress_report.md").read_text(), flush=True)
     return rows
 
 
+def _judged(rows: list[dict], cfg, run, metric: str) -> str | None:
+    """An int8 file that lost more than compress.quantize.max_drop goes (compression.int8)."""
+    from litlab.compression.int8 import judge
+
+    higher_better = run.config.model.get("monitor_mode", "max") == "max"
+    return judge(rows, metric, higher_better, cfg.compress.quantize.get("max_drop"))
+
+
 def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
     """Test, save (checkpoint and ONNX) and time one stage."""
+    from litlab import tasks
     from litlab.compression import measure
 
-    tensors = measure.has_tensor_inputs(dm)
+    tensors = measure.has_tensor_inputs(dm) and tasks.get(dm.task).inputs == "tensor"
     if stage.quantized:
-        lat = measure.latency(
-            None, {"onnx": stage.onnx}, dm, cfg.report.batch_sizes, cfg.report.budget_s
-        )
+        if tensors:
+            lat = measure.latency(
+                None, {"onnx": stage.onnx}, dm, cfg.report.batch_sizes, cfg.report.budget_s
+            )
+        else:  # graphs: one whole input per call, the fp32 file against the int8 one
+            from litlab.compression.int8 import graph_latency
+
+            files = {"onnx_fp32": out / f"{index}_fp32.onnx", "onnx": stage.onnx}
+            lat = graph_latency(stage.model, dm, files, cfg.report.budget_s)
         return measure.stage_row(
             stage.name,
             stage.model.net,

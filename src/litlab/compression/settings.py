@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import model_validator
 
-from litlab.bounds import Fraction, Interval, MinLen, PosFloat, PosInt, Seed
+from litlab.bounds import Fraction, Interval, MinLen, NonNegFloat, PosFloat, PosInt, Seed
 from litlab.config.settings import EntrySettings, Settings
 from litlab.errors import UserError
 
@@ -42,6 +42,9 @@ class DistillSettings(Settings):
 class QuantizeSettings(Settings):
     calibration_batches: PosInt = 8
     per_channel: bool = True
+    #: the int8 file is kept only if its test metric is at most this much worse than the
+    #: model it quantizes (null: always kept), as export.py's int8_max_drop
+    max_drop: Annotated[NonNegFloat, "a metric drop >= 0 (0.02 = 2 points)"] | None = 0.02
 
 
 class Steps(Settings):

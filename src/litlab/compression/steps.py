@@ -77,6 +77,8 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
         if resume:  # the pruned shapes are in the interrupted fine-tuning's checkpoint
             run_cfg["model"] = resume["model"]
             model = rebuild(run_cfg, dm)
+        elif tasks.get(dm.task).inputs == "graph":  # PyG message passing: its own pruner
+            model = graph_structured(stage, run_cfg, step, dm)
         else:
             tasks.get(dm.task).refuse_compression("prune_structured")
             net = stage.model.net
@@ -102,6 +104,54 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
         model, train_cfg, dm, callbacks, resume and resume["path"], best=step.method == "structured"
     )
     return Stage("prune", model, run_cfg)
+
+
+def _gnn_builder(run_cfg: dict, dm):
+    """width -> the run's GNN with `hidden_channels=width` (fresh weights)."""
+    net_cfg = run_cfg["model"]["net"]
+
+    def build(width: int):
+        quiet = logging.getLogger("litlab.config.build")
+        level, quiet.level = quiet.level, logging.WARNING  # no "Instantiating" per candidate
+        try:
+            model_cfg = {**run_cfg["model"], "net": {**net_cfg, "hidden_channels": width}}
+            return rebuild({**run_cfg, "model": model_cfg}, dm).net.eval()
+        finally:
+            quiet.setLevel(level)
+
+    return build
+
+
+def check_graph_prune(stage: Stage, step, dm) -> None:
+    """compress.prune on a graph net: one line now, before anything is measured or written,
+    if its ratio would leave the hidden layers without channels (or the net has none)."""
+    from litlab.compression import graph_prune
+
+    if step.method == "structured" and tasks.get(dm.task).inputs == "graph":
+        net_cfg = stage.run_cfg["model"]["net"]
+        build = _gnn_builder(stage.run_cfg, dm)
+        graph_prune.plan(stage.model.net, net_cfg, build, float(step.ratio), step.round_to)
+
+
+def graph_structured(stage: Stage, run_cfg: dict, step, dm):
+    """A GNN with a smaller `hidden_channels` holding the kept channels (compression.
+    graph_prune); `run_cfg` is changed to rebuild it."""
+    from litlab.compression import graph_prune
+
+    net_cfg = run_cfg["model"]["net"]
+    net, width = graph_prune.prune(
+        stage.model.net.eval(),
+        net_cfg,
+        _gnn_builder(run_cfg, dm),
+        float(step.ratio),
+        step.steps,
+        step.round_to,
+        step.importance_norm,
+    )
+    run_cfg["model"]["net"] = {**net_cfg, "hidden_channels": width}
+    model = rebuild(run_cfg, dm)
+    model.net.load_state_dict(net.state_dict())
+    return model
 
 
 def student_config(step, teacher_model_cfg: dict, run_cfg: dict, dm) -> dict:
@@ -173,6 +223,11 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     from litlab.export.quantize import quantize_int8
 
     tasks.get(dm.task).refuse_compression("quantize")
+    if tasks.get(dm.task).inputs == "graph":  # as export.py quantizes graph nets
+        from litlab.compression.int8 import quantize_graph_net
+
+        _, q = quantize_graph_net(stage.model, dm, step, out, index)
+        return Stage("quantize", stage.model, stage.run_cfg, onnx=q, quantized=True)
     fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx")
     batches = [x for x, _ in measure.tensor_batches(dm, "train", step.calibration_batches)]
     q = quantize_int8(fp32, batches, out / f"{index}_quantize.onnx", per_channel=step.per_channel)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from litlab.errors import UserError
 
-#: compression steps: structured pruning and quantization need a net of plain tensor inputs
+#: compression steps (a kind lists those that apply to its nets)
 COMPRESSION_STEPS = ("prune_structured", "prune_unstructured", "distill", "quantize")
 #: what the kinds of one tensor in, one class out share (images, volumes): a batched tensor
 #: exported as is, and an OOD score that also measures how far the inputs are from training's
@@ -15,19 +15,18 @@ TENSOR_CLASSIFICATION = {
     "export_spec": "litlab.export.domains:tensor_spec",
     "ood_inputs": True,
 }
-#: what the graph kinds share: graph inputs, so no quantization or channel pruning
+#: what the graph kinds share: graph inputs
 GRAPH_INPUTS = {
     "inputs": "graph",
-    "compression": ("prune_unstructured", "distill"),
+    # structured pruning: smaller hidden widths (litlab.compression.graph_prune, not
+    # Torch-Pruning, whose traced dependency graph does not follow PyG's message passing)
+    "compression": COMPRESSION_STEPS,
     # int8 of a graph net: its dense layers only. The message passing around them (gathers,
     # scatters, degree norms) carries indices and per-node sums whose ranges calibrate to zero
     # scales (NaN outputs) and whose rounding costs accuracy for no size or speed.
     "int8_op_types": ("Gemm", "MatMul"),
 }
-GRAPH_NOTES = {
-    "quantize": "graph inputs",
-    "prune with compress.prune.method=structured": "graph inputs",
-}
+GRAPH_NOTES: dict = {}
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,6 @@ KIND = TaskKind(
     # of that teacher was still rising at epoch 400 with the teacher's lr 0.01 (test 0.703,
     # 0.761 at epoch 1000), and reached 0.790 in 400 epochs at 0.05
     distill_lr_factor=5.0,
-    notes={
-        **GRAPH_NOTES,
-        "quantize": "graph inputs; compress=distill_graph makes a graph-free MLP",
-    },
+    notes=GRAPH_NOTES,
     **GRAPH_INPUTS,
 )
