@@ -164,7 +164,7 @@ COMPRESS = [
     (["callbacks.model_checkpoint.monitor=val/nope"], "is not a metric", 0),
     (["ckpt_path={cora}", "compress=quantize"], "does not apply to node_classification", 0),
     (["ckpt_path={cora}"], "prune with compress.prune.method=structured does not apply", 0),
-    (["ckpt_path={seg}", "compress=distill"], "does not apply to volume_segmentation", 0),
+    (["ckpt_path={seg}", "compress=quantize", "compress.quantize.max_drop=1"], "max_drop=1", 1),
     (
         ["ckpt_path={cora}", "compress=distill", "model@compress.distill.student=cnn"],
         "the checkpoint's data is node_classification",

@@ -63,6 +63,7 @@ def write(rows: list[dict], metric: str, out: Path, context: dict) -> Path:
         f"Latency: median ms per call on {context.get('threads', '?')} CPU thread(s); "
         "`onnx` = ONNX Runtime." + (" " + NOTE if context.get("unstructured") else ""),
         "",
+        *[f"**{r['stage']}**: {r['verdict']}" for r in rows if r.get("verdict")],
     ]
     (out / "compress_report.md").write_text("\n".join(md))
     return out / "compress_report.md"
