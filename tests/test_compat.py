@@ -5,10 +5,12 @@ it was checked against."""
 import pytest
 from helpers import xdist_compat
 
-from litlab.compat import CompatError, hydra, lightning, optuna, torch
+from litlab.compat import CompatError, hydra, lightning, optuna, torch, torch_pruning
 
 
-@pytest.mark.parametrize("library", [lightning, hydra, optuna, torch], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "library", [lightning, hydra, optuna, torch, torch_pruning], ids=lambda m: m.__name__
+)
 def test_private_apis_still_exist(library):
     library.check()
 

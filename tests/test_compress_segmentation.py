@@ -137,27 +137,34 @@ def tiny_seg_ckpt(tmp_path_factory):
     return path
 
 
+#: (overrides, a part of the one line); one case of each class in the fast suite
+BAD = {
+    "ratio": (["compress.prune.ratio=0.01"], "compress.prune.ratio=0.01 would leave layers"),
+    "round_to": (["compress.prune.round_to=16"], "round_to=16 would leave layer model.0.conv"),
+    "wider student": (
+        ["compress=distill", "+compress.distill.student.net.channels=[16,32,64]"],
+        "more than its teacher's",
+    ),
+    "one level wider, chained": (
+        ["compress=[distill,quantize]", "+compress.distill.student.net.channels=[8,32,32]"],
+        "compress.distill.student has",
+    ),
+}
+BAD_FAST = ("ratio", "wider student")
+
+
 @SEG
 @pytest.mark.parametrize(
-    "args,named",
-    [
-        (["compress.prune.ratio=0.01"], "compress.prune.ratio=0.01 would leave layers"),
-        (["compress.prune.round_to=16"], "round_to=16 would leave layer model.0.conv.unit0.conv"),
-        (
-            ["compress=distill", "+compress.distill.student.net.channels=[16,32,64]",
-             "compress.distill.max_params_ratio=null"],
-            "more than its teacher's",
-        ),  # fmt: skip
-        (
-            ["compress=[distill,quantize]", "+compress.distill.student.net.channels=[8,32,32]",
-             "compress.distill.max_params_ratio=null"],
-            "compress.distill.student has",
-        ),  # fmt: skip
-    ],
+    "case", [pytest.param(c, marks=() if c in BAD_FAST else pytest.mark.slow) for c in BAD]
 )
 def test_bad_segmentation_compressions_are_one_line_and_leave_no_run_dir(
-    tiny_seg_ckpt, args, named, tmp_path
+    tiny_seg_ckpt, case, tmp_path
 ):
+    """Refused before the original is measured: its checkpoint would make the run dir one to
+    keep. A student is taken as given with compress.distill.max_params_ratio=null."""
+    args, named = BAD[case]
+    if "distill" in args[0]:
+        args = [*args, "compress.distill.max_params_ratio=null"]
     message, _ = refused("compress", [f"ckpt_path={tiny_seg_ckpt}", *args], compress, tmp_path)
     assert named in message, message
 
@@ -179,3 +186,84 @@ def test_a_segmentation_net_prunes_and_its_checkpoint_rebuilds(tiny_seg_ckpt, tm
     assert pruned["params"] <= 0.5 * original["params"] and 0 <= pruned["test/dice"] <= 1
     model = load_run(run / "1_prune.ckpt").model  # eval.py and the exporter rebuild it so
     assert prune.count(model.net)[0] == pruned["params"]
+
+
+# --- trained: the matrix's phantoms UNet3D (3 epochs), compressed as a user does -------------
+TRAINED = pytest.mark.xdist_group("compress_segmentation_trained")
+
+
+@pytest.fixture(scope="module")
+def phantoms_ckpt(tmp_path_factory):
+    """`train.py model=unet3d trainer.max_epochs=3` (the feature matrix's phantoms row)."""
+    from helpers.runs import run_cli
+
+    logs = tmp_path_factory.mktemp("seg_trained") / "logs"
+    run_cli("train.py", "model=unet3d", "trainer.max_epochs=3", log_dir=logs, timeout=900)
+    return next((logs / "train" / "runs").glob("*/checkpoints/epoch_*.ckpt"))
+
+
+def _stages(log_dir):
+    run = next((log_dir / "compress" / "runs").glob("*"))
+    report = json.loads((run / "compress_report.json").read_text())
+    return run, report, {s["stage"]: s for s in report["stages"]}
+
+
+def _evaluated_dice(cli, log_dir, ckpt) -> float:
+    cli("eval.py", f"ckpt_path={ckpt}", "predictions=false", timeout=600)
+    out = next((log_dir / "eval" / "runs").glob("*/metrics.json"))
+    return json.loads(out.read_text())["test/dice"]
+
+
+@TRAINED
+@pytest.mark.slow
+def test_pruned_unet3d_keeps_its_dice_evaluates_exports_and_quantizes(tmp_path, cli, phantoms_ckpt):
+    cli(
+        "compress.py",
+        f"ckpt_path={phantoms_ckpt}",
+        "compress=[prune,quantize]",
+        "compress.prune.ratio=0.5",
+        "trainer.max_epochs=2",
+        "report.batch_sizes=[1]",
+        *FAST,
+        timeout=1200,
+    )
+    logs = tmp_path / "logs"
+    run, report, stages = _stages(logs)
+    original, pruned, int8 = stages["original"], stages["prune"], stages["quantize"]
+    assert report["metric"] == "test/dice"
+    assert pruned["params"] <= 0.5 * original["params"]
+    assert pruned["test/dice"] >= 0.9 * original["test/dice"], stages
+    assert int8["verdict"].startswith("int8 ") and "of the prune stage's" in int8["verdict"]
+    assert (int8["onnx"] is not None) == (int8["test/dice"] >= 0.98 * pruned["test/dice"])
+    assert int8["verdict"] in (run / "compress_report.md").read_text()
+    dice = _evaluated_dice(cli, logs, run / "1_prune.ckpt")
+    assert dice == pytest.approx(pruned["test/dice"], abs=1e-4)
+    cli("export.py", f"ckpt_path={run / '1_prune.ckpt'}", "formats=[onnx]", timeout=900)
+    exported = json.loads(next((logs / "export" / "runs").glob("*/export_report.json")).read_text())
+    assert exported["formats"]["onnx"]["ok"], exported["formats"]
+    assert exported["formats"]["onnx"]["metric"] == pytest.approx(pruned["test/dice"], abs=1e-3)
+
+
+@TRAINED
+@pytest.mark.slow
+def test_distilled_unet3d_student_learns_per_voxel_and_eval_reproduces_it(
+    tmp_path, cli, phantoms_ckpt
+):
+    cli(
+        "compress.py",
+        f"ckpt_path={phantoms_ckpt}",
+        "compress=distill",
+        "trainer.max_epochs=3",
+        "report.onnx=false",
+        *FAST,
+        timeout=1200,
+    )
+    logs = tmp_path / "logs"
+    run, _, stages = _stages(logs)
+    teacher, student = stages["original"], stages["distill"]
+    assert student["params"] <= 0.25 * teacher["params"]
+    assert student["test/dice"] >= 0.7 * teacher["test/dice"], stages
+    stored = torch.load(run / "1_distill.ckpt", weights_only=True)["litlab_config"]
+    assert stored["model"]["net"]["_target_"] == "litlab.models.nets.unet3d.unet3d"
+    dice = _evaluated_dice(cli, logs, run / "1_distill.ckpt")
+    assert dice == pytest.approx(student["test/dice"], abs=1e-4)
