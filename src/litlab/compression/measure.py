@@ -21,8 +21,9 @@ def tensor_batches(datamodule, split: str, limit: int | None = None):
 
 
 def has_tensor_inputs(datamodule) -> bool:
-    """Kinds that quantize: fixed-size (inputs, labels) batches that ONNX export, int8
-    calibration and batch-64 latency can be fed (not graphs, not whole 3D volumes)."""
+    """Kinds that quantize: fixed-size inputs that ONNX export, int8 calibration and batch-64
+    latency can be fed ((inputs, labels) batches, or patches of whole 3D volumes: the kind's
+    `compress_inputs`; not graphs)."""
     return "quantize" in tasks.get(datamodule.task).compression
 
 
