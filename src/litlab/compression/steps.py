@@ -111,7 +111,8 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
 def student_config(step, teacher_model_cfg: dict, run_cfg: dict, dm) -> dict:
     """The student's model config: a full model config (`_target_`) as given; else keys merged
     onto the teacher's (none: the teacher's own), narrowed until it has at most
-    `max_params_ratio` of the teacher's parameters (litlab.compression.students)."""
+    `max_params_ratio` of the teacher's parameters (litlab.compression.students). One taken
+    as given may not have more parameters than its teacher (one line)."""
     from litlab.compression.students import fitting_student, smaller_student
 
     given = step.get("student")
