@@ -5,11 +5,23 @@ it was checked against."""
 import pytest
 from helpers import xdist_compat
 
-from litlab.compat import CompatError, hydra, lightning, optuna, pyg, ray, torch, uvicorn
+from litlab.compat import (
+    CompatError,
+    hydra,
+    lightning,
+    optuna,
+    pyg,
+    ray,
+    torch,
+    torch_pruning,
+    uvicorn,
+)
 
 
 @pytest.mark.parametrize(
-    "library", [lightning, hydra, optuna, torch, ray, uvicorn, pyg], ids=lambda m: m.__name__
+    "library",
+    [lightning, hydra, optuna, torch, ray, uvicorn, pyg, torch_pruning],
+    ids=lambda m: m.__name__,
 )
 def test_private_apis_still_exist(library):
     library.check()

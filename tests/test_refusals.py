@@ -163,8 +163,7 @@ COMPRESS = [
     (["+data_overrides.batch_size=0"], "data_overrides.batch_size=0", 0),
     (["callbacks.model_checkpoint.monitor=val/nope"], "is not a metric", 0),
     (["compress=quantize", "compress.quantize.max_drop=-1"], "max_drop=-1", 1),
-    (["ckpt_path={seg}"], "prune with compress.prune.method=structured does not apply", 0),
-    (["ckpt_path={seg}", "compress=distill"], "does not apply to volume_segmentation", 0),
+    (["ckpt_path={seg}", "compress=quantize", "compress.quantize.max_drop=1"], "max_drop=1", 1),
     (
         ["ckpt_path={cora}", "compress=distill", "model@compress.distill.student=cnn"],
         "the checkpoint's data is node_classification",

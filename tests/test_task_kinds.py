@@ -105,6 +105,7 @@ def test_a_kinds_declarations_name_what_exists(name):
     }
     assert set(kind.inspect) <= callbacks, set(kind.inspect) - callbacks
     assert set(kind.compression) <= set(tasks.kind.COMPRESSION_STEPS)
+    assert kind.compress_metric is None or kind.compress_metric in kind.metrics  # logged on test
     assert kind.federated_units is None or kind.federated_units in views.UNITS
 
 

@@ -6,8 +6,9 @@
   collectives' once every rank has joined;
 - `torch._check`: a condition torch.export may assume (export/domains, ops/op);
 - an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/onnx);
-- `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._BatchNorm`: the bases of every
-  convolution and batch norm, whose channels compression resizes (compression/resize).
+- `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._NormBase`: the bases of every
+  convolution and batch or instance norm, whose channels compression resizes
+  (compression/resize).
 """
 
 import functools
@@ -41,11 +42,11 @@ def op_overload(op):
 
 
 def resizable_bases() -> tuple[type, type]:
-    """(every convolution's base class, every batch norm's base class)."""
-    from torch.nn.modules.batchnorm import _BatchNorm
+    """(every convolution's base class, transposed too; every batch and instance norm's)."""
+    from torch.nn.modules.batchnorm import _NormBase
     from torch.nn.modules.conv import _ConvNd
 
-    return _ConvNd, _BatchNorm
+    return _ConvNd, _NormBase
 
 
 def wrap_init_process_group(wrapper) -> None:
@@ -92,4 +93,4 @@ def check() -> None:
     try:
         resizable_bases()
     except ImportError as err:
-        raise _fail("torch.nn.modules.conv._ConvNd / batchnorm._BatchNorm") from err
+        raise _fail("torch.nn.modules.conv._ConvNd / batchnorm._NormBase") from err

@@ -3,7 +3,10 @@ softened outputs and from the labels,
 
     loss = alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE.
 
-T^2 keeps the soft term's gradients on the scale of the hard one's as T changes. `Distiller`
+The KL term is per position: per sample for classifiers, per voxel for segmentation (its class
+scores (N, C, D, H, W): each voxel's softened distribution, averaged over voxels); the label
+term is the student's own task loss where its module has one (`task_loss`: segmentation's
+DiceCE), else CE. T^2 keeps the soft term's gradients on the scale of the hard one's as T changes. `Distiller`
 trains the student LitModule inside Lightning; validation and test are the student's own, so
 its metrics and checkpoints read like those of any run."""
 
@@ -21,19 +24,27 @@ def kd_loss(
     alpha: float,
     temperature: float,
     labelled_logits: torch.Tensor | None = None,
+    task_loss=None,
 ) -> torch.Tensor:
-    """alpha * T^2 * KL(teacher/T || student/T) + (1 - alpha) * CE. The soft term compares
-    `student_logits` with `teacher_logits`; the label term scores `labelled_logits` (default:
-    the same logits) against `target` (node classification: every node vs the training ones)."""
+    """alpha * T^2 * KL(teacher/T || student/T) + (1 - alpha) * label loss. The soft term
+    compares `student_logits` with `teacher_logits` (class scores along dim 1), summed over
+    classes and averaged over every other position (samples, voxels); the label term scores
+    `labelled_logits` (default: the same logits; node classification: every node vs the
+    training ones) against `target` with `task_loss(logits, target)` (default: CE)."""
     t = temperature
-    soft = F.kl_div(
-        F.log_softmax(student_logits / t, 1),
-        F.log_softmax(teacher_logits / t, 1),
-        reduction="batchmean",
-        log_target=True,
+    soft = (
+        F.kl_div(
+            F.log_softmax(student_logits / t, 1),
+            F.log_softmax(teacher_logits / t, 1),
+            reduction="none",
+            log_target=True,
+        )
+        .sum(1)
+        .mean()
     )
     hard = student_logits if labelled_logits is None else labelled_logits
-    return alpha * t * t * soft + (1 - alpha) * F.cross_entropy(hard, target)
+    label = (task_loss or F.cross_entropy)(hard, target)
+    return alpha * t * t * soft + (1 - alpha) * label
 
 
 def scores(module, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,6 +52,8 @@ def scores(module, batch) -> tuple[torch.Tensor, torch.Tensor]:
     a graph (node classification), else an (inputs, labels) batch."""
     if hasattr(module, "_scores"):  # litlab.models.graph.GNNClassifier
         return module._scores(batch, "train")
+    if hasattr(module, "distill_scores"):  # batches of another shape (volume segmentation)
+        return module.distill_scores(batch)
     x, y = batch
     return module(x), y
 
@@ -97,7 +110,10 @@ class Distiller(L.LightningModule):
         soft, logits, y = soft_and_hard(self.student, batch)
         with torch.no_grad():
             teacher_soft, _, _ = soft_and_hard(self.teacher, batch)
-        loss = kd_loss(soft, teacher_soft, y, self.alpha, self.temperature, labelled_logits=logits)
+        task_loss = getattr(self.student, "task_loss", None)  # else cross-entropy
+        loss = kd_loss(
+            soft, teacher_soft, y, self.alpha, self.temperature, logits, task_loss=task_loss
+        )
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=len(y))
         return loss
 

@@ -4,8 +4,7 @@ Graph nets are exported and quantized as `src/export.py formats=[onnx_int8]` doe
 export Spec of the task kind (inputs, dynamic node/edge/graph axes, calibration graphs from the
 training split), graph caches dropped and pooling sized symbolically (`prepare_net`), and only
 the op types the kind quantizes well (`TaskKind.int8_op_types`: the dense layers). The int8
-file is then judged by the kind's own test metric, as export judges its int8 file: one that
-loses more than `compress.quantize.max_drop` is not kept, and the report says why."""
+file is then judged by the kind's own test metric (`checks.judge_int8`)."""
 
 import copy
 from pathlib import Path
@@ -52,25 +51,3 @@ def graph_latency(model, dm, files: dict, budget_s: float) -> dict:
     spec = _spec(model, dm)
     rows = measure_latency(None, files, lambda b: spec.example, (1,), budget_s=budget_s)
     return {f"{r['format']}_b{r['batch']}": round(r["p50_ms"], 3) for r in rows}
-
-
-def judge(rows: list[dict], metric: str, higher_better: bool, max_drop) -> str | None:
-    """The last row is an int8 stage: if its metric is more than `max_drop` worse than the
-    stage it quantized, its file goes and the row says so (the returned line is printed)."""
-    if max_drop is None:
-        return None
-    row, before = rows[-1], rows[-2]
-    if row.get(metric) is None or before.get(metric) is None:
-        return None
-    drop = before[metric] - row[metric] if higher_better else row[metric] - before[metric]
-    if drop <= max_drop:
-        return None
-    if row.get("onnx"):
-        Path(row["onnx"]).unlink(missing_ok=True)
-    verdict = (
-        f"quantize: int8 file not kept: {metric} {row[metric]:.4f} is {drop:.4f} worse than "
-        f"the {before['stage']} model's {before[metric]:.4f} "
-        f"(compress.quantize.max_drop={max_drop:g}); use the {before['stage']} model"
-    )
-    row.update({"onnx": None, "onnx_mb": None, "verdict": verdict})
-    return verdict

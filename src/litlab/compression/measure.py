@@ -21,26 +21,50 @@ def tensor_batches(datamodule, split: str, limit: int | None = None):
 
 
 def has_tensor_inputs(datamodule) -> bool:
-    """Kinds that quantize: fixed-size (inputs, labels) batches that ONNX export, int8
-    calibration and batch-64 latency can be fed (not graphs, not whole 3D volumes)."""
+    """Kinds that quantize: fixed-size inputs that ONNX export, int8 calibration and batch-64
+    latency can be fed ((inputs, labels) batches, or patches of whole 3D volumes: the kind's
+    `compress_inputs`; not graphs)."""
     return "quantize" in tasks.get(datamodule.task).compression
 
 
-def onnx_metric(onnx_path: Path, model, datamodule, metric: str) -> float:
-    """The model's own test metric (`test/acc`, `test/auroc`, ...) through ONNX Runtime,
-    computed as `src/export.py` verifies a file (litlab.export.verify)."""
+def onnx_metric(onnx_path: Path, model, datamodule, metric: str, run_cfg: dict) -> float:
+    """The model's own test metric (`test/acc`, `test/dice`, ...) through ONNX Runtime,
+    computed as `src/export.py` verifies a file (litlab.export.verify): segmentation by
+    sliding windows of the file over whole test volumes."""
     from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
 
     from litlab.export.domains import spec_for
     from litlab.export.verify import predictor, test_metric
 
-    spec = spec_for(SimpleNamespace(model=model, datamodule=datamodule))
+    config = OmegaConf.create(run_cfg)
+    spec = spec_for(SimpleNamespace(model=model, datamodule=datamodule, config=config))
     run = predictor("onnx", onnx_path, spec.input_names)
     return test_metric(model, spec, run, metric.split("/", 1)[1])
 
 
+def patches(datamodule, count: int, start: int = 0) -> torch.Tensor:
+    """Training patches (what the net sees: the kinds whose items are whole volumes that the
+    model covers with patch-sized windows), stacked; as `src/export.py` draws them."""
+    datamodule.setup("fit")
+    items = datamodule.train_set
+    return torch.stack([items[i % len(items)]["image"] for i in range(start, start + count)])
+
+
+def calibration(datamodule, count: int):
+    """Up to `count` input batches from the train split for int8 calibration."""
+    if tasks.get(datamodule.task).compress_inputs == "patches":
+        size = min(count * 2, len(datamodule.train_set))
+        return [patches(datamodule, min(2, size - i), i) for i in range(0, size, 2)]
+    return [x for x, _ in tensor_batches(datamodule, "train", count)]
+
+
 def example(datamodule, batch: int = 2) -> torch.Tensor:
-    x, _ = next(iter(tensor_batches(datamodule, "test")))
+    if tasks.get(datamodule.task).compress_inputs == "patches":
+        x = patches(datamodule, batch)
+    else:
+        x, _ = next(iter(tensor_batches(datamodule, "test")))
     return x[:batch].repeat(batch // len(x[:batch]) + 1, *[1] * (x.dim() - 1))[:batch]
 
 

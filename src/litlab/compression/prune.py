@@ -3,9 +3,11 @@ smaller and faster. Unstructured (Lightning's ModelPruning): single weights are 
 tensors keep their shapes, so the file and the dense kernels stay as big and as slow."""
 
 import copy
+import math
 
 from torch import nn
 
+from litlab.compat.torch_pruning import first_known_channels
 from litlab.compression import resize
 from litlab.errors import UserError
 
@@ -39,18 +41,63 @@ def _pruner(
     )
 
 
+def most_channels(net: nn.Module, round_to: int | None, num_classes) -> float:
+    """The largest share of channels a layer may lose and keep one (or `round_to`): past it
+    Torch-Pruning skips a layer it would empty (so the net keeps more than asked), or, with
+    `round_to` above a layer's width, empties it."""
+    heads = set(_heads(net, num_classes))
+    widths = {
+        name: resize.shape_of(m)[1]
+        for name, m in net.named_modules()
+        if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) and m not in heads
+    }
+    keep = round_to or 1
+    narrowest = min(widths, key=widths.get, default=None)
+    if narrowest is not None and widths[narrowest] < keep:
+        raise UserError(
+            f"compress.prune.round_to={round_to} would leave layer {narrowest} without channels "
+            f"(it has {widths[narrowest]}); valid: a round_to of at most {widths[narrowest]}"
+        )
+    return max(0.0, 1 - keep * (1 + 1e-6) / widths[narrowest]) if narrowest else 0.0
+
+
 def _channel_ratio(net, example_inputs, ratio: float, round_to, norm, num_classes) -> float:
     """The share of channels to remove per layer so that at most `ratio` of the parameters
     remain: parameters shrink about quadratically in channels, so it is searched (bisection on
     throw-away copies; the count does not depend on which channels go, only on how many)."""
     total = count(net)[0]
-    lo, hi = 0.0, 0.99
+    lo, hi = 0.0, most_channels(net, round_to, num_classes)
     for _ in range(12):
         mid = (lo + hi) / 2
         trial = copy.deepcopy(net)
         _pruner(trial, example_inputs, mid, 1, round_to, norm, num_classes).step()
         lo, hi = (mid, hi) if count(trial)[0] > ratio * total else (lo, mid)
     return hi
+
+
+def smallest_share(net, example_inputs, round_to=None, norm: int = 2, num_classes=None) -> float:
+    """The smallest share of its parameters structured pruning can leave `net` with: every
+    prunable layer down to its last channel (or `round_to` of them), on a throw-away copy."""
+    most = most_channels(net, round_to, num_classes)
+    trial = copy.deepcopy(net).eval()
+    with first_known_channels():
+        _pruner(trial, example_inputs, most, 1, round_to, norm, num_classes).step()
+    return count(trial)[0] / count(net)[0]
+
+
+def check_reachable(net, example_inputs, ratio: float, round_to, norm, num_classes) -> None:
+    """One line when `ratio` would leave layers without channels: below the smallest share
+    that keeps a channel (or `round_to`) in every layer, the search would stop there and
+    keep more parameters than asked."""
+    floor = smallest_share(net, example_inputs, round_to, norm, num_classes)
+    if ratio < floor:
+        per_layer = f"{round_to} channels" if round_to else "one channel"
+        raise UserError(
+            f"compress.prune.ratio={ratio:g} would leave layers of this net without channels: "
+            f"keeping {per_layer} in each leaves {floor:.2%} of its parameters; valid: a ratio "
+            f"in [{math.ceil(floor * 1000) / 1000:g}, 1)"
+            + (" or a smaller compress.prune.round_to" if round_to else "")
+        )
 
 
 def structured(
@@ -68,10 +115,11 @@ def structured(
     was_training = net.training
     net.eval()  # the dependency graph traces a forward; BN statistics must not move
     # (no torch.no_grad: the dependency graph is traced through autograd)
-    channel_ratio = _channel_ratio(net, example_inputs, ratio, round_to, norm, num_classes)
-    pruner = _pruner(net, example_inputs, channel_ratio, steps, round_to, norm, num_classes)
-    for _ in range(steps):
-        pruner.step()
+    with first_known_channels():  # the channels of a U-Net's concatenated skip connections
+        channel_ratio = _channel_ratio(net, example_inputs, ratio, round_to, norm, num_classes)
+        pruner = _pruner(net, example_inputs, channel_ratio, steps, round_to, norm, num_classes)
+        for _ in range(steps):
+            pruner.step()
     net.train(was_training)
     return resize.changed_shapes(before, net)
 

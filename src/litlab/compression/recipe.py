@@ -108,7 +108,7 @@ def compress(cfg: DictConfig) -> list[dict]:
     import lightning as L
     import torch
 
-    from litlab.compression import report, steps
+    from litlab.compression import checks, report, steps
     from litlab.recipes import report as run_report
     from litlab.recipes.load import load_run
 
@@ -118,7 +118,7 @@ def compress(cfg: DictConfig) -> list[dict]:
     run = load_run(cfg.ckpt_path, dict(cfg.data_overrides), trust=trust, data_dir=data_dir)
     L.seed_everything(cfg.seed, workers=True)
     dm = run.datamodule
-    metric = "test/" + str(run.config.model.monitor).split("/", 1)[-1]
+    metric = checks.judged_by(dm, run.config.model.monitor)
     context = {
         "source": str(cfg.ckpt_path),
         "steps": list(cfg.compress),
@@ -134,6 +134,7 @@ def compress(cfg: DictConfig) -> list[dict]:
         steps.check_teacher(teacher, stage.run_cfg, dm)  # before anything is measured
     if "prune" in cfg.compress and not resume:  # a ratio no graph net can reach: one line now
         steps.check_graph_prune(stage, cfg.compress.prune, dm)
+    checks.precheck(stage, teacher, cfg, dm)  # the first checkpoint makes a run dir to keep
     rows = [_measure(stage, cfg, dm, out, 0, metric)]
     for index, name in enumerate(cfg.compress, start=1):
         step, done = cfg.compress[name], out / f"{index}_{name}.ckpt"
@@ -148,19 +149,11 @@ def compress(cfg: DictConfig) -> list[dict]:
         else:
             stage = steps.distill_step(stage, cfg, step, dm, index, here, teacher)
         rows.append(_measure(stage, cfg, dm, out, index, metric))
-        if stage.quantized and (verdict := _judged(rows, cfg, run, metric)):
-            print(verdict, flush=True)
+        if stage.quantized:  # an int8 file that lost more than allowed is not kept
+            checks.judge_int8(rows, metric, step.get("max_drop"), dm)
         report.write(rows, metric, out, context)
     print((out / "compress_report.md").read_text(), flush=True)
     return rows
-
-
-def _judged(rows: list[dict], cfg, run, metric: str) -> str | None:
-    """An int8 file that lost more than compress.quantize.max_drop goes (compression.int8)."""
-    from litlab.compression.int8 import judge
-
-    higher_better = run.config.model.get("monitor_mode", "max") == "max"
-    return judge(rows, metric, higher_better, cfg.compress.quantize.get("max_drop"))
 
 
 def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
@@ -184,7 +177,7 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
             stage.model.net,
             None,
             stage.onnx,
-            measure.onnx_metric(stage.onnx, stage.model, dm, metric),
+            measure.onnx_metric(stage.onnx, stage.model, dm, metric, stage.run_cfg),
             metric,
             lat,
         )

@@ -13,18 +13,18 @@ from torch import nn
 
 from litlab.compat.torch import resizable_bases
 
-_ConvNd, _BatchNorm = resizable_bases()
+_ConvNd, _NormBase = resizable_bases()  # batch and instance norms
 
-RESIZABLE = (_ConvNd, nn.Linear, _BatchNorm)
+RESIZABLE = (_ConvNd, nn.Linear, _NormBase)
 
 
 def shape_of(module: nn.Module) -> list[int] | None:
     """The sizes that structured pruning changes in a layer (None: not a resizable layer)."""
-    if isinstance(module, _ConvNd) and not module.transposed:
+    if isinstance(module, _ConvNd):  # transposed too (a U-Net's up path)
         return [module.in_channels, module.out_channels, module.groups]
     if isinstance(module, nn.Linear):
         return [module.in_features, module.out_features]
-    if isinstance(module, _BatchNorm):
+    if isinstance(module, _NormBase):
         return [module.num_features]
     return None
 
@@ -47,6 +47,8 @@ def resize_(module: nn.Module, shape: list[int]) -> None:
     if isinstance(module, _ConvNd):
         module.in_channels, module.out_channels, module.groups = shape
         size = (module.out_channels, module.in_channels // module.groups, *module.kernel_size)
+        if module.transposed:  # its weight is (in, out / groups, *kernel)
+            size = (module.in_channels, module.out_channels // module.groups, *module.kernel_size)
         module.weight = nn.Parameter(torch.empty(size))
         if module.bias is not None:
             module.bias = nn.Parameter(torch.empty(module.out_channels))
@@ -55,7 +57,7 @@ def resize_(module: nn.Module, shape: list[int]) -> None:
         module.weight = nn.Parameter(torch.empty(module.out_features, module.in_features))
         if module.bias is not None:
             module.bias = nn.Parameter(torch.empty(module.out_features))
-    elif isinstance(module, _BatchNorm):
+    elif isinstance(module, _NormBase):
         module.num_features = n = shape[0]
         if module.affine:
             module.weight, module.bias = nn.Parameter(torch.empty(n)), nn.Parameter(torch.empty(n))

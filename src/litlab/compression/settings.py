@@ -42,9 +42,9 @@ class DistillSettings(Settings):
 class QuantizeSettings(Settings):
     calibration_batches: PosInt = 8
     per_channel: bool = True
-    #: the int8 file is kept only if its test metric is at most this much worse than the
-    #: model it quantizes (null: always kept), as export.py's int8_max_drop
-    max_drop: Annotated[NonNegFloat, "a metric drop >= 0 (0.02 = 2 points)"] | None = 0.02
+    #: the share of the previous stage's test metric the int8 file may lose; more: the file is
+    #: deleted and the report says so (null: the task kind's `quantize_max_drop`)
+    max_drop: Annotated[Fraction, "a share of the test metric in (0, 1), e.g. 0.02"] | None = None
 
 
 class Steps(Settings):

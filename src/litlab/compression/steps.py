@@ -82,6 +82,10 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
         else:
             tasks.get(dm.task).refuse_compression("prune_structured")
             net = stage.model.net
+            prune.check_reachable(  # after another step: that step's net
+                net, (measure.example(dm),), ratio, step.round_to, step.importance_norm,
+                dm.dims.get("num_classes"),
+            )  # fmt: skip
             shapes = prune.structured(
                 net,
                 (measure.example(dm),),
@@ -157,17 +161,23 @@ def graph_structured(stage: Stage, run_cfg: dict, step, dm):
 def student_config(step, teacher_model_cfg: dict, run_cfg: dict, dm) -> dict:
     """The student's model config: a full model config (`_target_`) as given; else keys merged
     onto the teacher's (none: the teacher's own), narrowed until it has at most
-    `max_params_ratio` of the teacher's parameters (litlab.compression.students)."""
-    from litlab.compression.students import fitting_student
+    `max_params_ratio` of the teacher's parameters (litlab.compression.students). One taken
+    as given may not have more parameters than its teacher (one line)."""
+    from litlab.compression.students import fitting_student, smaller_student
 
     given = step.get("student")
     student = OmegaConf.to_container(given, resolve=True) if given is not None else {}
-    if "_target_" in student:
-        return student
-    merged = OmegaConf.to_container(OmegaConf.merge(teacher_model_cfg, student), resolve=True)
     ratio = step.get("max_params_ratio")
-    if ratio is None:
-        return merged
+    if "_target_" not in student:
+        student = OmegaConf.to_container(OmegaConf.merge(teacher_model_cfg, student), resolve=True)
+        if ratio is not None:
+            return fitting_student(teacher_model_cfg, student, _counter(run_cfg, dm), ratio)
+    smaller_student(student, teacher_model_cfg, _counter(run_cfg, dm))  # as given: no wider
+    return student
+
+
+def _counter(run_cfg: dict, dm):
+    """model config -> the parameters of its model, built for this data."""
 
     def count(model_cfg: dict) -> int:
         quiet = logging.getLogger("litlab.config.build")
@@ -177,7 +187,7 @@ def student_config(step, teacher_model_cfg: dict, run_cfg: dict, dm) -> dict:
         finally:
             quiet.setLevel(level)
 
-    return fitting_student(teacher_model_cfg, merged, count, ratio)
+    return count
 
 
 def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:
@@ -229,6 +239,6 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
         _, q = quantize_graph_net(stage.model, dm, step, out, index)
         return Stage("quantize", stage.model, stage.run_cfg, onnx=q, quantized=True)
     fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx")
-    batches = [x for x, _ in measure.tensor_batches(dm, "train", step.calibration_batches)]
+    batches = measure.calibration(dm, step.calibration_batches)
     q = quantize_int8(fp32, batches, out / f"{index}_quantize.onnx", per_channel=step.per_channel)
     return Stage("quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True)

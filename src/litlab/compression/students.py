@@ -90,3 +90,15 @@ def fitting_student(
         f"compress=distill: no default student has <= {ratio:g} of the teacher's parameters "
         f"(the smallest has {tried:,}); name one with model@compress.distill.student=NAME"
     )
+
+
+def smaller_student(student: dict, teacher: dict, count) -> None:
+    """A student is smaller than its teacher: one line naming both sizes when it is not."""
+    mine, theirs = count(student), count(teacher)
+    if mine > theirs:
+        raise UserError(
+            f"compress.distill.student has {mine:,} parameters, more than its teacher's "
+            f"{theirs:,}: a student is smaller than its teacher; give it narrower layers (e.g. "
+            f"+compress.distill.student.net.channels=...) or leave compress.distill.student "
+            f"unset for the default one (at most max_params_ratio of the teacher)"
+        )

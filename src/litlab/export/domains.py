@@ -104,7 +104,8 @@ def segmentation_spec(run, dm, task) -> Spec:
 
     model, patch = run.model, tuple(run.model.patch_size)
     h = model.hparams
-    stride = 2 ** len(run.config.model.net.get("strides", [2, 2, 2]))
+    net = run.config.model.net  # a pruned net: its factory's settings are its base_kwargs
+    stride = 2 ** len(net.get("strides") or net.get("base_kwargs", {}).get("strides", [2, 2, 2]))
     dims = {
         axis: stride * torch.export.Dim(f"{name}_over_{stride}", min=1)
         for axis, name in ((2, "depth"), (3, "height"), (4, "width"))

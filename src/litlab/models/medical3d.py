@@ -96,6 +96,15 @@ class VolumeSegmenter(LitModule):
         self.log_step("train", loss, logits.argmax(1), y[:, 0], len(x))
         return loss
 
+    def distill_scores(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(per-voxel class scores of a training batch, its label volumes): what
+        compress=distill's soft term compares with the teacher's, voxel by voxel."""
+        return self(batch["image"]), batch["label"]
+
+    def task_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The label term of distillation: this module's own DiceCE, as in training."""
+        return self.loss(logits, labels)
+
     def infer(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of whole volumes of any size, by overlapping patch-sized windows."""
         from monai.inferers import sliding_window_inference

@@ -12,6 +12,9 @@ KIND = TaskKind(
     # a PROTEINS client holds ~90 graphs, 3 steps of 32 an epoch: 20 rounds of 1 epoch left
     # GIN at the majority class, 5 epochs learn (docs/federated.md, BENCHMARKS.md)
     federated_local_epochs=5,
+    # compress=quantize keeps an int8 file within 2% of the stage it quantized (its dense
+    # layers only, as export's int8: the measured loss on Cora and MUTAG is 0.1 and 0 points)
+    quantize_max_drop=0.02,
     notes=GRAPH_NOTES,
     **GRAPH_INPUTS,
 )

@@ -62,6 +62,15 @@ class TaskKind:
     #: compress=distill's default student (the teacher's net, narrowed) trains with this times
     #: the teacher's learning rate
     distill_lr_factor: float = 1.0
+    #: compress: the test metric every stage is judged by (None: the model's monitor, on test);
+    #: where its inputs come from: "batches" = the datamodule's (inputs, labels) tensor batches,
+    #: "patches" = patch-sized crops of whole items (export, int8 calibration, latency; the
+    #: metric is then computed over whole items by the model's own inference)
+    compress_metric: str | None = None
+    compress_inputs: Literal["batches", "patches"] = "batches"
+    #: compress=quantize: the share of the previous stage's test metric the int8 file may lose
+    #: before it is discarded, when compress.quantize.max_drop is null (None: reported only)
+    quantize_max_drop: float | None = None
     #: export: the ONNX op types int8 quantizes (None: all)
     int8_op_types: tuple[str, ...] | None = None
     #: federated: the units a dataset is dealt to clients in, each partitioned by a label

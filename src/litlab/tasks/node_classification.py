@@ -25,6 +25,9 @@ KIND = TaskKind(
     # of that teacher was still rising at epoch 400 with the teacher's lr 0.01 (test 0.703,
     # 0.761 at epoch 1000), and reached 0.790 in 400 epochs at 0.05
     distill_lr_factor=5.0,
+    # compress=quantize keeps an int8 file within 2% of the stage it quantized (its dense
+    # layers only, as export's int8: the measured loss on Cora and MUTAG is 0.1 and 0 points)
+    quantize_max_drop=0.02,
     notes=GRAPH_NOTES,
     **GRAPH_INPUTS,
 )
