@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import model_validator
 
-from litlab.bounds import Fraction, Interval, MinLen, NonNegFloat, PosFloat, PosInt, Seed
+from litlab.bounds import Fraction, Interval, MinLen, PosFloat, PosInt, Seed
 from litlab.config.settings import EntrySettings, Settings
 from litlab.errors import UserError
 

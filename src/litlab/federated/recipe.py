@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 
 def check(cfg: DictConfig):
     """Every setting, before any data is read or Ray starts: one line on the first bad one."""
-    from litlab.config import validate
     from litlab.config import federate_settings as settings
+    from litlab.config import validate
 
     settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # no import: at once
     _without_selection(cfg)

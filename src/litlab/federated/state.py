@@ -117,7 +117,6 @@ def _tuples(value):
 def save(trainer, run_dir: Path, state: dict) -> Path:
     """checkpoints/last.ckpt and global.ckpt of the model the trainer last tested."""
     from litlab.checkpointing.atomic_io import AtomicCheckpointIO
-
     from litlab.compat.lightning import checkpoint_connector
 
     checkpoint = checkpoint_connector(trainer).dump_checkpoint(weights_only=False)
