@@ -241,7 +241,10 @@ def _eval_and_export(cli, tmp_path, ckpt, data) -> tuple[float, dict]:
 
 
 @pytest.mark.slow  # GCN on real Cora: 100 epochs, a 100-epoch fine-tuning, eval, export
-@pytest.mark.parametrize("conv", ["gcn", "gat"])
+@pytest.mark.parametrize(
+    "conv",
+    ["gcn", pytest.param("gat", marks=pytest.mark.bench)],  # GAT: 7 min; pruned fast above too
+)
 def test_a_pruned_cora_net_keeps_its_accuracy_evaluates_and_exports(conv, cli, shared_data,
                                                                      tmp_path):  # fmt: skip
     data = shared_data("Planetoid").parent
