@@ -155,7 +155,10 @@ class Guard(Callback):
         """Also every job of the sweep, before the sweeper makes the sweep dir (sweep_check)."""
         from litlab.recipes import sweep_check
 
+        from litlab.recipes import launcher_check
+
         self._stop_on_error(lambda: check_location(config, multirun=True))
+        self._stop_on_error(lambda: launcher_check.check(config))  # n_jobs: before the jobs
         self._stop_on_error(lambda: sweep_check.check_jobs(config, str(config_name)))
 
     def on_run_end(self, config: DictConfig, **kw) -> None:
