@@ -1,0 +1,129 @@
+"""`hydra/launcher=parallel`: what each job gets (GPUs, cores, DDP port) on fake machines, and
+the settings it refuses: one line, exit 2, nothing written, before any job is composed. The
+sweeps it runs (same metrics as one process, a stop, DDP jobs, a failed job) are in
+tests/test_launchers.py and below, marked slow."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers.runs import QUIET, ROOT
+from test_ddp import PROBE, TINY, probe_env
+
+from litlab import threads
+from litlab.errors import UserError
+from litlab.sweeps.parallel_slots import check_settings, free_port, plan, visible_gpus
+
+GPUS4 = ["0", "1", "2", "3"]
+
+
+def test_each_job_gets_its_own_gpus_and_its_share_of_the_cores():
+    slots = plan(2, "auto", GPUS4, free_cores=16)
+    assert [s.gpus for s in slots] == [("0",), ("1",)]  # auto: one GPU per job
+    assert [s.cores for s in slots] == [8, 8]
+    assert [s.gpus for s in plan(2, 2, GPUS4, 16)] == [("0", "1"), ("2", "3")]  # ddp x2 each
+    env = plan(2, 2, GPUS4, 16)[1].env(port=29511)
+    assert env == {threads.JOB_CORES: "8", "MASTER_PORT": "29511", "CUDA_VISIBLE_DEVICES": "2,3"}
+    # the launcher's own CUDA_VISIBLE_DEVICES names the physical devices the jobs get
+    assert visible_gpus(3, "3,5,7") == ["3", "5", "7"]
+    assert [s.gpus for s in plan(3, "auto", visible_gpus(3, "3,5,7"), 2)] == [("3",), ("5",), ("7",)]
+    assert [s.cores for s in plan(3, "auto", GPUS4, free_cores=2)] == [1, 1, 1]  # never 0
+
+
+def test_cpu_jobs_leave_or_hide_the_gpus():
+    cpu = plan(2, "auto", [], free_cores=2)
+    assert [s.gpus for s in cpu] == [None, None] and "CUDA_VISIBLE_DEVICES" not in cpu[0].env(1)
+    hidden = plan(2, 0, GPUS4, free_cores=2)  # gpus_per_job=0 on a GPU machine: CPU jobs
+    assert hidden[0].env(1)["CUDA_VISIBLE_DEVICES"] == ""
+
+
+@pytest.mark.parametrize(
+    ("n_jobs", "per_job", "gpus", "expected"),
+    [
+        (3, "auto", ["0", "1"], "n_jobs=3 with gpus_per_job=1 needs 3 GPUs, one set per job, "
+         "and this machine has 2 GPUs; use hydra.launcher.n_jobs=2"),
+        (2, 2, ["0", "1", "2"], "needs 4 GPUs, one set per job, and this machine has 3 GPUs; "
+         "use hydra.launcher.n_jobs=1"),
+        (1, 1, [], "needs 1 GPUs, one set per job, and this machine has 0 GPUs; use "
+         "hydra.launcher.gpus_per_job=0"),
+        (2, 4, ["0", "1"], "this machine has 2 GPUs; use hydra.launcher.gpus_per_job=0"),
+    ],
+)  # fmt: skip
+def test_more_jobs_than_gpus_is_refused(n_jobs, per_job, gpus, expected):
+    with pytest.raises(UserError, match=expected.replace("(", r"\(")) as caught:
+        plan(n_jobs, per_job, gpus, free_cores=8)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", [0, -1, "-3", 1.5, "two", True, "", None, 10**9])
+def test_n_jobs_must_be_a_whole_number_from_1(bad):
+    with pytest.raises(UserError, match=rf"hydra.launcher.n_jobs={bad} is not valid; use the "):
+        check_settings(bad, "auto")
+
+
+@pytest.mark.parametrize("bad", [-1, 0.5, "many", False])
+def test_gpus_per_job_is_auto_or_a_whole_number(bad):
+    with pytest.raises(UserError, match=rf"gpus_per_job={bad} is not valid; use auto \("):
+        check_settings(2, bad)
+    assert check_settings("3", "AUTO") == (3, None) and check_settings(1, "0") == (1, 0)
+
+
+def test_a_job_splits_its_share_between_its_processes(monkeypatch):
+    """threads=auto in a parallel job: the launcher's share, split between the job's DDP
+    processes (not the load, which is its siblings'); OMP_NUM_THREADS still wins."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv(threads.JOB_CORES, "8")
+    monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    assert threads.choose("auto") == 8 and threads.choose("auto", processes=2) == 4
+    assert threads.choose("auto", processes=16) == 1 and threads.choose(1) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert threads.choose("auto") == 2
+
+
+def test_running_jobs_get_distinct_ports():
+    taken: set[int] = set()
+    for _ in range(5):
+        taken.add(free_port(taken))
+    assert len(taken) == 5
+
+
+def _cli(*overrides: str, log_dir, **kw):
+    cmd = [sys.executable, "src/train.py", "-m", "hydra/launcher=parallel", *QUIET]
+    cmd += [*overrides, f"paths.log_dir={log_dir}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **probe_env()}
+    return cmd, {"cwd": ROOT, "env": env, "text": True, **kw}
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("hydra.launcher.n_jobs=0", "error: hydra.launcher.n_jobs=0 is not valid; use the number "
+         "of jobs to run at once, a whole number >= 1 (e.g. hydra.launcher.n_jobs=2)"),
+        ("hydra.launcher.gpus_per_job=1", "error: hydra.launcher.n_jobs=2 with gpus_per_job=1 "
+         "needs 2 GPUs, one set per job, and this machine has 0 GPUs; use "
+         "hydra.launcher.gpus_per_job=0 (jobs wait for a free GPU set)"),
+    ],
+)  # fmt: skip
+def test_refused_in_one_line_before_anything_runs(setting, expected, tmp_path):
+    """As a user types it: exit 2, the one line, no sweep dir, and fast (before every job of
+    the sweep is composed and checked, which imports torch)."""
+    if setting.endswith("gpus_per_job=1") and _has_gpu():
+        pytest.skip("this machine has a GPU")
+    cmd, kw = _cli(setting, "seed=1,2", log_dir=tmp_path / "logs", capture_output=True)
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, timeout=120, **kw)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == expected
+    assert not (tmp_path / "logs").exists()
+    assert time.perf_counter() - started < 30
+
+
+def _has_gpu() -> bool:
+    from litlab.config.resolvers import certainly_no_gpu
+
+    return not certainly_no_gpu()
