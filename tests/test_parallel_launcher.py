@@ -127,3 +127,107 @@ def _has_gpu() -> bool:
     from litlab.config.resolvers import certainly_no_gpu
 
     return not certainly_no_gpu()
+
+
+def _probes(folder) -> list[dict]:
+    return [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+
+
+def _wait_for(what, timeout: float = 400):
+    deadline = time.time() + timeout
+    while not what():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.5)
+
+
+def _summary(sweep) -> list[dict]:
+    with open(sweep / "summary.csv") as f:
+        return list(csv.DictReader(f))
+
+
+LONG = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 1)])
+def test_a_stop_reaches_every_running_job_and_starts_no_more(signum, code, tmp_path):
+    """Ctrl-C or SIGTERM of the launcher while 2 of 3 jobs train: each running job stops as in
+    a sequential sweep (its stop handling saves last.ckpt and failed.json), the third never
+    starts, no job process is left, and the launcher exits as a stopped sweep does."""
+    probes, out = tmp_path / "probes", tmp_path / "console.txt"
+    cmd, kw = _cli(
+        "hydra.launcher.n_jobs=2", "seed=1,2,3", "trainer.max_epochs=1000", *LONG, *PROBE,
+        f"+callbacks.rank_probe.out={probes}", log_dir=tmp_path / "logs",
+    )  # fmt: skip
+    with open(out, "w") as console:
+        proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT, **kw)
+        try:
+            _wait_for(lambda: len(_probes(probes)) == 2)
+            time.sleep(1.0)
+            proc.send_signal(signum)
+            assert proc.wait(timeout=300) == code, out.read_text()[-3000:]
+        finally:
+            proc.kill()
+    text = out.read_text()
+    assert f"{signal.Signals(signum).name}: stopping the 2 running jobs" in text
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    for job in ("0", "1"):
+        assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
+        assert json.loads((sweep / job / "failed.json").read_text())
+    assert not (sweep / "2").exists() and "job #2" not in text
+    for record in _probes(probes):
+        with pytest.raises(ProcessLookupError):
+            os.kill(record["pid"], 0)
+    assert [r["status"] for r in _summary(sweep)] == ["incomplete", "incomplete"]
+
+
+@pytest.mark.slow
+def test_a_killed_job_fails_alone(tmp_path):
+    """A job killed from outside (SIGKILL: it returns nothing) is a failed job with the
+    reason; the other job finishes; the sweep ends as one with a failed job (exit 1)."""
+    probes, out = tmp_path / "probes", tmp_path / "console.txt"
+    cmd, kw = _cli(
+        "hydra.launcher.n_jobs=2", "trainer.max_epochs=1000,2", *LONG, *PROBE,
+        f"+callbacks.rank_probe.out={probes}", log_dir=tmp_path / "logs",
+    )  # fmt: skip
+    with open(out, "w") as console:
+        proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT, **kw)
+        try:
+            _wait_for(lambda: any(r["root_dir"].endswith("/0") for r in _probes(probes)))
+            [first] = [r for r in _probes(probes) if r["root_dir"].endswith("/0")]
+            os.kill(first["pid"], signal.SIGKILL)
+            assert proc.wait(timeout=400) == 1, out.read_text()[-3000:]
+        finally:
+            proc.kill()
+    text = out.read_text()
+    assert "job #0 failed in " in text and "ended with exit code -9 before it returned" in text
+    assert "job #1 completed in " in text
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    assert [r["status"] for r in _summary(sweep)] == ["incomplete", "completed"]
+
+
+@pytest.mark.slow
+def test_ddp_jobs_run_at_once_each_with_its_own_port(tmp_path):
+    """trainer=ddp jobs (2 CPU processes each, gloo), 2 at once: each job's ranks meet on a
+    port of their own, and both jobs complete."""
+    from helpers.runs import run_cli
+
+    probes = tmp_path / "probes"
+    run_cli(
+        "train.py", "hydra.mode=MULTIRUN", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
+        "trainer=ddp", "model.optimizer.lr=0.01,0.1", *TINY, *PROBE,
+        f"+callbacks.rank_probe.out={probes}", log_dir=tmp_path / "logs", env=probe_env(),
+        timeout=600,
+    )  # fmt: skip
+    jobs: dict[str, list[dict]] = {}
+    for record in _probes(probes):
+        jobs.setdefault(record["root_dir"], []).append(record)
+    assert len(jobs) == 2
+    ports = set()
+    for ranks in jobs.values():
+        assert sorted(r["rank"] for r in ranks) == [0, 1] and ranks[0]["world_size"] == 2
+        assert len({r["master_port"] for r in ranks}) == 1
+        ports.add(ranks[0]["master_port"])
+    assert len(ports) == 2
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    assert [r["status"] for r in _summary(sweep)] == ["completed", "completed"]
