@@ -31,7 +31,11 @@ def test_each_job_gets_its_own_gpus_and_its_share_of_the_cores():
     assert env == {threads.JOB_CORES: "8", "MASTER_PORT": "29511", "CUDA_VISIBLE_DEVICES": "2,3"}
     # the launcher's own CUDA_VISIBLE_DEVICES names the physical devices the jobs get
     assert visible_gpus(3, "3,5,7") == ["3", "5", "7"]
-    assert [s.gpus for s in plan(3, "auto", visible_gpus(3, "3,5,7"), 2)] == [("3",), ("5",), ("7",)]
+    assert [s.gpus for s in plan(3, "auto", visible_gpus(3, "3,5,7"), 2)] == [
+        ("3",),
+        ("5",),
+        ("7",),
+    ]
     assert [s.cores for s in plan(3, "auto", GPUS4, free_cores=2)] == [1, 1, 1]  # never 0
 
 
@@ -45,15 +49,36 @@ def test_cpu_jobs_leave_or_hide_the_gpus():
 @pytest.mark.parametrize(
     ("n_jobs", "per_job", "gpus", "expected"),
     [
-        (3, "auto", ["0", "1"], "n_jobs=3 with gpus_per_job=1 needs 3 GPUs, one set per job, "
-         "and this machine has 2 GPUs; use hydra.launcher.n_jobs=2"),
-        (2, 2, ["0", "1", "2"], "needs 4 GPUs, one set per job, and this machine has 3 GPUs; "
-         "use hydra.launcher.n_jobs=1"),
-        (1, 1, [], "needs 1 GPUs, one set per job, and this machine has 0 GPUs; use "
-         "hydra.launcher.gpus_per_job=0"),
+        (
+            3,
+            "auto",
+            ["0", "1"],
+            (
+                "n_jobs=3 with gpus_per_job=1 needs 3 GPUs, one set per job, "
+                "and this machine has 2 GPUs; use hydra.launcher.n_jobs=2"
+            ),
+        ),
+        (
+            2,
+            2,
+            ["0", "1", "2"],
+            (
+                "needs 4 GPUs, one set per job, and this machine has 3 GPUs; "
+                "use hydra.launcher.n_jobs=1"
+            ),
+        ),
+        (
+            1,
+            1,
+            [],
+            (
+                "needs 1 GPUs, one set per job, and this machine has 0 GPUs; use "
+                "hydra.launcher.gpus_per_job=0"
+            ),
+        ),
         (2, 4, ["0", "1"], "this machine has 2 GPUs; use hydra.launcher.gpus_per_job=0"),
     ],
-)  # fmt: skip
+)
 def test_more_jobs_than_gpus_is_refused(n_jobs, per_job, gpus, expected):
     with pytest.raises(UserError, match=expected.replace("(", r"\(")) as caught:
         plan(n_jobs, per_job, gpus, free_cores=8)
@@ -102,13 +127,23 @@ def _cli(*overrides: str, log_dir, **kw):
 @pytest.mark.parametrize(
     ("setting", "expected"),
     [
-        ("hydra.launcher.n_jobs=0", "error: hydra.launcher.n_jobs=0 is not valid; use the number "
-         "of jobs to run at once, a whole number >= 1 (e.g. hydra.launcher.n_jobs=2)"),
-        ("hydra.launcher.gpus_per_job=1", "error: hydra.launcher.n_jobs=2 with gpus_per_job=1 "
-         "needs 2 GPUs, one set per job, and this machine has 0 GPUs; use "
-         "hydra.launcher.gpus_per_job=0 (jobs wait for a free GPU set)"),
+        (
+            "hydra.launcher.n_jobs=0",
+            (
+                "error: hydra.launcher.n_jobs=0 is not valid; use the number "
+                "of jobs to run at once, a whole number >= 1 (e.g. hydra.launcher.n_jobs=2)"
+            ),
+        ),
+        (
+            "hydra.launcher.gpus_per_job=1",
+            (
+                "error: hydra.launcher.n_jobs=2 with gpus_per_job=1 "
+                "needs 2 GPUs, one set per job, and this machine has 0 GPUs; use "
+                "hydra.launcher.gpus_per_job=0 (jobs wait for a free GPU set)"
+            ),
+        ),
     ],
-)  # fmt: skip
+)
 def test_refused_in_one_line_before_anything_runs(setting, expected, tmp_path):
     """As a user types it: exit 2, the one line, no sweep dir, and fast (before every job of
     the sweep is composed and checked, which imports torch)."""
@@ -145,7 +180,11 @@ def _summary(sweep) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-LONG = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0"]
+LONG = [
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=1",
+    "trainer.num_sanity_val_steps=0",
+]
 
 
 @pytest.mark.slow

@@ -85,11 +85,16 @@ class ParallelLauncher(Launcher):
         self._snapshot(sweep_dir)
         log.info(
             "parallel launcher: %d jobs, %d at once (%s each), in %s",
-            len(job_overrides), len(self.slots), self.slots[0].describe(), sweep_dir,
+            len(job_overrides),
+            len(self.slots),
+            self.slots[0].describe(),
+            sweep_dir,
         )
         pending = [(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
         shared = set.intersection(*(set(o) for _, o in pending)) if len(pending) > 1 else set()
-        self.names = {num: [o for o in filter_overrides(o) if o not in shared] for num, o in pending}
+        self.names = {
+            num: [o for o in filter_overrides(o) if o not in shared] for num, o in pending
+        }
         returns: dict[int, JobReturn] = {}
         with tempfile.TemporaryDirectory(prefix="litlab-parallel-") as tmp:
             previous = {s: signal.signal(s, self._on_stop) for s in EXIT_AFTER}
@@ -133,8 +138,13 @@ class ParallelLauncher(Launcher):
 
         job_file = tmp / f"job{num}"
         job = Job(
-            self.hydra_context, self.task_function, self.config, overrides, num,
-            Singleton.get_state(), run_dir_file=f"{job_file}.dir",
+            self.hydra_context,
+            self.task_function,
+            self.config,
+            overrides,
+            num,
+            Singleton.get_state(),
+            run_dir_file=f"{job_file}.dir",
         )
         job_file.write_bytes(cloudpickle.dumps(job))
         port = free_port({r.port for r in self.running.values()})
@@ -184,7 +194,8 @@ class ParallelLauncher(Launcher):
         if not self.stops:
             log.warning(
                 "%s: stopping the %d running jobs (each saves last.ckpt); no new job starts",
-                signal.Signals(signum).name, len(self.running),
+                signal.Signals(signum).name,
+                len(self.running),
             )
         self.stops.append(signum)
         self._forward_stops()

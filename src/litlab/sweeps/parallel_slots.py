@@ -48,13 +48,18 @@ def _whole(value, name: str, least: int, what: str) -> int:
 def check_settings(n_jobs, gpus_per_job) -> tuple[int, int | None]:
     """(jobs at once, GPUs per job or None for auto), or one line saying what is valid."""
     jobs = _whole(
-        n_jobs, "n_jobs", 1, "use the number of jobs to run at once, a whole number >= 1 "
-        "(e.g. hydra.launcher.n_jobs=2)",
+        n_jobs,
+        "n_jobs",
+        1,
+        "use the number of jobs to run at once, a whole number >= 1 (e.g. hydra.launcher.n_jobs=2)",
     )
     if gpus_per_job is None or str(gpus_per_job).strip().lower() == AUTO:
         return jobs, None
     gpus = _whole(
-        gpus_per_job, "gpus_per_job", 0, "use auto (1 on a GPU machine, 0 on the CPU) or a "
+        gpus_per_job,
+        "gpus_per_job",
+        0,
+        "use auto (1 on a GPU machine, 0 on the CPU) or a "
         "whole number >= 0 (0: jobs run on the CPU; 2 for trainer=ddp trainer.devices=2)",
     )
     return jobs, gpus
