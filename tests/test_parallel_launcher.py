@@ -145,11 +145,12 @@ def _cli(*overrides: str, log_dir, **kw):
     ],
 )
 def test_refused_in_one_line_before_anything_runs(setting, expected, tmp_path):
-    """As a user types it: exit 2, the one line, no sweep dir, and fast (before every job of
-    the sweep is composed and checked, which imports torch)."""
+    """As a user types it: exit 2, the one line, no sweep dir, and fast: the launcher's
+    settings are checked before every job of the sweep is composed and checked (which imports
+    torch), so its line comes first even though job 1 (seed=-5) is bad too."""
     if setting.endswith("gpus_per_job=1") and _has_gpu():
         pytest.skip("this machine has a GPU")
-    cmd, kw = _cli(setting, "seed=1,2", log_dir=tmp_path / "logs", capture_output=True)
+    cmd, kw = _cli(setting, "seed=1,-5", log_dir=tmp_path / "logs", capture_output=True)
     started = time.perf_counter()
     proc = subprocess.run(cmd, timeout=120, **kw)
     assert proc.returncode == 2, proc.stderr
