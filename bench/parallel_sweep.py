@@ -56,9 +56,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
-            for name, launcher in launchers.items():
+            for i, (name, launcher) in enumerate(launchers.items()):
                 load = os.getloadavg()[0]
-                log_dir = Path(tmp) / f"{rep}-{len(walls[name])}-{name.split()[0]}"
+                log_dir = Path(tmp) / f"rep{rep}-launcher{i}"
                 wall, metrics = sweep(launcher, seeds, args.epochs, log_dir)
                 walls[name].append(wall)
                 if results.setdefault(name, metrics) != metrics:

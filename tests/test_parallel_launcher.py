@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers.runs import QUIET, ROOT
@@ -271,3 +272,37 @@ def test_ddp_jobs_run_at_once_each_with_its_own_port(tmp_path):
     assert len(ports) == 2
     [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     assert [r["status"] for r in _summary(sweep)] == ["completed", "completed"]
+
+
+def _gone(pid: int) -> bool:
+    """Ended (a zombie left to a parent that does not reap it counts as ended)."""
+    try:
+        proc = Path(f"/proc/{pid}/status")
+        status = proc.read_text() if Path("/proc").is_dir() else ""
+        os.kill(pid, 0)
+    except (ProcessLookupError, FileNotFoundError):
+        return True
+    return "\nState:\tZ" in status
+
+
+@pytest.mark.slow
+def test_jobs_of_a_killed_launcher_stop_by_themselves(tmp_path):
+    """SIGKILL of the launcher (it can pass nothing on): each running job notices, stops as on
+    SIGTERM (last.ckpt, failed.json), and no job process is left behind."""
+    probes = tmp_path / "probes"
+    cmd, kw = _cli(
+        "hydra.launcher.n_jobs=2", "seed=1,2", "trainer.max_epochs=1000", *LONG, *PROBE,
+        f"+callbacks.rank_probe.out={probes}", log_dir=tmp_path / "logs",
+    )  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    try:
+        _wait_for(lambda: len(_probes(probes)) == 2)
+    finally:
+        proc.kill()
+        proc.wait()
+    pids = [r["pid"] for r in _probes(probes)]
+    _wait_for(lambda: all(_gone(pid) for pid in pids), timeout=300)
+    [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    for job in ("0", "1"):
+        assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
+        assert "stopped (exit code 143)" in (sweep / job / "failed.json").read_text()
