@@ -306,3 +306,21 @@ def test_jobs_of_a_killed_launcher_stop_by_themselves(tmp_path):
     for job in ("0", "1"):
         assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
         assert "stopped (exit code 143)" in (sweep / job / "failed.json").read_text()
+
+
+def test_a_result_that_cannot_travel_back_is_a_failure_that_says_so():
+    """A job whose return value cannot be pickled: the launcher gets a failed JobReturn naming
+    it, not a crash of the job after its work was done."""
+    import threading
+
+    import cloudpickle
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from hydra_plugins.litlab_launchers.parallel_job import _result_bytes
+
+    ret = JobReturn(status=JobStatus.COMPLETED)
+    ret.return_value = threading.Lock()
+    back = cloudpickle.loads(_result_bytes(ret))
+    assert back.status == JobStatus.FAILED
+    with pytest.raises(RuntimeError, match=r"the job's result lock: .* cannot be sent back: "):
+        _ = back.return_value

@@ -82,17 +82,22 @@ def _stop_when_orphaned(launcher_pid: int) -> None:
 
 
 def _result_bytes(job_return) -> bytes:
-    """The pickled JobReturn; an unpicklable return value or error becomes its one line."""
+    """The pickled JobReturn; an unpicklable return value or error becomes a failure that says
+    what it was (the sweeper gets no objective it could not read back)."""
     import cloudpickle
+    from hydra.core.utils import JobStatus
 
     try:
         return cloudpickle.dumps(job_return)
     except Exception as err:  # noqa: BLE001  (what the task returned cannot travel back)
+        from litlab.compat.hydra import job_outcome
         from litlab.errors import one_line
 
-        what = job_return._return_value
-        job_return._return_value = RuntimeError(
-            f"{one_line(what, with_type=True, limit=300)} (unpicklable: {one_line(err)})"
+        what = "result" if job_return.status == JobStatus.COMPLETED else "error"
+        outcome = one_line(job_outcome(job_return), with_type=True, limit=300)
+        job_return.status = JobStatus.FAILED
+        job_return.return_value = RuntimeError(
+            f"the job's {what} {outcome} cannot be sent back: {one_line(err)}"
         )
         return cloudpickle.dumps(job_return)
 
