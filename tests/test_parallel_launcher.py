@@ -324,3 +324,27 @@ def test_a_result_that_cannot_travel_back_is_a_failure_that_says_so():
     assert back.status == JobStatus.FAILED
     with pytest.raises(RuntimeError, match=r"the job's result lock: .* cannot be sent back: "):
         _ = back.return_value
+
+
+def test_a_launcher_that_fails_stops_the_jobs_it_started(tmp_path):
+    """The launcher cannot start job 1 (e.g. no more processes): job 0, already running, is
+    stopped (SIGTERM: it saves last.ckpt) and waited for, and the error goes on to the user."""
+    from hydra_plugins.litlab_launchers import parallel
+
+    launcher = parallel.ParallelLauncher(n_jobs=2)
+    launcher.slots = plan(2, "auto", [], free_cores=2)
+    started = []
+
+    def start(slot, num, overrides, tmp):
+        if num == 1:
+            raise OSError("cannot start a process")
+        code = "import time; time.sleep(120)"
+        proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+        launcher.running[slot.index] = parallel._Running(proc, num, overrides, tmp / "j", 1)
+        started.append(proc)
+
+    launcher._start = start
+    with pytest.raises(OSError, match="cannot start a process"):
+        launcher._run_all([(0, ["seed=1"]), (1, ["seed=2"])], {}, tmp_path)
+    [proc] = started
+    assert proc.returncode == -signal.SIGTERM

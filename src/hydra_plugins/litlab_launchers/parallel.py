@@ -118,16 +118,22 @@ class ParallelLauncher(Launcher):
     def _run_all(self, pending: list, returns: dict, tmp: Path) -> None:
         """Start jobs in free slots until every job ended, or a stop ended the running ones."""
         queue = list(pending)
-        while queue and not self.stops or self.running:
-            for slot in self.slots:
-                if queue and not self.stops and slot.index not in self.running:
-                    num, overrides = queue.pop(0)
-                    self._start(slot, num, overrides, tmp)
-            time.sleep(0.1)
-            for index, run in list(self.running.items()):
-                if run.proc.poll() is not None:
-                    del self.running[index]
-                    returns[run.num] = self._finish(run)
+        try:
+            while queue and not self.stops or self.running:
+                for slot in self.slots:
+                    if queue and not self.stops and slot.index not in self.running:
+                        num, overrides = queue.pop(0)
+                        self._start(slot, num, overrides, tmp)
+                time.sleep(0.1)
+                for index, run in list(self.running.items()):
+                    if run.proc.poll() is not None:
+                        del self.running[index]
+                        returns[run.num] = self._finish(run)
+        except BaseException:  # the launcher itself failed: no job outlives it
+            self._on_stop(signal.SIGTERM, None)
+            for run in self.running.values():
+                run.proc.wait()
+            raise
 
     def _start(self, slot, num: int, overrides: list[str], tmp: Path) -> None:
         import cloudpickle
