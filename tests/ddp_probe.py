@@ -3,9 +3,11 @@ with (rank, learning rate, run dir, process id) to `<out>/<random>.json`, outsid
 
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 
+import torch
 from lightning.pytorch.callbacks import Callback
 
 import litlab
@@ -24,5 +26,9 @@ class RankProbe(Callback):
             "root_dir": str(Path(trainer.default_root_dir).resolve()),
             "pid": os.getpid(),
             "litlab": str(Path(litlab.__file__).resolve()),  # which copy of the code runs
+            # what a launcher gave the job (hydra/launcher=parallel: its own port and cores)
+            "master_port": os.environ.get("MASTER_PORT"),
+            "threads": torch.get_num_threads(),
+            "started": time.time(),
         }
         (self.out / f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))

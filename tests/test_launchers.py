@@ -1,6 +1,7 @@
 """Hydra launchers and DDP start methods give the results of one plain process: the same tiny
-digits jobs under `hydra/launcher=submitit_local` and `hydra/launcher=joblib` (each job in its
-own process), and `trainer=ddp_spawn`, against the same jobs trained in this process."""
+digits jobs under `hydra/launcher=submitit_local`, `hydra/launcher=joblib` and
+`hydra/launcher=parallel` (each job in its own process), and `trainer=ddp_spawn`, against the
+same jobs trained in this process."""
 
 import csv
 import json
@@ -34,12 +35,15 @@ def in_process(tmp_path_factory) -> dict[float, dict]:
 @pytest.mark.xdist_group("launchers")  # one worker builds in_process once (--dist loadgroup)
 @pytest.mark.parametrize(
     "launcher",
-    [pytest.param(name, marks=pytest.mark.slow) for name in ("submitit_local", "joblib")],
+    [
+        pytest.param(name, marks=pytest.mark.slow)
+        for name in ("submitit_local", "joblib", "parallel")
+    ],
 )
 def test_every_launcher_gives_the_same_results(launcher, in_process, tmp_path):
     """`python src/train.py -m hydra/launcher=NAME model.optimizer.lr=0.01,0.1`: each job runs
     in a process of its own and ends with exactly the in-process metrics; one summary."""
-    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+    extra = ["hydra.launcher.n_jobs=2"] if launcher in ("joblib", "parallel") else []
     proc = run_cli(
         "train.py",
         "hydra.mode=MULTIRUN",
@@ -60,10 +64,28 @@ def test_every_launcher_gives_the_same_results(launcher, in_process, tmp_path):
     assert len({r["pid"] for r in records}) == 2, "each job ran in its own process"
     if launcher == "submitit_local":
         assert len([p for p in (sweep / ".submitit").iterdir() if p.name.isdigit()]) == 2
-    else:
+    elif launcher == "joblib":
         assert "Joblib.Parallel(n_jobs=2" in proc.stdout + proc.stderr
+    else:
+        _ran_at_once(proc.stdout, sweep, records)
     for job, lr in zip(("0", "1"), LRS):
         assert csv_test_metrics(sweep / job) == in_process[lr], (launcher, lr)
+
+
+def _ran_at_once(stdout: str, sweep, probes: list[dict]) -> None:
+    """hydra/launcher=parallel: both jobs' processes ran at the same time, one thread each (the
+    suite's OMP_NUM_THREADS=1), on ports of their own, with the code snapshot; one console line
+    per job start and end, each job's own output in its run dir."""
+    for job, lr in zip(("0", "1"), LRS):
+        assert f"job #{job} started: model.optimizer.lr={lr} (" in stdout
+        assert f"job #{job} completed in " in stdout
+        assert "Results" in (sweep / job / "console.log").read_text()
+    assert "Results" not in stdout  # the jobs' own lines are in their run dirs
+    started = max(stdout.index(f"job #{job} started") for job in ("0", "1"))
+    assert started < min(stdout.index(f"job #{job} completed") for job in ("0", "1"))
+    assert [p["threads"] for p in probes] == [1, 1]
+    assert len({p["master_port"] for p in probes}) == 2
+    assert [p.name for p in (sweep / "code").iterdir()]  # the sweep's code (snapshot.take)
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ COVERED = {
     "python src/train.py -m trainer=ddp model.optimizer.lr=0.01,0.1": "test_ddp.py::test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params",
     "python src/train.py trainer=fsdp": "test_fsdp.py::test_fsdp_on_cpu_trains_stops_and_resumes_like_an_uninterrupted_run",
     "python src/train.py -m hydra/launcher=submitit_local model.optimizer.lr=0.01,0.1": "test_launchers.py::test_every_launcher_gives_the_same_results",
+    "python src/train.py -m hydra/launcher=parallel hydra.launcher.n_jobs=2 seed=1,2,3,4": "test_launchers.py::test_every_launcher_gives_the_same_results",
     "python src/train.py -m hparams_search=digits_cnn": "test_sweeps.py::test_search_resumes_after_a_kill_without_rerunning_finished_trials",
     "python src/report.py path=logs/train/runs/<timestamp>": "test_report_browser.py::test_run_report_opens_offline_with_every_plot",
     "python src/report.py path=logs/train/searches/digits_cnn": "test_report_browser.py::test_search_writes_its_report_at_the_end",

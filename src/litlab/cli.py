@@ -87,6 +87,13 @@ def _release_stderr() -> None:
         sys.stderr.write(stderr.getvalue())
 
 
+def run_started() -> None:
+    """A launcher that runs the jobs in other processes (hydra/launcher=parallel) calls this as
+    the sweep starts, as `guard` does for a job run here: from then on stderr is the user's, and
+    an exit (a stopped sweep's 1 or 143) is not a composition error."""
+    _release_stderr()
+
+
 def _output_dir() -> str | None:
     from hydra.core.hydra_config import HydraConfig
 

@@ -12,10 +12,16 @@ OMP_NUM_THREADS/MKL_NUM_THREADS, and OMP_WAIT_POLICY=PASSIVE unless set, which t
 child processes and dataloader workers read. If torch is already imported (a later job of a
 multirun), it calls torch.set_num_threads. The count stays in the environment, so the later
 jobs of a multirun keep the first job's decision (the load they would see is their own).
+A job of `hydra/launcher=parallel` finds its share of the cores in LITLAB_JOB_CORES (the
+launcher split the free cores between its jobs once; the load the job would see is its
+siblings'): `auto` splits that share between the job's own processes.
 """
 
 import os
 import sys
+
+# the cores a parallel launcher gave this job (hydra_plugins.litlab_launchers.parallel)
+JOB_CORES = "LITLAB_JOB_CORES"
 
 
 def cores() -> int:
@@ -67,7 +73,12 @@ def choose(setting, processes: int = 1) -> int | None:
     if setting is None or str(setting).lower() != "auto":
         return None
     env = os.environ.get("OMP_NUM_THREADS", "")
-    return int(env) if env.isdigit() and int(env) > 0 else free_cores(processes)
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    share = os.environ.get(JOB_CORES, "")
+    if share.isdigit() and int(share) > 0:
+        return max(1, int(share) // max(1, processes))
+    return free_cores(processes)
 
 
 def local_processes(cfg) -> int:
