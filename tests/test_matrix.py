@@ -77,12 +77,15 @@ def test_the_train_cell_gives_a_checkpoint(tmp_path):
 # whole matrix (11 rows, about 45 minutes on 2 cores) is written by hand into docs/matrix.md:
 # `.venv/bin/python tests/feature_matrix.py` (.ci/run keeps CI well under 30 minutes)
 KIND_ROWS = ("unet3d_phantoms", "resnet3d_phantoms", "gcn_sbm", "gin_mutag")
+# the only cells of those rows that may refuse: TensorRT needs a CUDA GPU (CI has none); every
+# other method exists for every kind and must work (issue 37)
+REFUSALS_EXPECTED = {"export tensorrt"}
 
 
 @pytest.mark.slow
 def test_one_row_per_task_kind_has_no_failed_cell(tmp_path):
-    """Every column on a row of each other task kind: each cell works or refuses in one line
-    before any work, and nothing is written into the project."""
+    """Every column on a row of each other task kind: each cell works (TensorRT without a GPU
+    refuses in one line before any work), and nothing is written into the project."""
     require_shared("TUDataset")  # the GIN row's MUTAG
     out = tmp_path / "matrix.md"
     args = ["--rows", ",".join(KIND_ROWS), "--jobs", "2"]
@@ -94,6 +97,7 @@ def test_one_row_per_task_kind_has_no_failed_cell(tmp_path):
         for row, got in results.items()
         for column, cell in got.items()
         if cell["status"] == "FAILED"
+        or (cell["status"] == "refused" and column not in REFUSALS_EXPECTED)
     }
     assert not failed and code == 0, failed
     assert "**FAILED**" not in text
