@@ -136,6 +136,7 @@ def test_env_example_lists_every_variable_the_project_reads():
     user_facing = {v for v in read if v.startswith(("LITLAB_", "WANDB_", "MLFLOW_", "HYDRA_"))}
     user_facing.discard("LITLAB_OPTUNA_TRIAL")  # set by the sweeper for its own jobs
     user_facing.discard("LITLAB_SERVE")  # set by serve.py for its own uvicorn workers
+    user_facing.discard("LITLAB_SWEEP_RESUME")  # set by the grid sweeper for a job it resumes
     assert user_facing <= listed, user_facing - listed
     assert {
         "LITLAB_DATA_DIR",
