@@ -219,7 +219,8 @@ def test_a_stop_reaches_every_running_job_and_starts_no_more(signum, code, tmp_p
     for record in _probes(probes):
         with pytest.raises(ProcessLookupError):
             os.kill(record["pid"], 0)
-    assert [r["status"] for r in _summary(sweep)] == ["incomplete", "incomplete"]
+    # the two stopped jobs resume from their last.ckpt; the third is in the plan, never started
+    assert [r["status"] for r in _summary(sweep)] == ["incomplete", "incomplete", "not started"]
 
 
 @pytest.mark.slow
@@ -244,7 +245,10 @@ def test_a_killed_job_fails_alone(tmp_path):
     assert "job #0 failed in " in text and "ended with exit code -9 before it returned" in text
     assert "job #1 completed in " in text
     [sweep] = (tmp_path / "logs" / "train" / "multiruns").iterdir()
-    assert [r["status"] for r in _summary(sweep)] == ["incomplete", "completed"]
+    # its record said `running`: the launcher's line makes it a failed job, listed at the end
+    assert [r["status"] for r in _summary(sweep)] == ["failed", "completed"]
+    failures = text.split("1 failed job(s):\n", 1)[1].splitlines()
+    assert failures[0].startswith("job 0 (trainer.max_epochs=1000): RuntimeError: job #0 ended")
 
 
 @pytest.mark.slow

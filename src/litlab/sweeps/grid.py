@@ -19,6 +19,7 @@ Skipping and resuming happen here, not in a launcher: jobs are launched in runs 
 job numbers (`initial_job_idx`), so any launcher names their dirs as it would have.
 """
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -115,6 +116,29 @@ def pending(config, sweep_dir: Path, jobs: list[list[str]]) -> tuple[list, list[
     return todo, kept
 
 
+def record_deaths(sweep_dir: Path, first: int, results) -> None:
+    """A job whose process died (killed, out of memory) left its record `running`: the
+    launcher's failed JobReturn says how it ended, and the record says so too, so that the
+    summary lists it as failed, with that line, and the sweep exits non-zero. (A job stopped
+    with the sweep never gets here: the launcher's stop ends the sweep first.)"""
+    from litlab.compat.hydra import job_outcome
+    from litlab.errors import one_line
+    from litlab.sweeps.summary import RECORD, write_json
+
+    failed = {first + i: r for i, r in enumerate(results) if r.status.name == "FAILED"}
+    if not failed:
+        return
+    for path in sweep_dir.rglob(RECORD):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("job") in failed and record.get("status") == "running":
+            error = job_outcome(failed[record["job"]])
+            record.update(status="failed", error=one_line(error, with_type=True, limit=300))
+            write_json(path, record)
+
+
 def run(sweeper, arguments: list[str]) -> list:
     """Launch the jobs of the grid that are not completed yet (see the module docstring)."""
     config = sweeper.config
@@ -139,6 +163,7 @@ def run(sweeper, arguments: list[str]) -> list:
             sweeper.validate_batch_is_legal(batch)
             results = sweeper.launcher.launch(batch, initial_job_idx=launch[0][0])
             returns.append(results)
+            record_deaths(sweep_dir, launch[0][0], results)
             if stop.requested:
                 raise SystemExit(EXIT_SIGTERM)
             if fail_fast and any(r.status.name != "COMPLETED" for r in results):

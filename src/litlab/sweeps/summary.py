@@ -59,7 +59,7 @@ def status_of(err: BaseException | None) -> str:
     return "pruned" if type(err).__name__ == "TrialPruned" else "failed"
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     tmp.replace(path)  # atomic: a reader never sees half a record
@@ -89,7 +89,7 @@ class SweepSummary(Callback):
         if _is_multirun(config):
             out = Path(config.hydra.runtime.output_dir)
             self._started[str(out)] = time.time()
-            _write_json(out / RECORD, self._record(config, status="running"))
+            write_json(out / RECORD, self._record(config, status="running"))
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs: Any) -> None:
         if not _is_multirun(config):
@@ -108,7 +108,7 @@ class SweepSummary(Callback):
         metrics_file = out / "metrics.json"
         if metrics_file.is_file():
             record["metrics"] = json.loads(metrics_file.read_text())
-        _write_json(out / RECORD, record)
+        write_json(out / RECORD, record)
 
     def _record(self, config: DictConfig, **fields) -> dict:
         return {
