@@ -83,6 +83,7 @@ def test_every_run_dir_records_commit_versions_and_data(digits_run):
     assert provenance.code_note(ckpt[provenance.KEY]) is None  # the same code evaluates it
 
 
+@pytest.mark.slow  # make test's 5 minutes (343 s on the final tree of 2026-12-02): the slow stage runs it
 @pytest.mark.xdist_group("digits_run")
 def test_eval_says_in_one_line_when_the_code_differs(tmp_path, digits_run):
     """A checkpoint whose recorded code is not this code: eval.py says so once, and runs."""

@@ -184,6 +184,7 @@ def test_ckpt_path_last_resumes_the_run_of_this_model(tmp_path, capsys):
         resolve_checkpoint(gnn)
 
 
+@pytest.mark.slow  # make test's 5 minutes (343 s on the final tree of 2026-12-02): the slow stage runs it
 def test_eval_prints_4_decimals(cli, digits_run):
     """(The profiler's native noise on a CPU machine: test_inspect's profiler test.)"""
     proc = cli("eval.py", f"ckpt_path={digits_run.best}", "predictions=false")

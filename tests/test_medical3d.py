@@ -47,6 +47,7 @@ def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs
         assert set(np.unique(np.asarray(mask.dataobj))) <= {0, 1, 2}
 
 
+@pytest.mark.slow  # make test's 5 minutes (343 s on the final tree of 2026-12-02): the slow stage runs it
 def test_resnet3d_classifies_phantoms_well_above_chance(tmp_path):
     from litlab.recipes.train import train
 

@@ -128,7 +128,10 @@ def test_an_image_gone_mid_run_is_one_line_with_loader_workers_too(tmp_path, num
         next(iter(DataLoader(Full(), num_workers=num_workers)))
 
 
-@pytest.mark.parametrize("name", list(VISION_RUNS))
+@pytest.mark.parametrize(
+    "name",  # MNIST's run (21 s) is the slow stage's: the other sets cover the same code in make test
+    [pytest.param(n, marks=pytest.mark.slow) if n == "mnist" else n for n in VISION_RUNS],
+)
 def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
     """`python src/train.py data=... [model=...] debug=fdr`, in process: the data reaches the
     net with the datamodule's shape and classes, every image lands in a split, one batch of
