@@ -202,3 +202,70 @@ def test_sigterm_between_jobs_lets_the_job_finish_then_stops_the_sweep():
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.requested
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        [],
+        "completed",
+        {"job": "0", "status": "completed", "overrides": []},
+        {"job": True, "status": "completed", "overrides": []},
+        {"job": -1, "status": "completed", "overrides": []},
+        {"job": 0, "status": "done", "overrides": []},
+        {"job": 0, "status": "completed", "overrides": "seed=1"},
+        {"job": 0, "status": "completed", "overrides": [1]},
+    ],
+)
+def test_a_damaged_job_record_is_no_record(record):
+    """sweep_job.json is data (a copied or edited sweep dir): one without the summary's shape
+    counts as no record, for the summary, a resume and the report alike."""
+    from litlab.utils.sweep_records import checked
+
+    assert checked(record) is None
+
+
+def test_a_record_keeps_only_values_of_its_types():
+    from litlab.utils.sweep_records import checked
+
+    record = checked(
+        {
+            "job": 2,
+            "status": "completed",
+            "overrides": ["seed=1"],
+            "objective": float("nan"),
+            "metrics": {"test/acc": 0.9, "test/f1": "0.8", "val/acc": float("inf")},
+            "error": "x" * 5000,
+            "mode": "sideways",
+            "run_dir": ["/etc"],
+        }
+    )
+    assert record["objective"] is None and record["metrics"] == {"test/acc": 0.9}
+    assert len(record["error"]) == 300 and record["mode"] == "max" and record["run_dir"] == ""
+
+
+def test_a_finished_job_whose_record_is_damaged_is_kept_not_trained_over(tmp_path):
+    """A job whose run dir says it finished (metrics.json) keeps its checkpoints: its record is
+    written again from its metrics and the resumed sweep does not launch it; a job that did not
+    finish runs again, told to continue its own last.ckpt (resume.swept_checkpoint)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from litlab.sweeps import grid
+
+    sweep = tmp_path / "sweep"
+    for num in (0, 1):
+        (sweep / str(num)).mkdir(parents=True)
+        (sweep / str(num) / "sweep_job.json").write_text("[]")  # damaged
+    (sweep / "0" / "metrics.json").write_text(json.dumps({"val/acc": 0.75, "test/acc": 0.5}))
+    config = OmegaConf.create({"optimized_metric": "val/acc", "hydra": {"output_subdir": ".hydra"}})
+    todo, kept = grid.pending(config, sweep, [["seed=1"], ["seed=2"]])
+    assert kept == [0] and [num for num, _ in todo] == [1]
+    assert f"++hydra.job.env_set.{grid.SWEEP_RESUME}=1" in todo[0][1]
+    record = json.loads((sweep / "0" / "sweep_job.json").read_text())
+    assert (record["status"], record["objective"], record["overrides"]) == (
+        "completed",
+        0.75,
+        ["seed=1"],
+    )

@@ -5,30 +5,18 @@ writes is left out and named on the page; every value shown is a plain one."""
 from pathlib import Path
 
 from litlab.report import files
-
-RECORD = "sweep_job.json"  # litlab.sweeps.summary.RECORD (a layer above this one)
-STATUSES = ("completed", "failed", "pruned", "incomplete", "running")
+from litlab.utils.sweep_records import RECORD, checked
 
 
 def _job(record) -> dict | None:
-    if not isinstance(record, dict):
+    record = checked(record)
+    if record is None:
         return None
-    job, status, overrides = record.get("job"), record.get("status"), record.get("overrides")
-    if isinstance(job, bool) or not isinstance(job, int) or status not in STATUSES:
-        return None
-    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
-        return None
-    metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
     return {
-        "job": job,
-        "status": "incomplete" if status == "running" else status,  # killed, or still going
-        "objective": files.number(record.get("objective")),
-        "objective_name": str(record.get("objective_name") or "objective"),
-        "mode": str(record.get("mode") or "max"),
-        "metrics": {str(k): v for k, v in metrics.items() if files.number(v) is not None},
-        "overrides": overrides,
-        "error": str(record.get("error") or "")[:300],
-        "wall_s": files.number(record.get("wall_s")),
+        **{k: record[k] for k in ("job", "objective", "mode", "metrics", "overrides", "error")},
+        "status": "incomplete" if record["status"] == "running" else record["status"],
+        "objective_name": record["objective_name"] or "objective",
+        "wall_s": record["wall_s"],
     }
 
 

@@ -49,12 +49,13 @@ def _same(record: dict, job: list[str]) -> bool:
     return override_settings(record.get("overrides", []), skip=MACHINE_LOCAL) == mine
 
 
-def _again(config, record: dict | None) -> list[str]:
-    """Hydra overrides of a job that ran before: resume its last.ckpt, keep its first .hydra/."""
-    if record is None:
-        return []
+def _again(config, ran_before: bool) -> list[str]:
+    """Hydra overrides of a job launched again. Every such job may continue the last.ckpt of
+    its run dir (`resume.swept_checkpoint` takes it when there is one: so a job whose record
+    was lost or damaged still resumes instead of training over its checkpoints); one that ran
+    before keeps its first .hydra/."""
     extra = [f"++hydra.job.env_set.{SWEEP_RESUME}=1"]
-    if OmegaConf.select(config, "hydra.output_subdir", default=None) is not None:
+    if ran_before and OmegaConf.select(config, "hydra.output_subdir", default=None) is not None:
         extra.append(f"hydra.output_subdir=.hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}")
     return extra
 
@@ -101,6 +102,38 @@ def _batch_size(sweeper, fail_fast: bool, count: int) -> int:
     return max(1, size)
 
 
+def _finished_without_record(config, sweep_dir: Path, num: int, job: list[str]) -> dict | None:
+    """A job that finished (its run dir holds metrics.json) but whose record is missing or
+    damaged: its record is written again from its metrics, so that it is kept, not trained
+    over its own checkpoints. None for any other job."""
+    from litlab.checkpointing.resume import FINISHED
+    from litlab.sweeps.summary import job_objective_mode, write_json
+    from litlab.utils.sweep_records import RECORD, checked
+
+    out = sweep_dir / str(num)  # hydra.sweep.subdir's default (configs/hydra/default.yaml)
+    try:
+        metrics = json.loads((out / FINISHED).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(metrics, dict):
+        return None
+    name = OmegaConf.select(config, "optimized_metric", default=None)
+    record = checked(
+        {
+            "job": num,
+            "status": "completed",
+            "overrides": [str(o) for o in job],
+            "objective_name": name,
+            "mode": job_objective_mode(config),
+            "run_dir": str(out),
+            "metrics": metrics,
+            "objective": metrics.get(name) if isinstance(name, str) else None,
+        }
+    )
+    write_json(out / RECORD, record)
+    return record
+
+
 def pending(config, sweep_dir: Path, jobs: list[list[str]]) -> tuple[list, list[int]]:
     """(jobs to launch with their numbers, numbers of completed jobs kept)."""
     from litlab.sweeps.summary import load_records
@@ -108,11 +141,12 @@ def pending(config, sweep_dir: Path, jobs: list[list[str]]) -> tuple[list, list[
     records = {int(r["job"]): r for r in load_records(sweep_dir)}
     todo, kept = [], []
     for num, job in enumerate(jobs):
-        record = records.get(num)
+        record = records.get(num) or _finished_without_record(config, sweep_dir, num, job)
         if record is not None and record["status"] == "completed" and _same(record, job):
             kept.append(num)
         else:
-            todo.append((num, [*job, *_again(config, record)]))
+            ran_before = record is not None or (sweep_dir / str(num)).exists()
+            todo.append((num, [*job, *_again(config, ran_before)]))
     return todo, kept
 
 
@@ -123,17 +157,18 @@ def record_deaths(sweep_dir: Path, first: int, results) -> None:
     with the sweep never gets here: the launcher's stop ends the sweep first.)"""
     from litlab.compat.hydra import job_outcome
     from litlab.errors import one_line
-    from litlab.sweeps.summary import RECORD, write_json
+    from litlab.sweeps.summary import write_json
+    from litlab.utils.sweep_records import RECORD, checked
 
     failed = {first + i: r for i, r in enumerate(results) if r.status.name == "FAILED"}
     if not failed:
         return
     for path in sweep_dir.rglob(RECORD):
         try:
-            record = json.loads(path.read_text())
+            record = checked(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-        if record.get("job") in failed and record.get("status") == "running":
+        if record is not None and record["job"] in failed and record["status"] == "running":
             error = job_outcome(failed[record["job"]])
             record.update(status="failed", error=one_line(error, with_type=True, limit=300))
             write_json(path, record)

@@ -25,8 +25,7 @@ from litlab.sweeps import plan, summary_stats
 from litlab.sweeps.study_settings import override_settings
 from litlab.sweeps.summary_render import finite, markdown, plot_objective
 from litlab.utils.distributed import is_rank_zero
-
-RECORD = "sweep_job.json"
+from litlab.utils.sweep_records import RECORD, checked
 
 
 def _is_multirun(config: DictConfig) -> bool:
@@ -43,7 +42,7 @@ def _select(config: DictConfig, key: str, default=None):
     return value
 
 
-def _objective_mode(config: DictConfig) -> str:
+def job_objective_mode(config: DictConfig) -> str:
     """max or min for this job's objective (`summary_stats.objective_mode`)."""
     return summary_stats.objective_mode(
         _select(config, "hydra.sweeper.direction"),
@@ -115,7 +114,7 @@ class SweepSummary(Callback):
             "job": int(_select(config, "hydra.job.num", 0)),
             "overrides": list(_select(config, "hydra.overrides.task", [])),
             "objective_name": _select(config, "optimized_metric"),
-            "mode": _objective_mode(config),
+            "mode": job_objective_mode(config),
             "run_dir": str(config.hydra.runtime.output_dir),
             "started": time.time(),
             "metrics": {},
@@ -143,9 +142,11 @@ def load_records(sweep_dir: Path) -> list[dict]:
     records = []
     for path in sweep_dir.rglob(RECORD):
         try:
-            records.append(json.loads(path.read_text()))
+            record = checked(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
+        if record is not None:  # not a record: that job counts as one that left none
+            records.append(record)
     for record in records:  # a job still "running" now was killed (or runs in another worker)
         if record["status"] == "running":
             record["status"] = "incomplete"
