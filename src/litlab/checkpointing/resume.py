@@ -35,11 +35,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from litlab.errors import UserError
+from litlab.utils.sweep_records import FINISHED  # a run's end: its metrics file
 
 LAST = "last"
 RESUMABLE_CONFIGS = ("train", "compress", "federate")  # their configs use hydra/resumable.yaml
 JOB_FILE = "job_id.txt"  # the scheduler job that runs in a run dir (a requeue finds it there)
-FINISHED = "metrics.json"  # written when a run has ended (litlab.recipes.report.save_metrics)
 
 
 def cluster_job() -> str | None:

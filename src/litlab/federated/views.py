@@ -22,13 +22,8 @@ import copy
 import numpy as np
 
 from litlab import tasks
+from litlab.data.folds import dominant_structure  # the same stratum k-fold splits volumes by
 from litlab.federated.partition import labels_of
-
-
-def dominant_structure(label: np.ndarray) -> int:
-    """The foreground class with the most voxels (1, 2, ...), 0 for a volume without any."""
-    counts = np.bincount(np.asarray(label).ravel().astype(np.int64))
-    return int(counts[1:].argmax()) + 1 if counts[1:].sum() > 0 else 0
 
 
 class Items:

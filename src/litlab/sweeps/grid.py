@@ -106,9 +106,8 @@ def _finished_without_record(config, sweep_dir: Path, num: int, job: list[str]) 
     """A job that finished (its run dir holds metrics.json) but whose record is missing or
     damaged: its record is written again from its metrics, so that it is kept, not trained
     over its own checkpoints. None for any other job."""
-    from litlab.checkpointing.resume import FINISHED
     from litlab.sweeps.summary import job_objective_mode, write_json
-    from litlab.utils.sweep_records import RECORD, checked
+    from litlab.utils.sweep_records import FINISHED, RECORD, checked
 
     out = sweep_dir / str(num)  # hydra.sweep.subdir's default (configs/hydra/default.yaml)
     try:

@@ -7,6 +7,8 @@ Plain Python only: the summary callback is built for every Hydra command."""
 import math
 
 RECORD = "sweep_job.json"
+# a run's final metrics (recipes.report.save_metrics): written when the run has ended
+FINISHED = "metrics.json"
 STATUSES = ("completed", "failed", "pruned", "incomplete", "running")
 
 
