@@ -281,6 +281,20 @@ SWEEPS = [
         ["queued trial 1 of the search (model.net.dropout=1.5)", "a probability in [0, 1)"],
         marks=SLOW,
     ),
+    (  # the summary callback's own settings (Hydra builds it from whatever is given)
+        ["seed=1,2", "hydra.callbacks.sweep_summary.fail_fast=maybe"],
+        ["hydra.callbacks.sweep_summary.fail_fast=maybe", "true or false"],
+    ),
+    pytest.param(
+        ["seed=1,2", "+hydra.callbacks.sweep_summary.fail_fst=true"],
+        ["unknown key hydra.callbacks.sweep_summary.fail_fst; did you mean fail_fast?"],
+        marks=SLOW,
+    ),
+    pytest.param(
+        ["seed=1,2", "hydra.callbacks.sweep_summary.replica_keys=5"],
+        ["hydra.callbacks.sweep_summary.replica_keys=5", "a list of str"],
+        marks=SLOW,
+    ),
     (  # a search space that reaches past a bound: refused at its edge, before any trial
         ["hparams_search=digits_cnn", "model.optimizer.lr=tag(log,interval(0.001,100))"],
         ["the search space's edge", "model.optimizer.lr=100.0", "<= 10"],

@@ -67,11 +67,14 @@ def write_json(path: Path, data: dict) -> None:
 class SweepSummary(Callback):
     """Writes the summary of a multirun into its sweep dir (rank 0, multirun mode only)."""
 
-    def __init__(self, replica_keys=("seed", "fold"), plot: bool = True, fail_fast: bool = False):
+    def __init__(
+        self, replica_keys=("seed", "fold"), plot: bool = True, fail_fast: bool = False, **unknown
+    ):
         # overrides whose last key part is in `replica_keys` tell replicas apart (seeds, folds);
-        # fail_fast is read by the grid sweeper (litlab.sweeps.grid)
-        self.replica_keys, self.fail_fast = tuple(replica_keys), fail_fast
-        self.plot = plot
+        # fail_fast is read by the grid sweeper (litlab.sweeps.grid). Kept as given: the run
+        # dir guard checks them (config/sweep_settings.py) when the sweep starts, in one line
+        # with what is valid, which a failure here (Hydra builds callbacks first) could not say
+        self.replica_keys, self.fail_fast, self.plot = replica_keys, fail_fast, plot
         self._started: dict[str, float] = {}
         self._done = False
 
@@ -131,7 +134,7 @@ class SweepSummary(Callback):
         sweep_dir = Path(str(_select(config, "hydra.sweep.dir")))
         records = plan.with_not_started(sweep_dir, load_records(sweep_dir))
         if records:
-            write_summary(sweep_dir, records, self.replica_keys, self.plot)
+            write_summary(sweep_dir, records, tuple(self.replica_keys), self.plot)
             from litlab.report import write_quietly  # report.html (a failure: one warning)
 
             write_quietly(sweep_dir)

@@ -1,0 +1,28 @@
+"""The sweep summary's settings (`hydra.callbacks.sweep_summary.*`, configs/hydra/default.yaml),
+checked when a sweep starts (`run_dir.Guard.on_multirun_start`), before any job: Hydra builds
+the callback from whatever is given, so `fail_fast=maybe` would read as true and
+`replica_keys=5` would fail inside Hydra with a message about an `int`."""
+
+from omegaconf import DictConfig, OmegaConf
+
+from litlab.config.settings import Settings, check
+
+KEY = "hydra.callbacks.sweep_summary"
+
+
+class SweepSummarySettings(Settings):
+    #: overrides whose last key part is listed here mark replicas (mean ± std per group)
+    replica_keys: list[str] = ["seed", "fold"]
+    #: summary.png of the objective per job
+    plot: bool = True
+    #: no job starts after the first failed one (the grid sweeper reads it)
+    fail_fast: bool = False
+
+
+def check_summary(config: DictConfig) -> None:
+    node = OmegaConf.select(config, KEY, default=None)
+    if node is None:
+        return
+    values = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items()}
+    values.pop("_target_", None)
+    check(SweepSummarySettings, values, prefix=KEY)
