@@ -4,6 +4,7 @@ the callback from whatever is given, so `fail_fast=maybe` would read as true and
 `replica_keys=5` would fail inside Hydra with a message about an `int`."""
 
 from omegaconf import DictConfig, OmegaConf
+from pydantic import Field
 
 from litlab.config.settings import Settings, check
 
@@ -12,7 +13,7 @@ KEY = "hydra.callbacks.sweep_summary"
 
 class SweepSummarySettings(Settings):
     #: overrides whose last key part is listed here mark replicas (mean ± std per group)
-    replica_keys: list[str] = ["seed", "fold"]
+    replica_keys: list[str] = Field(default_factory=lambda: ["seed", "fold"])
     #: summary.png of the objective per job
     plot: bool = True
     #: no job starts after the first failed one (the grid sweeper reads it)
