@@ -125,3 +125,22 @@ def test_unreachable_storage_is_one_line(tmp_path):
     lines = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "cannot use the study's database" in lines[0], output[-2000:]
     assert "secret" not in output and "Traceback" not in output
+
+
+@pytest.mark.parametrize(
+    ("override", "shown"),
+    [
+        (
+            "hydra.sweeper.storage=postgresql://u:pw@h/db",
+            "hydra.sweeper.storage=postgresql://u:***@h/db",
+        ),
+        ("+hydra.sweeper.storage=mysql://u:pw@h/db", "+hydra.sweeper.storage=mysql://u:***@h/db"),
+        ("hydra.sweeper.storage=postgresql://u@h/db", "hydra.sweeper.storage=postgresql://u@h/db"),
+        ("hydra.sweeper.storage=weird://u:pw@h:notaport", "hydra.sweeper.storage=weird://***"),
+        ("model.optimizer.lr=0.1", "model.optimizer.lr=0.1"),
+    ],
+)
+def test_the_printed_resume_command_hides_a_storage_password(override, shown):
+    from litlab.sweeps.plan import without_password
+
+    assert without_password(override) == shown

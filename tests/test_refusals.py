@@ -61,6 +61,7 @@ EXPORT = [
     (["rtol=-1"], "rtol=-1 has the wrong type or value; valid: a relative tolerance > 0", 1),
     (["rtol=abc"], "rtol=abc", 1),
     (["int8_max_drop=-5"], "int8_max_drop=-5", 1),
+    (["int8_max_drop=1"], "valid: a share in [0, 1)", 1),
     (["calibration_batches=0"], "calibration_batches=0", 1),
     (["calibration_batches=1.5"], "valid: an integer >= 1", 1),
     (["latency.batch_sizes=[0]"], "latency.batch_sizes[0]=0", 1),

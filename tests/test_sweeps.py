@@ -100,7 +100,7 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
     is below the completed trial's), the study goes on and writes its best params, history plot
     and summary. The test-fraction space comes from the command line."""
     log_dir = tmp_path / "logs"
-    cli(
+    proc = cli(
         "train.py",
         *SEARCH,
         "hydra.sweeper.n_trials=3",
@@ -110,7 +110,11 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
         "{model.optimizer.lr:1.0e-7,data.test_fraction:0.2}]",
         "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:1,"
         "n_warmup_steps:0}",
+        check=False,
     )
+    assert proc.returncode == 1, proc.stderr[-2000:]  # the failed trial, after the study's end
+    failed = proc.stderr.splitlines()[proc.stderr.splitlines().index("1 failed job(s):") + 1]
+    assert failed.startswith("job 0 (") and "at least one sample" in failed, failed
     trials = load_trials(log_dir)
     states = [t.state.name for t in trials]
     assert states == ["FAIL", "COMPLETE", "PRUNED"], states

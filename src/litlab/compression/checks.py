@@ -43,7 +43,7 @@ def judge_int8(rows: list[dict], metric: str, max_drop: float | None, dm) -> Non
     allowed = max_drop if max_drop is not None else tasks.get(dm.task).quantize_max_drop
     int8, source = rows[-1], rows[-2]
     before, after = source.get(metric), int8.get(metric)
-    if allowed is None or before is None or after is None:
+    if before is None or after is None:
         return
     kept = after >= (1 - allowed) * before
     share = after / before if before else float("nan")

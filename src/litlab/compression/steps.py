@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import OmegaConf
 
 from litlab import tasks
@@ -119,7 +120,8 @@ def _gnn_builder(run_cfg: dict, dm):
         level, quiet.level = quiet.level, logging.WARNING  # no "Instantiating" per candidate
         try:
             model_cfg = {**run_cfg["model"], "net": {**net_cfg, "hidden_channels": width}}
-            return rebuild({**run_cfg, "model": model_cfg}, dm).net.eval()
+            with torch.random.fork_rng(devices=[]):  # a shape: the run's random stream stays
+                return rebuild({**run_cfg, "model": model_cfg}, dm).net.eval()
         finally:
             quiet.setLevel(level)
 
@@ -183,7 +185,9 @@ def _counter(run_cfg: dict, dm):
         quiet = logging.getLogger("litlab.config.build")
         level, quiet.level = quiet.level, logging.WARNING  # no "Instantiating" per candidate
         try:
-            return sum(p.numel() for p in rebuild({**run_cfg, "model": model_cfg}, dm).parameters())
+            with torch.random.fork_rng(devices=[]):  # a count: the run's random stream stays
+                model = rebuild({**run_cfg, "model": model_cfg}, dm)
+            return sum(p.numel() for p in model.parameters())
         finally:
             quiet.setLevel(level)
 
@@ -219,6 +223,8 @@ def distill_step(
     if (run_cfg["model"].get("scheduler") or {}).get("T_max") is not None:
         run_cfg["model"]["scheduler"]["T_max"] = cfg.trainer.max_epochs
     student = rebuild(run_cfg, dm)
+    if step.get("student") is None:
+        inherit_channels(teacher, student, run_cfg)
     temperature = step.temperature
     if temperature is None:
         temperature = tasks.get(dm.task).distill_temperature
@@ -227,6 +233,22 @@ def distill_step(
         warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
         fit(distiller, training_config(cfg, run_cfg, index), dm, resume=resume and resume["path"])
     return Stage("distill", student.cpu(), run_cfg)
+
+
+def inherit_channels(teacher: Stage, student, run_cfg: dict) -> None:
+    """The default student of a GNN starts from its teacher's most important hidden channels
+    (the ones structured pruning keeps), then learns from the teacher: prune, then distill, as
+    NVIDIA's Minitron does. A GNN student narrowed from scratch is a lottery on a graph like
+    Cora, where 1,433 input features leave a quarter of the parameters 3 hidden channels: at
+    seeds 1, 2, 3 its test accuracy ended at 0.67, 0.68 and 0.78 of the teacher's 0.80."""
+    from litlab.compression import graph_prune
+
+    mine, theirs = run_cfg["model"]["net"], teacher.run_cfg["model"]["net"]
+    same = {k: v for k, v in mine.items() if k not in ("hidden_channels", "dropout")} == {
+        k: v for k, v in theirs.items() if k not in ("hidden_channels", "dropout")
+    }
+    if same and graph_prune.is_gnn(mine):
+        graph_prune.copy_kept(teacher.model.net, student.net)
 
 
 def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import model_validator
 
-from litlab.bounds import MinLen, NonNegFloat, PosFloat, PosInt
+from litlab.bounds import MinLen, OptionalFraction, PosFloat, PosInt
 from litlab.config.settings import EntrySettings, Settings
 from litlab.errors import UserError
 
@@ -27,8 +27,9 @@ class ExportSettings(EntrySettings):
     data_overrides: dict = {}
     #: fp32 formats pass when max |eager - exported| <= rtol x max |eager|
     rtol: Annotated[PosFloat, "a relative tolerance > 0 (e.g. 1e-4)"] = 1e-4
-    #: int8 passes when its test metric is within this much of the checkpoint's
-    int8_max_drop: Annotated[NonNegFloat, "a metric drop >= 0 (0.01 = 1 point)"] = 0.01
+    #: int8 is written when its test metric keeps all but this share of the checkpoint's
+    #: (null: the task kind's `quantize_max_drop`, the share compress=quantize allows)
+    int8_max_drop: Annotated[OptionalFraction, "a share in [0, 1), e.g. 0.01"] | None = None
     calibration_batches: PosInt = 16
     latency: LatencySettings = LatencySettings()
     #: build whatever the checkpoint's stored config names (only for files you trust)

@@ -39,8 +39,20 @@ def resume_command(config) -> str:
         if str(o).split("=", 1)[0].lstrip("+~") not in ("hydra.sweep.dir", "hydra.mode")
     ]
     sweep_dir = os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir")))
-    args = [*task, *own, f"hydra.sweep.dir={sweep_dir}"]
+    args = [*map(without_password, task + own), f"hydra.sweep.dir={sweep_dir}"]
     return " ".join(["python", f"src/{hydra.job.config_name}.py", "-m", *map(shlex.quote, args)])
+
+
+def without_password(override: str) -> str:
+    """The override with a database URL's password shown as `***`: the resume command is printed
+    and kept in the sweep dir, and a password must be in neither (docs/sweeps.md: put it back,
+    or give it by PGPASSWORD or ~/.pgpass)."""
+    key, sep, value = override.partition("=")
+    if not sep or key.lstrip("+~") != "hydra.sweeper.storage" or "://" not in value:
+        return override
+    from litlab.sweeps.storage import hide_password
+
+    return f"{key}={hide_password(value)}"
 
 
 def write(sweep_dir: Path, jobs: list[list[str]], command: str) -> None:
@@ -159,14 +171,15 @@ def announce(config) -> None:
 
 def end(sweep_dir: Path, records: list[dict], stopped: bool) -> bool:
     """Print one line per failed job and, for a grid sweep that did not complete every job, the
-    command that runs what is missing. True when a grid sweep (one with a plan) has a failed
-    job: it then exits non-zero (a search's failed trials are results of the study)."""
+    command that runs what is missing. True when a job or trial failed: the command then exits
+    non-zero after its summary, report and best params are written (a pruned trial is not a
+    failure)."""
     lines = failure_lines(records)
     if lines:
         print(f"\n{len(lines)} failed job(s):", *lines, sep="\n", file=sys.stderr, flush=True)
     own = load(sweep_dir)
-    if own is None:
-        return False
+    if own is None:  # a search: its failed trials are listed above; no command runs "the rest"
+        return bool(lines)
     done = sum(r["status"] == "completed" for r in records)
     if done < len(records) and own.get("resume"):
         what = "sweep stopped" if stopped else "sweep ended"

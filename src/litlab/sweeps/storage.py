@@ -39,6 +39,12 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
 
 
 def hide_password(url: str) -> str:
+    """The URL with its password as `***`; a URL SQLAlchemy cannot parse is hidden whole after
+    its scheme (it may still hold a password)."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    return make_url(url).render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return f"{url.partition('://')[0]}://***"

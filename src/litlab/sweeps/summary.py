@@ -85,7 +85,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self._finish(config):
-            raise SystemExit(1)  # a grid sweep with a failed job (after its summary)
+            raise SystemExit(1)  # a failed job or trial (after the summary and report)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if _is_multirun(config):

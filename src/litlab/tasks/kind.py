@@ -68,9 +68,10 @@ class TaskKind:
     #: metric is then computed over whole items by the model's own inference)
     compress_metric: str | None = None
     compress_inputs: Literal["batches", "patches"] = "batches"
-    #: compress=quantize: the share of the previous stage's test metric the int8 file may lose
-    #: before it is discarded, when compress.quantize.max_drop is null (None: reported only)
-    quantize_max_drop: float | None = None
+    #: the share of the test metric an int8 file may lose before it is discarded: one verdict
+    #: for compress=quantize (compress.quantize.max_drop null) and export's onnx_int8
+    #: (int8_max_drop null)
+    quantize_max_drop: float = 0.01
     #: export: the ONNX op types int8 quantizes (None: all)
     int8_op_types: tuple[str, ...] | None = None
     #: federated: the units a dataset is dealt to clients in, each partitioned by a label
