@@ -31,6 +31,8 @@ TRAIN = [  # (overrides, words the error line must contain)
     (["trainer.max_epochs=abc"], ["trainer.max_epochs=abc", "int"]),
     (["data.batch_size=lots"], ["data.batch_size=lots", "integer"]),
     (["seed=abc"], ["seed=abc", "int"]),
+    # found by Lightning when it meets the data (0.01 of 21 batches): one line, nothing kept
+    (["trainer.limit_train_batches=0.01"], ["Lightning refused a setting", "0.01 * 21 < 1"]),
     (["model.optimizer.lr=-0.1"], ["model.optimizer.lr=-0.1", "> 0"]),
     (["model.optimizer.weight_decay=-1"], ["model.optimizer", "weight_decay"]),
     (["trainer.max_epochs=0"], ["trainer.max_epochs=0", ">= 1"]),

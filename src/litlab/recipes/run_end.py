@@ -22,6 +22,7 @@ resumed with its own overrides, which the summary shows).
 import json
 import os
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -69,13 +70,17 @@ def resume_command(config_name: str, overrides, out) -> str:
 
 
 def as_user_error(caught: BaseException, out) -> UserError | None:
-    """The one-line error a task's exception stands for, if any: a missing optional extra, or
-    a full disk (torch wraps it in a RuntimeError); None for the others."""
+    """The one-line error a task's exception stands for, if any: a missing optional extra, a
+    setting Lightning refuses when it meets the data (`limit_train_batches=0.01` of 21
+    batches), or a full disk (torch wraps it in a RuntimeError); None for the others."""
     from litlab import environment
 
     if isinstance(caught, (UserError, ModuleNotFoundError)):
         extra = environment.missing_extra(caught)
         return UserError(extra) if extra is not None else None
+    lightning_errors = sys.modules.get("lightning.fabric.utilities.exceptions")
+    if lightning_errors and isinstance(caught, lightning_errors.MisconfigurationException):
+        return UserError(f"Lightning refused a setting: {one_line(caught, limit=400)}")
     if not isinstance(caught, Exception) or (full := disk_full(caught)) is None:
         return None
     where = full.filename or (out if out is not None else "the run dir")
