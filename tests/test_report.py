@@ -293,3 +293,17 @@ def test_a_failing_report_at_the_end_of_a_sweep_is_one_warning(tmp_path, caplog,
         "the sweep's report.html was not written: RuntimeError: plotly broke"
     ]
     assert not (sweep / "report.html").exists() and not list(sweep.glob(".report*"))
+
+
+@pytest.mark.parametrize("report_on", [True, False])
+def test_the_sweep_writes_its_report_unless_told_not_to(tmp_path, report_on):
+    """hydra.callbacks.sweep_summary.report=false: the summary without report.html."""
+    from omegaconf import OmegaConf
+
+    from litlab.sweeps.summary import SweepSummary
+
+    sweep = fake_sweep(tmp_path, [sweep_record(0, "completed", 0.7)])
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+    assert SweepSummary(plot=False, report=report_on)._finish(config) is False
+    assert (sweep / "summary.csv").is_file()
+    assert (sweep / "report.html").is_file() is report_on

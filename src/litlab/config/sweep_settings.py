@@ -16,6 +16,8 @@ class SweepSummarySettings(Settings):
     replica_keys: list[str] = Field(default_factory=lambda: ["seed", "fold"])
     #: summary.png of the objective per job
     plot: bool = True
+    #: report.html at the end (`python src/report.py path=<sweep dir>` writes it later)
+    report: bool = True
     #: no job starts after the first failed one (the grid sweeper reads it)
     fail_fast: bool = False
 

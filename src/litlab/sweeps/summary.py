@@ -68,13 +68,19 @@ class SweepSummary(Callback):
     """Writes the summary of a multirun into its sweep dir (rank 0, multirun mode only)."""
 
     def __init__(
-        self, replica_keys=("seed", "fold"), plot: bool = True, fail_fast: bool = False, **unknown
+        self,
+        replica_keys=("seed", "fold"),
+        plot: bool = True,
+        fail_fast: bool = False,
+        report: bool = True,
+        **unknown,
     ):
         # overrides whose last key part is in `replica_keys` tell replicas apart (seeds, folds);
         # fail_fast is read by the grid sweeper (litlab.sweeps.grid). Kept as given: the run
         # dir guard checks them (config/sweep_settings.py) when the sweep starts, in one line
         # with what is valid, which a failure here (Hydra builds callbacks first) could not say
         self.replica_keys, self.fail_fast, self.plot = replica_keys, fail_fast, plot
+        self.report = report
         self._started: dict[str, float] = {}
         self._done = False
 
@@ -135,9 +141,10 @@ class SweepSummary(Callback):
         records = plan.with_not_started(sweep_dir, load_records(sweep_dir))
         if records:
             write_summary(sweep_dir, records, tuple(self.replica_keys), self.plot)
-            from litlab.report import write_quietly  # report.html (a failure: one warning)
+            if self.report:
+                from litlab.report import write_quietly  # report.html (a failure: a warning)
 
-            write_quietly(sweep_dir)
+                write_quietly(sweep_dir)
         return plan.end(sweep_dir, records, stopped)
 
 
