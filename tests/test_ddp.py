@@ -177,8 +177,8 @@ def test_only_metrics_synced_by_torchmetrics_lose_lightnings_sync_dist_advice():
     ]
 
 
-DOMAINS = [
-    pytest.param("gnn", id="graph"),
+DOMAINS = [  # the slow stage's: make test's DDP check is the 2 x 2-rank sweep (ddp_sweep)
+    pytest.param("gnn", id="graph", marks=pytest.mark.slow),
     pytest.param("unet3d", id="3d-segmentation", marks=pytest.mark.slow),
     pytest.param("resnet3d", id="3d-classification", marks=pytest.mark.slow),
 ]

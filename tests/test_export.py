@@ -176,8 +176,16 @@ DOMAINS = {  # train overrides of a tiny model per domain
 }
 
 
+# the matrix's one row per task kind (tests/test_matrix.py, slow) exports these four nets in
+# every format with the same verification; here they are `bench` (CI's 60 minutes)
+IN_THE_MATRIX = ("unet3d", "resnet3d", "gcn", "gin")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("domain", list(DOMAINS))
+@pytest.mark.parametrize(
+    "domain",
+    [pytest.param(d, marks=pytest.mark.bench) if d in IN_THE_MATRIX else d for d in DOMAINS],
+)
 def test_every_domain_exports_and_verifies(domain, tmp_path, shared_data):
     """Dynamic node/edge counts (graphs) and spatial dims (unet3d) are part of the held-out
     check: each format also runs inputs of another size than the export example."""

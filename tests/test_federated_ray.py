@@ -176,7 +176,14 @@ class Descendants:
         return left
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "signum",
+    [  # Ctrl-C without the load: test_ctrl_c_during_the_simulation_leaves_no_process
+        pytest.param(signal.SIGINT, marks=pytest.mark.bench),  # ~6 min on CI's 2 cores
+        signal.SIGTERM,
+    ],
+    ids=["SIGINT", "SIGTERM"],
+)
 def test_no_process_of_the_run_outlives_a_signal_by_30_s_on_a_loaded_machine(tmp_path, signum):
     """Two busy loops beside the run: after SIGINT (Ctrl-C) or SIGTERM nothing the run started
     lives 30 s later: not by its marker, nor in the tree seen below the driver (Ray's

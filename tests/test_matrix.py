@@ -49,7 +49,14 @@ def cells(digits_run, tmp_path_factory):
 # test_inspect, test_options' eval, test_inspect's tune=lr, test_federated_runs), and
 # `make test` stays within 5 minutes on 2 cores.
 @pytest.mark.slow
-@pytest.mark.parametrize("column", [c for c in COLUMNS if c != "train"])
+@pytest.mark.parametrize(
+    "column",
+    [  # federate on digits: the Ray runs of tests/test_federated_ray.py, every one on digits
+        pytest.param(c, marks=pytest.mark.bench) if c == "federate" else c
+        for c in COLUMNS
+        if c != "train"
+    ],
+)
 def test_one_cell_per_column_on_the_digits_cnn(cells, column):
     if column == "serve":
         cells("export onnx")  # serve answers with the file that export wrote

@@ -15,7 +15,11 @@ from helpers.runs import TINY_SEG, require_shared, results, run_dirs
 from litlab.config.compose import compose
 
 
-@pytest.mark.parametrize("epochs", [1, pytest.param(8, marks=pytest.mark.slow)])
+# both in the slow stage (28 s and 38 s on 2 cores): make test trains and compresses a tiny
+# UNet3D in process (test_compress_segmentation) and prunes its channels
+@pytest.mark.parametrize(
+    "epochs", [pytest.param(1, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)]
+)
 def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs):
     """8 epochs (slow: ~1-4 min on 2 cores): Dice > 0.8 on held-out phantoms. Both: eval
     reproduces train's test Dice and writes one mask per test volume, with that volume's
