@@ -111,19 +111,26 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
     return Stage("prune", model, run_cfg)
 
 
+def candidate(run_cfg: dict, model_cfg: dict, dm):
+    """A model built only to be measured (its shape, its parameter count): quietly (no
+    "Instantiating" line per candidate) and outside the run's random stream, so that trying
+    candidates never changes the weights the run itself draws next."""
+    quiet = logging.getLogger("litlab.config.build")
+    level, quiet.level = quiet.level, logging.WARNING
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return rebuild({**run_cfg, "model": model_cfg}, dm)
+    finally:
+        quiet.setLevel(level)
+
+
 def _gnn_builder(run_cfg: dict, dm):
     """width -> the run's GNN with `hidden_channels=width` (fresh weights)."""
     net_cfg = run_cfg["model"]["net"]
 
     def build(width: int):
-        quiet = logging.getLogger("litlab.config.build")
-        level, quiet.level = quiet.level, logging.WARNING  # no "Instantiating" per candidate
-        try:
-            model_cfg = {**run_cfg["model"], "net": {**net_cfg, "hidden_channels": width}}
-            with torch.random.fork_rng(devices=[]):  # a shape: the run's random stream stays
-                return rebuild({**run_cfg, "model": model_cfg}, dm).net.eval()
-        finally:
-            quiet.setLevel(level)
+        model_cfg = {**run_cfg["model"], "net": {**net_cfg, "hidden_channels": width}}
+        return candidate(run_cfg, model_cfg, dm).net.eval()
 
     return build
 
@@ -182,14 +189,7 @@ def _counter(run_cfg: dict, dm):
     """model config -> the parameters of its model, built for this data."""
 
     def count(model_cfg: dict) -> int:
-        quiet = logging.getLogger("litlab.config.build")
-        level, quiet.level = quiet.level, logging.WARNING  # no "Instantiating" per candidate
-        try:
-            with torch.random.fork_rng(devices=[]):  # a count: the run's random stream stays
-                model = rebuild({**run_cfg, "model": model_cfg}, dm)
-            return sum(p.numel() for p in model.parameters())
-        finally:
-            quiet.setLevel(level)
+        return sum(p.numel() for p in candidate(run_cfg, model_cfg, dm).parameters())
 
     return count
 

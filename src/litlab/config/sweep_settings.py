@@ -26,6 +26,6 @@ def check_summary(config: DictConfig) -> None:
     node = OmegaConf.select(config, KEY, default=None)
     if node is None:
         return
-    values = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items()}
+    values = OmegaConf.to_container(node, resolve=True)  # a mapping: Hydra refuses others first
     values.pop("_target_", None)
     check(SweepSummarySettings, values, prefix=KEY)
