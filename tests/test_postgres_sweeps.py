@@ -136,7 +136,15 @@ def test_unreachable_storage_is_one_line(tmp_path):
         ),
         ("+hydra.sweeper.storage=mysql://u:pw@h/db", "+hydra.sweeper.storage=mysql://u:***@h/db"),
         ("hydra.sweeper.storage=postgresql://u@h/db", "hydra.sweeper.storage=postgresql://u@h/db"),
-        ("hydra.sweeper.storage=weird://u:pw@h:notaport", "hydra.sweeper.storage=weird://***"),
+        (
+            "hydra.sweeper.storage=weird://u:pw@h:notaport",
+            "hydra.sweeper.storage=weird://u:***@h:notaport",
+        ),
+        # an unencoded @ or / in the password: hidden whole, not split where a parser would
+        (
+            "hydra.sweeper.storage=postgresql://u:pa@s/s@h/db?x=1",
+            "hydra.sweeper.storage=postgresql://u:***@h/db?x=1",
+        ),
         ("model.optimizer.lr=0.1", "model.optimizer.lr=0.1"),
     ],
 )

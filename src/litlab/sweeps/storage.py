@@ -39,12 +39,13 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
 
 
 def hide_password(url: str) -> str:
-    """The URL with its password as `***`; a URL SQLAlchemy cannot parse is hidden whole after
-    its scheme (it may still hold a password)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return f"{url.partition('://')[0]}://***"
+    """The URL with its password as `***`. Plain text, not a URL parser: a password holding an
+    unencoded `@` or `/` (not a valid URL, so any parser splits it wrongly and shows its rest)
+    is hidden whole, up to the last `@` before the query."""
+    head, sep, query = url.partition("?")
+    scheme, colon_slashes, rest = head.partition("://")
+    if not colon_slashes or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user, has_password, _ = credentials.partition(":")
+    return f"{scheme}://{user}{':***' if has_password else ''}@{host}{sep}{query}"
