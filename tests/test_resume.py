@@ -94,6 +94,27 @@ def test_continue_a_finished_run_then_branch_from_its_file(tmp_path):
     assert tensorboard_steps(branch) == [19], "the branch logs its own epoch only"
 
 
+@pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
+def test_a_resume_lightning_refuses_leaves_the_finished_run_as_it_was(tmp_path):
+    """`ckpt_path=<finished run> trainer.limit_train_batches=0.01`: Lightning refuses the
+    setting only when it meets the data, after the logger rewrote its files. One line, exit 2,
+    and the run is as it was: same checkpoints, no failed.json, no resume command (it would
+    repeat the refused setting), no record of the refused attempt."""
+    from litlab.recipes.train import train as train_in_process
+
+    logs = tmp_path / "logs"
+    run = logs / "train" / "runs" / "2026-01-01_00-00-00"
+    train_in_process(compose("train", [*RUN, "trainer.max_epochs=1"], output_dir=run))
+    checkpoints = {p: p.read_bytes() for p in (run / "checkpoints").iterdir()}
+    proc = train(logs, *RUN, f"ckpt_path={run}", "trainer.limit_train_batches=0.01")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert line.startswith("error: Lightning refused a setting") and "resume" not in line, line
+    assert {p: p.read_bytes() for p in (run / "checkpoints").iterdir()} == checkpoints
+    assert not (run / "failed.json").exists()
+    assert not list((run / ".hydra").glob("resume-*")) and run_dirs(logs) == [run]
+
+
 # DDP: 2 CPU processes; 6 batches of 64 per rank and epoch, last.ckpt every 4 steps
 DDP = [
     "trainer=ddp",

@@ -234,6 +234,22 @@ def test_a_refused_resume_leaves_its_run_as_it_was(tmp_path):
     assert (run / FAILED).is_file()
 
 
+def test_a_resume_refused_after_its_logger_wrote_keeps_the_run_and_suggests_nothing(tmp_path):
+    """Lightning refuses `trainer.limit_train_batches=0.01` only when it meets the data, after
+    the CSV logger rewrote hparams.yaml: no checkpoint changed, so the run is as it was, with no
+    failed.json and no resume command (it would repeat the refused setting)."""
+    from litlab.recipes.run_end import FAILED, RunEnd
+
+    run = _run_dir(tmp_path, "checkpoints/last.ckpt", "checkpoints/epoch_001.ckpt")
+    end = RunEnd(run, "train", [*OVERRIDES, "trainer.limit_train_batches=0.01"])
+    (run / "csv").mkdir()
+    (run / "csv" / "hparams.yaml").write_text("lr: 0.5\n")
+    err = UserError("Lightning refused a setting: 0.01 * 21 < 1")
+    end.failed(err)
+    assert not (run / FAILED).exists() and "resume" not in str(err)
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == b"x"
+
+
 def test_sweep_jobs_and_other_ranks_are_never_removed_nor_told_to_resume(tmp_path, monkeypatch):
     from litlab.recipes.run_end import FAILED, RunEnd
 

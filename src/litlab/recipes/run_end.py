@@ -6,8 +6,9 @@ dir goes is decided then, from what the dir holds at that moment, not at the sta
 may have written checkpoints since, and the error's message may point at them.
 
 - Bad input before the run wrote a checkpoint: a run dir that was fresh when the task started
-  is removed (DEVELOPERS.md: no half-written run dir); a resume refused before it wrote
-  anything keeps its run as it was, without the `.hydra/resume-*` record Hydra saved for it.
+  is removed (DEVELOPERS.md: no half-written run dir); a resume refused before it wrote a
+  checkpoint keeps its run as it was, without the `.hydra/resume-*` record Hydra saved for it
+  and without a `failed.json` or a resume command that would repeat the refused setting.
 - Anything else (a checkpoint exists: a NaN loss, an unreadable image, a full disk, an
   unexpected exception, Ctrl-C, SIGTERM; or an exception that is not litlab's one-line kind)
   deletes nothing: the dir is kept and `failed.json` says what stopped it, when, and the
@@ -142,15 +143,21 @@ class RunEnd:
         if self.out is None or not os.path.isdir(self.out):
             return
         work = holds_checkpoint(self.out)
-        wrote = _own_files(self.out) != self.before
+        now = _own_files(self.out)
+        checkpointed = any(
+            name.endswith(".ckpt") and self.before.get(name) != stat for name, stat in now.items()
+        )
         if isinstance(err, UserError) and not work and not self.sweep:
             if self.fresh:  # bad input before anything finished: no half-written run dir
                 run_dir.remove(self.out)
             else:  # a resume refused before it ran
                 run_dir.remove_resume_record(self.out)
             return
-        if isinstance(err, UserError) and not wrote and _exit_code(err) == BAD_INPUT:
-            run_dir.remove_resume_record(self.out)  # refused before it ran: the run is as it was
+        if isinstance(err, UserError) and _exit_code(err) == BAD_INPUT and not checkpointed:
+            # refused before it trained (a setting Lightning meets with the data, after the
+            # logger rewrote its files): the run's work is as it was, and a resume that
+            # repeated this command would be refused again
+            run_dir.remove_resume_record(self.out)
             return
         command = self._resume_command()
         self._mark(err, command)
