@@ -37,13 +37,18 @@ def in_process(tmp_path_factory) -> dict[float, dict]:
     "launcher",
     [
         pytest.param(name, marks=pytest.mark.slow)
-        for name in ("submitit_local", "joblib", "parallel")
+        for name in ("submitit_local", "joblib", "parallel", "parallel+thread")
     ],
 )
 def test_every_launcher_gives_the_same_results(launcher, in_process, tmp_path):
     """`python src/train.py -m hydra/launcher=NAME model.optimizer.lr=0.01,0.1`: each job runs
-    in a process of its own and ends with exactly the in-process metrics; one summary."""
+    in a process of its own and ends with exactly the in-process metrics; one summary.
+    `parallel+thread`: a thread left running in the sweep's process (a Hydra callback's) makes
+    the parallel launcher start fresh interpreters instead of forking its jobs."""
+    launcher, _, thread = launcher.partition("+")
     extra = ["hydra.launcher.n_jobs=2"] if launcher in ("joblib", "parallel") else []
+    if thread:
+        extra.append("+hydra.callbacks.thread._target_=helpers.launcher_thread.StartsAThread")
     proc = run_cli(
         "train.py",
         "hydra.mode=MULTIRUN",
@@ -67,17 +72,21 @@ def test_every_launcher_gives_the_same_results(launcher, in_process, tmp_path):
     elif launcher == "joblib":
         assert "Joblib.Parallel(n_jobs=2" in proc.stdout + proc.stderr
     else:
-        _ran_at_once(proc.stdout, sweep, records)
+        _ran_at_once(proc.stdout, sweep, records, forked=not thread)
     for job, lr in zip(("0", "1"), LRS):
         assert csv_test_metrics(sweep / job) == in_process[lr], (launcher, lr)
 
 
-def _ran_at_once(stdout: str, sweep, probes: list[dict]) -> None:
+def _ran_at_once(stdout: str, sweep, probes: list[dict], forked: bool) -> None:
     """hydra/launcher=parallel: both jobs' processes ran at the same time, one thread each (the
-    suite's OMP_NUM_THREADS=1), on ports of their own, with the code snapshot; one console line
-    per job start and end, each job's own output in its run dir."""
+    suite's OMP_NUM_THREADS=1), on ports of their own, with the code snapshot (which their
+    provenance names); one console line per job start (saying whether the job was forked from
+    the launcher) and end, each job's own output in its run dir."""
     for job, lr in zip(("0", "1"), LRS):
-        assert f"job #{job} started: model.optimizer.lr={lr} (" in stdout
+        assert f"job #{job} started: model.optimizer.lr={lr} (1 core" in stdout
+        assert (f"job #{job} started: model.optimizer.lr={lr} (1 core, forked)" in stdout) is forked
+        code = json.loads((sweep / job / "provenance.json").read_text())["code"]
+        assert code["snapshot"].startswith(str(sweep / "code"))
         assert f"job #{job} completed in " in stdout
         assert "Results" in (sweep / job / "console.log").read_text()
     assert "Results" not in stdout  # the jobs' own lines are in their run dirs

@@ -352,3 +352,51 @@ def test_a_launcher_that_fails_stops_the_jobs_it_started(tmp_path):
         launcher._run_all([(0, ["seed=1"]), (1, ["seed=2"])], {}, tmp_path)
     [proc] = started
     assert proc.returncode == -signal.SIGTERM
+
+
+FORK_CHECK = """
+import sys, threading
+from hydra_plugins.litlab_launchers import forked
+from litlab.sweeps.parallel_slots import plan
+cpu, gpu = plan(2, "auto", [], free_cores=2), plan(2, "auto", ["0", "1"], free_cores=2)
+at_setup = forked.prepare()
+import torch
+print(torch.get_num_threads(), forked.can_fork(cpu, at_setup), forked.can_fork(gpu, at_setup))
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+print(forked.can_fork(cpu, at_setup))
+"""
+
+
+def test_cpu_jobs_are_forked_only_from_a_launcher_without_new_threads():
+    """A launcher with only the threads it had when set up forks its CPU jobs (its torch runs one
+    thread: no OpenMP pool to inherit); GPU jobs, or a launcher that started a thread since,
+    get fresh interpreters."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_CHECK], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "True", "False", "False"]
+
+
+def test_a_forked_job_imports_the_sweeps_code_snapshot(tmp_path):
+    """After `snapshot.import_from`, a module the launcher had not imported comes from the
+    snapshot (also through an already imported package), and provenance names the snapshot."""
+    script = f"""
+import litlab.sweeps.snapshot as snapshot, litlab.sweeps
+from litlab.utils.code_state import code_state
+code = snapshot.take({str(tmp_path)!r})
+assert "litlab.sweeps.summary_render" not in __import__("sys").modules
+snapshot.import_from(code)
+import litlab.sweeps.summary_render as late
+print(late.__file__)
+print(code_state()["snapshot"])
+print(code)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    late, recorded, code = done.stdout.split()
+    assert late == f"{code}/src/litlab/sweeps/summary_render.py"
+    assert recorded == code

@@ -5,9 +5,10 @@ cores (threads) and its own DDP port (litlab.sweeps.parallel_slots).
 Why not hydra/launcher=joblib: loky's workers are reused from job to job and started before
 any job is known, so a job cannot get its own CUDA_VISIBLE_DEVICES (CUDA reads it once per
 process), a DDP job's ranks re-run loky's worker instead of the job, and Ctrl-C kills the
-workers without the job's own stop (last.ckpt). Here each job is a fresh process
-(`parallel_job`), started in a session of its own so that the launcher alone decides what
-reaches it: Ctrl-C or SIGTERM of the launcher is passed on once to every running job (a job
+workers without the job's own stop (last.ckpt). Here each job is a process of its own
+(`parallel_job`: forked from this one for CPU jobs, which then skip the imports of torch and
+Lightning, a fresh interpreter for GPU jobs; see `forked`), started in a session of its own so
+that the launcher alone decides what reaches it: Ctrl-C or SIGTERM of the launcher is passed on once to every running job (a job
 stops as it would in a sequential sweep: last.ckpt), no job starts after it, and the launcher
 exits as a stopped sequential sweep does (1 after Ctrl-C, 143 after SIGTERM).
 
@@ -52,6 +53,7 @@ class ParallelLauncher(Launcher):
         self.n_jobs, self.gpus_per_job = n_jobs, gpus_per_job
         self.slots: list = []
         self.code: Path | None = None
+        self.threads_at_setup = 0  # this process's threads once set up (forked.can_fork)
         self.stops: list[int] = []  # signals received, in order
         self.running: dict[int, _Running] = {}  # slot index -> its job
         self.names: dict[int, list[str]] = {}  # job -> the overrides that tell it apart
@@ -71,6 +73,9 @@ class ParallelLauncher(Launcher):
         except UserError as err:
             print(str(err), file=sys.stderr)
             raise SystemExit(2) from None
+        from hydra_plugins.litlab_launchers import forked
+
+        self.threads_at_setup = forked.prepare()
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -136,10 +141,10 @@ class ParallelLauncher(Launcher):
             raise
 
     def _start(self, slot, num: int, overrides: list[str], tmp: Path) -> None:
-        import cloudpickle
         from hydra.core.singleton import Singleton
 
-        from hydra_plugins.litlab_launchers.parallel_job import Job
+        from hydra_plugins.litlab_launchers import forked
+        from hydra_plugins.litlab_launchers.parallel_job import Job, run
         from litlab.sweeps.parallel_slots import free_port
 
         job_file = tmp / f"job{num}"
@@ -152,19 +157,32 @@ class ParallelLauncher(Launcher):
             Singleton.get_state(),
             run_dir_file=f"{job_file}.dir",
         )
-        job_file.write_bytes(cloudpickle.dumps(job))
         port = free_port({r.port for r in self.running.values()})
-        with open(f"{job_file}.out", "wb") as out:  # until the job knows its run dir
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "hydra_plugins.litlab_launchers.parallel_job",
-                 str(job_file), str(os.getpid())],
-                env={**os.environ, **slot.env(port)}, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+        env, output = slot.env(port), Path(f"{job_file}.out")  # until the job knows its run dir
+        fork = forked.can_fork(self.slots, self.threads_at_setup)
+        if fork:
+            launcher = os.getpid()
+            proc = forked.start(lambda: run(job, job_file, launcher), env, output, self.code)
+        else:
+            proc = self._start_interpreter(job, job_file, env, output)
         self.running[slot.index] = _Running(proc, num, overrides, job_file, port)
         self._forward_stops()  # a stop that came while it started
         what = " ".join(self.names.get(num) or filter_overrides(overrides)) or "(no overrides)"
-        log.info("job #%d started: %s (%s)", num, what, slot.describe())
+        how = ", forked" if fork else ""
+        log.info("job #%d started: %s (%s%s)", num, what, slot.describe(), how)
+
+    @staticmethod
+    def _start_interpreter(job, job_file: Path, env: dict, output: Path) -> subprocess.Popen:
+        import cloudpickle
+
+        job_file.write_bytes(cloudpickle.dumps(job))
+        with open(output, "wb") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "hydra_plugins.litlab_launchers.parallel_job",
+                 str(job_file), str(os.getpid())],
+                env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
 
     def _finish(self, run: _Running) -> JobReturn:
         """The job's JobReturn, or a failed one that says how it ended and where its output is."""

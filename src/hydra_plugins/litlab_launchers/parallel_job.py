@@ -1,4 +1,5 @@
-"""One job of `hydra/launcher=parallel`, in an interpreter of its own:
+"""One job of `hydra/launcher=parallel`, forked from the launcher (CPU jobs: `forked`) or in an
+interpreter of its own:
 
     python -m hydra_plugins.litlab_launchers.parallel_job JOB_FILE LAUNCHER_PID
 
@@ -106,17 +107,22 @@ def result_file(job_file: Path) -> Path:
     return job_file.with_name(job_file.name + ".result")
 
 
-def main() -> None:
-    import cloudpickle
-
-    job_file, launcher_pid = Path(sys.argv[1]), int(sys.argv[2])
+def run(job: Job, job_file: Path, launcher_pid: int) -> None:
+    """Run the job in this process (a fresh interpreter, or a child forked from the launcher);
+    its JobReturn goes to JOB_FILE.result, whole or not at all."""
     _stop_when_orphaned(launcher_pid)
-    job = cloudpickle.loads(job_file.read_bytes())
     data = _result_bytes(job())
     result = result_file(job_file)
     partial = result.with_name(result.name + ".partial")
     partial.write_bytes(data)
     partial.replace(result)
+
+
+def main() -> None:
+    import cloudpickle
+
+    job_file, launcher_pid = Path(sys.argv[1]), int(sys.argv[2])
+    run(cloudpickle.loads(job_file.read_bytes()), job_file, launcher_pid)
 
 
 if __name__ == "__main__":

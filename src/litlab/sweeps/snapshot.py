@@ -69,3 +69,23 @@ def use(snapshot: Path, config_loader, root: Path = CODE_ROOT) -> None:
         if element.path in configs:
             element.path = f"file://{snapshot / 'configs'}"
     config_loader.repository = config_repository(search_path)
+
+
+def import_from(snapshot: Path, root: Path = CODE_ROOT) -> None:
+    """In a job forked from the launcher: every module not imported yet comes from the snapshot
+    (sys.path, and the search path of the packages already imported from `root`/src), and the
+    job's provenance names the snapshot, as for a job started as a fresh interpreter there."""
+    import sys
+
+    from litlab.utils.code_state import run_from
+
+    src, old_src = str(snapshot / "src"), str(root / "src")
+    sys.path[:] = [src, *(p for p in sys.path if p not in (src, old_src))]
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__path__", None)
+        if isinstance(path, list) and any(p.startswith(old_src + os.sep) for p in path):
+            module.__path__ = [
+                src + p[len(old_src) :] if p.startswith(old_src + os.sep) else p for p in path
+            ]
+    sys.path_importer_cache.clear()
+    run_from(snapshot)

@@ -11,6 +11,14 @@ from pathlib import Path
 CODE_FILE = "CODE.json"  # in a code snapshot: the state it was taken from
 CODE_DIRS = ("src", "configs")
 CODE_ROOT = Path(__file__).resolve().parents[3]  # the folder that holds src/ and configs/
+# the folder whose code this process runs: CODE_ROOT, or the snapshot a forked job switched to
+_running = {"root": CODE_ROOT}
+
+
+def run_from(root: Path) -> None:
+    """This process now runs the code in `root` (a job forked from a launcher imports its
+    snapshot: litlab.sweeps.snapshot.import_from), so its provenance names that code."""
+    _running["root"] = Path(root)
 
 
 def snapshot_origin(root: Path = CODE_ROOT) -> Path | None:
@@ -63,8 +71,10 @@ def git_state(root: Path = CODE_ROOT) -> dict:
     }
 
 
-def code_state(root: Path = CODE_ROOT) -> dict:
-    """This code's state; in a snapshot, the state it was taken from plus where it is."""
+def code_state(root: Path | None = None) -> dict:
+    """The state of the code in `root` (default: the code this process runs); in a snapshot,
+    the state it was taken from plus where it is."""
+    root = _running["root"] if root is None else root
     snapshot = root / CODE_FILE
     if snapshot.is_file():
         state = json.loads(snapshot.read_text())
