@@ -359,6 +359,7 @@ import sys, threading
 from hydra_plugins.litlab_launchers import forked
 from litlab.sweeps.parallel_slots import plan
 cpu, gpu = plan(2, "auto", [], free_cores=2), plan(2, "auto", ["0", "1"], free_cores=2)
+forked.PRELOAD = ("torch",)  # the rest only takes time here
 at_setup = forked.prepare()
 import torch
 print(torch.get_num_threads(), forked.can_fork(cpu, at_setup), forked.can_fork(gpu, at_setup))

@@ -57,7 +57,8 @@ def _freeze_at_exit() -> None:
 
 def run(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
-    atexit.register(_freeze_at_exit)  # first registered, last run: after every library's own
+    atexit.unregister(_freeze_at_exit)  # once per process, whatever calls this in-process
+    atexit.register(_freeze_at_exit)  # registered before the libraries' own: run after them
     environment.load_dotenv_files()  # before Hydra composes: the config reads some variables
     _export_package_path()
     config_name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
