@@ -15,22 +15,12 @@ from filelock import FileLock
 # models down several times. Results do not depend on it; set OMP_NUM_THREADS to override.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from helpers.runs import (  # noqa: F401  (re-exported: older tests import them from here)
-    QUIET,
-    QUIET_EVAL,
-    ROOT,
-    SHARED_DATA,
-    TINY_SEG,
-    csv_test_metrics,
+from helpers.runs import (
     fingerprint,
-    on_ci,
     require_shared,
-    results,
     run_cli,
     run_dirs,
 )
-
-from litlab.config.compose import compose  # noqa: F401  (re-exported for tests)
 
 
 @pytest.hookimpl(trylast=True)
@@ -143,3 +133,15 @@ def digits_run(tmp_path_factory) -> DigitsRun:
         eval=run_dirs(logs, "eval")[-1],
     )
     assert fingerprint(shared) == before, f"a test wrote into the shared {shared}"
+
+
+@pytest.fixture(scope="module")
+def ref_run(tmp_path_factory) -> Path:
+    """The uninterrupted run that the kill-resume tests (test_reliability*.py) compare with,
+    trained once per module (helpers.reliability.train)."""
+    from helpers.reliability import train
+
+    logs = tmp_path_factory.mktemp("ref")
+    ref = train(logs)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    return run_dirs(logs)[0]

@@ -64,3 +64,28 @@ def test_files_are_short_and_utils_modules_have_several_users():
             if p != module and any(n == name or n.startswith(name + ".") for n in names)
         ]
         assert len(users) >= 2, (name, users)
+
+
+# modules of tests/ that are not test modules: the Hydra targets that subprocesses import
+# (PYTHONPATH=tests), the matrix script and its cells; every other helper is in tests/helpers/
+TEST_SIDE_MODULES = {"conftest", "ddp_probe", "faults", "feature_matrix", "matrix_cells"}
+
+
+def test_tests_import_their_helpers_from_one_package():
+    """A test imports what it shares with others from tests/helpers/ (fixtures come from
+    conftest.py by name), never from conftest or from another test module."""
+    tests = ROOT / "tests"
+    wrong = []
+    for path in sorted(tests.rglob("*.py")):
+        if path.parent == tests and path.stem not in TEST_SIDE_MODULES:
+            assert path.name.startswith("test_"), f"{path.name}: a helper belongs in tests/helpers/"
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            wrong += [
+                f"{path.relative_to(tests)}:{node.lineno} imports {name}"
+                for name in names
+                if name == "conftest" or name.startswith("test_")
+            ]
+    assert not wrong, wrong

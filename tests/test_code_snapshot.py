@@ -8,9 +8,9 @@ import csv
 import json
 
 import pytest
-from conftest import ROOT, run_cli
-from test_ddp import PROBE, probe_env
-from test_requeue import RUN, val_epochs
+from helpers.ddp import PROBE, probe_env
+from helpers.requeue import RUN, val_epochs
+from helpers.runs import ROOT, run_cli
 
 
 @pytest.mark.slow  # ~2 min on 2 cores: a job, its requeue, the submitit controller

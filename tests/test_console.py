@@ -7,7 +7,7 @@ import re
 import warnings
 
 import pytest
-from conftest import ROOT, results, run_cli, run_dirs
+from helpers.runs import ROOT, results, run_cli, run_dirs
 
 from litlab import console
 from litlab.callbacks.summary import compact_columns, totals_line

@@ -3,31 +3,18 @@
 interpreter starts, so one multirun carries most assertions."""
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
+from helpers.ddp import PROBE, TINY, probe_env
 from helpers.runs import QUIET, ROOT, csv_test_metrics, run_cli, run_dirs
 
 from litlab.config.compose import compose
 
-TESTS = Path(__file__).resolve().parent
-TINY = [
-    "trainer.max_epochs=1",
-    "trainer.limit_train_batches=3",
-    "trainer.limit_val_batches=2",
-    "trainer.num_sanity_val_steps=0",
-]
 # 361 test and 145 val digits: shards padded to equal sizes would count duplicates
 ODD_SPLITS = ["data.test_fraction=0.2006", "data.val_fraction=0.1007"]
-PROBE = ["+callbacks.rank_probe._target_=ddp_probe.RankProbe"]
 # the tests of one ddp_sweep run on one worker, so it is built once (--dist loadgroup)
 SWEEP = pytest.mark.xdist_group("ddp_sweep")
-
-
-def probe_env() -> dict:
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 import pytest
-from conftest import ROOT, run_cli, run_dirs
+from helpers.runs import ROOT, run_cli, run_dirs
 
 pytestmark = [
     pytest.mark.slow,  # two servers start (torch, ONNX Runtime) and a graph model trains

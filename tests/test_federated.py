@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, compose
+from helpers.runs import ROOT
 
 import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
+from litlab.config.compose import compose
 
 # isort: split
 from flwr.app import (

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 import torch
-from conftest import ROOT
+from helpers.runs import ROOT
 
 pytestmark = pytest.mark.slow
 SHORT = ["federate.num_clients=2", "trainer.limit_train_batches=3", "extras.print_config=false"]

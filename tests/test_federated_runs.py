@@ -7,10 +7,10 @@ import csv
 
 import pytest
 import torch
-from conftest import compose
-from federated_engine import Stopped, engine
+from helpers.federated_engine import Stopped, engine
 
 import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
+from litlab.config.compose import compose
 
 # small and quick: 2 clients, a few batches each
 SMALL = [

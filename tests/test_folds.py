@@ -59,7 +59,7 @@ def test_digits_folds_partition_all_images_and_ignore_other_settings():
 
 
 def test_imagefolder_folds_and_refusals(tmp_path):
-    from test_vision import write_images
+    from helpers.datafiles import write_images
 
     from litlab.data.vision import ImageFolderDataModule
 
@@ -173,7 +173,7 @@ def test_phantom_classification_folds_and_labels_known_before_any_volume(tmp_pat
 
 def test_medmnist3d_folds_pool_the_official_splits(tmp_path):
     pytest.importorskip("medmnist")
-    from test_medical3d import write_medmnist_npz
+    from helpers.datafiles import write_medmnist_npz
 
     from litlab.data.medmnist3d import MedMNIST3DDataModule
 
@@ -265,7 +265,7 @@ def test_fold_jobs_are_replicas_and_num_folds_is_not():
 def test_mnist_folds_are_checked_from_the_label_files_on_disk(tmp_path):
     """MNIST's smallest class is read from its small label file before any image is read;
     with no files yet (a download to come) the check waits for setup."""
-    from test_vision import write_idx
+    from helpers.datafiles import write_idx
 
     from litlab.data.vision_downloads import MNISTDataModule
 

@@ -6,8 +6,10 @@ and its one-file checkpoint tests alike in one process (eval.py, load_run)."""
 import csv
 
 import pytest
-from conftest import QUIET, compose, csv_test_metrics, run_cli, run_dirs
-from test_ddp import probe_env
+from helpers.ddp import probe_env
+from helpers.runs import QUIET, csv_test_metrics, run_cli, run_dirs
+
+from litlab.config.compose import compose
 
 FSDP = [
     "trainer=fsdp",

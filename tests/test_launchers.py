@@ -7,8 +7,8 @@ import csv
 import json
 
 import pytest
+from helpers.ddp import PROBE, TINY, probe_env
 from helpers.runs import QUIET, csv_test_metrics, run_cli, run_dirs
-from test_ddp import PROBE, TINY, probe_env
 
 from litlab.config.compose import compose
 

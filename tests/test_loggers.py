@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, results, run_dirs
+from helpers.runs import ROOT, results, run_dirs
 
 
 @pytest.mark.slow  # 14 s on 2 cores: .ci/run's second stage (make test stays within 5 minutes)

@@ -9,9 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SHARED_DATA
 from feature_matrix import COLUMNS, Row, main, render, rows
-from helpers.runs import require_shared
+from helpers.runs import ROOT, SHARED_DATA, require_shared
 from matrix_cells import Cell, Ctx, clean_env, git_status, tree_commit
 
 pytestmark = pytest.mark.xdist_group("digits_run")

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers.datafiles import write_medmnist_npz
 from helpers.runs import TINY_SEG, require_shared, results, run_dirs
 
 from litlab.config.compose import compose
@@ -181,15 +182,6 @@ def test_nifti_loader_accepts_images_labels_folders_and_rejects_bad_labels(tmp_p
         )
     with pytest.raises(UserError, match="imagesTr"):
         NiftiDataModule(root=str(tmp_path))
-
-
-def write_medmnist_npz(path: Path, size: int = 28) -> None:
-    rng = np.random.default_rng(0)
-    arrays = {}
-    for split, n in (("train", 12), ("val", 4), ("test", 6)):
-        arrays[f"{split}_images"] = rng.integers(0, 256, (n, size, size, size), dtype=np.uint8)
-        arrays[f"{split}_labels"] = rng.integers(0, 2, (n, 1)).astype(np.uint8)
-    np.savez_compressed(path, **arrays)
 
 
 def test_medmnist3d_reads_a_local_npz_through_the_package(tmp_path):

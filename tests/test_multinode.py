@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, csv_test_metrics, run_cli, run_dirs
-from test_ddp import TESTS, TINY
+from helpers.ddp import TESTS, TINY
+from helpers.runs import ROOT, csv_test_metrics, run_cli, run_dirs
 
 # one intra-op thread per process in both runs: float sums in the same order
 SAME = [*TINY, "threads=1", "callbacks.model_summary=null"]

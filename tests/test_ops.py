@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT
+from helpers.runs import ROOT
 
 from litlab.errors import UserError
 from litlab.ops import TiledLinear, build, matmul, tiled_matmul

@@ -8,8 +8,8 @@ import json
 
 import pytest
 import torch
-from conftest import results, run_cli, run_dirs
-from serve_helpers import request, start
+from helpers.runs import results, run_cli, run_dirs
+from helpers.serve import request, start
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from helpers.runs import ROOT
 from packaging.requirements import Requirement
 
 TOOLS = {  # test, lint and notebook tooling: only ever in the `dev` extra

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.ddp import PROBE, TINY, probe_env
 from helpers.runs import QUIET, ROOT
-from test_ddp import PROBE, TINY, probe_env
 
 from litlab import threads
 from litlab.errors import UserError

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
-from test_sweeps import FAST, NO_PRUNING, command
+from helpers.runs import ROOT
+from helpers.sweeps import FAST, NO_PRUNING, command
 
 pgserver = pytest.importorskip("pgserver", reason="pgserver is in requirements.txt")
 SEARCH = ["hydra.mode=MULTIRUN", "hparams_search=digits_cnn", *FAST]

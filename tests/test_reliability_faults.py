@@ -7,16 +7,14 @@ import os
 import pandas as pd
 import pytest
 import torch
-from helpers.runs import ROOT, run_cli, run_dirs
-from test_reliability import (  # noqa: F401  (ref_run: a fixture)
-    ENV,
+from helpers.reliability import (
     assert_same_as_reference,
     load,
     printed,
-    ref_run,
     run,
     train,
 )
+from helpers.runs import ROOT, run_cli, run_dirs
 
 # no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the
 # "best" never improves again while the model learns
@@ -52,7 +50,7 @@ def test_sigterm_saves_last_ckpt_closes_logs_and_exits_143(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_sigterm_and_ctrl_c_on_last_batch(tmp_path, ref_run):  # noqa: F811
+def test_resume_after_sigterm_and_ctrl_c_on_last_batch(tmp_path, ref_run):
     """SIGTERM mid-epoch; Ctrl-C, then SIGTERM, on an epoch's last batch (the epoch's validation
     and end still run before the stop); each resumed: the same weights, metrics and log as the
     run that was never stopped."""
@@ -90,7 +88,7 @@ def resume_command(proc) -> str:
 
 
 @pytest.mark.slow  # five runs
-def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run):  # noqa: F811
+def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run):
     """SIGTERM in the first and in the last batch of an epoch's validation, in the last epoch's
     validation, then in the test: each exits 143 with last.ckpt of the epoch's end, keeps the
     run dir marked failed, and prints a resume that works as printed (EarlyStopping and the
@@ -141,7 +139,7 @@ def test_a_stop_during_a_mid_epoch_validation_resumes_bit_identical(tmp_path):
 @pytest.mark.slow  # four runs
 def test_errors_after_a_checkpoint_keep_the_run_and_its_resume_works_as_printed(
     tmp_path,
-    ref_run,  # noqa: F811
+    ref_run,
 ):
     """A NaN loss, a full disk, then a crash litlab does not know, each after checkpoints were
     written: the run dir stays with them (marked failed), the message is one line ending with
@@ -183,7 +181,7 @@ def test_images_deleted_mid_run_keep_the_run_and_the_error_is_one_line(tmp_path)
     back, the printed resume finishes the run."""
     import shutil
 
-    from test_vision import write_images
+    from helpers.datafiles import write_images
 
     images, backup, logs = tmp_path / "images", tmp_path / "backup", tmp_path / "logs"
     write_images(images, [""])

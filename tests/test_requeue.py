@@ -4,24 +4,15 @@ SLURM_RESTART_COUNT on the requeue), the signal SLURM sends (SIGUSR1 before the 
 The same command started again with the same job id resumes in the same run dir, from its
 last.ckpt, under the same W&B (offline) and MLflow runs."""
 
-import csv
 import os
 import stat
 
 import pytest
-from conftest import run_cli
-from test_ddp import TESTS
+from helpers.ddp import TESTS
+from helpers.requeue import RUN, val_epochs
+from helpers.runs import run_cli
 
 JOB = "4242"
-RUN = [
-    "logger=many",
-    "trainer.max_epochs=3",
-    "trainer.limit_train_batches=4",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "callbacks.early_stopping=null",
-]
 # at the start of the batch after 6 optimizer steps: epoch 1, its 3rd batch
 FAULT = ["+callbacks.fault._target_=faults.Fault", "+callbacks.fault.step=6"]
 
@@ -41,11 +32,6 @@ def job_env(tmp_path, **extra) -> dict:
         "WANDB_SILENT": "true",
         **extra,
     }
-
-
-def val_epochs(run) -> list[int]:
-    with open(run / "csv" / "metrics.csv") as f:
-        return [int(float(r["epoch"])) for r in csv.DictReader(f) if r.get("val/acc")]
 
 
 def mlflow_runs(log_dir):

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_cli
-from test_trust import Victims
+from helpers.runs import ROOT, run_cli
+from helpers.trust import Victims
 
 from litlab.errors import UserError
 

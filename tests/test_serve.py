@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 import pytest
-from conftest import run_cli, run_dirs
-from image_modes import check_modes, far_from_digits, mode_accuracy
-from serve_helpers import export_digits, multipart, png, request, start
+from helpers.image_modes import check_modes, far_from_digits, mode_accuracy
+from helpers.runs import run_cli, run_dirs
+from helpers.serve import export_digits, multipart, png, request, start
 
 # one worker runs this module (and the other users of digits_run), so its module-scoped
 # fixtures are built once and no worker waits for digits_run (--dist loadgroup)

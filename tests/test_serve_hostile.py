@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from serve_helpers import (
+from helpers.serve import (
     big_png,
     exchange,
     export_digits,
@@ -186,7 +186,7 @@ def test_sigterm_answers_every_accepted_large_request(digits):
 
 def fuzz_requests(rng: random.Random, n: int):
     """Valid requests mutated: flipped bytes, cut bodies, lying headers, odd JSON."""
-    from image_modes import MODES
+    from helpers.image_modes import MODES
 
     digit = np.zeros((8, 8), np.uint8)
     digit[2:6, 3:5] = 255

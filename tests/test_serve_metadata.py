@@ -9,8 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
 from helpers.onnx_files import GOOD, OOD, crafted_model, deep, ood_entry
+from helpers.runs import ROOT
 
 from litlab.errors import UserError
 

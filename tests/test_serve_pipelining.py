@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from helpers.onnx_files import GOOD, crafted_model
-from serve_helpers import free_port, parse
+from helpers.serve import free_port, parse
 
 SAMPLE = np.zeros((1, 8, 8), np.float32)
 

@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.runs import QUIET, ROOT, TINY_BUDGET
+from helpers.runs import ROOT
+from helpers.sweeps import FAST, NO_PRUNING, command
 
 from litlab.config.compose import compose
 
-# tiny budgets: 2 epochs of 3 batches, 2 val/test batches, no sanity check
-FAST = TINY_BUDGET
 SEARCH = ["hydra.mode=MULTIRUN", "hparams_search=digits_cnn", *FAST]
-NO_PRUNING = "hydra.sweeper.pruner=null"
 
 
 def study_dir(log_dir: Path) -> Path:
@@ -38,16 +36,6 @@ def load_trials(log_dir: Path):
 def read_summary(sweep_dir: Path) -> list[dict]:
     with open(sweep_dir / "summary.csv") as f:
         return list(csv.DictReader(f))
-
-
-def command(log_dir: Path, *overrides: str) -> list[str]:
-    return [
-        sys.executable,
-        str(ROOT / "src" / "train.py"),
-        f"paths.log_dir={log_dir}",
-        *QUIET,
-        *overrides,
-    ]
 
 
 def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):

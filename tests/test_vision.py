@@ -1,23 +1,16 @@
 """Vision domain: every datamodule runs, the default recipe learns, eval reproduces it."""
 
-import gzip
 import json
 
 import numpy as np
 import pytest
 import torch
+from helpers.datafiles import write_idx, write_images
 from helpers.runs import results
 
 from litlab.config.compose import compose
 
 FAST = ["trainer.fast_dev_run=true", "data.num_workers=0", "logger=csv"]
-
-
-def write_idx(path, array: np.ndarray) -> None:
-    """An MNIST-format idx file (gzip), as the original distribution files are."""
-    header = bytes([0, 0, 8, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
-    with gzip.open(path, "wb") as f:
-        f.write(header + array.astype(np.uint8).tobytes())
 
 
 def test_corrupt_idx_file_is_a_user_error(tmp_path):
@@ -32,20 +25,6 @@ def test_corrupt_idx_file_is_a_user_error(tmp_path):
         (raw / name).write_bytes(b"not a gzip file")
     with pytest.raises(UserError, match="^cannot read .*t10k-"):
         MNISTDataModule(data_dir=str(tmp_path), download=False).setup()
-
-
-def write_images(root, splits: list[str], classes=("cat", "dog", "fox"), n: int = 8) -> None:
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for split in splits:
-        for cls in classes:
-            folder = root / split / cls
-            folder.mkdir(parents=True)
-            for i in range(n):
-                Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(
-                    folder / f"{i}.png"
-                )
 
 
 def write_fashion_mnist(data_dir) -> None:

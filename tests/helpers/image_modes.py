@@ -7,7 +7,8 @@ import io
 
 import numpy as np
 from PIL import Image
-from serve_helpers import multipart, request
+
+from helpers.serve import multipart, request
 
 
 def _save(img: Image.Image, fmt: str = "PNG", **kw) -> bytes:

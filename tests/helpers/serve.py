@@ -17,7 +17,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from conftest import ROOT
+
+from helpers.runs import ROOT
 
 START_TIMEOUT = 180  # seconds: importing torch and warming up on a loaded 2-core machine
 
