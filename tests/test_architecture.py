@@ -66,6 +66,18 @@ def test_files_are_short_and_utils_modules_have_several_users():
         assert len(users) >= 2, (name, users)
 
 
+def test_no_function_is_longer_than_80_lines():
+    """Functions that read top to bottom: none in src/ longer than 80 lines (docstring in)."""
+    long = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines})")
+    assert not long, long
+
+
 # modules of tests/ that are not test modules: the Hydra targets that subprocesses import
 # (PYTHONPATH=tests), the matrix script and its cells; every other helper is in tests/helpers/
 TEST_SIDE_MODULES = {"conftest", "ddp_probe", "faults", "feature_matrix", "matrix_cells"}

@@ -154,25 +154,24 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     the checkpoint's data is on this machine (`load_run`)."""
     import logging
 
-    from litlab import tasks
     from litlab.export import report as reporting
     from litlab.export.domains import spec_for
-    from litlab.export.latency import measure_latency
-    from litlab.export.verify import eager_predictor, max_diffs, predictor, test_metric
+    from litlab.export.verify import eager_predictor
     from litlab.recipes.load import load_run
 
     for name in ("onnx_ir", "onnxscript", "onnxruntime"):  # their INFO lines: noise
         logging.getLogger(name).setLevel(logging.WARNING)
-    formats, ckpt_path = settings.format_list(), settings.ckpt_path
-    rtol = settings.rtol
-    overrides, trust = dict(settings.data_overrides), settings.trust_checkpoint
-    run = load_run(ckpt_path, overrides, trust=trust, data_dir=data_dir)
+    run = load_run(
+        settings.ckpt_path,
+        dict(settings.data_overrides),
+        trust=settings.trust_checkpoint,
+        data_dir=data_dir,
+    )
     spec = spec_for(run)
     net = prepare_net(run.model)
-    metric = run.model.hparams.monitor.split("/", 1)[1]
-    higher_better = run.model.hparams.monitor_mode == "max"
-    meta = metadata(run, spec, ckpt_path, metric)
     eager = eager_predictor(net)
+    judge = _Judge(run.model, spec, eager, settings)
+    meta = metadata(run, spec, settings.ckpt_path, judge.metric)
     serving_metadata(spec, eager, meta)
     print(
         f"out-of-distribution threshold {meta['ood']['threshold']:.3g}: "
@@ -180,80 +179,119 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     )
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    reference = test_metric(run.model, spec, eager, metric)
-    int8_max_drop = settings.int8_max_drop
-    if int8_max_drop is None:  # the task kind's share: compress=quantize judges by the same
-        int8_max_drop = tasks.get(spec.task).quantize_max_drop
-    print(f"checkpoint (eager torch): test/{metric} {reference:.4f}")
-    rows = {}
-    for fmt in formats:
-        path = out / FILES[fmt]
-        row = rows[fmt] = {"file": path.name, "ok": False}
-        try:
-            write_format(fmt, net, spec, path, meta, settings.calibration_batches)
-        except Exception as err:  # noqa: BLE001 (any exporter failure is reported per format)
-            row["error"] = unsupported(fmt, err)
-            print(row["error"])
-            continue
-        row["size_bytes"] = path.stat().st_size
-        try:
-            predict = predictor(fmt, path, spec.input_names)
-            row |= max_diffs(eager, predict, spec.held_out)
-            row["metric"] = test_metric(run.model, spec, predict, metric)
-        except Exception as err:  # noqa: BLE001
-            row["error"] = f"{fmt}: verification could not run: {one_line(err, limit=200)}"
-            print(row["error"])
-            continue
-        if fmt in FP32:
-            row["ok"] = row["max_rel_diff"] <= rtol
-            row["check"] = f"max rel diff <= {rtol:g}"
-        else:
-            drop = reference - row["metric"] if higher_better else row["metric"] - reference
-            share = drop / abs(reference) if reference else (0.0 if drop <= 0 else float("inf"))
-            row["ok"] = share <= int8_max_drop
-            row["check"] = (
-                f"test/{metric} at most {int8_max_drop:.0%} worse than the checkpoint's "
-                f"(int8_max_drop={int8_max_drop:g})"
-            )
-            if not row["ok"]:  # an int8 file that lost accuracy is not an artifact to ship
-                path.unlink()
-                row |= {"written": False, "drop": drop}
-                row["skipped"] = (
-                    f"{fmt}: not written: test/{metric} {row['metric']:.4f} is {share:.2%} worse "
-                    f"than the checkpoint's {reference:.4f} (int8_max_drop={int8_max_drop:g}, a "
-                    f"share); the fp32 formats are the ones to use"
-                )
-                print(row["skipped"])
-                continue
-        print(
-            f"{fmt:10s} {'ok    ' if row['ok'] else 'FAILED'} max abs diff "
-            f"{row['max_abs_diff']:.2e}, rel {row['max_rel_diff']:.2e}; test/{metric} "
-            f"{row['metric']:.4f} (checkpoint {reference:.4f}); {row['size_bytes']:,} bytes"
-        )
-    onnx_files = {f: out / FILES[f] for f in ("onnx", "onnx_int8") if rows.get(f, {}).get("ok")}
-    batched = spec.dynamic[spec.input_names[0]].get(0) == "batch"
-    if batched:
-        one = spec.example[0][:1]
-        sizes, make = (
-            tuple(settings.latency.batch_sizes),
-            lambda b: (one.expand(b, *one.shape[1:]).contiguous(),),
-        )
-    else:  # graphs: one row per whole input (a graph, or a batch of graphs)
-        sizes, make = (1,), lambda b: spec.example
-    latency = measure_latency(net, onnx_files, make, sizes, budget_s=settings.latency.budget_s)
+    print(f"checkpoint (eager torch): test/{judge.metric} {judge.reference:.4f}")
+    rows = {
+        fmt: _export_format(fmt, net, spec, out / FILES[fmt], meta, settings, judge)
+        for fmt in settings.format_list()
+    }
+    latency, batch_unit = _latency(net, spec, out, rows, settings)
     result = {
         "ok": all(r["ok"] or r.get("written") is False for r in rows.values()),
-        "checkpoint": str(ckpt_path),
+        "checkpoint": str(settings.ckpt_path),
         "task": spec.task,
-        "metric": f"test/{metric}",
-        "checkpoint_metric": reference,
+        "metric": f"test/{judge.metric}",
+        "checkpoint_metric": judge.reference,
         "formats": rows,
         "latency": latency,
         "threads": _torch().get_num_threads(),
-        "batch_unit": "samples" if batched else "whole input (graph or graph batch)",
+        "batch_unit": batch_unit,
         "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
         "ood": {k: v for k, v in meta["ood"].items() if k not in ("model", "parts")},
     }
     reporting.write(result, out)
     print(f"run dir {out}  (report: export_report.md)")
     return result
+
+
+class _Judge:
+    """Whether an exported file may ship: fp32 files match the checkpoint's outputs within
+    `rtol`; an int8 file loses at most its share of the test metric (`int8_max_drop`, by
+    default the task kind's, as compress=quantize judges it)."""
+
+    def __init__(self, model, spec, eager, settings: ExportSettings) -> None:
+        from litlab import tasks
+        from litlab.export.verify import test_metric
+
+        self.model, self.spec, self.eager, self.rtol = model, spec, eager, settings.rtol
+        self.metric = model.hparams.monitor.split("/", 1)[1]
+        self.higher_better = model.hparams.monitor_mode == "max"
+        self.reference = test_metric(model, spec, eager, self.metric)
+        self.int8_max_drop = settings.int8_max_drop
+        if self.int8_max_drop is None:
+            self.int8_max_drop = tasks.get(spec.task).quantize_max_drop
+
+    def verify(self, fmt: str, path: Path, row: dict) -> None:
+        """The file's outputs and test metric against the checkpoint's, into `row`."""
+        from litlab.export.verify import max_diffs, predictor, test_metric
+
+        predict = predictor(fmt, path, self.spec.input_names)
+        row |= max_diffs(self.eager, predict, self.spec.held_out)
+        row["metric"] = test_metric(self.model, self.spec, predict, self.metric)
+
+    def judge(self, fmt: str, path: Path, row: dict) -> None:
+        """`row["ok"]` and its check; an int8 file that lost too much is deleted, and said so."""
+        if fmt in FP32:
+            row["ok"] = row["max_rel_diff"] <= self.rtol
+            row["check"] = f"max rel diff <= {self.rtol:g}"
+            return
+        metric, reference, allowed = self.metric, self.reference, self.int8_max_drop
+        drop = reference - row["metric"] if self.higher_better else row["metric"] - reference
+        share = drop / abs(reference) if reference else (0.0 if drop <= 0 else float("inf"))
+        row["ok"] = share <= allowed
+        row["check"] = (
+            f"test/{metric} at most {allowed:.0%} worse than the checkpoint's "
+            f"(int8_max_drop={allowed:g})"
+        )
+        if not row["ok"]:  # an int8 file that lost accuracy is not an artifact to ship
+            path.unlink()
+            row |= {"written": False, "drop": drop}
+            row["skipped"] = (
+                f"{fmt}: not written: test/{metric} {row['metric']:.4f} is {share:.2%} worse "
+                f"than the checkpoint's {reference:.4f} (int8_max_drop={allowed:g}, a share); "
+                "the fp32 formats are the ones to use"
+            )
+
+
+def _export_format(fmt: str, net, spec, path: Path, meta, settings, judge: _Judge) -> dict:
+    """Write one format, verify it and judge it; any failure is this format's row, said."""
+    row = {"file": path.name, "ok": False}
+    try:
+        write_format(fmt, net, spec, path, meta, settings.calibration_batches)
+    except Exception as err:  # noqa: BLE001 (any exporter failure is reported per format)
+        row["error"] = unsupported(fmt, err)
+        print(row["error"])
+        return row
+    row["size_bytes"] = path.stat().st_size
+    try:
+        judge.verify(fmt, path, row)
+    except Exception as err:  # noqa: BLE001
+        row["error"] = f"{fmt}: verification could not run: {one_line(err, limit=200)}"
+        print(row["error"])
+        return row
+    judge.judge(fmt, path, row)
+    if row.get("written") is False:
+        print(row["skipped"])
+        return row
+    print(
+        f"{fmt:10s} {'ok    ' if row['ok'] else 'FAILED'} max abs diff "
+        f"{row['max_abs_diff']:.2e}, rel {row['max_rel_diff']:.2e}; test/{judge.metric} "
+        f"{row['metric']:.4f} (checkpoint {judge.reference:.4f}); {row['size_bytes']:,} bytes"
+    )
+    return row
+
+
+def _latency(net, spec, out: Path, rows: dict, settings) -> tuple[dict, str]:
+    """Latency of the eager net and of each verified ONNX file, and the unit of a batch."""
+    from litlab.export.latency import measure_latency
+
+    onnx_files = {f: out / FILES[f] for f in ("onnx", "onnx_int8") if rows.get(f, {}).get("ok")}
+    if spec.dynamic[spec.input_names[0]].get(0) == "batch":
+        one = spec.example[0][:1]
+        sizes = tuple(settings.latency.batch_sizes)
+        make = lambda b: (one.expand(b, *one.shape[1:]).contiguous(),)  # noqa: E731
+        unit = "samples"
+    else:  # graphs: one row per whole input (a graph, or a batch of graphs)
+        sizes, make = (1,), lambda b: spec.example
+        unit = "whole input (graph or graph batch)"
+    latency = measure_latency(net, onnx_files, make, sizes, budget_s=settings.latency.budget_s)
+    return latency, unit

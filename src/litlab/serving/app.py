@@ -74,15 +74,7 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
     state = {"ready": False}
     runner = Runner(model_path, settings.threads)
     predictor = Predictor(runner, settings)
-    registry = CollectorRegistry()
-    requests = Counter("litlab_requests", "HTTP requests", ["path", "status"], registry=registry)
-    latency = Histogram(
-        "litlab_request_seconds",
-        "request latency",
-        ["path"],
-        registry=registry,
-        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
-    )
+    registry, requests, latency = _metrics()
 
     @asynccontextmanager
     async def lifespan(app):
@@ -98,6 +90,31 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
         lifespan=lifespan,
         description=f"{runner.task} model {runner.path.name} on ONNX Runtime",
     )
+    _answer_errors(app)
+    _add_routes(app, runner, predictor, settings, state, registry)
+    paths = {"/health", "/metadata", "/metrics", "/predict"}
+    body_limit = BodyLimit(app, settings.max_body_bytes)
+    guarded = Deadline(body_limit, settings.max_request_s, settings.retry_after_s)
+    return Metrics(guarded, requests, latency, paths)
+
+
+def _metrics() -> tuple[CollectorRegistry, Counter, Histogram]:
+    """The app's own prometheus registry (several apps in one process count apart)."""
+    registry = CollectorRegistry()
+    requests = Counter("litlab_requests", "HTTP requests", ["path", "status"], registry=registry)
+    latency = Histogram(
+        "litlab_request_seconds",
+        "request latency",
+        ["path"],
+        registry=registry,
+        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+    )
+    return registry, requests, latency
+
+
+def _answer_errors(app: FastAPI) -> None:
+    """Every error a request meets is one JSON sentence with its 4xx; a bug is a 500 that
+    names its type, and the worker lives on."""
 
     @app.exception_handler(BadRequest)
     async def bad_request(request, err: BadRequest):
@@ -116,9 +133,11 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
         return error(400, "The client closed the connection before the body was received.")
 
     @app.exception_handler(Exception)
-    async def unexpected(request, err):  # a bug, not bad input: one line, the worker lives on
+    async def unexpected(request, err):
         return error(500, f"Internal error ({type(err).__name__}).")
 
+
+def _add_routes(app: FastAPI, runner, predictor, settings, state: dict, registry) -> None:
     @app.get("/health")
     async def health():
         if not state["ready"]:
@@ -140,46 +159,48 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
         if kind == "application/json":
             out = await predictor.json(await request.body())
         elif kind == "multipart/form-data":
-            out = await predict_files(request)
+            out = await _predict_uploads(request, predictor, settings.max_batch)
         else:
             raise BadRequest(
                 f"Unsupported content type {kind[:60] or 'none'!r}; send "
                 "application/json or multipart/form-data.",
                 415,
             )
-        headers = {"X-Request-ID": request_id}
-        if isinstance(out, tuple):  # a segmentation mask as a NIfTI file
-            mask, fields = out
-            if fields:
-                headers["X-OOD-Score"] = str(fields["ood_scores"][0])
-                headers["X-Out-Of-Distribution"] = str(fields["out_of_distribution"][0]).lower()
-            headers["Content-Disposition"] = 'attachment; filename="mask.nii.gz"'
-            return Response(mask, media_type="application/gzip", headers=headers)
-        return answer({"request_id": request_id, **out}, headers)
+        return _prediction(out, request_id)
 
-    async def predict_files(request: Request):
-        limit = settings.max_batch
-        try:
-            form = await request.form(max_files=limit, max_fields=limit)
-        except ClientDisconnect:
-            raise
-        except HTTPException as err:  # starlette's own limits (files, fields)
-            if "Too many" in str(err.detail):
-                raise BadRequest(
-                    f"The request holds more than {limit} files or fields; the limit is {limit}.",
-                    413,
-                ) from None
-            raise BadRequest("The multipart body cannot be parsed.") from None
-        except Exception:  # noqa: BLE001 (python-multipart's parse errors)
-            raise BadRequest("The multipart body cannot be parsed.") from None
-        try:
-            files = [v for _, v in form.multi_items() if hasattr(v, "read")]
-            raw = [await f.read() for f in files]
-            return await predictor.uploads(raw, [f.filename or "upload" for f in files])
-        finally:
-            await form.close()
 
-    paths = {"/health", "/metadata", "/metrics", "/predict"}
-    body_limit = BodyLimit(app, settings.max_body_bytes)
-    guarded = Deadline(body_limit, settings.max_request_s, settings.retry_after_s)
-    return Metrics(guarded, requests, latency, paths)
+def _prediction(out, request_id: str) -> Response:
+    """The answer to /predict: JSON, or a segmentation mask as a NIfTI file whose OOD verdict
+    travels in headers."""
+    headers = {"X-Request-ID": request_id}
+    if isinstance(out, tuple):
+        mask, fields = out
+        if fields:
+            headers["X-OOD-Score"] = str(fields["ood_scores"][0])
+            headers["X-Out-Of-Distribution"] = str(fields["out_of_distribution"][0]).lower()
+        headers["Content-Disposition"] = 'attachment; filename="mask.nii.gz"'
+        return Response(mask, media_type="application/gzip", headers=headers)
+    return answer({"request_id": request_id, **out}, headers)
+
+
+async def _predict_uploads(request: Request, predictor, limit: int):
+    """The uploaded files of a multipart body (at most `limit` files or fields), predicted."""
+    try:
+        form = await request.form(max_files=limit, max_fields=limit)
+    except ClientDisconnect:
+        raise
+    except HTTPException as err:  # starlette's own limits (files, fields)
+        if "Too many" in str(err.detail):
+            raise BadRequest(
+                f"The request holds more than {limit} files or fields; the limit is {limit}.",
+                413,
+            ) from None
+        raise BadRequest("The multipart body cannot be parsed.") from None
+    except Exception:  # noqa: BLE001 (python-multipart's parse errors)
+        raise BadRequest("The multipart body cannot be parsed.") from None
+    try:
+        files = [v for _, v in form.multi_items() if hasattr(v, "read")]
+        raw = [await f.read() for f in files]
+        return await predictor.uploads(raw, [f.filename or "upload" for f in files])
+    finally:
+        await form.close()

@@ -106,14 +106,8 @@ def requeue_interrupted(study) -> int:
     return requeued
 
 
-def run(sweeper, arguments: list[str]) -> None:
-    """Create or load the study, run trials until the budget is used, write the results."""
-    import optuna
-
-    opts, config = sweeper.options, sweeper.config
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+def _settings(opts, arguments: list[str]) -> tuple[dict, list[str], str]:
+    """(search space, fixed overrides, direction), or one line saying what is wrong."""
     space, fixed = search_space.build(opts.get("params"), arguments)
     if not space:
         raise UserError(
@@ -125,9 +119,17 @@ def run(sweeper, arguments: list[str]) -> None:
         raise UserError(
             f"hydra.sweeper.direction={opts['direction']} is not valid; choose maximize or minimize"
         )
+    return space, fixed, direction
+
+
+def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
+    """(study, its storage URL, the sampler's seed): created, or loaded to resume it when its
+    settings match this command's (study_settings.check), with the known-good params queued
+    and the trials of dead workers queued again."""
+    import optuna
+
     url, storage = storage_for(opts.get("storage"), sweep_dir, opts.get("heartbeat_interval"))
     sampler_spec = dict(opts.get("sampler") or {"_target_": "optuna.samplers.TPESampler"})
-    seed = sampler_spec.get("seed")
     study = optuna.create_study(
         study_name=opts["study_name"],
         storage=storage,
@@ -140,74 +142,99 @@ def run(sweeper, arguments: list[str]) -> None:
     for params in opts.get("enqueue_trials") or []:  # known-good params to try first
         study.enqueue_trial(dict(params), skip_if_exists=True)
     requeue_interrupted(study)
-    budget = int(opts["n_trials"])
+    return study, url, sampler_spec.get("seed")
 
-    def used() -> int:
-        return sum(counts(t) for t in study.get_trials(deepcopy=False))
 
-    def objective(trial) -> float:
+class _Trials:
+    """This worker's trials of the study: each one a job launched with the sampled params,
+    whose objective (or failure, or pruning) goes back to the study, until the study's budget
+    of `n_trials` is used by all its workers together."""
+
+    def __init__(self, sweeper, study, space: dict, fixed: list[str], url: str, seed) -> None:
+        self.sweeper, self.study, self.space, self.fixed = sweeper, study, space, fixed
+        self.url, self.seed = url, seed
+        self.budget = int(sweeper.options["n_trials"])
+
+    def used(self) -> int:
+        return sum(counts(t) for t in self.study.get_trials(deepcopy=False))
+
+    def objective(self, trial) -> float:
+        import optuna
+
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
-        if sum(counts(t) for t in earlier) >= budget:  # another worker took the last trial
+        earlier = [t for t in self.study.get_trials(deepcopy=False) if t.number < trial.number]
+        if sum(counts(t) for t in earlier) >= self.budget:  # another worker took the last trial
             trial.set_user_attr("surplus", True)
-            study.stop()
+            self.study.stop()
             raise TrialFailed("the study's budget was used by other workers")
         try:
-            return run_trial(trial)
+            return self.run_trial(trial)
         except optuna.TrialPruned:
             raise
         except Exception as error:  # recorded as a FAIL trial that uses the budget
-            trial.set_user_attr("error", one_line(error, with_type=True, limit=300))
-            log.warning(
-                "trial %d failed: %s", trial.number, one_line(error, with_type=True, limit=300)
-            )
+            said = one_line(error, with_type=True, limit=300)
+            trial.set_user_attr("error", said)
+            log.warning("trial %d failed: %s", trial.number, said)
             raise
 
-    def run_trial(trial) -> float:
-        reseed(study.sampler, seed, trial.number)
-        params = search_space.suggest(trial, space)
-        ticket = json.dumps(
-            {
-                "study": study.study_name,
-                "storage": url,
-                "trial_id": compat.trial_id(trial),
-                "pruner": opts.get("pruner"),
-            }
-        )
-        overrides = fixed + [f"{k}={search_space.as_override_value(v)}" for k, v in params.items()]
-        overrides.append(f"++hydra.job.env_set.{ENV}={search_space.as_override_value(ticket)}")
-        result = sweeper.launcher.launch([overrides], initial_job_idx=trial.number)[0]
+    def run_trial(self, trial) -> float:
+        import optuna
+
+        reseed(self.study.sampler, self.seed, trial.number)
+        params = search_space.suggest(trial, self.space)
+        ticket = {
+            "study": self.study.study_name,
+            "storage": self.url,
+            "trial_id": compat.trial_id(trial),
+            "pruner": self.sweeper.options.get("pruner"),
+        }
+        overrides = [
+            *self.fixed,
+            *(f"{k}={search_space.as_override_value(v)}" for k, v in params.items()),
+            f"++hydra.job.env_set.{ENV}={search_space.as_override_value(json.dumps(ticket))}",
+        ]
+        result = self.sweeper.launcher.launch([overrides], initial_job_idx=trial.number)[0]
         trial.set_user_attr("run_dir", str(result.hydra_cfg.hydra.runtime.output_dir))
         outcome = job_outcome(result)
         if result.status.name == "COMPLETED":
             if finite(outcome):
                 return float(outcome)
             raise TrialFailed(
-                f"the job returned {outcome!r}, not a finite objective "
-                f"(is optimized_metric={config.get('optimized_metric')} logged?)"
+                f"the job returned {outcome!r}, not a finite objective (is optimized_metric="
+                f"{self.sweeper.config.get('optimized_metric')} logged?)"
             )
         if type(outcome).__name__ == "TrialPruned":
             raise optuna.TrialPruned(str(outcome))
         raise TrialFailed(one_line(outcome, with_type=True, limit=300)) from outcome
 
-    def stop_when_done(study, _trial) -> None:
+    def stop_when_done(self, study, _trial) -> None:
         requeue_interrupted(study)  # a worker of this host died meanwhile
-        if used() >= budget:
+        if self.used() >= self.budget:
             study.stop()
 
-    if used() < budget:
+
+def run(sweeper, arguments: list[str]) -> None:
+    """Create or load the study, run trials until the budget is used, write the results."""
+    opts, config = sweeper.options, sweeper.config
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    space, fixed, direction = _settings(opts, arguments)
+    study, url, seed = _open_study(opts, sweep_dir, fixed, direction)
+    trials = _Trials(sweeper, study, space, fixed, url, seed)
+    if trials.used() >= trials.budget:
+        log.info("study %s already has its %d trials", study.study_name, trials.budget)
+    else:
         try:
             study.optimize(
-                objective,
+                trials.objective,
                 timeout=opts.get("timeout"),
                 catch=(Exception,),
-                callbacks=[stop_when_done],
+                callbacks=[trials.stop_when_done],
             )
         except KeyboardInterrupt:  # Ctrl-C: the results so far, then stop
             write_results(study, sweep_dir, url, fixed, final=False)
             raise
-    else:
-        log.info("study %s already has its %d trials", study.study_name, budget)
     write_results(study, sweep_dir, url, fixed)
 
 
