@@ -228,7 +228,8 @@ def test_lr_suggestion_of_a_2_epoch_run_trains_digits_to_95_percent(cli, tmp_pat
     assert len(found["results"]["lr"]) == 100
     assert f"suggested lr {found['lr']:.4g}" in proc.stdout
     assert "in 100 steps, 4.8 passes over the 21 training batches); training with it" in proc.stdout
-    assert json.loads((run / "metrics.json").read_text())["test/acc"] >= 0.95
+    # metrics are float32: 342 of 360 test digits, exactly 95%, is stored as 0.949999988
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] >= float(np.float32(0.95))
 
 
 @pytest.mark.slow
