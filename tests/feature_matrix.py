@@ -298,7 +298,9 @@ def main(argv=None) -> int:
                 results[row.name] = {**results.get(row.name, {}), **got}
                 results_path.parent.mkdir(parents=True, exist_ok=True)
                 results_path.write_text(json.dumps(results, indent=2))
-                Path(args.out).write_text(render(results, all_rows))
+                # the page is written once, at the end: the default one is docs/matrix.md, in
+                # the project whose files every cell checks it left alone (`--render-only`
+                # writes it from the results an interrupted run kept)
 
         with ThreadPoolExecutor(args.jobs) as pool:
             list(pool.map(one, chosen))
