@@ -122,6 +122,7 @@ def start(run, env: dict[str, str], output: Path, code: Path) -> ForkedJob:
 
 
 def _become_a_job(env: dict[str, str], output: Path, code: Path) -> None:
+    from hydra_plugins.litlab_launchers.parallel_job import console_to
     from litlab.sweeps import snapshot
 
     os.setsid()
@@ -131,8 +132,5 @@ def _become_a_job(env: dict[str, str], output: Path, code: Path) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    out = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
+    console_to(output)
     snapshot.import_from(code)

@@ -7,10 +7,11 @@ any job is known, so a job cannot get its own CUDA_VISIBLE_DEVICES (CUDA reads i
 process), a DDP job's ranks re-run loky's worker instead of the job, and Ctrl-C kills the
 workers without the job's own stop (last.ckpt). Here each job is a process of its own
 (`parallel_job`: forked from this one for CPU jobs, which then skip the imports of torch and
-Lightning, a fresh interpreter for GPU jobs; see `forked`), started in a session of its own so
-that the launcher alone decides what reaches it: Ctrl-C or SIGTERM of the launcher is passed on once to every running job (a job
-stops as it would in a sequential sweep: last.ckpt), no job starts after it, and the launcher
-exits as a stopped sequential sweep does (1 after Ctrl-C, 143 after SIGTERM).
+Lightning; a fresh interpreter for GPU jobs; see `forked`), started in a session of its own
+so that the launcher alone decides what reaches it: Ctrl-C or SIGTERM of the launcher is
+passed on once to every running job (a job stops as it would in a sequential sweep:
+last.ckpt), no job starts after it, and the launcher exits as a stopped sequential sweep does
+(1 after Ctrl-C, 143 after SIGTERM).
 
 Jobs run the code the sweep started with (litlab.sweeps.snapshot, as the SLURM launchers): a
 job that starts an hour later imports src/ and composes configs/ again, and would otherwise

@@ -50,7 +50,7 @@ class Job:
         sweep_dir = str(OmegaConf.select(config, "hydra.sweep.dir"))
         out = Path(sweep_dir, str(OmegaConf.select(config, "hydra.sweep.subdir")))
         Path(self.run_dir_file).write_text(str(out))
-        _console_to(out / CONSOLE_LOG)
+        console_to(out / CONSOLE_LOG)
         return run_job(
             hydra_context=self.hydra_context,
             task_function=self.task_function,
@@ -60,7 +60,7 @@ class Job:
         )
 
 
-def _console_to(path: Path) -> None:
+def console_to(path: Path) -> None:
     """Send this process's stdout and stderr (and its DDP ranks') to `path`, appended."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
