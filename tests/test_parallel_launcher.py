@@ -374,7 +374,7 @@ def test_cpu_jobs_are_forked_only_from_a_launcher_without_new_threads():
     get fresh interpreters."""
     done = subprocess.run(
         [sys.executable, "-c", FORK_CHECK], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "2"},
+        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(ROOT / "src")},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1", "True", "False", "False"]
