@@ -106,6 +106,8 @@ def venv(tmp_path_factory):
     Path(inner, "base_packages.pth").write_text(f"import site; site.addsitedir({shared!r})\n")
     proc = subprocess.run(
         [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+        # never uninstall .venv's own editable litlab, which the base_packages.pth shows it
+        + ["--ignore-installed"]
         + ["-e", str(ROOT)],
         capture_output=True,
         text=True,
