@@ -92,6 +92,7 @@ def test_editable_install_imports_litlab_without_pythonpath(tmp_path):
             "--no-deps",
             "--no-build-isolation",
             "--no-index",
+            "--ignore-installed",  # else pip uninstalls .venv's own editable litlab first
             "--prefix",
             str(tmp_path / "p"),
             "-e",
