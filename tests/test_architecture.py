@@ -83,6 +83,22 @@ def test_no_function_is_longer_than_80_lines():
 TEST_SIDE_MODULES = {"conftest", "ddp_probe", "faults", "feature_matrix", "matrix_cells"}
 
 
+def _imported_names(node: ast.AST) -> list[str]:
+    """The modules a statement or call imports: `import`, `from ... import`, and a call of
+    `__import__` or `importlib.import_module` with a literal name (both hide an import from a
+    scan of import statements)."""
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""]
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if name in ("__import__", "import_module") and isinstance(node.args[0].value, str):
+            return [node.args[0].value]
+    return []
+
+
 def test_tests_import_their_helpers_from_one_package():
     """A test imports what it shares with others from tests/helpers/ (fixtures come from
     conftest.py by name), never from conftest or from another test module."""
@@ -92,9 +108,7 @@ def test_tests_import_their_helpers_from_one_package():
         if path.parent == tests and path.stem not in TEST_SIDE_MODULES:
             assert path.name.startswith("test_"), f"{path.name}: a helper belongs in tests/helpers/"
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
+            names = _imported_names(node)
             wrong += [
                 f"{path.relative_to(tests)}:{node.lineno} imports {name}"
                 for name in names

@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+from helpers.nets import TinyResNet
+from helpers.runs import ROOT
 
 from litlab.compression import distill, prune, resize
 from litlab.config.compose import compose
@@ -47,35 +49,6 @@ def test_kd_loss_matches_a_hand_computation():
     assert distill.kd_loss(s, t, y, alpha, temp).item() == pytest.approx(want, rel=1e-6)
 
 
-class TinyResNet(torch.nn.Module):
-    """Two residual blocks: the channels of a residual addition must be pruned together."""
-
-    def __init__(self, in_channels: int, num_classes: int, width: int = 32):
-        super().__init__()
-
-        def conv(a, b):
-            return torch.nn.Conv2d(a, b, 3, padding=1, bias=False)
-
-        self.stem, self.bn = conv(in_channels, width), torch.nn.BatchNorm2d(width)
-        self.blocks = torch.nn.ModuleList(
-            torch.nn.Sequential(
-                conv(width, width),
-                torch.nn.BatchNorm2d(width),
-                torch.nn.ReLU(),
-                conv(width, width),
-                torch.nn.BatchNorm2d(width),
-            )
-            for _ in range(2)
-        )
-        self.fc = torch.nn.Linear(width, num_classes)
-
-    def forward(self, x):
-        x = torch.relu(self.bn(self.stem(x)))
-        for block in self.blocks:
-            x = torch.relu(x + block(x))
-        return self.fc(x.mean((2, 3)))
-
-
 def test_structured_pruning_removes_channels_and_rebuilds_from_config():
     torch.manual_seed(0)
     net = TinyResNet(1, 10)
@@ -84,7 +57,7 @@ def test_structured_pruning_removes_channels_and_rebuilds_from_config():
     params = prune.count(net)[0]
     assert params <= 0.2 * before  # smaller tensors, not masks (nonzero: BN biases start at 0)
     assert not any("mask" in k for k in net.state_dict()) and net.fc.out_features == 10
-    cfg = prune.pruned_net_config({"_target_": "test_compress.TinyResNet"}, shapes)
+    cfg = prune.pruned_net_config({"_target_": "helpers.nets.TinyResNet"}, shapes)
     assert json.loads(json.dumps(cfg)) == cfg  # plain values: weights_only checkpoints
     rebuilt = resize.resized_net(
         cfg["base_target"],
@@ -301,7 +274,7 @@ def test_interrupted_fine_tuning_resumes_with_ckpt_path_last(tmp_path, cli, digi
         "+callbacks.fault.step=30",
     ]  # epoch 2 of 3 (21 steps each)
     args = ["compress.prune.ratio=0.5", "trainer.max_epochs=3", "report.onnx=false", *FAST]
-    env = {"PYTHONPATH": str(__import__("conftest").ROOT / "tests")}
+    env = {"PYTHONPATH": str(ROOT / "tests")}
     killed = cli(
         "compress.py", f"ckpt_path={digits_ckpt}", *args, *fault, env=env, check=False, timeout=600
     )

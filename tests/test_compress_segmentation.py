@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers.nets import TinyResNet
 from helpers.refusals import refused
 
 from litlab.compression import distill, prune, resize
@@ -61,7 +62,7 @@ def test_unet3d_channels_are_pruned_across_its_skip_connections_and_rebuilt():
         (_unet, 0.01, None, "compress.prune.ratio=0.01 would leave layers of this net without"),
         (_unet, 0.5, 16, "compress.prune.round_to=16 would leave layer model.0.conv.unit0.conv"),
         (lambda: _unet((4, 8)), 0.05, 2, "compress.prune.ratio=0.05 would leave layers"),
-        (lambda: __import__("test_compress").TinyResNet(1, 10), 0.001, None, "ratio=0.001"),
+        (lambda: TinyResNet(1, 10), 0.001, None, "ratio=0.001"),
     ],
 )
 def test_a_pruning_that_would_empty_layers_is_one_line(make, ratio, round_to, named):

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from helpers.refusals import FAST_S, fake_checkpoint, refused
+from helpers.runs import ROOT
 
 from litlab.compression.recipe import compress
 from litlab.export.recipe import export
@@ -23,7 +24,6 @@ def serve(cfg):
     return serve_settings(settings.model_path, cfg.paths.output_dir, settings)
 
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.xdist_group("refusals")  # the fake checkpoints are made once
 
 
