@@ -49,13 +49,13 @@ def _nan_whitening(model):
 
 
 CRAFTED = {  # name: (metadata, words of the error)
-    "no metadata": (None, "lacks task, classes, inputs, input_names"),
+    "no metadata": (None, "lacks task, inputs, input_names"),
     "3 names for 10 outputs": (deep({"classes": ["a", "b", "c"]}), "3 names but the model"),
     "std 0": (deep({"inputs.x.normalization.std": [0]}), "normalization std is 0"),
     "std NaN": (deep({"inputs.x.normalization.std": "NaN"}), "normalization.std"),
     "huge string": (deep({"classes": ["x" * (5 << 20)] + list("123456789")}), "bytes; at most"),
     "2M class names": (deep({"classes": [str(i) for i in range(2_000_000)]}), "at most"),
-    "long class name": (deep({"classes": ["y" * 300] + list("123456789")}), "class name"),
+    "long class name": (deep({"classes": ["y" * 300] + list("123456789")}), "a name in classes"),
     "unknown task": (deep({"task": "os.system"}), "known tasks"),
     "image_size 100000": (deep({"inputs.image_size": 100000}), "inputs.image_size"),
     "channels 7": (deep({"inputs.channels": 7}), "inputs.channels"),

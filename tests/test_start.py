@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from litlab import scaffold
@@ -157,27 +156,35 @@ def test_new_task_refuses_bad_names_in_one_line(capsys, args, says):
     assert _tree(ROOT / "configs") == before
 
 
-def _new_kind_copy(tmp_path: Path) -> tuple[Path, Path]:
-    """docs/new_task.md's table example, written file by file into a copy of the project,
-    and a CSV table for it (three classes, two Gaussian blobs each, 5 features)."""
+def _doc_blocks() -> list[tuple[str, str]]:
+    """docs/new_task.md's worked example of a new kind: (path, text) of each file."""
     import re
 
-    import numpy as np
-
-    root = _repo_copy(tmp_path)
-    before = _tree(root)
     doc = (ROOT / "docs" / "new_task.md").read_text()
-    blocks = re.findall(r"```(?:python|yaml)\n# file: (\S+)\n(.*?)```", doc, flags=re.DOTALL)
-    assert len(blocks) == 5
+    return re.findall(r"```(?:python|yaml)\n# file: (\S+)\n(.*?)```", doc, flags=re.DOTALL)
+
+
+def test_the_new_kind_of_docs_new_task_is_the_shipped_regression_kind():
+    """The doc's seven blocks are the files litlab ships (the doc cannot drift from the code)."""
+    blocks = _doc_blocks()
+    assert [rel for rel, _ in blocks][:1] == ["src/litlab/tasks/regression.py"]
+    assert len(blocks) == 7
+    for rel, text in blocks:
+        assert (ROOT / rel).read_text() == text, f"docs/new_task.md's {rel} differs from the file"
+
+
+def _new_kind_copy(tmp_path: Path) -> Path:
+    """A copy of the project without the regression kind's files, then the doc's blocks
+    written into it: a kind whose output is not a class, added as files only."""
+    root = _repo_copy(tmp_path)
+    blocks = _doc_blocks()
+    for rel, _ in blocks:
+        (root / rel).unlink()
+    before = _tree(root)
     for rel, text in blocks:
         assert rel not in before, f"the example edits {rel}: a new kind adds files only"
         (root / rel).write_text(text)
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 3, 600)
-    x = rng.normal(size=(600, 5)) + 2.0 * np.eye(3, 5)[y]
-    table = tmp_path / "table.csv"
-    np.savetxt(table, np.column_stack([x, y]), delimiter=",", header="a,b,c,d,e,label", comments="")
-    return root, table
+    return root
 
 
 def _run(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -192,81 +199,93 @@ def _run(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedPr
 
 
 def test_the_new_kind_of_docs_new_task_is_one_adapter(tmp_path):
-    """The kind is found from its own file, read without torch, and a model of another kind
-    on its data is refused in one line before anything is built."""
-    root, table = _new_kind_copy(tmp_path)
+    """In a copy of the project without it, the kind is found from its own file, read
+    without torch, and a model of another kind on its data is refused in one line before
+    anything is built."""
+    root = _new_kind_copy(tmp_path)
     probe = (
         "import sys; from litlab import tasks\n"
         "kind = tasks.kind_of_data('litlab.data.table.TableDataModule')\n"
-        "assert tasks.kinds_of_model('litlab.models.table.TableClassifier') == (kind.name,)\n"
+        "assert tasks.kinds_of_model('litlab.models.regression.Regressor') == (kind.name,)\n"
         "assert 'torch' not in sys.modules\n"
-        "print(kind.name, kind.export_spec)\n"
+        "print(kind.name, kind.outputs)\n"
     )
     done = _run(root, "-c", probe, timeout=60)
-    assert done.stdout.split() == ["table_classification", "litlab.export.domains:tensor_spec"]
+    assert done.stdout.split() == ["regression", "litlab.tasks.regression:Values"], done.stderr
     refused = _run(
         root,
         "src/train.py",
-        "experiment=table",
-        f"data.path={table}",
-        "model._target_=litlab.models.vision.ImageClassifier",
+        "experiment=diabetes",
+        "model=cnn",
         f"paths.log_dir={tmp_path / 'logs'}",
         timeout=120,
     )
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert refused.stderr.count("\n") == 1 and "cannot train on" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "cannot train on data=table" in refused.stderr
     assert not list((tmp_path / "logs").glob("*/runs/*"))
 
 
 @pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)
 def test_the_new_kind_of_docs_new_task_trains_exports_serves_and_quantizes(tmp_path):
-    """docs/new_task.md's table kind through every entry point, with no other file changed:
-    train (callbacks=inspect), eval, export (fp32 and int8, verified), serve, compress."""
-    root, table = _new_kind_copy(tmp_path)
+    """docs/new_task.md's regression kind through every entry point, in a copy of the project
+    that had none of its files: train (callbacks=inspect), eval, export (fp32 and int8,
+    verified), one real HTTP request to src/serve.py, compress=quantize."""
+    root = _new_kind_copy(tmp_path)
     logs = tmp_path / "logs"
     log_dir = f"paths.log_dir={logs}"
     done = _run(
-        root,
-        "src/train.py",
-        "experiment=table",
-        f"data.path={table}",
-        "trainer.max_epochs=5",
-        "callbacks=inspect",
-        "extras.print_config=false",
-        log_dir,
-    )
+        root, "src/train.py", "experiment=diabetes", "callbacks=inspect",
+        "extras.print_config=false", log_dir,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    run = next(logs.glob("table/runs/*"))
-    assert json.loads((run / "metrics.json").read_text())["test/acc"] > 0.8  # chance: 1/3
-    for picture in ("confusion_test.png", "tsne.png"):  # the inspect callbacks that apply
-        assert (run / "inspect" / picture).is_file(), picture
+    run = next(logs.glob("diabetes/runs/*"))
+    trained = json.loads((run / "metrics.json").read_text())
+    assert trained["test/r2"] >= 0.40  # a linear model: about 0.45
+    assert (run / "inspect" / "samples.png").is_file()  # the kind's residual plot
     best = next((run / "checkpoints").glob("epoch_*.ckpt"))
     done = _run(root, "src/eval.py", f"ckpt_path={best}", log_dir)
     assert done.returncode == 0, done.stderr[-3000:]
+    evaluated = next(logs.glob("eval/runs/*"))
+    assert json.loads((evaluated / "metrics.json").read_text())["test/r2"] == pytest.approx(
+        trained["test/r2"], abs=1e-6
+    )
     done = _run(root, "src/export.py", f"ckpt_path={best}", "formats=[onnx,onnx_int8]", log_dir)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    onnx = next(logs.glob("export/runs/*/model.onnx"))
-    rows = np.loadtxt(table, delimiter=",", skiprows=1)[:32]
-    # the datamodule standardizes features with the whole table's mean and std
-    full = np.loadtxt(table, delimiter=",", skiprows=1)[:, :-1]
-    inputs = ((rows[:, :-1] - full.mean(0)) / full.std(0, ddof=1)).tolist()
-    serve = (
-        "import json, sys; from fastapi.testclient import TestClient\n"
-        "from litlab.serving.app import create_app\n"
-        f"with TestClient(create_app({str(onnx)!r})) as client:\n"
-        "    reply = client.post('/predict', json={'inputs': json.loads(sys.argv[1])})\n"
-        "print(json.dumps(reply.json()['class_ids']))\n"
-    )
-    done = _run(root, "-c", serve, json.dumps(inputs))
-    assert done.returncode == 0, done.stderr[-3000:]
-    predicted = np.array(json.loads(done.stdout))
-    assert (predicted == rows[:, -1]).mean() > 0.8
+    export = next(logs.glob("export/runs/*"))
+    assert (export / "model.int8.onnx").is_file(), done.stdout  # within 2% of the r2
+    _serve_and_check(root, export / "model.onnx", logs)
     done = _run(
-        root, "src/compress.py", f"ckpt_path={best}", "compress=quantize", "report.onnx=true",
-        log_dir,
+        root, "src/compress.py", f"ckpt_path={best}", "compress=quantize", log_dir,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(next(logs.glob("compress/runs/*/compress_report.json")).read_text())
-    assert "quantize" in json.dumps(report)
-    refused = _run(root, "src/compress.py", f"ckpt_path={best}", "compress=prune", log_dir)
-    assert refused.returncode == 2 and "does not apply to table_classification" in refused.stderr
+    assert "int8 kept" in json.dumps(report)
+    refused = _run(root, "src/compress.py", f"ckpt_path={best}", "compress=distill", log_dir)
+    assert refused.returncode == 2 and "does not apply to regression" in refused.stderr
+
+
+def _serve_and_check(root: Path, model: Path, logs: Path) -> None:
+    """The diabetes rows in the table's own units, served over HTTP by the copy's
+    src/serve.py: one number per row, whose r2 against the targets is a trained model's; a
+    short row is a 422 naming the 10 features."""
+    from helpers import serve
+    from sklearn.datasets import load_diabetes
+    from sklearn.metrics import r2_score
+
+    table = load_diabetes(scaled=False)
+    server, url = serve.start(model, logs, root=root)
+    try:
+        predictions = []
+        for start in range(0, len(table.data), 64):  # serve's max_batch rows per request
+            body = json.dumps({"inputs": table.data[start : start + 64].tolist()}).encode()
+            status, reply = serve.request(f"{url}/predict", body, "application/json")
+            assert status == 200 and reply["targets"] == ["progression"], reply
+            predictions += reply["predictions"]
+        assert len(predictions) == len(table.target)
+        assert r2_score(table.target, predictions) >= 0.40
+        short = json.dumps({"inputs": [table.data[0, :9].tolist()]}).encode()
+        status, reply = serve.request(f"{url}/predict", short, "application/json")
+        assert status == 422 and "[10]" in reply["error"], reply
+    finally:
+        server.terminate()
+        server.wait(30)

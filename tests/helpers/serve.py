@@ -92,26 +92,31 @@ def export_digits(digits_run, tmp_path_factory) -> dict:
 
 
 def start(
-    model: Path, logs: Path, *extra: str, env: dict | None = None
+    model: Path, logs: Path, *extra: str, env: dict | None = None, root: Path = ROOT
 ) -> tuple[subprocess.Popen, str]:
-    """`src/serve.py model_path=... extra...` (with `env` added to the environment), once it
-    answers /health."""
+    """`src/serve.py model_path=... extra...` (with `env` added to the environment) of the
+    project at `root` (a copy: its src/ first on the path), once it answers /health."""
     port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(ROOT / "src" / "serve.py"),
+            str(root / "src" / "serve.py"),
             f"model_path={model}",
             f"port={port}",
             f"paths.log_dir={logs}",
             "extras.print_config=false",
             *extra,
         ],
-        cwd=ROOT,
+        cwd=root,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            **({} if root == ROOT else {"PYTHONPATH": str(root / "src")}),
+            **(env or {}),
+        },
     )
     url, deadline = f"http://127.0.0.1:{port}", time.time() + START_TIMEOUT
     while time.time() < deadline:

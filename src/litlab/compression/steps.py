@@ -262,5 +262,11 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
         return Stage("quantize", stage.model, stage.run_cfg, onnx=q, quantized=True)
     fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx")
     batches = measure.calibration(dm, step.calibration_batches)
-    q = quantize_int8(fp32, batches, out / f"{index}_quantize.onnx", per_channel=step.per_channel)
+    q = quantize_int8(
+        fp32,
+        batches,
+        out / f"{index}_quantize.onnx",
+        per_channel=step.per_channel,
+        op_types=tasks.get(dm.task).int8_op_types,  # as src/export.py quantizes this kind
+    )
     return Stage("quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True)

@@ -22,23 +22,25 @@ class Spec:
     example: tuple  # export inputs (a batch of >= 2 where batched)
     held_out: list[tuple]  # verification inputs, from the test split (other sizes too)
     layout: dict  # shapes, dtypes, preprocessing: stored as metadata
-    classes: list[str]
+    outputs: list[str]  # what each output column is (the kind's output family names them)
     test_batches: Callable[[], Iterator[tuple[tuple, object]]]  # (inputs, target)
     calibration: Callable[[int], Iterator[tuple]]  # up to n input tuples from the train split
     score: Callable[[Predict, tuple], torch.Tensor] = None  # metric input from one batch
     output_names: list[str] = field(default_factory=lambda: ["logits"])
     #: class probabilities of one batch (N, classes, ...) for the out-of-distribution score;
-    #: None: `score` gives them (classifiers)
+    #: None: `score` gives them (classifiers), or the kind's outputs carry no confidence
     probs: Callable[[Predict, tuple], torch.Tensor] | None = None
 
 
-def class_names(dm, n: int) -> list[str]:
-    names = getattr(dm, "class_names", None)
-    return [str(c) for c in names] if names else [str(i) for i in range(n)]
+def output_names(run, dm, task: str) -> list[str]:
+    """The names of the net's output columns, as the task kind's output family gives them."""
+    return tasks.get(task).output_family().names(run.model, dm)
 
 
-def _probs(predict: Predict, inputs: tuple) -> torch.Tensor:
-    return predict(*inputs).softmax(1)
+def _metric_input(task: str):
+    """predict, inputs -> what the kind's metrics take (probabilities, values)."""
+    family = tasks.get(task).output_family()
+    return lambda predict, inputs: family.metric_input(predict(*inputs))
 
 
 def spec_for(run) -> Spec:
@@ -56,15 +58,15 @@ LAYOUTS = {2: "NF", 3: "NCL", 4: "NCHW", 5: "NCDHW"}
 
 
 def tensor_spec(run, dm, task) -> Spec:
-    """Any classifier of one batched tensor (images, volumes, table rows): preprocessed as
-    in training (the datamodule's own batch transfer), class scores per sample."""
+    """Any net of one batched tensor (images, volumes, table rows): preprocessed as in
+    training (the datamodule's own batch transfer), one row of outputs per sample (class
+    scores, values: the kind's output family reads them)."""
 
     def batches(dataset):
         for x, y in dm.loader(dataset, train=False):  # no trainer: no augmentation
             yield dm.on_after_batch_transfer((x, y), 0)
 
     x, _ = next(batches(dm.test_set))
-    n = run.model.num_classes
     layout = {
         "x": {
             "shape": ["batch", *x.shape[1:]],
@@ -83,6 +85,8 @@ def tensor_spec(run, dm, task) -> Spec:
         layout["x"]["normalization"] = getattr(
             dm, "normalization", "per-volume, per-channel z-score, fixed size"
         )
+    if getattr(dm, "feature_names", None):  # table rows: what each column is
+        layout["x"]["columns"] = [str(n) for n in dm.feature_names]
     return Spec(
         task,
         ["x"],
@@ -90,10 +94,10 @@ def tensor_spec(run, dm, task) -> Spec:
         (x[:2],),
         [(x[:1],), (x,)],
         layout,
-        class_names(dm, n),
+        output_names(run, dm, task),
         lambda: ((b[:1], b[1]) for b in batches(dm.test_set)),
         lambda k: ((b[0],) for b in islice(batches(dm.train_set), k)),
-        _probs,
+        _metric_input(task),
     )
 
 
@@ -157,7 +161,7 @@ def segmentation_spec(run, dm, task) -> Spec:
         example,
         [example, (bigger,)],
         layout,
-        class_names(dm, model.num_classes),
+        output_names(run, dm, task),
         test_batches,
         calibration,
         score,
@@ -191,7 +195,7 @@ def node_spec(run, dm, task) -> Spec:
         inputs,
         [inputs, _graph_inputs(half, False)],
         layout,
-        class_names(dm, run.model.num_classes),
+        output_names(run, dm, task),
         lambda: iter([(inputs, data.y[data.test_mask])]),
         lambda k: iter([inputs]),
         score,
@@ -248,8 +252,8 @@ def graph_spec(run, dm, task) -> Spec:
         first,
         [first, small],
         layout,
-        class_names(dm, run.model.num_classes),
+        output_names(run, dm, task),
         lambda: batches(dm.test_set),
         lambda k: (b[0] for b in islice(batches(dm.train_set), k)),
-        _probs,
+        _metric_input(task),
     )

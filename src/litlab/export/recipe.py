@@ -66,9 +66,11 @@ def prepare_net(model):
 
 
 def metadata(run, spec, ckpt_path, metric: str) -> dict:
+    from litlab import tasks
+
     return {
         "task": spec.task,
-        "classes": spec.classes,
+        tasks.get(spec.task).output_family().names_key: spec.outputs,
         "input_names": spec.input_names,
         "inputs": spec.layout,
         "metric": f"test/{metric}",
@@ -83,12 +85,15 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
 def serving_metadata(spec, predict, meta: dict) -> None:
     """What the service needs beyond the layout: the training background of images (for
     transparent uploads, where the kind serves image files) and the out-of-distribution
-    score's model and threshold."""
+    score's model and threshold (where the kind's outputs carry a confidence)."""
     from litlab import tasks
     from litlab.export import ood
 
-    if tasks.get(spec.task).serve_files == "image":
+    kind = tasks.get(spec.task)
+    if kind.serve_files == "image":
         meta["inputs"]["background"] = ood.background(spec)
+    if not kind.output_family().confidence:
+        return
     meta["ood"] = ood.measure(spec, predict)
     threshold = meta["ood"].get("threshold")
     if not (isinstance(threshold, int | float) and math.isfinite(threshold)):
@@ -173,10 +178,12 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     judge = _Judge(run.model, spec, eager, settings)
     meta = metadata(run, spec, settings.ckpt_path, judge.metric)
     serving_metadata(spec, eager, meta)
-    print(
-        f"out-of-distribution threshold {meta['ood']['threshold']:.3g}: "
-        f"{meta['ood']['test_exceed_fraction']:.1%} of the test split above it"
-    )
+    ood = meta.get("ood", {})
+    if ood:
+        print(
+            f"out-of-distribution threshold {ood['threshold']:.3g}: "
+            f"{ood['test_exceed_fraction']:.1%} of the test split above it"
+        )
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     print(f"checkpoint (eager torch): test/{judge.metric} {judge.reference:.4f}")
@@ -196,7 +203,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
         "threads": _torch().get_num_threads(),
         "batch_unit": batch_unit,
         "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
-        "ood": {k: v for k, v in meta["ood"].items() if k not in ("model", "parts")},
+        "ood": {k: v for k, v in ood.items() if k not in ("model", "parts")},
     }
     reporting.write(result, out)
     print(f"run dir {out}  (report: export_report.md)")

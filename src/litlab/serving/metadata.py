@@ -129,33 +129,41 @@ def _samples(inputs: dict) -> None:
     _sample_size(shape[1:], "inputs.x.shape")
 
 
+def _output_names(meta: dict, key: str, width) -> None:
+    """The names of the output columns (`key`: the kind's output family's, e.g. classes), as
+    many as the model's outputs."""
+    require(key in meta, f"it lacks {key} (not an export of src/export.py?)")
+    names = _list(meta[key], key, max_len=MAX_CLASSES)
+    require(len(names) >= 1, f"{key} is empty")
+    for c in names:
+        require(
+            isinstance(c, str) and 0 < len(c) <= MAX_NAME,
+            f"a name in {key} is {str(c)[:40]!r}; expected text of 1 to {MAX_NAME} characters",
+        )
+    require(
+        width is None or len(names) == width,
+        f"{key} has {len(names)} names but the model outputs {width} {key}",
+    )
+
+
 def check(meta: dict, input_names: list[str], width) -> dict:
     """Raise `Bad` for the first problem; `width` is the model's static output width (class
-    count; None when the file leaves it dynamic)."""
-    missing = [k for k in ("task", "classes", "inputs", "input_names") if k not in meta]
+    count, targets; None when the file leaves it dynamic)."""
+    missing = [k for k in ("task", "inputs", "input_names") if k not in meta]
     require(not missing, f"it lacks {', '.join(missing)} (not an export of src/export.py?)")
     _finite_everywhere(meta)
     task = meta["task"]
     known = list(tasks.kinds())  # every kind declared in litlab.tasks, a new one's too
     require(task in known, f"task is {str(task)[:40]!r}; known tasks: {', '.join(known)}")
-    classes = _list(meta["classes"], "classes", max_len=MAX_CLASSES)
-    require(len(classes) >= 1, "classes is empty")
-    for c in classes:
-        require(
-            isinstance(c, str) and 0 < len(c) <= MAX_NAME,
-            f"a class name is {str(c)[:40]!r}; expected text of 1 to {MAX_NAME} characters",
-        )
-    require(
-        width is None or len(classes) == width,
-        f"classes has {len(classes)} names but the model outputs {width} classes",
-    )
+    kind, family = tasks.get(task), tasks.get(task).output_family()
+    _output_names(meta, family.names_key, width)
     require(
         meta["input_names"] == input_names,
         f"input_names is {str(meta['input_names'])[:80]}; the model's inputs are {input_names}",
     )
     inputs = meta["inputs"]
     require(isinstance(inputs, dict) and isinstance(inputs.get("x"), dict), "inputs.x is missing")
-    kind, channels = tasks.get(task), None
+    channels = None
     if kind.serve_files == "image":
         channels = _vision(inputs)
     elif kind.serve_files == "volume":
@@ -165,6 +173,7 @@ def check(meta: dict, input_names: list[str], width) -> dict:
     else:
         _samples(inputs)
     if "ood" in meta:
+        require(family.confidence, f"it holds ood, but {task} outputs carry no confidence")
         ood_metadata.check(meta["ood"], channels if kind.ood_inputs else None)
     return meta
 

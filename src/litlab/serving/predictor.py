@@ -51,13 +51,13 @@ class Predictor:
             await self.batcher.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
-    async def classify_batch(self, x: np.ndarray) -> dict:
+    async def answer_batch(self, x: np.ndarray) -> dict:
         runner = self.runner
         if self.batcher is not None:
-            probs, scores = await self.batcher(x)
-            return runner.classify(None, probs=probs, scores=scores)
-        logits = runner.run(x) if runner.inline else await self.offload(runner.run, x)
-        return runner.classify(logits, x)
+            prepared, scores = await self.batcher(x)
+            return runner.answer(None, scores=scores, prepared=prepared)
+        outputs = runner.run(x) if runner.inline else await self.offload(runner.run, x)
+        return runner.answer(outputs, x)
 
     async def json(self, body: bytes) -> dict:
         s = self.settings
@@ -80,7 +80,7 @@ class Predictor:
         if kind.inputs == "graph":
             graph_level = kind.serve_output == "graph_classes"
             args = inputs.graph(data, self.channels, graph_level, max_nodes=self.max_batch * 10_000)
-            out = runner.classify(await self.offload(runner.run, *args))
+            out = runner.answer(await self.offload(runner.run, *args))
             return {"level": "graph" if graph_level else "node", **out}
         if kind.serve_output == "mask":
             x = inputs.array(data.get("inputs"), "inputs", np.float32, 5)
@@ -90,7 +90,7 @@ class Predictor:
             mask, fields = await self.offload(runner.segment, x[0])
             return {"mask": mask.tolist(), "classes": runner.classes, **fields}
         x = inputs.tensor_batch(data, runner.layout["x"]["shape"], self.max_batch)
-        return await self.classify_batch(x.astype(np.float32))
+        return await self.answer_batch(x.astype(np.float32))
 
     async def uploads(self, raw: list[bytes], names: list[str]):
         """Uploaded files' bytes -> the response body (a dict), or (mask bytes, fields)."""
@@ -116,7 +116,7 @@ class Predictor:
             )
         decode = self.decode_all
         x = decode(heads) if pixels <= INLINE_PIXELS else await self.offload(decode, heads)
-        return await self.classify_batch(x)
+        return await self.answer_batch(x)
 
     def decode_all(self, heads: list) -> np.ndarray:
         layout = self.runner.layout
@@ -137,7 +137,7 @@ class Predictor:
             mask, fields = runner.segment(volume)
             return nifti_bytes(mask, affine), fields
         x = fit_volume(volume, runner.layout)[None]
-        return runner.classify(runner.run(x), x)
+        return runner.answer(runner.run(x), x)
 
     async def warm_up(self) -> None:
         """One request of each kind the model will see, through the whole path (decoding,

@@ -1,7 +1,8 @@
 """The model behind the service: one ONNX Runtime session (thread-safe, shared by requests),
-optionally fed by a micro-batcher, and the task's output decoding (classes, probabilities,
-out-of-distribution scores: litlab.export.ood, with the parameters stored in the export). What
-the model takes and answers is what its task kind declares (`TaskKind.inputs`, `serve_output`)."""
+optionally fed by a micro-batcher, and the answer its task kind's output family gives
+(`TaskKind.outputs`: classes and probabilities, values) with the out-of-distribution scores
+(litlab.export.ood, with the parameters stored in the export). What the model takes is what its
+task kind declares (`TaskKind.inputs`, `serve_output`)."""
 
 import asyncio
 from pathlib import Path
@@ -21,13 +22,6 @@ SCORE_NOT_FINITE = (
     "The out-of-distribution score is not finite for item {item} of the request (inputs far "
     "outside the training data); nothing was answered."
 )
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax; a row with inf or NaN becomes NaN (told by `finite`), silently."""
-    with np.errstate(all="ignore"):
-        z = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return z / z.sum(axis=1, keepdims=True)
 
 
 def finite(values, message: str) -> None:
@@ -57,7 +51,9 @@ class Runner:
         self.meta = metadata.read(self.path, self.session, model)
         self.task = self.meta["task"]
         self.kind = tasks.get(self.task)  # a kind litlab.tasks declares: checked in the metadata
-        self.classes = self.meta["classes"]
+        self.outputs = self.kind.output_family()  # what the output columns are
+        self.names = self.meta[self.outputs.names_key]
+        self.classes = self.names if self.outputs.names_key == "classes" else None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
         signature.check(self.path, model, self.session, self.kind, self.layout)
@@ -94,22 +90,16 @@ class Runner:
             "out_of_distribution": (scores > self.ood["threshold"]).tolist(),
         }
 
-    def classify(self, logits: np.ndarray, x=None, scores=None, probs=None) -> dict:
-        """Classes and probabilities; the OOD scores given (computed for a whole micro-batch)
-        or computed here from the probabilities and the inputs `x`."""
-        probs = softmax(logits.astype(np.float64)) if probs is None else probs
-        finite(probs, NOT_FINITE)
-        ids = probs.argmax(1)
+    def answer(self, outputs: np.ndarray | None, x=None, scores=None, prepared=None) -> dict:
+        """The answer of the kind's output family (classes and probabilities, values); the OOD
+        scores given (computed for a whole micro-batch) or computed here from the prepared
+        outputs and the inputs `x`. `prepared`: outputs the micro-batcher prepared."""
+        prepared = self.outputs.prepare(outputs) if prepared is None else prepared
+        finite(prepared, NOT_FINITE)
         if scores is None:
-            scores = self.ood_scores(probs, x)
+            scores = self.ood_scores(prepared, x)
         finite(scores, SCORE_NOT_FINITE)
-        return {
-            "predictions": [self.classes[i] for i in ids],
-            "class_ids": ids.tolist(),
-            "probabilities": np.round(probs, 6).tolist(),
-            "classes": self.classes,
-            **self.ood_fields(scores),
-        }
+        return {**self.outputs.answer(self.names, prepared), **self.ood_fields(scores)}
 
     def segment(self, volume: np.ndarray) -> tuple[np.ndarray, dict]:
         """Label volume (D, H, W) of a (C, D, H, W) volume (sliding windows, as in training),
@@ -162,11 +152,11 @@ class Runner:
                 f"{self.path.name}: the model's output on an all-zero input is not finite (NaN "
                 "or infinite weights, or an overflow); re-export the checkpoint with src/export.py"
             )
-        width = out.shape[1] if out.ndim > 1 else None
-        if width != len(self.classes):
+        width, key = out.shape[1] if out.ndim > 1 else None, self.outputs.names_key
+        if width != len(self.names):
             raise UserError(
-                f"{self.path.name}: the model outputs {width} classes but its metadata names "
-                f"{len(self.classes)}; re-export the checkpoint with src/export.py"
+                f"{self.path.name}: the model outputs {width} {key} but its metadata names "
+                f"{len(self.names)}; re-export the checkpoint with src/export.py"
             )
         start = time.perf_counter()
         self._warm_up()
@@ -232,8 +222,9 @@ class MicroBatcher:
                 for _, future in items:
                     future.set_exception(err)
                 continue
-            # probabilities and OOD scores of the whole batch: numpy's per-call cost once
-            probs = softmax(out.astype(np.float64))
+            # prepared outputs (probabilities) and OOD scores of the whole batch: numpy's
+            # per-call cost once
+            probs = self.runner.outputs.prepare(out)
             scores = self.runner.ood_scores(probs, batch)
             start = 0
             for x, future in items:

@@ -44,8 +44,14 @@ class TaskKind:
     #: also say what the exported file's metadata must hold: images their size, channels and
     #: normalization; volumes their shape (masks: patch size and sliding window); JSON samples
     #: or nodes their feature shape
-    serve_output: Literal["classes", "node_classes", "graph_classes", "mask"] = "classes"
+    serve_output: Literal["classes", "node_classes", "graph_classes", "mask", "values"] = "classes"
     serve_files: Literal["image", "volume"] | None = None
+    #: what the net's output columns are, as "module:Class" (the family kinds of one output
+    #: type share): their names in an export's metadata, the metric's input from one batch's
+    #: outputs, and a served answer (`litlab.tasks.outputs.Classes`: softmax, the top class,
+    #: an out-of-distribution score; `litlab.tasks.regression.Values`: numbers in the
+    #: target's units)
+    outputs: str = "litlab.tasks.outputs:Classes"
     #: the out-of-distribution score also measures the inputs (block-mean PPCA and per-channel
     #: statistics: fixed-size tensors with channels and spatial dims, as whole images or
     #: volumes); False: the classifier's confidence alone
@@ -53,6 +59,9 @@ class TaskKind:
     #: inspect callbacks (their `inspects` name) that apply; samples: how samples are drawn
     inspect: tuple[str, ...] = ()
     samples_view: Literal["images", "volume_slices", "nodes"] | None = None
+    #: or the kind's own samples figure, as "module:Class" (`collect` per test batch, `draw`
+    #: at the end: litlab.tasks.regression.Residuals)
+    samples_figure: str | None = None
     #: compression steps that apply (quantize and structured pruning need tensor inputs)
     compression: tuple[str, ...] = COMPRESSION_STEPS
     #: compress: epochs of fine-tuning / student training when trainer.max_epochs is null,
@@ -86,8 +95,8 @@ class TaskKind:
     @property
     def serve_batchable(self) -> bool:
         """Requests of several samples may share one ONNX Runtime run (micro-batching): a
-        batched tensor in, classes per sample out."""
-        return self.inputs == "tensor" and self.serve_output == "classes"
+        batched tensor in, one answer per sample out."""
+        return self.inputs == "tensor" and self.serve_output in ("classes", "values")
 
     def refuse_compression(self, step: str) -> None:
         if step not in self.compression:
@@ -114,6 +123,10 @@ class TaskKind:
 
         module, _, function = getattr(self, name).partition(":")
         return getattr(importlib.import_module(module), function)
+
+    def output_family(self):
+        """An instance of the kind's `outputs` family (imported now)."""
+        return self.hook("outputs")()
 
     def _note(self, feature: str) -> str:
         return f" ({self.notes[feature]})" if feature in self.notes else ""

@@ -1,7 +1,8 @@
 """What the predictions look like, per domain, on the test set:
 - images: a grid of the first N test images titled with the true and predicted class;
 - 3D segmentation: the middle slice of the first N volumes, true and predicted masks overlaid;
-- node classification: the accuracy of each class (CSV and bar chart)."""
+- node classification: the accuracy of each class (CSV and bar chart);
+- a kind that draws its own (`TaskKind.samples_figure`: regression's residual plot)."""
 
 import csv
 
@@ -17,11 +18,17 @@ class SamplePredictions(TaskCallback):
         super().__init__(**kwargs)
         self.num_samples = num_samples
         self._held: list = []
+        self._own = None  # the kind's own figure (TaskKind.samples_figure), when it has one
 
     def on_test_epoch_start(self, trainer, pl_module):
         self._held = []
+        own = self.kind(trainer).samples_figure
+        self._own = self.kind(trainer).hook("samples_figure")() if own else None
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if self._own is not None:  # the kind draws its own figure
+            self._own.collect(pl_module, batch)
+            return
         view = self.kind(trainer).samples_view
         if view == "nodes":
             logits, y = pl_module._scores(batch, "test")
@@ -40,6 +47,11 @@ class SamplePredictions(TaskCallback):
         self._held.append((x.float().cpu(), y.cpu(), pred.cpu()))
 
     def on_test_epoch_end(self, trainer, pl_module):
+        own, self._own = self._own, None
+        if own is not None:
+            if own.held and trainer.is_global_zero:
+                save_figure(trainer, own.draw(trainer), "samples")
+            return
         held, self._held = self._held, []
         if not held or not trainer.is_global_zero:
             return

@@ -1,0 +1,99 @@
+"""Numbers in, one value per sample out (a table's target column): the kind whose output is not
+a class. Everything a layer needs to know of it is in this file: its declarations (`KIND`), what
+its outputs are (`Values`: export metadata, metric input, served answer) and its samples figure
+(`Residuals`: predicted against true values on the test split)."""
+
+from litlab.tasks.kind import TaskKind
+
+KIND = TaskKind(
+    name="regression",
+    # r2 is the monitor (higher is better); mae and rmse in the target's own units
+    metrics=("mae", "rmse", "r2"),
+    # one batched tensor (layout NF): the generic spec, outputs read by `Values`
+    export_spec="litlab.export.domains:tensor_spec",
+    outputs="litlab.tasks.regression:Values",
+    # /predict takes JSON rows ({"inputs": [[...], ...]}), several per request
+    serve_output="values",
+    inspect=("samples", "histograms"),
+    samples_figure="litlab.tasks.regression:Residuals",
+    # quantize is judged by the test r2 (a share of it); distillation matches class
+    # probabilities, structured pruning keeps the class outputs of a classifier
+    compression=("prune_unstructured", "quantize"),
+    quantize_max_drop=0.02,
+    # int8: the dense layers only. Raw feature columns of different ranges share one int8
+    # scale at the input (a 1-or-2 column next to a 100-300 one rounds away): the
+    # standardization around the layers stays fp32 (diabetes: test r2 0.59 -> 0.56 with every
+    # op quantized)
+    int8_op_types=("Gemm", "MatMul"),
+    # federated partitions deal items out by their class: a value has none
+    federated_units=None,
+    notes={
+        "distill": "distillation matches class probabilities",
+        "prune with compress.prune.method=structured": "it keeps a classifier's class outputs",
+        "federate": "partitions need classes",
+    },
+)
+
+
+class Values:
+    """One number per output column, in the target's own units (the net undoes the targets'
+    standardization itself): served as `predictions`, one number per row (a list per row for
+    several targets); no class probabilities, so no out-of-distribution score."""
+
+    names_key = "targets"
+    confidence = False
+
+    @staticmethod
+    def names(model, datamodule) -> list[str]:
+        return [str(n) for n in datamodule.target_names]
+
+    @staticmethod
+    def metric_input(outputs):
+        return outputs[:, 0] if outputs.shape[1] == 1 else outputs
+
+    @staticmethod
+    def prepare(outputs):
+        import numpy as np
+
+        return outputs.astype(np.float64)
+
+    @staticmethod
+    def answer(names: list[str], values) -> dict:
+        import numpy as np
+
+        rows = np.round(values, 6)
+        return {
+            "predictions": (rows[:, 0] if rows.shape[1] == 1 else rows).tolist(),
+            "targets": names,
+        }
+
+
+class Residuals:
+    """`callbacks=inspect`'s samples figure: predicted against true values of the whole test
+    split (the diagonal is a perfect model), and the residuals against the prediction."""
+
+    def __init__(self) -> None:
+        self.held: list = []
+
+    def collect(self, module, batch) -> None:
+        x, y = batch
+        self.held.append((module(x)[:, 0].detach().float().cpu(), y.float().cpu()))
+
+    def draw(self, trainer):
+        import torch
+
+        from litlab.callbacks.inspect.base import figure
+
+        pred, true = (torch.cat(t).numpy() for t in zip(*self.held))
+        name = trainer.datamodule.target_names[0]
+        fig = figure(8, 3.6)
+        left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        fig.subplots_adjust(wspace=0.35)
+        left.scatter(true, pred, s=8, alpha=0.6)
+        ends = [min(true.min(), pred.min()), max(true.max(), pred.max())]
+        left.plot(ends, ends, color="gray", linewidth=1)
+        left.set(xlabel=f"true {name}", ylabel=f"predicted {name}", title="test split")
+        right.scatter(pred, true - pred, s=8, alpha=0.6)
+        right.axhline(0, color="gray", linewidth=1)
+        right.set(xlabel=f"predicted {name}", ylabel="residual (true - predicted)")
+        return fig
