@@ -25,12 +25,19 @@ def kd_loss(
     temperature: float,
     labelled_logits: torch.Tensor | None = None,
     task_loss=None,
+    soft_loss=None,
 ) -> torch.Tensor:
-    """alpha * T^2 * KL(teacher/T || student/T) + (1 - alpha) * label loss. The soft term
-    compares `student_logits` with `teacher_logits` (class scores along dim 1), summed over
-    classes and averaged over every other position (samples, voxels); the label term scores
+    """alpha * soft term + (1 - alpha) * label loss. The soft term is T^2 KL(teacher/T ||
+    student/T): `student_logits` against `teacher_logits` (class scores along dim 1), summed
+    over classes and averaged over every other position (samples, voxels); or, for outputs
+    that are not class scores, `soft_loss(student_logits, teacher_logits)` (the student
+    module's: regression compares values, and no temperature applies). The label term scores
     `labelled_logits` (default: the same logits; node classification: every node vs the
     training ones) against `target` with `task_loss(logits, target)` (default: CE)."""
+    hard = student_logits if labelled_logits is None else labelled_logits
+    label = (task_loss or F.cross_entropy)(hard, target)
+    if soft_loss is not None:
+        return alpha * soft_loss(student_logits, teacher_logits) + (1 - alpha) * label
     t = temperature
     soft = (
         F.kl_div(
@@ -42,8 +49,6 @@ def kd_loss(
         .sum(1)
         .mean()
     )
-    hard = student_logits if labelled_logits is None else labelled_logits
-    label = (task_loss or F.cross_entropy)(hard, target)
     return alpha * t * t * soft + (1 - alpha) * label
 
 
@@ -110,9 +115,16 @@ class Distiller(L.LightningModule):
         soft, logits, y = soft_and_hard(self.student, batch)
         with torch.no_grad():
             teacher_soft, _, _ = soft_and_hard(self.teacher, batch)
-        task_loss = getattr(self.student, "task_loss", None)  # else cross-entropy
+        student = self.student  # its own label loss (else CE) and soft loss (else T^2 KL)
         loss = kd_loss(
-            soft, teacher_soft, y, self.alpha, self.temperature, logits, task_loss=task_loss
+            soft,
+            teacher_soft,
+            y,
+            self.alpha,
+            self.temperature,
+            logits,
+            task_loss=getattr(student, "task_loss", None),
+            soft_loss=getattr(student, "soft_loss", None),
         )
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=len(y))
         return loss

@@ -66,27 +66,13 @@ def resize_(module: nn.Module, shape: list[int]) -> None:
     module.reset_parameters()
 
 
-def resized_net(
-    base_target: str,
-    base_kwargs: dict,
-    shapes: dict[str, list[int]],
-    in_channels: int | None = None,
-    num_classes: int | None = None,
-    image_size: int | None = None,
-    patch_size=None,
-    task: str | None = None,
-):
-    """The net `base_target(**base_kwargs, **dims)` with the layers in `shapes` resized."""
+def resized_net(base_target: str, base_kwargs: dict, shapes: dict[str, list[int]], **dims):
+    """The net `base_target(**base_kwargs, **dims)` with the layers in `shapes` resized.
+    `dims`: the datamodule's (in_channels, num_classes, a table's statistics, ...), of which
+    the base factory gets those it names, as the run's own net got them."""
     import hydra
 
     factory = hydra.utils.get_object(base_target)
-    dims = {
-        "in_channels": in_channels,
-        "num_classes": num_classes,
-        "image_size": image_size,
-        "patch_size": patch_size,
-        "task": task,
-    }
     accepted = inspect.signature(factory).parameters
     net = factory(
         **base_kwargs, **{k: v for k, v in dims.items() if k in accepted and v is not None}
@@ -95,3 +81,7 @@ def resized_net(
     for name, shape in shapes.items():
         resize_(modules[name], list(shape))
     return net
+
+
+#: the run's builder hands this factory every dim (litlab.config.build: `_accepted`)
+resized_net.passes_dims_on = True

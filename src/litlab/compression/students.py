@@ -2,7 +2,8 @@
 config, so that it has at most `max_params_ratio` (a quarter) of the teacher's parameters.
 
 - nets with a width knob (small CNN, 3D U-Net, 3D ResNet, GNNs): the same net, narrower;
-- nets without one (torchvision's ResNet-18): the small CNN of configs/model/cnn.yaml.
+- nets without one (torchvision's ResNet-18): the small CNN of configs/model/cnn.yaml;
+- a net class with its own `narrowed(net_config, scale)` (the table MLP): that.
 The width is shrunk step by step and the student built and counted at each step: the first
 that fits is taken, so the bound holds for any data (Cora's 1,433 input features dominate a
 GCN's parameters; a digit's 64 pixels do not)."""
@@ -63,7 +64,8 @@ def candidates(teacher_model: dict):
         model |= copy.deepcopy(REPLACE[target])
         target = model["net"]["_target_"]
         yield copy.deepcopy(model)
-    if target not in NARROW:
+    narrow = NARROW.get(target) or _own_narrowing(target)
+    if narrow is None:
         known = ", ".join(sorted({*NARROW, *REPLACE}))
         raise UserError(
             f"compress=distill has no default student for {target} (it has for {known}); "
@@ -72,7 +74,18 @@ def candidates(teacher_model: dict):
         )
     base = model["net"]
     for scale in SCALES:
-        yield copy.deepcopy(model) | {"net": {**base, **NARROW[target](base, scale)}}
+        yield copy.deepcopy(model) | {"net": {**base, **narrow(base, scale)}}
+
+
+def _own_narrowing(target: str):
+    """A net class that says how it narrows (`narrowed(net_config, scale) -> keys`), as a
+    researcher's own net does; None for another or an unknown one."""
+    try:
+        import hydra
+
+        return getattr(hydra.utils.get_class(target), "narrowed", None)
+    except Exception:  # noqa: BLE001 (not a class: the one-line refusal above)
+        return None
 
 
 def fitting_student(

@@ -20,7 +20,10 @@ log = logging.getLogger(__name__)
 
 
 def _accepted(fn, kwargs: dict) -> dict:
-    """The subset of `kwargs` that `fn` names as parameters."""
+    """The subset of `kwargs` that `fn` names as parameters (all of them for a factory that
+    passes them on to the net it wraps: `passes_dims_on`, a pruned net's rebuild)."""
+    if getattr(fn, "passes_dims_on", False):
+        return dict(kwargs)
     names = set(inspect.signature(fn).parameters)
     return {k: v for k, v in kwargs.items() if k in names}
 

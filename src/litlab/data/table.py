@@ -72,6 +72,8 @@ class TableDataModule(folds.FoldSettings, SplitDataModule):
         return {"train": rest[fit], "val": rest[val], "test": test}
 
     def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:  # once: a federated client's narrowed sets stay so
+            return
         x, y = torch.from_numpy(self.x), torch.from_numpy(self.y)
         self.train_set, self.val_set, self.test_set = (
             TensorDataset(x[self.split[s]], y[self.split[s]]) for s in ("train", "val", "test")

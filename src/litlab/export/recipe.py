@@ -17,7 +17,6 @@ FILES = {
     "onnx_int8": "model.int8.onnx",
     "tensorrt": "model.trt.ep",
 }
-FP32 = ("onnx", "pt2")
 # what still works when a format's exporter fails on an op
 FALLBACK = {"onnx": "pt2", "pt2": "onnx", "onnx_int8": "onnx"}
 
@@ -161,6 +160,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
 
     from litlab.export import report as reporting
     from litlab.export.domains import spec_for
+    from litlab.export.judge import Judge
     from litlab.export.verify import eager_predictor
     from litlab.recipes.load import load_run
 
@@ -175,7 +175,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     spec = spec_for(run)
     net = prepare_net(run.model)
     eager = eager_predictor(net)
-    judge = _Judge(run.model, spec, eager, settings)
+    judge = Judge(run.model, spec, eager, settings)
     meta = metadata(run, spec, settings.ckpt_path, judge.metric)
     serving_metadata(spec, eager, meta)
     ood = meta.get("ood", {})
@@ -210,56 +210,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     return result
 
 
-class _Judge:
-    """Whether an exported file may ship: fp32 files match the checkpoint's outputs within
-    `rtol`; an int8 file loses at most its share of the test metric (`int8_max_drop`, by
-    default the task kind's, as compress=quantize judges it)."""
-
-    def __init__(self, model, spec, eager, settings: ExportSettings) -> None:
-        from litlab import tasks
-        from litlab.export.verify import test_metric
-
-        self.model, self.spec, self.eager, self.rtol = model, spec, eager, settings.rtol
-        self.metric = model.hparams.monitor.split("/", 1)[1]
-        self.higher_better = model.hparams.monitor_mode == "max"
-        self.reference = test_metric(model, spec, eager, self.metric)
-        self.int8_max_drop = settings.int8_max_drop
-        if self.int8_max_drop is None:
-            self.int8_max_drop = tasks.get(spec.task).quantize_max_drop
-
-    def verify(self, fmt: str, path: Path, row: dict) -> None:
-        """The file's outputs and test metric against the checkpoint's, into `row`."""
-        from litlab.export.verify import max_diffs, predictor, test_metric
-
-        predict = predictor(fmt, path, self.spec.input_names)
-        row |= max_diffs(self.eager, predict, self.spec.held_out)
-        row["metric"] = test_metric(self.model, self.spec, predict, self.metric)
-
-    def judge(self, fmt: str, path: Path, row: dict) -> None:
-        """`row["ok"]` and its check; an int8 file that lost too much is deleted, and said so."""
-        if fmt in FP32:
-            row["ok"] = row["max_rel_diff"] <= self.rtol
-            row["check"] = f"max rel diff <= {self.rtol:g}"
-            return
-        metric, reference, allowed = self.metric, self.reference, self.int8_max_drop
-        drop = reference - row["metric"] if self.higher_better else row["metric"] - reference
-        share = drop / abs(reference) if reference else (0.0 if drop <= 0 else float("inf"))
-        row["ok"] = share <= allowed
-        row["check"] = (
-            f"test/{metric} at most {allowed:.0%} worse than the checkpoint's "
-            f"(int8_max_drop={allowed:g})"
-        )
-        if not row["ok"]:  # an int8 file that lost accuracy is not an artifact to ship
-            path.unlink()
-            row |= {"written": False, "drop": drop}
-            row["skipped"] = (
-                f"{fmt}: not written: test/{metric} {row['metric']:.4f} is {share:.2%} worse "
-                f"than the checkpoint's {reference:.4f} (int8_max_drop={allowed:g}, a share); "
-                "the fp32 formats are the ones to use"
-            )
-
-
-def _export_format(fmt: str, net, spec, path: Path, meta, settings, judge: _Judge) -> dict:
+def _export_format(fmt: str, net, spec, path: Path, meta, settings, judge) -> dict:
     """Write one format, verify it and judge it; any failure is this format's row, said."""
     row = {"file": path.name, "ok": False}
     try:

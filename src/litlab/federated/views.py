@@ -4,7 +4,7 @@ the client's own view.
 
 | units | kinds | label of a unit | client trains on | client evaluates on |
 | --- | --- | --- | --- | --- |
-| items | image, volume, graph classification | its class | its training items (images, volumes, graphs) | its share of the validation items |
+| items | image, volume, graph classification; regression | its class (a value: its quantile of the training values) | its training items (images, volumes, graphs, rows) | its share of the validation items |
 | volumes | volume segmentation | its dominant foreground structure (most voxels; 0 if none) | patches of its volumes | its share of the validation volumes |
 | nodes | node classification | its class | its subgraph's training nodes | its subgraph's validation nodes |
 
@@ -31,7 +31,9 @@ class Items:
     evaluates on its share of the validation items, through trainer.test."""
 
     def labels(self, dm) -> tuple[np.ndarray, np.ndarray]:
-        return labels_of(dm.train_set), labels_of(dm.val_set)
+        """Their classes; values (regression) by the kind's output family's strata."""
+        family = tasks.get(dm.task).output_family()
+        return family.strata(labels_of(dm.train_set), labels_of(dm.val_set))
 
     def originals(self, dm) -> dict:
         return {"train_set": dm.train_set, "val_set": dm.val_set}

@@ -22,11 +22,19 @@ class Regressor(LitModule):
         )
 
     def _loss(self, x, y):
-        """(the loss on standardized targets, the prediction in the target's units): the net
-        holds the training targets' spread (`target_std`)."""
-        pred = self(x)[:, 0]
+        """(the loss, the prediction in the target's units)."""
+        out = self(x)
+        return self.task_loss(out, y), out[:, 0]
+
+    def task_loss(self, out, y):
+        """MSE in standard units of the target: the net holds the training targets' spread."""
         scale = self.net.target_std[0]
-        return F.mse_loss(pred / scale, y / scale), pred
+        return F.mse_loss(out[:, 0] / scale, y / scale)
+
+    def soft_loss(self, out, teacher_out):
+        """compress=distill: the teacher's predictions are a second target (no temperature:
+        values are not class scores)."""
+        return self.task_loss(out, teacher_out[:, 0])
 
     def training_step(self, batch, batch_idx):
         x, y = batch

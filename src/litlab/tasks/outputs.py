@@ -10,7 +10,8 @@ A family answers four questions, each asked by one layer:
 - `prepare(outputs)`: a served batch's outputs as the answer reads them (the micro-batcher
   prepares a whole batch at once), and `answer(names, prepared)`: one request's JSON fields;
 - `confidence`: whether the prepared outputs are class probabilities, which the out-of-
-  distribution score reads (litlab.export.ood); a family without them exports no such score.
+  distribution score reads (litlab.export.ood); a family without them exports no such score;
+- `strata(train_labels, heldout_labels)`: the classes federated partitions deal items out by.
 
 numpy and torch are imported by the methods that use them: a kind's declarations stay light.
 """
@@ -32,6 +33,10 @@ class Classes:
     @staticmethod
     def metric_input(outputs):
         return outputs.softmax(1)
+
+    @staticmethod
+    def strata(train_labels, heldout_labels):
+        return train_labels, heldout_labels
 
     @staticmethod
     def prepare(outputs):

@@ -36,6 +36,11 @@ class TableMLP(nn.Module):
         ):
             self.register_buffer(name, torch.tensor(values, dtype=torch.float32))
 
+    @staticmethod
+    def narrowed(net: dict, scale: float) -> dict:
+        """compress=distill's default student: the same MLP, `scale` times as wide."""
+        return {"hidden": max(2, round(net.get("hidden", 64) * scale))}
+
     def standardized(self, x: torch.Tensor) -> torch.Tensor:
         """The prediction in standard units of the target (what the loss compares)."""
         return self.body((x - self.feature_mean) / self.feature_std)
