@@ -98,6 +98,12 @@ def rows(shared: Path) -> list[Row]:
             needs="TUDataset",
         ),
         Row(
+            "mlp_diabetes",
+            "diabetes table, MLP (regression)",
+            ["experiment=diabetes"],
+            ["trainer.max_epochs=10"],
+        ),
+        Row(
             "gcn_sbm",
             "SBM graph, GCN (model=gnn)",
             ["model=gnn", "trainer.max_epochs=100"],

@@ -87,7 +87,7 @@ def metric_text(metrics: dict, keys: tuple) -> str:
     return "no test metric"
 
 
-TEST_KEYS = ("test/acc", "test/dice", "test/auroc", "test/f1")
+TEST_KEYS = ("test/acc", "test/dice", "test/auroc", "test/f1", "test/r2")
 
 
 def train(row, ctx: Ctx, extra=(), timeout=1800) -> Cell:

@@ -82,7 +82,7 @@ def test_the_train_cell_gives_a_checkpoint(tmp_path):
 # one row per task kind besides the digits row's image classification (its cells: above); the
 # whole matrix (11 rows, about 45 minutes on 2 cores) is written by hand into docs/matrix.md:
 # `.venv/bin/python tests/feature_matrix.py` (.ci/run keeps CI well under 30 minutes)
-KIND_ROWS = ("unet3d_phantoms", "resnet3d_phantoms", "gcn_sbm", "gin_mutag")
+KIND_ROWS = ("unet3d_phantoms", "resnet3d_phantoms", "gcn_sbm", "gin_mutag", "mlp_diabetes")
 # the only cells of those rows that may refuse: TensorRT needs a CUDA GPU (CI has none); every
 # other method exists for every kind and must work (issue 37)
 REFUSALS_EXPECTED = {"export tensorrt"}
