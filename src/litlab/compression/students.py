@@ -78,12 +78,12 @@ def candidates(teacher_model: dict):
 
 
 def _own_narrowing(target: str):
-    """A net class that says how it narrows (`narrowed(net_config, scale) -> keys`), as a
-    researcher's own net does; None for another or an unknown one."""
+    """A net (class or factory) that says how it narrows (`narrowed(net_config, scale) ->
+    keys`), as a researcher's own net does; None for another or an unknown one."""
     try:
         import hydra
 
-        return getattr(hydra.utils.get_class(target), "narrowed", None)
+        return getattr(hydra.utils.get_object(target), "narrowed", None)
     except Exception:  # noqa: BLE001 (not a class: the one-line refusal above)
         return None
 

@@ -81,6 +81,8 @@ def tensor_spec(run, dm, task) -> Spec:
             "std": list(dm.std),
         }
         layout["image_size"], layout["channels"] = dm.image_size, dm.channels
+        if getattr(dm, "fit", None):  # how the service fits an image of another size
+            layout["fit"] = dm.fit
     else:
         layout["x"]["normalization"] = getattr(
             dm, "normalization", "per-volume, per-channel z-score, fixed size"

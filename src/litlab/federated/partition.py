@@ -18,15 +18,17 @@ MAX_DRAWS = 1000
 
 
 def labels_of(dataset) -> np.ndarray:
-    """Integer class labels of a dataset's items (tensor datasets, PyG datasets, Subsets)."""
+    """The labels of a dataset's items (tensor datasets, PyG datasets, Subsets): a class or
+    value per item, or a label map per item (2D segmentation; its output family reads it)."""
     from torch.utils.data import Subset, TensorDataset
 
     if isinstance(dataset, Subset):
         return labels_of(dataset.dataset)[np.asarray(dataset.indices)]
     if hasattr(dataset, "labels"):  # litlab's TensorImages
         return np.asarray(dataset.labels).reshape(-1)
-    if isinstance(dataset, TensorDataset):
-        return dataset.tensors[-1].numpy().reshape(-1)
+    if isinstance(dataset, TensorDataset):  # label maps stay one per item
+        labels = dataset.tensors[-1].numpy()
+        return labels if labels.ndim > 2 else labels.reshape(-1)
     if hasattr(dataset, "y") and dataset.y is not None:  # PyG InMemoryDataset: one label a graph
         return dataset.y.numpy().reshape(-1)
     return np.asarray(

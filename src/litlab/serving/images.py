@@ -169,7 +169,9 @@ def decode(img, layout: dict) -> np.ndarray:
     norm = layout["x"]["normalization"]
     try:
         img, full = _working_mode(img)
-        if img.size != (size, size):  # area means down (as digits were made), bilinear up
+        if img.size != (size, size) and layout.get("fit") == "pad":
+            img = _padded(img, size, Image)
+        elif img.size != (size, size):  # area means down (as digits were made), bilinear up
             down = img.size[0] >= size and img.size[1] >= size
             img = img.resize(
                 (size, size), Image.Resampling.BOX if down else Image.Resampling.BILINEAR
@@ -196,6 +198,21 @@ def decode(img, layout: dict) -> np.ndarray:
     mean = np.asarray(norm["mean"], np.float32)
     std = np.asarray(norm["std"], np.float32)
     return ((colour - mean) / std).transpose(2, 0, 1).astype(np.float32)
+
+
+def _padded(img, size: int, Image):
+    """The image centred on a size x size canvas of zeros, as a model trained on zero-padded
+    slices saw them (`inputs.fit` "pad"); a larger one is refused."""
+    width, height = img.size
+    if width > size or height > size:
+        raise BadRequest(
+            f"The image is {width}x{height}; this model takes images of at most {size}x{size} "
+            "(smaller ones are zero-padded, centred, as its training images were).",
+            422,
+        )
+    canvas = Image.new(img.mode, (size, size))
+    canvas.paste(img, ((size - width) // 2, (size - height) // 2))
+    return canvas
 
 
 def fast_path(img, layout: dict):

@@ -87,6 +87,12 @@ def _vision(inputs: dict) -> int:
         number(v, "a normalization std", STD_FLOOR, 1e3)
     for v in _list(inputs.get("background", [0.0] * channels), "inputs.background", channels):
         number(v, "a background value", 0, 1)
+    fit = inputs.get("fit", "resize")
+    require(
+        fit in ("resize", "pad"),
+        f"inputs.fit is {str(fit)[:40]!r}; expected resize or pad (how an image of another "
+        "size is fitted)",
+    )
     return channels
 
 

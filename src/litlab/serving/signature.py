@@ -1,8 +1,8 @@
 """An ONNX file's graph is data from elsewhere too: when the service opens it (after its
 metadata), the graph must take what the service feeds for its task kind (float32 samples at
 the layout's rank and sizes; graphs: float32 node features, int64 edges and graph ids) and
-answer a float32 output of the rank the answer is decoded from (classes: 2; a mask: the
-volume's), and its weights must hold no NaN. A file that differs would fail on every request
+answer a float32 output of the rank its output family decodes (classes, values: 2; a mask:
+the input's), and its weights must hold no NaN. A file that differs would fail on every request
 (ONNX Runtime's own errors, or NaN in every answer); it is refused in one line, before the
 server listens."""
 
@@ -67,9 +67,8 @@ def check_inputs(path: Path, session, kind, layout: dict) -> None:
 
 def check_output(path: Path, session, kind, layout: dict) -> None:
     out = session.get_outputs()[0]
-    rank = len(layout["x"]["shape"]) if kind.serve_output == "mask" else 2
+    rank, what = kind.output_family().output_rank(layout)
     if out.type != FLOAT or len(out.shape) != rank:
-        what = "a mask's class scores" if rank > 2 else "class scores (items x classes)"
         _refuse(
             path,
             f"the model's output {out.name[:40]!r} is {_dtype(out.type)} of rank "

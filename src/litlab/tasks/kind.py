@@ -44,7 +44,9 @@ class TaskKind:
     #: also say what the exported file's metadata must hold: images their size, channels and
     #: normalization; volumes their shape (masks: patch size and sliding window); JSON samples
     #: or nodes their feature shape
-    serve_output: Literal["classes", "node_classes", "graph_classes", "mask", "values"] = "classes"
+    serve_output: Literal[
+        "classes", "node_classes", "graph_classes", "mask", "pixel_classes", "values"
+    ] = "classes"
     serve_files: Literal["image", "volume"] | None = None
     #: what the net's output columns are, as "module:Class" (the family kinds of one output
     #: type share): their names in an export's metadata, the metric's input from one batch's
@@ -96,7 +98,11 @@ class TaskKind:
     def serve_batchable(self) -> bool:
         """Requests of several samples may share one ONNX Runtime run (micro-batching): a
         batched tensor in, one answer per sample out."""
-        return self.inputs == "tensor" and self.serve_output in ("classes", "values")
+        return self.inputs == "tensor" and self.serve_output in (
+            "classes",
+            "pixel_classes",
+            "values",
+        )
 
     def refuse_compression(self, step: str) -> None:
         if step not in self.compression:

@@ -11,7 +11,8 @@ A family answers four questions, each asked by one layer:
   prepares a whole batch at once), and `answer(names, prepared)`: one request's JSON fields;
 - `confidence`: whether the prepared outputs are class probabilities, which the out-of-
   distribution score reads (litlab.export.ood); a family without them exports no such score;
-- `strata(train_labels, heldout_labels)`: the classes federated partitions deal items out by.
+- `strata(train_labels, heldout_labels)`: the classes federated partitions deal items out by;
+- `output_rank(layout)`: the rank of the output an exported file must answer, and its words.
 
 numpy and torch are imported by the methods that use them: a kind's declarations stay light.
 """
@@ -37,6 +38,18 @@ class Classes:
     @staticmethod
     def strata(train_labels, heldout_labels):
         return train_labels, heldout_labels
+
+    @staticmethod
+    def output_rank(layout: dict) -> tuple[int, str]:
+        return 2, "class scores (items x classes)"
+
+
+class PixelClasses(Classes):
+    """Class scores per pixel or voxel (N, classes, *spatial): an output of the input's rank."""
+
+    @staticmethod
+    def output_rank(layout: dict) -> tuple[int, str]:
+        return len(layout["x"]["shape"]), "a mask's class scores"
 
     @staticmethod
     def prepare(outputs):

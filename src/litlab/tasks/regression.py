@@ -61,6 +61,10 @@ class Values:
         return np.digitize(train_values, edges), np.digitize(heldout_values, edges)
 
     @staticmethod
+    def output_rank(layout: dict) -> tuple[int, str]:
+        return 2, "values (items x targets)"
+
+    @staticmethod
     def prepare(outputs):
         import numpy as np
 

@@ -10,6 +10,8 @@ KIND = TaskKind(
     export_spec="litlab.export.domains:segmentation_spec",
     serve_output="mask",
     serve_files="volume",
+    # class scores per voxel (the service's sliding windows read them)
+    outputs="litlab.tasks.outputs:PixelClasses",
     inspect=("samples", "histograms", "model_graph"),
     samples_view="volume_slices",
     # compression: every step. Judged by the test Dice over whole volumes (sliding windows);

@@ -1,0 +1,229 @@
+"""2D segmentation datamodules: axial slices of NIfTI volumes (`data=hippocampus2d`) and a
+user's images/ + masks/ folders (`data=masks`).
+
+Items are split, never their slices: a volume's slices are all in one split. Training draws
+random slices; evaluation batches hold one whole item (all slices of a volume, or one image), so
+the Dice of a batch is the Dice of an item, as for 3D segmentation. Intensities are in [0, 1]
+(a volume windowed at its 0.5 and 99.5 percentiles, an image / 255), then normalized by the
+training slices' mean and standard deviation in the batch hook: what an exported file's
+metadata states, so a served PNG is read as training read its slices.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from litlab.bounds import Fraction, Ge, NonNegInt, PosInt, Seed
+from litlab.data import folds
+from litlab.data.base import SplitDataModule
+from litlab.data.splits import split_indices
+from litlab.errors import UserError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+
+
+class ItemSlices(TensorDataset):
+    """Slices of several items; `groups`: the indices of each item's slices, in order."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, groups: list[list[int]]):
+        super().__init__(images, labels)
+        self.groups = groups
+
+
+class SliceDataModule(folds.FoldSettings, SplitDataModule):
+    """Subclasses return items (`load`): (images (S, C, H, W) in [0, 1], labels (S, H, W)) of
+    `image_size` squares, and their names."""
+
+    task = "image_segmentation"
+    data_name, fold_pool = "the items", "items"
+    #: a served image of another size is zero-padded as training's were (exported metadata)
+    fit = "pad"
+
+    def __init__(
+        self,
+        num_classes: Annotated[int, Ge(2)] = 3,
+        image_size: PosInt = 64,
+        batch_size: PosInt = 32,
+        augment: bool = True,
+        val_fraction: Fraction = 0.1,
+        test_fraction: Fraction = 0.2,
+        num_folds: folds.NumFolds = None,
+        fold: NonNegInt = 0,
+        seed: Seed = 42,
+        **kwargs,
+    ):
+        super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
+        self.num_classes, self.image_size, self.channels = num_classes, image_size, 1
+        self.mean, self.std = (0.0,), (1.0,)
+        self.names: list[str] = []
+
+    @property
+    def dims(self) -> dict:
+        return {"in_channels": self.channels, "num_classes": self.num_classes}
+
+    def load(self) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[str]]:
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        h = self.hparams
+        items, self.names = self.load()
+        self.channels = int(items[0][0].shape[1])
+        if h.num_folds is None:
+            split = split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
+        else:  # stratified by each item's dominant structure
+            split = folds.volume_split([y.numpy() for _, y in items], h, self.data_name)
+        self.train_set, self.val_set, self.test_set = (
+            _stack([items[i] for i in split[s]]) for s in ("train", "val", "test")
+        )
+        train = self.train_set.tensors[0]
+        self.mean = tuple(train.mean((0, 2, 3)).tolist())
+        self.std = tuple(train.std((0, 2, 3)).clamp_min(1e-3).tolist())
+
+    def loader(self, dataset, train: bool) -> DataLoader:
+        """Training: shuffled slices; evaluation: one item per batch."""
+        if train or not hasattr(dataset, "groups"):
+            return super().loader(dataset, train)
+        return DataLoader(dataset, batch_sampler=dataset.groups, num_workers=0)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        x, y = batch
+        if self.trainer is not None and self.trainer.training and self.hparams.augment:
+            flip = torch.rand(len(x), device=x.device) < 0.5  # left-right, per slice
+            x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+            y = torch.where(flip[:, None, None], y.flip(-1), y)
+        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        return (x - mean) / std, y.long()
+
+
+def _stack(items: list) -> ItemSlices:
+    groups, start = [], 0
+    for x, _ in items:
+        groups.append(list(range(start, start + len(x))))
+        start += len(x)
+    images = torch.cat([x for x, _ in items])
+    labels = torch.cat([y for _, y in items])
+    return ItemSlices(images, labels, groups)
+
+
+def pad_to(array: np.ndarray, size: int) -> np.ndarray:
+    """Zero-pad the last two axes to size x size (centred); refuse larger."""
+    h, w = array.shape[-2:]
+    top, left = (size - h) // 2, (size - w) // 2
+    pad = [(0, 0)] * (array.ndim - 2) + [(top, size - h - top), (left, size - w - left)]
+    return np.pad(array, pad)
+
+
+class Hippocampus2DDataModule(SliceDataModule):
+    """Axial slices of NIfTI volumes with label maps (MSD layout: images/ + labels/ or
+    imagesTr/ + labelsTr/): each volume windowed to [0, 1], sliced along its last axis,
+    padded to `image_size` squares."""
+
+    def __init__(self, root: str, **kwargs):
+        super().__init__(**kwargs)
+        self.root = Path(root)
+        self.pairs = self.check_settings({"root": root, **kwargs}, "data")
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> list:
+        from litlab.data import volumes as V
+
+        root = Path(str(settings["root"]))
+        if not root.is_dir():
+            raise UserError(f"{key}.root={root} is not a folder (expected images/ and labels/)")
+        pairs = V.find_pairs(root, key)
+        cls.check_folds(settings, key, len(pairs))
+        return pairs
+
+    def load(self):
+        from litlab.data import volumes as V
+
+        items, size = [], self.image_size
+        for image_path, label_path in self.pairs:
+            image, label = V.read_nifti(image_path)[0], V.read_nifti(label_path)[0][0]
+            _check_item(label_path, image.shape[1:], label.shape, label, self.num_classes)
+            _check_size(label_path, label.shape[:2], size)  # a slice is (D, H)
+            lo, hi = np.percentile(image, (0.5, 99.5))
+            image = np.clip((image - lo) / max(hi - lo, 1e-6), 0, 1)
+            x = pad_to(np.moveaxis(image, -1, 0), size)  # (S, C, D, H): slices of the last axis
+            y = pad_to(np.moveaxis(label, -1, 0), size)  # (S, D, H)
+            items.append((torch.from_numpy(x).float(), torch.from_numpy(y.astype(np.uint8))))
+        return items, [p.name for p, _ in self.pairs]
+
+
+class MaskFolderDataModule(SliceDataModule):
+    """A user's images and label maps: `root/images/*.png` and `root/masks/<same name>.png`
+    (8-bit grey or RGB images; masks of label values 0..num_classes-1, the images' size).
+    Images smaller than `image_size` are padded, larger ones refused."""
+
+    def __init__(self, root: str, **kwargs):
+        super().__init__(**kwargs)
+        self.root = Path(root)
+        self.pairs = self.check_settings({"root": root, **kwargs}, "data")
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> list[tuple[Path, Path]]:
+        """Every image has a mask of its size, with labels below num_classes: the first one
+        that does not is named, before anything is written."""
+        from PIL import Image
+
+        root = Path(str(settings["root"]))
+        images, masks = root / "images", root / "masks"
+        if not images.is_dir() or not masks.is_dir():
+            raise UserError(f"{key}.root={root} needs images/ and masks/ folders")
+        found = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if len(found) < 3:
+            raise UserError(f"{key}.root={root}: {len(found)} images in images/; at least 3")
+        pairs, classes = [], int(settings.get("num_classes", 3))
+        size = int(settings.get("image_size", 64))
+        for image in found:
+            mask = masks / image.name
+            if not mask.is_file():
+                raise UserError(f"{image} has no mask: expected {mask}")
+            with Image.open(image) as a, Image.open(mask) as b:
+                labels = np.asarray(b)
+                _check_item(mask, tuple(a.size[::-1]), labels.shape, labels, classes)
+                _check_size(image, labels.shape, size)
+            pairs.append((image, mask))
+        cls.check_folds(settings, key, len(pairs))
+        return pairs
+
+    def load(self):
+        from PIL import Image
+
+        items = []
+        for image, mask in self.pairs:
+            with Image.open(image) as a, Image.open(mask) as b:
+                x = np.asarray(a.convert("L"), dtype=np.float32) / 255.0
+                y = np.asarray(b, dtype=np.uint8)
+            x, y = pad_to(x[None, None], self.image_size), pad_to(y[None], self.image_size)
+            items.append((torch.from_numpy(x), torch.from_numpy(y)))
+        return items, [p.name for p, _ in self.pairs]
+
+
+def _check_item(path, image_shape, label_shape, labels, num_classes: int) -> None:
+    """A label map of its image's shape, of labels 0..num_classes-1."""
+    if tuple(label_shape) != tuple(image_shape):
+        raise UserError(
+            f"{path} has shape {list(label_shape)}, its image {list(image_shape)}: a mask is "
+            "one label per pixel of its image (one channel)"
+        )
+    found = int(np.max(labels)) if np.size(labels) else 0
+    if found >= num_classes or np.min(labels) < 0:
+        raise UserError(
+            f"{path} holds label {found}; labels are 0 to {num_classes - 1} "
+            f"(data.num_classes={num_classes}, background included)"
+        )
+
+
+def _check_size(path, shape, size: int) -> None:
+    if max(shape) > size:
+        raise UserError(
+            f"{path}: {shape[0]}x{shape[1]} is larger than data.image_size={size}; set "
+            f"data.image_size={max(shape)} or more"
+        )

@@ -1,0 +1,39 @@
+"""MONAI's U-Net in 2D: image sides must divide by the product of the strides (8 for the
+default); the datamodules pad slices and images to `image_size` squares (64)."""
+
+from typing import Annotated
+
+from torch import nn
+
+from litlab.bounds import MinLen, NonNegInt, PosInt, Probability
+
+
+def unet2d(
+    in_channels: int,
+    num_classes: int,
+    channels: Annotated[list[PosInt], MinLen(2)] = (16, 32, 64, 128),
+    strides: list[PosInt] = (2, 2, 2),
+    num_res_units: NonNegInt = 1,
+    norm: str = "batch",
+    dropout: Probability = 0.0,
+) -> nn.Module:
+    from monai.networks.nets import UNet
+
+    return UNet(
+        spatial_dims=2,
+        in_channels=in_channels,
+        out_channels=num_classes,
+        channels=tuple(channels),
+        strides=tuple(strides),
+        num_res_units=num_res_units,
+        norm=norm,
+        dropout=dropout,
+    )
+
+
+def _narrowed(net: dict, scale: float) -> dict:
+    """compress=distill's default student: the same U-Net with `scale` times the channels."""
+    return {"channels": [max(2, round(c * scale)) for c in net.get("channels", (16, 32, 64, 128))]}
+
+
+unet2d.narrowed = _narrowed

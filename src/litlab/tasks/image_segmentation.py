@@ -1,0 +1,84 @@
+"""2D images in, a label per pixel out (axial slices of the Hippocampus volumes, a user's
+images/ + masks/ folders). Its declarations (`KIND`), what its outputs are (`Masks`: class
+scores per pixel, served as a label map) and its samples figure (`Overlays`)."""
+
+from litlab.tasks.kind import TaskKind
+from litlab.tasks.outputs import PixelClasses
+
+KIND = TaskKind(
+    name="image_segmentation",
+    # mean foreground Dice (the monitor) and each foreground class's, over whole items: the
+    # slices of one volume, or one image of a mask folder (evaluation batches hold one item)
+    metrics=("dice", "dice_*"),
+    # one batched image tensor, normalized as in training: the generic spec (NCHW)
+    export_spec="litlab.export.domains:tensor_spec",
+    outputs="litlab.tasks.image_segmentation:Masks",
+    # PNG or JPEG uploads (or JSON images), resized to the model's image size as classifiers'
+    # are; /predict answers one label map per image, at the model's size
+    serve_output="pixel_classes",
+    serve_files="image",
+    # the out-of-distribution score measures the images too, and the pixels' confidence
+    ood_inputs=True,
+    inspect=("samples", "histograms", "model_graph"),
+    samples_figure="litlab.tasks.image_segmentation:Overlays",
+    # judged by the test Dice over whole items, int8 within 2% of it
+    quantize_max_drop=0.02,
+    # per-pixel soft targets at T=1 (as 3D segmentation: the Dice term teaches small structures)
+    distill_temperature=1.0,
+    compress_epochs=5,
+)
+
+
+class Masks(PixelClasses):
+    """Class scores per pixel (N, classes, H, W): probabilities by softmax over the classes,
+    the label map by the most probable class. Federated partitions deal images out by their
+    dominant foreground structure."""
+
+    @staticmethod
+    def metric_input(outputs):
+        return outputs.argmax(1)
+
+    @staticmethod
+    def answer(names: list[str], probs) -> dict:
+        return {"masks": probs.argmax(1).astype("uint8").tolist(), "classes": names}
+
+    @staticmethod
+    def strata(train_labels, heldout_labels):
+        import numpy as np
+
+        def dominant(masks):
+            flat = np.asarray(masks).reshape(len(masks), -1).astype(np.int64)
+            counts = np.stack([np.bincount(m, minlength=flat.max() + 1) for m in flat])
+            return np.where(counts[:, 1:].any(1), counts[:, 1:].argmax(1) + 1, 0)
+
+        return dominant(train_labels), dominant(heldout_labels)
+
+
+class Overlays:
+    """`callbacks=inspect`'s samples figure: the middle slice of the first test items, the
+    image with its true and its predicted label map."""
+
+    def __init__(self, count: int = 6) -> None:
+        self.count, self.held = count, []
+
+    def collect(self, module, batch) -> None:
+        if len(self.held) < self.count:
+            x, y = batch
+            middle = len(x) // 2
+            pred = module(x[middle : middle + 1]).argmax(1)[0]
+            self.held.append((x[middle, 0].float().cpu(), y[middle].cpu(), pred.cpu()))
+
+    def draw(self, trainer):
+        import numpy as np
+        from matplotlib.figure import Figure  # no pyplot state, no GUI backend
+
+        fig = Figure(figsize=(4, 2 * len(self.held)))
+        for i, (image, true, pred) in enumerate(self.held):
+            for j, (mask, name) in enumerate(((true, "true"), (pred, "predicted"))):
+                ax = fig.add_subplot(len(self.held), 2, 2 * i + j + 1)
+                ax.imshow(image.numpy(), cmap="gray")
+                m = mask.numpy().astype(float)
+                ax.imshow(np.ma.masked_where(m == 0, m), cmap="autumn", alpha=0.5)
+                ax.set_title(f"item {i}: {name}", fontsize=7)
+                ax.axis("off")
+        return fig
