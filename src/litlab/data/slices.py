@@ -14,7 +14,7 @@ from typing import Annotated
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from litlab.bounds import Fraction, Ge, NonNegInt, PosInt, Seed
 from litlab.data import folds
@@ -31,6 +31,19 @@ class ItemSlices(TensorDataset):
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, groups: list[list[int]]):
         super().__init__(images, labels)
         self.groups = groups
+
+
+class ItemBatches(Sampler):
+    """Batches of one item each (its slices' indices), in order."""
+
+    def __init__(self, groups: list[list[int]]):
+        self.groups = groups
+
+    def __iter__(self):
+        return iter(self.groups)
+
+    def __len__(self) -> int:
+        return len(self.groups)
 
 
 class SliceDataModule(folds.FoldSettings, SplitDataModule):
@@ -88,7 +101,7 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         """Training: shuffled slices; evaluation: one item per batch."""
         if train or not hasattr(dataset, "groups"):
             return super().loader(dataset, train)
-        return DataLoader(dataset, batch_sampler=dataset.groups, num_workers=0)
+        return DataLoader(dataset, batch_sampler=ItemBatches(dataset.groups), num_workers=0)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch

@@ -36,6 +36,9 @@ class LitModule(L.LightningModule):
     metric_names: tuple[str, ...] = ("acc", "f1")
     #: predictions held before a bulk metric update (see log_step)
     QUEUE_NUMEL = 1 << 16
+    #: each queued batch is one item to its metrics (2D segmentation: a volume's slices), so
+    #: batches are never concatenated into one update
+    batch_is_item = False
 
     @classmethod
     def monitorable(cls, name: str) -> bool:
@@ -171,7 +174,7 @@ class LitModule(L.LightningModule):
             p.shape[1:] == preds[0].shape[1:] and t.shape[1:] == target[0].shape[1:]
             for p, t in zip(preds, target)
         )
-        if same and len(queue) > 1:  # e.g. not volumes of different sizes
+        if same and len(queue) > 1 and not self.batch_is_item:  # not volumes of other sizes
             preds, target = [torch.cat(preds)], [torch.cat(target)]
         for p, t in zip(preds, target):
             self.metrics(split).update(p, t)

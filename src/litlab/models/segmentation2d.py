@@ -32,6 +32,7 @@ class ItemDice(DiceScore):
 class ImageSegmenter(LitModule):
     tasks = ("image_segmentation",)
     metric_names = ("dice", "dice_*")
+    batch_is_item = True  # the metrics' update takes one item a call (ItemDice)
 
     def __init__(
         self,

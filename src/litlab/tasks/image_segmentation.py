@@ -48,7 +48,8 @@ class Masks(PixelClasses):
 
         def dominant(masks):
             flat = np.asarray(masks).reshape(len(masks), -1).astype(np.int64)
-            counts = np.stack([np.bincount(m, minlength=flat.max() + 1) for m in flat])
+            width = max(int(flat.max(initial=0)) + 1, 2)
+            counts = np.stack([np.bincount(m, minlength=width) for m in flat])
             return np.where(counts[:, 1:].any(1), counts[:, 1:].argmax(1) + 1, 0)
 
         return dominant(train_labels), dominant(heldout_labels)

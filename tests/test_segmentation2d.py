@@ -1,0 +1,158 @@
+"""The 2D segmentation kind (`model=unet2d data=hippocampus2d`, a user's `data=masks`):
+mask folders refused in one line naming the first bad file, per-item Dice, the service's
+padding rule, the output family. Train, eval, export, serve, quantize end to end on a mask
+folder: the slow test below; on Hippocampus: the matrix row."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers.runs import ROOT
+from PIL import Image
+
+from litlab.errors import UserError
+
+
+def mask_folder(root, count: int = 24, size: int = 32, seed: int = 0):
+    """Grey images with a bright square (label 1) and a dim disc (label 2) on noise."""
+    rng = np.random.default_rng(seed)
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    yy, xx = np.mgrid[:size, :size]
+    for i in range(count):
+        label = np.zeros((size, size), np.uint8)
+        top, left = rng.integers(2, size // 2, 2)
+        label[top : top + 8, left : left + 8] = 1
+        cy, cx = rng.integers(6, size - 6, 2)
+        label[((yy - cy) ** 2 + (xx - cx) ** 2 < 16) & (label == 0)] = 2
+        image = 40 + 20 * rng.random((size, size)) + 150 * (label == 1) + 70 * (label == 2)
+        Image.fromarray(image.astype(np.uint8)).save(root / "images" / f"{i:03d}.png")
+        Image.fromarray(label).save(root / "masks" / f"{i:03d}.png")
+    return root
+
+
+def _refusal(root, **settings) -> str:
+    from litlab.data.slices import MaskFolderDataModule
+
+    with pytest.raises(UserError) as err:
+        MaskFolderDataModule.check_settings({"root": str(root), **settings}, "data")
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_a_mask_folder_that_does_not_match_its_images_is_named(tmp_path):
+    root = mask_folder(tmp_path / "m", count=4)
+    (root / "masks" / "001.png").unlink()
+    assert _refusal(root).endswith(f"001.png has no mask: expected {root}/masks/001.png")
+    Image.fromarray(np.zeros((32, 30), np.uint8)).save(root / "masks" / "001.png")
+    assert "001.png has shape [32, 30], its image [32, 32]" in _refusal(root)
+    Image.fromarray(np.full((32, 32), 3, np.uint8)).save(root / "masks" / "001.png")
+    assert "001.png holds label 3; labels are 0 to 2" in _refusal(root, num_classes=3)
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(root / "masks" / "001.png")
+    assert "one channel" in _refusal(root)
+    Image.fromarray(np.zeros((32, 32), np.uint8)).save(root / "masks" / "001.png")
+    assert "larger than data.image_size=16; set data.image_size=32" in _refusal(root, image_size=16)
+    assert "needs images/ and masks/" in _refusal(tmp_path)
+
+
+def test_items_are_split_whole_and_evaluated_one_per_batch(tmp_path):
+    from litlab.data.slices import MaskFolderDataModule
+
+    dm = MaskFolderDataModule(str(mask_folder(tmp_path / "m")), image_size=32, num_classes=3)
+    dm.setup()
+    sizes = [len(s) for s in (dm.train_set, dm.val_set, dm.test_set)]
+    assert sum(sizes) == 24 and min(sizes) >= 1
+    batches = list(dm.loader(dm.test_set, train=False))
+    assert len(batches) == len(dm.test_set) and all(len(x) == 1 for x, _ in batches)
+    assert dm.test_set.tensors[1].max() == 2 and 0 < dm.mean[0] < 1
+
+
+def test_dice_is_per_item():
+    """Two items, one perfect and one all wrong: the mean is 0.5, not a pooled Dice."""
+    import torch
+
+    from litlab.models.segmentation2d import ItemDice
+
+    metric = ItemDice(2)
+    truth = torch.zeros(3, 4, 4, dtype=torch.long)
+    truth[:, :2] = 1
+    metric.update(truth, truth)  # one item of 3 slices
+    metric.update(1 - truth[:1], truth[:1])
+    assert float(metric.compute()) == pytest.approx(0.5)
+
+
+def test_the_service_pads_a_smaller_image_and_refuses_a_larger_one():
+    from litlab.serving import images
+    from litlab.serving.inputs import BadRequest
+
+    layout = {
+        "channels": 1,
+        "image_size": 8,
+        "fit": "pad",
+        "x": {"normalization": {"mean": [0.0], "std": [1.0]}},
+    }
+    small = Image.fromarray(np.full((4, 6), 255, np.uint8))
+    x = images.decode(small, layout)
+    assert x.shape == (1, 8, 8) and x.sum() == 24 and x[0, 2:6, 1:7].min() == 1
+    with pytest.raises(BadRequest, match="9x4; this model takes images of at most 8x8"):
+        images.decode(Image.fromarray(np.zeros((4, 9), np.uint8)), layout)
+
+
+def test_masks_answer_a_label_map_per_image_and_stratify_by_structure():
+    from litlab.tasks.image_segmentation import Masks
+
+    probs = np.zeros((2, 3, 2, 2))
+    probs[0, 1], probs[1, 2] = 1, 1
+    assert Masks.answer(["0", "a", "b"], probs)["masks"] == [[[1, 1], [1, 1]], [[2, 2], [2, 2]]]
+    labels = np.zeros((3, 2, 2), np.uint8)
+    labels[1, 0], labels[2] = 2, 1
+    assert Masks.strata(labels, labels[:1])[0].tolist() == [0, 2, 1]
+
+
+@pytest.mark.slow  # about a minute on 2 cores
+def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
+    """data=masks through train (Dice of a learnable task), eval, export (fp32 + int8),
+    one HTTP request to src/serve.py answering a label map, compress=quantize."""
+    from helpers import serve
+
+    root = mask_folder(tmp_path / "m", count=80)
+    logs = tmp_path / "logs"
+    common = [f"paths.log_dir={logs}", "extras.print_config=false"]
+
+    def run(*args):
+        done = subprocess.run(
+            [sys.executable, *args, *common], cwd=ROOT, capture_output=True, text=True,
+            timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return done
+
+    run("src/train.py", "model=unet2d", "data=masks", f"data.root={root}", "data.num_classes=3",
+        "data.image_size=32", "data.batch_size=8", "trainer.max_epochs=20",
+        "callbacks=inspect")  # fmt: skip
+    train = next(logs.glob("train/runs/*"))
+    assert json.loads((train / "metrics.json").read_text())["test/dice"] > 0.85  # 0.96 here
+    assert (train / "inspect" / "samples.png").is_file()
+    best = next((train / "checkpoints").glob("epoch_*.ckpt"))
+    run("src/eval.py", f"ckpt_path={best}")
+    run("src/export.py", f"ckpt_path={best}", "formats=[onnx,onnx_int8]")
+    model = next(logs.glob("export/runs/*/model.onnx"))
+    server, url = serve.start(model, logs)
+    try:
+        image = np.asarray(Image.open(root / "images" / "000.png"))[2:30, 3:29]  # 26x28
+        body, kind = serve.multipart([("slice.png", serve.png(image))])
+        status, reply = serve.request(f"{url}/predict", body, kind)
+        assert status == 200 and reply["classes"] == ["0", "1", "2"], reply
+        mask = np.asarray(reply["masks"][0])
+        truth = np.asarray(Image.open(root / "masks" / "000.png"))[2:30, 3:29]
+        inner = mask[2:30, 3:29]  # the image, centred on the 32x32 canvas
+        assert mask.shape == (32, 32) and (inner == truth).mean() > 0.9
+    finally:
+        server.terminate()
+        server.wait(30)
+    run("src/compress.py", f"ckpt_path={best}", "compress=quantize")
+    report = json.loads(next(logs.glob("compress/runs/*/compress_report.json")).read_text())
+    assert "int8 kept" in json.dumps(report)
