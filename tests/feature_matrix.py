@@ -74,6 +74,18 @@ def rows(shared: Path) -> list[Row]:
             ["model=resnet3d", "data=nifti", *nifti, "trainer.max_epochs=1"],
             needs="Hippocampus",
         ),
+        Row(
+            "unet2d_hippocampus2d",
+            "Hippocampus slices, UNet2D (2D segmentation)",
+            [
+                "experiment=unet2d_hippocampus",
+                hippo,
+                "trainer.max_epochs=2",
+                "trainer.limit_train_batches=60",
+            ],
+            ["trainer.max_epochs=1", "trainer.limit_train_batches=20"],
+            needs="Hippocampus",
+        ),
         Row("gcn_cora", "Cora, GCN", ["experiment=gcn_cora"], compress=[], needs="Planetoid"),
         Row(
             "gat_cora",
