@@ -131,3 +131,23 @@ def test_the_kinds_metrics_are_in_the_targets_units():
     out = torch.tensor([[150.0]])
     assert float(module.task_loss(out, torch.tensor([100.0]))) == pytest.approx(1.0)
     assert json.loads(json.dumps(net.narrowed({"hidden": 32}, 0.25))) == {"hidden": 8}
+
+
+@pytest.mark.slow  # a training subprocess
+def test_a_users_csv_trains_to_its_linear_fit(tmp_path):
+    """`experiment=diabetes data.path=table.csv`: a table that a linear model fits almost
+    exactly is learnt (its columns on scales 0.1 to 100 apart, the target around 500)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 4)) * [1, 10, 100, 0.1] + [0, 50, 1000, 0]
+    y = x @ [2.0, 0.3, 0.01, 20.0] + 500 + rng.normal(size=400)
+    table = tmp_path / "t.csv"
+    np.savetxt(table, np.column_stack([x, y]), delimiter=",", header="a,b,c,d,y", comments="")
+    logs = tmp_path / "logs"
+    done = subprocess.run(
+        [sys.executable, "src/train.py", "experiment=diabetes", f"data.path={table}",
+         f"paths.log_dir={logs}", "extras.print_config=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = next(logs.glob("diabetes/runs/*"))
+    assert json.loads((run / "metrics.json").read_text())["test/r2"] > 0.9

@@ -156,3 +156,26 @@ def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
     run("src/compress.py", f"ckpt_path={best}", "compress=quantize")
     report = json.loads(next(logs.glob("compress/runs/*/compress_report.json")).read_text())
     assert "int8 kept" in json.dumps(report)
+
+
+@pytest.mark.slow  # reads 260 volumes: about a minute on 2 cores
+def test_the_hippocampus_slices_experiment_runs_as_printed(tmp_path):
+    """`python src/train.py experiment=unet2d_hippocampus` reads `paths.data_dir`/Hippocampus
+    (a link to the shared copy here), splits by volume and tests whole volumes."""
+    from helpers.runs import require_shared
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "Hippocampus").symlink_to(require_shared("Hippocampus"))
+    logs = tmp_path / "logs"
+    done = subprocess.run(
+        [sys.executable, "src/train.py", "experiment=unet2d_hippocampus",
+         f"paths.data_dir={data}", f"paths.log_dir={logs}", "trainer.max_epochs=1",
+         "trainer.limit_train_batches=30", "extras.print_config=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = next(logs.glob("hippocampus2d/runs/*"))
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["test/dice"] > 0.3  # 30 steps; the full 10 epochs: BENCHMARKS.md
+    assert "test   dice" in done.stdout  # (52 test volumes, one batch each)
