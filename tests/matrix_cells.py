@@ -154,13 +154,13 @@ def free_port() -> int:
 
 def request_body(meta: dict) -> dict:
     """One request in the model's input layout (zeros: the answer's shape is what is checked)."""
-    layout, task = meta["inputs"], meta["task"]
+    layout = meta["inputs"]
     if "edge_index" in layout:
         n, f = 5, int(layout["x"]["shape"][1])
         body = {"x": [[0.0] * f] * n, "edge_index": [[0, 1, 2, 3], [1, 2, 3, 4]]}
         return body | ({"batch": [0] * n} if "batch" in layout else {})
     shape = layout["x"]["shape"]
-    if "segmentation" in task:
+    if "patch_size" in layout:  # volumes by sliding windows: a patch-sized one
         shape = [1, shape[1], *layout["patch_size"]]
     else:
         shape = [1, *[int(s) for s in shape[1:]]]

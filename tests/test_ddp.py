@@ -7,7 +7,7 @@ import re
 
 import pytest
 from helpers.ddp import PROBE, TINY, probe_env
-from helpers.runs import QUIET, ROOT, csv_test_metrics, run_cli, run_dirs
+from helpers.runs import QUIET, ROOT, csv_test_metrics, run_cli
 
 from litlab.config.compose import compose
 
@@ -165,24 +165,40 @@ def test_only_metrics_synced_by_torchmetrics_lose_lightnings_sync_dist_advice():
 
 
 DOMAINS = [  # the slow stage's: make test's DDP check is the 2 x 2-rank sweep (ddp_sweep)
-    pytest.param("gnn", id="graph", marks=pytest.mark.slow),
-    pytest.param("unet3d", id="3d-segmentation", marks=pytest.mark.slow),
-    pytest.param("resnet3d", id="3d-classification", marks=pytest.mark.slow),
+    pytest.param(["model=gnn"], id="graph", marks=pytest.mark.slow),
+    pytest.param(["model=unet3d"], id="3d-segmentation", marks=pytest.mark.slow),
+    pytest.param(["model=resnet3d"], id="3d-classification", marks=pytest.mark.slow),
+    pytest.param(["experiment=diabetes"], id="regression", marks=pytest.mark.slow),
+    pytest.param(  # a mask folder written by the test ({masks}); items are sharded whole
+        [
+            "model=unet2d",
+            "data=masks",
+            "data.root={masks}",
+            "data.num_classes=3",
+            "data.image_size=32",
+        ],
+        id="2d-segmentation",
+        marks=pytest.mark.slow,
+    ),
 ]
 
 
-@pytest.mark.parametrize("model", DOMAINS)
-def test_ddp_per_domain_metrics_equal_single_process(model, tmp_path):
-    """`train.py model=NAME trainer=ddp` as typed, then its checkpoint tested by one process
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_ddp_per_domain_metrics_equal_single_process(domain, tmp_path):
+    """`train.py <domain> trainer=ddp` as typed, then its checkpoint tested by one process
     (this one: no second interpreter start)."""
+    from helpers.masks import mask_folder
+
     from litlab.recipes.train import train
 
-    proc = run_cli("train.py", f"model={model}", "trainer=ddp", *TINY, log_dir=tmp_path / "ddp")
+    masks = mask_folder(tmp_path / "masks", count=20) if "data=masks" in domain else None
+    domain = [o.format(masks=masks) for o in domain]
+    proc = run_cli("train.py", *domain, "trainer=ddp", *TINY, log_dir=tmp_path / "ddp")
     assert "sync_dist" not in proc.stdout + proc.stderr  # metrics synced by torchmetrics
-    ddp_dir = run_dirs(tmp_path / "ddp")
+    ddp_dir = sorted((tmp_path / "ddp").glob("*/runs/*"))  # experiment=diabetes: diabetes/
     assert len(ddp_dir) == 1  # one run dir, not one per rank
     ckpt = ddp_dir[0] / "checkpoints" / "epoch_000.ckpt"
-    overrides = [f"model={model}", "train=false", f"ckpt_path={ckpt}", "trainer.accelerator=cpu"]
+    overrides = [*domain, "train=false", f"ckpt_path={ckpt}", "trainer.accelerator=cpu"]
     train(compose("train", [*overrides, *QUIET], output_dir=tmp_path / "single"))
     ddp, single = csv_test_metrics(ddp_dir[0]), csv_test_metrics(tmp_path / "single")
     assert ddp.keys() == single.keys()

@@ -3,7 +3,7 @@ user's images/ + masks/ folders (`data=masks`).
 
 Items are split, never their slices: a volume's slices are all in one split. Training draws
 random slices; evaluation batches hold one whole item (all slices of a volume, or one image), so
-the Dice of a batch is the Dice of an item, as for 3D segmentation. Intensities are in [0, 1]
+the Dice of a batch is the Dice of an item, as for 3D segmentation (and DDP shards items). Intensities are in [0, 1]
 (a volume windowed at its 0.5 and 99.5 percentiles, an image / 255), then normalized by the
 training slices' mean and standard deviation in the batch hook: what an exported file's
 metadata states, so a served PNG is read as training read its slices.
@@ -14,7 +14,7 @@ from typing import Annotated
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 from litlab.bounds import Fraction, Ge, NonNegInt, PosInt, Seed
 from litlab.data import folds
@@ -25,25 +25,19 @@ from litlab.errors import UserError
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 
 
-class ItemSlices(TensorDataset):
-    """Slices of several items; `groups`: the indices of each item's slices, in order."""
+class Items(Dataset):
+    """Whole items for evaluation, one a batch: (slices (S, C, H, W), labels (S, H, W)).
+    `labels`: each item's dominant foreground structure (federated partitions read it)."""
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, groups: list[list[int]]):
-        super().__init__(images, labels)
-        self.groups = groups
-
-
-class ItemBatches(Sampler):
-    """Batches of one item each (its slices' indices), in order."""
-
-    def __init__(self, groups: list[list[int]]):
-        self.groups = groups
-
-    def __iter__(self):
-        return iter(self.groups)
+    def __init__(self, items: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.items = items
+        self.labels = [folds.dominant_structure(y.numpy()) for _, y in items]
 
     def __len__(self) -> int:
-        return len(self.groups)
+        return len(self.items)
+
+    def __getitem__(self, index: int):
+        return self.items[index]
 
 
 class SliceDataModule(folds.FoldSettings, SplitDataModule):
@@ -90,21 +84,22 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
             split = split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
         else:  # stratified by each item's dominant structure
             split = folds.volume_split([y.numpy() for _, y in items], h, self.data_name)
-        self.train_set, self.val_set, self.test_set = (
-            _stack([items[i] for i in split[s]]) for s in ("train", "val", "test")
+        train = [items[i] for i in split["train"]]
+        self.train_set = TensorDataset(
+            torch.cat([x for x, _ in train]), torch.cat([y for _, y in train])
         )
+        self.val_set, self.test_set = (Items([items[i] for i in split[s]]) for s in ("val", "test"))
         train = self.train_set.tensors[0]
         self.mean = tuple(train.mean((0, 2, 3)).tolist())
         self.std = tuple(train.std((0, 2, 3)).clamp_min(1e-3).tolist())
 
-    def loader(self, dataset, train: bool) -> DataLoader:
-        """Training: shuffled slices; evaluation: one item per batch."""
-        if train or not hasattr(dataset, "groups"):
-            return super().loader(dataset, train)
-        return DataLoader(dataset, batch_sampler=ItemBatches(dataset.groups), num_workers=0)
+    def eval_batch_size(self) -> int:
+        return 1  # one whole item (its slices) a batch: under DDP, items are sharded
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch
+        if x.dim() == 5:  # an evaluation batch: one item, its slices along dim 1
+            x, y = x[0], y[0]
         if self.trainer is not None and self.trainer.training and self.hparams.augment:
             flip = torch.rand(len(x), device=x.device) < 0.5  # left-right, per slice
             x = torch.where(flip[:, None, None, None], x.flip(-1), x)
@@ -112,16 +107,6 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
         return (x - mean) / std, y.long()
-
-
-def _stack(items: list) -> ItemSlices:
-    groups, start = [], 0
-    for x, _ in items:
-        groups.append(list(range(start, start + len(x))))
-        start += len(x)
-    images = torch.cat([x for x, _ in items])
-    labels = torch.cat([y for _, y in items])
-    return ItemSlices(images, labels, groups)
 
 
 def pad_to(array: np.ndarray, size: int) -> np.ndarray:
