@@ -6,6 +6,7 @@ from typing import Annotated
 from torch import nn
 
 from litlab.bounds import MinLen, NonNegInt, PosInt, Probability
+from litlab.models.nets.unet3d import monai_unet
 
 
 def unet2d(
@@ -17,18 +18,7 @@ def unet2d(
     norm: str = "batch",
     dropout: Probability = 0.0,
 ) -> nn.Module:
-    from monai.networks.nets import UNet
-
-    return UNet(
-        spatial_dims=2,
-        in_channels=in_channels,
-        out_channels=num_classes,
-        channels=tuple(channels),
-        strides=tuple(strides),
-        num_res_units=num_res_units,
-        norm=norm,
-        dropout=dropout,
-    )
+    return monai_unet(2, in_channels, num_classes, channels, strides, num_res_units, norm, dropout)
 
 
 def _narrowed(net: dict, scale: float) -> dict:

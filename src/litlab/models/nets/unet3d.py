@@ -19,10 +19,17 @@ def unet3d(
 ) -> nn.Module:
     """`channels` has one entry per level and `strides` one fewer: patch sides must divide by
     the product of the strides (8 for the default)."""
+    return monai_unet(3, in_channels, num_classes, channels, strides, num_res_units, norm, dropout)
+
+
+def monai_unet(
+    spatial_dims, in_channels, num_classes, channels, strides, num_res_units, norm, dropout
+) -> nn.Module:
+    """MONAI's U-Net, 2D or 3D (litlab.models.nets.unet2d shares it)."""
     from monai.networks.nets import UNet
 
     return UNet(
-        spatial_dims=3,
+        spatial_dims=spatial_dims,
         in_channels=in_channels,
         out_channels=num_classes,
         channels=tuple(channels),
