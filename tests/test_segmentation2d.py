@@ -3,6 +3,7 @@ mask folders refused in one line naming the first bad file, per-item Dice, the s
 padding rule, the output family. Train, eval, export, serve, quantize end to end on a mask
 folder: the slow test below; on Hippocampus: the matrix row."""
 
+import io
 import json
 import os
 import subprocess
@@ -95,6 +96,26 @@ def test_masks_answer_a_label_map_per_image_and_stratify_by_structure():
     assert Masks.strata(labels, labels[:1])[0].tolist() == [0, 2, 1]
 
 
+def test_a_label_map_answers_as_a_png_when_asked():
+    """`Accept: image/png`: one image's label map as an 8-bit PNG; two images a 422; a model
+    whose answer is no label map a 406."""
+    import io
+
+    from litlab.serving.app import _png
+    from litlab.serving.inputs import BadRequest
+    from litlab.tasks.image_segmentation import Masks
+    from litlab.tasks.regression import Values
+
+    png = _png(Masks(), {"masks": [[[0, 1, 2], [2, 1, 0]]], "classes": ["0", "a", "b"]})
+    assert np.asarray(Image.open(io.BytesIO(png))).tolist() == [[0, 1, 2], [2, 1, 0]]
+    with pytest.raises(BadRequest) as err:
+        _png(Masks(), {"masks": [[[0]], [[1]]]})
+    assert err.value.status == 422 and "one image a request" in str(err.value)
+    with pytest.raises(BadRequest) as err:
+        _png(Values(), {"predictions": [1.0]})
+    assert err.value.status == 406
+
+
 @pytest.mark.slow  # about a minute on 2 cores
 def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
     """data=masks through train (Dice of a learnable task), eval, export (fp32 + int8),
@@ -133,6 +154,8 @@ def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
         truth = np.asarray(Image.open(root / "masks" / "000.png"))[2:30, 3:29]
         inner = mask[2:30, 3:29]  # the image, centred on the 32x32 canvas
         assert mask.shape == (32, 32) and (inner == truth).mean() > 0.9
+        status, png = serve.request(f"{url}/predict", body, kind, {"Accept": "image/png"})
+        assert status == 200 and (np.asarray(Image.open(io.BytesIO(png))) == mask).all()
     finally:
         server.terminate()
         server.wait(30)

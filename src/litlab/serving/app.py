@@ -166,13 +166,34 @@ def _add_routes(app: FastAPI, runner, predictor, settings, state: dict, registry
                 "application/json or multipart/form-data.",
                 415,
             )
+        if "image/png" in request.headers.get("accept", "") and not isinstance(out, tuple):
+            out = (_png(predictor.runner.outputs, out), out)
         return _prediction(out, request_id)
 
 
+def _png(family, out: dict) -> bytes:
+    """The answer as the PNG the client asked for (a label map), or why not."""
+    try:
+        png = family.png(out)
+    except ValueError as err:
+        raise BadRequest(str(err), 422) from None
+    if png is None:
+        raise BadRequest("This model answers JSON only; drop the Accept: image/png header.", 406)
+    return png
+
+
 def _prediction(out, request_id: str) -> Response:
-    """The answer to /predict: JSON, or a segmentation mask as a NIfTI file whose OOD verdict
-    travels in headers."""
+    """The answer to /predict: JSON, or a segmentation mask as a file (a NIfTI volume, or a
+    PNG label map the client asked for with `Accept: image/png`) whose OOD verdict travels in
+    headers."""
     headers = {"X-Request-ID": request_id}
+    if isinstance(out, tuple) and isinstance(out[1], dict) and "masks" in out[1]:
+        png, fields = out
+        if "ood_scores" in fields:
+            headers["X-OOD-Score"] = str(fields["ood_scores"][0])
+            headers["X-Out-Of-Distribution"] = str(fields["out_of_distribution"][0]).lower()
+        headers["Content-Disposition"] = 'attachment; filename="mask.png"'
+        return Response(png, media_type="image/png", headers=headers)
     if isinstance(out, tuple):
         mask, fields = out
         if fields:

@@ -18,7 +18,22 @@ numpy and torch are imported by the methods that use them: a kind's declarations
 """
 
 
-class Classes:
+class OutputFamily:
+    """What every family answers the same unless it says otherwise."""
+
+    confidence = False
+
+    @staticmethod
+    def strata(train_labels, heldout_labels):
+        return train_labels, heldout_labels
+
+    @staticmethod
+    def png(answer: dict) -> bytes | None:
+        """The answer as a PNG (`Accept: image/png`): None, only label maps have one."""
+        return None
+
+
+class Classes(OutputFamily):
     """Class scores out (per sample, per node, per graph): probabilities by softmax, the most
     probable class by name."""
 
@@ -34,10 +49,6 @@ class Classes:
     @staticmethod
     def metric_input(outputs):
         return outputs.softmax(1)
-
-    @staticmethod
-    def strata(train_labels, heldout_labels):
-        return train_labels, heldout_labels
 
     @staticmethod
     def output_rank(layout: dict) -> tuple[int, str]:

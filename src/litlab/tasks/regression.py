@@ -4,6 +4,7 @@ its outputs are (`Values`: export metadata, metric input, served answer) and its
 (`Residuals`: predicted against true values on the test split)."""
 
 from litlab.tasks.kind import TaskKind
+from litlab.tasks.outputs import OutputFamily
 
 KIND = TaskKind(
     name="regression",
@@ -35,13 +36,12 @@ KIND = TaskKind(
 )
 
 
-class Values:
+class Values(OutputFamily):
     """One number per output column, in the target's own units (the net undoes the targets'
     standardization itself): served as `predictions`, one number per row (a list per row for
     several targets); no class probabilities, so no out-of-distribution score."""
 
     names_key = "targets"
-    confidence = False
 
     @staticmethod
     def names(model, datamodule) -> list[str]:
