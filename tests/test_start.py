@@ -87,13 +87,13 @@ def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
         "_target_: litlab.models.nets.mygraph.MygraphNet"
         in after["configs/model/mygraph.yaml"].decode()
     )
-    # every copy trains at once (one multirun over the three experiments, one batch each)
+    # every copy trains at once (one multirun over the experiments, one batch each)
     done = subprocess.run(
         [
             sys.executable,
             str(root / "src" / "train.py"),
             "-m",
-            "experiment=myvision,mymedical3d,mygraph",
+            "experiment=" + ",".join(f"my{domain}" for domain in scaffold.DOMAINS),
             "trainer.fast_dev_run=true",
             f"paths.log_dir={tmp_path / 'logs'}",
         ],
@@ -111,6 +111,7 @@ def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
     [
         pytest.param("vision", marks=pytest.mark.slow),
         pytest.param("medical3d", marks=pytest.mark.slow),
+        pytest.param("table", marks=pytest.mark.slow),
         pytest.param("graph", marks=pytest.mark.slow),
     ],
 )
@@ -144,8 +145,8 @@ def test_the_copied_test_passes(tmp_path, domain):
         (["class", "graph"], "NAME='class' is not a valid task name"),
         (["digits", "vision"], "NAME=digits exists already (configs/data/digits.yaml)"),
         (["gnn", "graph"], "NAME=gnn exists already (src/litlab/models/nets/gnn.py)"),
-        (["mytask", "audio"], "FROM='audio' is not a domain; valid: vision, medical3d, graph"),
-        (["", ""], "usage: make new-task NAME=mytask FROM=vision|medical3d|graph"),
+        (["mytask", "audio"], "FROM='audio' is not a domain; valid: vision, medical3d, table, graph"),
+        (["", ""], "usage: make new-task NAME=mytask FROM=vision|medical3d|table|graph"),
     ],
 )
 def test_new_task_refuses_bad_names_in_one_line(capsys, args, says):

@@ -1,4 +1,4 @@
-"""`make new-task NAME=mytask FROM=vision|medical3d|graph`: copy one domain into a new task.
+"""`make new-task NAME=mytask FROM=vision|medical3d|table|graph`: copy one domain into a new task.
 
 A researcher's own task starts as a working copy of the closest domain: its datamodule,
 LightningModule and net under new names, their `data`/`model`/`experiment` configs and a test.
@@ -49,6 +49,16 @@ DOMAINS = {
         "test/dice",
         0.3,
         3,
+    ),
+    "table": Domain(
+        ("litlab.data.table", "TableDataModule"),
+        ("litlab.models.regression", "Regressor"),
+        ("litlab.models.nets.table", "TableMLP"),
+        "table",
+        "regressor",
+        "test/r2",
+        0.3,
+        30,
     ),
     "graph": Domain(
         ("litlab.data.graph", "SBMDataModule"),
@@ -210,7 +220,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not all(argv):
         print(
-            "error: usage: make new-task NAME=mytask FROM=vision|medical3d|graph", file=sys.stderr
+            "error: usage: make new-task NAME=mytask FROM=vision|medical3d|table|graph", file=sys.stderr
         )
         return 2
     try:
