@@ -145,7 +145,10 @@ def test_the_copied_test_passes(tmp_path, domain):
         (["class", "graph"], "NAME='class' is not a valid task name"),
         (["digits", "vision"], "NAME=digits exists already (configs/data/digits.yaml)"),
         (["gnn", "graph"], "NAME=gnn exists already (src/litlab/models/nets/gnn.py)"),
-        (["mytask", "audio"], "FROM='audio' is not a domain; valid: vision, medical3d, table, graph"),
+        (
+            ["mytask", "audio"],
+            "FROM='audio' is not a domain; valid: vision, medical3d, table, graph",
+        ),
         (["", ""], "usage: make new-task NAME=mytask FROM=vision|medical3d|table|graph"),
     ],
 )

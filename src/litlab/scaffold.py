@@ -220,7 +220,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not all(argv):
         print(
-            "error: usage: make new-task NAME=mytask FROM=vision|medical3d|table|graph", file=sys.stderr
+            "error: usage: make new-task NAME=mytask FROM=vision|medical3d|table|graph",
+            file=sys.stderr,
         )
         return 2
     try:
