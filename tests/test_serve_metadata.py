@@ -249,3 +249,27 @@ def test_bad_serve_setting_is_one_line(overrides, words):
     with pytest.raises(UserError) as err:
         from_config(OmegaConf.from_dotlist([*overrides, "paths.log_dir=logs"]))
     assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_batch_that_fails_after_its_run_fails_its_requests_and_batching_goes_on(tmp_path):
+    """The micro-batcher's loop survives an error after the session run (preparing outputs,
+    OOD scores): the waiting requests get it, later ones are answered; none waits forever."""
+    import asyncio
+
+    from litlab.serving.runner import MicroBatcher, Runner
+
+    runner = Runner(crafted_model(tmp_path / "model.onnx", GOOD))
+    x = np.zeros((1, 1, 8, 8), np.float32)
+
+    async def scenario():
+        batcher = MicroBatcher(runner, 8, 5)
+        batcher.start()
+        family, runner.outputs = runner.outputs, None  # preparing the outputs fails
+        with pytest.raises(AttributeError):
+            await asyncio.wait_for(batcher(x), 10)
+        runner.outputs = family
+        probs, _ = await asyncio.wait_for(batcher(x), 10)
+        await batcher.stop()
+        return probs
+
+    assert asyncio.run(scenario()).shape == (1, 10)

@@ -218,14 +218,16 @@ class MicroBatcher:
                     if self.runner.inline
                     else await loop.run_in_executor(None, self.runner.run, batch)
                 )
-            except Exception as err:  # noqa: BLE001 (handed to each waiting request)
+                # prepared outputs (probabilities) and OOD scores of the whole batch: numpy's
+                # per-call cost once
+                probs = self.runner.outputs.prepare(out)
+                scores = self.runner.ood_scores(probs, batch)
+            except Exception as err:  # noqa: BLE001 (handed to each waiting request: the
+                # loop lives on, no request waits for a batch that failed)
                 for _, future in items:
-                    future.set_exception(err)
+                    if not future.cancelled():
+                        future.set_exception(err)
                 continue
-            # prepared outputs (probabilities) and OOD scores of the whole batch: numpy's
-            # per-call cost once
-            probs = self.runner.outputs.prepare(out)
-            scores = self.runner.ood_scores(probs, batch)
             start = 0
             for x, future in items:
                 end = start + len(x)

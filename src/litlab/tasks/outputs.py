@@ -54,14 +54,6 @@ class Classes(OutputFamily):
     def output_rank(layout: dict) -> tuple[int, str]:
         return 2, "class scores (items x classes)"
 
-
-class PixelClasses(Classes):
-    """Class scores per pixel or voxel (N, classes, *spatial): an output of the input's rank."""
-
-    @staticmethod
-    def output_rank(layout: dict) -> tuple[int, str]:
-        return len(layout["x"]["shape"]), "a mask's class scores"
-
     @staticmethod
     def prepare(outputs):
         """Row-wise softmax in float64; a row with inf or NaN becomes NaN (the service's
@@ -84,3 +76,11 @@ class PixelClasses(Classes):
             "probabilities": np.round(probs, 6).tolist(),
             "classes": names,
         }
+
+
+class PixelClasses(Classes):
+    """Class scores per pixel or voxel (N, classes, *spatial): an output of the input's rank."""
+
+    @staticmethod
+    def output_rank(layout: dict) -> tuple[int, str]:
+        return len(layout["x"]["shape"]), "a mask's class scores"
