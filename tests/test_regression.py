@@ -70,6 +70,8 @@ def test_values_are_stratified_by_the_training_quintiles():
         ("a,b\n" + "1,nan\n" * 20, "expected at least 10 rows of finite numbers"),
         ("a,b\n" + "1,2\n" * 5, "5 rows of 2 columns"),
         ("a\n" + "1\n" * 20, "20 rows of 1 columns"),
+        ("1,2\n" + "1,2\n" * 20, "its first row is numbers"),
+        ("", "0 rows"),
     ],
 )
 def test_a_table_that_is_not_numbers_is_one_line(text, words, tmp_path):

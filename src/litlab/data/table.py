@@ -2,6 +2,7 @@
 path, scikit-learn's diabetes table (442 patients, 10 features, disease progression after a
 year; shipped inside scikit-learn: offline)."""
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -92,8 +93,15 @@ def read_table(path) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
     else:
         with open(path) as f:
             names = [n.strip() for n in f.readline().split(",")]
+        if names != [""] and all(_is_number(n) for n in names):
+            raise UserError(
+                f"data.path={path}: its first row is numbers; the first row names the columns "
+                "(a header row), the target's last"
+            )
         try:
-            table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+            with warnings.catch_warnings():  # an empty table: the one line below says it
+                warnings.simplefilter("ignore", UserWarning)
+                table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
         except ValueError as err:
             raise UserError(f"data.path={path}: not a table of numbers ({err})") from None
     if table.shape[1] < 2 or len(table) < 10 or not np.isfinite(table).all():
@@ -111,3 +119,11 @@ def _moments(values: np.ndarray) -> tuple[list[float], list[float]]:
     """Per-column mean and standard deviation (a constant column: 1, not 0)."""
     std = values.std(0)
     return values.mean(0).tolist(), np.where(std > 1e-8, std, 1.0).tolist()
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
