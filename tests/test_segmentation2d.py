@@ -39,6 +39,8 @@ def test_a_mask_folder_that_does_not_match_its_images_is_named(tmp_path):
     assert "one channel" in _refusal(root)
     Image.fromarray(np.zeros((32, 32), np.uint8)).save(root / "masks" / "001.png")
     assert "larger than data.image_size=16; set data.image_size=32" in _refusal(root, image_size=16)
+    (root / "masks" / "002.png").write_text("not a png")
+    assert "002.png is not a readable image (UnidentifiedImageError)" in _refusal(root)
     assert "needs images/ and masks/" in _refusal(tmp_path)
 
 

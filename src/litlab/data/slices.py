@@ -183,10 +183,9 @@ class MaskFolderDataModule(SliceDataModule):
             mask = masks / image.name
             if not mask.is_file():
                 raise UserError(f"{image} has no mask: expected {mask}")
-            with Image.open(image) as a, Image.open(mask) as b:
-                labels = np.asarray(b)
-                _check_item(mask, tuple(a.size[::-1]), labels.shape, labels, classes)
-                _check_size(image, labels.shape, size)
+            shape, labels = _read(image, Image).shape, _read(mask, Image)
+            _check_item(mask, shape[:2], labels.shape, labels, classes)
+            _check_size(image, labels.shape, size)
             pairs.append((image, mask))
         cls.check_folds(settings, key, len(pairs))
         return pairs
@@ -202,6 +201,15 @@ class MaskFolderDataModule(SliceDataModule):
             x, y = pad_to(x[None, None], self.image_size), pad_to(y[None], self.image_size)
             items.append((torch.from_numpy(x), torch.from_numpy(y)))
         return items, [p.name for p, _ in self.pairs]
+
+
+def _read(path: Path, Image) -> np.ndarray:
+    """The pixels of an image file; one line naming a file that is no readable image."""
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img)
+    except Exception as err:  # noqa: BLE001 (Pillow raises many types on a bad file)
+        raise UserError(f"{path} is not a readable image ({type(err).__name__})") from None
 
 
 def _check_item(path, image_shape, label_shape, labels, num_classes: int) -> None:
