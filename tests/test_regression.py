@@ -34,7 +34,7 @@ def test_a_served_regressor_answers_one_number_per_row(tmp_path):
     x = np.stack([np.ones(10, np.float32), np.zeros(10, np.float32)])
     reply = runner.answer(runner.run(x), x)
     assert reply == {"predictions": [4.5, 0.0], "targets": ["progression"]}
-    assert runner.ood is None and runner.classes is None
+    assert runner.ood is None and runner.outputs.names_key == "targets"
 
 
 @pytest.mark.parametrize(

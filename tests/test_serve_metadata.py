@@ -125,7 +125,7 @@ def test_good_crafted_file_opens(tmp_path):
     from litlab.serving.runner import Runner
 
     runner = Runner(crafted_model(tmp_path / "model.onnx", GOOD))
-    assert runner.classes == GOOD["classes"] and runner.ood is None
+    assert runner.names == GOOD["classes"] and runner.ood is None
     runner = Runner(crafted_model(tmp_path / "ood.onnx", with_ood()))
     assert runner.ood_model is not None  # the OOD entry the cases above break, whole
     scores = runner.ood_scores(np.full((2, 10), 0.1), np.zeros((2, 1, 8, 8)))

@@ -2,6 +2,7 @@
 branches on a kind's name; the declarations import no torch, so they are read in a second."""
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,51 @@ def test_the_check_finds_branching():
         path.unlink()
 
 
+#: what a kind declares as words (and its families' words): a layer that compares one of these
+#: branches on what a kind is, its inputs or its outputs; it asks the kind's families instead
+DECLARED_WORDS = {
+    f.name
+    for f in dataclasses.fields(tasks.TaskKind)
+    if "str" in str(f.type) and "tuple" not in str(f.type) and f.name != "name"
+} | {"names_key", "json_words", "level"}
+
+
+def _declaration_compares(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                if isinstance(operand, ast.Attribute) and operand.attr in DECLARED_WORDS:
+                    found.append(f"line {node.lineno}: compares .{operand.attr}")
+    return found
+
+
+def test_no_layer_branches_on_a_kinds_inputs_or_outputs():
+    """Serving, export, compression, inspect, federated: what a request decodes to, what an
+    answer holds, which figure is drawn are the kind's families' (litlab.tasks.inputs,
+    litlab.tasks.outputs, litlab.tasks.figures), never an `if` on a declared word."""
+    assert {"inputs", "outputs", "samples_figure", "export_spec"} <= DECLARED_WORDS
+    offences = {
+        str(path.relative_to(PACKAGE)): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] not in OWNERS
+        and (found := _declaration_compares(path))
+    }
+    assert not offences, f"ask the kind's families (litlab.tasks) instead: {offences}"
+
+
+def test_the_check_finds_branching_on_inputs_and_outputs(tmp_path):
+    code = (
+        "if kind.inputs == 'graph': pass\n"
+        "x = 1 if family.names_key != 'classes' else 2\n"
+        "if spec.samples_figure in views: pass\n"
+        "if kind.input_family().batched_tensor: pass\n"  # a capability: allowed
+    )
+    path = tmp_path / "probe.py"
+    path.write_text(code)
+    assert len(_declaration_compares(path)) == 3
+
+
 def test_kinds_and_every_configs_task_are_read_without_torch():
     """Every data and model config's kind, read from the sources: no torch import."""
     code = (
@@ -97,6 +143,14 @@ def test_a_kinds_declarations_name_what_exists(name):
 
     kind = tasks.get(name)
     assert callable(kind.hook("export_spec"))
+    from litlab.tasks.inputs import InputFamily
+    from litlab.tasks.outputs import OutputFamily
+
+    assert isinstance(kind.input_family(), InputFamily)
+    assert isinstance(kind.output_family(), OutputFamily)
+    if "samples" in kind.inspect:  # the figure the samples callback draws
+        figure = kind.hook("samples_figure")(count=4)
+        assert callable(figure.collect) and callable(figure.draw)
     callbacks = {
         getattr(cls, "inspects", "")
         for info in pkgutil.iter_modules(inspect_package.__path__)

@@ -22,7 +22,8 @@ def precheck(stage, teacher, cfg, dm) -> None:
 
     chain = list(cfg.compress)
     first = cfg.compress[chain[0]]
-    graph = tasks.get(dm.task).inputs == "graph"  # pruned by width: steps.check_graph_prune
+    # graphs are pruned by width: steps.check_graph_prune
+    graph = not tasks.get(dm.task).input_family().batched_tensor
     if chain[0] == "prune" and first.method == "structured" and not graph:
         tasks.get(dm.task).refuse_compression("prune_structured")
         num_classes = dm.dims.get("num_classes")

@@ -23,7 +23,7 @@ def tensor_batches(datamodule, split: str, limit: int | None = None):
 def has_tensor_inputs(datamodule) -> bool:
     """Kinds that quantize: fixed-size inputs that ONNX export, int8 calibration and batch-64
     latency can be fed ((inputs, labels) batches, or patches of whole 3D volumes: the kind's
-    `compress_inputs`; not graphs)."""
+    input family's `patches`; not graphs)."""
     return "quantize" in tasks.get(datamodule.task).compression
 
 
@@ -44,26 +44,22 @@ def onnx_metric(onnx_path: Path, model, datamodule, metric: str, run_cfg: dict) 
     return test_metric(model, spec, run, metric.split("/", 1)[1])
 
 
-def patches(datamodule, count: int, start: int = 0) -> torch.Tensor:
-    """Training patches (what the net sees: the kinds whose items are whole volumes that the
-    model covers with patch-sized windows), stacked; as `src/export.py` draws them."""
-    datamodule.setup("fit")
-    items = datamodule.train_set
-    return torch.stack([items[i % len(items)]["image"] for i in range(start, start + count)])
-
-
 def calibration(datamodule, count: int):
-    """Up to `count` input batches from the train split for int8 calibration."""
-    if tasks.get(datamodule.task).compress_inputs == "patches":
-        size = min(count * 2, len(datamodule.train_set))
-        return [patches(datamodule, min(2, size - i), i) for i in range(0, size, 2)]
-    return [x for x, _ in tensor_batches(datamodule, "train", count)]
+    """Up to `count` input batches from the train split for int8 calibration: the kind's
+    training patches where its inputs are whole items covered by windows, else batches."""
+    family = tasks.get(datamodule.task).input_family()
+    first = family.patches(datamodule, 2)
+    if first is None:
+        return [x for x, _ in tensor_batches(datamodule, "train", count)]
+    size = min(count * 2, len(datamodule.train_set))
+    return [first[: min(2, size)]] + [
+        family.patches(datamodule, min(2, size - i), i) for i in range(2, size, 2)
+    ]
 
 
 def example(datamodule, batch: int = 2) -> torch.Tensor:
-    if tasks.get(datamodule.task).compress_inputs == "patches":
-        x = patches(datamodule, batch)
-    else:
+    x = tasks.get(datamodule.task).input_family().patches(datamodule, batch)
+    if x is None:
         x, _ = next(iter(tensor_batches(datamodule, "test")))
     return x[:batch].repeat(batch // len(x[:batch]) + 1, *[1] * (x.dim() - 1))[:batch]
 

@@ -78,7 +78,7 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
         if resume:  # the pruned shapes are in the interrupted fine-tuning's checkpoint
             run_cfg["model"] = resume["model"]
             model = rebuild(run_cfg, dm)
-        elif tasks.get(dm.task).inputs == "graph":  # PyG message passing: its own pruner
+        elif not tasks.get(dm.task).input_family().batched_tensor:  # PyG message passing
             model = graph_structured(stage, run_cfg, step, dm)
         else:
             tasks.get(dm.task).refuse_compression("prune_structured")
@@ -140,7 +140,7 @@ def check_graph_prune(stage: Stage, step, dm) -> None:
     if its ratio would leave the hidden layers without channels (or the net has none)."""
     from litlab.compression import graph_prune
 
-    if step.method == "structured" and tasks.get(dm.task).inputs == "graph":
+    if step.method == "structured" and not tasks.get(dm.task).input_family().batched_tensor:
         net_cfg = stage.run_cfg["model"]["net"]
         build = _gnn_builder(stage.run_cfg, dm)
         graph_prune.plan(stage.model.net, net_cfg, build, float(step.ratio), step.round_to)
@@ -255,7 +255,7 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     from litlab.export.quantize import quantize_int8
 
     tasks.get(dm.task).refuse_compression("quantize")
-    if tasks.get(dm.task).inputs == "graph":  # as export.py quantizes graph nets
+    if not tasks.get(dm.task).input_family().batched_tensor:  # as export.py quantizes graphs
         from litlab.compression.int8 import quantize_graph_net
 
         _, q = quantize_graph_net(stage.model, dm, step, out, index)

@@ -89,7 +89,7 @@ def serving_metadata(spec, predict, meta: dict) -> None:
     from litlab.export import ood
 
     kind = tasks.get(spec.task)
-    if kind.serve_files == "image":
+    if kind.input_family().background:
         meta["inputs"]["background"] = ood.background(spec)
     if not kind.output_family().confidence:
         return

@@ -213,3 +213,21 @@ def graph(data: dict, features: int, graph_level: bool, max_nodes: int) -> tuple
     if len(np.unique(batch)) != batch.max() + 1:
         raise BadRequest("'batch' must number the graphs 0, 1, 2, ... without gaps.", 422)
     return x, edges, batch
+
+
+def fit_volume(volume: np.ndarray, layout: dict) -> np.ndarray:
+    """Pad or crop to the classifier's fixed size, as its training data was."""
+    from monai.transforms import ResizeWithPadOrCrop
+
+    size = [int(s) for s in layout["x"]["shape"][2:]]
+    return np.asarray(ResizeWithPadOrCrop(size)(volume), dtype=np.float32)
+
+
+def nifti_bytes(mask: np.ndarray, affine: np.ndarray) -> bytes:
+    import gzip
+
+    import nibabel as nib
+
+    image = nib.Nifti1Image(mask.astype(np.uint8), affine)
+    image.set_data_dtype(np.uint8)
+    return gzip.compress(image.to_bytes(), compresslevel=1)

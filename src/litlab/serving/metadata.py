@@ -3,8 +3,9 @@ opened, before the server listens, and anything wrong is one `UserError` line (e
 what is wrong and what is valid. The service then trusts only what was checked here: task
 kind, class names (as many as the model's outputs), input shapes, normalization, image size,
 sliding-window settings and the out-of-distribution score's parameters. Which of these a file
-must hold is what its task kind's serving needs (`TaskKind.serve_files`, `serve_output`,
-`inputs`, `ood_inputs`).
+must hold is what its task kind's input family needs (`TaskKind.inputs`: image size and
+normalization, a volume's shape or sliding windows, sample or node features) and its output
+family and `ood_inputs` say.
 
 Every number is checked for what it is, not only for being a number: anywhere in the metadata
 (the run config too, which /metadata answers) finite and within 64 bits; a std, a scale or a
@@ -13,6 +14,7 @@ one sample fits in memory. A file that passes answers finite numbers for finite 
 
 import json
 import math
+import sys
 from pathlib import Path
 
 from litlab import tasks
@@ -67,7 +69,7 @@ def _list(value, what: str, length: int | None = None, max_len: int = 4096) -> l
     return value
 
 
-def _vision(inputs: dict) -> int:
+def vision_inputs(inputs: dict) -> int:
     size = integer(inputs.get("image_size"), "inputs.image_size", 1, MAX_IMAGE_SIDE)
     channels = inputs.get("channels")
     require(
@@ -96,7 +98,7 @@ def _vision(inputs: dict) -> int:
     return channels
 
 
-def _volume(inputs: dict, windows: bool) -> int:
+def volume_inputs(inputs: dict, windows: bool) -> int:
     """A volume's channels; `windows`: whole volumes are read by sliding windows over patches
     (any size), else the model's fixed size."""
     shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 5)
@@ -121,12 +123,12 @@ def _volume(inputs: dict, windows: bool) -> int:
     return channels
 
 
-def _nodes(inputs: dict) -> None:
+def node_inputs(inputs: dict) -> None:
     shape = _list(inputs["x"].get("shape"), "inputs.x.shape", 2)
     integer(shape[1], "inputs.x.shape[1] (node features)", 1, MAX_FEATURES)
 
 
-def _samples(inputs: dict) -> None:
+def sample_inputs(inputs: dict) -> None:
     """JSON samples: a batch axis, then a fixed size per dimension."""
     shape = _list(inputs["x"].get("shape"), "inputs.x.shape", max_len=8)
     require(len(shape) >= 2, f"inputs.x.shape is {shape}; expected ['batch', sizes...]")
@@ -169,15 +171,8 @@ def check(meta: dict, input_names: list[str], width) -> dict:
     )
     inputs = meta["inputs"]
     require(isinstance(inputs, dict) and isinstance(inputs.get("x"), dict), "inputs.x is missing")
-    channels = None
-    if kind.serve_files == "image":
-        channels = _vision(inputs)
-    elif kind.serve_files == "volume":
-        channels = _volume(inputs, windows=kind.serve_output == "mask")
-    elif kind.inputs == "graph":
-        _nodes(inputs)
-    else:
-        _samples(inputs)
+    # the family picks its layout's checks among this module's (vision_inputs, volume_inputs, ...)
+    channels = kind.input_family().check_metadata(inputs, sys.modules[__name__])
     if "ood" in meta:
         require(family.confidence, f"it holds ood, but {task} outputs carry no confidence")
         ood_metadata.check(meta["ood"], channels if kind.ood_inputs else None)

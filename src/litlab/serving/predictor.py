@@ -4,12 +4,11 @@ while large images decode; tiny images (at most INLINE_PIXELS in all) decode in 
 a thread hand-off would cost more than the decode. Image sizes are checked from the headers
 (per image and per request) before any pixel is decoded.
 
-How a request is decoded is what the model's task kind declares: graph inputs take JSON nodes
-and edges (`TaskKind.inputs`), a mask output takes one volume (`serve_output`), uploads are
-images or NIfTI volumes (`serve_files`), and any other kind takes JSON samples."""
+How a request is decoded is what the model's task kind's input family says (`TaskKind.inputs`,
+litlab.tasks.inputs: JSON samples, image or NIfTI uploads, graphs); this class holds what they
+share: the decode pool, image decoding and the micro-batcher."""
 
 import asyncio
-import io
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,17 +19,20 @@ from litlab.serving.runner import MicroBatcher, Runner
 from litlab.serving.settings import ServeSettings
 
 INLINE_PIXELS = 64 * 64
-#: what a model that decodes no uploads takes instead, by `TaskKind.inputs`
-JSON_INPUTS = {"graph": "x, edge_index", "tensor": "inputs"}
 
 
 class Predictor:
+    #: what the input families (litlab.tasks.inputs) decode requests with: the service hands
+    #: them its decoders (the kinds' layer imports no serving module)
+    decoders = inputs
+    BadRequest = BadRequest
+
     def __init__(self, runner: Runner, settings: ServeSettings):
-        self.runner, self.settings, self.kind = runner, settings, runner.kind
+        self.runner, self.settings, self.family = runner, settings, runner.input_family
         self.max_batch = settings.max_batch
         self.batcher = (
             MicroBatcher(runner, settings.max_batch, settings.max_wait_ms)
-            if settings.batching and self.kind.serve_batchable
+            if settings.batching and self.family.batchable
             else None
         )
         self.pool = ThreadPoolExecutor(
@@ -76,33 +78,11 @@ class Predictor:
         return await self.predict_json(data)
 
     async def predict_json(self, data: dict) -> dict:
-        runner, kind = self.runner, self.kind
-        if kind.inputs == "graph":
-            graph_level = kind.serve_output == "graph_classes"
-            args = inputs.graph(data, self.channels, graph_level, max_nodes=self.max_batch * 10_000)
-            out = runner.answer(await self.offload(runner.run, *args))
-            return {"level": "graph" if graph_level else "node", **out}
-        if kind.serve_output == "mask":
-            x = inputs.array(data.get("inputs"), "inputs", np.float32, 5)
-            inputs.count(len(x), 1, "volumes")
-            if x.shape[1] != self.channels or min(x.shape[2:]) < 1:
-                raise BadRequest(f"The volume must have shape [1, {self.channels}, D, H, W].", 422)
-            mask, fields = await self.offload(runner.segment, x[0])
-            return {"mask": mask.tolist(), "classes": runner.classes, **fields}
-        x = inputs.tensor_batch(data, runner.layout["x"]["shape"], self.max_batch)
-        return await self.answer_batch(x.astype(np.float32))
+        return await self.family.json(self, data)
 
     async def uploads(self, raw: list[bytes], names: list[str]):
         """Uploaded files' bytes -> the response body (a dict), or (mask bytes, fields)."""
-        kind = self.kind
-        inputs.count(len(raw), self.max_batch if kind.serve_batchable else 1, "files")
-        if kind.serve_files == "image":
-            return await self.images(raw)
-        if kind.serve_files == "volume":
-            return await self.offload(self.volume, raw[0], names[0])
-        raise BadRequest(
-            f"This model takes JSON ({JSON_INPUTS[kind.inputs]}), not file uploads.", 415
-        )
+        return await self.family.uploads(self, raw, names)
 
     async def images(self, raw: list[bytes]) -> dict:
         s = self.settings
@@ -118,6 +98,11 @@ class Predictor:
         x = decode(heads) if pixels <= INLINE_PIXELS else await self.offload(decode, heads)
         return await self.answer_batch(x)
 
+    @staticmethod
+    def header(raw: bytes):
+        """An image's header, read without the request limits (the service's own inputs)."""
+        return images.check_header(raw, 1 << 30)
+
     def decode_all(self, heads: list) -> np.ndarray:
         layout = self.runner.layout
         size = int(layout["image_size"])
@@ -128,62 +113,15 @@ class Predictor:
             out.append(x if x is not None else images.decode(head, layout))
         return np.stack(out)
 
-    def volume(self, raw: bytes, name: str):
-        """One NIfTI upload: a classification dict, or (mask as NIfTI bytes, fields)."""
-        runner = self.runner
-        limit = self.settings.max_volume_voxels
-        volume, affine = inputs.nifti(raw, name or "upload", self.channels, limit)
-        if self.kind.serve_output == "mask":
-            mask, fields = runner.segment(volume)
-            return nifti_bytes(mask, affine), fields
-        x = fit_volume(volume, runner.layout)[None]
-        return runner.answer(runner.run(x), x)
-
     async def warm_up(self) -> None:
         """One request of each kind the model will see, through the whole path (decoding,
         sliding windows, imports), so that the first client's request is as fast as the next.
         A warm-up input the model cannot answer (a 422: its output is not finite for a blank
         image) still warmed the path: the service starts, and answers that input so too."""
         try:
-            await self._warm_up()
+            await self.family.warm_up(self)
         except BadRequest:
             pass
-
-    async def _warm_up(self) -> None:
-        runner, kind = self.runner, self.kind
-        if kind.serve_files == "image":
-            from PIL import Image
-
-            size, mode = int(runner.layout["image_size"]), "L" if self.channels == 1 else "RGB"
-            raw = []
-            for img in (Image.new(mode, (size, size)), Image.new("RGBA", (size * 2, size))):
-                buf = io.BytesIO()
-                img.save(buf, "PNG")
-                raw.append(buf.getvalue())
-            for r in raw:
-                await self.images([r])
-            await self.offload(self.decode_all, [images.check_header(raw[1], 1 << 30)])
-        elif kind.serve_files == "volume":
-            import gzip
-
-            import nibabel as nib
-
-            shape = runner.layout.get("patch_size") or runner.layout["x"]["shape"][2:]
-            shape = [int(s) for s in shape]
-            if kind.serve_output == "mask":
-                shape[0] *= 2  # several windows: the sliding window's batch shape too
-            channels = [self.channels] if self.channels > 1 else []
-            data = np.random.default_rng(0).normal(size=(*shape, *channels)).astype(np.float32)
-            raw = gzip.compress(nib.Nifti1Image(data, np.eye(4)).to_bytes(), compresslevel=1)
-            for _ in range(2):
-                await self.uploads([raw], ["warm-up.nii.gz"])
-        elif kind.inputs == "graph":
-            feats = self.channels
-            graph = {"x": [[0.0] * feats] * 3, "edge_index": [[0, 1], [1, 2]]}
-            await self.predict_json(graph)
-        else:
-            sample = np.zeros([int(s) for s in runner.layout["x"]["shape"][1:]], np.float32)
-            await self.predict_json({"inputs": [sample.tolist()]})
 
 
 def _background() -> None:
@@ -196,21 +134,3 @@ def _background() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     except (AttributeError, OSError):  # not Linux, or not permitted: same priority then
         pass
-
-
-def fit_volume(volume: np.ndarray, layout: dict) -> np.ndarray:
-    """Pad or crop to the classifier's fixed size, as its training data was."""
-    from monai.transforms import ResizeWithPadOrCrop
-
-    size = [int(s) for s in layout["x"]["shape"][2:]]
-    return np.asarray(ResizeWithPadOrCrop(size)(volume), dtype=np.float32)
-
-
-def nifti_bytes(mask: np.ndarray, affine: np.ndarray) -> bytes:
-    import gzip
-
-    import nibabel as nib
-
-    image = nib.Nifti1Image(mask.astype(np.uint8), affine)
-    image.set_data_dtype(np.uint8)
-    return gzip.compress(image.to_bytes(), compresslevel=1)

@@ -2,7 +2,7 @@
 optionally fed by a micro-batcher, and the answer its task kind's output family gives
 (`TaskKind.outputs`: classes and probabilities, values) with the out-of-distribution scores
 (litlab.export.ood, with the parameters stored in the export). What the model takes is what its
-task kind declares (`TaskKind.inputs`, `serve_output`)."""
+task kind's input family says (`TaskKind.inputs`)."""
 
 import asyncio
 from pathlib import Path
@@ -52,8 +52,8 @@ class Runner:
         self.task = self.meta["task"]
         self.kind = tasks.get(self.task)  # a kind litlab.tasks declares: checked in the metadata
         self.outputs = self.kind.output_family()  # what the output columns are
+        self.input_family = self.kind.input_family()  # what the inputs are
         self.names = self.meta[self.outputs.names_key]
-        self.classes = self.names if self.outputs.names_key == "classes" else None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
         signature.check(self.path, model, self.session, self.kind, self.layout)
@@ -163,20 +163,9 @@ class Runner:
         self.inline = time.perf_counter() - start < self.INLINE_S
 
     def _warm_up(self, items: int = 1) -> np.ndarray:
-        """The answer to zeros: `items` samples (or patches); graphs: 2 nodes, in `items`
-        graphs for graph classification."""
-        if self.kind.inputs == "graph":
-            feats = self.layout["x"]["shape"][1]
-            args = [np.zeros((2, feats), np.float32), np.zeros((2, 1), np.int64)]
-            if self.kind.serve_output == "graph_classes":  # the graph id of each node
-                args.append(np.asarray([0, items - 1], np.int64))
-            return self.run(*args)
-        if self.kind.serve_output == "mask":  # patches of the sliding window
-            channels = int(self.layout["x"]["shape"][1])
-            patch = self.layout["patch_size"]
-            return self.run(np.zeros((items, channels, *patch), np.float32))
-        shape = [int(s) for s in self.layout["x"]["shape"][1:]]
-        return self.run(np.zeros((items, *shape), np.float32))
+        """The answer to zeros: `items` samples (or patches, or graphs) of the kind's input
+        family."""
+        return self.run(*self.input_family.zeros(self.layout, items))
 
 
 class MicroBatcher:

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from litlab.errors import UserError
+from litlab.tasks.inputs import FLOAT
 
-FLOAT, INT64 = "tensor(float)", "tensor(int64)"
 #: ONNX Runtime's type names that numpy spells otherwise
 NUMPY_NAMES = {"float": "float32", "double": "float64", "float16": "float16"}
 #: ONNX element types a weight's finiteness is checked for (FLOAT, FLOAT16, DOUBLE, BFLOAT16)
@@ -30,13 +30,9 @@ def _refuse(path: Path, what: str) -> None:
 
 
 def expected_inputs(kind, layout: dict) -> list[tuple[str, str, list]]:
-    """(name, ONNX type, shape from the layout) of each input the service feeds, in order."""
-    if kind.inputs == "graph":
-        out = [("x", FLOAT, layout["x"]["shape"]), ("edge_index", INT64, [2, "edges"])]
-        if kind.serve_output == "graph_classes":
-            out.append(("batch", INT64, ["nodes"]))
-        return out
-    return [("x", FLOAT, layout["x"]["shape"])]
+    """(name, ONNX type, shape from the layout) of each input the service feeds, in order:
+    what the kind's input family feeds."""
+    return kind.input_family().expected_inputs(layout)
 
 
 def check_inputs(path: Path, session, kind, layout: dict) -> None:

@@ -7,7 +7,7 @@ KIND = TaskKind(
     metrics=("acc", "f1"),
     # mini-batches of graphs: x, edge_index and batch (the graph of each node)
     export_spec="litlab.export.domains:graph_spec",
-    serve_output="graph_classes",
+    inputs="litlab.tasks.inputs:Graphs",
     inspect=("confusion", "embeddings", "histograms"),
     # a PROTEINS client holds ~90 graphs, 3 steps of 32 an epoch: 20 rounds of 1 epoch left
     # GIN at the majority class, 5 epochs learn (docs/federated.md, BENCHMARKS.md)

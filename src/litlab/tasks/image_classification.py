@@ -5,8 +5,8 @@ from litlab.tasks.kind import TENSOR_CLASSIFICATION, TaskKind
 KIND = TaskKind(
     name="image_classification",
     metrics=("acc", "f1"),
-    serve_files="image",
+    inputs="litlab.tasks.inputs:Images",
     inspect=("samples", "confusion", "gradcam", "embeddings", "histograms", "model_graph"),
-    samples_view="images",
+    samples_figure="litlab.tasks.figures:ImageGrid",
     **TENSOR_CLASSIFICATION,
 )

@@ -2,6 +2,7 @@
 images/ + masks/ folders). Its declarations (`KIND`), what its outputs are (`Masks`: class
 scores per pixel, served as a label map) and its samples figure (`Overlays`)."""
 
+from litlab.tasks.figures import SamplesFigure
 from litlab.tasks.kind import TaskKind
 from litlab.tasks.outputs import PixelClasses
 
@@ -13,10 +14,9 @@ KIND = TaskKind(
     # one batched image tensor, normalized as in training: the generic spec (NCHW)
     export_spec="litlab.export.domains:tensor_spec",
     outputs="litlab.tasks.image_segmentation:Masks",
-    # PNG or JPEG uploads (or JSON images), resized to the model's image size as classifiers'
-    # are; /predict answers one label map per image, at the model's size
-    serve_output="pixel_classes",
-    serve_files="image",
+    # PNG or JPEG uploads (or JSON images), zero-padded to the model's image size as its
+    # training images were; /predict answers one label map per image, at the model's size
+    inputs="litlab.tasks.inputs:Images",
     # the out-of-distribution score measures the images too, and the pixels' confidence
     ood_inputs=True,
     inspect=("samples", "histograms", "model_graph"),
@@ -70,12 +70,12 @@ class Masks(PixelClasses):
         return dominant(train_labels), dominant(heldout_labels)
 
 
-class Overlays:
+class Overlays(SamplesFigure):
     """`callbacks=inspect`'s samples figure: the middle slice of the first test items, the
-    image with its true and its predicted label map."""
+    image with its true and its predicted label map (at most 6 items: rows of two panels)."""
 
     def __init__(self, count: int = 6) -> None:
-        self.count, self.held = count, []
+        super().__init__(min(count, 6))
 
     def collect(self, module, batch) -> None:
         if len(self.held) < self.count:

@@ -15,9 +15,8 @@ TENSOR_CLASSIFICATION = {
     "export_spec": "litlab.export.domains:tensor_spec",
     "ood_inputs": True,
 }
-#: what the graph kinds share: graph inputs
+#: what the graph kinds share
 GRAPH_INPUTS = {
-    "inputs": "graph",
     # structured pruning: smaller hidden widths (litlab.compression.graph_prune, not
     # Torch-Pruning, whose traced dependency graph does not follow PyG's message passing)
     "compression": COMPRESSION_STEPS,
@@ -37,17 +36,11 @@ class TaskKind:
     metrics: tuple[str, ...]
     #: export: "module:function" building the export Spec of a loaded run (litlab.export.domains)
     export_spec: str
-    #: how one input is fed to the net: a batched tensor (samples along dim 0) or a graph
-    inputs: Literal["tensor", "graph"] = "tensor"
-    #: serving: what /predict answers per input (classes per sample, per node, per graph, or
-    #: a label volume by sliding windows) and which uploads it decodes (None: JSON only). They
-    #: also say what the exported file's metadata must hold: images their size, channels and
-    #: normalization; volumes their shape (masks: patch size and sliding window); JSON samples
-    #: or nodes their feature shape
-    serve_output: Literal[
-        "classes", "node_classes", "graph_classes", "mask", "pixel_classes", "values"
-    ] = "classes"
-    serve_files: Literal["image", "volume"] | None = None
+    #: what the net's inputs are, as "module:Class" (the family kinds of one input type
+    #: share, litlab.tasks.inputs): how the service decodes a request (JSON samples, image or
+    #: NIfTI uploads, graphs) and warms up, what an exported file must take and its metadata
+    #: hold, whether the inputs are one batched tensor (compression, inspect)
+    inputs: str = "litlab.tasks.inputs:Samples"
     #: what the net's output columns are, as "module:Class" (the family kinds of one output
     #: type share): their names in an export's metadata, the metric's input from one batch's
     #: outputs, and a served answer (`litlab.tasks.outputs.Classes`: softmax, the top class,
@@ -58,11 +51,10 @@ class TaskKind:
     #: statistics: fixed-size tensors with channels and spatial dims, as whole images or
     #: volumes); False: the classifier's confidence alone
     ood_inputs: bool = False
-    #: inspect callbacks (their `inspects` name) that apply; samples: how samples are drawn
+    #: inspect callbacks (their `inspects` name) that apply
     inspect: tuple[str, ...] = ()
-    samples_view: Literal["images", "volume_slices", "nodes"] | None = None
-    #: or the kind's own samples figure, as "module:Class" (`collect` per test batch, `draw`
-    #: at the end: litlab.tasks.regression.Residuals)
+    #: `callbacks=inspect`'s samples figure, as "module:Class" (`collect` per test batch,
+    #: `draw` at the end; litlab.tasks.figures: images, volume slices, node accuracy)
     samples_figure: str | None = None
     #: compression steps that apply (quantize and structured pruning need tensor inputs)
     compression: tuple[str, ...] = COMPRESSION_STEPS
@@ -73,12 +65,10 @@ class TaskKind:
     #: compress=distill's default student (the teacher's net, narrowed) trains with this times
     #: the teacher's learning rate
     distill_lr_factor: float = 1.0
-    #: compress: the test metric every stage is judged by (None: the model's monitor, on test);
-    #: where its inputs come from: "batches" = the datamodule's (inputs, labels) tensor batches,
-    #: "patches" = patch-sized crops of whole items (export, int8 calibration, latency; the
-    #: metric is then computed over whole items by the model's own inference)
+    #: compress: the test metric every stage is judged by (None: the model's monitor, on test;
+    #: the inputs of export, int8 calibration and latency are the input family's `patches`
+    #: where it has them, else the datamodule's tensor batches)
     compress_metric: str | None = None
-    compress_inputs: Literal["batches", "patches"] = "batches"
     #: the share of the test metric an int8 file may lose before it is discarded: one verdict
     #: for compress=quantize (compress.quantize.max_drop null) and export's onnx_int8
     #: (int8_max_drop null)
@@ -93,16 +83,6 @@ class TaskKind:
     federated_local_epochs: int = 1
     #: why a feature does not apply, by feature: appended to the refusal
     notes: dict = field(default_factory=dict)
-
-    @property
-    def serve_batchable(self) -> bool:
-        """Requests of several samples may share one ONNX Runtime run (micro-batching): a
-        batched tensor in, one answer per sample out."""
-        return self.inputs == "tensor" and self.serve_output in (
-            "classes",
-            "pixel_classes",
-            "values",
-        )
 
     def refuse_compression(self, step: str) -> None:
         if step not in self.compression:
@@ -133,6 +113,10 @@ class TaskKind:
     def output_family(self):
         """An instance of the kind's `outputs` family (imported now)."""
         return self.hook("outputs")()
+
+    def input_family(self):
+        """An instance of the kind's `inputs` family (imported now)."""
+        return self.hook("inputs")()
 
     def _note(self, feature: str) -> str:
         return f" ({self.notes[feature]})" if feature in self.notes else ""

@@ -8,9 +8,9 @@ KIND = TaskKind(
     metrics=("acc", "f1"),
     # the whole graph at once (x, edge_index); scores on the split's mask
     export_spec="litlab.export.domains:node_spec",
-    serve_output="node_classes",
+    inputs="litlab.tasks.inputs:Nodes",
     inspect=("samples", "confusion", "embeddings", "histograms"),
-    samples_view="nodes",
+    samples_figure="litlab.tasks.figures:NodeAccuracy",
     # federated clients hold subgraphs (FedGCN-style): the nodes are dealt out
     federated_units="nodes",
     # an epoch is one full-graph step (a GCN trains 200 centrally)

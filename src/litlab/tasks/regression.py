@@ -3,6 +3,7 @@ a class. Everything a layer needs to know of it is in this file: its declaration
 its outputs are (`Values`: export metadata, metric input, served answer) and its samples figure
 (`Residuals`: predicted against true values on the test split)."""
 
+from litlab.tasks.figures import SamplesFigure
 from litlab.tasks.kind import TaskKind
 from litlab.tasks.outputs import OutputFamily
 
@@ -14,7 +15,7 @@ KIND = TaskKind(
     export_spec="litlab.export.domains:tensor_spec",
     outputs="litlab.tasks.regression:Values",
     # /predict takes JSON rows ({"inputs": [[...], ...]}), several per request
-    serve_output="values",
+    inputs="litlab.tasks.inputs:Samples",
     inspect=("samples", "histograms"),
     samples_figure="litlab.tasks.regression:Residuals",
     # every step: structured pruning narrows the hidden layers (the output layer is kept),
@@ -81,12 +82,9 @@ class Values(OutputFamily):
         }
 
 
-class Residuals:
+class Residuals(SamplesFigure):
     """`callbacks=inspect`'s samples figure: predicted against true values of the whole test
     split (the diagonal is a perfect model), and the residuals against the prediction."""
-
-    def __init__(self) -> None:
-        self.held: list = []
 
     def collect(self, module, batch) -> None:
         x, y = batch

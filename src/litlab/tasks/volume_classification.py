@@ -5,7 +5,7 @@ from litlab.tasks.kind import TENSOR_CLASSIFICATION, TaskKind
 KIND = TaskKind(
     name="volume_classification",
     metrics=("acc", "auroc"),
-    serve_files="volume",
+    inputs="litlab.tasks.inputs:Volumes",
     inspect=("confusion", "gradcam", "embeddings", "histograms", "model_graph"),
     **TENSOR_CLASSIFICATION,
 )

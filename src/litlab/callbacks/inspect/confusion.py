@@ -6,7 +6,8 @@ import csv
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from litlab.callbacks.inspect.base import TaskCallback, figure, save_figure, scores
+from litlab.callbacks.inspect.base import TaskCallback, save_figure, scores
+from litlab.utils.plots import figure
 
 
 class ConfusionMatrix(TaskCallback):
@@ -24,7 +25,8 @@ class ConfusionMatrix(TaskCallback):
         n = self.num_classes or trainer.datamodule.dims["num_classes"]
         self.matrix = MulticlassConfusionMatrix(n, validate_args=False).to(pl_module.device)
         self._logits = None
-        if self.kind(trainer).inputs == "tensor" and getattr(self, "_hook", None) is None:
+        batched = self.kind(trainer).input_family().batched_tensor
+        if batched and getattr(self, "_hook", None) is None:
             # the step's own forward (one per batch) is captured: no second forward pass
             self._hook = pl_module.register_forward_hook(self._capture)
 

@@ -13,12 +13,12 @@ from torch import nn
 from litlab.bounds import Ge, PosFloat, PosInt
 from litlab.callbacks.inspect.base import (
     TaskCallback,
-    figure,
     flush,
     save_figure,
     scores,
     tensorboards,
 )
+from litlab.utils.plots import figure
 
 
 def head(net: nn.Module) -> nn.Module:

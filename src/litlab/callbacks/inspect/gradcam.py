@@ -4,7 +4,8 @@
 import torch
 from torch import nn
 
-from litlab.callbacks.inspect.base import TaskCallback, mosaic, save_figure
+from litlab.callbacks.inspect.base import TaskCallback, save_figure
+from litlab.utils.plots import mosaic
 
 ALPHA = 0.45  # the heatmap's weight over the input
 
