@@ -123,8 +123,8 @@ class Volumes(InputFamily):
         return await predictor.offload(self.volume, predictor, raw[0], names[0])
 
     def volume(self, predictor, raw: bytes, name: str):
-        runner = predictor.runner
-        x = predictor.decoders.fit_volume(self.nifti(predictor, raw, name), runner.layout)[None]
+        runner, (volume, _) = predictor.runner, self.nifti(predictor, raw, name)
+        x = predictor.decoders.fit_volume(volume, runner.layout)[None]
         return runner.answer(runner.run(x), x)
 
     @staticmethod
