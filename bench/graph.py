@@ -59,7 +59,7 @@ class HandWritten:
         from torch_geometric.datasets import Planetoid
         from torch_geometric.transforms import NormalizeFeatures
 
-        from litlab.models.nets.gnn import GNN
+        from litlab.domains.graph.nets.gnn import GNN
 
         torch.manual_seed(0)
         self.data = Planetoid(str(data_dir / "Planetoid"), "Cora", transform=NormalizeFeatures())[0]
@@ -147,7 +147,7 @@ def plain_lightning_pairs(experiment: str, data_dir: Path, epochs: int) -> list:
     import torch
     import torch.nn.functional as F
 
-    from litlab.models.nets.gnn import GNN
+    from litlab.domains.graph.nets.gnn import GNN
 
     settings = dict(NETS[experiment])
     lr = settings.pop("lr")

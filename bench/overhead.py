@@ -31,8 +31,8 @@ class ManualLoop:
     def __init__(self, batch_size: int, epochs: int):
         import torch
 
-        from litlab.data.vision import DigitsDataModule
-        from litlab.models.nets.cnn import SmallCNN
+        from litlab.domains.vision.data import DigitsDataModule
+        from litlab.domains.vision.nets.cnn import SmallCNN
 
         self.dm = DigitsDataModule(batch_size=batch_size)
         self.dm.setup()
@@ -101,8 +101,8 @@ def plain_lightning_pairs(epochs: int, batch_size: int) -> list[tuple[float, flo
     import torch
     import torch.nn.functional as F
 
-    from litlab.data.vision import DigitsDataModule
-    from litlab.models.nets.cnn import SmallCNN
+    from litlab.domains.vision.data import DigitsDataModule
+    from litlab.domains.vision.nets.cnn import SmallCNN
 
     class Minimal(L.LightningModule):
         def __init__(self, dims):

@@ -165,7 +165,7 @@ def fake(tmp_path):
             "state_dict": {},
             "litlab_config": {
                 "data": {"_target_": "shutil.copy", "src": "x", "dst": "y"},
-                "model": {"_target_": "litlab.models.vision.ImageClassifier"},
+                "model": {"_target_": "litlab.domains.vision.module.ImageClassifier"},
             },
         },
         folder / "crafted.ckpt",

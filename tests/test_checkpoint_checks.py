@@ -112,7 +112,7 @@ CASES = {
         "data.test_fraction=1.5",
     ),
     "data of a graph kind": (
-        lambda c: c[C]["data"].update(_target_="litlab.data.graph.PlanetoidDataModule"),
+        lambda c: c[C]["data"].update(_target_="litlab.domains.graph.data.PlanetoidDataModule"),
         "node",
     ),
 }
@@ -173,6 +173,53 @@ def test_the_unmodified_copy_passes_the_same_checks(tiny, tmp_path):
     torch.save(ckpt, tmp_path / "copy.ckpt")
     run = load_run(tmp_path / "copy.ckpt")
     assert torch.equal(run.model.net.head[3].bias, ckpt["state_dict"]["net.head.3.bias"])
+
+
+def _with_old_names(tiny, tmp_path):
+    """The checkpoint as litlab wrote it before each domain became one folder: its stored
+    config names litlab.data.vision and litlab.models.nets.cnn."""
+    from litlab.checkpointing.moved import MOVED
+
+    ckpt = torch.load(tiny[1], weights_only=True)
+    ckpt[C]["data"]["data_dir"] = ckpt[C]["paths"]["data_dir"]
+    old = {new: old for old, new in MOVED.items()}
+    for node in (ckpt[C]["data"], ckpt[C]["model"], ckpt[C]["model"]["net"]):
+        module, _, name = node["_target_"].rpartition(".")
+        node["_target_"] = f"{old.get(module, module)}.{name}"
+    assert ckpt[C]["model"]["net"]["_target_"] == "litlab.models.nets.cnn.SmallCNN"
+    torch.save(ckpt, tmp_path / "old.ckpt")
+    return tmp_path / "old.ckpt"
+
+
+def test_a_checkpoint_naming_the_modules_before_the_domains_moved_still_loads(tiny, tmp_path):
+    from litlab.recipes.load import load_run
+
+    run = load_run(_with_old_names(tiny, tmp_path))
+    assert type(run.model).__module__ == "litlab.domains.vision.module"
+    assert type(run.model.net).__module__ == "litlab.domains.vision.nets.cnn"
+
+
+def test_only_whole_moved_modules_are_renamed():
+    """The table renames module paths litlab shipped, nothing else: a name that only starts
+    like one, or a module of the same name elsewhere, stays what it is (and the trust check
+    judges it)."""
+    from litlab.checkpointing.moved import renamed
+
+    config = {
+        "model": {"_target_": "litlab.models.vision.ImageClassifier"},
+        "data": {"_target_": "litlab.data.visionx.Digits"},
+        "net": {"base_target": "litlab.models.nets.cnn.SmallCNN", "x": [{"_target_": "os.system"}]},
+        "deep": {"_target_": "litlab.data.vision.evil.Thing"},
+    }
+    assert renamed(config) == {
+        "model": {"_target_": "litlab.domains.vision.module.ImageClassifier"},
+        "data": {"_target_": "litlab.data.visionx.Digits"},
+        "net": {
+            "base_target": "litlab.domains.vision.nets.cnn.SmallCNN",
+            "x": [{"_target_": "os.system"}],
+        },
+        "deep": {"_target_": "litlab.data.vision.evil.Thing"},
+    }
 
 
 @pytest.mark.parametrize(

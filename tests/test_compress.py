@@ -12,8 +12,8 @@ from helpers.runs import ROOT
 
 from litlab.compression import distill, prune, resize
 from litlab.config.compose import compose
+from litlab.domains.vision.nets.cnn import SmallCNN
 from litlab.errors import UserError
-from litlab.models.nets.cnn import SmallCNN
 
 FAST = ["extras.print_config=false", "callbacks.rich_progress_bar=null", "report.budget_s=0.2"]
 
@@ -28,7 +28,7 @@ def test_a_student_just_over_the_bound_is_narrowed_just_under_it():
         a, b = model["net"]["channels"]
         return a * b + 100
 
-    net = {"_target_": "litlab.models.nets.cnn.SmallCNN"}
+    net = {"_target_": "litlab.domains.vision.nets.cnn.SmallCNN"}
     teacher = {"net": {**net, "channels": [32, 64]}}
     given = {"net": {**net, "channels": [16, 32]}}
     assert 0.25 < count(given) / count(teacher) < 0.3
@@ -145,8 +145,8 @@ def test_teacher_of_another_task_or_class_count_is_one_line():
 
     from litlab.compression.steps import Stage, check_teacher
 
-    cora = {"data": {"_target_": "litlab.data.graph.PlanetoidDataModule"}}
-    digits = {"data": {"_target_": "litlab.data.vision.DigitsDataModule"}}
+    cora = {"data": {"_target_": "litlab.domains.graph.data.PlanetoidDataModule"}}
+    digits = {"data": {"_target_": "litlab.domains.vision.data.DigitsDataModule"}}
     gcn = Stage("teacher", SimpleNamespace(num_classes=7), cora)  # what the recipe checks
     with pytest.raises(UserError, match="the student's data is image_classification"):
         check_teacher(gcn, digits, SimpleNamespace(dims={"num_classes": 10}))

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from litlab.compression import graph_prune
+from litlab.domains.graph.nets.gnn import GNN
 from litlab.errors import UserError
-from litlab.models.nets.gnn import GNN
 
-GNN_TARGET = "litlab.models.nets.gnn.GNN"
+GNN_TARGET = "litlab.domains.graph.nets.gnn.GNN"
 NODE, GRAPH = "node_classification", "graph_classification"
 
 
@@ -293,7 +293,7 @@ def test_a_default_gnn_student_starts_from_its_teachers_strongest_channels():
     from litlab.compression.steps import Stage, inherit_channels
 
     torch.manual_seed(0)
-    cfg = {"_target_": "litlab.models.nets.gnn.GNN", "in_channels": 12, "num_classes": 3}
+    cfg = {"_target_": "litlab.domains.graph.nets.gnn.GNN", "in_channels": 12, "num_classes": 3}
     teacher_net = GNN(12, 3, hidden_channels=8, dropout=0.5)
     teacher = Stage(
         "original", torch.nn.Module(), {"model": {"net": {**cfg, "hidden_channels": 8}}}

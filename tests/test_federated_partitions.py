@@ -42,9 +42,9 @@ def test_dirichlet_skew_follows_alpha():
 
 def test_partition_items_of_each_domain(shared_data):
     """Digits images, phantom volumes and whole MUTAG graphs: labels read, items partitioned."""
-    from litlab.data.medical3d import PhantomClassificationDataModule
-    from litlab.data.tudataset import TUDataModule
-    from litlab.data.vision import DigitsDataModule
+    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.medical3d.data import PhantomClassificationDataModule
+    from litlab.domains.vision.data import DigitsDataModule
 
     phantoms = PhantomClassificationDataModule(num_volumes=24, size=12, size_jitter=0)
     mutag = TUDataModule(name="MUTAG", data_dir=str(shared_data("TUDataset/MUTAG").parents[1]))
@@ -82,7 +82,7 @@ def test_heldout_units_follow_each_clients_label_mix():
 def test_node_clients_are_induced_subgraphs():
     """Node classification: every node in one client, edges only inside a client, each
     client's training nodes its share of the graph's, its test nodes its validation nodes."""
-    from litlab.data.graph import SBMDataModule
+    from litlab.domains.graph.data import SBMDataModule
     from litlab.federated import views
 
     dm = SBMDataModule(nodes_per_class=60, train_per_class=10, num_val=60, num_test=100)
@@ -109,7 +109,7 @@ def test_node_clients_are_induced_subgraphs():
 
 
 def test_volume_clients_hold_whole_volumes_labelled_by_their_dominant_structure():
-    from litlab.data.medical3d import PhantomSegmentationDataModule
+    from litlab.domains.medical3d.data import PhantomSegmentationDataModule
     from litlab.federated import views
 
     label = np.zeros((4, 4, 4), np.uint8)

@@ -30,7 +30,7 @@ def test_train_and_eval_print_a_header_and_save_the_config_tree(cli, tmp_path):
     assert first[2].split()[:3] == ["run", "dir", str(run)]
     assert "CONFIG" not in train.stdout  # the tree is in the run dir, not on the screen
     tree = (run / "config_tree.txt").read_text()
-    assert tree.startswith("CONFIG") and "litlab.data.vision.DigitsDataModule" in tree
+    assert tree.startswith("CONFIG") and "litlab.domains.vision.data.DigitsDataModule" in tree
     assert all(line == line.rstrip() for line in tree.splitlines())
     ckpt = next((run / "checkpoints").glob("epoch_*.ckpt"))
     evaluate = cli("eval.py", f"ckpt_path={ckpt}", quiet=False)

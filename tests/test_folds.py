@@ -35,7 +35,7 @@ def _keys(dataset) -> Counter:
 def test_digits_folds_partition_all_images_and_ignore_other_settings():
     from sklearn.datasets import load_digits
 
-    from litlab.data.vision import DigitsDataModule
+    from litlab.domains.vision.data import DigitsDataModule
 
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
@@ -61,7 +61,7 @@ def test_digits_folds_partition_all_images_and_ignore_other_settings():
 def test_imagefolder_folds_and_refusals(tmp_path):
     from helpers.datafiles import write_images
 
-    from litlab.data.vision import ImageFolderDataModule
+    from litlab.domains.vision.data import ImageFolderDataModule
 
     write_images(tmp_path / "flat", [""], classes=("cat", "dog", "fox"), n=6)
     root = tmp_path / "flat"
@@ -104,7 +104,7 @@ def _split_file(dm_class, tmp_path: Path, folds: int, **kwargs) -> list[dict]:
 
 
 def test_phantom_segmentation_folds_never_share_a_volume(tmp_path):
-    from litlab.data.medical3d import PhantomSegmentationDataModule
+    from litlab.domains.medical3d.data import PhantomSegmentationDataModule
 
     kwargs = {"num_volumes": 9, "size": 10, "size_jitter": 1, "patch_size": (8, 8, 8)}
     folds = _split_file(PhantomSegmentationDataModule, tmp_path, 3, **kwargs)
@@ -131,7 +131,7 @@ def _write_nifti(root: Path, structures: list[int]) -> None:
 
 def test_nifti_folds_are_stratified_by_dominant_structure(tmp_path):
     from litlab.data import folds as F
-    from litlab.data.medical3d import NiftiDataModule
+    from litlab.domains.medical3d.data import NiftiDataModule
 
     structures = [1, 2] * 4 + [2]  # 4 volumes mostly label 1, 5 mostly label 2
     _write_nifti(tmp_path / "set", structures)
@@ -148,8 +148,8 @@ def test_nifti_folds_are_stratified_by_dominant_structure(tmp_path):
 
 
 def test_phantom_classification_folds_and_labels_known_before_any_volume(tmp_path):
-    from litlab.data import volumes as V
-    from litlab.data.medical3d import PhantomClassificationDataModule
+    from litlab.domains.medical3d import volumes as V
+    from litlab.domains.medical3d.data import PhantomClassificationDataModule
 
     # the labels checked before any work are those of the generated volumes
     for i in range(20):
@@ -175,7 +175,7 @@ def test_medmnist3d_folds_pool_the_official_splits(tmp_path):
     pytest.importorskip("medmnist")
     from helpers.datafiles import write_medmnist_npz
 
-    from litlab.data.medmnist3d import MedMNIST3DDataModule
+    from litlab.domains.medical3d.medmnist3d import MedMNIST3DDataModule
 
     write_medmnist_npz(tmp_path / "nodulemnist3d.npz")
     folds = []
@@ -193,7 +193,7 @@ def test_medmnist3d_folds_pool_the_official_splits(tmp_path):
 
 
 def test_tu_fold_count_is_refused_from_the_raw_labels_before_reading_graphs(shared_data):
-    from litlab.data.tudataset import TUDataModule
+    from litlab.domains.graph.tudataset import TUDataModule
 
     data = shared_data("TUDataset/MUTAG").parents[1]
     settings = {"name": "MUTAG", "data_dir": str(data), "fold": 0, "num_folds": 64}
@@ -205,7 +205,7 @@ def test_tu_fold_count_is_refused_from_the_raw_labels_before_reading_graphs(shar
 
 @pytest.mark.parametrize("name", ["SBMDataModule", "PlanetoidDataModule", "KarateDataModule"])
 def test_node_datasets_keep_their_fixed_split(name):
-    from litlab.data import graph
+    from litlab.domains.graph import data as graph
 
     cls = getattr(graph, name)
     settings = {"name": "Cora", "num_folds": 5, "fold": 0}
@@ -267,7 +267,7 @@ def test_mnist_folds_are_checked_from_the_label_files_on_disk(tmp_path):
     with no files yet (a download to come) the check waits for setup."""
     from helpers.datafiles import write_idx
 
-    from litlab.data.vision_downloads import MNISTDataModule
+    from litlab.domains.vision.downloads import MNISTDataModule
 
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)

@@ -23,9 +23,12 @@ def test_default_graph_needs_the_edges(cli):
 
 def test_model_gnn_selects_graph_data_and_data_wins(tmp_path):
     cfg = compose("train", ["model=gnn"], output_dir=tmp_path)
-    assert cfg.data._target_ == "litlab.data.graph.SBMDataModule"
+    assert cfg.data._target_ == "litlab.domains.graph.data.SBMDataModule"
     cfg = compose("train", ["model=gin", "data=mutag"], output_dir=tmp_path)
-    assert cfg.data._target_ == "litlab.data.tudataset.TUDataModule" and cfg.data.name == "MUTAG"
+    assert (
+        cfg.data._target_ == "litlab.domains.graph.tudataset.TUDataModule"
+        and cfg.data.name == "MUTAG"
+    )
 
 
 def test_incompatible_pair_is_one_line(tmp_path):
@@ -124,7 +127,7 @@ def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
 
 def test_folds_partition_mutag(shared_data):
     """Ten test folds cover every graph once; validation never overlaps the test fold."""
-    from litlab.data.tudataset import TUDataModule
+    from litlab.domains.graph.tudataset import TUDataModule
 
     data = shared_data("TUDataset/MUTAG").parents[1]
     seen = []
@@ -139,8 +142,8 @@ def test_folds_partition_mutag(shared_data):
 
 
 def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
-    from litlab.data.graph import PlanetoidDataModule
-    from litlab.data.tudataset import TUDataModule
+    from litlab.domains.graph.data import PlanetoidDataModule
+    from litlab.domains.graph.tudataset import TUDataModule
     from litlab.errors import UserError
 
     with pytest.raises(UserError, match="data.fold=10 is not valid; choose 0 to 9"):
@@ -154,7 +157,7 @@ def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
 def test_every_net_gives_class_scores(conv, task):
     import torch
 
-    from litlab.models.nets.gnn import GNN
+    from litlab.domains.graph.nets.gnn import GNN
 
     net = GNN(
         5,
@@ -199,7 +202,7 @@ def test_gat_value_dropout_drops_projected_features_per_node_only_in_training(mo
     import torch
     from torch_geometric.nn import GATConv
 
-    from litlab.models.nets.gnn import _GATConv
+    from litlab.domains.graph.nets.gnn import _GATConv
 
     x, edge_index = torch.randn(40, 6), torch.randint(0, 40, (2, 120))
     torch.manual_seed(0)
@@ -231,7 +234,7 @@ def test_feature_dropout_positions_follow_the_tensor():
     must never reuse another tensor's (or a stale) positions."""
     import torch
 
-    from litlab.models.nets.gnn import _nonzero
+    from litlab.domains.graph.nets.gnn import _nonzero
 
     a, b = torch.zeros(5, 4), torch.zeros(5, 4)
     a[0, 1] = b[3, 2] = 1.0

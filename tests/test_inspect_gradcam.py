@@ -42,8 +42,8 @@ def inside_outside(heat: torch.Tensor, masks: torch.Tensor) -> tuple[float, floa
 
 
 def test_gradcam_2d_looks_at_the_bright_square():
-    from litlab.models.nets.cnn import SmallCNN
-    from litlab.models.vision import ImageClassifier
+    from litlab.domains.vision.module import ImageClassifier
+    from litlab.domains.vision.nets.cnn import SmallCNN
 
     L.seed_everything(0)
     dm = BrightSquares()
@@ -91,9 +91,9 @@ def small_3d_net() -> torch.nn.Module:
 def test_gradcam_3d_looks_at_the_phantom_nodule(tmp_path):
     from monai.transforms import ResizeWithPadOrCrop
 
-    from litlab.data import volumes as V
-    from litlab.data.medical3d import PhantomClassificationDataModule, split_indices
-    from litlab.models.medical3d import VolumeClassifier
+    from litlab.domains.medical3d import volumes as V
+    from litlab.domains.medical3d.data import PhantomClassificationDataModule, split_indices
+    from litlab.domains.medical3d.module import VolumeClassifier
 
     size = 24
     L.seed_everything(0)

@@ -27,7 +27,7 @@ def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs
     shape, and per-volume Dice to predictions.csv."""
     import nibabel as nib
 
-    from litlab.data.volumes import phantom_shapes
+    from litlab.domains.medical3d.volumes import phantom_shapes
 
     train = cli("train.py", *TINY_SEG, f"trainer.max_epochs={epochs}", timeout=600)
     if epochs >= 8:
@@ -89,7 +89,7 @@ def test_incompatible_pair_fails_in_one_line(tmp_path):
 
 
 def test_phantoms_are_deterministic_and_vary_in_size():
-    from litlab.data.volumes import phantom, phantom_shapes
+    from litlab.domains.medical3d.volumes import phantom, phantom_shapes
 
     a, b = phantom(3, 5, (20, 22, 24)), phantom(3, 5, (20, 22, 24))
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
@@ -98,8 +98,8 @@ def test_phantoms_are_deterministic_and_vary_in_size():
 
 
 def test_sliding_window_output_matches_odd_input_shape():
-    from litlab.models.medical3d import VolumeSegmenter
-    from litlab.models.nets.unet3d import unet3d
+    from litlab.domains.medical3d.module import VolumeSegmenter
+    from litlab.domains.medical3d.nets.unet3d import unet3d
 
     net = unet3d(1, 3, channels=(4, 8), strides=(2,), num_res_units=0)
     model = VolumeSegmenter(net, torch.optim.Adam, num_classes=3, patch_size=(16, 16, 16))
@@ -111,7 +111,7 @@ def test_sliding_window_output_matches_odd_input_shape():
 def test_written_mask_keeps_input_affine_and_header(tmp_path):
     import nibabel as nib
 
-    from litlab.data.volumes import write_mask
+    from litlab.domains.medical3d.volumes import write_mask
 
     affine = np.array([[0, -1.5, 0, 10], [2.0, 0, 0, -4], [0, 0, 1.2, 7], [0, 0, 0, 1]])
     source = nib.Nifti1Image(np.random.rand(7, 9, 5).astype(np.float32), affine)
@@ -138,7 +138,7 @@ def hippocampus_cases(dst: Path, count: int, images="imagesTr", labels="labelsTr
 def test_nifti_loader_reads_msd_layout_splits_and_caches(tmp_path):
     import nibabel as nib
 
-    from litlab.data.medical3d import NiftiDataModule
+    from litlab.domains.medical3d.data import NiftiDataModule
 
     root = hippocampus_cases(tmp_path / "Task04", 6)
     kwargs = {
@@ -172,7 +172,7 @@ def test_nifti_loader_reads_msd_layout_splits_and_caches(tmp_path):
 
 
 def test_nifti_loader_accepts_images_labels_folders_and_rejects_bad_labels(tmp_path):
-    from litlab.data.medical3d import NiftiDataModule
+    from litlab.domains.medical3d.data import NiftiDataModule
     from litlab.errors import UserError
 
     root = hippocampus_cases(tmp_path / "set", 3, images="images", labels="labels")
@@ -185,7 +185,7 @@ def test_nifti_loader_accepts_images_labels_folders_and_rejects_bad_labels(tmp_p
 
 
 def test_medmnist3d_reads_a_local_npz_through_the_package(tmp_path):
-    from litlab.data.medmnist3d import MedMNIST3DDataModule
+    from litlab.domains.medical3d.medmnist3d import MedMNIST3DDataModule
     from litlab.errors import UserError
 
     write_medmnist_npz(tmp_path / "nodulemnist3d.npz")

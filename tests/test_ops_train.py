@@ -53,7 +53,7 @@ def test_trains_to_98_percent_and_resumes(tiled_run):
 def test_export_and_serve_without_the_extension(tiled_run, tmp_path):
     import onnx
 
-    from litlab.data.vision import DigitsDataModule
+    from litlab.domains.vision.data import DigitsDataModule
     from litlab.export.recipe import export_checkpoint
     from litlab.recipes.load import load_run
 

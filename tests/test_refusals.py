@@ -78,7 +78,7 @@ EXPORT = [
     (["ckpt_path={bad}"], "cannot be loaded", 0),
     (["+data_overrides.batch_size=0"], "data_overrides.batch_size=0", 0),
     (["+data_overrides.batchsize=3"], "did you mean batch_size?", 0),
-    (["+data_overrides._target_=litlab.data.graph.SBMDataModule"], "not its class", 0),
+    (["+data_overrides._target_=litlab.domains.graph.data.SBMDataModule"], "not its class", 0),
 ]
 
 

@@ -75,7 +75,7 @@ def test_values_are_stratified_by_the_training_quintiles():
     ],
 )
 def test_a_table_that_is_not_numbers_is_one_line(text, words, tmp_path):
-    from litlab.data.table import read_table
+    from litlab.domains.table.data import read_table
 
     path = tmp_path / "t.csv"
     path.write_text(text)
@@ -84,7 +84,7 @@ def test_a_table_that_is_not_numbers_is_one_line(text, words, tmp_path):
 
 
 def test_the_splits_span_the_targets_and_folds_cover_every_row():
-    from litlab.data.table import TableDataModule
+    from litlab.domains.table.data import TableDataModule
 
     dm = TableDataModule(seed=3)
     assert sum(len(v) for v in dm.split.values()) == 442
@@ -99,7 +99,7 @@ def test_the_splits_span_the_targets_and_folds_cover_every_row():
 
 
 def test_a_bad_table_is_refused_before_anything_is_written(tmp_path):
-    from litlab.data.table import TableDataModule
+    from litlab.domains.table.data import TableDataModule
 
     with pytest.raises(UserError, match="data.path=.*none.csv is not a file"):
         TableDataModule.check_settings({"path": str(tmp_path / "none.csv")}, "data")
@@ -120,8 +120,8 @@ def test_the_kinds_metrics_are_in_the_targets_units():
     """mae and rmse of the module's metrics read the values as given (no standardization)."""
     import torch
 
-    from litlab.models.nets.table import TableMLP
-    from litlab.models.regression import Regressor
+    from litlab.domains.table.module import Regressor
+    from litlab.domains.table.nets.mlp import TableMLP
 
     net = TableMLP(2, [0.0, 0.0], [1.0, 1.0], [100.0], [50.0])
     module = Regressor(net, optimizer=None)

@@ -216,7 +216,7 @@ def _crafted_checkpoint(path, target="shutil.copy"):
     victim.write_text("secret")
     config = {
         "data": {"_target_": target, "src": str(victim), "dst": str(path.parent / "copied")},
-        "model": {"_target_": "litlab.models.vision.ImageClassifier"},
+        "model": {"_target_": "litlab.domains.vision.module.ImageClassifier"},
     }
     torch.save({"state_dict": {}, "litlab_config": config}, path)
     return path.parent / "copied"

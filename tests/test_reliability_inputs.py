@@ -118,10 +118,10 @@ NODES = [
     ("lightning.pytorch.Trainer", "limit_train_batches", NAN),
     ("lightning.pytorch.Trainer", "val_check_interval", -0.5),
     ("lightning.pytorch.callbacks.EarlyStopping", "min_delta", INF),
-    ("litlab.models.vision.ImageClassifier", "label_smoothing", NAN),
-    ("litlab.models.medical3d.VolumeSegmenter", "dice_weight", INF),
-    ("litlab.data.vision.DigitsDataModule", "batch_size", INF),
-    ("litlab.data.vision.DigitsDataModule", "val_fraction", NAN),
+    ("litlab.domains.vision.module.ImageClassifier", "label_smoothing", NAN),
+    ("litlab.domains.medical3d.module.VolumeSegmenter", "dice_weight", INF),
+    ("litlab.domains.vision.data.DigitsDataModule", "batch_size", INF),
+    ("litlab.domains.vision.data.DigitsDataModule", "val_fraction", NAN),
 ]
 # issue 34: precision against the hardware (this machine's tests run on its CPU)
 PRECISION = [
@@ -264,7 +264,7 @@ def test_too_many_folds_for_the_data(tmp_path, shared_data):
 def test_unreadable_image_is_named_when_the_dataset_is_built(tmp_path):
     from PIL import Image
 
-    from litlab.data.vision import ImageFolderDataModule
+    from litlab.domains.vision.data import ImageFolderDataModule
 
     for name in ("cat", "dog"):
         (tmp_path / name).mkdir()
@@ -277,7 +277,7 @@ def test_unreadable_image_is_named_when_the_dataset_is_built(tmp_path):
 
 
 def test_unlabelled_volumes_are_counted_in_one_warning(tmp_path, caplog):
-    from litlab.data.volumes import find_pairs
+    from litlab.domains.medical3d.volumes import find_pairs
 
     (tmp_path / "imagesTr").mkdir()
     (tmp_path / "labelsTr").mkdir()

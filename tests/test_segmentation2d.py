@@ -19,7 +19,7 @@ from litlab.errors import UserError
 
 
 def _refusal(root, **settings) -> str:
-    from litlab.data.slices import MaskFolderDataModule
+    from litlab.domains.segmentation2d.data import MaskFolderDataModule
 
     with pytest.raises(UserError) as err:
         MaskFolderDataModule.check_settings({"root": str(root), **settings}, "data")
@@ -45,7 +45,7 @@ def test_a_mask_folder_that_does_not_match_its_images_is_named(tmp_path):
 
 
 def test_items_are_split_whole_and_evaluated_one_per_batch(tmp_path):
-    from litlab.data.slices import MaskFolderDataModule
+    from litlab.domains.segmentation2d.data import MaskFolderDataModule
 
     dm = MaskFolderDataModule(str(mask_folder(tmp_path / "m")), image_size=32, num_classes=3)
     dm.setup()
@@ -60,7 +60,7 @@ def test_dice_is_per_item():
     """Two items, one perfect and one all wrong: the mean is 0.5, not a pooled Dice."""
     import torch
 
-    from litlab.models.segmentation2d import ItemDice
+    from litlab.domains.segmentation2d.module import ItemDice
 
     metric = ItemDice(2)
     truth = torch.zeros(3, 4, 4, dtype=torch.long)

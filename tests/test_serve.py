@@ -36,7 +36,7 @@ def server(digits):
 def test_uploaded_images_get_eval_predictions(server, digits):
     """The service preprocesses a PNG exactly as training did: each test image gets the class
     eval.py listed for it (test split order = predictions.csv order)."""
-    from litlab.data.vision import DigitsDataModule
+    from litlab.domains.vision.data import DigitsDataModule
 
     dm = DigitsDataModule()
     dm.setup()
@@ -125,7 +125,7 @@ def test_good_request_after_200_bad_ones(server, digits):
         if isinstance(body, tuple):
             body, kind = body
         assert request(server + "/predict", body, kind)[0] == status
-    from litlab.data.vision import DigitsDataModule
+    from litlab.domains.vision.data import DigitsDataModule
 
     dm = DigitsDataModule()
     dm.setup()

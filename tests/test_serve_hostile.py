@@ -261,7 +261,7 @@ def test_nifti_gzip_bomb_is_refused_from_its_header():
 
     import nibabel as nib
 
-    import litlab.data.volumes  # noqa: F401  (its imports are not what is timed)
+    import litlab.domains.medical3d.volumes  # noqa: F401  (its imports are not what is timed)
     from litlab.serving import inputs
 
     header = nib.Nifti1Header()

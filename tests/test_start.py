@@ -78,13 +78,19 @@ def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
     after = _tree(root)
     added = set(after) - set(before)
     assert {k: after[k] for k in before} == before  # nothing outside the copies changed
-    assert len(added) == 7 * len(scaffold.DOMAINS)
+    # one domain folder each (data, module, nets and their packages), three configs, a test
+    assert len(added) == 9 * len(scaffold.DOMAINS)
+    assert {k for k in added if k.startswith("src/")} == {
+        f"src/litlab/domains/my{d}/{f}"
+        for d in scaffold.DOMAINS
+        for f in ("__init__.py", "data.py", "module.py", "nets/__init__.py", f"nets/my{d}.py")
+    }
     assert (
         "class MyvisionDataModule(VisionDataModule)"
-        in after["src/litlab/data/myvision.py"].decode()
+        in after["src/litlab/domains/myvision/data.py"].decode()
     )
     assert (
-        "_target_: litlab.models.nets.mygraph.MygraphNet"
+        "_target_: litlab.domains.mygraph.nets.mygraph.MygraphNet"
         in after["configs/model/mygraph.yaml"].decode()
     )
     # every copy trains at once (one multirun over the experiments, one batch each)
@@ -144,7 +150,8 @@ def test_the_copied_test_passes(tmp_path, domain):
         (["my-task", "vision"], "NAME='my-task' is not a valid task name"),
         (["class", "graph"], "NAME='class' is not a valid task name"),
         (["digits", "vision"], "NAME=digits exists already (configs/data/digits.yaml)"),
-        (["gnn", "graph"], "NAME=gnn exists already (src/litlab/models/nets/gnn.py)"),
+        (["gnn", "graph"], "NAME=gnn exists already (configs/model/gnn.yaml)"),
+        (["graph", "table"], "NAME=graph exists already (src/litlab/domains/graph/data.py)"),
         (
             ["mytask", "audio"],
             "FROM='audio' is not a domain; valid: vision, medical3d, table, graph",
@@ -209,8 +216,8 @@ def test_the_new_kind_of_docs_new_task_is_one_adapter(tmp_path):
     root = _new_kind_copy(tmp_path)
     probe = (
         "import sys; from litlab import tasks\n"
-        "kind = tasks.kind_of_data('litlab.data.table.TableDataModule')\n"
-        "assert tasks.kinds_of_model('litlab.models.regression.Regressor') == (kind.name,)\n"
+        "kind = tasks.kind_of_data('litlab.domains.table.data.TableDataModule')\n"
+        "assert tasks.kinds_of_model('litlab.domains.table.module.Regressor') == (kind.name,)\n"
         "assert 'torch' not in sys.modules\n"
         "print(kind.name, kind.outputs)\n"
     )

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "litlab"
 #: a kind's own datamodule and module may use its name (they declare it); the nets of a
 #: module that fits two kinds choose their pooling from it
-OWNERS = ("tasks", "data", "models")
+OWNERS = ("tasks", "domains")
 
 
 def _kind_words() -> set[str]:
@@ -167,9 +167,9 @@ def test_a_datamodule_of_another_kind_is_read_from_its_source():
     """Multiple inheritance and constants imported from litlab.tasks resolve statically."""
     from litlab.tasks.static import _MISSING, _static
 
-    seg = "litlab.data.medical3d.PhantomSegmentationDataModule"
+    seg = "litlab.domains.medical3d.data.PhantomSegmentationDataModule"
     assert _static(seg, "task") == "volume_segmentation"
-    assert _static("litlab.models.graph.GNNClassifier", "tasks") == (
+    assert _static("litlab.domains.graph.module.GNNClassifier", "tasks") == (
         "node_classification",
         "graph_classification",
     )

@@ -16,7 +16,7 @@ FAST = ["trainer.fast_dev_run=true", "data.num_workers=0", "logger=csv"]
 def test_corrupt_idx_file_is_a_user_error(tmp_path):
     """A corrupt download is bad input: a UserError naming the file and the fix (which the entry
     point prints as one line, exit 2: tests/test_bad_inputs.py), not a gzip traceback."""
-    from litlab.data.vision_downloads import MNISTDataModule
+    from litlab.domains.vision.downloads import MNISTDataModule
     from litlab.errors import UserError
 
     raw = tmp_path / "MNIST" / "raw"
@@ -80,7 +80,7 @@ def test_an_image_gone_mid_run_is_one_line_with_loader_workers_too(tmp_path, num
     come back as their own line too."""
     from torch.utils.data import DataLoader
 
-    from litlab.data.vision import ImageFolderDataModule
+    from litlab.domains.vision.data import ImageFolderDataModule
     from litlab.errors import DiskFull, UserError
 
     write_images(tmp_path / "flat", [""])
@@ -221,7 +221,7 @@ def test_queued_metrics_equal_metrics_over_all_samples(queue_numel):
 
     from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
-    from litlab.models.vision import ImageClassifier
+    from litlab.domains.vision.module import ImageClassifier
 
     model = ImageClassifier(torch.nn.Linear(4, 3), partial(torch.optim.SGD, lr=0.1), num_classes=3)
     model.QUEUE_NUMEL = queue_numel

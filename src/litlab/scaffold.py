@@ -1,7 +1,8 @@
 """`make new-task NAME=mytask FROM=vision|medical3d|table|graph`: copy one domain into a new task.
 
-A researcher's own task starts as a working copy of the closest domain: its datamodule,
-LightningModule and net under new names, their `data`/`model`/`experiment` configs and a test.
+A researcher's own task starts as a working copy of the closest domain, in a folder of its own
+(`src/litlab/domains/mytask/`): its datamodule (`data.py`), LightningModule (`module.py`) and
+net (`nets/mytask.py`) under new names, then their `data`/`model`/`experiment` configs and a test.
 Nothing outside the copy changes, and `python src/train.py experiment=NAME` trains at once.
 The copied classes subclass the same bases (SplitDataModule, LitModule...), so the copy is small:
 edit what the task needs and delete what it does not.
@@ -31,9 +32,9 @@ class Domain:
 
 DOMAINS = {
     "vision": Domain(
-        ("litlab.data.vision", "DigitsDataModule"),
-        ("litlab.models.vision", "ImageClassifier"),
-        ("litlab.models.nets.cnn", "SmallCNN"),
+        ("litlab.domains.vision.data", "DigitsDataModule"),
+        ("litlab.domains.vision.module", "ImageClassifier"),
+        ("litlab.domains.vision.nets.cnn", "SmallCNN"),
         "digits",
         "cnn",
         "test/acc",
@@ -41,9 +42,9 @@ DOMAINS = {
         3,
     ),
     "medical3d": Domain(
-        ("litlab.data.medical3d", "PhantomSegmentationDataModule"),
-        ("litlab.models.medical3d", "VolumeSegmenter"),
-        ("litlab.models.nets.unet3d", "unet3d"),
+        ("litlab.domains.medical3d.data", "PhantomSegmentationDataModule"),
+        ("litlab.domains.medical3d.module", "VolumeSegmenter"),
+        ("litlab.domains.medical3d.nets.unet3d", "unet3d"),
         "phantom_seg",
         "unet3d",
         "test/dice",
@@ -51,9 +52,9 @@ DOMAINS = {
         3,
     ),
     "table": Domain(
-        ("litlab.data.table", "TableDataModule"),
-        ("litlab.models.regression", "Regressor"),
-        ("litlab.models.nets.table", "TableMLP"),
+        ("litlab.domains.table.data", "TableDataModule"),
+        ("litlab.domains.table.module", "Regressor"),
+        ("litlab.domains.table.nets.mlp", "TableMLP"),
         "table",
         "regressor",
         "test/r2",
@@ -61,9 +62,9 @@ DOMAINS = {
         30,
     ),
     "graph": Domain(
-        ("litlab.data.graph", "SBMDataModule"),
-        ("litlab.models.graph", "GNNClassifier"),
-        ("litlab.models.nets.gnn", "GNN"),
+        ("litlab.domains.graph.data", "SBMDataModule"),
+        ("litlab.domains.graph.module", "GNNClassifier"),
+        ("litlab.domains.graph.nets.gnn", "GNN"),
         "sbm",
         "gnn",
         "test/acc",
@@ -122,12 +123,13 @@ def camel(name: str) -> str:
 
 
 def targets(name: str, root: Path) -> list[Path]:
-    """The files a copy named `name` writes: data, model, net, three configs, test."""
-    pkg = root / "src" / "litlab"
+    """The files a copy named `name` writes: its domain folder (data, module, net), three
+    configs, a test."""
+    domain = root / "src" / "litlab" / "domains" / name
     return [
-        pkg / "data" / f"{name}.py",
-        pkg / "models" / f"{name}.py",
-        pkg / "models" / "nets" / f"{name}.py",
+        domain / "data.py",
+        domain / "module.py",
+        domain / "nets" / f"{name}.py",
         *(root / "configs" / group / f"{name}.yaml" for group in ("data", "model", "experiment")),
         root / "tests" / f"test_{name}.py",
     ]
@@ -161,10 +163,13 @@ def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
         model_py: header + copy_class(*d.model, f"{C}Module"),
         net_py: re.sub(rf"\b{d.net[1]}\b", net_symbol, _source(d.net[0])),
     }
+    files[data_py.parent / "__init__.py"] = header
+    files[net_py.parent / "__init__.py"] = f'"""{C}\'s nets: plain nn.Modules."""\n'
+    package = f"litlab.domains.{name}"
     renamed = {
-        f"{d.data[0]}.{d.data[1]}": f"litlab.data.{name}.{C}DataModule",
-        f"{d.model[0]}.{d.model[1]}": f"litlab.models.{name}.{C}Module",
-        f"{d.net[0]}.{d.net[1]}": f"litlab.models.nets.{name}.{net_symbol}",
+        f"{d.data[0]}.{d.data[1]}": f"{package}.data.{C}DataModule",
+        f"{d.model[0]}.{d.model[1]}": f"{package}.module.{C}Module",
+        f"{d.net[0]}.{d.net[1]}": f"{package}.nets.{name}.{net_symbol}",
     }
     for group, old, path in (
         ("data", d.data_config, data_yaml),

@@ -94,7 +94,7 @@ def far_from_digits(seed: int = 0) -> dict[str, bytes]:
 
 
 def digits_test_split(n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    from litlab.data.vision import DigitsDataModule
+    from litlab.domains.vision.data import DigitsDataModule
 
     dm = DigitsDataModule()
     dm.setup()

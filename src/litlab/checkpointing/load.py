@@ -35,7 +35,7 @@ def load(path: str | Path, mmap: bool = False) -> dict:
 
 def check_entries(ckpt: dict, source: str) -> None:
     """The entries litlab reads from a checkpoint have the structure train.py writes."""
-    from litlab.checkpointing import provenance, weights
+    from litlab.checkpointing import moved, provenance, weights
     from litlab.checkpointing.trust import shown
 
     if not isinstance(ckpt[CONFIG_KEY], dict):
@@ -43,5 +43,6 @@ def check_entries(ckpt: dict, source: str) -> None:
             f"ckpt_path={shown(source, 200)}: its stored config ('{CONFIG_KEY}') is a "
             f"{type(ckpt[CONFIG_KEY]).__name__}, not a mapping of the run's settings"
         )
+    moved.renamed(ckpt[CONFIG_KEY])  # a checkpoint from before the domains' move: new names
     provenance.check_record(ckpt.get(provenance.KEY), source)
     weights.check_tensors(ckpt["state_dict"], source)

@@ -57,14 +57,14 @@ ROOTS = {
 # (trainer, callbacks, logger, ...) come from the command line of the run that loads it: their
 # stored targets are kept as text, never imported nor built
 BUILT = ("data", "model", "compress")
-# functions a stored config may call: the net factories defined in litlab's nets package
-# (pure nn.Module builders that import no litlab module above them, `make new-task`'s too) and,
-# by exact name, the one that rebuilds a pruned net
-NETS_PACKAGE = "litlab.models.nets."
+# functions a stored config may call: the net factories defined in a domain's nets package
+# (litlab.domains.<domain>.nets: pure nn.Module builders that import no litlab module above them,
+# `make new-task`'s too) and, by exact name, the one that rebuilds a pruned net
+NETS_PACKAGE = re.compile(r"litlab\.domains\.[a-z][a-z0-9_]*\.nets\.[a-z][a-z0-9_]*")
 NET_FUNCTIONS = (
-    "litlab.models.nets.resnet.resnet18",
-    "litlab.models.nets.resnet3d.resnet3d",
-    "litlab.models.nets.unet3d.unet3d",
+    "litlab.domains.vision.nets.resnet.resnet18",
+    "litlab.domains.medical3d.nets.resnet3d.resnet3d",
+    "litlab.domains.medical3d.nets.unet3d.unet3d",
     "litlab.compression.resize.resized_net",  # a pruned net: base_target is checked as a net
 )
 HYDRA_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
@@ -136,7 +136,7 @@ def target_refusal(name, kinds, functions=NET_FUNCTIONS) -> str | None:
         return f"is outside the packages litlab builds from ({', '.join(IMPORT_ROOTS)})"
     if obj is None:
         return None  # not importable: Hydra cannot build it either (one line when built)
-    if functions and inspect.isfunction(obj) and obj.__module__.startswith(NETS_PACKAGE):
+    if functions and inspect.isfunction(obj) and NETS_PACKAGE.fullmatch(obj.__module__):
         return None  # a net factory of litlab's nets (pure nn.Module builders; new domains')
     if not inspect.isclass(obj):
         return "is not a class (only net factories are functions litlab calls)"

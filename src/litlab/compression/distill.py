@@ -55,7 +55,7 @@ def kd_loss(
 def scores(module, batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, targets) of a classifier LitModule on a training batch: the training nodes of
     a graph (node classification), else an (inputs, labels) batch."""
-    if hasattr(module, "_scores"):  # litlab.models.graph.GNNClassifier
+    if hasattr(module, "_scores"):  # litlab.domains.graph.module.GNNClassifier
         return module._scores(batch, "train")
     if hasattr(module, "distill_scores"):  # batches of another shape (volume segmentation)
         return module.distill_scores(batch)

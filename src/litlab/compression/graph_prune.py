@@ -1,4 +1,4 @@
-"""Structured pruning of litlab's message-passing nets (`litlab.models.nets.gnn.GNN`: GCN, GAT,
+"""Structured pruning of litlab's message-passing nets (`litlab.domains.graph.nets.gnn.GNN`: GCN, GAT,
 GraphSAGE, GIN, MLP). Torch-Pruning's dependency graph traces autograd and loses the channels
 at PyG's gathers and scatters, so graph nets are pruned here by what the net's own config says:
 every hidden layer has `hidden_channels` outputs (GAT: heads x channels per head; GIN: its MLP's
@@ -23,7 +23,7 @@ _STATS = ("running_mean", "running_var", "num_batches_tracked")
 
 
 def is_gnn(net_cfg: dict) -> bool:
-    return net_cfg.get("_target_") == "litlab.models.nets.gnn.GNN"
+    return net_cfg.get("_target_") == "litlab.domains.graph.nets.gnn.GNN"
 
 
 def _group(role: str, layer: int, tied: bool, output: int | None):
@@ -168,7 +168,7 @@ def plan(net: nn.Module, net_cfg: dict, build, ratio: float, round_to) -> dict:
     what = f"{net_cfg.get('conv', 'gcn')} net"
     if not is_gnn(net_cfg):
         raise UserError(
-            f"compress.prune.method=structured prunes litlab.models.nets.gnn.GNN nets; this "
+            f"compress.prune.method=structured prunes litlab.domains.graph.nets.gnn.GNN nets; this "
             f"checkpoint's net is {net_cfg.get('_target_')}: use compress.prune.method=unstructured"
         )
     if net.node_level and len(net.convs) < 2:

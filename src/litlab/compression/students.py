@@ -37,15 +37,15 @@ def _hidden(net: dict, scale: float) -> dict:
 
 # net factory -> how it narrows (keys of its `net` config, given a scale factor)
 NARROW: dict[str, Callable[[dict, float], dict]] = {
-    "litlab.models.nets.cnn.SmallCNN": _channels,
-    "litlab.models.nets.unet3d.unet3d": _channels,
-    "litlab.models.nets.resnet3d.resnet3d": _widen,
-    "litlab.models.nets.gnn.GNN": _hidden,
+    "litlab.domains.vision.nets.cnn.SmallCNN": _channels,
+    "litlab.domains.medical3d.nets.unet3d.unet3d": _channels,
+    "litlab.domains.medical3d.nets.resnet3d.resnet3d": _widen,
+    "litlab.domains.graph.nets.gnn.GNN": _hidden,
 }
 # net factory -> a smaller net of another family, with the optimizer that trains it
 REPLACE = {
-    "litlab.models.nets.resnet.resnet18": {
-        "net": {"_target_": "litlab.models.nets.cnn.SmallCNN", "channels": [32, 64, 128]},
+    "litlab.domains.vision.nets.resnet.resnet18": {
+        "net": {"_target_": "litlab.domains.vision.nets.cnn.SmallCNN", "channels": [32, 64, 128]},
         "optimizer": {
             "_target_": "torch.optim.AdamW",
             "_partial_": True,

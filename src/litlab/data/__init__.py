@@ -1,1 +1,2 @@
-"""LightningDataModules, one module per domain."""
+"""What every domain's datamodules share: the split-and-load base (litlab.data.base),
+seeded splits and k-fold; the domains' own datamodules are in litlab.domains."""

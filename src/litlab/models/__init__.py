@@ -1,1 +1,2 @@
-"""LightningModules, one module per domain; `nets/` holds the pure nn.Module architectures."""
+"""The LightningModule base every domain's module subclasses (litlab.models.base.LitModule);
+the domains' own modules and nets are in litlab.domains."""

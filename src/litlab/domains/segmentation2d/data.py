@@ -129,7 +129,7 @@ class Hippocampus2DDataModule(SliceDataModule):
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list:
-        from litlab.data import volumes as V
+        from litlab.domains.medical3d import volumes as V
 
         root = Path(str(settings["root"]))
         if not root.is_dir():
@@ -139,7 +139,7 @@ class Hippocampus2DDataModule(SliceDataModule):
         return pairs
 
     def load(self):
-        from litlab.data import volumes as V
+        from litlab.domains.medical3d import volumes as V
 
         items, size = [], self.image_size
         for image_path, label_path in self.pairs:

@@ -25,7 +25,7 @@ def unet3d(
 def monai_unet(
     spatial_dims, in_channels, num_classes, channels, strides, num_res_units, norm, dropout
 ) -> nn.Module:
-    """MONAI's U-Net, 2D or 3D (litlab.models.nets.unet2d shares it)."""
+    """MONAI's U-Net, 2D or 3D (litlab.domains.segmentation2d.nets.unet2d shares it)."""
     from monai.networks.nets import UNet
 
     return UNet(

@@ -19,8 +19,8 @@ from torch_geometric.loader import DataLoader
 from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt, Workers
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
-from litlab.data.graph import read_pyg
 from litlab.data.splits import stratified_folds, stratified_split
+from litlab.domains.graph.data import read_pyg
 from litlab.tasks import GRAPH_CLASSIFICATION
 
 log = logging.getLogger(__name__)

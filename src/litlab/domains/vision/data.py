@@ -13,8 +13,8 @@ from torchvision.transforms import v2
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
-from litlab.data.images import TensorImages, random_affine, read_image
 from litlab.data.splits import stratified_split
+from litlab.domains.vision.images import TensorImages, random_affine, read_image
 from litlab.errors import UserError
 from litlab.tasks import IMAGE_CLASSIFICATION
 

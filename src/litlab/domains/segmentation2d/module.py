@@ -1,5 +1,5 @@
 """2D segmentation: DiceCE loss on slices or images, Dice per whole item. An evaluation batch
-holds one item (the slices of a volume, or one image: litlab.data.slices), and its Dice is that
+holds one item (the slices of a volume, or one image: litlab.domains.segmentation2d.data), and its Dice is that
 item's, so `val/dice` (the monitor) is the mean over items of the mean over foreground classes,
 as for 3D segmentation; `val/dice_K` is class K's."""
 

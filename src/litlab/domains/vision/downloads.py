@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from litlab.data.vision import VisionDataModule, random_affine
+from litlab.domains.vision.data import VisionDataModule, random_affine
 from litlab.errors import UserError
 from litlab.utils.fetching import fetching
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from litlab.data.medical3d import ClassificationDataModule
+from litlab.domains.medical3d.data import ClassificationDataModule
 from litlab.errors import UserError
 
 

@@ -19,9 +19,9 @@ from torch.utils.data import TensorDataset
 
 from litlab.bounds import Fraction, Ge, MaxLen, MinLen, NonNegFloat, NonNegInt, PosInt, Seed
 from litlab.data import folds
-from litlab.data import volumes as V
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
+from litlab.domains.medical3d import volumes as V
 from litlab.errors import UserError
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 

@@ -6,7 +6,7 @@ from typing import Annotated
 from torch import nn
 
 from litlab.bounds import MinLen, NonNegInt, PosInt, Probability
-from litlab.models.nets.unet3d import monai_unet
+from litlab.domains.medical3d.nets.unet3d import monai_unet
 
 
 def unet2d(

@@ -1,0 +1,62 @@
+"""Where litlab's own classes moved. A checkpoint written before each domain became one folder
+(`litlab.domains`) names its datamodule, module and net by their old module paths
+(`litlab.data.vision.DigitsDataModule`, `litlab.models.nets.cnn.SmallCNN`); its stored config's
+`_target_` and `base_target` names are renamed by this fixed table when the checkpoint is read,
+before anything checks or builds them (litlab.checkpointing.trust still checks the new name).
+Only whole module paths litlab shipped are renamed: a file can name nothing new through it."""
+
+#: old module -> the module it became
+MOVED = {
+    "litlab.data.vision_downloads": "litlab.domains.vision.downloads",
+    "litlab.data.vision": "litlab.domains.vision.data",
+    "litlab.data.images": "litlab.domains.vision.images",
+    "litlab.models.vision": "litlab.domains.vision.module",
+    "litlab.models.nets.cnn": "litlab.domains.vision.nets.cnn",
+    "litlab.models.nets.resnet": "litlab.domains.vision.nets.resnet",
+    "litlab.data.medical3d": "litlab.domains.medical3d.data",
+    "litlab.data.medmnist3d": "litlab.domains.medical3d.medmnist3d",
+    "litlab.data.volumes": "litlab.domains.medical3d.volumes",
+    "litlab.models.medical3d": "litlab.domains.medical3d.module",
+    "litlab.models.nets.resnet3d": "litlab.domains.medical3d.nets.resnet3d",
+    "litlab.models.nets.unet3d": "litlab.domains.medical3d.nets.unet3d",
+    "litlab.data.graph": "litlab.domains.graph.data",
+    "litlab.data.tudataset": "litlab.domains.graph.tudataset",
+    "litlab.models.graph": "litlab.domains.graph.module",
+    "litlab.models.nets.gnn": "litlab.domains.graph.nets.gnn",
+    "litlab.data.table": "litlab.domains.table.data",
+    "litlab.models.regression": "litlab.domains.table.module",
+    "litlab.models.nets.table": "litlab.domains.table.nets.mlp",
+    "litlab.data.slices": "litlab.domains.segmentation2d.data",
+    "litlab.models.segmentation2d": "litlab.domains.segmentation2d.module",
+    "litlab.models.nets.unet2d": "litlab.domains.segmentation2d.nets.unet2d",
+}
+#: the keys whose values name a class or function to build
+NAME_KEYS = ("_target_", "base_target")
+#: deeper than this the walk stops (the trust check refuses configs past its own, smaller depth)
+MAX_DEPTH = 64
+
+
+def current_name(name):
+    """`name` with a moved module path replaced; anything else as it is."""
+    if not isinstance(name, str):
+        return name
+    module, _, symbol = name.rpartition(".")
+    return f"{MOVED[module]}.{symbol}" if module in MOVED else name
+
+
+def renamed(config):
+    """The stored config with moved targets renamed, in place (iterative: a deep config costs
+    no recursion); returned for convenience."""
+    stack = [(config, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            continue
+        if isinstance(node, dict):
+            for key in NAME_KEYS:
+                if key in node:
+                    node[key] = current_name(node[key])
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    return config

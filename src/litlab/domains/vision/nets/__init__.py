@@ -1,0 +1,1 @@
+"""The vision domain's nets: plain nn.Modules built from config plus the datamodule's dims."""

@@ -1,1 +1,0 @@
-"""Pure nn.Module architectures, built from config plus the datamodule's `dims`."""
