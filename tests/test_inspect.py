@@ -130,7 +130,7 @@ def test_pytorch_profiler_tables_name_the_convolution_and_memory(run):
     assert "aten::convolution" in report or "aten::mkldnn_convolution" in report
     assert "sorted by self_cpu_memory_usage" in report
     assert "FIT Profiler Report" in stdout  # printed at the end of fit, not only written
-    # the native libraries' noise on a CPU machine stays off the console (cli.guard)
+    # the native libraries' noise on a CPU machine stays off the console (run_end.RunEnd.run)
     assert "gpuGetDeviceCount" not in stdout and "allocated before the profiling" not in stdout
     assert f"profiler         {run_dir / 'profiler' / 'fit-profiler.txt'}" in stdout  # Files
     assert list((run_dir / "profiler").glob("fit-*.pt.trace.json"))

@@ -25,7 +25,7 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     """
     from hydra.errors import HydraException
 
-    from litlab import console, environment, threads
+    from litlab import environment
     from litlab.config.compose import compose
     from litlab.config.hydra_errors import composition_error
     from litlab.recipes import run_dir, run_end
@@ -36,19 +36,11 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     except (HydraException, ValueError) as err:
         raise UserError(composition_error(str(err), config_name, list(overrides))) from None
     task_cfg = run_dir.start(cfg, config_name)
-    console.setup(console.verbose_requested())  # as `cli.guard` does
     out = cfg.hydra.runtime.output_dir
-    end = run_end.RunEnd(out, config_name, cfg.hydra.overrides.task)
-    try:
-        threads.apply(task_cfg)  # as `cli.guard` does
-        result = run_end.call(recipe, task_cfg, out)  # a missing extra, a full disk: one line
-    except BaseException as err:  # removed, or kept marked failed, as `cli.guard` decides
-        end.failed(err)  # a UserError may gain the command that resumes the run
-        raise
+    try:  # the same run as `cli.guard`'s; its errors raised, not printed
+        return run_end.RunEnd(out, config_name, cfg.hydra.overrides.task).run(recipe, task_cfg)
     finally:
         run_dir.release(out)
-    end.finished()
-    return result
 
 
 def train(overrides: Sequence[str] = ()) -> RunResult:

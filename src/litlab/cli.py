@@ -16,7 +16,7 @@ import io
 import os
 import sys
 
-from litlab import console, environment, threads
+from litlab import environment
 from litlab.checkpointing import resume
 from litlab.config import (
     hydra_errors,
@@ -67,30 +67,36 @@ def run(hydra_main) -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
-    real = sys.stderr
-    sys.stderr = buffer = _Buffer()
+    real, buffer = sys.stderr, _Buffer()
+    sys.stderr = buffer  # held until the run starts (`guard`, `run_started` release it)
     try:
         hydra_main()
-    except ValueError as err:  # Hydra's argument checks (e.g. --cfg together with -m)
-        if sys.stderr is not buffer or _full_errors():
+    except (ValueError, SystemExit) as err:  # ValueError: Hydra's argument checks
+        if sys.stderr is not buffer:  # the run started: its own exit or error
             raise
         sys.stderr = real
-        print(f"error: {err}", file=sys.stderr)
+        message = _composition_error(err, buffer.getvalue(), config_name)
+        if message is None:
+            real.write(buffer.getvalue())
+            raise
+        print(f"error: {message}", file=real)
         raise SystemExit(EXIT_BAD_INPUT) from None
-    except SystemExit as exit_:
-        if sys.stderr is buffer:  # the run never started: a composition error
-            sys.stderr = real
-            text = buffer.getvalue()
-            if exit_.code not in (0, None) and text.strip() and not _full_errors():
-                message = hydra_errors.composition_error(text, config_name, sys.argv[1:])
-                print(f"error: {message}", file=sys.stderr)
-                raise SystemExit(EXIT_BAD_INPUT) from None
-            sys.stderr.write(text)
-        raise
     finally:
-        if sys.stderr is buffer:
+        if sys.stderr is buffer:  # the run never started, and nothing above said why
             sys.stderr = real
             real.write(buffer.getvalue())
+
+
+def _composition_error(err: BaseException, text: str, config_name: str) -> str | None:
+    """The one line for what stopped Hydra before the run started (a composition error it
+    printed, or an argument it refused), or None to let it through as it is."""
+    if _full_errors():
+        return None
+    if isinstance(err, ValueError):  # e.g. --cfg together with -m
+        return str(err)
+    if err.code not in (0, None) and text.strip():
+        return hydra_errors.composition_error(text, config_name, sys.argv[1:])
+    return None
 
 
 def _release_stderr() -> None:
@@ -139,15 +145,10 @@ def guard(fn):
     @functools.wraps(fn)
     def wrapper(cfg):
         _release_stderr()
-        console.setup(console.verbose_requested())  # library INFO lines: to the log file only
-        out = _output_dir()
-        end = run_end.RunEnd(out, *_job(), sweep=_is_multirun())
+        end = run_end.RunEnd(_output_dir(), *_job(), sweep=_is_multirun())
         try:
-            threads.apply(cfg)  # CPU threads from free cores, before the task imports torch
-            _quiet_profiler_natives(cfg)
-            result = run_end.call(fn, cfg, out)  # a missing extra, a full disk: one line
+            return end.run(fn, cfg)
         except UserError as err:
-            end.failed(err)  # may append the command that resumes the run
             if _full_errors():
                 raise
             if _is_multirun():  # a sweep records the failed job and goes on
@@ -157,15 +158,10 @@ def guard(fn):
                 print(f"error: {err}", file=sys.stderr)
             sys.exit(getattr(err, "exit_code", EXIT_BAD_INPUT))  # a failed run (NaN) exits 1
         except BaseException as err:  # a stop (SIGTERM, Ctrl-C) or a crash: nothing is deleted
-            if isinstance(err, SystemExit) and err.code in (0, None):
-                end.finished()
-                raise
-            end.failed(err)
-            if (line := end.resume_line()) is not None and not _is_multirun():
+            stopped = not (isinstance(err, SystemExit) and err.code in (0, None))
+            if stopped and not _is_multirun() and (line := end.resume_line()) is not None:
                 print(line, file=sys.stderr)
             raise
-        end.finished()
-        return result
 
     return wrapper
 
@@ -178,18 +174,6 @@ def _job() -> tuple[str, list[str]]:
         return "", []
     hc = HydraConfig.get()
     return str(hc.job.config_name), list(hc.overrides.task)
-
-
-def _quiet_profiler_natives(cfg) -> None:
-    """Under `profiler=`, torch's C++ warnings ("Memory block of unknown size was allocated
-    before the profiling started", one per tensor alive at its start) and Kineto's device probe
-    (`gpuGetDeviceCount failed` on a machine without a GPU) are noise on the console: both
-    libraries read their log level from the environment once, when torch is imported (after
-    this). The profiler's own report is unaffected."""
-    trainer = cfg.get("trainer") if hasattr(cfg, "get") else None
-    if trainer is not None and trainer.get("profiler"):
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 
 def _one_line_in_sweep(err: UserError) -> UserError:

@@ -1,7 +1,11 @@
-"""What a run dir keeps when its task stops on an error, decided when the error happens.
+"""One shape for a run, and what a run dir keeps when its task stops on an error, decided when
+the error happens.
 
-Both entry routes (`litlab.cli.guard` and `litlab.api.run`) start a `RunEnd` before the task
-and call `failed(err)` with whatever stops it, or `finished()` when it returns. Whether the
+Both entry routes (`litlab.cli.guard` and `litlab.api.run`) make a `RunEnd` before the task and
+run the task through it (`RunEnd.run`: the console set up, CPU threads applied, the task's
+exception replaced by the one-line error it stands for), which calls `failed(err)` with whatever
+stops it, or `finished()` when it returns; the routes differ only in how they show an error (the
+CLI prints one line and exits, the API raises). Whether the
 dir goes is decided then, from what the dir holds at that moment, not at the start: training
 may have written checkpoints since, and the error's message may point at them.
 
@@ -124,6 +128,18 @@ def _what(err: BaseException) -> str:
     return one_line(err, with_type=True, limit=400)
 
 
+def _quiet_profiler_natives(cfg) -> None:
+    """Under `profiler=`, torch's C++ warnings ("Memory block of unknown size was allocated
+    before the profiling started", one per tensor alive at its start) and Kineto's device probe
+    (`gpuGetDeviceCount failed` on a machine without a GPU) are noise on the console: both
+    libraries read their log level from the environment once, when torch is imported (after
+    this). The profiler's own report is unaffected."""
+    trainer = cfg.get("trainer") if hasattr(cfg, "get") else None
+    if trainer is not None and trainer.get("profiler"):
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+
 class RunEnd:
     """The run dir `out` as its task starts (see the module docstring); `out` None: no run dir."""
 
@@ -131,11 +147,33 @@ class RunEnd:
         from litlab.checkpointing.resume import RESUMABLE_CONFIGS
         from litlab.utils.distributed import is_rank_zero
 
+        self.run_dir = out  # every rank's; `out` is rank 0's alone (it decides the dir's end)
         self.out = str(out) if out is not None and is_rank_zero() else None
         self.resumable = config_name in RESUMABLE_CONFIGS and not sweep
         self.config_name, self.overrides, self.sweep = config_name, list(overrides), sweep
         self.fresh = self.out is not None and run_dir.only_hydra_files(self.out)
         self.before = _own_files(self.out) if self.out is not None else {}
+
+    def run(self, task, cfg):
+        """`task(cfg)` as both entry routes run it: library INFO lines to the log file only, CPU
+        threads from free cores before the task imports torch, its exception the one-line
+        error it stands for (`call`); then the dir is removed or kept (`failed`) or its earlier
+        failure record cleared (`finished`), and the exception goes on to the route."""
+        from litlab import console, threads
+
+        console.setup(console.verbose_requested())
+        try:
+            threads.apply(cfg)
+            _quiet_profiler_natives(cfg)
+            result = call(task, cfg, self.run_dir)
+        except BaseException as err:
+            if isinstance(err, SystemExit) and err.code in (0, None):
+                self.finished()
+            else:
+                self.failed(err)  # may append the command that resumes the run
+            raise
+        self.finished()
+        return result
 
     def failed(self, err: BaseException) -> None:
         """Remove the run dir, or keep it marked failed; a UserError's message may gain the
