@@ -78,13 +78,18 @@ def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
     after = _tree(root)
     added = set(after) - set(before)
     assert {k: after[k] for k in before} == before  # nothing outside the copies changed
-    # one domain folder each (data, module, nets and their packages), three configs, a test
-    assert len(added) == 9 * len(scaffold.DOMAINS)
+    # one domain folder each (the datamodule, the net, their packages), three configs, a test:
+    # the LightningModule is the source domain's, used as it is (docs/new_task.md, six ideas)
+    assert len(added) == 8 * len(scaffold.DOMAINS)
     assert {k for k in added if k.startswith("src/")} == {
         f"src/litlab/domains/my{d}/{f}"
         for d in scaffold.DOMAINS
-        for f in ("__init__.py", "data.py", "module.py", "nets/__init__.py", f"nets/my{d}.py")
+        for f in ("__init__.py", "data.py", "nets/__init__.py", f"nets/my{d}.py")
     }
+    assert (
+        "_target_: litlab.domains.vision.module.ImageClassifier\n"
+        in after["configs/model/myvision.yaml"].decode()
+    )
     assert (
         "class MyvisionDataModule(VisionDataModule)"
         in after["src/litlab/domains/myvision/data.py"].decode()
@@ -173,6 +178,19 @@ def _doc_blocks() -> list[tuple[str, str]]:
 
     doc = (ROOT / "docs" / "new_task.md").read_text()
     return re.findall(r"```(?:python|yaml)\n# file: (\S+)\n(.*?)```", doc, flags=re.DOTALL)
+
+
+def test_the_six_ideas_of_docs_new_task_are_what_make_new_task_writes():
+    """The page's table of ideas names exactly the files the copy writes (its test aside)."""
+    import re
+
+    doc = (ROOT / "docs" / "new_task.md").read_text()
+    section = doc.split("## Six ideas", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if re.match(r"\| \d \|", line)]
+    assert len(rows) == 6
+    named = {p for row in rows for p in re.findall(r"`((?:src|configs)/[^`]+)`", row)}
+    written = {str(p.relative_to(ROOT)) for p in scaffold.targets("mytask", ROOT)}
+    assert named == {p for p in written if not p.startswith("tests/")}
 
 
 def test_the_new_kind_of_docs_new_task_is_the_shipped_regression_kind():

@@ -1,11 +1,13 @@
 """`make new-task NAME=mytask FROM=vision|medical3d|table|graph`: copy one domain into a new task.
 
 A researcher's own task starts as a working copy of the closest domain, in a folder of its own
-(`src/litlab/domains/mytask/`): its datamodule (`data.py`), LightningModule (`module.py`) and
-net (`nets/mytask.py`) under new names, then their `data`/`model`/`experiment` configs and a test.
+(`src/litlab/domains/mytask/`): its datamodule (`data.py`) and net (`nets/mytask.py`) under new
+names, then their `data`/`model`/`experiment` configs and a test. The model config names the
+source domain's LightningModule as it is (the task kind's loss, metrics and steps): a new task
+of an existing kind writes how its data is read and, if it wants, its net; nothing else.
 Nothing outside the copy changes, and `python src/train.py experiment=NAME` trains at once.
-The copied classes subclass the same bases (SplitDataModule, LitModule...), so the copy is small:
-edit what the task needs and delete what it does not.
+The copied datamodule subclasses the same base (VisionDataModule, SplitDataModule...), so the
+copy is small: edit what the task needs and delete what it does not.
 """
 
 import ast
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class Domain:
     data: tuple[str, str]  # (module, class) of the datamodule to copy
-    model: tuple[str, str]  # (module, class) of the LightningModule
+    model: tuple[str, str]  # (module, class) of the LightningModule the copy uses as it is
     net: tuple[str, str]  # (module, symbol) of the net; its whole module is copied
     data_config: str
     model_config: str
@@ -123,12 +125,12 @@ def camel(name: str) -> str:
 
 
 def targets(name: str, root: Path) -> list[Path]:
-    """The files a copy named `name` writes: its domain folder (data, module, net), three
-    configs, a test."""
+    """The files a copy named `name` writes: its domain folder (the datamodule, the net), three
+    configs, a test. The LightningModule is the source domain's, used as it is: the kind's loss,
+    metrics and steps are not a new task's to write (docs/new_task.md, the six ideas)."""
     domain = root / "src" / "litlab" / "domains" / name
     return [
         domain / "data.py",
-        domain / "module.py",
         domain / "nets" / f"{name}.py",
         *(root / "configs" / group / f"{name}.yaml" for group in ("data", "model", "experiment")),
         root / "tests" / f"test_{name}.py",
@@ -157,10 +159,9 @@ def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
     d, C = DOMAINS[source], camel(name)
     net_symbol = f"{C}Net" if d.net[1][0].isupper() else f"{name}_net"
     header = f'"""{C}: copied from litlab\'s {source} domain by `make new-task` (edit freely)."""\n'
-    data_py, model_py, net_py, data_yaml, model_yaml, experiment_yaml, test_py = targets(name, root)
+    data_py, net_py, data_yaml, model_yaml, experiment_yaml, test_py = targets(name, root)
     files = {
         data_py: header + copy_class(*d.data, f"{C}DataModule"),
-        model_py: header + copy_class(*d.model, f"{C}Module"),
         net_py: re.sub(rf"\b{d.net[1]}\b", net_symbol, _source(d.net[0])),
     }
     files[data_py.parent / "__init__.py"] = header
@@ -168,7 +169,6 @@ def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
     package = f"litlab.domains.{name}"
     renamed = {
         f"{d.data[0]}.{d.data[1]}": f"{package}.data.{C}DataModule",
-        f"{d.model[0]}.{d.model[1]}": f"{package}.module.{C}Module",
         f"{d.net[0]}.{d.net[1]}": f"{package}.nets.{name}.{net_symbol}",
     }
     for group, old, path in (
