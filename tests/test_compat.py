@@ -119,6 +119,71 @@ def test_other_libraries_private_names_are_reached_only_in_compat():
     )
 
 
+def _private_overrides(path, tree, module_name: str) -> list[str]:
+    """Private methods a litlab class defines that another library's base class defines too:
+    an override of that library's internals (the name is litlab's in the source, so the scan
+    of names above cannot tell it from a helper of litlab's own)."""
+    import ast
+    import importlib
+
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or not node.bases:
+            continue
+        names = [
+            f.name
+            for f in node.body
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and _private(f.name)
+        ]
+        if not names:
+            continue
+        cls = getattr(importlib.import_module(module_name), node.name)
+        for name in names:
+            owners = [
+                base
+                for base in cls.__mro__[1:]
+                if name in vars(base) and not base.__module__.startswith("litlab")
+            ]
+            if owners:
+                found.append(f"{path}: {node.name}.{name} overrides {owners[0].__qualname__}'s")
+    return found
+
+
+def test_no_class_outside_compat_overrides_another_librarys_private_method():
+    """A litlab class that overrides a private method of another library's class (Lightning's
+    CSV writer) depends on that library's internals as much as a call does: it lives in
+    litlab/compat/ too, with the version it was checked against."""
+    import ast
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    found = []
+    for path in sorted((src / "litlab").rglob("*.py")):
+        if (src / "litlab" / "compat") in path.parents:
+            continue
+        module = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text(), str(path))
+        found += _private_overrides(path.relative_to(src), tree, module)
+    assert found == [], "\n".join(found)
+
+
+def test_the_override_scan_finds_what_it_is_for(tmp_path, monkeypatch):
+    import ast
+
+    code = (
+        "from lightning.pytorch.loggers.csv_logs import ExperimentWriter\n"
+        "class Writer(ExperimentWriter):\n"
+        "    def _record_new_keys(self):\n"
+        "        return set()\n"
+        "    def _mine(self):\n"
+        "        return 1\n"
+    )
+    (tmp_path / "probe_override.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = _private_overrides("probe_override.py", ast.parse(code), "probe_override")
+    assert found == ["probe_override.py: Writer._record_new_keys overrides _ExperimentWriter's"]
+
+
 def test_the_fence_scan_finds_what_it_is_for():
     """The scan itself can fail: each way of reaching a private name is found."""
     import ast

@@ -20,7 +20,10 @@
 - `lightning.fabric.utilities.logger._convert_params` / `_flatten_dict`: MLflow's params as
   Lightning logs them (loggers/mlflow); `MLFlowLogger._run_id` / `_initialized`;
 - `CSVLogger._fs` / `ExperimentWriter._fs`: the filesystem a resumed metrics.csv is read
-  from (loggers/resumable_csv).
+  from (loggers/resumable_csv);
+- `ExperimentWriter._check_log_dir_exists` / `_record_new_keys`: overridden by
+  `compat.lightning_csv.AppendingWriter`, which keeps a resumed run's metrics.csv
+  (loggers/resumable_csv).
 """
 
 CHECKED_WITH = "2.6.6"
@@ -169,9 +172,13 @@ def _check_more() -> None:
         if not callable(getattr(owner, name, None)):
             raise _fail(f"{owner.__name__}.{name}")
     from lightning.pytorch.loggers import CSVLogger
+    from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
     if not hasattr(CSVLogger(save_dir="."), "_fs"):
         raise _fail("CSVLogger._fs")
+    for name in ("_check_log_dir_exists", "_record_new_keys"):
+        if not callable(getattr(ExperimentWriter, name, None)):
+            raise _fail(f"ExperimentWriter.{name}")
     if not hasattr(LightningModule(), "_device_mesh"):
         raise _fail("LightningModule._device_mesh")
     if not hasattr(SimpleProfiler(), "_local_rank"):
