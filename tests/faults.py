@@ -135,7 +135,7 @@ def _job_num() -> str | None:
 class OtherTaskData:
     """A datamodule of another task, to test the model/data mismatch message."""
 
-    task = "other_task"
+    kind = "other_task"
 
     def __init__(self, **kwargs):
         self.kwargs = kwargs
@@ -173,7 +173,7 @@ class Exporter:
 class BrokenData:
     """A datamodule that fails while it is built, with a plain exception."""
 
-    task = "image_classification"
+    kind = "image_classification"
 
     def __init__(self, **kwargs):
         raise ValueError("the disk said no")

@@ -51,7 +51,7 @@ def _count(net) -> int:
 def test_each_graph_net_prunes_under_the_ratio_as_a_plain_smaller_gnn(conv, extra, task):
     """At most half the parameters, and the pruned net IS the config's GNN with the smaller
     hidden_channels (what the checkpoint stores: eval, export and serve build it as is)."""
-    args = {"in_channels": 10, "num_classes": 3, "conv": conv, "task": task, "num_layers": 3}
+    args = {"in_channels": 10, "num_classes": 3, "conv": conv, "kind": task, "num_layers": 3}
     net, small, width = _prune({**args, **extra}, 0.5)
     assert _count(small) <= 0.5 * _count(net) and 1 <= width < 16
     rebuilt = GNN(hidden_channels=width, **args, **extra)
@@ -110,7 +110,7 @@ def test_channels_that_carry_nothing_go_first_and_outputs_stay_the_same(conv):
     [
         ({"conv": "gcn"}, 0.01, "compress.prune.ratio=0.01 would leave the gcn net's hidden"),
         ({"conv": "gat", "heads": 8}, 0.2, "8 channel(s) per layer (8 head(s))"),
-        ({"conv": "gin", "task": GRAPH}, 0.01, "would leave the gin net's hidden layers"),
+        ({"conv": "gin", "kind": GRAPH}, 0.01, "would leave the gin net's hidden layers"),
         ({"conv": "sage", "num_layers": 1}, 0.5, "no hidden channels to prune"),
         ({"conv": "gcn", "residual": True, "in_channels": 16}, 0.5, "cannot lose channels"),
     ],
@@ -139,7 +139,7 @@ def test_an_int8_file_that_lost_too_much_is_removed_and_the_report_says_why(tmp_
 
     from litlab.compression.checks import judge_int8
 
-    graphs = SimpleNamespace(task="node_classification")  # its kind allows 2%
+    graphs = SimpleNamespace(kind="node_classification")  # its kind allows 2%
     judge_int8(rows, "test/acc", 0.05, graphs)  # 0.77 is 96.3% of 0.80: within 5%, kept
     assert int8.exists() and rows[-1]["verdict"].startswith("int8 kept")
     judge_int8(rows, "test/acc", None, graphs)  # the kind's 2%

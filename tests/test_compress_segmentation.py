@@ -100,7 +100,7 @@ def test_an_int8_file_that_loses_more_dice_than_allowed_is_deleted_with_a_verdic
 
     from litlab.compression.checks import judge_int8
 
-    seg = SimpleNamespace(task="volume_segmentation")
+    seg = SimpleNamespace(kind="volume_segmentation")
     for dice, kept in ((0.95, False), (0.985, True)):
         onnx = tmp_path / "1_quantize.onnx"
         onnx.write_bytes(b"int8")
@@ -110,7 +110,7 @@ def test_an_int8_file_that_loses_more_dice_than_allowed_is_deleted_with_a_verdic
         assert verdict.startswith(f"int8 {'kept' if kept else 'not kept'}: test/dice {dice}")
         assert onnx.exists() == kept and (rows[-1]["onnx"] is not None) == kept
     onnx.write_bytes(b"int8")
-    classifier = SimpleNamespace(task="image_classification")  # the kind's 1%
+    classifier = SimpleNamespace(kind="image_classification")  # the kind's 1%
     rows = [{"stage": "prune", "test/acc": 0.9}, {"test/acc": 0.895, "onnx": str(onnx)}]
     judge_int8(rows, "test/acc", None, classifier)
     assert rows[-1]["verdict"].startswith("int8 kept") and onnx.exists()

@@ -60,4 +60,4 @@ def test_configs_point_at_real_classes():
     from litlab.config.options import target_of
 
     for path in (ROOT / "configs" / "data").glob("*.yaml"):  # extended configs: their parent's
-        assert hasattr(hydra.utils.get_class(target_of(path)), "task"), path
+        assert hasattr(hydra.utils.get_class(target_of(path)), "kind"), path

@@ -138,7 +138,7 @@ def test_folds_partition_mutag(shared_data):
         assert not set(dm.val_set.indices()) & set(dm.test_set.indices())
         assert len(dm.train_set) + len(dm.val_set) + len(dm.test_set) == 188
     assert sorted(seen) == list(range(188))
-    assert dm.dims == {"in_channels": 7, "num_classes": 2, "task": "graph_classification"}
+    assert dm.dims == {"in_channels": 7, "num_classes": 2, "kind": "graph_classification"}
 
 
 def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
@@ -167,7 +167,7 @@ def test_every_net_gives_class_scores(conv, task):
         heads=2,
         norm="batch_norm",
         residual=True,
-        task=task,
+        kind=task,
         jumping_knowledge="cat",
     )
     x, edge_index = torch.randn(6, 5), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 0, 4, 5]])

@@ -17,7 +17,7 @@ from litlab.callbacks.inspect.gradcam import gradcam
 class BrightSquares(L.LightningDataModule):
     """16x16 noise images; class 1 holds a bright 4x4 square somewhere, class 0 none."""
 
-    task = "image_classification"
+    kind = "image_classification"
     dims: ClassVar[dict] = {"in_channels": 1, "num_classes": 2, "image_size": 16}
 
     def __init__(self, n: int = 512, seed: int = 0):

@@ -89,7 +89,7 @@ def test_gnn_with_linear_impl_tiled_runs_every_dense_product_through_the_op(conv
     from litlab.domains.graph.nets.gnn import GNN
 
     x, edges, batch = torch.randn(30, 12), torch.randint(0, 30, (2, 80)), torch.arange(30) // 10
-    kw = {"conv": conv, "task": task, "hidden_channels": 16, "heads": 2 if conv == "gat" else 1}
+    kw = {"conv": conv, "kind": task, "hidden_channels": 16, "heads": 2 if conv == "gat" else 1}
     torch.manual_seed(0)
     ref = GNN(12, 3, **kw).eval()
     torch.manual_seed(0)

@@ -168,8 +168,8 @@ def test_a_datamodule_of_another_kind_is_read_from_its_source():
     from litlab.tasks.static import _MISSING, _static
 
     seg = "litlab.domains.medical3d.data.PhantomSegmentationDataModule"
-    assert _static(seg, "task") == "volume_segmentation"
-    assert _static("litlab.domains.graph.module.GNNClassifier", "tasks") == (
+    assert _static(seg, "kind") == "volume_segmentation"
+    assert _static("litlab.domains.graph.module.GNNClassifier", "kinds") == (
         "node_classification",
         "graph_classification",
     )

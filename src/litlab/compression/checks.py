@@ -11,7 +11,7 @@ from litlab import tasks
 
 def judged_by(datamodule, monitor: str) -> str:
     """`test/<metric>`: the kind's compression metric, else the model's monitor's name."""
-    own = tasks.get(datamodule.task).compress_metric
+    own = tasks.of(datamodule).compress_metric
     return "test/" + (own or str(monitor).split("/", 1)[-1])
 
 
@@ -23,9 +23,9 @@ def precheck(stage, teacher, cfg, dm) -> None:
     chain = list(cfg.compress)
     first = cfg.compress[chain[0]]
     # graphs are pruned by width: steps.check_graph_prune
-    graph = not tasks.get(dm.task).input_family().batched_tensor
+    graph = not tasks.of(dm).input_family().batched_tensor
     if chain[0] == "prune" and first.method == "structured" and not graph:
-        tasks.get(dm.task).refuse_compression("prune_structured")
+        tasks.of(dm).refuse_compression("prune_structured")
         num_classes = dm.dims.get("num_classes")
         example = (measure.example(dm),)
         prune.check_reachable(
@@ -41,7 +41,7 @@ def judge_int8(rows: list[dict], metric: str, max_drop: float | None, dm) -> Non
     """The int8 row against the stage it was quantized from: past the allowed share of its
     metric (compress.quantize.max_drop, else the task kind's), the file is deleted and the
     row's verdict says why; within it, the verdict says it is kept."""
-    allowed = max_drop if max_drop is not None else tasks.get(dm.task).quantize_max_drop
+    allowed = max_drop if max_drop is not None else tasks.of(dm).quantize_max_drop
     int8, source = rows[-1], rows[-2]
     before, after = source.get(metric), int8.get(metric)
     if before is None or after is None:

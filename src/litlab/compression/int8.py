@@ -38,7 +38,7 @@ def quantize_graph_net(model, dm, step, out: Path, index: int) -> tuple[Path, Pa
         spec.calibration(step.calibration_batches),
         out / f"{index}_quantize.onnx",
         per_channel=step.per_channel,
-        op_types=tasks.get(dm.task).int8_op_types,
+        op_types=tasks.of(dm).int8_op_types,
     )
     return Path(fp32), Path(int8)
 

@@ -24,7 +24,7 @@ def has_tensor_inputs(datamodule) -> bool:
     """Kinds that quantize: fixed-size inputs that ONNX export, int8 calibration and batch-64
     latency can be fed ((inputs, labels) batches, or patches of whole 3D volumes: the kind's
     input family's `patches`; not graphs)."""
-    return "quantize" in tasks.get(datamodule.task).compression
+    return "quantize" in tasks.of(datamodule).compression
 
 
 def onnx_metric(onnx_path: Path, model, datamodule, metric: str, run_cfg: dict) -> float:
@@ -47,7 +47,7 @@ def onnx_metric(onnx_path: Path, model, datamodule, metric: str, run_cfg: dict) 
 def calibration(datamodule, count: int):
     """Up to `count` input batches from the train split for int8 calibration: the kind's
     training patches where its inputs are whole items covered by windows, else batches."""
-    family = tasks.get(datamodule.task).input_family()
+    family = tasks.of(datamodule).input_family()
     first = family.patches(datamodule, 2)
     if first is None:
         return [x for x, _ in tensor_batches(datamodule, "train", count)]
@@ -58,7 +58,7 @@ def calibration(datamodule, count: int):
 
 
 def example(datamodule, batch: int = 2) -> torch.Tensor:
-    x = tasks.get(datamodule.task).input_family().patches(datamodule, batch)
+    x = tasks.of(datamodule).input_family().patches(datamodule, batch)
     if x is None:
         x, _ = next(iter(tensor_batches(datamodule, "test")))
     return x[:batch].repeat(batch // len(x[:batch]) + 1, *[1] * (x.dim() - 1))[:batch]

@@ -78,10 +78,10 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
         if resume:  # the pruned shapes are in the interrupted fine-tuning's checkpoint
             run_cfg["model"] = resume["model"]
             model = rebuild(run_cfg, dm)
-        elif not tasks.get(dm.task).input_family().batched_tensor:  # PyG message passing
+        elif not tasks.of(dm).input_family().batched_tensor:  # PyG message passing
             model = graph_structured(stage, run_cfg, step, dm)
         else:
-            tasks.get(dm.task).refuse_compression("prune_structured")
+            tasks.of(dm).refuse_compression("prune_structured")
             net = stage.model.net
             prune.check_reachable(  # after another step: that step's net
                 net, (measure.example(dm),), ratio, step.round_to, step.importance_norm,
@@ -140,7 +140,7 @@ def check_graph_prune(stage: Stage, step, dm) -> None:
     if its ratio would leave the hidden layers without channels (or the net has none)."""
     from litlab.compression import graph_prune
 
-    if step.method == "structured" and not tasks.get(dm.task).input_family().batched_tensor:
+    if step.method == "structured" and not tasks.of(dm).input_family().batched_tensor:
         net_cfg = stage.run_cfg["model"]["net"]
         build = _gnn_builder(stage.run_cfg, dm)
         graph_prune.plan(stage.model.net, net_cfg, build, float(step.ratio), step.round_to)
@@ -199,7 +199,7 @@ def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:
     import hydra
 
     def task(c):
-        return hydra.utils.get_class(c["data"]["_target_"]).task
+        return hydra.utils.get_class(c["data"]["_target_"]).kind
 
     distill.check_pair(
         task(teacher.run_cfg),
@@ -219,7 +219,7 @@ def distill_step(
     run_cfg["model"] = student_config(step, teacher.run_cfg["model"], run_cfg, dm)
     optimizer = run_cfg["model"].get("optimizer") or {}  # a model config without one: as is
     if step.get("student") is None and "lr" in optimizer:  # the default student: the kind's lr
-        optimizer["lr"] *= tasks.get(dm.task).distill_lr_factor
+        optimizer["lr"] *= tasks.of(dm).distill_lr_factor
     if (run_cfg["model"].get("scheduler") or {}).get("T_max") is not None:
         run_cfg["model"]["scheduler"]["T_max"] = cfg.trainer.max_epochs
     student = rebuild(run_cfg, dm)
@@ -227,7 +227,7 @@ def distill_step(
         inherit_channels(teacher, student, run_cfg)
     temperature = step.temperature
     if temperature is None:
-        temperature = tasks.get(dm.task).distill_temperature
+        temperature = tasks.of(dm).distill_temperature
     distiller = distill.Distiller(student, teacher.model, step.alpha, temperature)
     with warnings.catch_warnings():  # the frozen teacher is in eval mode on purpose
         warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
@@ -254,8 +254,8 @@ def inherit_channels(teacher: Stage, student, run_cfg: dict) -> None:
 def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     from litlab.export.quantize import quantize_int8
 
-    tasks.get(dm.task).refuse_compression("quantize")
-    if not tasks.get(dm.task).input_family().batched_tensor:  # as export.py quantizes graphs
+    tasks.of(dm).refuse_compression("quantize")
+    if not tasks.of(dm).input_family().batched_tensor:  # as export.py quantizes graphs
         from litlab.compression.int8 import quantize_graph_net
 
         _, q = quantize_graph_net(stage.model, dm, step, out, index)
@@ -267,6 +267,6 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
         batches,
         out / f"{index}_quantize.onnx",
         per_channel=step.per_channel,
-        op_types=tasks.get(dm.task).int8_op_types,  # as src/export.py quantizes this kind
+        op_types=tasks.of(dm).int8_op_types,  # as src/export.py quantizes this kind
     )
     return Stage("quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True)

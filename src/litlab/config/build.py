@@ -31,10 +31,10 @@ def _accepted(fn, kwargs: dict) -> dict:
 def check_compatible(cfg: DictConfig) -> None:
     """Fail at once, in one line, when the model cannot train on the chosen data: read from
     the classes' declarations (`litlab.tasks`), without importing torch."""
-    task = tasks.task_of_data(cfg.data._target_)
+    kind = tasks.kind_name_of_data(cfg.data._target_)
     fits = tasks.kinds_of_model(cfg.model._target_)
-    if task not in fits:
-        raise UserError(incompatible(fits, task))
+    if kind not in fits:
+        raise UserError(incompatible(fits, kind))
     fitting_callbacks(cfg, quiet=True)
 
 

@@ -5,7 +5,7 @@ torch) and by building (after)."""
 from omegaconf import OmegaConf
 
 from litlab.config.compose import CONFIG_DIR
-from litlab.tasks import task_of_data
+from litlab.tasks import kind_name_of_data
 
 
 def choice(group: str) -> str:
@@ -25,22 +25,22 @@ def target_of(path) -> str | None:
     return target_of(path.parent / f"{parents[0]}.yaml") if parents else None
 
 
-def data_options(tasks) -> list[str]:
-    """Names of the data configs whose datamodule has a task in `tasks`."""
+def data_options(kinds) -> list[str]:
+    """Names of the data configs whose datamodule declares a kind in `kinds`."""
     fits = []
     for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
         try:
             target = target_of(path)
-            if target and task_of_data(target) in tasks:
+            if target and kind_name_of_data(target) in kinds:
                 fits.append(path.stem)
         except Exception:  # a broken data config must not hide the real error
             continue
     return fits
 
 
-def incompatible(tasks, task: str) -> str:
+def incompatible(kinds, kind: str) -> str:
     return (
-        f"model={choice('model')} ({', '.join(tasks)}) cannot train on "
-        f"data={choice('data')} ({task}); data that fit this model: "
-        f"{', '.join(data_options(tasks))}"
+        f"model={choice('model')} ({', '.join(kinds)}) cannot train on "
+        f"data={choice('data')} ({kind}); data that fit this model: "
+        f"{', '.join(data_options(kinds))}"
     )

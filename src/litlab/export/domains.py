@@ -16,7 +16,7 @@ Predict = Callable[..., torch.Tensor]  # inputs (tensors, in input order) -> log
 
 @dataclass
 class Spec:
-    task: str
+    kind: str
     input_names: list[str]
     dynamic: dict  # {input: {axis: name or torch.export.Dim}}
     example: tuple  # export inputs (a batch of >= 2 where batched)
@@ -32,14 +32,14 @@ class Spec:
     probs: Callable[[Predict, tuple], torch.Tensor] | None = None
 
 
-def output_names(run, dm, task: str) -> list[str]:
+def output_names(run, dm, kind: str) -> list[str]:
     """The names of the net's output columns, as the task kind's output family gives them."""
-    return tasks.get(task).output_family().names(run.model, dm)
+    return tasks.get(kind).output_family().names(run.model, dm)
 
 
-def _metric_input(task: str):
+def _metric_input(kind: str):
     """predict, inputs -> what the kind's metrics take (probabilities, values)."""
-    family = tasks.get(task).output_family()
+    family = tasks.get(kind).output_family()
     return lambda predict, inputs: family.metric_input(predict(*inputs))
 
 
@@ -47,7 +47,7 @@ def spec_for(run) -> Spec:
     """The Spec of a LoadedRun (litlab.recipes.load.load_run), split set up: built by the
     function its task kind declares (`TaskKind.export_spec`)."""
     dm = run.datamodule
-    kind = tasks.get(dm.task)
+    kind = tasks.of(dm)
     if hasattr(dm, "setup"):
         dm.setup("test")
     return kind.hook("export_spec")(run, dm, kind.name)
@@ -57,7 +57,7 @@ def spec_for(run) -> Spec:
 LAYOUTS = {2: "NF", 3: "NCL", 4: "NCHW", 5: "NCDHW"}
 
 
-def tensor_spec(run, dm, task) -> Spec:
+def tensor_spec(run, dm, kind) -> Spec:
     """Any net of one batched tensor (images, volumes, table rows): preprocessed as in
     training (the datamodule's own batch transfer), one row of outputs per sample (class
     scores, values: the kind's output family reads them)."""
@@ -90,20 +90,20 @@ def tensor_spec(run, dm, task) -> Spec:
     if getattr(dm, "feature_names", None):  # table rows: what each column is
         layout["x"]["columns"] = [str(n) for n in dm.feature_names]
     return Spec(
-        task,
+        kind,
         ["x"],
         {"x": {0: "batch"}},
         (x[:2],),
         [(x[:1],), (x,)],
         layout,
-        output_names(run, dm, task),
+        output_names(run, dm, kind),
         lambda: ((b[:1], b[1]) for b in batches(dm.test_set)),
         lambda k: ((b[0],) for b in islice(batches(dm.train_set), k)),
-        _metric_input(task),
+        _metric_input(kind),
     )
 
 
-def segmentation_spec(run, dm, task) -> Spec:
+def segmentation_spec(run, dm, kind) -> Spec:
     """3D segmentation: patches in, logits out; whole volumes by sliding windows over the
     artifact (as the module does over the net). Spatial dims: any multiple of the stride."""
     from monai.inferers import sliding_window_inference
@@ -157,13 +157,13 @@ def segmentation_spec(run, dm, task) -> Spec:
         "sliding_window": {"overlap": h.sw_overlap, "mode": h.sw_mode},
     }
     return Spec(
-        task,
+        kind,
         ["x"],
         {"x": {0: "batch", **dims}},
         example,
         [example, (bigger,)],
         layout,
-        output_names(run, dm, task),
+        output_names(run, dm, kind),
         test_batches,
         calibration,
         score,
@@ -176,7 +176,7 @@ def _graph_inputs(data, graph_level: bool) -> tuple:
     return inputs + (data.batch,) if graph_level else inputs
 
 
-def node_spec(run, dm, task) -> Spec:
+def node_spec(run, dm, kind) -> Spec:
     """One full graph: class scores per node; the test metric on the test mask."""
     data = dm.data
     half = data.subgraph(torch.arange(data.num_nodes // 2))  # other node and edge counts
@@ -191,13 +191,13 @@ def node_spec(run, dm, task) -> Spec:
     }
     inputs = _graph_inputs(data, False)
     return Spec(
-        task,
+        kind,
         ["x", "edge_index"],
         {"x": {0: "nodes"}, "edge_index": {1: "edges"}},
         inputs,
         [inputs, _graph_inputs(half, False)],
         layout,
-        output_names(run, dm, task),
+        output_names(run, dm, kind),
         lambda: iter([(inputs, data.y[data.test_mask])]),
         lambda k: iter([inputs]),
         score,
@@ -228,7 +228,7 @@ class SizedPooling(torch.nn.Module):
             self.gnn.pool = pool
 
 
-def graph_spec(run, dm, task) -> Spec:
+def graph_spec(run, dm, kind) -> Spec:
     """Mini-batches of graphs: x, edge_index and batch (graph id per node, sorted)."""
 
     def batches(dataset):
@@ -248,14 +248,14 @@ def graph_spec(run, dm, task) -> Spec:
     }
     small = next(batches(dm.test_set[:3]))[0]  # other node, edge and graph counts
     return Spec(
-        task,
+        kind,
         ["x", "edge_index", "batch"],
         {"x": {0: "nodes"}, "edge_index": {1: "edges"}, "batch": {0: "nodes"}},
         first,
         [first, small],
         layout,
-        output_names(run, dm, task),
+        output_names(run, dm, kind),
         lambda: batches(dm.test_set),
         lambda k: (b[0] for b in islice(batches(dm.train_set), k)),
-        _metric_input(task),
+        _metric_input(kind),
     )

@@ -24,7 +24,7 @@ class Judge:
         self.reference = test_metric(model, spec, eager, self.metric)
         self.int8_max_drop = settings.int8_max_drop
         if self.int8_max_drop is None:
-            self.int8_max_drop = tasks.get(spec.task).quantize_max_drop
+            self.int8_max_drop = tasks.of(spec).quantize_max_drop
 
     def verify(self, fmt: str, path: Path, row: dict) -> None:
         """The file's outputs and test metric against the checkpoint's, into `row`."""

@@ -229,7 +229,7 @@ def measure(spec, predict) -> dict:
     from litlab import tasks
 
     stored = params = None
-    if tasks.get(spec.task).ood_inputs:
+    if tasks.of(spec).ood_inputs:
         train = [b[0].numpy() for b in spec.calibration(100_000)]
         stored = pack_model(
             {

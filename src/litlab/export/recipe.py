@@ -68,8 +68,8 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
     from litlab import tasks
 
     return {
-        "task": spec.task,
-        tasks.get(spec.task).output_family().names_key: spec.outputs,
+        "task": spec.kind,
+        tasks.of(spec).output_family().names_key: spec.outputs,
         "input_names": spec.input_names,
         "inputs": spec.layout,
         "metric": f"test/{metric}",
@@ -88,7 +88,7 @@ def serving_metadata(spec, predict, meta: dict) -> None:
     from litlab import tasks
     from litlab.export import ood
 
-    kind = tasks.get(spec.task)
+    kind = tasks.of(spec)
     if kind.input_family().background:
         meta["inputs"]["background"] = ood.background(spec)
     if not kind.output_family().confidence:
@@ -123,7 +123,7 @@ def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
             path.with_name(FILES["onnx"]),
             spec.calibration(calibration_batches),
             path,
-            op_types=tasks.get(spec.task).int8_op_types,
+            op_types=tasks.of(spec).int8_op_types,
         )
     elif fmt == "tensorrt":
         from litlab.export import tensorrt
@@ -195,7 +195,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     result = {
         "ok": all(r["ok"] or r.get("written") is False for r in rows.values()),
         "checkpoint": str(settings.ckpt_path),
-        "task": spec.task,
+        "task": spec.kind,
         "metric": f"test/{judge.metric}",
         "checkpoint_metric": judge.reference,
         "formats": rows,

@@ -32,7 +32,7 @@ class Items:
 
     def labels(self, dm) -> tuple[np.ndarray, np.ndarray]:
         """Their classes; values (regression) by the kind's output family's strata."""
-        family = tasks.get(dm.task).output_family()
+        family = tasks.of(dm).output_family()
         return family.strata(labels_of(dm.train_set), labels_of(dm.val_set))
 
     def originals(self, dm) -> dict:
@@ -103,7 +103,7 @@ UNITS = {"items": Items(), "volumes": Volumes(), "nodes": Nodes()}
 
 def units_of(dm):
     """The units of a datamodule's task kind; a kind without any is refused in one line."""
-    kind = tasks.get(getattr(dm, "task", None))
+    kind = tasks.get(getattr(dm, "kind", None))
     kind.refuse_federated()
     return UNITS[kind.federated_units]
 

@@ -29,8 +29,8 @@ SPLITS = ("train", "val", "test")
 
 
 class LitModule(L.LightningModule):
-    #: data tasks this module can train on (checked against the datamodule's `task`)
-    tasks: tuple[str, ...] = ()
+    #: data kinds this module can train on (checked against the datamodule's `kind`)
+    kinds: tuple[str, ...] = ()
     #: names of the metrics make_metrics() returns (glob patterns allowed): a monitor is
     #: checked against them before the run starts
     metric_names: tuple[str, ...] = ("acc", "f1")

@@ -88,7 +88,7 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
     app = FastAPI(
         title="litlab inference",
         lifespan=lifespan,
-        description=f"{runner.task} model {runner.path.name} on ONNX Runtime",
+        description=f"{runner.kind.name} model {runner.path.name} on ONNX Runtime",
     )
     _answer_errors(app)
     _add_routes(app, runner, predictor, settings, state, registry)

@@ -49,8 +49,7 @@ class Runner:
             ) from None
         model = metadata.load(self.path)
         self.meta = metadata.read(self.path, self.session, model)
-        self.task = self.meta["task"]
-        self.kind = tasks.get(self.task)  # a kind litlab.tasks declares: checked in the metadata
+        self.kind = tasks.get(self.meta["task"])  # a kind litlab.tasks declares: checked there
         self.outputs = self.kind.output_family()  # what the output columns are
         self.input_family = self.kind.input_family()  # what the inputs are
         self.names = self.meta[self.outputs.names_key]

@@ -1,8 +1,8 @@
 """The task kinds: the one vocabulary every layer shares. Each module of this package
 declares one kind (`KIND`, a `TaskKind`): its metrics, how it is exported and served, which
 inspect callbacks and compression steps apply, how federated partitions read its labels. A
-datamodule names its kind (`task = IMAGE_CLASSIFICATION`), a LightningModule the kinds it fits
-(`tasks = (...)`). A new kind is one module here (docs/new_task.md): nothing else lists kinds.
+datamodule names its kind (`kind = IMAGE_CLASSIFICATION`), a LightningModule the kinds it fits
+(`kinds = (...)`). A new kind is one module here (docs/new_task.md): nothing else lists kinds.
 
 Nothing here imports torch: `kind_of_data` and `kinds_of_model` read a class's declaration from
 its source when they can, so a model/data mismatch is told in about a second.
@@ -42,20 +42,25 @@ def get(name: str) -> TaskKind:
     return known[name]
 
 
-def task_of_data(target: str, key: str = "data") -> str:
-    """The kind name a datamodule class (by dotted name) declares (`task = ...`)."""
+def kind_name_of_data(target: str, key: str = "data") -> str:
+    """The kind name a datamodule class (by dotted name) declares (`kind = ...`)."""
     from litlab.tasks.static import class_attribute
 
-    return class_attribute(target, "task", key)
+    return class_attribute(target, "kind", key)
 
 
 def kind_of_data(target: str, key: str = "data") -> TaskKind:
     """The kind of a datamodule class given by its dotted name."""
-    return get(task_of_data(target, key))
+    return get(kind_name_of_data(target, key))
+
+
+def of(declaring) -> TaskKind:
+    """The kind a datamodule (or an export Spec) names in its `kind` attribute."""
+    return get(declaring.kind)
 
 
 def kinds_of_model(target: str, key: str = "model") -> tuple[str, ...]:
     """The kinds a LightningModule class fits, by its dotted name."""
     from litlab.tasks.static import class_attribute
 
-    return tuple(class_attribute(target, "tasks", key))
+    return tuple(class_attribute(target, "kinds", key))

@@ -1,4 +1,4 @@
-"""A class attribute (`task`, `tasks`) read from the class's source, without importing its module
+"""A class attribute (`kind`, `kinds`) read from the class's source, without importing its module
 (a datamodule's module imports torch: seconds). Names are resolved through the module's own
 constants and what it imports from `litlab.tasks`; base classes are followed, in the same module
 or another litlab module. When the source does not say it plainly, the class is imported."""

@@ -37,7 +37,7 @@ class TaskCallback(Callback):
 
     @staticmethod
     def kind(trainer) -> TaskKind:
-        return tasks.get(trainer.datamodule.task)
+        return tasks.of(trainer.datamodule)
 
 
 def save_figure(trainer, fig, name: str, step: int | None = None, tight: bool = True) -> Path:

@@ -92,7 +92,7 @@ class NodeDataModule(L.LightningDataModule):
     k-fold over nodes would be another task, not the published one.
     """
 
-    task = NODE_CLASSIFICATION
+    kind = NODE_CLASSIFICATION
     predict_split = "test"
 
     def __init__(
@@ -130,7 +130,7 @@ class NodeDataModule(L.LightningDataModule):
         return {
             "in_channels": self.data.num_features,
             "num_classes": int(self.data.y.max()) + 1,
-            "task": self.task,
+            "kind": self.kind,
         }
 
     def prepare_data(self) -> None:

@@ -1,5 +1,5 @@
 """Graph learning: node classification on one full graph, and graph classification on
-mini-batches of graphs. One module for both (the datamodule's `task`, passed through `dims`,
+mini-batches of graphs. One module for both (the datamodule's `kind`, passed through `dims`,
 says which), so `model=gnn` trains on any graph data config.
 
 DDP, node classification: every rank holds the whole graph and runs the full-batch forward;
@@ -22,19 +22,19 @@ from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 
 
 class GNNClassifier(LitModule):
-    tasks = (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION)
+    kinds = (NODE_CLASSIFICATION, GRAPH_CLASSIFICATION)
 
     def __init__(
         self,
         net,
         optimizer,
         num_classes: int,
-        task: Literal["node_classification", "graph_classification"] = NODE_CLASSIFICATION,
+        kind: Literal["node_classification", "graph_classification"] = NODE_CLASSIFICATION,
         scheduler=None,
         **kwargs,
     ):
-        if task not in self.tasks:
-            raise ValueError(f"task={task} is not one of {self.tasks}")
+        if kind not in self.kinds:
+            raise ValueError(f"kind={kind} is not one of {self.kinds}")
         self.num_classes = num_classes
         super().__init__(net, optimizer, scheduler, **kwargs)
 
@@ -49,7 +49,7 @@ class GNNClassifier(LitModule):
 
     @property
     def node_level(self) -> bool:
-        return self.hparams.task == NODE_CLASSIFICATION
+        return self.hparams.kind == NODE_CLASSIFICATION
 
     def _share(self, mask: torch.Tensor) -> torch.Tensor:
         """This rank's nodes of a mask (all of them in a single process)."""

@@ -36,7 +36,7 @@ class TUDataModule(SplitDataModule):
     and is never null here: k-fold is the published protocol of these benchmarks.
     """
 
-    task = GRAPH_CLASSIFICATION
+    kind = GRAPH_CLASSIFICATION
     loader_class = DataLoader  # PyG's: batches of graphs
 
     def __init__(
@@ -93,7 +93,7 @@ class TUDataModule(SplitDataModule):
         return {
             "in_channels": max(self.dataset.num_features, 1),
             "num_classes": self.dataset.num_classes,
-            "task": self.task,
+            "kind": self.kind,
         }
 
     def prepare_data(self) -> None:

@@ -61,7 +61,7 @@ class Medical3DDataModule(folds.FoldSettings, SplitDataModule):
 class SegmentationDataModule(Medical3DDataModule):
     """Subclasses return preprocessed volumes; this class splits them and builds the datasets."""
 
-    task = VOLUME_SEGMENTATION
+    kind = VOLUME_SEGMENTATION
 
     def __init__(
         self,
@@ -241,7 +241,7 @@ class NiftiDataModule(SegmentationDataModule):
 class ClassificationDataModule(Medical3DDataModule):
     """Fixed-size volumes in memory (N, C, D, H, W) with integer labels; flips per batch."""
 
-    task = VOLUME_CLASSIFICATION
+    kind = VOLUME_CLASSIFICATION
     in_channels, num_classes = 1, 2
 
     def load(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

@@ -46,7 +46,7 @@ class VolumeSegmenter(LitModule):
     """`val/dice` (the monitor) is the mean over volumes of the mean over foreground classes;
     `val/dice_K` is class K's mean over volumes."""
 
-    tasks = (VOLUME_SEGMENTATION,)
+    kinds = (VOLUME_SEGMENTATION,)
 
     metric_names = ("dice", "dice_*")
 
@@ -163,7 +163,7 @@ class VolumeSegmenter(LitModule):
 class VolumeClassifier(Classifier):
     """Cross-entropy; accuracy and one-vs-rest macro AUROC (binary AUROC for two classes)."""
 
-    tasks = (VOLUME_CLASSIFICATION,)
+    kinds = (VOLUME_CLASSIFICATION,)
 
     metric_names = ("acc", "auroc")
 

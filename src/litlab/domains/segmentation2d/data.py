@@ -44,7 +44,7 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
     """Subclasses return items (`load`): (images (S, C, H, W) in [0, 1], labels (S, H, W)) of
     `image_size` squares, and their names."""
 
-    task = "image_segmentation"
+    kind = "image_segmentation"
     data_name, fold_pool = "the items", "items"
     #: a served image of another size is zero-padded as training's were (exported metadata)
     fit = "pad"

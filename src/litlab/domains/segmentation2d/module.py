@@ -30,7 +30,7 @@ class ItemDice(DiceScore):
 
 
 class ImageSegmenter(LitModule):
-    tasks = ("image_segmentation",)
+    kinds = ("image_segmentation",)
     metric_names = ("dice", "dice_*")
     batch_is_item = True  # the metrics' update takes one item a call (ItemDice)
 

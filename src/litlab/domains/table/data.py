@@ -19,7 +19,7 @@ STRATA = 5
 
 
 class TableDataModule(folds.FoldSettings, SplitDataModule):
-    task = "regression"
+    kind = "regression"
     data_name, fold_pool = "the table", "rows"
     #: what an exported file takes (its metadata says so)
     normalization = "none: raw values in the table's units (the net standardizes them)"

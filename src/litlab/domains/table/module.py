@@ -10,7 +10,7 @@ from litlab.models.base import LitModule
 
 
 class Regressor(LitModule):
-    tasks = ("regression",)
+    kinds = ("regression",)
     metric_names = ("mae", "rmse", "r2")
 
     def __init__(self, net, optimizer, scheduler=None, monitor: str = "val/r2", **kwargs):

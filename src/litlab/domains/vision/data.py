@@ -28,7 +28,7 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
     fold i of a seeded stratified K-fold split the test set (data/folds.py).
     """
 
-    task = IMAGE_CLASSIFICATION
+    kind = IMAGE_CLASSIFICATION
     data_name, fold_pool = "the images", "images"
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)

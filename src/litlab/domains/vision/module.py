@@ -14,7 +14,7 @@ from litlab.tasks import IMAGE_CLASSIFICATION
 
 
 class ImageClassifier(Classifier):
-    tasks = (IMAGE_CLASSIFICATION,)
+    kinds = (IMAGE_CLASSIFICATION,)
 
     def __init__(
         self,

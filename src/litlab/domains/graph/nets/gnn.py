@@ -120,7 +120,7 @@ class GNN(nn.Module):
         act: str = "relu",
         norm: str | None = None,
         residual: bool = False,
-        task: str = NODE_CLASSIFICATION,
+        kind: str = NODE_CLASSIFICATION,
         readout: Literal["sum", "mean", "max"] = "sum",
         jumping_knowledge: Literal["last", "cat"] = "last",
         readout_dropout: Probability | None = None,
@@ -138,7 +138,7 @@ class GNN(nn.Module):
             raise ValueError(f"conv={conv} is not one of {CONVS}")
         if readout not in READOUTS or jumping_knowledge not in ("last", "cat"):
             raise ValueError(f"readout must be one of {list(READOUTS)}, jumping_knowledge last|cat")
-        self.node_level = task == NODE_CLASSIFICATION
+        self.node_level = kind == NODE_CLASSIFICATION
         self.conv_name, self.heads, self.output_heads = conv, heads, output_heads
         self.attention_dropout, self.cached = attention_dropout, cached and self.node_level
         self.value_dropout = value_dropout
