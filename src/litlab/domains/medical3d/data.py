@@ -176,12 +176,7 @@ class NiftiDataModule(SegmentationDataModule):
     def check_settings(cls, settings: dict, key: str) -> list:
         """The folder holds at least 3 image/label pairs, enough for `num_folds` (read before
         anything is printed)."""
-        root = Path(str(settings["root"]))
-        if not root.is_dir():
-            raise UserError(f"{key}.root={root} is not a folder (expected imagesTr/ and labelsTr/)")
-        pairs = V.find_pairs(root, key)
-        cls.check_folds(settings, key, len(pairs))
-        return pairs
+        return V.folder_pairs(settings, key, cls.check_folds)
 
     def _cache_path(self) -> Path | None:
         if self.cache_dir is None:

@@ -89,6 +89,22 @@ def _stem(path: Path) -> str:
     return name.removesuffix("_0000")  # nnU-Net names the first channel *_0000
 
 
+def folder_pairs(settings: dict, key: str, check_folds) -> list[tuple[Path, Path]]:
+    """The image/label pairs of the NIfTI folder `settings["root"]`, read before anything is
+    printed: one line if it is no folder, or holds too few pairs for the settings' folds
+    (`check_folds(settings, key, count)`, the datamodule's). The 3D and the 2D (slices)
+    datamodules of a NIfTI folder both check it so."""
+    root = Path(str(settings["root"]))
+    if not root.is_dir():
+        raise UserError(
+            f"{key}.root={root} is not a folder (expected imagesTr/ and labelsTr/, or images/ "
+            "and labels/)"
+        )
+    pairs = find_pairs(root, key)
+    check_folds(settings, key, len(pairs))
+    return pairs
+
+
 def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
     """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/; images
     without a label are left out, with one warning that counts them."""

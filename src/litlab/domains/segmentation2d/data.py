@@ -131,12 +131,7 @@ class Hippocampus2DDataModule(SliceDataModule):
     def check_settings(cls, settings: dict, key: str) -> list:
         from litlab.domains.medical3d import volumes as V
 
-        root = Path(str(settings["root"]))
-        if not root.is_dir():
-            raise UserError(f"{key}.root={root} is not a folder (expected images/ and labels/)")
-        pairs = V.find_pairs(root, key)
-        cls.check_folds(settings, key, len(pairs))
-        return pairs
+        return V.folder_pairs(settings, key, cls.check_folds)
 
     def load(self):
         from litlab.domains.medical3d import volumes as V
