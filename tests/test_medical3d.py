@@ -111,7 +111,7 @@ def test_sliding_window_output_matches_odd_input_shape():
 def test_written_mask_keeps_input_affine_and_header(tmp_path):
     import nibabel as nib
 
-    from litlab.domains.medical3d.volumes import write_mask
+    from litlab.domains.medical3d.nifti import write_mask
 
     affine = np.array([[0, -1.5, 0, 10], [2.0, 0, 0, -4], [0, 0, 1.2, 7], [0, 0, 0, 1]])
     source = nib.Nifti1Image(np.random.rand(7, 9, 5).astype(np.float32), affine)

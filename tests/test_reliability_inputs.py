@@ -277,7 +277,7 @@ def test_unreadable_image_is_named_when_the_dataset_is_built(tmp_path):
 
 
 def test_unlabelled_volumes_are_counted_in_one_warning(tmp_path, caplog):
-    from litlab.domains.medical3d.volumes import find_pairs
+    from litlab.domains.medical3d.nifti import find_pairs
 
     (tmp_path / "imagesTr").mkdir()
     (tmp_path / "labelsTr").mkdir()

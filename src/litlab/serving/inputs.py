@@ -143,7 +143,8 @@ def nifti(
 ) -> tuple[np.ndarray, np.ndarray]:
     """A NIfTI upload as (volume (C, D, H, W) z-scored per channel as in training, affine);
     its size is checked from the header before the voxels are read."""
-    from litlab.domains.medical3d.volumes import normalize, read_nifti
+    from litlab.domains.medical3d.nifti import read_nifti
+    from litlab.domains.medical3d.volumes import normalize
     from litlab.errors import UserError
 
     if not raw:

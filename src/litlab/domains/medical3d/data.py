@@ -21,6 +21,7 @@ from litlab.bounds import Fraction, Ge, MaxLen, MinLen, NonNegFloat, NonNegInt, 
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
+from litlab.domains.medical3d import nifti as N
 from litlab.domains.medical3d import volumes as V
 from litlab.errors import UserError
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
@@ -176,19 +177,19 @@ class NiftiDataModule(SegmentationDataModule):
     def check_settings(cls, settings: dict, key: str) -> list:
         """The folder holds at least 3 image/label pairs, enough for `num_folds` (read before
         anything is printed)."""
-        return V.folder_pairs(settings, key, cls.check_folds)
+        return N.folder_pairs(settings, key, cls.check_folds)
 
     def _cache_path(self) -> Path | None:
         if self.cache_dir is None:
             return None
         files = [f for pair in self.pairs for f in pair]
-        return self.cache_dir / f"nifti_{V.cache_key(files, version=1)}.npz"
+        return self.cache_dir / f"nifti_{N.cache_key(files, version=1)}.npz"
 
     def _read_all(self) -> list[dict]:
         vols = []
         for image_path, label_path in self.pairs:
-            image, affine = V.read_nifti(image_path)
-            label, _ = V.read_nifti(label_path)
+            image, affine = N.read_nifti(image_path)
+            label, _ = N.read_nifti(label_path)
             if label.shape[1:] != image.shape[1:]:
                 raise UserError(
                     f"{label_path} has shape {label.shape[1:]}, its image {image.shape[1:]}"
@@ -214,12 +215,12 @@ class NiftiDataModule(SegmentationDataModule):
         """Runs on one process per node: fill the disk cache once."""
         path = self._cache_path()
         if path is not None and not path.exists():
-            V.save_cache(path, self._read_all())
+            N.save_cache(path, self._read_all())
 
     def load(self) -> list[dict]:
         path = self._cache_path()
         if path is not None and path.exists():
-            vols = V.load_cache(path, [p for p, _ in self.pairs])
+            vols = N.load_cache(path, [p for p, _ in self.pairs])
         else:
             vols = self._read_all()
         self.in_channels = vols[0]["image"].shape[0]
@@ -228,7 +229,7 @@ class NiftiDataModule(SegmentationDataModule):
     @property
     def dims(self) -> dict:
         if self.train_set is None:  # channels are known once a volume is read
-            self.in_channels = V.read_nifti(self.pairs[0][0])[0].shape[0]
+            self.in_channels = N.read_nifti(self.pairs[0][0])[0].shape[0]
         return super().dims
 
 

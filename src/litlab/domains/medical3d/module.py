@@ -146,7 +146,7 @@ class VolumeSegmenter(LitModule):
         return out
 
     def write_masks(self, pred: torch.Tensor, batch) -> None:
-        from litlab.domains.medical3d.volumes import write_mask
+        from litlab.domains.medical3d.nifti import write_mask
 
         self.mask_dir.mkdir(parents=True, exist_ok=True)
         for i in range(len(pred)):

@@ -129,16 +129,16 @@ class Hippocampus2DDataModule(SliceDataModule):
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list:
-        from litlab.domains.medical3d import volumes as V
+        from litlab.domains.medical3d import nifti as N
 
-        return V.folder_pairs(settings, key, cls.check_folds)
+        return N.folder_pairs(settings, key, cls.check_folds)
 
     def load(self):
-        from litlab.domains.medical3d import volumes as V
+        from litlab.domains.medical3d import nifti as N
 
         items, size = [], self.image_size
         for image_path, label_path in self.pairs:
-            image, label = V.read_nifti(image_path)[0], V.read_nifti(label_path)[0][0]
+            image, label = N.read_nifti(image_path)[0], N.read_nifti(label_path)[0][0]
             _check_item(label_path, image.shape[1:], label.shape, label, self.num_classes)
             _check_size(label_path, label.shape[:2], size)  # a slice is (D, H)
             lo, hi = np.percentile(image, (0.5, 99.5))

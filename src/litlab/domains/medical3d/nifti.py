@@ -1,0 +1,144 @@
+"""NIfTI folders and files of the 3D (and 2D slices) datamodules: the image/label pairs of an MSD
+layout, reading and writing volumes, and the preprocessed cache keyed by the files and settings.
+
+Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, H, W) uint8`.
+"""
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from litlab.errors import UserError
+
+log = logging.getLogger(__name__)
+
+NIFTI_SUFFIXES = (".nii.gz", ".nii")
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in NIFTI_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name.removesuffix("_0000")  # nnU-Net names the first channel *_0000
+
+
+def folder_pairs(settings: dict, key: str, check_folds) -> list[tuple[Path, Path]]:
+    """The image/label pairs of the NIfTI folder `settings["root"]`, read before anything is
+    printed: one line if it is no folder, or holds too few pairs for the settings' folds
+    (`check_folds(settings, key, count)`, the datamodule's). The 3D and the 2D (slices)
+    datamodules of a NIfTI folder both check it so."""
+    root = Path(str(settings["root"]))
+    if not root.is_dir():
+        raise UserError(
+            f"{key}.root={root} is not a folder (expected imagesTr/ and labelsTr/, or images/ "
+            "and labels/)"
+        )
+    pairs = find_pairs(root, key)
+    check_folds(settings, key, len(pairs))
+    return pairs
+
+
+def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
+    """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/; images
+    without a label are left out, with one warning that counts them."""
+    for images, labels in (("imagesTr", "labelsTr"), ("images", "labels")):
+        if (root / images).is_dir() and (root / labels).is_dir():
+            break
+    else:
+        raise UserError(f"{key}.root={root} has no imagesTr/+labelsTr/ or images/+labels/ folders")
+    found = {
+        _stem(p): p
+        for p in (root / labels).iterdir()
+        if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
+    }
+    volumes = [
+        p
+        for p in sorted((root / images).iterdir())
+        if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
+    ]
+    pairs = [(p, found[_stem(p)]) for p in volumes if _stem(p) in found]
+    if len(pairs) < 3:
+        raise UserError(
+            f"{key}.root={root}: found {len(pairs)} image/label pairs with matching "
+            f"names in {images}/ and {labels}/ ({len(volumes)} NIfTI images), need "
+            f"at least 3 (train, val, test)"
+        )
+    if len(volumes) > len(pairs):
+        unlabelled = [p.name for p in volumes if _stem(p) not in found]
+        log.warning(
+            "%s: %d of %d images have no label in %s/ and are left out (e.g. %s)",
+            root,
+            len(unlabelled),
+            len(volumes),
+            labels,
+            unlabelled[0],
+        )
+    return pairs
+
+
+def read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(array (C, D, H, W), affine); a 4D NIfTI (x, y, z, c) becomes c channels."""
+    import nibabel as nib
+
+    try:
+        img = nib.load(str(path))
+        data = np.asarray(img.dataobj, dtype=np.float32)
+    except Exception as err:  # truncated gzip, not a NIfTI file, ...
+        raise UserError(f"cannot read NIfTI {path}: {err}") from err
+    if data.ndim == 3:
+        data = data[None]
+    elif data.ndim == 4:
+        data = np.moveaxis(data, -1, 0)
+    return np.ascontiguousarray(data), img.affine.astype(np.float64)
+
+
+def write_mask(mask: np.ndarray, path: Path, affine: np.ndarray, like: Path | None = None) -> None:
+    """Write a label volume (D, H, W) as NIfTI with the input's affine and, when the input file
+    is known, its header (spacing, orientation codes, description)."""
+    import nibabel as nib
+
+    header = nib.load(str(like)).header.copy() if like and Path(like).is_file() else None
+    image = nib.Nifti1Image(mask.astype(np.uint8), affine, header=header)
+    image.set_data_dtype(np.uint8)
+    image.header.set_slope_inter(1, 0)
+    tmp = path.with_name(path.name + ".tmp.nii.gz")
+    nib.save(image, str(tmp))
+    os.replace(tmp, path)  # never a half-written mask
+
+
+def cache_key(files: list[Path], **params) -> str:
+    """Changes when any file (name, size, mtime) or preprocessing parameter changes."""
+    h = hashlib.sha1(repr(sorted(params.items())).encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def save_cache(path: Path, volumes: list[dict]) -> None:
+    """One .npz of arrays (no pickles), written atomically: readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"{k}_{i}": v[k] for i, v in enumerate(volumes) for k in ("image", "label", "affine")}
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def load_cache(path: Path, files: list[Path]) -> list[dict]:
+    with np.load(path) as z:
+        return [
+            {
+                "image": z[f"image_{i}"],
+                "label": z[f"label_{i}"],
+                "affine": z[f"affine_{i}"],
+                "path": str(f),
+                "name": f.name,
+            }
+            for i, f in enumerate(files)
+        ]
+
+
+# ----------------------------------------------------------------------------- preprocessing
