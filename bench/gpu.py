@@ -70,7 +70,7 @@ def measure(model_name: str, overrides: list[str], epochs: int, out: Path) -> di
     from lightning.pytorch.callbacks import Callback
 
     from litlab.config import build
-    from litlab.recipes import ddp
+    from litlab.runs import ddp
 
     class Throughput(Callback):
         """Samples/s of the training batches after the first epoch (synchronized clocks)."""

@@ -271,10 +271,10 @@ def test_gpu_bench_runs_its_cpu_row_and_skips_cuda_cleanly():
 )
 def test_which_ddp_runs_start_their_ranks_early(trainer, env, expected, monkeypatch):
     """trainer=ddp on one node starts its ranks with the job; everything else is left to
-    Lightning or to the cluster (see litlab.recipes.ddp.early_ranks)."""
+    Lightning or to the cluster (see litlab.runs.ddp.early_ranks)."""
     from omegaconf import OmegaConf
 
-    from litlab.recipes.ddp import STARTED_ELSEWHERE, local_processes
+    from litlab.runs.ddp import STARTED_ELSEWHERE, local_processes
 
     for key in STARTED_ELSEWHERE:
         monkeypatch.delenv(key, raising=False)
@@ -287,7 +287,7 @@ def test_unreachable_rendezvous_address_is_one_line_not_a_30_minute_wait():
     """With no usable interface for MASTER_ADDR (loopback down, a foreign address) the ranks
     could never meet: a UserError at once instead of Lightning's rendezvous timeout."""
     from litlab.errors import UserError
-    from litlab.recipes.ddp import _check_reachable
+    from litlab.runs.ddp import _check_reachable
 
     _check_reachable("127.0.0.1")  # the normal case passes
     with pytest.raises(UserError, match="cannot reach each other at 192.0.2.1"):

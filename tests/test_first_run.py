@@ -80,7 +80,7 @@ def test_summary_csv_has_a_column_per_override_and_marks_logged_values(tmp_path)
 @pytest.mark.slow  # MONAI's import and a sliding-window pass: ~10 s of CPU
 def test_unet3d_predictions_use_the_case_ids_of_the_mask_files(tmp_path):
     from litlab.config import build
-    from litlab.recipes import predictions
+    from litlab.runs import predictions
 
     cfg = compose(
         "train",

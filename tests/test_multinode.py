@@ -201,7 +201,7 @@ def test_a_join_without_peers_says_what_it_waits_for_then_stops_in_one_line(
 
     import torch.distributed as dist
 
-    from litlab.recipes import ddp_join
+    from litlab.runs import ddp_join
 
     port = free_port()
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
@@ -238,7 +238,7 @@ def test_a_master_port_in_use_is_one_line_at_once(monkeypatch, capfd):
 
     import torch.distributed as dist
 
-    from litlab.recipes import ddp_join
+    from litlab.runs import ddp_join
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -273,7 +273,7 @@ def test_a_bounded_join_gives_the_group_its_collective_timeout_back(monkeypatch,
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
-    from litlab.recipes import ddp_join
+    from litlab.runs import ddp_join
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))

@@ -51,7 +51,7 @@ def test_run_files_outside_log_dir_are_refused(tmp_path, override):
 def test_sweep_dirs_outside_log_dir_are_refused(tmp_path):
     """-m: the sweep dir, and a job's subdir as it resolves for a job, stay below the log dir."""
     from litlab.config.compose import compose
-    from litlab.recipes.run_dir import check_location
+    from litlab.runs.run_dir import check_location
 
     logs = tmp_path / "logs"
     for override, words in [
@@ -137,7 +137,7 @@ def test_deleted_paths_group_is_named_before_any_dir_is_made(multirun):
     """`~paths` (issue 34): the run dir's location cannot be checked without paths.log_dir:
     one line naming the group, not an interpolation error."""
     from litlab.config.compose import compose
-    from litlab.recipes.run_dir import check_location
+    from litlab.runs.run_dir import check_location
 
     with pytest.raises(UserError, match=r"^paths is required by this command .*paths=default$"):
         check_location(compose("train", ["~paths"]), multirun=multirun)
@@ -159,7 +159,7 @@ OVERRIDES = ["paths.log_dir=/logs", "model.optimizer.lr=0.5", "ckpt_path=last"]
 
 
 def test_bad_input_before_a_checkpoint_removes_the_fresh_run_dir(tmp_path):
-    from litlab.recipes.run_end import RunEnd
+    from litlab.runs.run_end import RunEnd
 
     run = _run_dir(tmp_path)
     end = RunEnd(run, "train", OVERRIDES)
@@ -187,7 +187,7 @@ def test_a_run_that_wrote_a_checkpoint_is_kept_marked_failed(tmp_path, error, co
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from litlab.callbacks.guards import NonFiniteLoss
-    from litlab.recipes.run_end import FAILED, RunEnd
+    from litlab.runs.run_end import FAILED, RunEnd
 
     errors = {
         "nan": NonFiniteLoss("training loss is nan at global step 30"),
@@ -221,7 +221,7 @@ def test_a_refused_resume_leaves_its_run_as_it_was(tmp_path):
     files and gets no failed.json; only the config record Hydra saved for the resume goes. A
     resume that failed (exit 1) without writing is marked failed."""
     from litlab.callbacks.guards import NonFiniteLoss
-    from litlab.recipes.run_end import FAILED, RunEnd
+    from litlab.runs.run_end import FAILED, RunEnd
 
     run = _run_dir(tmp_path, "checkpoints/last.ckpt", "csv/metrics.csv")
     (run / ".hydra" / "resume-2026-01-02_00-00-00").mkdir()
@@ -238,7 +238,7 @@ def test_a_resume_refused_after_its_logger_wrote_keeps_the_run_and_suggests_noth
     """Lightning refuses `trainer.limit_train_batches=0.01` only when it meets the data, after
     the CSV logger rewrote hparams.yaml: no checkpoint changed, so the run is as it was, with no
     failed.json and no resume command (it would repeat the refused setting)."""
-    from litlab.recipes.run_end import FAILED, RunEnd
+    from litlab.runs.run_end import FAILED, RunEnd
 
     run = _run_dir(tmp_path, "checkpoints/last.ckpt", "checkpoints/epoch_001.ckpt")
     end = RunEnd(run, "train", [*OVERRIDES, "trainer.limit_train_batches=0.01"])
@@ -251,7 +251,7 @@ def test_a_resume_refused_after_its_logger_wrote_keeps_the_run_and_suggests_noth
 
 
 def test_sweep_jobs_and_other_ranks_are_never_removed_nor_told_to_resume(tmp_path, monkeypatch):
-    from litlab.recipes.run_end import FAILED, RunEnd
+    from litlab.runs.run_end import FAILED, RunEnd
 
     run = _run_dir(tmp_path)
     end = RunEnd(run, "train", OVERRIDES, sweep=True)
@@ -271,7 +271,7 @@ def test_a_full_disk_says_whether_there_is_anything_to_resume(tmp_path, written)
     import errno
 
     from litlab.errors import DiskFull
-    from litlab.recipes.run_end import RunEnd, as_user_error
+    from litlab.runs.run_end import RunEnd, as_user_error
 
     run = _run_dir(tmp_path)
     end = RunEnd(run, "train", OVERRIDES)

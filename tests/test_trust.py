@@ -50,10 +50,8 @@ CASES = {
         "data.augment[0]._target_=shutil.rmtree",
     ),
     "litlab function": (
-        lambda c, v: c.update(
-            data={"_target_": "litlab.recipes.run_dir.remove", "path": str(v.dir)}
-        ),
-        "data._target_=litlab.recipes.run_dir.remove",
+        lambda c, v: c.update(data={"_target_": "litlab.runs.run_dir.remove", "path": str(v.dir)}),
+        "data._target_=litlab.runs.run_dir.remove",
     ),
     "non-class callable": (
         lambda c, v: c["model"]["net"].update(_target_="torch.save", obj=0, f=str(v.file)),

@@ -12,13 +12,13 @@ Bad input raises `litlab.errors.UserError` with the line the CLI prints after `e
 from collections.abc import Sequence
 
 from litlab.errors import UserError
-from litlab.recipes.result import RunResult
+from litlab.runs.result import RunResult
 
 
 def run(config_name: str, overrides: Sequence[str], recipe):
     """Any entry point's recipe as its command runs it: configs/<config_name>.yaml composed
     with `overrides`, a run dir made as Hydra makes it (removed again on bad input before it
-    holds a checkpoint, else kept and marked failed: `recipes.run_end`), threads applied; bad
+    holds a checkpoint, else kept and marked failed: `runs.run_end`), threads applied; bad
     input raises `UserError` with the line the CLI prints.
 
         run("export", ["ckpt_path=..."], litlab.export.recipe.export)
@@ -28,7 +28,7 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     from litlab import environment
     from litlab.config.compose import compose
     from litlab.config.hydra_errors import composition_error
-    from litlab.recipes import run_dir, run_end
+    from litlab.runs import run_dir, run_end
 
     environment.load_dotenv_files()  # as `cli.run` does
     try:

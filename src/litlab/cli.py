@@ -5,7 +5,7 @@ Two kinds of bad input reach a user:
   before the run starts. Hydra prints them over several lines; `run` condenses them.
 - `UserError`, raised by litlab code for a wrong value, a missing file, a model/data mismatch.
   `guard` prints it as one line and removes the run dir that Hydra created for nothing, unless
-  the run has written a checkpoint since (`recipes.run_end`: then it is kept, marked failed).
+  the run has written a checkpoint since (`runs.run_end`: then it is kept, marked failed).
 Set HYDRA_FULL_ERROR=1 to get full tracebacks instead.
 """
 
@@ -23,7 +23,7 @@ from litlab.config import (
     resolvers,  # noqa: F401  (registers the configs' resolvers: cheap)
 )
 from litlab.errors import UserError
-from litlab.recipes import run_end
+from litlab.runs import run_end
 from litlab.utils.distributed import is_rank_zero
 
 EXIT_BAD_INPUT = 2

@@ -1,7 +1,7 @@
 """One page of console per run; everything else goes to the run's log file.
 
 Every entry point (`cli.guard`) and the Python API (`litlab.train`) call `setup()` through
-`RunEnd.run` (litlab.recipes.run_end) right after Hydra has configured logging (a console handler and `<run dir>/<task>.log`). From then on:
+`RunEnd.run` (litlab.runs.run_end) right after Hydra has configured logging (a console handler and `<run dir>/<task>.log`). From then on:
 - the log file keeps every INFO line of every library (Hydra, Lightning, ONNX, Flower, ...)
   and every Python warning, with its source line;
 - the console shows litlab's own INFO lines (a federated round, a trial of a study) and

@@ -7,7 +7,7 @@ run took 3-7x longer with torch's 2 threads than with 1 (BENCHMARKS.md, "Threads
 average, and splits what is left between the run's local processes (DDP): never less than one.
 An `OMP_NUM_THREADS` already in the environment wins over `auto` (the test suite sets 1).
 
-`apply` runs from `RunEnd.run` (litlab.recipes.run_end: every route), before the task imports
+`apply` runs from `RunEnd.run` (litlab.runs.run_end: every route), before the task imports
 torch: it exports the count as OMP_NUM_THREADS/MKL_NUM_THREADS, and OMP_WAIT_POLICY=PASSIVE
 unless set, which torch, its DDP child processes and dataloader workers read. If torch is already imported (a later job of a
 multirun), it calls torch.set_num_threads. The count stays in the environment, so the later

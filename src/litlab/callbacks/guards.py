@@ -58,7 +58,7 @@ def last_checkpoint_path(trainer) -> Path:
 
 def _resume_hint(trainer) -> str:
     """The checkpoint to go on from; the entry point appends the command that resumes it with
-    the run's own overrides (litlab.recipes.run_end), which this callback does not know."""
+    the run's own overrides (litlab.runs.run_end), which this callback does not know."""
     path = last_checkpoint_path(trainer)
     return f"last good checkpoint: {path}" if path.is_file() else "no checkpoint was written yet"
 
@@ -264,7 +264,7 @@ class GracefulInterrupt(Callback):
     def _report(trainer, why: str) -> None:
         if trainer.is_global_zero:
             path = last_checkpoint_path(trainer)
-            # the entry point prints the command that resumes it (litlab.recipes.run_end)
+            # the entry point prints the command that resumes it (litlab.runs.run_end)
             log.warning(
                 "%s at global step %d; resumable checkpoint: %s", why, trainer.global_step, path
             )

@@ -3,7 +3,7 @@
 config records into the folders of an existing run dir; one of them linking elsewhere
 (`checkpoints -> /other/folder`) would have new checkpoints written, and old ones rewritten
 or deleted, there. `check_links` refuses such a run dir in one line before Hydra writes into
-it (called with the run dir's location checks, `recipes.run_dir.check_location`);
+it (called with the run dir's location checks, `runs.run_dir.check_location`);
 `atomic_io` refuses a checkpoint folder that links out while a run goes."""
 
 import fnmatch
@@ -57,7 +57,7 @@ def links_out(run: Path) -> tuple[Path, Path | None] | None:
 
 def check_links(run: Path) -> None:
     """One line when a run to resume holds a link out of it (`links_out`): checked with the
-    run dir's location (`recipes.run_dir.check_location`), before Hydra writes into it."""
+    run dir's location (`runs.run_dir.check_location`), before Hydra writes into it."""
     found = links_out(run)
     if found is not None:
         link, target = found

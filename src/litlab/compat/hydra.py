@@ -1,12 +1,12 @@
 """Hydra internals litlab uses (checked against hydra-core 1.3.8).
 
 - `hydra.core.utils._save_config`: writes .hydra/config.yaml as a Hydra run does (the Python
-  API makes its run dir as Hydra would: recipes/run_dir);
+  API makes its run dir as Hydra would: runs/run_dir);
 - `JobReturn._return_value`: a job's return value or exception without re-raising it (the
   sweep summary and the Optuna sweeper record failed jobs and go on);
 - `BasicSweeper.split_arguments`: the jobs of a grid sweep, in Hydra's basic sweeper's order
   (litlab's grid sweeper runs them so: sweeps/grid; every job is checked before the first
-  starts: recipes/sweep_check).
+  starts: runs/sweep_check).
 - `hydra._internal.config_repository.ConfigRepository`: rebuilt over a code snapshot's
   configs (sweeps/snapshot).
 """

@@ -1,7 +1,7 @@
 """Lightning internals litlab uses (checked against lightning 2.6.6).
 
 - the command DDP child ranks are started with (`_hydra_subprocess_cmd` of the subprocess
-  launchers): litlab's children re-run the very job (recipes/ddp);
+  launchers): litlab's children re-run the very job (runs/ddp);
 - `_launch_process_observer`: the watcher that ends all ranks when one dies;
 - `Trainer._signal_connector.received_sigterm`: cleared so that a graceful stop on SIGTERM
   validates and writes last.ckpt before stopping (callbacks/guards);

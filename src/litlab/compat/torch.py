@@ -1,7 +1,7 @@
 """torch internals litlab uses (checked against torch 2.14.1).
 
 - `torch.distributed.init_process_group` is wrapped (in memory, once per process): the ranks'
-  join gets a timeout of its own and a line while it waits (recipes/ddp_join);
+  join gets a timeout of its own and a line while it waits (runs/ddp_join);
 - `distributed_c10d._get_default_store`: the rendezvous store, whose timeout goes back to the
   collectives' once every rank has joined;
 - `torch._check`: a condition torch.export may assume (export/domains, ops/op);

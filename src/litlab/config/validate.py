@@ -32,7 +32,7 @@ HINTS = {
 }
 #: groups checked by their targets' signatures, not by an entry point's settings model
 GROUPS = ("trainer", "callbacks", "logger", "model", "data", "paths", "extras")
-#: how long DDP processes wait for each other to join (recipes/ddp_join): up to a day
+#: how long DDP processes wait for each other to join (runs/ddp_join): up to a day
 JoinSeconds = Annotated[float, at.Interval(gt=0, le=86400), "seconds in (0, 86400]"]
 
 
@@ -234,7 +234,7 @@ def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"
 
 
 def job_config(config_name: str, cfg: DictConfig) -> None:
-    """One job of a sweep, checked before the sweep's first job starts (recipes/sweep_check):
+    """One job of a sweep, checked before the sweep's first job starts (runs/sweep_check):
     as its entry point checks it, and its `threads` (applied when the job starts). Entry points
     after training check their own settings when they start; their groups are checked here."""
     from litlab import threads

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.recipes.result import RunResult
+from litlab.runs.result import RunResult
 
 
 def evaluate(cfg: DictConfig) -> RunResult:
@@ -15,8 +15,9 @@ def evaluate(cfg: DictConfig) -> RunResult:
 
     validate.eval_config(cfg)  # bad input fails here, in one line, before any data is read
     from litlab.config import build
-    from litlab.recipes import first_forward, predictions, report
+    from litlab.recipes import report
     from litlab.recipes.load import load_run
+    from litlab.runs import first_forward, predictions
 
     report.apply_extras(cfg)
     overrides = OmegaConf.to_container(cfg.data_overrides, resolve=True)

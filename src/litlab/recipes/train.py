@@ -6,9 +6,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.config.resolvers import CODE_ROOT
-from litlab.recipes.result import RunResult
+from litlab.runs.result import RunResult
 
-#: what DDP child ranks re-run (the same job, its overrides; see litlab.recipes.ddp)
+#: what DDP child ranks re-run (the same job, its overrides; see litlab.runs.ddp)
 ENTRY_POINT = CODE_ROOT / "src" / "train.py"
 
 
@@ -16,7 +16,7 @@ def train(cfg: DictConfig) -> RunResult:
     """Train (cfg.train), then test the best checkpoint (cfg.test); writes the run dir."""
     from litlab.checkpointing import resume
     from litlab.config import validate
-    from litlab.recipes import ddp
+    from litlab.runs import ddp
 
     resume.resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
     validate.trainer_config(cfg)  # devices and strategy, before any DDP rank starts
@@ -27,7 +27,8 @@ def train(cfg: DictConfig) -> RunResult:
 
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
-        from litlab.recipes import first_forward, report, tuning
+        from litlab.recipes import report, tuning
+        from litlab.runs import first_forward
 
         report.apply_extras(cfg)
         L.seed_everything(cfg.seed, workers=True)

@@ -29,8 +29,8 @@ import sys
 from collections.abc import Mapping
 
 from litlab.errors import UserError
-from litlab.recipes import ddp_join
-from litlab.recipes.ddp_peers import peer_lost
+from litlab.runs import ddp_join
+from litlab.runs.ddp_peers import peer_lost
 from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class _Run:
     def callback(self):
         """A Lightning callback for `build.trainer(..., extra_callbacks=[...])`: it makes DDP
         children re-run this job (`install`), then at setup attaches and describes the ranks."""
-        from litlab.recipes.ddp_callback import DDPLifecycle
+        from litlab.runs.ddp_callback import DDPLifecycle
 
         install(self.script)
         return DDPLifecycle(self, attach, describe)

@@ -1,4 +1,4 @@
-"""The Lightning side of `recipes.ddp.lifecycle`: a callback that joins the Trainer to the ranks
+"""The Lightning side of `runs.ddp.lifecycle`: a callback that joins the Trainer to the ranks
 started early. A module-level class, so that `trainer=ddp_spawn` can pickle it to its workers."""
 
 from lightning.pytorch.callbacks import Callback
@@ -7,7 +7,7 @@ from lightning.pytorch.callbacks import Callback
 class DDPLifecycle(Callback):
     def __init__(self, run, attach, describe):
         self.run = run  # the lifecycle's `_Run`: script, config, and the Trainer once joined
-        self.attach, self.describe = attach, describe  # recipes.ddp's (passed in: no cycle)
+        self.attach, self.describe = attach, describe  # runs.ddp's (passed in: no cycle)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.run.trainer is None:  # fit, then test: the ranks join once

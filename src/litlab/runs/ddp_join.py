@@ -36,7 +36,7 @@ class JoinFailed(UserError):
 
 def arm(timeout_s: float | None) -> None:
     """Bound this run's join by `timeout_s` seconds (None: torch's own). Imports nothing: the
-    run's early ranks start before torch is imported (recipes/ddp)."""
+    run's early ranks start before torch is imported (runs/ddp)."""
     _armed["timeout_s"] = timeout_s
 
 

@@ -154,7 +154,7 @@ class Guard(Callback):
     def on_multirun_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
         """Also every job of the sweep, before the sweeper makes the sweep dir (sweep_check)."""
         from litlab.config import sweep_settings
-        from litlab.recipes import launcher_check, sweep_check
+        from litlab.runs import launcher_check, sweep_check
 
         self._stop_on_error(lambda: check_location(config, multirun=True))
         self._stop_on_error(lambda: launcher_check.check(config))  # n_jobs: before the jobs

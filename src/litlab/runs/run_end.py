@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from litlab.errors import DiskFull, UserError, disk_full, one_line
-from litlab.recipes import run_dir
+from litlab.runs import run_dir
 
 FAILED = "failed.json"  # in a run dir: what stopped it, and how to resume it
 BAD_INPUT = 2

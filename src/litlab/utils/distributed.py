@@ -1,5 +1,5 @@
 """What every layer asks about distributed runs: which rank am I (cheap, no torch), and exact
-val/test metrics under DDP. Starting and ending the ranks is `litlab.recipes.ddp`;
+val/test metrics under DDP. Starting and ending the ranks is `litlab.runs.ddp`;
 ranks > 0 log warnings only, every line tagged with its rank.
 
 Evaluation is exact: val/test shards are unpadded (Lightning's DistributedSampler pads with
