@@ -1,6 +1,6 @@
 """Batches of graphs, a class per graph (MUTAG, PROTEINS, ENZYMES)."""
 
-from litlab.tasks.kind import GRAPH_INPUTS, GRAPH_NOTES, TaskKind
+from litlab.tasks.kind import GRAPH_NETS, GRAPH_NOTES, TaskKind
 
 KIND = TaskKind(
     name="graph_classification",
@@ -16,5 +16,5 @@ KIND = TaskKind(
     # layers only, as export's int8: the measured loss on Cora and MUTAG is 0.1 and 0 points)
     quantize_max_drop=0.02,
     notes=GRAPH_NOTES,
-    **GRAPH_INPUTS,
+    **GRAPH_NETS,
 )

@@ -15,8 +15,8 @@ TENSOR_CLASSIFICATION = {
     "export_spec": "litlab.export.domains:tensor_spec",
     "ood_inputs": True,
 }
-#: what the graph kinds share
-GRAPH_INPUTS = {
+#: what the graph kinds share: how their nets compress
+GRAPH_NETS = {
     # structured pruning: smaller hidden widths (litlab.compression.graph_prune, not
     # Torch-Pruning, whose traced dependency graph does not follow PyG's message passing)
     "compression": COMPRESSION_STEPS,
@@ -56,7 +56,7 @@ class TaskKind:
     #: `callbacks=inspect`'s samples figure, as "module:Class" (`collect` per test batch,
     #: `draw` at the end; litlab.tasks.figures: images, volume slices, node accuracy)
     samples_figure: str | None = None
-    #: compression steps that apply (quantize and structured pruning need tensor inputs)
+    #: compression steps that apply (each judged by the kind's own test metric)
     compression: tuple[str, ...] = COMPRESSION_STEPS
     #: compress: epochs of fine-tuning / student training when trainer.max_epochs is null,
     #: and the distillation temperature when compress.distill.temperature is null

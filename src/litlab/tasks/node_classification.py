@@ -1,7 +1,7 @@
 """One graph, a class per node (Cora, CiteSeer, PubMed, SBM): transductive, masks pick the
 nodes of each split."""
 
-from litlab.tasks.kind import GRAPH_INPUTS, GRAPH_NOTES, TaskKind
+from litlab.tasks.kind import GRAPH_NETS, GRAPH_NOTES, TaskKind
 
 KIND = TaskKind(
     name="node_classification",
@@ -31,5 +31,5 @@ KIND = TaskKind(
     # layers only, as export's int8: the measured loss on Cora and MUTAG is 0.1 and 0 points)
     quantize_max_drop=0.02,
     notes=GRAPH_NOTES,
-    **GRAPH_INPUTS,
+    **GRAPH_NETS,
 )
