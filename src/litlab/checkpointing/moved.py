@@ -32,8 +32,9 @@ MOVED = {
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
-#: deeper than this the walk stops (the trust check refuses configs past its own, smaller depth)
-MAX_DEPTH = 64
+#: deeper or larger than this the walk stops (the trust check refuses configs past its own,
+#: smaller limits, in one line)
+MAX_DEPTH, MAX_NODES = 64, 1_000_000
 
 
 def current_name(name):
@@ -47,9 +48,10 @@ def current_name(name):
 def renamed(config):
     """The stored config with moved targets renamed, in place (iterative: a deep config costs
     no recursion); returned for convenience."""
-    stack = [(config, 0)]
-    while stack:
+    stack, visited = [(config, 0)], 0
+    while stack and visited < MAX_NODES:
         node, depth = stack.pop()
+        visited += 1
         if depth > MAX_DEPTH:
             continue
         if isinstance(node, dict):

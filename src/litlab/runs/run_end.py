@@ -5,9 +5,9 @@ Both entry routes (`litlab.cli.guard` and `litlab.api.run`) make a `RunEnd` befo
 run the task through it (`RunEnd.run`: the console set up, CPU threads applied, the task's
 exception replaced by the one-line error it stands for), which calls `failed(err)` with whatever
 stops it, or `finished()` when it returns; the routes differ only in how they show an error (the
-CLI prints one line and exits, the API raises). Whether the
-dir goes is decided then, from what the dir holds at that moment, not at the start: training
-may have written checkpoints since, and the error's message may point at them.
+CLI prints one line and exits, the API raises). Whether the dir goes is decided then, from what
+the dir holds at that moment, not at the start: training may have written checkpoints since,
+and the error's message may point at them.
 
 - Bad input before the run wrote a checkpoint: a run dir that was fresh when the task started
   is removed (DEVELOPERS.md: no half-written run dir); a resume refused before it wrote a
