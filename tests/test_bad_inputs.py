@@ -212,6 +212,8 @@ def _check(code, err, words, log_dir, task):
     for word in words:
         assert word in lines[0], f"{word!r} not in: {lines[0]}"
     assert run_dirs(log_dir, task) == [], "a run dir was left behind"
+    # every case starts from an empty log dir: not even Hydra's <task>/runs/ folder is left
+    assert not (log_dir / task).exists(), sorted(str(p) for p in log_dir.rglob("*"))
 
 
 @pytest.mark.parametrize("overrides,words", TRAIN)

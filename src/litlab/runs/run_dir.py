@@ -231,3 +231,17 @@ def remove(path) -> None:
             handler.close()
             logging.getLogger().removeHandler(handler)
     shutil.rmtree(path, ignore_errors=True)
+    _remove_empty_parents(Path(path))
+
+
+def _remove_empty_parents(path: Path) -> None:
+    """`<task>/runs/`, made by Hydra for this run alone when it was the first: removed while
+    empty, so that a refused first run leaves no folder behind (an empty folder holds nothing a
+    user made; `rmdir` removes only empty ones). Only Hydra's own layout (`.../runs/<time>`)."""
+    if path.parent.name != "runs":
+        return
+    for parent in (path.parent, path.parent.parent):
+        try:
+            parent.rmdir()
+        except OSError:  # not empty (other runs), or gone: nothing more to tidy
+            return
