@@ -23,10 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class Domain:
     data: tuple[str, str]  # (module, class) of the datamodule to copy
-    model: tuple[str, str]  # (module, class) of the LightningModule the copy uses as it is
     net: tuple[str, str]  # (module, symbol) of the net; its whole module is copied
     data_config: str
-    model_config: str
+    model_config: str  # its model config names the LightningModule the copy uses as it is
     metric: str  # the test metric the copied test checks...
     bar: float  # ... and the value it must beat after a short run of `epochs`
     epochs: int
@@ -35,7 +34,6 @@ class Domain:
 DOMAINS = {
     "vision": Domain(
         ("litlab.domains.vision.data", "DigitsDataModule"),
-        ("litlab.domains.vision.module", "ImageClassifier"),
         ("litlab.domains.vision.nets.cnn", "SmallCNN"),
         "digits",
         "cnn",
@@ -45,7 +43,6 @@ DOMAINS = {
     ),
     "medical3d": Domain(
         ("litlab.domains.medical3d.data", "PhantomSegmentationDataModule"),
-        ("litlab.domains.medical3d.module", "VolumeSegmenter"),
         ("litlab.domains.medical3d.nets.unet3d", "unet3d"),
         "phantom_seg",
         "unet3d",
@@ -55,7 +52,6 @@ DOMAINS = {
     ),
     "table": Domain(
         ("litlab.domains.table.data", "TableDataModule"),
-        ("litlab.domains.table.module", "Regressor"),
         ("litlab.domains.table.nets.mlp", "TableMLP"),
         "table",
         "regressor",
@@ -65,7 +61,6 @@ DOMAINS = {
     ),
     "graph": Domain(
         ("litlab.domains.graph.data", "SBMDataModule"),
-        ("litlab.domains.graph.module", "GNNClassifier"),
         ("litlab.domains.graph.nets.gnn", "GNN"),
         "sbm",
         "gnn",
