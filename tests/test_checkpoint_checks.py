@@ -107,6 +107,15 @@ CASES = {
     "negative lr": (lambda c: c[C]["model"]["optimizer"].update(lr=-1.0), "optimizer.lr=-1.0"),
     "dropout 2": (lambda c: c[C]["model"]["net"].update(dropout=2.0), "dropout=2.0"),
     "unknown model key": (lambda c: c[C]["model"].update(foo=1), "unknown key model.foo"),
+    # names that cannot be located: litlab's one line, not Hydra's logged error beside it
+    "net module missing": (
+        lambda c: c[C]["model"]["net"].update(_target_="litlab.domains.vision.nets.gone.Net"),
+        "model.net._target_=litlab.domains.vision.nets.gone.Net cannot be imported",
+    ),
+    "old name under a moved module": (
+        lambda c: c[C]["model"]["net"].update(_target_="litlab.models.nets.cnn.torch.load"),
+        "cannot be imported",
+    ),
     "test fraction 1.5": (
         lambda c: c[C]["data"].update(test_fraction=1.5),
         "data.test_fraction=1.5",
@@ -226,6 +235,7 @@ def test_only_whole_moved_modules_are_renamed():
     "script, case",
     [
         ("export.py", "NaN weight"),
+        ("eval.py", "net module missing"),
         pytest.param("eval.py", "wrong shape", marks=pytest.mark.slow),
         pytest.param("eval.py", "label smoothing 5", marks=pytest.mark.slow),
     ],

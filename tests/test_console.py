@@ -74,6 +74,9 @@ def test_console_filter_keeps_litlab_and_warnings_drops_library_info_and_depreca
         record("py.warnings", logging.WARNING, "soon", category=FutureWarning),
         record("lightning.pytorch", logging.WARNING, "💡 Tip: try litmodels"),
         record("onnx_ir", logging.INFO, "pass applied"),
+        # Hydra's error for a name it cannot locate, before it raises what litlab says in one
+        # line (a checkpoint's stored net from a module that is gone printed it twice)
+        record("hydra.utils", logging.ERROR, "Error getting object at a.b : Error loading\nx"),
     ]
     assert not any(keep(r) for r in drop)
 

@@ -29,6 +29,9 @@ _NOT_FOR_CONSOLE = (
 # whose INFO lines the console shows: litlab's, and Hydra's and its launchers' in a multirun
 # (`#1 : model.optimizer.lr=0.1`, the sweep dir)
 _INFO_ON_CONSOLE = ("litlab", "hydra")
+# whose lines of any level stay in the log file: `hydra.utils` logs an ERROR (several lines)
+# for a name it cannot locate, then raises; litlab says the raised error in one line
+_FILE_ONLY_LOGGERS = ("hydra.utils",)
 _DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
 
@@ -36,7 +39,7 @@ class ConsoleFilter(logging.Filter):
     """What a console handler lets through (see the module docstring)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, "console", True) is False:
+        if getattr(record, "console", True) is False or record.name in _FILE_ONLY_LOGGERS:
             return False
         if record.levelno < logging.WARNING and not record.name.startswith(_INFO_ON_CONSOLE):
             return False
