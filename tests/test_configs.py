@@ -61,3 +61,47 @@ def test_configs_point_at_real_classes():
 
     for path in (ROOT / "configs" / "data").glob("*.yaml"):  # extended configs: their parent's
         assert hasattr(hydra.utils.get_class(target_of(path)), "kind"), path
+
+
+def _annotations():
+    from pathlib import Path
+    from typing import Literal
+
+    import torch
+    from lightning.pytorch.callbacks import Callback
+
+    from litlab.bounds import LearningRate, PosInt, Probability
+
+    epochs = PosInt | Literal[-1]
+    return Path, torch.Tensor, Callback, LearningRate, PosInt, Probability, epochs
+
+
+@pytest.mark.parametrize(
+    "value,which,ok",
+    [
+        ("fast", "LearningRate", False),  # a word for a number: refused, never coerced
+        (float("inf"), "LearningRate", False),
+        (10**400, "LearningRate", False),  # an int too large for a float
+        (1e-3, "LearningRate", True),
+        (1, "LearningRate", True),  # an int where a float is asked
+        (True, "PosInt", False),  # a bool is no integer
+        (True, "epochs", False),
+        (-1, "epochs", True),
+        (0, "epochs", False),
+        (1.0, "Probability", False),
+        ("/data", "Path", True),  # the constructor converts it
+        ({"_target_": "x.Y"}, "Callback", True),  # a node: built, then judged
+        ("fast", "Tensor", False),
+        (0.5, "Tensor", True),
+    ],
+)
+def test_values_are_judged_by_their_annotation(value, which, ok):
+    """`signatures.accepts` (pydantic over the annotation) as `_target_` arguments are checked."""
+    from litlab.config.signatures import accepts
+
+    names = ("Path", "Tensor", "Callback", "LearningRate", "PosInt", "Probability", "epochs")
+    ann = dict(zip(names, _annotations(), strict=True))[which]
+    assert accepts(value, ann) is ok
+    assert accepts([value], list[ann]) is ok
+    assert accepts(value, list[ann]) is False or isinstance(value, list)  # one is no list
+    assert accepts("ab", list[str]) is False  # a str is a sequence, not a list

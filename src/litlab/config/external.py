@@ -1,7 +1,7 @@
 """Bounds for the classes of other libraries (torch optimizers and schedulers, Lightning's
 Trainer and callbacks, Flower strategies), keyed by class and inherited by subclasses: the
 annotations those libraries would carry if they were stricter (`config.signatures` applies
-them). Every float is finite (`signatures.conforms`); rates and factors are bounded above, so
+them). Every float is finite (`signatures.accepts`); rates and factors are bounded above, so
 `lr=1e30` or `momentum=2` fail before anything is built, not after the first step.
 """
 

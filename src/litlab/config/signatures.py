@@ -1,30 +1,36 @@
 """Checks a config node against the Python signature it will be instantiated with: known keys
 (with the closest valid one), value types from the annotations, and bounds from
 `typing.Annotated` metadata (annotated_types' Ge, Gt, Le, Lt, Interval, MinLen; a plain string
-in the metadata is the text shown to the user). Generic, so it covers every domain's classes
-without a list per class; `validate` uses it.
+in the metadata is the text shown to the user), judged by pydantic (`accepts`) as the
+settings models are. Generic, so it covers every domain's classes without a list per class;
+`validate` uses it.
 
 The checks come from the targets themselves, never from key names: a litlab class annotates
 its parameters, and may declare a classmethod `check_settings(settings, key)` for rules that
 span parameters (fold < num_folds). Classes litlab does not own (torch optimizers, Lightning's
 Trainer and callbacks) get their bounds from `EXTERNAL` (config/external.py), keyed by class
-and inherited by subclasses. Every float is finite (`conforms` refuses nan and inf for every
+and inherited by subclasses. Every float is finite (`accepts` refuses nan and inf for every
 float annotation), and rates and factors have an upper bound: `lr=1e30` fails here, not after
 the first step.
 """
 
+import collections.abc
 import difflib
+import functools
 import inspect
-import math
 import re
 import types
 import typing
 from typing import Annotated, Literal
 
 import annotated_types as at
+from pydantic import AfterValidator, ConfigDict, TypeAdapter, ValidationError
 
 # the bounds of other libraries' classes, kept beside (re-exported: `signatures.EXTERNAL`)
 from litlab.config.external import EXTERNAL, PUBLIC, bounds_by_name  # noqa: F401
+
+#: as the settings models (`config.settings.Settings`): no coercion, no nan or inf
+_STRICT = ConfigDict(strict=True, allow_inf_nan=False)
 
 
 def fmt(value) -> str:
@@ -82,79 +88,60 @@ def signature(target) -> tuple[dict, dict, bool]:
     return params, defaults, open_ended
 
 
-def _meets(value, bound) -> bool:
-    if isinstance(bound, at.Interval):
-        return all(_meets(value, b) for b in bound)
-    for cls, test in (
-        (at.Gt, lambda v, b: v > b.gt),
-        (at.Ge, lambda v, b: v >= b.ge),
-        (at.Lt, lambda v, b: v < b.lt),
-        (at.Le, lambda v, b: v <= b.le),
-        (at.MinLen, lambda v, b: len(v) >= b.min_length),
-        (at.MaxLen, lambda v, b: len(v) <= b.max_length),
-        (at.MultipleOf, lambda v, b: v % b.multiple_of == 0),
-        (at.Predicate, lambda v, b: b.func(v)),
-    ):
-        if isinstance(bound, cls):
-            try:
-                return bool(test(value, bound))
-            except TypeError:  # compared with the wrong type: the type check says so
-                return False
-    return True
+def _no_scalar(value):
+    if isinstance(value, (str, bool, list, dict)):
+        raise ValueError("a config scalar is never a tensor (lr=fast)")  # noqa: TRY004 (pydantic)
+    return value
 
 
-def _finite(value) -> bool:
+def _form(ann):
+    """`ann` as pydantic should judge a config's plain values against it: classes a config
+    cannot hold as a value (nets, callables, paths: built from a `_target_` node or converted
+    by the constructor) take anything; a list or tuple takes either (YAML has only lists)."""
+    if ann in (inspect.Parameter.empty, typing.Any):
+        return typing.Any
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is Annotated:
+        return Annotated[(_form(args[0]), *args[1:])]
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_form(a) for a in args)]  # noqa: UP007 (of a tuple)
+    if origin is Literal or ann in (int, float, str, bool, type(None)):
+        return ann
+    if ann in (list, tuple) or origin in (list, tuple, typing.Sequence, collections.abc.Sequence):
+        if origin is tuple and len(args) > 1 and args[1] is not ...:
+            return typing.Any  # a fixed-length tuple: its constructor judges it
+        item = _form(args[0]) if args else typing.Any
+        return list[item] | tuple[item, ...]  # strict: a str is no list
+    if ann is dict or origin is dict:
+        return dict
+    if getattr(ann, "__name__", "") == "Tensor":
+        return Annotated[typing.Any, AfterValidator(_no_scalar)]
+    return typing.Any
+
+
+@functools.lru_cache(maxsize=1024)
+def _adapter(ann) -> TypeAdapter:
+    return TypeAdapter(_form(ann), config=_STRICT)
+
+
+def accepts(value, ann) -> bool:
+    """Whether `value` (plain, resolved config data) is valid for the annotation `ann`: its
+    type, strictly (`lr=fast`, `dropout=true` are refused, never coerced), and its bounds;
+    nan and inf for no float. pydantic judges (a TypeAdapter per annotation, cached)."""
     try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float: not a finite float either
+        adapter = _adapter(ann)
+    except TypeError:  # an unhashable annotation: not cached
+        adapter = TypeAdapter(_form(ann), config=_STRICT)
+    try:
+        adapter.validate_python(value)
+    except ValidationError:
         return False
+    return True
 
 
 def _element(ann):
     args = typing.get_args(ann)
     return args[0] if args else inspect.Parameter.empty
-
-
-def conforms(value, ann) -> bool | None:
-    """True/False when the annotation decides, None when it cannot (classes, callables)."""
-    if ann in (inspect.Parameter.empty, typing.Any):
-        return None
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin is Annotated:
-        ok = conforms(value, args[0])
-        if ok is False or value is None:
-            return ok
-        return ok if all(_meets(value, b) for b in args[1:]) else False
-    if origin in (typing.Union, types.UnionType):
-        results = [conforms(value, a) for a in args]
-        return True if True in results else (None if None in results else False)
-    if origin is Literal:
-        return value in args and not (
-            isinstance(value, bool) and True not in args and False not in args
-        )
-    if ann is type(None):
-        return value is None
-    if ann is bool:
-        return isinstance(value, bool)
-    if ann is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if ann is float:  # nan and inf are no setting's value (lr=inf, gradient_clip_val=nan)
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
-    if ann is str:
-        return isinstance(value, str)
-    if ann in (list, tuple) or origin in (list, tuple, typing.Sequence):
-        if not isinstance(value, (list, tuple)):
-            return False
-        item = _element(ann)
-        if origin is tuple and len(typing.get_args(ann)) > 1 and typing.get_args(ann)[1] is not ...:
-            return None
-        checks = [conforms(v, item) for v in value]
-        return False if False in checks else (True if all(checks) else None)
-    if ann is dict or origin is dict:
-        return isinstance(value, dict)
-    if getattr(ann, "__name__", "") == "Tensor" and isinstance(value, (str, bool, list, dict)):
-        return False  # a config scalar is never a tensor (lr=fast)
-    return None
 
 
 def _bound_text(b) -> str:

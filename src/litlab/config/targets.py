@@ -7,7 +7,7 @@ target's name alone (`signatures.EXTERNAL`), without importing it.
 
 import re
 
-from litlab.config.signatures import bounds_by_name, conforms, describe, signature
+from litlab.config.signatures import accepts, bounds_by_name, describe, signature
 from litlab.config.signatures import closest as _closest
 from litlab.config.signatures import fmt as _fmt
 from litlab.errors import UserError, one_line
@@ -80,7 +80,7 @@ def check_node(path: str, node: dict) -> None:
             for i, item in enumerate(value):
                 if isinstance(item, dict) and "_target_" in item:
                     check_node(f"{key}[{i}]", item)
-        if name in params and conforms(value, params[name]) is False:
+        if name in params and not accepts(value, params[name]):
             refuse(key, value, params[name])
     hook = getattr(target, "check_settings", None)
     if callable(hook):
@@ -99,7 +99,7 @@ def walk_plain(path: str, node) -> None:
     if isinstance(node, dict):
         if isinstance(node.get("_target_"), str):
             for name, ann in bounds_by_name(node["_target_"]).items():
-                if name in node and conforms(node[name], ann) is False:
+                if name in node and not accepts(node[name], ann):
                     refuse(f"{path}.{name}", node[name], ann)
         for k, v in node.items():
             walk_plain(f"{path}.{k}" if path else str(k), v)
