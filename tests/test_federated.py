@@ -157,20 +157,20 @@ def test_fedprox_term_pulls_toward_the_global_weights():
     [
         (
             "federate.num_clients=0",
-            "federate.num_clients=0 is not valid; input should be greater than or equal to 1",
+            "federate.num_clients=0 has the wrong type or value; valid: an integer >= 1",
         ),
-        ("federate.alpha=0", "federate.alpha=0 is not valid; input should be greater than 0"),
+        ("federate.alpha=0", "federate.alpha=0 has the wrong type or value; valid: a number > 0"),
         (
             "federate.fraction=1.5",
-            "federate.fraction=1.5 is not valid; input should be less than or equal to 1",
+            "federate.fraction=1.5 has the wrong type or value; valid: a number between 0 and 1",
         ),
         (
             "federate.partition=skewed",
-            "federate.partition=skewed is not valid; input should be 'iid' or 'dirichlet'",
+            "federate.partition=skewed has the wrong type or value; valid: iid | dirichlet",
         ),
         (
             "federate.backend.client_resources.num_cpus=0",
-            "federate.backend.client_resources.num_cpus=0 is not valid; input should be greater than 0",
+            "federate.backend.client_resources.num_cpus=0 has the wrong type or value; valid: a number > 0",
         ),
         (
             "federate.backend.client_resources.num_cpus=4",
@@ -179,17 +179,14 @@ def test_fedprox_term_pulls_toward_the_global_weights():
                 "federate.backend.init_args.num_cpus: no client could run"
             ),
         ),
-        ("+federate.rouns=3", "federate.rouns is not a federate setting"),
+        ("+federate.rouns=3", "unknown key federate.rouns; did you mean rounds?"),
         (
             "federate.fail_clients=[12]",
             "federate.fail_clients=[12] names client 12; clients are 0 to 9",
         ),
         (
             "federate.local_epochs=many",
-            (
-                "federate.local_epochs=many is not valid; input should be a valid integer or "
-                "input should be 'auto'"
-            ),
+            "federate.local_epochs=many has the wrong type or value; valid: an integer >= 1 or auto",
         ),
     ],
 )
@@ -227,8 +224,8 @@ def test_zero_cpus_per_client_exits_2_before_ray_starts(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip() == (
-        "error: federate.backend.client_resources.num_cpus=0 is not valid; "
-        "input should be greater than 0"
+        "error: federate.backend.client_resources.num_cpus=0 has the wrong type or value; "
+        "valid: a number > 0"
     )
     assert "ray" not in proc.stdout.lower()
     assert not list((tmp_path / "federate" / "runs").glob("*"))  # nothing half-written

@@ -208,7 +208,7 @@ GARBAGE = {
     ),
     "settings of the wrong type": (
         lambda c: _config(c)["federate"].update(num_clients="many"),
-        "the run to resume has federate.num_clients=many is not valid",
+        "the run to resume has federate.num_clients=many has the wrong type or value",
     ),
     "settings a list": (lambda c: _config(c).update(federate=[1, 2]), "federate"),
     "a strategy that is not one": (

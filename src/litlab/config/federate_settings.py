@@ -1,16 +1,19 @@
-"""Every `federate.*` setting, with its type and bounds, in one place: checked before any data
+"""Every `federate.*` setting, with its type and bounds, in one place: a field of federate.py's
+settings model (`validate.FederateKeys`), checked with the rest of the config before any data
 is read or Ray starts, so a bad value costs one line and exit code 2 (not a traceback from
 inside a Ray worker, or a process that never exits).
 
-The types are pydantic models over litlab's annotated bounds (`litlab.bounds`); the first
-error becomes `federate.<key>=<value> is not valid; <what is valid>`.
+The models are `config.settings.Settings` (strict, no unknown keys, the common one-line
+messages) over litlab's annotated bounds (`litlab.bounds`); rules across keys raise `UserError`
+in their own words.
 """
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from litlab.bounds import Gt, Interval, NonNegFloat, NonNegInt, PosFloat, PosInt, Seed
+from litlab.bounds import Ge, Gt, Interval, NonNegFloat, NonNegInt, PosFloat, PosInt, Seed
+from litlab.config.settings import Settings
 from litlab.errors import UserError
 
 PARTITIONS = ("iid", "dirichlet")
@@ -19,12 +22,7 @@ DP_MODES = ("none", "local", "central")
 LR_DECAYS = ("constant", "cosine")
 
 
-class _Strict(BaseModel):
-    # unknown keys are typos: refused (the config is composed from YAML a user edits)
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-
-class DpSettings(_Strict):
+class DpSettings(Settings):
     mode: Literal[DP_MODES] = "none"
     clipping_norm: PosFloat = 1.0
     noise_multiplier: NonNegFloat = 0.1
@@ -32,25 +30,27 @@ class DpSettings(_Strict):
     delta: Annotated[float, Interval(gt=0, lt=1)] = 1e-5
 
 
-class ClientResources(_Strict):
+class ClientResources(Settings):
     # a Ray actor with no CPU is never scheduled: the run would wait forever
     num_cpus: Annotated[float, Gt(0)] = 1
     num_gpus: NonNegFloat = 0.0
 
 
-class RayInitArgs(_Strict):
+class RayInitArgs(Settings):
     # other keys go to ray.init as they are (e.g. _temp_dir)
-    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="allow")
 
     num_cpus: PosInt = 2
     num_gpus: NonNegInt = 0
     # Ray refuses less than ~75 MB
-    object_store_memory: Annotated[int, Field(ge=78_643_200)] = 100_000_000
+    object_store_memory: Annotated[int, Ge(78_643_200), "a number of bytes >= 78643200"] = (
+        100_000_000
+    )
     include_dashboard: bool = False
     log_to_driver: bool = False
 
 
-class Backend(_Strict):
+class Backend(Settings):
     client_resources: ClientResources = ClientResources()
     init_args: RayInitArgs = RayInitArgs()
 
@@ -58,13 +58,13 @@ class Backend(_Strict):
     def _fits(self):
         need, have = self.client_resources, self.init_args
         if need.num_cpus > have.num_cpus:
-            raise ValueError(
+            raise UserError(
                 f"federate.backend.client_resources.num_cpus={need.num_cpus:g} is more than "
                 f"the {have.num_cpus} CPUs of federate.backend.init_args.num_cpus: no client "
                 "could run"
             )
         if need.num_gpus > have.num_gpus:
-            raise ValueError(
+            raise UserError(
                 f"federate.backend.client_resources.num_gpus={need.num_gpus:g} is more than "
                 f"the {have.num_gpus} GPUs of federate.backend.init_args.num_gpus: no client "
                 "could run"
@@ -72,7 +72,7 @@ class Backend(_Strict):
         return self
 
 
-class FederateSettings(_Strict):
+class FederateSettings(Settings):
     """`federate:` in configs/federate.yaml (the comments there say what each key does)."""
 
     num_clients: PosInt = 10
@@ -87,11 +87,26 @@ class FederateSettings(_Strict):
     compression: Literal[COMPRESSIONS] = "none"
     topk_ratio: Annotated[float, Interval(gt=0, lt=1)] = 0.25
     dp: DpSettings = DpSettings()
-    fail_clients: list[NonNegInt] = []
+    fail_clients: list[NonNegInt] = Field(default_factory=list)
     verbose: bool = False
     backend: Backend = Backend()
     # Flower's strategy: its own constructor checks its keys
-    strategy: dict = {}
+    strategy: dict = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _clients_exist(self):
+        if int(self.num_clients * self.fraction) < 1:
+            raise UserError(
+                f"federate.fraction={self.fraction} samples no client of {self.num_clients} "
+                f"in a round; use a fraction >= {1 / self.num_clients:.3g}"
+            )
+        bad = [c for c in self.fail_clients if c >= self.num_clients]
+        if bad:
+            raise UserError(
+                f"federate.fail_clients={self.fail_clients} names client {bad[0]}; "
+                f"clients are 0 to {self.num_clients - 1}"
+            )
+        return self
 
 
 def resolve_auto(cfg) -> None:
@@ -108,43 +123,3 @@ def resolve_auto(cfg) -> None:
     except Exception:  # noqa: BLE001  (a bad data target is refused by the config checks)
         epochs = TaskKind.federated_local_epochs  # the default of every kind
     cfg.federate.local_epochs = epochs
-
-
-def _key(loc) -> str:
-    # union members add their own tags to the location ('constrained-int', "literal['auto']")
-    return ".".join(str(p) for p in loc if isinstance(p, int) or not set(p) & set("-['"))
-
-
-def _message(err: ValidationError) -> str:
-    errors = err.errors()
-    first, where = errors[0], _key(errors[0]["loc"])
-    if first["type"] == "value_error":  # a rule across keys: its own sentence
-        return str(first["msg"]).removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        return f"federate.{where} is not a federate setting"
-    texts = []
-    for e in errors:  # a union's members each say what they take
-        text = str(e["msg"])
-        if _key(e["loc"]) == where and text[0].lower() + text[1:] not in texts:
-            texts.append(text[0].lower() + text[1:])
-    return f"federate.{where}={first.get('input')} is not valid; {' or '.join(texts)}"
-
-
-def check(federate: dict) -> FederateSettings:
-    """The validated settings; a bad value raises UserError (one line)."""
-    try:
-        settings = FederateSettings.model_validate(federate)
-    except ValidationError as err:
-        raise UserError(_message(err)) from None
-    if int(settings.num_clients * settings.fraction) < 1:
-        raise UserError(
-            f"federate.fraction={settings.fraction} samples no client of "
-            f"{settings.num_clients} in a round; use a fraction >= {1 / settings.num_clients:.3g}"
-        )
-    bad = [c for c in settings.fail_clients if c >= settings.num_clients]
-    if bad:
-        raise UserError(
-            f"federate.fail_clients={settings.fail_clients} names client {bad[0]}; "
-            f"clients are 0 to {settings.num_clients - 1}"
-        )
-    return settings

@@ -91,9 +91,14 @@ def _key(prefix: str, loc: tuple) -> str:
     return key
 
 
+def _union_member(part) -> bool:
+    return isinstance(part, str) and (part[:1].isupper() or bool(set(part) & set("-['")))
+
+
 def _message(model: type[BaseModel], error: dict, prefix: str) -> str:
-    # pydantic puts the chosen union member into loc ('prune', 'PruneSettings', ...): drop it
-    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p[:1].isupper()))
+    # pydantic puts a union's member into loc ('prune', 'PruneSettings', ...; 'local_epochs',
+    # 'constrained-int' or "literal['auto']"): drop it
+    loc = tuple(p for p in error["loc"] if not _union_member(p))
     key = _key(prefix, loc)
     kind = error["type"]
     if kind == "extra_forbidden":

@@ -21,6 +21,7 @@ from pydantic import ConfigDict
 from litlab.bounds import Seed
 from litlab.config import required, targets
 from litlab.config.checks import check_checkpoint, check_monitor, check_paths, check_run
+from litlab.config.federate_settings import FederateSettings
 from litlab.config.settings import Settings, check
 from litlab.config.trainer_checks import check_trainer, check_trainer_plain
 from litlab.errors import UserError, one_line
@@ -149,10 +150,11 @@ def train_config(cfg: DictConfig) -> None:
 
 
 class FederateKeys(Settings):
-    """federate.py's top-level keys besides the groups and `federate.*`
+    """federate.py's top-level keys besides the groups, `federate.*` among them
     (`litlab.config.federate_settings`)."""
 
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    federate: FederateSettings = FederateSettings()
     seed: Seed = 42
     ckpt_path: str | None = None
     task_name: str
@@ -161,15 +163,17 @@ class FederateKeys(Settings):
     )
 
 
-def federate_config(cfg: DictConfig) -> None:
-    """federate.py's data, model, clients' trainer and Flower strategy (the other federate.*
-    keys: `litlab.config.federate_settings`), before any data is read or Ray starts."""
+def federate_config(cfg: DictConfig) -> FederateKeys:
+    """federate.py's own keys (`federate.*` among them), data, model, clients' trainer and
+    Flower strategy, before any data is read or Ray starts (`federate.local_epochs=auto`
+    resolved first: `federate_settings.resolve_auto`)."""
     required.check(cfg, "federate")
     _missing(cfg)
     c = _container(cfg)
-    check(FederateKeys, c)
+    keys = check(FederateKeys, c)
     _groups(cfg, c, own="federate")
     targets.walk("federate.strategy", c["federate"]["strategy"])
+    return keys
 
 
 def trainer_config(cfg: DictConfig) -> None:
@@ -254,12 +258,11 @@ def job_config(config_name: str, cfg: DictConfig) -> None:
 
 
 def _federate_job(cfg: DictConfig) -> None:
-    """As federate.py checks a job when it starts (`federated.recipe.check`): its federate.*
-    settings, its `auto` client epochs resolved (the trainer's max_epochs interpolates them),
-    then its data, model, trainer and strategy."""
+    """As federate.py checks a job when it starts (`federated.recipe.check`): its `auto` client
+    epochs resolved (the trainer's max_epochs interpolates them), then its settings, data,
+    model, trainer and strategy."""
     from litlab.config import federate_settings
 
-    federate_settings.check(OmegaConf.to_container(cfg.federate, resolve=True))
     federate_settings.resolve_auto(cfg)
     federate_config(cfg)
 

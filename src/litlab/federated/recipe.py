@@ -11,7 +11,7 @@ Ray started outlives the run, however it ends.
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from litlab.errors import UserError
 
@@ -19,16 +19,14 @@ log = logging.getLogger(__name__)
 
 
 def check(cfg: DictConfig):
-    """Every setting, before any data is read or Ray starts: one line on the first bad one."""
+    """Every setting, before any data is read or Ray starts: one line on the first bad one.
+    Returns the `federate.*` settings."""
     from litlab.config import federate_settings as settings
     from litlab.config import validate
 
-    settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # no import: at once
     _without_selection(cfg)
     settings.resolve_auto(cfg)  # the data class's task kind (its source, or an import)
-    f = settings.check(OmegaConf.to_container(cfg.federate, resolve=True))
-    validate.federate_config(cfg)
-    return f
+    return validate.federate_config(cfg).federate
 
 
 def _without_selection(cfg: DictConfig) -> None:
@@ -90,9 +88,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     `engine(server_main, client_app, num_clients, backend, stopped)` runs the rounds:
     `processes.simulate` (Flower's Ray simulation) unless a test passes an in-process one."""
     from litlab.checkpointing import resume
-    from litlab.config import federate_settings as settings
 
-    settings.check(OmegaConf.to_container(cfg.federate, resolve=True))  # at once: no import
     # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt
     resume.resolve_checkpoint(cfg)
     f = check(cfg)
