@@ -1,6 +1,6 @@
 """Bad inputs of issue 18, grouped by the mechanism that refuses them, in process (a second
-each): `validate.train_config` on a composed config, or the build step. The end-to-end form
-(exit 2, one line, no run dir) is in test_bad_inputs.py for one case of each group."""
+each): `validate.entry_config` on a composed train config, or the build step. The end-to-end
+form (exit 2, one line, no run dir) is in test_bad_inputs.py for one case of each group."""
 
 import pytest
 
@@ -8,11 +8,17 @@ from litlab.config.compose import compose
 from litlab.errors import UserError
 
 
-def refused(overrides, tmp_path) -> str:
-    from litlab.config import validate
+def _check_train(cfg) -> None:
+    """As train.py checks its config."""
+    from litlab.config.entries import TrainSettings
+    from litlab.config.validate import entry_config
 
+    entry_config(cfg, TrainSettings, "train")
+
+
+def refused(overrides, tmp_path) -> str:
     with pytest.raises(UserError) as err:
-        validate.train_config(compose("train", overrides, output_dir=tmp_path / "run"))
+        _check_train(compose("train", overrides, output_dir=tmp_path / "run"))
     message = str(err.value)
     assert "\n" not in message
     return message
@@ -188,9 +194,8 @@ def test_precision_the_cpu_cannot_run_is_refused(overrides, words, tmp_path):
     ],
 )
 def test_bounds_at_their_edges_are_accepted(overrides, tmp_path):
-    from litlab.config import validate
 
-    validate.train_config(compose("train", overrides, output_dir=tmp_path / "run"))
+    _check_train(compose("train", overrides, output_dir=tmp_path / "run"))
 
 
 def test_folders_a_datamodule_reads_are_checked_before_it_is_built(tmp_path):
@@ -221,9 +226,8 @@ def test_folders_a_datamodule_reads_are_checked_before_it_is_built(tmp_path):
     ],
 )
 def test_valid_inputs_are_accepted(overrides, tmp_path):
-    from litlab.config import validate
 
-    validate.train_config(compose("train", overrides, output_dir=tmp_path / "run"))
+    _check_train(compose("train", overrides, output_dir=tmp_path / "run"))
 
 
 def test_build_errors_become_one_line(tmp_path):

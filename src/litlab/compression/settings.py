@@ -93,8 +93,7 @@ class CompressSettings(EntrySettings):
         see them (the callbacks interpolate `${model.monitor}`)."""
         from omegaconf import open_dict
 
-        from litlab.config.checks import check_checkpoint, stored_config
-        from litlab.config.validate import check_checkpoint_exists
+        from litlab.config.checks import check_checkpoint, check_checkpoint_exists, stored_config
 
         check_checkpoint_exists(self.ckpt_path)
         # only allowed targets are imported
@@ -126,8 +125,13 @@ class CompressSettings(EntrySettings):
     def check_files(self) -> None:
         """The checkpoint is litlab's; a teacher checkpoint too; a distillation student can
         learn the checkpoint's data."""
-        from litlab.config.checks import check_checkpoint, check_student, stored_config
-        from litlab.config.validate import check_checkpoint_exists, check_data_overrides
+        from litlab.config.checks import (
+            check_checkpoint,
+            check_checkpoint_exists,
+            check_data_overrides,
+            check_student,
+            stored_config,
+        )
 
         check_data_overrides(self.ckpt_path, self.data_overrides)
         distill = self.compress.distill

@@ -166,3 +166,29 @@ def check_student(student: dict, stored: dict, key: str) -> None:
             f"{key} ({student['_target_']}) learns {', '.join(fits)}; the checkpoint's data is "
             f"{kind.name}: pick a student model for {kind.name} (model@{key}=...)"
         )
+
+
+def check_checkpoint_exists(path) -> None:
+    """Before torch is imported: the file is there."""
+    if not Path(str(path)).exists():
+        raise UserError(f"ckpt_path={path}: no such checkpoint file")
+
+
+def check_data_overrides(ckpt_path, overrides: dict | None, key: str = "data_overrides") -> None:
+    """`data_overrides` against the data config stored in the checkpoint: keys the datamodule
+    takes, values of its parameters' types and bounds (a batch size of 0 fails here, not in
+    the loader)."""
+    if not overrides:
+        return
+    if "_target_" in overrides:
+        raise UserError(
+            f"{key}._target_: overrides change the stored data's settings, not its class "
+            "(the model was trained on it); export or evaluate the run as trained"
+        )
+    from omegaconf import OmegaConf
+
+    from litlab.config import targets
+
+    stored = stored_config(ckpt_path).get("data") or {}
+    merged = OmegaConf.merge(stored, overrides)
+    targets.check_node(key, OmegaConf.to_container(merged, resolve=True))

@@ -1,5 +1,5 @@
 """Every `federate.*` setting, with its type and bounds, in one place: a field of federate.py's
-settings model (`validate.FederateKeys`), checked with the rest of the config before any data
+settings model (`entries.FederateCommandSettings`), checked with the rest of the config before any data
 is read or Ray starts, so a bad value costs one line and exit code 2 (not a traceback from
 inside a Ray worker, or a process that never exits).
 

@@ -38,6 +38,10 @@ class Settings(BaseModel):
         """Rules of these settings on the data's task kind (`litlab.tasks.TaskKind`), for
         entry points with a data group; raise `UserError`."""
 
+    def check_groups(self, config: dict) -> None:
+        """Rules of these settings across the run's groups (`config`: plain, resolved, every
+        target checked); raise `UserError`."""
+
     def check_files(self) -> None:
         """What the settings name outside the config (files, ports): checked after every key
         of the config is (pure config errors come first, and fast); raise `UserError`."""

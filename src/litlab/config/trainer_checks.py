@@ -1,6 +1,6 @@
 """The Trainer's settings against this machine (accelerator, strategy, devices, precision):
-refused in one line before any rank starts. `check_trainer_plain` needs no import (fast path);
-`check_trainer` asks Lightning's registries and torch."""
+refused in one line before any rank starts, the last check of a config's groups: it asks
+Lightning's registries and torch."""
 
 import os
 
@@ -26,7 +26,7 @@ def _available(accelerator: str) -> int:
     return os.cpu_count() or 1
 
 
-def check_trainer_plain(t: dict) -> None:
+def _impossible_here(t: dict) -> None:
     """What needs no import: a GPU asked for where none can be (no device files), precision
     on a CPU."""
     from litlab.config.resolvers import certainly_no_gpu
@@ -75,7 +75,7 @@ def check_trainer(t: dict) -> None:
                 f"ddp_spawn, fsdp, deepspeed, ... (lightning's StrategyRegistry)"
                 f"{_closest(strategy, valid)}"
             )
-    check_trainer_plain({**t, "accelerator": accelerator})
+    _impossible_here({**t, "accelerator": accelerator})
     _check_precision_on_gpu(t.get("precision"), accelerator)
     devices = t.get("devices")
     if isinstance(devices, str) and devices.lstrip("-").isdigit():

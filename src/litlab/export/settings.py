@@ -47,8 +47,11 @@ class ExportSettings(EntrySettings):
         return self
 
     def check_files(self) -> None:
-        from litlab.config.checks import check_checkpoint
-        from litlab.config.validate import check_checkpoint_exists, check_data_overrides
+        from litlab.config.checks import (
+            check_checkpoint,
+            check_checkpoint_exists,
+            check_data_overrides,
+        )
 
         check_checkpoint_exists(self.ckpt_path)
         check_checkpoint(self.ckpt_path, None, self.trust_checkpoint, dict(self.data_overrides))

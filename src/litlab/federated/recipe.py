@@ -23,10 +23,11 @@ def check(cfg: DictConfig):
     Returns the `federate.*` settings."""
     from litlab.config import federate_settings as settings
     from litlab.config import validate
+    from litlab.config.entries import FederateCommandSettings
 
     _without_selection(cfg)
     settings.resolve_auto(cfg)  # the data class's task kind (its source, or an import)
-    return validate.federate_config(cfg).federate
+    return validate.entry_config(cfg, FederateCommandSettings, "federate").federate
 
 
 def _without_selection(cfg: DictConfig) -> None:

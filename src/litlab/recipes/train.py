@@ -16,13 +16,14 @@ def train(cfg: DictConfig) -> RunResult:
     """Train (cfg.train), then test the best checkpoint (cfg.test); writes the run dir."""
     from litlab.checkpointing import resume
     from litlab.config import validate
+    from litlab.config.entries import TrainSettings
     from litlab.runs import ddp
 
     resume.resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
-    validate.trainer_config(cfg)  # devices and strategy, before any DDP rank starts
+    # bad input fails here, in one line, before data is read or any DDP rank starts
+    validate.entry_config(cfg, TrainSettings, "train")
     # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
     with ddp.lifecycle(cfg, ENTRY_POINT) as ranks:
-        validate.train_config(cfg)  # bad input fails here, in one line, before data is read
         import lightning as L
 
         from litlab.checkpointing.run_config import RunConfigInCheckpoint

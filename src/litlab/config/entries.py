@@ -1,0 +1,80 @@
+"""The settings models of the entry points that train: train.py, eval.py and federate.py (those
+after training keep theirs beside their code: `export/settings.py`, `serving/settings.py`,
+`compression/settings.py`, `recipes/html_report.py`). Each holds the entry point's own
+top-level keys; `validate.entry_config` checks the groups, then calls the hooks below for the
+rules across groups and the files the keys name."""
+
+from typing import Annotated, Literal
+
+import annotated_types as at
+from pydantic import ConfigDict, Field
+
+from litlab.bounds import Seed
+from litlab.config.federate_settings import FederateSettings
+from litlab.config.settings import Settings
+
+#: how long DDP processes wait for each other to join (runs/ddp_join): up to a day
+JoinSeconds = Annotated[float, at.Interval(gt=0, le=86400), "seconds in (0, 86400]"]
+
+
+class _OwnKeys(Settings):
+    # the groups (trainer, model, ...) and the keys other checks own (threads, tune) are
+    # checked by their targets: not this model's
+    model_config = ConfigDict(extra="ignore")
+
+
+class TrainSettings(_OwnKeys):
+    """train.py's own top-level keys (Hydra refuses unknown ones itself)."""
+
+    seed: Seed
+    train: bool = True
+    test: bool = True
+    ckpt_path: str | None = None
+    task_name: str = "train"
+    ddp_join_timeout: JoinSeconds = 300
+
+    def check_groups(self, c: dict) -> None:
+        """Something to do, on what exists; a checkpoint to resume holds this model."""
+        from litlab.config.checks import check_checkpoint, check_checkpoint_exists, check_run
+
+        check_run(c)
+        if self.ckpt_path is not None:
+            check_checkpoint_exists(self.ckpt_path)
+            check_checkpoint(self.ckpt_path, c["model"])
+
+
+class EvalSettings(_OwnKeys):
+    """eval.py's keys: the model and data come from the checkpoint's stored config."""
+
+    split: Literal["test", "val"] = "test"
+    predictions: bool = True
+    ckpt_path: str
+    trust_checkpoint: bool = False
+    data_overrides: dict = Field(default_factory=dict)
+
+    def check_files(self) -> None:
+        from litlab.config.checks import (
+            check_checkpoint,
+            check_checkpoint_exists,
+            check_data_overrides,
+        )
+
+        check_checkpoint_exists(self.ckpt_path)
+        check_checkpoint(self.ckpt_path, None, self.trust_checkpoint, self.data_overrides)
+        check_data_overrides(self.ckpt_path, self.data_overrides)
+
+
+class FederateCommandSettings(_OwnKeys):
+    """federate.py's own keys, `federate.*` among them (`config.federate_settings`)."""
+
+    federate: FederateSettings = Field(default_factory=FederateSettings)
+    seed: Seed = 42
+    ckpt_path: str | None = None
+    task_name: str
+    optimized_metric: Literal["test/acc", "test/loss", "federate/bytes_per_round"] | None = (
+        "test/acc"
+    )
+
+
+#: entry point (configs/<name>.yaml) -> its settings model, for the checks of sweep jobs
+TRAINING = {"train": TrainSettings, "eval": EvalSettings, "federate": FederateCommandSettings}
