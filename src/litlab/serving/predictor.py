@@ -96,7 +96,9 @@ class Predictor:
             )
         decode = self.decode_all
         x = decode(heads) if pixels <= INLINE_PIXELS else await self.offload(decode, heads)
-        return await self.answer_batch(x)
+        answer = await self.answer_batch(x)
+        fit = self.runner.layout.get("fit")
+        return self.runner.outputs.at_image_sizes(answer, [h.size for h in heads], fit)
 
     @staticmethod
     def header(raw: bytes):

@@ -15,7 +15,8 @@ KIND = TaskKind(
     export_spec="litlab.export.domains:tensor_spec",
     outputs="litlab.tasks.image_segmentation:Masks",
     # PNG or JPEG uploads (or JSON images), zero-padded to the model's image size as its
-    # training images were; /predict answers one label map per image, at the model's size
+    # training images were; /predict answers one label map per image, at the image's size
+    # (an upload's; a JSON image is at the model's)
     inputs="litlab.tasks.inputs:Images",
     # the out-of-distribution score measures the images too, and the pixels' confidence
     ood_inputs=True,
@@ -41,6 +42,24 @@ class Masks(PixelClasses):
     @staticmethod
     def answer(names: list[str], probs) -> dict:
         return {"masks": probs.argmax(1).astype("uint8").tolist(), "classes": names}
+
+    @staticmethod
+    def at_image_sizes(answer: dict, sizes: list[tuple[int, int]], fit: str | None) -> dict:
+        """Each label map at its image's size: the centred image cut back out of the padded
+        canvas (`fit` "pad", as `serving.images` padded it), or resized back (nearest label)."""
+        import numpy as np
+        from PIL import Image
+
+        masks = []
+        for mask, (width, height) in zip(answer["masks"], sizes, strict=True):
+            m = np.asarray(mask, np.uint8)
+            if fit == "pad":
+                top, left = (m.shape[0] - height) // 2, (m.shape[1] - width) // 2
+                m = m[top : top + height, left : left + width]
+            elif m.shape != (height, width):
+                m = np.asarray(Image.fromarray(m).resize((width, height), Image.NEAREST))
+            masks.append(m.tolist())
+        return {**answer, "masks": masks}
 
     @staticmethod
     def png(answer: dict) -> bytes:

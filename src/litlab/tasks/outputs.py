@@ -12,7 +12,9 @@ A family answers four questions, each asked by one layer:
 - `confidence`: whether the prepared outputs are class probabilities, which the out-of-
   distribution score reads (litlab.export.ood); a family without them exports no such score;
 - `strata(train_labels, heldout_labels)`: the classes federated partitions deal items out by;
-- `output_rank(layout)`: the rank of the output an exported file must answer, and its words.
+- `output_rank(layout)`: the rank of the output an exported file must answer, and its words;
+- `at_image_sizes(answer, sizes, fit)`: an answer about uploaded images at each image's own
+  size (label maps: the padding the model's size added cropped off again).
 
 numpy and torch are imported by the methods that use them: a kind's declarations stay light.
 """
@@ -31,6 +33,12 @@ class OutputFamily:
     def png(answer: dict) -> bytes | None:
         """The answer as a PNG (`Accept: image/png`): None, only label maps have one."""
         return None
+
+    @staticmethod
+    def at_image_sizes(answer: dict, sizes: list[tuple[int, int]], fit: str | None) -> dict:
+        """The answer for uploaded images of `sizes` ((width, height) each), fitted to the
+        model's size by `fit` ("pad" or a resize): one value per image needs nothing."""
+        return answer
 
 
 class Classes(OutputFamily):
