@@ -205,3 +205,108 @@ def test_medmnist3d_reads_a_local_npz_through_the_package(tmp_path):
         MedMNIST3DDataModule(flag="organmnist3d", data_dir=str(tmp_path), download=False).setup(
             "fit"
         )
+
+
+def _nifti_folder(root: Path, count: int = 4, shape=(10, 12, 8)) -> Path:
+    """`count` small image/label pairs in MSD layout (labels 0, 1, 2)."""
+    import nibabel as nib
+
+    rng = np.random.default_rng(0)
+    for sub in ("imagesTr", "labelsTr"):
+        (root / sub).mkdir(parents=True)
+    for i in range(count):
+        image = rng.normal(size=shape).astype(np.float32)
+        label = np.zeros(shape, np.uint8)
+        label[2:5, 3:7, 2:4], label[5:8, 3:7, 2:4] = 1, 2
+        nib.save(nib.Nifti1Image(image, np.eye(4)), root / "imagesTr" / f"case_{i}.nii.gz")
+        nib.save(nib.Nifti1Image(label, np.eye(4)), root / "labelsTr" / f"case_{i}.nii.gz")
+    return root
+
+
+def _relabel(root: Path, values) -> None:
+    import nibabel as nib
+
+    path = root / "labelsTr" / "case_2.nii.gz"
+    label = np.asarray(nib.load(path).dataobj).astype(np.float32)
+    label[0, 0, 0] = values
+    nib.save(nib.Nifti1Image(label, np.eye(4)), path)
+
+
+def _bad_folder(root: Path, case: str) -> str:
+    """Four pairs with one fault of `case`; returns the file the refusal must name."""
+    import nibabel as nib
+
+    _nifti_folder(root)
+    label, image = root / "labelsTr" / "case_2.nii.gz", root / "imagesTr" / "case_2.nii.gz"
+    if case == "label of another shape":
+        nib.save(nib.Nifti1Image(np.zeros((10, 12, 7), np.uint8), np.eye(4)), label)
+    elif case == "label outside the classes":
+        _relabel(root, 3)
+    elif case == "negative label":
+        _relabel(root, -1)
+    elif case == "fractional label":
+        _relabel(root, 1.5)
+    elif case == "truncated image":
+        image.write_bytes(image.read_bytes()[:200])
+    elif case == "image of nan":
+        data = np.full((10, 12, 8), np.nan, np.float32)
+        nib.save(nib.Nifti1Image(data, np.eye(4)), image)
+    elif case == "image without a label":
+        label.unlink()
+        return "imagesTr/case_2.nii.gz"
+    return "case_2.nii.gz"
+
+
+BAD_FOLDERS = [
+    ("label of another shape", "has shape [10, 12, 7], its image [10, 12, 8]"),
+    ("label outside the classes", "holds label 3; labels are whole numbers 0 to 2"),
+    ("negative label", "holds label -1;"),
+    ("fractional label", "holds label 1.5;"),
+    ("truncated image", "cannot read NIfTI"),
+    ("image of nan", "holds nan or inf values"),
+    ("image without a label", "has no label in labelsTr/"),
+]
+
+
+@pytest.mark.parametrize("case,words", BAD_FOLDERS, ids=[c for c, _ in BAD_FOLDERS])
+@pytest.mark.parametrize("module", ["3d", "2d slices"])
+def test_a_bad_nifti_folder_is_refused_in_one_line_naming_the_file(tmp_path, case, words, module):
+    """Issue 38's bad inputs, each before training: the 3D datamodule and the 2D slices one
+    read the same folders through the same checks (`nifti.check_pair`)."""
+    from litlab.domains.medical3d.data import NiftiDataModule
+    from litlab.domains.segmentation2d.data import Hippocampus2DDataModule
+    from litlab.errors import UserError
+
+    name = _bad_folder(tmp_path / "set", case)
+    common = {"root": str(tmp_path / "set"), "num_classes": 3, "val_fraction": 0.25}
+    with pytest.raises(UserError) as err:
+        if module == "3d":
+            dm = NiftiDataModule(**common, patch_size=(8, 8, 8), test_fraction=0.25,
+                                 cache_dir=str(tmp_path / "cache"))  # fmt: skip
+            dm.prepare_data()
+        else:
+            dm = Hippocampus2DDataModule(**common, image_size=16, test_fraction=0.25)
+        dm.setup("fit")
+    message = str(err.value)
+    assert words in message and name in message and "\n" not in message, message
+    assert not list((tmp_path / "cache").glob("*.npz"))  # nothing cached from a bad folder
+
+
+def test_a_cache_is_never_reused_with_other_settings(tmp_path):
+    """Volumes cached for 3 classes are not read unchecked by a run for 2: the key holds the
+    classes and the preprocessing, so the labels are read and refused again."""
+    from litlab.domains.medical3d.data import NiftiDataModule
+    from litlab.errors import UserError
+
+    root = _nifti_folder(tmp_path / "set")
+    common = {"root": str(root), "patch_size": (8, 8, 8), "val_fraction": 0.25,
+              "test_fraction": 0.25, "cache_dir": str(tmp_path / "cache")}  # fmt: skip
+    dm = NiftiDataModule(num_classes=3, **common)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 1
+    with pytest.raises(UserError, match=r"case_0.nii.gz holds label 2; labels are whole"):
+        other = NiftiDataModule(num_classes=2, **common)
+        other.prepare_data()
+        other.setup("fit")
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 1  # the 3-class cache, untouched

@@ -280,7 +280,7 @@ def test_unreadable_image_is_named_when_the_dataset_is_built(tmp_path):
         dm.setup()
 
 
-def test_unlabelled_volumes_are_counted_in_one_warning(tmp_path, caplog):
+def test_an_unlabelled_training_image_is_refused_by_name(tmp_path):
     from litlab.domains.medical3d.nifti import find_pairs
 
     (tmp_path / "imagesTr").mkdir()
@@ -289,9 +289,11 @@ def test_unlabelled_volumes_are_counted_in_one_warning(tmp_path, caplog):
         (tmp_path / "imagesTr" / f"case_{i}.nii.gz").touch()
     for i in range(3):
         (tmp_path / "labelsTr" / f"case_{i}.nii.gz").touch()
-    assert len(find_pairs(tmp_path)) == 3
-    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert "1 of 4 images have no label" in warning and "case_3.nii.gz" in warning
+    with pytest.raises(UserError) as err:
+        find_pairs(tmp_path)
+    message = str(err.value)
+    assert "imagesTr/case_3.nii.gz has no label in labelsTr/ (1 of 4 images" in message
+    assert "\n" not in message
 
 
 def test_a_split_smaller_than_the_classes_is_warned_about(caplog):

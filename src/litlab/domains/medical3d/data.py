@@ -23,7 +23,6 @@ from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.medical3d import volumes as V
-from litlab.errors import UserError
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 log = logging.getLogger(__name__)
@@ -183,23 +182,18 @@ class NiftiDataModule(SegmentationDataModule):
         if self.cache_dir is None:
             return None
         files = [f for pair in self.pairs for f in pair]
-        return self.cache_dir / f"nifti_{N.cache_key(files, version=1)}.npz"
+        # keyed by what the cached volumes depend on: the files, the preprocessing (its version:
+        # z-score per channel) and the label check's classes (a cache is never reused unchecked)
+        key = N.cache_key(files, version=2, normalize="zscore", num_classes=self.num_classes)
+        return self.cache_dir / f"nifti_{key}.npz"
 
     def _read_all(self) -> list[dict]:
         vols = []
         for image_path, label_path in self.pairs:
             image, affine = N.read_nifti(image_path)
             label, _ = N.read_nifti(label_path)
-            if label.shape[1:] != image.shape[1:]:
-                raise UserError(
-                    f"{label_path} has shape {label.shape[1:]}, its image {image.shape[1:]}"
-                )
-            found = int(label.max())
-            if found >= self.num_classes:
-                raise UserError(
-                    f"{label_path} has label {found}; set data.num_classes="
-                    f"{found + 1} (background included)"
-                )
+            N.check_pair(image_path, label_path, image, label[0] if len(label) == 1 else label,
+                         self.num_classes)  # fmt: skip
             vols.append(
                 {
                     "image": V.normalize(image),

@@ -5,15 +5,12 @@ Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, 
 """
 
 import hashlib
-import logging
 import os
 from pathlib import Path
 
 import numpy as np
 
-from litlab.errors import UserError
-
-log = logging.getLogger(__name__)
+from litlab.errors import UserError, one_line
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
@@ -42,8 +39,9 @@ def folder_pairs(settings: dict, key: str, check_folds) -> list[tuple[Path, Path
 
 
 def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
-    """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/; images
-    without a label are left out, with one warning that counts them."""
+    """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/. An image
+    without its label is refused, naming it: a training folder holds labelled images only (MSD
+    keeps the unlabelled ones in imagesTs/)."""
     for images, labels in (("imagesTr", "labelsTr"), ("images", "labels")):
         if (root / images).is_dir() and (root / labels).is_dir():
             break
@@ -59,22 +57,19 @@ def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
         for p in sorted((root / images).iterdir())
         if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
     ]
-    pairs = [(p, found[_stem(p)]) for p in volumes if _stem(p) in found]
+    unlabelled = [p.name for p in volumes if _stem(p) not in found]
+    if unlabelled:
+        raise UserError(
+            f"{key}.root={root}: {images}/{unlabelled[0]} has no label in {labels}/ "
+            f"({len(unlabelled)} of {len(volumes)} images have none); add its label, or move "
+            "unlabelled images out of the training folder (MSD keeps them in imagesTs/)"
+        )
+    pairs = [(p, found[_stem(p)]) for p in volumes]
     if len(pairs) < 3:
         raise UserError(
             f"{key}.root={root}: found {len(pairs)} image/label pairs with matching "
             f"names in {images}/ and {labels}/ ({len(volumes)} NIfTI images), need "
             f"at least 3 (train, val, test)"
-        )
-    if len(volumes) > len(pairs):
-        unlabelled = [p.name for p in volumes if _stem(p) not in found]
-        log.warning(
-            "%s: %d of %d images have no label in %s/ and are left out (e.g. %s)",
-            root,
-            len(unlabelled),
-            len(volumes),
-            labels,
-            unlabelled[0],
         )
     return pairs
 
@@ -87,12 +82,34 @@ def read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray]:
         img = nib.load(str(path))
         data = np.asarray(img.dataobj, dtype=np.float32)
     except Exception as err:  # truncated gzip, not a NIfTI file, ...
-        raise UserError(f"cannot read NIfTI {path}: {err}") from err
+        raise UserError(f"cannot read NIfTI {path}: {one_line(err)}") from err
     if data.ndim == 3:
         data = data[None]
     elif data.ndim == 4:
         data = np.moveaxis(data, -1, 0)
     return np.ascontiguousarray(data), img.affine.astype(np.float64)
+
+
+def check_pair(image_path, label_path, image: np.ndarray, label: np.ndarray, num_classes: int):
+    """An image (C, *spatial) of finite values and its label map (*spatial: one channel, the
+    image's shape, whole numbers 0..num_classes-1), or one line naming the file at fault: a
+    label the loss cannot take fails here, before training, not as an index error in a step."""
+    if not np.isfinite(image).all():
+        raise UserError(f"{image_path} holds nan or inf values; an image is finite numbers")
+    if tuple(label.shape) != tuple(image.shape[1:]):
+        raise UserError(
+            f"{label_path} has shape {list(label.shape)}, its image {list(image.shape[1:])}: "
+            "a label map is one label per voxel of its image (one channel)"
+        )
+    values = np.unique(label)
+    bad = values[(values < 0) | (values >= num_classes) | (values != np.round(values))]
+    if bad.size:
+        more = bool((bad > 0).all() and (bad == np.round(bad)).all())  # more classes than set
+        raise UserError(
+            f"{label_path} holds label {bad[0]:g}; labels are whole numbers 0 to "
+            f"{num_classes - 1} (data.num_classes={num_classes}, background included)"
+            + (f": set data.num_classes={int(bad.max()) + 1} if they are classes" if more else "")
+        )
 
 
 def write_mask(mask: np.ndarray, path: Path, affine: np.ndarray, like: Path | None = None) -> None:

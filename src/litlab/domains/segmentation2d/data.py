@@ -138,8 +138,9 @@ class Hippocampus2DDataModule(SliceDataModule):
 
         items, size = [], self.image_size
         for image_path, label_path in self.pairs:
-            image, label = N.read_nifti(image_path)[0], N.read_nifti(label_path)[0][0]
-            _check_item(label_path, image.shape[1:], label.shape, label, self.num_classes)
+            image, label = N.read_nifti(image_path)[0], N.read_nifti(label_path)[0]
+            label = label[0] if len(label) == 1 else label
+            N.check_pair(image_path, label_path, image, label, self.num_classes)
             _check_size(label_path, label.shape[:2], size)  # a slice is (D, H)
             lo, hi = np.percentile(image, (0.5, 99.5))
             image = np.clip((image - lo) / max(hi - lo, 1e-6), 0, 1)
