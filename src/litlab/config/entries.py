@@ -1,5 +1,5 @@
-"""The settings models of the entry points that train: train.py, eval.py and federate.py (those
-after training keep theirs beside their code: `export/settings.py`, `serving/settings.py`,
+"""The settings models of train.py, eval.py and federate.py (the entry points after training
+keep theirs beside their code: `export/settings.py`, `serving/settings.py`,
 `compression/settings.py`, `recipes/html_report.py`). Each holds the entry point's own
 top-level keys; `validate.entry_config` checks the groups, then calls the hooks below for the
 rules across groups and the files the keys name."""
@@ -77,4 +77,4 @@ class FederateCommandSettings(_OwnKeys):
 
 
 #: entry point (configs/<name>.yaml) -> its settings model, for the checks of sweep jobs
-TRAINING = {"train": TrainSettings, "eval": EvalSettings, "federate": FederateCommandSettings}
+BY_ENTRY = {"train": TrainSettings, "eval": EvalSettings, "federate": FederateCommandSettings}

@@ -1,7 +1,7 @@
 """Every `federate.*` setting, with its type and bounds, in one place: a field of federate.py's
-settings model (`entries.FederateCommandSettings`), checked with the rest of the config before any data
-is read or Ray starts, so a bad value costs one line and exit code 2 (not a traceback from
-inside a Ray worker, or a process that never exits).
+settings model (`entries.FederateCommandSettings`), checked with the rest of the config before
+any data is read or Ray starts, so a bad value costs one line and exit code 2 (not a traceback
+from inside a Ray worker, or a process that never exits).
 
 The models are `config.settings.Settings` (strict, no unknown keys, the common one-line
 messages) over litlab's annotated bounds (`litlab.bounds`); rules across keys raise `UserError`

@@ -22,7 +22,7 @@ from omegaconf.errors import InterpolationKeyError
 
 from litlab.config import required, targets
 from litlab.config.checks import check_monitor, check_paths
-from litlab.config.entries import TRAINING
+from litlab.config.entries import BY_ENTRY
 from litlab.config.settings import Settings, check
 from litlab.config.trainer_checks import check_trainer
 from litlab.errors import UserError, one_line
@@ -92,7 +92,8 @@ def _container(cfg: DictConfig, keys=None) -> dict:
 
 def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"):
     """An entry point's whole config, in the order of this module's docstring; returns its own
-    keys as `settings` (typed). Once per process, before any data is read or anything printed.
+    keys as `settings` (typed). Once per run, before any data is read or anything printed (a
+    resume checks again with the run's own settings taken in, to say which are the file's).
     `entry`: a key of `required.REQUIRED`."""
     required.check(cfg, entry)
     own_keys = [k for k in cfg if k not in (*GROUPS, "hydra")]
@@ -149,8 +150,8 @@ def job_config(config_name: str, cfg: DictConfig) -> None:
         from litlab.config import federate_settings
 
         federate_settings.resolve_auto(cfg)
-    if config_name in TRAINING:
-        entry_config(cfg, TRAINING[config_name], entry)
+    if config_name in BY_ENTRY:
+        entry_config(cfg, BY_ENTRY[config_name], entry)
         return
     groups = [k for k in GROUPS if k in cfg]
     _missing(cfg, groups)
