@@ -269,3 +269,32 @@ def test_a_finished_job_whose_record_is_damaged_is_kept_not_trained_over(tmp_pat
         0.75,
         ["seed=1"],
     )
+
+
+def test_a_finished_job_is_found_under_another_sweep_subdir(tmp_path):
+    """`hydra.sweep.subdir=${seed}`: job 1 (seed=0) ran in folder `0`, job 0 (seed=1) in folder
+    `1`. A damaged record is rebuilt from the folder whose .hydra/overrides.yaml is the job's,
+    never from the folder named like the job's number when that folder is another job's."""
+    import json
+
+    import yaml
+    from omegaconf import OmegaConf
+
+    from litlab.sweeps import grid
+
+    sweep = tmp_path / "sweep"
+    for folder, seed in (("0", 0), ("1", 1)):
+        (sweep / folder / ".hydra").mkdir(parents=True)
+        (sweep / folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seed={seed}"]))
+        (sweep / folder / "sweep_job.json").write_text("[]")  # damaged
+    (sweep / "0" / "metrics.json").write_text(json.dumps({"val/acc": 0.75}))  # seed=0 finished
+    config = OmegaConf.create({"optimized_metric": "val/acc", "hydra": {"output_subdir": ".hydra"}})
+    todo, kept = grid.pending(config, sweep, [["seed=1"], ["seed=0"]])
+    assert kept == [1] and [num for num, _ in todo] == [0]
+    record = json.loads((sweep / "0" / "sweep_job.json").read_text())
+    assert (record["job"], record["overrides"], record["run_dir"]) == (
+        1,
+        ["seed=0"],
+        str(sweep / "0"),
+    )
+    assert json.loads((sweep / "1" / "sweep_job.json").read_text()) == []  # not another job's

@@ -102,6 +102,39 @@ def _batch_size(sweeper, fail_fast: bool, count: int) -> int:
     return max(1, size)
 
 
+def _overrides_of(run_dir: Path) -> list[str] | None:
+    """A run dir's `.hydra/overrides.yaml`, read as data (a list of short strings), or None."""
+    import yaml
+
+    try:
+        overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()[:100_000])
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
+        return overrides
+    return None
+
+
+def _job_dir(sweep_dir: Path, num: int, job: list[str]) -> Path:
+    """Job `num`'s run dir: `<sweep dir>/<num>` (`hydra.sweep.subdir`'s default) unless its
+    `.hydra/overrides.yaml` names another job; else the folder whose overrides are this job's
+    (a sweep with another `hydra.sweep.subdir`, e.g. `${hydra.job.override_dirname}`)."""
+    mine = override_settings(job, skip=MACHINE_LOCAL)
+
+    def holds_this_job(run_dir: Path) -> bool:
+        theirs = _overrides_of(run_dir)
+        return theirs is not None and override_settings(theirs, skip=MACHINE_LOCAL) == mine
+
+    default = sweep_dir / str(num)
+    if default.is_dir() and (_overrides_of(default) is None or holds_this_job(default)):
+        return default
+    if sweep_dir.is_dir():
+        for run_dir in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p != default):
+            if holds_this_job(run_dir):
+                return run_dir
+    return default
+
+
 def _finished_without_record(config, sweep_dir: Path, num: int, job: list[str]) -> dict | None:
     """A job that finished (its run dir holds metrics.json) but whose record is missing or
     damaged: its record is written again from its metrics, so that it is kept, not trained
@@ -109,7 +142,7 @@ def _finished_without_record(config, sweep_dir: Path, num: int, job: list[str]) 
     from litlab.sweeps.summary import job_objective_mode, write_json
     from litlab.utils.sweep_records import FINISHED, RECORD, checked
 
-    out = sweep_dir / str(num)  # hydra.sweep.subdir's default (configs/hydra/default.yaml)
+    out = _job_dir(sweep_dir, num, job)
     try:
         metrics = json.loads((out / FINISHED).read_text())
     except (OSError, ValueError):
@@ -144,7 +177,7 @@ def pending(config, sweep_dir: Path, jobs: list[list[str]]) -> tuple[list, list[
         if record is not None and record["status"] == "completed" and _same(record, job):
             kept.append(num)
         else:
-            ran_before = record is not None or (sweep_dir / str(num)).exists()
+            ran_before = record is not None or _job_dir(sweep_dir, num, job).exists()
             todo.append((num, [*job, *_again(config, ran_before)]))
     return todo, kept
 
