@@ -105,3 +105,18 @@ def test_values_are_judged_by_their_annotation(value, which, ok):
     assert accepts([value], list[ann]) is ok
     assert accepts(value, list[ann]) is False or isinstance(value, list)  # one is no list
     assert accepts("ab", list[str]) is False  # a str is a sequence, not a list
+
+
+def test_an_annotation_pydantic_cannot_judge_leaves_the_value_to_the_constructor():
+    """A bound on a class a config cannot hold (compared with a str: refused, as before) and
+    metadata pydantic has no rule for (left to the constructor) never raise out of the check."""
+    from pathlib import Path
+    from typing import Annotated
+
+    import annotated_types as at
+
+    from litlab.config.signatures import accepts
+
+    assert accepts("x", Annotated[Path, at.Ge(1)]) is False
+    assert accepts(2, Annotated[Path, at.Ge(1)]) is True
+    assert accepts(3, Annotated[int, object()]) is True  # unknown metadata: ignored

@@ -24,7 +24,7 @@ import typing
 from typing import Annotated, Literal
 
 import annotated_types as at
-from pydantic import AfterValidator, ConfigDict, TypeAdapter, ValidationError
+from pydantic import AfterValidator, ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 
 # the bounds of other libraries' classes, kept beside (re-exported: `signatures.EXTERNAL`)
 from litlab.config.external import EXTERNAL, PUBLIC, bounds_by_name  # noqa: F401
@@ -127,14 +127,19 @@ def _adapter(ann) -> TypeAdapter:
 def accepts(value, ann) -> bool:
     """Whether `value` (plain, resolved config data) is valid for the annotation `ann`: its
     type, strictly (`lr=fast`, `dropout=true` are refused, never coerced), and its bounds;
-    nan and inf for no float. pydantic judges (a TypeAdapter per annotation, cached)."""
+    nan and inf for no float. pydantic judges (a TypeAdapter per annotation, cached); an
+    annotation it cannot judge (metadata it has no rule for) leaves the value to the
+    constructor, as a class does."""
     try:
-        adapter = _adapter(ann)
-    except TypeError:  # an unhashable annotation: not cached
-        adapter = TypeAdapter(_form(ann), config=_STRICT)
+        try:
+            adapter = _adapter(ann)
+        except TypeError:  # an unhashable annotation: not cached
+            adapter = TypeAdapter(_form(ann), config=_STRICT)
+    except PydanticUserError:  # schema errors (PydanticSchemaGenerationError is one)
+        return True
     try:
         adapter.validate_python(value)
-    except ValidationError:
+    except (ValidationError, TypeError):  # TypeError: a bound compared with another type
         return False
     return True
 
