@@ -181,6 +181,14 @@ def test_fedprox_term_pulls_toward_the_global_weights():
         ),
         ("+federate.rouns=3", "unknown key federate.rouns; did you mean rounds?"),
         (
+            "federate.dp=5",
+            "federate.dp=5 has the wrong type or value; valid: a group of keys (mode, clipping_norm,",
+        ),
+        (
+            "federate.backend=null",
+            "federate.backend=null has the wrong type or value; valid: a group",
+        ),
+        (
             "federate.fail_clients=[12]",
             "federate.fail_clients=[12] names client 12; clients are 0 to 9",
         ),

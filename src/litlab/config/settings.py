@@ -114,6 +114,8 @@ def _message(model: type[BaseModel], error: dict, prefix: str) -> str:
         return f"{key} is required: add {key}=VALUE to the command"
     ann = _annotation(model, loc)
     valid = describe(ann) if ann is not None else error["msg"]
+    if kind == "model_type":  # a group of keys was given as one value (`federate.dp=5`)
+        valid = f"a group of keys ({', '.join(_fields(model, loc))})"
     value = error.get("input")
     if isinstance(value, dict):
         return f"{key} must be {valid}, not a group of keys"

@@ -37,6 +37,8 @@ def fmt(value) -> str:
     """A value as the user would type it on the command line."""
     if isinstance(value, bool):
         return str(value).lower()
+    if value is None:
+        return "null"
     return repr(value) if isinstance(value, str) and (not value or " " in value) else str(value)
 
 
