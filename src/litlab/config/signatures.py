@@ -183,9 +183,9 @@ def describe(ann) -> str:
         text = [m for m in args[1:] if isinstance(m, str)]
         if text:
             return text[0]
-        bounds = " ".join(filter(None, (_bound_text(b) for b in args[1:])))
+        bounds = " and ".join(filter(None, (_bound_text(b) for b in args[1:])))
         bounds = re.sub(
-            r"with at least (\d+) entries with at most \1 entries",
+            r"with at least (\d+) entries and with at most \1 entries",
             r"with exactly \1 entries",
             bounds,
         )
@@ -213,4 +213,6 @@ def describe(ann) -> str:
         for one, many in (("an integer", "integers"), ("a number", "numbers")):
             text = text.replace(one, many, 1) if text.startswith(one) else text
         return f"a list of {text}"
+    if ann is dict or origin is dict:
+        return "a group of keys"
     return getattr(ann, "__name__", str(ann))
