@@ -115,3 +115,18 @@ def test_tests_import_their_helpers_from_one_package():
                 if name == "conftest" or name.startswith("test_")
             ]
     assert not wrong, wrong
+
+
+def test_what_runs_before_hydra_parses_imports_nothing_heavy():
+    """`litlab.cli` (imported by every entry point before Hydra parses the command line)
+    brings in none of torch, lightning or pydantic: those come with the config checks."""
+    probe = (
+        "import sys; import litlab.cli\n"
+        "print(sorted(m for m in ('torch', 'lightning', 'pydantic') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

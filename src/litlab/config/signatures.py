@@ -24,13 +24,14 @@ import typing
 from typing import Annotated, Literal
 
 import annotated_types as at
-from pydantic import AfterValidator, ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 
 # the bounds of other libraries' classes, kept beside (re-exported: `signatures.EXTERNAL`)
 from litlab.config.external import EXTERNAL, PUBLIC, bounds_by_name  # noqa: F401
 
-#: as the settings models (`config.settings.Settings`): no coercion, no nan or inf
-_STRICT = ConfigDict(strict=True, allow_inf_nan=False)
+#: as the settings models (`config.settings.Settings`): no coercion, no nan or inf (pydantic's
+#: ConfigDict is a plain dict; pydantic itself is imported when a value is judged, not when
+#: Hydra's errors are condensed at start-up)
+_STRICT = {"strict": True, "allow_inf_nan": False}
 
 
 def fmt(value) -> str:
@@ -117,12 +118,16 @@ def _form(ann):
     if ann is dict or origin is dict:
         return dict
     if getattr(ann, "__name__", "") == "Tensor":
+        from pydantic import AfterValidator
+
         return Annotated[typing.Any, AfterValidator(_no_scalar)]
     return typing.Any
 
 
 @functools.lru_cache(maxsize=1024)
-def _adapter(ann) -> TypeAdapter:
+def _adapter(ann):
+    from pydantic import TypeAdapter
+
     return TypeAdapter(_form(ann), config=_STRICT)
 
 
@@ -132,11 +137,13 @@ def accepts(value, ann) -> bool:
     nan and inf for no float. pydantic judges (a TypeAdapter per annotation, cached); an
     annotation it cannot judge (metadata it has no rule for) leaves the value to the
     constructor, as a class does."""
+    from pydantic import PydanticUserError, ValidationError
+
     try:
         try:
             adapter = _adapter(ann)
         except TypeError:  # an unhashable annotation: not cached
-            adapter = TypeAdapter(_form(ann), config=_STRICT)
+            adapter = _adapter.__wrapped__(ann)
     except PydanticUserError:  # schema errors (PydanticSchemaGenerationError is one)
         return True
     try:
