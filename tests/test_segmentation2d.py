@@ -204,3 +204,24 @@ def test_the_hippocampus_slices_experiment_runs_as_printed(tmp_path):
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["test/dice"] > 0.1  # 80 steps (0.06 after 30); 10 epochs: BENCHMARKS.md
     assert "test   dice" in done.stdout  # (52 test volumes, one batch each)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_a_label_map_is_at_the_size_the_upload_is_shown_at(orientation):
+    """A camera's picture stored turned (EXIF orientations 5-8 swap its sides) is read upright,
+    so its label map is cut at the upright size, read before decoding (which may shrink a
+    JPEG)."""
+    import io
+
+    from litlab.serving.images import check_header, prepare, upright_size
+
+    upright = Image.fromarray(np.arange(24, dtype=np.uint8).reshape(4, 6))  # 6 wide, 4 high
+    turns = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+             6: "ROTATE_90", 7: "TRANSVERSE", 8: "ROTATE_270"}  # fmt: skip
+    stored = upright.transpose(Image.Transpose[turns[orientation]]) if orientation > 1 else upright
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    stored.save(buffer, "PNG", exif=exif)
+    head = check_header(buffer.getvalue(), 1 << 20)
+    assert upright_size(head) == (6, 4) == prepare(head, 8).size

@@ -103,6 +103,17 @@ def _frames(img) -> int:
         raise BadRequest(CORRUPT, 415) from None
 
 
+def upright_size(img) -> tuple[int, int]:
+    """(width, height) of a header-checked image as `prepare` will turn it (orientations 5-8
+    swap the sides), read before decoding changes it (a JPEG's draft mode shrinks it)."""
+    try:
+        orientation = img.getexif().get(ORIENTATION, 1)
+    except Exception:  # noqa: BLE001 (a broken EXIF block: `prepare` refuses the image)
+        orientation = 1
+    width, height = img.size
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+
+
 def prepare(img, size: int):
     """A header-checked image upright as its EXIF orientation says (any format: JPEG, TIFF,
     PNG eXIf); a large JPEG is first decoded at a fraction of its size (DCT scaling)."""

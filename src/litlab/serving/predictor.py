@@ -94,11 +94,11 @@ class Predictor:
                 f"{s.max_request_pixels:,} per request (serve setting max_request_pixels).",
                 413,
             )
+        sizes = [images.upright_size(h) for h in heads]  # decoding may shrink a JPEG's
         decode = self.decode_all
         x = decode(heads) if pixels <= INLINE_PIXELS else await self.offload(decode, heads)
         answer = await self.answer_batch(x)
-        fit = self.runner.layout.get("fit")
-        return self.runner.outputs.at_image_sizes(answer, [h.size for h in heads], fit)
+        return self.runner.outputs.at_image_sizes(answer, sizes, self.runner.layout.get("fit"))
 
     @staticmethod
     def header(raw: bytes):
