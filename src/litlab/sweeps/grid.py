@@ -115,34 +115,42 @@ def _overrides_of(run_dir: Path) -> list[str] | None:
     return None
 
 
-def _job_dir(sweep_dir: Path, num: int, job: list[str]) -> Path:
+def _settings_key(overrides: list[str]) -> tuple:
+    return tuple(sorted(override_settings(overrides, skip=MACHINE_LOCAL).items()))
+
+
+def _run_dirs(sweep_dir: Path) -> dict:
+    """The sweep's run dirs by the settings their `.hydra/overrides.yaml` holds (read once a
+    resume; a dir without one is under None)."""
+    dirs = {}
+    for run_dir in sorted(p for p in sweep_dir.iterdir() if p.is_dir()):
+        overrides = _overrides_of(run_dir)
+        key = None if overrides is None else _settings_key(overrides)
+        dirs.setdefault(key, []).append(run_dir)
+    return dirs
+
+
+def _job_dir(sweep_dir: Path, num: int, job: list[str], run_dirs: dict) -> Path:
     """Job `num`'s run dir: `<sweep dir>/<num>` (`hydra.sweep.subdir`'s default) unless its
     `.hydra/overrides.yaml` names another job; else the folder whose overrides are this job's
     (a sweep with another `hydra.sweep.subdir`, e.g. `${hydra.job.override_dirname}`)."""
-    mine = override_settings(job, skip=MACHINE_LOCAL)
-
-    def holds_this_job(run_dir: Path) -> bool:
-        theirs = _overrides_of(run_dir)
-        return theirs is not None and override_settings(theirs, skip=MACHINE_LOCAL) == mine
-
+    mine = run_dirs.get(_settings_key(job), [])
     default = sweep_dir / str(num)
-    if default.is_dir() and (_overrides_of(default) is None or holds_this_job(default)):
+    if default in mine or default in run_dirs.get(None, []):
         return default
-    if sweep_dir.is_dir():
-        for run_dir in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p != default):
-            if holds_this_job(run_dir):
-                return run_dir
-    return default
+    return mine[0] if mine else default
 
 
-def _finished_without_record(config, sweep_dir: Path, num: int, job: list[str]) -> dict | None:
+def _finished_without_record(
+    config, sweep_dir: Path, num: int, job: list[str], run_dirs: dict
+) -> dict | None:
     """A job that finished (its run dir holds metrics.json) but whose record is missing or
     damaged: its record is written again from its metrics, so that it is kept, not trained
     over its own checkpoints. None for any other job."""
     from litlab.sweeps.summary import job_objective_mode, write_json
     from litlab.utils.sweep_records import FINISHED, RECORD, checked
 
-    out = _job_dir(sweep_dir, num, job)
+    out = _job_dir(sweep_dir, num, job, run_dirs)
     try:
         metrics = json.loads((out / FINISHED).read_text())
     except (OSError, ValueError):
@@ -171,13 +179,14 @@ def pending(config, sweep_dir: Path, jobs: list[list[str]]) -> tuple[list, list[
     from litlab.sweeps.summary import load_records
 
     records = {int(r["job"]): r for r in load_records(sweep_dir)}
+    run_dirs = _run_dirs(sweep_dir) if sweep_dir.is_dir() else {}
     todo, kept = [], []
     for num, job in enumerate(jobs):
-        record = records.get(num) or _finished_without_record(config, sweep_dir, num, job)
+        record = records.get(num) or _finished_without_record(config, sweep_dir, num, job, run_dirs)
         if record is not None and record["status"] == "completed" and _same(record, job):
             kept.append(num)
         else:
-            ran_before = record is not None or _job_dir(sweep_dir, num, job).exists()
+            ran_before = record is not None or _job_dir(sweep_dir, num, job, run_dirs).exists()
             todo.append((num, [*job, *_again(config, ran_before)]))
     return todo, kept
 
