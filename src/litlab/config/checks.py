@@ -174,6 +174,15 @@ def check_checkpoint_exists(path) -> None:
         raise UserError(f"ckpt_path={path}: no such checkpoint file")
 
 
+def check_checkpoint_to_rebuild(path, trust: bool, data_overrides: dict) -> None:
+    """A checkpoint an entry point rebuilds its run from (eval, export): it exists, is a
+    complete litlab checkpoint naming only allowed targets unless trusted, and the command's
+    data overrides fit the data it stores."""
+    check_checkpoint_exists(path)
+    check_checkpoint(path, None, trust, dict(data_overrides))
+    check_data_overrides(path, data_overrides)
+
+
 def check_data_overrides(ckpt_path, overrides: dict | None, key: str = "data_overrides") -> None:
     """`data_overrides` against the data config stored in the checkpoint: keys the datamodule
     takes, values of its parameters' types and bounds (a batch size of 0 fails here, not in

@@ -53,15 +53,9 @@ class EvalSettings(_OwnKeys):
     data_overrides: dict = Field(default_factory=dict)
 
     def check_files(self) -> None:
-        from litlab.config.checks import (
-            check_checkpoint,
-            check_checkpoint_exists,
-            check_data_overrides,
-        )
+        from litlab.config.checks import check_checkpoint_to_rebuild
 
-        check_checkpoint_exists(self.ckpt_path)
-        check_checkpoint(self.ckpt_path, None, self.trust_checkpoint, self.data_overrides)
-        check_data_overrides(self.ckpt_path, self.data_overrides)
+        check_checkpoint_to_rebuild(self.ckpt_path, self.trust_checkpoint, self.data_overrides)
 
 
 class FederateCommandSettings(_OwnKeys):

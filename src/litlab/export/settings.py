@@ -47,15 +47,9 @@ class ExportSettings(EntrySettings):
         return self
 
     def check_files(self) -> None:
-        from litlab.config.checks import (
-            check_checkpoint,
-            check_checkpoint_exists,
-            check_data_overrides,
-        )
+        from litlab.config.checks import check_checkpoint_to_rebuild
 
-        check_checkpoint_exists(self.ckpt_path)
-        check_checkpoint(self.ckpt_path, None, self.trust_checkpoint, dict(self.data_overrides))
-        check_data_overrides(self.ckpt_path, self.data_overrides)
+        check_checkpoint_to_rebuild(self.ckpt_path, self.trust_checkpoint, self.data_overrides)
 
     def format_list(self) -> list[str]:
         """The formats to write, in order; int8 is quantized from the fp32 ONNX file."""
