@@ -209,11 +209,11 @@ def test_the_hippocampus_slices_experiment_runs_as_printed(tmp_path):
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_a_label_map_is_at_the_size_the_upload_is_shown_at(orientation):
     """A camera's picture stored turned (EXIF orientations 5-8 swap its sides) is read upright,
-    so its label map is cut at the upright size, read before decoding (which may shrink a
+    so its label map is cut at the upright size, taken before decoding (which may shrink a
     JPEG)."""
     import io
 
-    from litlab.serving.images import check_header, prepare, upright_size
+    from litlab.serving.images import check_header, prepare
 
     upright = Image.fromarray(np.arange(24, dtype=np.uint8).reshape(4, 6))  # 6 wide, 4 high
     turns = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
@@ -224,4 +224,5 @@ def test_a_label_map_is_at_the_size_the_upload_is_shown_at(orientation):
     buffer = io.BytesIO()
     stored.save(buffer, "PNG", exif=exif)
     head = check_header(buffer.getvalue(), 1 << 20)
-    assert upright_size(head) == (6, 4) == prepare(head, 8).size
+    image, shown = prepare(head, 8)
+    assert shown == (6, 4) == image.size

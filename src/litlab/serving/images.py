@@ -103,22 +103,14 @@ def _frames(img) -> int:
         raise BadRequest(CORRUPT, 415) from None
 
 
-def upright_size(img) -> tuple[int, int]:
-    """(width, height) of a header-checked image as `prepare` will turn it (orientations 5-8
-    swap the sides), read before decoding changes it (a JPEG's draft mode shrinks it)."""
-    try:
-        orientation = img.getexif().get(ORIENTATION, 1)
-    except Exception:  # noqa: BLE001 (a broken EXIF block: `prepare` refuses the image)
-        orientation = 1
-    width, height = img.size
-    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
-
-
-def prepare(img, size: int):
+def prepare(img, size: int) -> tuple:
     """A header-checked image upright as its EXIF orientation says (any format: JPEG, TIFF,
-    PNG eXIf); a large JPEG is first decoded at a fraction of its size (DCT scaling)."""
+    PNG eXIf); a large JPEG is first decoded at a fraction of its size (DCT scaling). Returns
+    it and the size (width, height) the upload is shown at, as stored before that scaling
+    (orientations 5-8 swap the sides): what a label map is cut back to."""
     from PIL import ImageOps
 
+    width, height = img.size
     try:
         if img.format in ("JPEG", "MPO"):
             img.draft(None, (size, size))  # DCT scaling: decode big photos at a fraction
@@ -127,7 +119,7 @@ def prepare(img, size: int):
             img = ImageOps.exif_transpose(img)
     except Exception:  # noqa: BLE001 (Pillow's parse errors of untrusted bytes: see CORRUPT)
         raise BadRequest(CORRUPT, 415) from None
-    return img
+    return img, ((height, width) if orientation in (5, 6, 7, 8) else (width, height))
 
 
 def _working_mode(img):

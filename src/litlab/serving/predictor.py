@@ -94,9 +94,8 @@ class Predictor:
                 f"{s.max_request_pixels:,} per request (serve setting max_request_pixels).",
                 413,
             )
-        sizes = [images.upright_size(h) for h in heads]  # decoding may shrink a JPEG's
         decode = self.decode_all
-        x = decode(heads) if pixels <= INLINE_PIXELS else await self.offload(decode, heads)
+        x, sizes = decode(heads) if pixels <= INLINE_PIXELS else await self.offload(decode, heads)
         answer = await self.answer_batch(x)
         return self.runner.outputs.at_image_sizes(answer, sizes, self.runner.layout.get("fit"))
 
@@ -105,15 +104,17 @@ class Predictor:
         """An image's header, read without the request limits (the service's own inputs)."""
         return images.check_header(raw, 1 << 30)
 
-    def decode_all(self, heads: list) -> np.ndarray:
+    def decode_all(self, heads: list) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """The images as the model's batch, and each one's size as the upload is shown."""
         layout = self.runner.layout
         size = int(layout["image_size"])
-        out = []
+        out, sizes = [], []
         for head in heads:
-            head = images.prepare(head, size)
+            head, shown = images.prepare(head, size)
             x = images.fast_path(head, layout)
             out.append(x if x is not None else images.decode(head, layout))
-        return np.stack(out)
+            sizes.append(shown)
+        return np.stack(out), sizes
 
     async def warm_up(self) -> None:
         """One request of each kind the model will see, through the whole path (decoding,
