@@ -106,6 +106,8 @@ class Runner:
         import torch
         from monai.inferers import sliding_window_inference
 
+        from litlab.utils.tensors import class_map
+
         window = self.layout["sliding_window"]
         with torch.inference_mode():
             logits = sliding_window_inference(
@@ -118,7 +120,7 @@ class Runner:
             )
         finite(logits.numpy(), NOT_FINITE)
         probs = logits.softmax(1).numpy()
-        mask = logits.argmax(1)[0].numpy().astype(np.uint8)
+        mask = class_map(logits)[0].numpy().astype(np.uint8)
         scores = self.ood_scores(probs)
         finite(scores, SCORE_NOT_FINITE)
         return mask, self.ood_fields(scores)

@@ -9,6 +9,7 @@ from torchmetrics.segmentation import DiceScore
 
 from litlab.bounds import NonNegFloat
 from litlab.models.base import LitModule
+from litlab.utils.tensors import class_map
 
 
 class ItemDice(DiceScore):
@@ -68,13 +69,13 @@ class ImageSegmenter(LitModule):
         x, y = batch
         logits = self(x)
         loss = self.task_loss(logits, y)
-        self.log_step("train", loss, logits.argmax(1), y, len(x))
+        self.log_step("train", loss, class_map(logits), y, len(x))
         return loss
 
     def eval_step(self, split: str, batch) -> None:
         x, y = batch
         logits = self(x)
-        self.log_step(split, self.task_loss(logits, y), logits.argmax(1), y, len(x))
+        self.log_step(split, self.task_loss(logits, y), class_map(logits), y, len(x))
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
         """One row per item: its Dice (mean over foreground classes, and each class's) and
@@ -82,7 +83,7 @@ class ImageSegmenter(LitModule):
         from torchmetrics.functional.segmentation import dice_score
 
         x, y = batch
-        pred = self(x).argmax(1)
+        pred = class_map(self(x))
         dice = dice_score(pred[None], y[None], self.num_classes, include_background=False,
                           average="none", input_format="index")  # fmt: skip
         out = {"dice": dice.nanmean(1)}
