@@ -69,6 +69,7 @@ class SegmentationDataModule(Medical3DDataModule):
         samples_per_volume: PosInt = 2,
         num_classes: Annotated[int, Ge(2)] = 3,
         split_file: str | None = None,
+        spatial_augment: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -100,7 +101,11 @@ class SegmentationDataModule(Medical3DDataModule):
             split = folds.volume_split([v["label"] for v in vols], h, self.data_name)
         self._write_split(split)
         self.train_set = V.PatchDataset(
-            [vols[i] for i in split["train"]], self.patch_size, self.samples_per_volume, h.augment
+            [vols[i] for i in split["train"]],
+            self.patch_size,
+            self.samples_per_volume,
+            h.augment,
+            h.spatial_augment,
         )
         self.val_set = V.VolumeDataset([vols[i] for i in split["val"]])
         self.test_set = V.VolumeDataset([vols[i] for i in split["test"]])

@@ -95,8 +95,10 @@ def prepare_for_patches(volume: dict, patch_size) -> dict:
     return {"image": image, "label": label, "fg": np.asarray(fg), "bg": np.asarray(bg)}
 
 
-def patch_transform(patch_size, augment: bool):
-    """Random patch, half centred on foreground, then flips and intensity scale/shift."""
+def patch_transform(patch_size, augment: bool, spatial_augment: bool = False):
+    """Random patch, half centred on foreground, then flips and intensity scale/shift; with
+    `spatial_augment`, also nnU-Net's heavier draws: rotation (up to 30 degrees about each
+    axis) and scaling (0.7-1.4) of the patch, gamma, Gaussian noise and blur."""
     import monai.transforms as T
 
     keys = ["image", "label"]
@@ -112,11 +114,30 @@ def patch_transform(patch_size, augment: bool):
             bg_indices_key="bg",
         )
     ]
+    if augment and spatial_augment:
+        steps.append(
+            T.RandAffined(
+                keys,
+                prob=0.3,
+                rotate_range=(np.pi / 6,) * 3,
+                scale_range=((-0.3, 0.4),) * 3,  # a factor of 1 + draw: 0.7 to 1.4
+                mode=("bilinear", "nearest"),
+                padding_mode="zeros",  # z-scored images: the volume's mean intensity
+            )
+        )
     if augment:
         steps += [T.RandFlipd(keys, prob=0.5, spatial_axis=axis) for axis in range(3)]
         steps += [
             T.RandScaleIntensityd("image", factors=0.1, prob=0.5),
             T.RandShiftIntensityd("image", offsets=0.1, prob=0.5),
+        ]
+    if augment and spatial_augment:
+        steps += [
+            T.RandAdjustContrastd("image", prob=0.3, gamma=(0.7, 1.5)),
+            T.RandGaussianNoised("image", prob=0.1, std=0.1),
+            T.RandGaussianSmoothd(
+                "image", sigma_x=(0.5, 1.0), sigma_y=(0.5, 1.0), sigma_z=(0.5, 1.0), prob=0.2
+            ),
         ]
     return T.Compose(steps)
 
@@ -130,10 +151,17 @@ class PatchDataset(Dataset):
     runs repeatable. MetaTensor tracking is off while cropping (half the cost per item).
     """
 
-    def __init__(self, volumes: list[dict], patch_size, samples_per_volume: int, augment: bool):
+    def __init__(
+        self,
+        volumes: list[dict],
+        patch_size,
+        samples_per_volume: int,
+        augment: bool,
+        spatial_augment: bool = False,
+    ):
         self.volumes = [prepare_for_patches(v, patch_size) for v in volumes]
         self.samples_per_volume = samples_per_volume
-        self.transform = patch_transform(patch_size, augment)
+        self.transform = patch_transform(patch_size, augment, spatial_augment)
         self._seeded_for = None
 
     def __len__(self) -> int:
