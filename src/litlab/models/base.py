@@ -34,6 +34,9 @@ class LitModule(L.LightningModule):
     #: names of the metrics make_metrics() returns (glob patterns allowed): a monitor is
     #: checked against them before the run starts
     metric_names: tuple[str, ...] = ("acc", "f1")
+    #: of those, the ones validation and test compute but training does not (glob patterns):
+    #: a figure of whole volumes, meaningless or too costly on every training batch
+    eval_only_metrics: tuple[str, ...] = ()
     #: predictions held before a bulk metric update (see log_step)
     QUEUE_NUMEL = 1 << 16
     #: each queued batch is one item to its metrics (2D segmentation: a volume's slices), so
@@ -44,13 +47,20 @@ class LitModule(L.LightningModule):
     def monitorable(cls, name: str) -> bool:
         """True when `name` (e.g. val/acc) is a metric this module logs."""
         split, _, metric = str(name).partition("/")
+        if split == "train" and cls._eval_only(metric):
+            return False
         return split in SPLITS and any(
             fnmatch.fnmatchcase(metric, p) for p in (*cls.metric_names, "loss")
         )
 
     @classmethod
     def monitor_examples(cls) -> list[str]:
-        return [f"{s}/{m}" for s in ("val", "train") for m in (*cls.metric_names, "loss")]
+        return [
+            f"{s}/{m}"
+            for s in ("val", "train")
+            for m in (*cls.metric_names, "loss")
+            if not (s == "train" and cls._eval_only(m))
+        ]
 
     def __init__(
         self,
@@ -68,7 +78,11 @@ class LitModule(L.LightningModule):
         self._optimizer, self._scheduler = optimizer, scheduler
         self._set_forward(net)
         for split in SPLITS:
-            setattr(self, f"{split}_metrics", self.make_metrics().clone(prefix=f"{split}/"))
+            metrics = self.make_metrics()
+            if split == "train":
+                for name in [n for n in metrics if self._eval_only(n)]:
+                    metrics.pop(name)
+            setattr(self, f"{split}_metrics", metrics.clone(prefix=f"{split}/"))
             # a metric, not a logged float: Lightning's own DDP mean truncates the synced
             # sample count to an integer when ranks hold unequal shards (181 + 180 -> 180)
             setattr(self, f"{split}_loss", MeanMetric())
@@ -78,6 +92,10 @@ class LitModule(L.LightningModule):
     def make_metrics(self) -> MetricCollection:
         """The metrics of one split (cloned for train/val/test)."""
         raise NotImplementedError
+
+    @classmethod
+    def _eval_only(cls, metric: str) -> bool:
+        return any(fnmatch.fnmatchcase(metric, p) for p in cls.eval_only_metrics)
 
     def metrics(self, split: str) -> MetricCollection:
         return getattr(self, f"{split}_metrics")

@@ -5,7 +5,8 @@ from litlab.tasks.kind import TaskKind
 
 KIND = TaskKind(
     name="volume_segmentation",
-    metrics=("dice", "dice_*"),
+    # Dice per structure and their mean; hd95 (voxels) on validation and test only
+    metrics=("dice", "dice_*", "hd95", "hd95_*"),
     # patches in; whole volumes by sliding windows over the exported file
     export_spec="litlab.export.domains:segmentation_spec",
     # one volume a request (NIfTI upload or JSON), read by sliding windows of the patch size

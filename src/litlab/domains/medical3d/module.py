@@ -7,18 +7,19 @@ every volume counts exactly once.
 
 import logging
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
-from torchmetrics import MetricCollection
+from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 from torchmetrics.functional.segmentation import dice_score
 from torchmetrics.segmentation import DiceScore
 
-from litlab.bounds import NonNegFloat, PosInt, Probability
+from litlab.bounds import MaxLen, NonNegFloat, PosInt, Probability
 from litlab.models.base import Classifier, LitModule
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
+from litlab.utils.tensors import class_map
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,48 @@ class ClassDice(DiceScore):
         return super().compute()[self.index - 1]
 
 
+class HD95(Metric):
+    """MONAI's 95th-percentile Hausdorff distance in voxels, mean over volumes of the mean over
+    foreground classes (`index`: that class alone). A class the label holds and the prediction
+    misses counts as the volume's diagonal (the worst a prediction can be, where MONAI gives
+    nan); a class the label lacks is undefined and left out. Summed across DDP ranks."""
+
+    full_state_update = False
+    higher_is_better = False
+
+    def __init__(self, num_classes: int, index: int | None = None):
+        super().__init__()
+        self.num_classes, self.index = num_classes, index
+        self.add_state("total", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """`preds` and `target`: label maps (B, D, H, W) of whole volumes."""
+        import warnings
+
+        from monai.metrics import compute_hausdorff_distance
+
+        pred = F.one_hot(preds.long(), self.num_classes).movedim(-1, 1)
+        true = F.one_hot(target.long(), self.num_classes).movedim(-1, 1)
+        with warnings.catch_warnings():  # MONAI warns for every empty class (handled below)
+            warnings.simplefilter("ignore")
+            hd = compute_hausdorff_distance(pred, true, include_background=False, percentile=95)
+        held = true[:, 1:].flatten(2).any(2)
+        missed = held & ~pred[:, 1:].flatten(2).any(2)
+        diagonal = float(torch.tensor(preds.shape[1:], dtype=torch.float64).norm())
+        hd = torch.where(missed, diagonal, hd.double().to(preds.device))
+        hd = torch.where(held, hd, torch.nan)
+        if self.index is not None:
+            hd = hd[:, self.index - 1 : self.index]
+        per_volume = hd.nanmean(1)
+        defined = ~per_volume.isnan()
+        self.total += per_volume[defined].sum()
+        self.count += defined.sum()
+
+    def compute(self) -> torch.Tensor:
+        return (self.total / self.count).float() if self.count else torch.tensor(float("nan"))
+
+
 def hydra_output_dir() -> Path | None:
     from hydra.core.hydra_config import HydraConfig
 
@@ -44,11 +87,18 @@ def hydra_output_dir() -> Path | None:
 
 class VolumeSegmenter(LitModule):
     """`val/dice` (the monitor) is the mean over volumes of the mean over foreground classes;
-    `val/dice_K` is class K's mean over volumes."""
+    `val/dice_K` is class K's mean over volumes; `hd95` and `hd95_K` the same of the 95th
+    percentile Hausdorff distance (validation and test: whole volumes, not training patches).
+
+    `mirror_axes` (nnU-Net's test-time mirroring): test and predict also read each volume
+    flipped along every combination of those spatial axes (0, 1, 2: D, H, W) and average the
+    class probabilities. Validation, which only ranks epochs, reads once (8 reads of every
+    volume each epoch would cost more than the epoch); so do exported and served models."""
 
     kinds = (VOLUME_SEGMENTATION,)
 
-    metric_names = ("dice", "dice_*")
+    metric_names = ("dice", "dice_*", "hd95", "hd95_*")
+    eval_only_metrics = ("hd95", "hd95_*")
 
     def __init__(
         self,
@@ -63,6 +113,7 @@ class VolumeSegmenter(LitModule):
         dice_weight: NonNegFloat = 1.0,
         ce_weight: NonNegFloat = 1.0,
         batch_dice: bool = True,
+        mirror_axes: Annotated[list[Literal[0, 1, 2]], MaxLen(3)] = (),
         mask_dir: str | None = None,
         **kwargs,
     ):
@@ -87,13 +138,15 @@ class VolumeSegmenter(LitModule):
             )
         }
         metrics |= {f"dice_{k}": ClassDice(self.num_classes, k) for k in range(1, self.num_classes)}
+        metrics["hd95"] = HD95(self.num_classes)
+        metrics |= {f"hd95_{k}": HD95(self.num_classes, k) for k in range(1, self.num_classes)}
         return MetricCollection(metrics, compute_groups=False)
 
     def training_step(self, batch, batch_idx):
         x, y = batch["image"], batch["label"]
         logits = self(x)
         loss = self.loss(logits, y)
-        self.log_step("train", loss, logits.argmax(1), y[:, 0], len(x))
+        self.log_step("train", loss, class_map(logits), y[:, 0], len(x))
         return loss
 
     def distill_scores(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,19 +158,33 @@ class VolumeSegmenter(LitModule):
         """The label term of distillation: this module's own DiceCE, as in training."""
         return self.loss(logits, labels)
 
-    def infer(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits of whole volumes of any size, by overlapping patch-sized windows."""
+    def infer(self, x: torch.Tensor, mirror: bool = False) -> torch.Tensor:
+        """Logits of whole volumes of any size, by overlapping patch-sized windows; `mirror`
+        with `mirror_axes`: the log of the class probabilities averaged over mirrored reads."""
+        from itertools import combinations
+
         from monai.inferers import sliding_window_inference
 
         h = self.hparams
-        return sliding_window_inference(
-            x, self.patch_size, h.sw_batch_size, self, overlap=h.sw_overlap, mode=h.sw_mode
-        )
+        axes = sorted({int(a) + 2 for a in h.mirror_axes}) if mirror else []  # -> tensor dims
+        flips = [list(c) for n in range(len(axes) + 1) for c in combinations(axes, n)]
+        probs = None
+        for dims in flips:
+            view = x.flip(dims) if dims else x
+            logits = sliding_window_inference(
+                view, self.patch_size, h.sw_batch_size, self, overlap=h.sw_overlap, mode=h.sw_mode
+            )
+            if len(flips) == 1:
+                return logits
+            p = logits.float().softmax(1)
+            p = p.flip(dims) if dims else p
+            probs = p if probs is None else probs + p
+        return (probs / len(flips)).clamp_min(1e-12).log()
 
     def eval_step(self, split: str, batch):
         x, y = batch["image"], batch["label"]
-        logits = self.infer(x)
-        self.log_step(split, self.loss(logits, y), logits.argmax(1), y[:, 0], len(x))
+        logits = self.infer(x, mirror=split == "test")
+        self.log_step(split, self.loss(logits, y), class_map(logits), y[:, 0], len(x))
 
     def on_predict_start(self) -> None:
         if self.mask_dir is None and (out := hydra_output_dir()) is not None:
@@ -126,7 +193,7 @@ class VolumeSegmenter(LitModule):
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
         """Per-volume Dice and predicted voxel counts, by case name; masks go to `mask_dir`."""
         x, y = batch["image"], batch["label"]
-        pred = self.infer(x).argmax(1)
+        pred = class_map(self.infer(x, mirror=True))
         dice = dice_score(
             pred,
             y[:, 0],
