@@ -42,6 +42,7 @@ COVERED = {
     "python src/train.py -m experiment=gat_citeseer seed=2000,2001,2002,2003,2004,2005,2006,2007,2008,2009": "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
     "python src/train.py model=unet3d": "test_medical3d.py::test_unet3d_on_phantoms_then_eval_writes_aligned_masks",
     "python src/train.py model=resnet3d": "test_medical3d.py::test_resnet3d_classifies_phantoms_well_above_chance",
+    "python src/train.py experiment=hippocampus data.root=/path/to/Hippocampus": "test_medical3d.py::test_the_hippocampus_recipe_learns_on_four_volumes_and_eval_reproduces_it",
     "python src/train.py experiment=unet2d_hippocampus": "test_segmentation2d.py::test_the_hippocampus_slices_experiment_runs_as_printed",
     "python src/train.py model=unet2d data=masks data.root=/path/to/folder data.num_classes=3": "test_segmentation2d.py::test_a_mask_folder_trains_exports_serves_and_quantizes",
     "python src/train.py experiment=diabetes": "test_start.py::test_the_new_kind_of_docs_new_task_trains_exports_serves_and_quantizes",
