@@ -419,3 +419,11 @@ def test_spatial_augmentation_moves_image_and_label_together():
         ]
         turned += not any(np.array_equal(labels, f) for f in flips)
     assert 5 <= turned <= 25  # prob 0.3 of 40 draws
+
+
+def test_mirroring_is_a_setting_of_every_unet3d_run():
+    """`model.mirror_axes` as docs/medical3d.md prints it composes with `model=unet3d` alone
+    (not only inside experiment=hippocampus), and defaults to reading once."""
+    assert list(compose("train", ["model=unet3d"]).model.mirror_axes) == []
+    cfg = compose("train", ["model=unet3d", "model.mirror_axes=[0,1,2]"])
+    assert list(cfg.model.mirror_axes) == [0, 1, 2]
