@@ -55,12 +55,8 @@ class LitModule(L.LightningModule):
 
     @classmethod
     def monitor_examples(cls) -> list[str]:
-        return [
-            f"{s}/{m}"
-            for s in ("val", "train")
-            for m in (*cls.metric_names, "loss")
-            if not (s == "train" and cls._eval_only(m))
-        ]
+        names = [f"{s}/{m}" for s in ("val", "train") for m in (*cls.metric_names, "loss")]
+        return [name for name in names if cls.monitorable(name)]
 
     def __init__(
         self,

@@ -101,7 +101,7 @@ def patch_transform(patch_size, augment: bool, spatial_augment: bool = False):
     axis) and scaling (0.7-1.4) of the patch, gamma, Gaussian noise and blur."""
     import monai.transforms as T
 
-    keys = ["image", "label"]
+    keys, spatial = ["image", "label"], augment and spatial_augment
     steps = [
         T.RandCropByPosNegLabeld(
             keys,
@@ -114,7 +114,7 @@ def patch_transform(patch_size, augment: bool, spatial_augment: bool = False):
             bg_indices_key="bg",
         )
     ]
-    if augment and spatial_augment:
+    if spatial:
         steps.append(
             T.RandAffined(
                 keys,
@@ -131,7 +131,7 @@ def patch_transform(patch_size, augment: bool, spatial_augment: bool = False):
             T.RandScaleIntensityd("image", factors=0.1, prob=0.5),
             T.RandShiftIntensityd("image", offsets=0.1, prob=0.5),
         ]
-    if augment and spatial_augment:
+    if spatial:
         steps += [
             T.RandAdjustContrastd("image", prob=0.3, gamma=(0.7, 1.5)),
             T.RandGaussianNoised("image", prob=0.1, std=0.1),
