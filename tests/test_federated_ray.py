@@ -69,11 +69,17 @@ def _run_marked(tmp_path, *overrides, timeout=900, flags=()):
     return proc, _none_left_within(marker, 30)
 
 
-def _wait_for(proc, pattern: str) -> str:
+def _wait_for(proc, pattern: str, tree=None) -> str:
+    """The output up to the first line matching `pattern`; `tree` (Descendants) notes the
+    driver's processes at every line."""
     seen = []
     for line in proc.stdout:
         seen.append(line)
+        if tree is not None:
+            tree.seen()
         if re.search(pattern, line):
+            if tree is not None:
+                tree.seen()
             return "".join(seen)
     raise AssertionError(f"no line matched {pattern!r}:\n{''.join(seen)[-3000:]}")
 
@@ -89,12 +95,14 @@ def test_sigterm_saves_the_finished_rounds_and_the_printed_resume_finishes_the_s
     with the final accuracy (and weights) of a run that was never stopped."""
     marker = uuid.uuid4().hex
     proc = _start(tmp_path / "logs", *SHORT, "federate.rounds=6", marker=marker)
-    _wait_for(proc, r"round 2/6 ")  # round 2 is saved, round 3 is training
+    tree = Descendants(proc.pid)
+    _wait_for(proc, r"round 2/6 ", tree)  # round 2 is saved, round 3 is training
+    assert len(tree.known) > 3  # the watchdog and Ray's processes
     proc.send_signal(signal.SIGTERM)
     rest = proc.communicate(timeout=120)[0]
     assert proc.returncode == 143, rest[-3000:]
     assert re.search(r"interrupted \(SIGTERM\): rounds up to [23] of 6 are saved in ", rest)
-    assert _none_left_within(marker, 30) == []
+    assert _none_left(marker, tree, 30) == ([], [])
     [run_dir] = (tmp_path / "logs" / "federate" / "runs").glob("*")
     assert [r["round"] for r in _history(run_dir)] in (list("012"), list("0123"))
 
@@ -140,13 +148,14 @@ def test_kill_9_of_the_driver_leaves_no_process_of_the_run(tmp_path):
 def test_ctrl_c_during_the_simulation_leaves_no_process(tmp_path):
     marker = uuid.uuid4().hex
     proc = _start(tmp_path, *SHORT, "federate.rounds=50", marker=marker)
-    _wait_for(proc, r"round 1/50 ")
+    tree = Descendants(proc.pid)
+    _wait_for(proc, r"round 1/50 ", tree)
     proc.send_signal(signal.SIGINT)
     rest = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, rest[-2000:]
     assert "interrupted (SIGINT): rounds up to " in rest
     assert "resume with: python src/federate.py ckpt_path=" in rest
-    assert _none_left_within(marker, 30) == []
+    assert _none_left(marker, tree, 30) == ([], [])
 
 
 class Descendants:
@@ -176,14 +185,19 @@ class Descendants:
         return left
 
 
-@pytest.mark.parametrize(
-    "signum",
-    [  # Ctrl-C without the load: test_ctrl_c_during_the_simulation_leaves_no_process
-        pytest.param(signal.SIGINT, marks=pytest.mark.bench),  # ~6 min on CI's 2 cores
-        signal.SIGTERM,
-    ],
-    ids=["SIGINT", "SIGTERM"],
-)
+def _none_left(marker: str, tree: Descendants, seconds: float) -> tuple[list, list]:
+    """What still lives `seconds` after the run ended: in the driver's tree (Ray's agents,
+    re-parented to init once the driver is gone), and by the run's marker."""
+    deadline = time.time() + seconds
+    while (tree.alive() or _marked(marker)) and time.time() < deadline:
+        time.sleep(1)
+    return tree.alive(), _marked(marker)
+
+
+# ~6 min each on CI's 2 cores, so `bench` (pytest -m bench): the same checks without the load
+# are in the slow stage (test_sigterm_saves_..., test_ctrl_c_during_the_simulation_...)
+@pytest.mark.bench
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_no_process_of_the_run_outlives_a_signal_by_30_s_on_a_loaded_machine(tmp_path, signum):
     """Two busy loops beside the run: after SIGINT (Ctrl-C) or SIGTERM nothing the run started
     lives 30 s later: not by its marker, nor in the tree seen below the driver (Ray's
@@ -204,10 +218,7 @@ def test_no_process_of_the_run_outlives_a_signal_by_30_s_on_a_loaded_machine(tmp
         proc.send_signal(signum)
         rest = proc.communicate(timeout=120)[0]
         assert proc.returncode == 128 + signum, rest[-3000:]
-        deadline = time.time() + 30
-        while (tree.alive() or _marked(marker)) and time.time() < deadline:
-            time.sleep(1)
-        assert (tree.alive(), _marked(marker)) == ([], [])
+        assert _none_left(marker, tree, 30) == ([], [])
     finally:
         for b in busy:
             b.kill()
