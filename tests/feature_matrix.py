@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # run as a script: the sibling module
@@ -36,6 +36,8 @@ class Row:
     short: list[str] = field(default_factory=lambda: ["trainer.max_epochs=1"])  # inspect, compress
     compress: list[str] | None = None  # compress.py overrides (None: `short`)
     needs: str | None = None  # a folder of the shared data (the row is skipped without it)
+    federate: list[str] = field(default_factory=list)  # federate.py overrides of the row
+    tune: list[str] = field(default_factory=list)  # the tune=lr cell's extra train.py overrides
 
     @property
     def federate_args(self) -> list[str]:
@@ -122,6 +124,24 @@ def rows(shared: Path) -> list[Row]:
             ["trainer.max_epochs=20"],
         ),
     ]
+
+
+# --quick, the slow test's settings: the same commands with less timing and searching in them.
+# Compression reports time batch size 1 for 0.2 s and write no fp32 ONNX file (the int8 one is
+# still written and judged); federated clients train one local epoch; the lr finder searches 20
+# steps. Each cell still runs its feature end to end; only docs/matrix.md's figures need the
+# full settings.
+QUICK_COMPRESS = ["report.onnx=false", "report.batch_sizes=[1]", "report.budget_s=0.2"]
+
+
+def quick(row: Row) -> Row:
+    compress = row.short if row.compress is None else row.compress
+    return replace(
+        row,
+        compress=[*compress, *QUICK_COMPRESS],
+        federate=[*row.federate, "federate.local_epochs=1"],
+        tune=[*row.tune, "tune.lr_find.num_training=20"],
+    )
 
 
 COLUMNS = {
@@ -280,9 +300,10 @@ def main(argv=None) -> int:
     parser.add_argument("--shared", default=str(SHARED))
     parser.add_argument("--jobs", type=int, default=1, help="rows run in parallel")
     parser.add_argument("--render-only", action="store_true", help="write --out from --results")
+    parser.add_argument("--quick", action="store_true", help="the slow test's shorter settings")
     args = parser.parse_args(argv)
     shared = Path(args.shared)
-    all_rows = rows(shared)
+    all_rows = [quick(r) for r in rows(shared)] if args.quick else rows(shared)
     chosen = [r for r in all_rows if args.rows == "all" or r.name in args.rows.split(",")]
     columns = list(COLUMNS) if args.columns == "all" else args.columns.split(",")
     results_path = Path(args.results)

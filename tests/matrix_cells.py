@@ -252,6 +252,7 @@ def compress(step: str):
 
 def federate(row, ctx: Ctx, timeout=600) -> Cell:
     args = [*QUIET_AFTER, *row.federate_args, "federate.rounds=2", "federate.num_clients=2"]
+    args += row.federate
     proc, s = run("federate.py", args, ctx, timeout)
     if (bad := outcome(proc, s, timeout)) is not None:
         return bad
@@ -265,7 +266,7 @@ def federate(row, ctx: Ctx, timeout=600) -> Cell:
 
 
 def tune_lr(row, ctx: Ctx, timeout=1800) -> Cell:
-    cell = train(row, ctx, ["tune=lr"], timeout)
+    cell = train(row, ctx, ["tune=lr", *row.tune], timeout)
     if cell.status != "ok":
         return cell
     run = Path(cell.path).parents[1]
