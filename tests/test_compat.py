@@ -204,3 +204,96 @@ def test_the_fence_scan_finds_what_it_is_for():
         "import ray._private.services",
         "._signal_connector",
     ]
+
+
+# ----------------------------------------------------------------- self.log's fast path
+def _logged(values, quick: bool) -> dict:
+    """What Lightning's result collection computes for `values` logged under one key."""
+    import torch as th
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
+
+    lightning.quick_result_moves(install=quick)
+    try:
+        results = _ResultCollection(training=False)
+        results.batch_idx = 0
+        for value, size in values:
+            results.log("validation_step", "val/acc", th.tensor(value), batch_size=size)
+        return {k: float(v) for k, v in results.metrics(on_step=False)["callback"].items()}
+    finally:
+        lightning.quick_result_moves(install=False) if quick else None
+
+
+def test_the_quick_move_gives_lightnings_results_and_moves_what_is_elsewhere(monkeypatch):
+    """`_quick_to` skips Lightning's walk only when the states are on the device asked for:
+    the same weighted mean either way; a state elsewhere (here: on the meta device, as a GPU
+    tensor would be), one level inside a dict too, or another kind of call, goes to
+    Lightning's method."""
+    import torch as th
+    from lightning.pytorch.trainer.connectors.logger_connector.result import (
+        _Metadata,
+        _ResultMetric,
+    )
+
+    values = [(0.5, 3), (0.25, 1), (1.0, 4)]
+    assert _logged(values, quick=True) == _logged(values, quick=False) == {"val/acc": 0.71875}
+    lightning.quick_result_moves(install=True)
+    try:
+        slow = []
+        monkeypatch.setattr(
+            lightning._QuickMoves, "original", lambda self, *a, **k: slow.append(a) or self
+        )
+        metric = _ResultMetric(_Metadata(fx="validation_step", name="x"), is_tensor=True)
+        cpu = th.device("cpu")
+        assert metric.to(cpu) is metric and metric.to("cpu", non_blocking=True) is metric
+        assert slow == []
+        metric.value = th.zeros((), device="meta")
+        metric.to(cpu)
+        metric.value = th.zeros(())
+        metric._defaults["value"] = th.zeros((), device="meta")
+        metric.to(cpu)
+        metric._defaults["value"] = th.zeros(())
+        metric.to(cpu, th.float64)  # a dtype too: Lightning's
+        other = _ResultMetric(_Metadata(fx="validation_step", name="y"), is_tensor=False)
+        other.to(cpu)  # a logged torchmetrics Metric: Lightning's
+        assert len(slow) == 4
+    finally:
+        lightning.quick_result_moves(install=False)
+
+
+def test_the_quick_move_is_installed_only_while_a_litlab_module_runs(tmp_path):
+    """Plain Lightning in the same process (a notebook, bench/graph.py's baseline) keeps
+    Lightning's own method: litlab's module installs it in setup, removes it in teardown."""
+    import lightning as L
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
+
+    from litlab.compat.lightning import _quick_to
+    from litlab.domains.table.module import Regressor  # the smallest module litlab ships
+
+    original = _ResultMetric.to
+    seen = []
+
+    class Look(L.Callback):
+        def on_validation_epoch_end(self, trainer, module):
+            seen.append(_ResultMetric.to is _quick_to)
+
+    import torch as th
+
+    class Net(th.nn.Linear):
+        target_std = th.ones(1)
+
+    module = Regressor(Net(3, 1), optimizer=lambda params: th.optim.SGD(params, lr=0.1))
+    data = th.utils.data.TensorDataset(th.randn(16, 3), th.randn(16))
+    loader = th.utils.data.DataLoader(data, batch_size=8)
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Look()],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, loader, loader)
+    assert seen == [True, True, True]  # the sanity check, then each epoch
+    assert _ResultMetric.to is original

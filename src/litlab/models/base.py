@@ -97,11 +97,21 @@ class LitModule(L.LightningModule):
         return getattr(self, f"{split}_metrics")
 
     def setup(self, stage: str) -> None:
+        from litlab.compat.lightning import quick_result_moves
         from litlab.utils.distributed import unpad_eval_shards
 
         unpad_eval_shards()  # exact val/test metrics under DDP, in every process that runs
         if self.hparams.compile and self._forward is self.net:
             self._set_forward(torch.compile(self.net))
+        if not self.__dict__.get("_moves_quick"):  # self.log's cost, see compat.lightning
+            quick_result_moves(install=True)
+            self.__dict__["_moves_quick"] = True
+
+    def teardown(self, stage: str) -> None:
+        from litlab.compat.lightning import quick_result_moves
+
+        if self.__dict__.pop("_moves_quick", False):
+            quick_result_moves(install=False)
 
     def _set_forward(self, fn) -> None:
         """What forward calls: the net or its compiled wrapper. Kept out of nn.Module's registry,
