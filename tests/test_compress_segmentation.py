@@ -121,6 +121,54 @@ def test_an_int8_file_that_loses_more_dice_than_allowed_is_deleted_with_a_verdic
     assert rows[-1]["verdict"].startswith("int8 not kept") and not onnx.exists()
 
 
+def test_an_int8_file_is_judged_against_its_source_read_once_when_the_test_mirrors(
+    monkeypatch, tmp_path
+):
+    """A mirrored test (model.mirror_axes) reads each volume up to 8 times; an exported file
+    reads it once. The int8 verdict takes its share of the fp32 source file read once, so
+    the mirroring's gain is not counted as quantization's loss (0.865 is 96% of the mirrored
+    0.90 but 99.4% of the same net read once, 0.87)."""
+    from types import SimpleNamespace
+
+    from litlab.compression import measure, recipe
+    from litlab.compression.checks import judge_int8
+
+    seg = SimpleNamespace(kind="volume_segmentation")
+    onnx = tmp_path / "1_quantize.onnx"
+    onnx.write_bytes(b"int8")
+    rows = [{"stage": "original", "test/dice": 0.90}, {"test/dice": 0.865, "onnx": str(onnx)}]
+    judge_int8(rows, "test/dice", None, seg, read_once=0.87)
+    assert rows[-1]["verdict"].startswith("int8 kept: test/dice 0.8650 is 99.4% of the original")
+    assert (
+        "read once as the int8 file is (its own test, with mirrored reads: 0.9000)"
+        in (rows[-1]["verdict"])
+    )
+    assert onnx.exists()
+    judge_int8(rows, "test/dice", None, seg)  # judged against the mirrored figure: 96.1%
+    assert rows[-1]["verdict"].startswith("int8 not kept") and not onnx.exists()
+
+    read = []
+    monkeypatch.setattr(measure, "onnx_metric", lambda path, *a: read.append(path) or 0.87)
+    fp32 = tmp_path / "0_fp32.onnx"
+    for reads, expected in ((8, 0.87), (1, None)):
+        stage = SimpleNamespace(
+            model=SimpleNamespace(test_reads=reads), source_onnx=fp32, run_cfg={}
+        )
+        assert recipe._fp32_read_once(stage, seg, "test/dice") == expected
+    assert read == [fp32]  # only the mirrored model's source file was read again
+
+
+def test_a_unet3d_reads_each_test_volume_once_per_mirrored_subset():
+    from litlab.config import build
+
+    cfg = compose("train", ["model=unet3d", *TINY_NET, *TINY_DATA])
+    dm = build.datamodule(cfg)
+    assert build.model(cfg, dm).test_reads == 1
+    for axes, reads in (("[0]", 2), ("[0,2]", 4), ("[0,1,2]", 8)):
+        cfg = compose("train", ["model=unet3d", *TINY_NET, *TINY_DATA, f"model.mirror_axes={axes}"])
+        assert build.model(cfg, dm).test_reads == reads
+
+
 # --- as a user runs it: the tiny net, untrained (what is checked is the mechanics) ------------
 SEG = pytest.mark.xdist_group("compress_segmentation")  # one worker writes the checkpoint
 

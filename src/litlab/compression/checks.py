@@ -37,20 +37,28 @@ def precheck(stage, teacher, cfg, dm) -> None:
         steps.student_config(cfg.compress.distill, source.run_cfg["model"], stage.run_cfg, dm)
 
 
-def judge_int8(rows: list[dict], metric: str, max_drop: float | None, dm) -> None:
+def judge_int8(
+    rows: list[dict], metric: str, max_drop: float | None, dm, read_once: float | None = None
+) -> None:
     """The int8 row against the stage it was quantized from: past the allowed share of its
     metric (compress.quantize.max_drop, else the task kind's), the file is deleted and the
-    row's verdict says why; within it, the verdict says it is kept."""
+    row's verdict says why; within it, the verdict says it is kept. `read_once`: that stage's
+    fp32 file read as the int8 file is, where its own test reads each input several times
+    (test-time mirroring, which no exported file does): the share is taken of it."""
     allowed = max_drop if max_drop is not None else tasks.of(dm).quantize_max_drop
     int8, source = rows[-1], rows[-2]
     before, after = source.get(metric), int8.get(metric)
     if before is None or after is None:
         return
+    how = ""
+    if read_once is not None:
+        how = f" read once as the int8 file is (its own test, with mirrored reads: {before:.4f})"
+        before = read_once
     kept = after >= (1 - allowed) * before
     share = after / before if before else float("nan")
     int8["verdict"] = (
         f"int8 {'kept' if kept else 'not kept'}: {metric} {after:.4f} is {share:.1%} of "
-        f"the {source['stage']} stage's {before:.4f} (allowed: >= {1 - allowed:.0%}, "
+        f"the {source['stage']} stage's {before:.4f}{how} (allowed: >= {1 - allowed:.0%}, "
         f"compress.quantize.max_drop={allowed:g})"
     )
     if not kept:

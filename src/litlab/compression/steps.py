@@ -23,6 +23,7 @@ class Stage:
     run_cfg: dict  # the run config that rebuilds `model` (stored in its checkpoint)
     onnx: Path | None = None
     quantized: bool = False
+    source_onnx: Path | None = None  # after quantize: the fp32 file it was quantized from
 
 
 def rebuild(run_cfg: dict, dm, state_dict: dict | None = None):
@@ -269,4 +270,6 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
         per_channel=step.per_channel,
         op_types=tasks.of(dm).int8_op_types,  # as src/export.py quantizes this kind
     )
-    return Stage("quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True)
+    return Stage(
+        "quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True, source_onnx=fp32
+    )

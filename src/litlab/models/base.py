@@ -96,6 +96,13 @@ class LitModule(L.LightningModule):
     def metrics(self, split: str) -> MetricCollection:
         return getattr(self, f"{split}_metrics")
 
+    @property
+    def test_reads(self) -> int:
+        """How many reads of each test input the test step averages (test-time augmentation):
+        an exported file reads once, so an int8 file is judged against its fp32 source read
+        the same way when this is more than 1 (compression/checks.judge_int8)."""
+        return 1
+
     def setup(self, stage: str) -> None:
         from litlab.compat.lightning import quick_result_moves
         from litlab.utils.distributed import unpad_eval_shards

@@ -158,6 +158,10 @@ class VolumeSegmenter(LitModule):
         """The label term of distillation: this module's own DiceCE, as in training."""
         return self.loss(logits, labels)
 
+    @property
+    def test_reads(self) -> int:
+        return 2 ** len(set(self.hparams.mirror_axes))  # every subset of the axes flipped
+
     def infer(self, x: torch.Tensor, mirror: bool = False) -> torch.Tensor:
         """Logits of whole volumes of any size, by overlapping patch-sized windows; `mirror`
         with `mirror_axes`: the log of the class probabilities averaged over mirrored reads."""
