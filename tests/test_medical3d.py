@@ -367,6 +367,7 @@ def test_mirroring_flips_each_read_back_before_averaging(axes):
     assert not torch.allclose(unflipped, expected, atol=1e-3)
 
 
+@pytest.mark.slow  # ~45 s of one worker: make test stays within its 5 minutes
 def test_the_hippocampus_recipe_learns_on_four_volumes_and_eval_reproduces_it(cli, tmp_path):
     """experiment=hippocampus as printed, shortened to a few epochs on 4 real volumes (2 train,
     1 val, 1 test): it learns (test Dice above a low bar, where an untrained net scores about
