@@ -163,7 +163,9 @@ def _quick_to(self, *args, **kwargs):
 def quick_result_moves(install: bool) -> None:
     """Install (or, when the last litlab module is torn down, remove) `_quick_to`: only
     litlab's own fits and tests use it, so plain Lightning in the same process (a notebook, the
-    benchmark's baseline) runs unchanged. Nested setups count."""
+    benchmark's baseline) runs unchanged. Nested setups count. A fit that raises skips the
+    module's teardown (Lightning calls none on errors): the fast path then stays until the
+    process ends, which changes no result, only how fast a plain `self.log` is."""
     from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
 
     if install:
