@@ -186,11 +186,13 @@ def plain_lightning_pairs(experiment: str, data_dir: Path, epochs: int, quick=Fa
 
     loader = torch.utils.data.DataLoader([data], batch_size=1, collate_fn=lambda items: items[0])
     timer = paired_timer(hand)
-    quick_result_moves(install=True) if quick else None
+    if quick:
+        quick_result_moves(install=True)
     try:
         plain_trainer(epochs, timer).fit(Minimal(), loader, loader)
     finally:
-        quick_result_moves(install=False) if quick else None
+        if quick:
+            quick_result_moves(install=False)
     return timer.pairs[1:]
 
 

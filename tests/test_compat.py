@@ -212,7 +212,8 @@ def _logged(values, quick: bool) -> dict:
     import torch as th
     from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
 
-    lightning.quick_result_moves(install=quick)
+    if quick:
+        lightning.quick_result_moves(install=True)
     try:
         results = _ResultCollection(training=False)
         results.batch_idx = 0
@@ -220,7 +221,8 @@ def _logged(values, quick: bool) -> dict:
             results.log("validation_step", "val/acc", th.tensor(value), batch_size=size)
         return {k: float(v) for k, v in results.metrics(on_step=False)["callback"].items()}
     finally:
-        lightning.quick_result_moves(install=False) if quick else None
+        if quick:
+            lightning.quick_result_moves(install=False)
 
 
 def test_the_quick_move_gives_lightnings_results_and_moves_what_is_elsewhere(monkeypatch):
