@@ -77,6 +77,8 @@ TRAIN = [  # (overrides, words the error line must contain)
         ["ckpt_path=/nonexistent/last.ckpt", "no such checkpoint"],
     ),
     (["ckpt_path=last"], ["ckpt_path=last", "no run of task 'train'"]),
+    # an empty value is not the working directory (which may even be a run dir)
+    (["ckpt_path="], ["ckpt_path= is empty", "a .ckpt file, a run dir of train.py or last"]),
     (["ckpt_path=@fake/truncated.ckpt"], ["truncated.ckpt", "truncated or corrupt"]),
     (["ckpt_path=@fake/other_model.ckpt"], ["other_model.ckpt", "holds a x.OtherModel model"]),
     (["trainer.max_epochs=[1,"], ["trainer.max_epochs=[1,"]),
@@ -137,6 +139,7 @@ EVAL = [
     ([], ["ckpt_path is required"]),
     (["ckpt_path=/nonexistent.ckpt"], ["ckpt_path=/nonexistent.ckpt", "no such checkpoint"]),
     (["ckpt_path=@fake"], ["is a folder", "pass a .ckpt file"]),
+    (["ckpt_path=' '"], ["ckpt_path= is empty", "a .ckpt file"]),
     (
         ["ckpt_path=@fake/not_litlab.ckpt"],
         ["not_litlab.ckpt", "not a checkpoint written by litlab"],

@@ -170,6 +170,9 @@ def check_student(student: dict, stored: dict, key: str) -> None:
 
 def check_checkpoint_exists(path) -> None:
     """Before torch is imported: the file is there."""
+    from litlab.checkpointing.resume import refuse_empty
+
+    refuse_empty(path)
     if not Path(str(path)).exists():
         raise UserError(f"ckpt_path={path}: no such checkpoint file")
 
