@@ -201,9 +201,12 @@ def _count(low: int, high: int | None = None):
     """An argparse type: an integer in [low, high], refused in argparse's one line otherwise."""
 
     def parse(text: str) -> int:
-        value = int(text) if text.strip().lstrip("-").isdigit() else None
-        if value is None or value < low or (high is not None and value > high):
-            bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer {bound}") from None
+        if value < low or (high is not None and value > high):
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer {bound}")
         return value
 

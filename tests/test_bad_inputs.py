@@ -77,6 +77,7 @@ TRAIN = [  # (overrides, words the error line must contain)
         ["ckpt_path=/nonexistent/last.ckpt", "no such checkpoint"],
     ),
     (["ckpt_path=last"], ["ckpt_path=last", "no run of task 'train'"]),
+    (["ckpt_path=/dev/null"], ["ckpt_path=/dev/null is not a regular file", "a .ckpt file"]),
     # an empty value is not the working directory (which may even be a run dir)
     (["ckpt_path="], ["ckpt_path= is empty", "a .ckpt file, a run dir of train.py or last"]),
     (["ckpt_path=@fake/truncated.ckpt"], ["truncated.ckpt", "truncated or corrupt"]),
@@ -140,6 +141,8 @@ EVAL = [
     (["ckpt_path=/nonexistent.ckpt"], ["ckpt_path=/nonexistent.ckpt", "no such checkpoint"]),
     (["ckpt_path=@fake"], ["is a folder", "pass a .ckpt file"]),
     (["ckpt_path=' '"], ["ckpt_path= is empty", "a .ckpt file"]),
+    # exists but is no file: a device (a pipe alike) is never opened
+    (["ckpt_path=/dev/null"], ["ckpt_path=/dev/null is not a regular file", "a .ckpt file"]),
     (
         ["ckpt_path=@fake/not_litlab.ckpt"],
         ["not_litlab.ckpt", "not a checkpoint written by litlab"],

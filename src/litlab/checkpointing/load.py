@@ -16,6 +16,8 @@ def load(path: str | Path, mmap: bool = False) -> dict:
     as the finite-values check reads them."""
     import torch
 
+    if Path(path).exists() and not Path(path).is_file():  # a device or a pipe: never read
+        raise UserError(f"ckpt_path={path} is not a regular file; pass a .ckpt file")
     if not Path(path).is_file():
         raise UserError(f"ckpt_path={path}: no such checkpoint file")
     try:

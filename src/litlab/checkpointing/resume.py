@@ -168,7 +168,7 @@ def latest_run(log_dir: Path, task_name: str, model=None, data=None) -> Path | N
 
 def run_to_resume(ckpt_path, log_dir, task_name, model=None, data=None) -> Path | None:
     """The run dir that `ckpt_path` names (`last`, or a run dir with a last.ckpt), else None."""
-    if ckpt_path is None or not str(ckpt_path).strip():  # not the working directory
+    if ckpt_path is None or _names_nothing(ckpt_path):  # not the working directory
         return None
     value = str(ckpt_path)
     if value == LAST:
@@ -219,10 +219,15 @@ def resolve_checkpoint(cfg) -> None:
     mark_job(cfg.paths.output_dir)
 
 
+def _names_nothing(ckpt_path) -> bool:
+    """`ckpt_path=` (Hydra's empty string) or blanks: as a path, `Path("")` is the working
+    directory, which the user never named (and which may even be a run dir)."""
+    return not str(ckpt_path).strip()
+
+
 def refuse_empty(ckpt_path) -> None:
-    """`ckpt_path=` (Hydra's empty string) names no file: as a path it would be the working
-    directory, and the message would speak of a folder the user never named."""
-    if ckpt_path is not None and not str(ckpt_path).strip():
+    """One line for a `ckpt_path` that names nothing, before it is read as a folder."""
+    if ckpt_path is not None and _names_nothing(ckpt_path):
         raise UserError(
             "ckpt_path= is empty; pass a .ckpt file, a run dir of train.py or last "
             "(train.py without a checkpoint: leave ckpt_path out)"
@@ -272,7 +277,7 @@ def refuse_in_multirun(config_name: str, args: list[str]) -> None:
     if config_name not in RESUMABLE_CONFIGS or not any(a in ("-m", "--multirun") for a in args):
         return
     for value in (a.split("=", 1)[1].strip("'\"") for a in args if a.startswith("ckpt_path=")):
-        if value == LAST or (value.strip() and Path(value).is_dir()):
+        if value == LAST or (not _names_nothing(value) and Path(value).is_dir()):
             raise UserError(
                 f"ckpt_path={value} cannot be used with -m: every job of a sweep "
                 f"would resume the same run; resume each job on its own "
