@@ -108,6 +108,17 @@ def test_equal_values_at_or_inside_a_bound_give_the_point(values, expected):
     assert row["ci_method"] == "Student t" and row["note"] == ""
 
 
+def test_a_float32_rounding_past_a_bound_still_counts_as_inside_it():
+    """torchmetrics' F1 of a perfect fold in float32: 1.0000001192092896. The interval is still
+    cut to [0, 1] (real values of a 5-fold digits sweep), and a mean past 1 by a rounding step
+    gets the point 1."""
+    f1 = [0.9859185814857483, 0.9720374941825867, 1.0000001192092896, 0.9930706024169922]
+    row = stats.describe([*f1, 1.0000001192092896], (0.0, 1.0))
+    assert row["ci95_high"] == 1.0 and row["ci_method"] == "Student t, cut to [0, 1]"
+    perfect = stats.describe([1.0000001192092896] * 3, (0.0, 1.0))
+    assert (perfect["ci95_low"], perfect["ci95_high"]) == (1.0, 1.0)
+
+
 def test_one_value_has_no_interval_and_values_outside_the_range_are_not_cut():
     single = stats.describe([1.0], (0.0, 1.0))
     assert single["ci95_low"] is single["ci95_high"] is single["ci_method"] is None

@@ -24,6 +24,9 @@ import statistics
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
+# how far past a bound a value still counts as inside it: metrics computed in float32 (an F1
+# of 1.0000001192092896 from torchmetrics) land a rounding step outside their range
+ROUNDING = 1e-6
 MIN_WILCOXON = 6  # pairs: below this the signed-rank test cannot reach p < 0.05
 NO_INTERVAL = "n=1: no interval"
 NO_VARIANCE = "zero variance in both groups: no p-value"
@@ -64,10 +67,14 @@ def _range_text(low: float | None, high: float | None) -> str:
 
 
 def cut(low: float, high: float, bounds: tuple[float | None, float | None]):
-    """(low, high, ci_method): the interval cut to `bounds`, and the method's name."""
+    """(low, high, ci_method): the interval cut to `bounds`, and the method's name (both ends
+    inside them, also for a mean a float32 rounding put just past a bound)."""
     floor, ceiling = bounds
-    new_low = low if floor is None else max(low, floor)
-    new_high = high if ceiling is None else min(high, ceiling)
+    new_low, new_high = low, high
+    if floor is not None:
+        new_low, new_high = max(new_low, floor), max(new_high, floor)
+    if ceiling is not None:
+        new_low, new_high = min(new_low, ceiling), min(new_high, ceiling)
     if (new_low, new_high) == (low, high):
         return low, high, T_METHOD
     return new_low, new_high, f"{T_METHOD}, cut to {_range_text(floor, ceiling)}"
@@ -96,8 +103,8 @@ def describe(values: list[float], bounds=(None, None)) -> dict:
     std = 0.0 if min(values) == max(values) else statistics.stdev(values)
     half = _t_quantile(n - 1) * std / math.sqrt(n)
     floor, ceiling = bounds
-    if (floor is not None and min(values) < floor) or (
-        ceiling is not None and max(values) > ceiling
+    if (floor is not None and min(values) < floor - ROUNDING) or (
+        ceiling is not None and max(values) > ceiling + ROUNDING
     ):
         bounds = (None, None)  # not the range its name says (a percentage?): nothing to cut
     low, high, method = cut(mean - half, mean + half, bounds)
