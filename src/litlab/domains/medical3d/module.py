@@ -191,7 +191,7 @@ class VolumeSegmenter(LitModule):
         self.log_step(split, self.loss(logits, y), class_map(logits), y[:, 0], len(x))
 
     def on_predict_start(self) -> None:
-        if self.mask_dir is None and (out := hydra_output_dir()) is not None:
+        if self.mask_dir is None and (out := self.output_dir or hydra_output_dir()) is not None:
             self.mask_dir = out / "masks"
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:

@@ -74,6 +74,37 @@ def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
     return pairs
 
 
+def label_names(root, num_classes: int, key: str = "data") -> list[str] | None:
+    """The class names of an MSD folder's dataset.json `labels` ({"0": "background", "1":
+    "Anterior", ...}, or nnU-Net v2's {"background": 0, ...}): what an exported model names
+    its classes by (the service answers them). None without a dataset.json or its `labels`;
+    one line when they do not name exactly the classes 0..num_classes-1 in short printable
+    words (a file from elsewhere is data: its names end up in every answer)."""
+    import json
+
+    path = Path(str(root)) / "dataset.json"
+    if not path.is_file():
+        return None
+    valid = f"valid: a name for each label 0 to {num_classes - 1} ({key}.num_classes={num_classes})"
+    try:
+        labels = json.loads(path.read_text()).get("labels")
+    except (ValueError, UnicodeDecodeError, AttributeError) as err:
+        raise UserError(f"{path} is not a JSON object ({one_line(err)}); {valid}") from None
+    if labels is None:
+        return None
+    pairs = labels.items() if isinstance(labels, dict) else []
+    flipped = all(isinstance(v, int) and not isinstance(v, bool) for _, v in pairs)
+    names = {str(v): k for k, v in pairs} if flipped else {str(k): v for k, v in pairs}
+    wanted = [str(i) for i in range(num_classes)]
+    if sorted(names) != sorted(wanted) or not all(
+        isinstance(n, str) and 0 < len(n) <= 64 and n.isprintable() for n in names.values()
+    ):
+        raise UserError(
+            f"{path}: its labels {one_line(json.dumps(labels))[:200]} do not fit; {valid}"
+        )
+    return [names[i] for i in wanted]
+
+
 def read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(array (C, D, H, W), affine); a 4D NIfTI (x, y, z, c) becomes c channels."""
     import nibabel as nib

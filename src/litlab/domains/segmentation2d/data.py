@@ -1,12 +1,13 @@
 """2D segmentation datamodules: axial slices of NIfTI volumes (`data=hippocampus2d`) and a
 user's images/ + masks/ folders (`data=masks`).
 
-Items are split, never their slices: a volume's slices are all in one split. Training draws
-random slices; evaluation batches hold one whole item (all slices of a volume, or one image), so
-the Dice of a batch is the Dice of an item, as for 3D segmentation (and DDP shards items). Intensities are in [0, 1]
-(a volume windowed at its 0.5 and 99.5 percentiles, an image / 255), then normalized by the
-training slices' mean and standard deviation in the batch hook: what an exported file's
-metadata states, so a served PNG is read as training read its slices.
+Items are split, never their slices: a volume's slices are all in one split (and images of
+one `data.group`, e.g. slices a user exported from one volume). Training draws random slices;
+evaluation batches hold one whole item (all slices of a volume, or one image), so the Dice of a
+batch is the Dice of an item, as for 3D segmentation (and DDP shards items). Intensities are in
+[0, 1] (a volume windowed at its own 0.5th and 99.5th percentiles: `window`; an image / 255),
+then normalized by the training slices' mean and standard deviation in the batch hook: what an
+exported file's metadata states, so a served PNG is read as training read its slices.
 """
 
 from pathlib import Path
@@ -20,6 +21,7 @@ from litlab.bounds import Fraction, Ge, NonNegInt, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
+from litlab.domains.segmentation2d.slices import image_groups, pad_to, source_stem, window
 from litlab.errors import UserError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -42,10 +44,13 @@ class Items(Dataset):
 
 class SliceDataModule(folds.FoldSettings, SplitDataModule):
     """Subclasses return items (`load`): (images (S, C, H, W) in [0, 1], labels (S, H, W)) of
-    `image_size` squares, and their names."""
+    `image_size` squares, and their names; `shapes` holds each item's (height, width) before
+    padding."""
 
     kind = "image_segmentation"
     data_name, fold_pool = "the items", "items"
+    #: what an item is in predictions.csv: a volume (a row per slice) or an image
+    source_column = "volume"
     #: a served image of another size is zero-padded as training's were (exported metadata)
     fit = "pad"
 
@@ -66,6 +71,9 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         self.num_classes, self.image_size, self.channels = num_classes, image_size, 1
         self.mean, self.std = (0.0,), (1.0,)
         self.names: list[str] = []
+        self.shapes: list[tuple[int, int]] = []
+        self.slice_counts: list[int] = []
+        self.split: dict[str, list[int]] = {}
 
     @property
     def dims(self) -> dict:
@@ -77,13 +85,11 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        h = self.hparams
         items, self.names = self.load()
         self.channels = int(items[0][0].shape[1])
-        if h.num_folds is None:
-            split = split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
-        else:  # stratified by each item's dominant structure
-            split = folds.volume_split([y.numpy() for _, y in items], h, self.data_name)
+        self.slice_counts = [len(x) for x, _ in items]
+        self.split = split = self.split_items(items)
+        self.split_sources = {k: [self.names[i] for i in v] for k, v in split.items()}
         train = [items[i] for i in split["train"]]
         self.train_set = TensorDataset(
             torch.cat([x for x, _ in train]), torch.cat([y for _, y in train])
@@ -92,6 +98,34 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         train = self.train_set.tensors[0]
         self.mean = tuple(train.mean((0, 2, 3)).tolist())
         self.std = tuple(train.std((0, 2, 3)).clamp_min(1e-3).tolist())
+
+    def split_items(self, items) -> dict[str, list[int]]:
+        """Items by split: seeded, or fold `fold` (stratified by dominant structure)."""
+        h = self.hparams
+        if h.num_folds is None:
+            return split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
+        return folds.volume_split([y.numpy() for _, y in items], h, self.data_name)
+
+    def mask_files(self, split: str) -> list[list[str]]:
+        """The predicted masks' PNG names of each item of `split`, one a slice: a volume's
+        `<volume>_slice<k>.png`, an image's `<image stem>.png`."""
+        out = []
+        for i in self.split[split]:
+            stem = source_stem(self.names[i])
+            if self.source_column == "image":
+                out.append([f"{stem}.png"])
+            else:
+                out.append([f"{stem}_slice{k}.png" for k in range(self.slice_counts[i])])
+        return out
+
+    def sources(self, split: str) -> dict[str, list]:
+        """A row per slice: its volume and slice number (or its image), and its mask's file."""
+        items, files = self.split[split], self.mask_files(split)
+        names = [self.names[i] for i, f in zip(items, files) for _ in f]
+        out = {self.source_column: names}
+        if self.source_column != "image":
+            out["slice"] = [k for f in files for k in range(len(f))]
+        return out | {"mask": [f"masks/{name}" for f in files for name in f]}
 
     def eval_batch_size(self) -> int:
         return 1  # one whole item (its slices) a batch: under DDP, items are sharded
@@ -109,14 +143,6 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         return (x - mean) / std, y.long()
 
 
-def pad_to(array: np.ndarray, size: int) -> np.ndarray:
-    """Zero-pad the last two axes to size x size (centred); refuse larger."""
-    h, w = array.shape[-2:]
-    top, left = (size - h) // 2, (size - w) // 2
-    pad = [(0, 0)] * (array.ndim - 2) + [(top, size - h - top), (left, size - w - left)]
-    return np.pad(array, pad)
-
-
 class Hippocampus2DDataModule(SliceDataModule):
     """Axial slices of NIfTI volumes with label maps (MSD layout: images/ + labels/ or
     imagesTr/ + labelsTr/): each volume windowed to [0, 1], sliced along its last axis,
@@ -126,12 +152,18 @@ class Hippocampus2DDataModule(SliceDataModule):
         super().__init__(**kwargs)
         self.root = Path(root)
         self.pairs = self.check_settings({"root": root, **kwargs}, "data")
+        from litlab.domains.medical3d import nifti as N
+
+        # dataset.json's names of the labels: the exported model's (and the service's) classes
+        self.class_names = N.label_names(self.root, self.num_classes)
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list:
         from litlab.domains.medical3d import nifti as N
 
-        return N.folder_pairs(settings, key, cls.check_folds)
+        pairs = N.folder_pairs(settings, key, cls.check_folds)
+        N.label_names(settings["root"], int(settings.get("num_classes", 3)), key)
+        return pairs
 
     def load(self):
         from litlab.domains.medical3d import nifti as N
@@ -142,9 +174,8 @@ class Hippocampus2DDataModule(SliceDataModule):
             label = label[0] if len(label) == 1 else label
             N.check_pair(image_path, label_path, image, label, self.num_classes)
             _check_size(label_path, label.shape[:2], size)  # a slice is (D, H)
-            lo, hi = np.percentile(image, (0.5, 99.5))
-            image = np.clip((image - lo) / max(hi - lo, 1e-6), 0, 1)
-            x = pad_to(np.moveaxis(image, -1, 0), size)  # (S, C, D, H): slices of the last axis
+            self.shapes.append(tuple(label.shape[:2]))
+            x = pad_to(np.moveaxis(window(image), -1, 0), size)  # (S, C, D, H): last-axis slices
             y = pad_to(np.moveaxis(label, -1, 0), size)  # (S, D, H)
             items.append((torch.from_numpy(x).float(), torch.from_numpy(y.astype(np.uint8))))
         return items, [p.name for p, _ in self.pairs]
@@ -153,17 +184,24 @@ class Hippocampus2DDataModule(SliceDataModule):
 class MaskFolderDataModule(SliceDataModule):
     """A user's images and label maps: `root/images/*.png` and `root/masks/<same name>.png`
     (8-bit grey or RGB images; masks of label values 0..num_classes-1, the images' size).
-    Images smaller than `image_size` are padded, larger ones refused."""
+    Images smaller than `image_size` are padded, larger ones refused.
 
-    def __init__(self, root: str, **kwargs):
+    Images are split one by one, unless `group` (a regex on their file names) names groups
+    that stay whole: slices exported from one volume are alike, and a test slice whose
+    neighbours were trained on would score a Dice no new volume gets."""
+
+    source_column = "image"
+
+    def __init__(self, root: str, group: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.root = Path(root)
-        self.pairs = self.check_settings({"root": root, **kwargs}, "data")
+        self.pairs = self.check_settings({"root": root, "group": group, **kwargs}, "data")
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list[tuple[Path, Path]]:
         """Every image has a mask of its size, with labels below num_classes: the first one
-        that does not is named, before anything is written."""
+        that does not is named, before anything is written; so is a `group` that does not
+        name at least 3 groups (train, val, test)."""
         from PIL import Image
 
         root = Path(str(settings["root"]))
@@ -183,7 +221,12 @@ class MaskFolderDataModule(SliceDataModule):
             _check_item(mask, shape[:2], labels.shape, labels, classes)
             _check_size(image, labels.shape, size)
             pairs.append((image, mask))
-        cls.check_folds(settings, key, len(pairs))
+        groups = image_groups([p.name for p, _ in pairs], settings.get("group"), key)
+        if groups is None:
+            cls.check_folds(settings, key, len(pairs))
+        else:  # the groups are what is split (and folded)
+            folds.check_fold(settings, key)
+            folds.check_count(len(set(groups)), settings, key, f"{key}.group's groups", "groups")
         return pairs
 
     def load(self):
@@ -194,9 +237,28 @@ class MaskFolderDataModule(SliceDataModule):
             with Image.open(image) as a, Image.open(mask) as b:
                 x = np.asarray(a.convert("L"), dtype=np.float32) / 255.0
                 y = np.asarray(b, dtype=np.uint8)
+            self.shapes.append(tuple(y.shape))
             x, y = pad_to(x[None, None], self.image_size), pad_to(y[None], self.image_size)
             items.append((torch.from_numpy(x), torch.from_numpy(y)))
         return items, [p.name for p, _ in self.pairs]
+
+    def split_items(self, items) -> dict[str, list[int]]:
+        """With `group`: the groups are split (or folded, stratified by the dominant structure
+        of their images together), each image going where its group goes."""
+        h = self.hparams
+        if h.group is None:
+            return super().split_items(items)
+        groups = image_groups(self.names, h.group, "data")
+        order = list(dict.fromkeys(groups))  # the groups, by first image
+        members = [[i for i, g in enumerate(groups) if g == name] for name in order]
+        if h.num_folds is None:
+            split = split_indices(len(order), h.val_fraction, h.test_fraction, h.seed, "groups")
+        else:
+            label_maps = [
+                np.concatenate([items[i][1].numpy().reshape(-1) for i in m]) for m in members
+            ]
+            split = folds.volume_split(label_maps, h, "data.group's groups")
+        return {k: sorted(i for g in v for i in members[g]) for k, v in split.items()}
 
 
 def _read(path: Path, Image) -> np.ndarray:

@@ -33,6 +33,9 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
+    #: the sources of what `load` returned: (training images', test images' or None); unset:
+    #: their places in the dataset's official files, "train/<i>" and "test/<i>"
+    loaded_sources: tuple[list, list | None] | None = None
 
     def __init__(
         self,
@@ -80,29 +83,40 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
         if self.train_set is not None:
             return
         (images, labels), test = self.load()
+        ids, test_ids = self.loaded_sources or (
+            [f"train/{i}" for i in range(len(labels))],
+            None if test is None else [f"test/{i}" for i in range(len(test[1]))],
+        )
         if self.hparams.num_folds is not None:
-            self._fold_sets(images, labels, test)
+            self._fold_sets(images, labels, test, ids, test_ids)
             return
         if test is None:  # no official test split: carve one out, stratified
             rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed, "the test share")
-            test = images[test_idx], labels[test_idx]
-            images, labels = images[rest], labels[rest]
+            test, test_ids = (images[test_idx], labels[test_idx]), [ids[i] for i in test_idx]
+            images, labels, ids = images[rest], labels[rest], [ids[i] for i in rest]
         train_idx, val_idx = stratified_split(
             labels, self.hparams.val_fraction, self.hparams.seed, "data.val_fraction", LEFT
         )
         self.train_set = TensorImages(images[train_idx], labels[train_idx])
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*test)
+        self.split_sources = {
+            "train": [ids[i] for i in train_idx],
+            "val": [ids[i] for i in val_idx],
+            "test": list(test_ids),
+        }
 
-    def _fold_sets(self, images, labels, test) -> None:
+    def _fold_sets(self, images, labels, test, ids, test_ids) -> None:
         """Every labelled image in one pool (the official test split after the training split):
         fold `fold` tests, the validation set is carved from the other folds."""
         if test is not None:
             images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
+            ids = [*ids, *test_ids]
         split = folds.settings_split(labels.numpy(), self.hparams, self.data_name, "images")
         self.train_set, self.val_set, self.test_set = (
             TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
         )
+        self.split_sources = {k: [ids[i] for i in v] for k, v in split.items()}
 
 
 class DigitsDataModule(VisionDataModule):
@@ -143,10 +157,12 @@ class DigitsDataModule(VisionDataModule):
         images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         labels = torch.tensor(digits.target, dtype=torch.long)
         if self.hparams.num_folds is not None:  # every image is in one fold's test set
+            self.loaded_sources = list(range(len(labels))), None
             return (images, labels), None
         rest, test = stratified_split(
             labels, self.test_fraction, self.hparams.seed, "data.test_fraction"
         )
+        self.loaded_sources = rest.tolist(), test.tolist()  # places in load_digits()
         return (images[rest], labels[rest]), (images[test], labels[test])
 
 
@@ -159,6 +175,7 @@ class ImageFolderDataModule(VisionDataModule):
     """
 
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    source_column = "image"  # the file, relative to data.root
 
     def __init__(
         self,
@@ -251,18 +268,26 @@ class ImageFolderDataModule(VisionDataModule):
             self.train_set = Subset(train, idx)
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set
-            return
-        if h.num_folds is not None:
+        elif h.num_folds is not None:
             split = folds.settings_split(train.targets, h, str(self.root), "images")
             self.train_set, self.val_set, self.test_set = (
                 Subset(train, split[s].tolist()) for s in ("train", "val", "test")
             )
-            return
-        rest, test_idx = stratified_split(
-            train.targets, self.test_fraction, h.seed, "data.test_fraction"
-        )
-        tr, va = stratified_split(
-            [train.targets[i] for i in rest], h.val_fraction, h.seed, "data.val_fraction", LEFT
-        )
-        self.train_set = Subset(train, rest[tr])
-        self.val_set, self.test_set = Subset(train, rest[va]), Subset(train, test_idx)
+        else:
+            rest, test_idx = stratified_split(
+                train.targets, self.test_fraction, h.seed, "data.test_fraction"
+            )
+            tr, va = stratified_split(
+                [train.targets[i] for i in rest], h.val_fraction, h.seed, "data.val_fraction", LEFT
+            )
+            self.train_set = Subset(train, rest[tr])
+            self.val_set, self.test_set = Subset(train, rest[va]), Subset(train, test_idx)
+        self.split_sources = {
+            s: self._files(getattr(self, f"{s}_set")) for s in ("train", "val", "test")
+        }
+
+    def _files(self, dataset) -> list[str]:
+        """The image files of a folder or of a subset of one, relative to data.root."""
+        indices = dataset.indices if hasattr(dataset, "indices") else range(len(dataset))
+        folder = dataset.dataset if hasattr(dataset, "indices") else dataset
+        return [Path(folder.samples[i][0]).relative_to(self.root).as_posix() for i in indices]
