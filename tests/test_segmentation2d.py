@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers.masks import mask_folder, nifti_folder
 from helpers.runs import ROOT
@@ -162,6 +163,12 @@ def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
     assert (train / "inspect" / "samples.png").is_file()
     best = next((train / "checkpoints").glob("epoch_*.ckpt"))
     run("src/eval.py", f"ckpt_path={best}")
+    split = json.loads((train / "data_split.json").read_text())
+    rows = pd.read_csv(next(logs.glob("eval/runs/*")) / "predictions.csv")
+    assert rows["image"].tolist() == split["test"] and len(split["test"]) == 16
+    for image in split["test"]:  # each test image's predicted mask, named by the image
+        mask = np.asarray(Image.open(next(logs.glob("eval/runs/*")) / "masks" / image))
+        assert mask.shape == (32, 32)
     run("src/export.py", f"ckpt_path={best}", "formats=[onnx,onnx_int8]")
     model = next(logs.glob("export/runs/*/model.onnx"))
     server, url = serve.start(model, logs)
@@ -175,6 +182,9 @@ def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
         assert mask.shape == (28, 26) and (mask == truth).mean() > 0.9
         status, png = serve.request(f"{url}/predict", body, kind, {"Accept": "image/png"})
         assert status == 200 and (np.asarray(Image.open(io.BytesIO(png))) == mask).all()
+        example = (ROOT / "examples" / "slice.png").read_bytes()  # docs/deploy.md's request
+        status, reply = serve.request(f"{url}/predict", *serve.multipart([("slice.png", example)]))
+        assert status == 200 and np.asarray(reply["masks"][0]).shape == (32, 32), reply
     finally:
         server.terminate()
         server.wait(30)
@@ -374,3 +384,17 @@ def test_a_bad_data_group_is_one_line(group, tmp_path):
     says = str(err.value)
     assert says.startswith(GROUP_REFUSALS[group]) and "\n" not in says, says
     assert says.endswith("e.g. '^(.*)_slice' for <volume>_slice<k>.png")
+
+
+def test_a_bad_data_group_stops_training_before_anything_is_written(tmp_path):
+    """As the command line gives it (Hydra's quotes), refused before the run starts."""
+    from helpers.runs import run_dirs
+
+    from litlab import api
+
+    root, logs = _sliced_folder(tmp_path / "m"), tmp_path / "logs"
+    args = ["model=unet2d", "data=masks", f"data.root={root}", "data.num_classes=3"]
+    args.append(f"paths.log_dir={logs}")
+    with pytest.raises(UserError, match=r"^data.group='\(\.\*\)_slice9' matches none of the 24"):
+        api.train([*args, "data.group='(.*)_slice9'"])
+    assert run_dirs(logs) == [] and not list(logs.rglob("*.ckpt"))
