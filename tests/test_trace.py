@@ -106,6 +106,33 @@ def test_image_folders_name_rows_by_file(tmp_path):
     assert _targets(dm) == [dm.classes.index(f.split("/")[0]) for f in files]
 
 
+@pytest.mark.parametrize("files", [("t10k",), ("train", "t10k")])
+def test_mnist_names_rows_by_their_place_in_its_files(files, tmp_path):
+    """`test/<i>`: image i of t10k (also when only t10k is there and is split three ways)."""
+    from helpers.datafiles import write_idx
+
+    from litlab.domains.vision.downloads import MNISTDataModule
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    labels = {}
+    for i, name in enumerate(files):
+        labels[name] = np.random.default_rng(i).permutation(np.repeat(np.arange(10), 8))
+        write_idx(raw / f"{name}-labels-idx1-ubyte.gz", labels[name])
+        write_idx(raw / f"{name}-images-idx3-ubyte.gz", np.zeros((80, 4, 4)))
+    dm = MNISTDataModule(data_dir=str(tmp_path), download=False, val_fraction=0.25)
+    dm.setup()
+    _partition(dm, 80 * len(files))
+    read = {"train": labels.get("train"), "test": labels["t10k"]}
+
+    def label(sample: str) -> int:
+        split, i = sample.split("/")
+        return int(read[split][int(i)])
+
+    for split in ("val", "test"):
+        assert _targets(dm, split) == [label(s) for s in dm.sources(split)["sample"]]
+
+
 def test_nodes_and_phantom_volumes_name_rows_by_index(tmp_path):
     from litlab.domains.graph.data import SBMDataModule
     from litlab.domains.medical3d import volumes as V
