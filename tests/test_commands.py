@@ -14,12 +14,15 @@ from litlab.errors import UserError
 from litlab.sweeps import plan
 from litlab.utils import commands
 
+# overrides a shell would split or run if they were not quoted; every payload only makes a
+# marker file in the test's own folder (never anything else: this test runs a shell, and a
+# broken quoting must cost a failed assertion, nothing more)
 AWKWARD = [
     "+tags=[a b]",
     "note='quoted' \"twice\"",
-    "x=1;rm -rf ~",
-    "y=$HOME$(id)`id`",
-    "z=a|b&&c>d<e*?",
+    "x=1;touch injected1",
+    "y=$HOME$(touch injected2)`touch injected3`",
+    "z=a|touch injected4&&touch injected5>d<e*?",
     "u=héllo ✓ 名前",
     "n=line1\nline2",
     "e=back\\slash",
@@ -30,7 +33,8 @@ AWKWARD = [
 
 def test_made_commands_reach_the_program_as_given_when_pasted_into_a_shell(tmp_path):
     """Every printed command run by a POSIX shell (sh -c, as pasted): the program gets each
-    override as one word, unchanged (a `python` on PATH that records its arguments)."""
+    override as one word, unchanged (a `python` on PATH that records its arguments), and no
+    part of any override runs (no marker file appears)."""
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir()
     fake.write_text(
@@ -40,11 +44,13 @@ def test_made_commands_reach_the_program_as_given_when_pasted_into_a_shell(tmp_p
     fake.chmod(0o755)
     printed = commands.command("train", AWKWARD, multirun=True)
     assert "\n" not in printed.replace("line1\nline2", "")  # one line but for the value's own
-    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
-    subprocess.run(["sh", "-c", printed], check=True, env=env, cwd=tmp_path)
+    home = tmp_path / "home"  # `~` and $HOME of the shell: the test's own folder
+    home.mkdir()
+    path = f"{fake.parent}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    subprocess.run(["sh", "-c", printed], check=True, env={"PATH": path, "HOME": str(home)},
+                   cwd=tmp_path, timeout=30)  # fmt: skip
     assert json.loads((tmp_path / "argv.json").read_text()) == ["src/train.py", "-m", *AWKWARD]
-    home = tmp_path / "HOME"  # nothing ran: no $HOME expansion, no `rm`, no `id`
-    assert not home.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["argv.json", "bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["argv.json", "bin", "home"]
 
 
 def test_a_made_command_is_one_litlab_prints_back():
