@@ -232,6 +232,8 @@ def test_new_folders_and_the_sweeps_own_are_let_in(tmp_path):
     plan.write(nested, JOBS, commands.command("train", ["seed=1,2"], multirun=True))
     _job(nested / "seed" / "1", 0, JOBS[0])
     (nested / "seed" / "2").mkdir()  # started, nothing written yet
+    (nested / "seed" / "3").mkdir()  # started by a parallel launcher: only its console.log
+    (nested / "seed" / "3" / "console.log").write_text("started")
     assert check_owned(nested, plan.GRID, "train") is not None
 
 

@@ -95,14 +95,19 @@ def _describe(kind: str, entry: str, study) -> str:
     return f"{what.get(kind, 'a sweep')} of src/{entry}.py"
 
 
-def _own_job(folder: Path, jobs: list[list[str]] | None, depth: int = 0) -> bool:
-    """Whether `folder` holds nothing, or one of the sweep's jobs (its record or its
-    `.hydra/overrides.yaml`: one of `jobs`, any job when None), or only such folders (a
-    `hydra.sweep.subdir` with a `/`)."""
+def _only_logs(folder: Path, entries: list[str]) -> bool:
+    """A job that started and wrote nothing but its logs yet (a launcher's `console.log`)."""
+    return all(e.endswith(".log") and (folder / e).is_file() for e in entries)
+
+
+def _own_job(folder: Path, jobs: set | None, depth: int = 0) -> bool:
+    """Whether `folder` holds nothing (or only logs), or one of the sweep's jobs (its record
+    or its `.hydra/overrides.yaml`: settings in `jobs`, any job when None), or only such
+    folders (a `hydra.sweep.subdir` with a `/`)."""
     from litlab.sweeps.grid import overrides_of, settings_key
 
     entries = os.listdir(folder)
-    if not entries:
+    if _only_logs(folder, entries):
         return True
     try:
         record = sweep_records.read(folder / sweep_records.RECORD)
@@ -112,15 +117,16 @@ def _own_job(folder: Path, jobs: list[list[str]] | None, depth: int = 0) -> bool
     if jobs is None and (overrides is not None or (folder / ".hydra").is_dir()):
         return True  # a search's trial (maybe another worker's, being written now)
     if overrides is not None:
-        return settings_key(overrides) in {settings_key(j) for j in jobs}
+        return settings_key(overrides) in jobs
     subdirs = [folder / e for e in entries]
     if depth >= 3 or not all(p.is_dir() and not p.is_symlink() for p in subdirs):
         return False
     return all(_own_job(p, jobs, depth + 1) for p in subdirs)
 
 
-def _check_entry(path: Path, jobs: list[list[str]] | None) -> str | None:
-    """What is wrong with one entry at the top of a litlab sweep's folder, or None."""
+def _check_entry(path: Path, jobs: set | None) -> str | None:
+    """What is wrong with one entry at the top of a litlab sweep's folder, or None (`jobs`:
+    the settings of the plan's jobs; None: a search's, any job)."""
     from litlab.checkpointing.links import links_out
 
     st = path.lstat()
@@ -178,8 +184,11 @@ def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | No
             f"hydra.sweep.dir={sweep_dir} holds {theirs} (its {plan.PLAN}), not {mine}; "
             f"{NEW_FOLDER}"
         )
+    from litlab.sweeps.grid import settings_key
+
+    jobs = None if own.get("jobs") is None else {settings_key(j) for j in own["jobs"]}
     for name in entries:
-        why = _check_entry(sweep_dir / name, own.get("jobs"))
+        why = _check_entry(sweep_dir / name, jobs)
         if why is not None:
             raise UserError(
                 f"hydra.sweep.dir={sweep_dir}: {why}; litlab writes into a sweep's folder only "
