@@ -202,15 +202,20 @@ class SweepDir:
     then `claim` (locked, checked again, marked), or `give_up` (see the module docstring)."""
 
     def __init__(self, config: DictConfig, entry: str):
-        self.config, self.entry, self.kind = config, entry, kind_of(config)
+        self.config, self.entry = config, entry
+        self.lock: SweepLock | None = None  # set by `check` (which may refuse in one line)
+        self.jobs: list[list[str]] | None = None
+        self._made: list[Path] = []  # folders made for the lock, outermost first
+        self._made_lock = False
+
+    def _read_config(self) -> None:
+        config = self.config
+        self.kind = kind_of(config)
         self.path = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir"))))
         search = self.kind == plan.SEARCH
         self.study = OmegaConf.select(config, "hydra.sweeper.study_name") if search else None
         self.command = plan.resume_command(config)
         self.lock = SweepLock(self.path, note=self.command, shared=search)
-        self.jobs: list[list[str]] | None = None
-        self._made: list[Path] = []  # folders made for the lock, outermost first
-        self._made_lock = False
 
     def check(self) -> None:
         """Read only: no sweep runs in the folder now, it is this sweep's (`check_owned`), and
@@ -218,6 +223,8 @@ class SweepDir:
         from litlab.runs.sweep_check import grid_jobs
         from litlab.sweeps.summary import load_records
 
+        if self.lock is None:
+            self._read_config()
         self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
         own = check_owned(self.path, self.kind, self.entry, self.study)
         if self.kind == plan.GRID:
@@ -245,6 +252,8 @@ class SweepDir:
 
     def give_up(self) -> None:
         """After a refusal: unlocked, and the folder as it was before `claim`."""
+        if self.lock is None:
+            return
         self.lock.release()
         if self._made_lock:
             (self.path / LOCK).unlink(missing_ok=True)
