@@ -8,9 +8,11 @@ entry point (train, eval, export, serve, compress, federate, report) goes throug
    with the closest valid one, rules across its keys): `config.entries` for train, eval and
    federate, beside their code for the others;
 3. the config the run will see (`Settings.run_view`: compress joins the checkpoint's model and
-   data), every node with a `_target_` against its target's signature (`config.targets`):
-   first the bounds known by a target's name (no import), model against data by their
-   declared kinds (no torch), then each target imported;
+   data), first what needs no import (about a second in all): the bounds known by a
+   target's name, model against data by their declared kinds, the Trainer against what
+   this machine certainly lacks (a GPU, fp16 on a CPU: `trainer_checks.check_impossible_here`),
+   the files the settings name there (`Settings.check_files_exist`); then every node with a
+   `_target_` against its imported target's signature (`config.targets`);
 4. the rules across groups (`config.checks`: the optimizer builds, folders exist, the
    monitored metric is logged; the settings' `check_groups`);
 5. the Trainer against the hardware present (`config.trainer_checks`);
@@ -24,7 +26,7 @@ from litlab.config import required, targets
 from litlab.config.checks import check_monitor, check_paths
 from litlab.config.entries import BY_ENTRY
 from litlab.config.settings import Settings, check
-from litlab.config.trainer_checks import check_trainer
+from litlab.config.trainer_checks import check_impossible_here, check_trainer
 from litlab.errors import UserError, one_line
 
 #: how to fill a required key, by name
@@ -114,6 +116,10 @@ def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"
 
         check_compatible(cfg)  # model against data by their declared kinds: no torch
         own.check_kind(kind_of_data(c["data"]["_target_"]))
+    if isinstance(c.get("trainer"), dict):
+        check_impossible_here(c["trainer"])
+    own.check_files_exist()
+    # every target imported from here on: torch and Lightning (seconds)
     targets.walk("", {k: v for k, v in c.items() if k != "data_overrides"})
     if built:
         targets.check_optimizer(c["model"])
