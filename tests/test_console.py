@@ -107,6 +107,61 @@ def test_setup_sends_warnings_to_the_log_file_in_one_console_line(tmp_path, caps
     assert "Seed set to 1" in log and "an old call" in log and "second line" in log
 
 
+def test_library_notices_of_graphs_resumes_and_sweeps_go_to_the_log_file(tmp_path, capfd):
+    """What the console shows (nothing) of PyG's "Processing... Done!" (printed inside
+    `fetching`, the first read of a dataset), Lightning's warnings on a resumed run's own
+    checkpoints/ and on one batch per epoch (every graph run, `[rank0]` under DDP): the log
+    file has them. A sweep's launch line shows the job's overrides without the environment
+    override litlab adds to it."""
+    import sys
+
+    from lightning.pytorch.utilities.warnings import PossibleUserWarning
+
+    from litlab.utils.fetching import fetching
+
+    class Launcher:  # a launcher of this module: it logs through this module's logger
+        pass
+
+    root = logging.getLogger()
+    handlers, shown, level = root.handlers[:], warnings.showwarning, root.level
+    root.setLevel(logging.INFO)
+    screen, file = logging.StreamHandler(), logging.FileHandler(tmp_path / "run.log")
+    root.handlers = [screen, file]
+    try:
+        console.setup()
+        with fetching(tmp_path / "Cora" / "raw"):
+            print("Processing...", file=sys.stderr)
+            print("Done!", file=sys.stderr)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = console._show_warning
+            warnings.warn(  # Lightning's words (ModelCheckpoint, fit loop)
+                f"Checkpoint directory {tmp_path} exists and is not empty.", stacklevel=1
+            )
+            warnings.warn(
+                "The number of training batches (1) is smaller than the logging interval "
+                "Trainer(log_every_n_steps=50). Set a lower value for log_every_n_steps if "
+                "you want to see logs for the training epoch.",
+                PossibleUserWarning,
+                stacklevel=1,
+            )
+        console.launch_lines(Launcher())
+        logging.getLogger(__name__).warning(  # WARNING: shown whatever the logger's level
+            "\t#1 : seed=2 ++hydra.job.env_set.LITLAB_SWEEP_RESUME=1 model.optimizer.lr=0.1"
+        )
+    finally:
+        root.handlers, warnings.showwarning = handlers, shown
+        root.setLevel(level)
+        file.close()
+        logging.getLogger(__name__).filters.clear()
+    out = capfd.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == ["warning: \t#1 : seed=2 model.optimizer.lr=0.1"], out.err
+    log = (tmp_path / "run.log").read_text()
+    for line in ("Processing...\nDone!", "exists and is not empty", "logging interval"):
+        assert line in log
+
+
 def test_compact_summary_keeps_modules_with_parameters():
     data = [
         (" ", ["0", "1", "2"]),

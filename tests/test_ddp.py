@@ -80,6 +80,10 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
     assert "terminate called" not in console and "Traceback" not in console
     # torchmetrics already synced the epoch metrics: no advice per metric to sync them again
     assert "sync_dist" not in console
+    # the launch lines without the job's environment (its train.log says it), no notice of
+    # fewer batches than log_every_n_steps
+    assert "env_set" not in console and "logging interval" not in console
+    assert logs.count("launched with ++hydra.job.env_set.LITLAB_SWEEP_RESUME=1") == 2
 
 
 @SWEEP
