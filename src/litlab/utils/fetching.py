@@ -14,9 +14,9 @@ import logging
 import os
 from pathlib import Path
 
-from litlab.console import FILE_ONLY
-
 log = logging.getLogger(__name__)
+# litlab.console.FILE_ONLY (the console module reads the rank from litlab.utils: no import back)
+FILE_ONLY = {"console": False}
 
 DISPOSABLE = (".litlab.lock",)  # files that do not make a folder worth keeping
 
