@@ -37,10 +37,10 @@ def readme_results() -> dict[str, float]:
 
 
 def test_default_run_prints_one_page_and_the_readme_figures(tmp_path):
-    """`python src/train.py` as it is (30 epochs, progress bar on; the suite's 1 thread):
-    at most 30 non-empty lines, none twice, the library lines in train.log only, and the
-    README's sample test metrics."""
-    proc = run_cli("train.py", log_dir=tmp_path / "logs", quiet=False, timeout=600)
+    """`python src/train.py threads=1` as it is (30 epochs, progress bar on): at most 30
+    non-empty lines, none twice, the library lines in train.log only, and the README's sample
+    test metrics."""
+    proc = run_cli("train.py", "threads=1", log_dir=tmp_path / "logs", quiet=False, timeout=600)
     lines = non_empty(proc.stdout + proc.stderr)
     assert len(lines) <= 30, "\n".join(lines)
     assert not repeated(lines), repeated(lines)
@@ -51,8 +51,11 @@ def test_default_run_prints_one_page_and_the_readme_figures(tmp_path):
     log = (run_dirs(tmp_path / "logs")[-1] / "train.log").read_text()
     assert all(text in log for text in LIBRARY_LINES), log[-3000:]
     measured, documented = results(proc.stdout)[0], readme_results()
-    for key in ("test/acc", "test/f1"):  # 1 thread here as in the README; 2 samples of slack
-        assert measured[key] == pytest.approx(documented[key], abs=0.006), (key, measured)
+    # 1 thread here as in the README: the same figures, up to one of the 360 test digits (the
+    # 4 printed decimals round) and a loss within 5% (one twice as large fails)
+    for key in ("test/acc", "test/f1"):
+        assert measured[key] == pytest.approx(documented[key], abs=1 / 360 + 5e-5), (key, measured)
+    assert measured["test/loss"] == pytest.approx(documented["test/loss"], rel=0.05), measured
 
 
 def test_console_filter_keeps_litlab_and_warnings_drops_library_info_and_deprecations():
