@@ -26,6 +26,7 @@ COVERED = {
     "make test": "test_readme.py::test_make_targets_run_the_documented_commands",
     'make train ARGS="trainer.max_epochs=3"': "test_readme.py::test_make_targets_run_the_documented_commands",
     "python src/train.py": "test_vision.py::test_default_recipe_learns_and_eval_reproduces_it",
+    "python src/train.py threads=1": "test_console.py::test_default_run_prints_one_page_and_the_readme_figures",
     "python src/train.py model.net.linear_impl=tiled": "test_ops_train.py::test_trains_to_98_percent_and_resumes",
     ".venv/bin/python src/train.py ...": "test_vision.py::test_default_recipe_learns_and_eval_reproduces_it",
     "python src/train.py data=mnits": "test_readme.py::test_readme_error_examples_are_what_users_see",

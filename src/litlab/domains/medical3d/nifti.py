@@ -31,7 +31,10 @@ def folder_pairs(settings: dict, key: str, check_folds) -> list[tuple[Path, Path
     if not root.is_dir():
         raise UserError(
             f"{key}.root={root} is not a folder (expected imagesTr/ and labelsTr/, or images/ "
-            "and labels/)"
+            f"and labels/); copy the dataset there, or pass {key}.root=FOLDER, or (where "
+            f"{key}.root is ${{paths.data_dir}}/{root.name}, as in the recipes) "
+            f"paths.data_dir=FOLDER (or set LITLAB_DATA_DIR) for the folder that holds "
+            f"{root.name}/"
         )
     pairs = find_pairs(root, key)
     check_folds(settings, key, len(pairs))
