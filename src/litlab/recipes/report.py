@@ -64,6 +64,13 @@ def header(cfg: DictConfig, out: Path | None) -> str:
     lines = [f"{cfg.get('task_name', 'run')}: {' '.join(shown)}".rstrip()]
     if cfg.get("ckpt_path"):
         lines.append(f"  checkpoint  {cfg.ckpt_path}")
+    table = OmegaConf.select(cfg, "data.path", default=None) if cfg.get("data") else None
+    if isinstance(table, str):  # a file of the user's (a table): which one, not the recipe's
+        lines.append(f"  data        {table}")
+    changed = cfg.get("data_overrides")
+    if changed:  # eval, export, compress: the checkpoint's data with these keys changed
+        keys = " ".join(f"{k}={v}" for k, v in changed.items())
+        lines.append(f"  data        the checkpoint's, with {keys} (data_overrides)")
     lines.append(
         f"  threads     {os.environ.get('OMP_NUM_THREADS', 'torch default')} "
         f"(threads={cfg.get('threads', 'auto')})"
