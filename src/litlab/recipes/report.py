@@ -192,12 +192,15 @@ def results_lines(metrics: dict[str, float]) -> list[str]:
     return [f"  {split:<6} " + "  ".join(by_split[split]) for split in splits]
 
 
-def record_provenance(cfg: DictConfig, datamodule) -> dict:
+def record_provenance(cfg: DictConfig, datamodule, typed: dict | None = None) -> dict:
     """Write provenance.json into the run dir (rank 0) and return what checkpoints carry: the
-    code and package versions (the data checksums stay in the file)."""
+    code and package versions (the data checksums and `typed`, the data paths as typed before
+    they were made absolute, stay in the file)."""
     from litlab.checkpointing import provenance
 
     record = provenance.collect(datamodule if is_rank_zero() else None)
+    if typed:
+        record[provenance.TYPED] = typed
     if is_rank_zero() and cfg.get("paths"):
         from hydra.core.hydra_config import HydraConfig
 
