@@ -151,3 +151,24 @@ def test_each_entry_point_resumes_as_printed(kind, tmp_path, monkeypatch):
     assert (run_dir / "compress_report.json").is_file() and reports
 
     _federate(args, tmp_path / "federated")
+
+
+def test_a_printed_resume_names_relative_paths_from_where_the_run_started(tmp_path, monkeypatch):
+    """Printed as `python src/train.py ...` (run from the project folder), a resume of a run
+    started elsewhere with relative paths would name other files: they are made absolute."""
+    from litlab.runs.run_end import resume_command
+
+    monkeypatch.chdir(tmp_path)
+    given = ["experiment=diabetes", "data.path=mydata/t.csv", "paths.log_dir=logs2"]
+    given += ["data.batch_size=8", "data.path=a b.csv", "ckpt_path=last"]
+    args = shlex.split(resume_command("train", given, "logs2/diabetes/runs/x"))
+    assert args == [
+        "python",
+        "src/train.py",
+        "experiment=diabetes",
+        f"data.path={tmp_path}/mydata/t.csv",
+        f"paths.log_dir={tmp_path}/logs2",
+        "data.batch_size=8",
+        "data.path=a b.csv",  # not a plain path to Hydra: left as typed
+        f"ckpt_path={tmp_path}/logs2/diabetes/runs/x",
+    ]
