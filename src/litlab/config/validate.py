@@ -98,6 +98,8 @@ def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"
     resume checks again with the run's own settings taken in, to say which are the file's).
     `entry`: a key of `required.REQUIRED`."""
     required.check(cfg, entry)
+    if "data_overrides" in settings.model_fields:
+        _no_rebuilt_groups(cfg)
     own_keys = [k for k in cfg if k not in (*GROUPS, "hydra")]
     _missing(cfg, own_keys)
     try:
@@ -130,6 +132,26 @@ def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"
         check_trainer(c["trainer"])
     own.check_files()
     return own
+
+
+def _no_rebuilt_groups(cfg: DictConfig) -> None:
+    """A command that rebuilds its run from a checkpoint refuses `+data.*`/`+model.*` on its
+    command line (Hydra adds them; nothing would read them) in one line saying how to change
+    the data (`data_overrides`). A `data` node from a config file (configs/local) is left."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from litlab.config.checks import REBUILT, rebuilt_group_refusal
+
+    if not any(group in cfg for group in REBUILT):
+        return
+    if not HydraConfig.initialized():  # a composed config handed to a recipe: no command line
+        group = next(g for g in REBUILT if g in cfg)
+        raise UserError(rebuilt_group_refusal(f"{group}=...") or group)
+    hydra = HydraConfig.get()
+    for override in hydra.overrides.task:
+        line = rebuilt_group_refusal(str(override), hydra.job.config_name or "")
+        if line:
+            raise UserError(line)
 
 
 def _read_but_deleted(cfg: DictConfig, settings: type[Settings]) -> None:
