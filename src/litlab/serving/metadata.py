@@ -18,13 +18,14 @@ import sys
 from pathlib import Path
 
 from litlab import tasks
+from litlab.bounds import MAX_IMAGE_SIDE, MAX_VOLUME_SIDE
 from litlab.errors import UserError
 from litlab.serving import ood_metadata
 from litlab.serving.value_checks import MAX_INT, STD_FLOOR, Bad, integer, number, require
 
 MAX_VALUE_BYTES = 4 << 20  # one metadata value (the run config; the OOD model: ~9 kB)
 MAX_CLASSES, MAX_NAME = 100_000, 256
-MAX_IMAGE_SIDE, MAX_VOLUME_SIDE, MAX_CHANNELS = 4096, 1024, 64
+MAX_CHANNELS = 64
 MAX_FEATURES = 1_000_000
 #: floats in one sample (x channels): the warm-up allocates one (2^26 float32: 256 MiB)
 MAX_SAMPLE_VALUES = 1 << 26
