@@ -8,7 +8,6 @@ live in memory, shared copy-on-write with DataLoader workers; NIfTI folders are 
 disk as one .npz, written atomically by one process.
 """
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -16,15 +15,14 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from litlab.bounds import Fraction, Ge, MaxLen, MinLen, NonNegFloat, NonNegInt, PosInt, Seed
+from litlab import bounds
+from litlab.bounds import Fraction, Ge, NonNegFloat, NonNegInt, PatchSize, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices, write_split
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.medical3d import volumes as V
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
-
-log = logging.getLogger(__name__)
 
 
 class Medical3DDataModule(folds.FoldSettings, SplitDataModule):
@@ -65,9 +63,9 @@ class SegmentationDataModule(Medical3DDataModule):
 
     def __init__(
         self,
-        patch_size: Annotated[list[PosInt], MinLen(3), MaxLen(3)] = (32, 32, 32),
+        patch_size: PatchSize = (32, 32, 32),
         samples_per_volume: PosInt = 2,
-        num_classes: Annotated[int, Ge(2)] = 3,
+        num_classes: bounds.SegmentClasses = 3,
         split_file: str | None = None,
         spatial_augment: bool = False,
         **kwargs,
@@ -113,9 +111,8 @@ class SegmentationDataModule(Medical3DDataModule):
         self.test_set = V.VolumeDataset([vols[i] for i in split["test"]])
 
     def sources(self, split: str) -> dict[str, list]:
-        """The case ids of predictions.csv (and of masks/<case>.nii.gz): names without .nii.gz."""
-        cases = [n.removesuffix(".gz").removesuffix(".nii") for n in self.split_sources[split]]
-        return {"case": cases}
+        """predictions.csv's `case`s, as the module names its rows and masks too."""
+        return {"case": [N.case_id(n) for n in self.split_sources[split]]}
 
     def _write_split(self) -> None:
         """The split (volume names per split) at `data.split_file`, once, by rank 0."""
@@ -141,6 +138,11 @@ class PhantomDataModule(Medical3DDataModule):
     data_name = "the phantoms"
 
     @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        V.check_phantoms(settings, key)  # sides that hold a nodule, within memory
+        super().check_settings(settings, key)
+
+    @classmethod
     def fold_count(cls, settings: dict) -> int:
         return int(settings["num_volumes"])
 
@@ -154,7 +156,7 @@ class PhantomDataModule(Medical3DDataModule):
 class PhantomSegmentationDataModule(PhantomDataModule, SegmentationDataModule):
     """Generated phantoms (organ = 1, nodule = 2); the offline default."""
 
-    def __init__(self, nodule_radius=(2.0, 3.5), **kwargs):
+    def __init__(self, nodule_radius=V.NODULE_RADIUS, **kwargs):
         super().__init__(**kwargs)
         self.nodule_radius = tuple(nodule_radius)
         self.num_classes = 3
@@ -175,17 +177,14 @@ class NiftiDataModule(SegmentationDataModule):
         self.root = Path(root)
         self.pairs = self.check_settings({"root": root, "num_classes": self.num_classes}, "data")
         self.names = [p.name for p, _ in self.pairs]
-        # dataset.json's names of the labels: the exported model's (and the service's) classes
-        self.class_names = N.label_names(self.root, self.num_classes)
+        self.class_names = N.label_names(self.root, self.num_classes)  # export's, the service's
         self.cache_dir = Path(cache_dir) if cache_dir else None
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list:
         """The folder holds at least 3 image/label pairs, enough for `num_folds`, and names
         its labels well if it names them (read before anything is printed)."""
-        pairs = N.folder_pairs(settings, key, cls.check_folds)
-        N.label_names(settings["root"], int(settings.get("num_classes", 3)), key)
-        return pairs
+        return N.folder_pairs(settings, key, cls.check_folds)
 
     def _cache_path(self) -> Path | None:
         if self.cache_dir is None:

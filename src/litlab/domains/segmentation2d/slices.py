@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from litlab.data import folds
+from litlab.data.splits import split_indices
 from litlab.errors import UserError
 
 
@@ -39,6 +41,13 @@ def source_stem(name: str) -> str:
         if name.endswith(suffix):
             return name.removesuffix(suffix)
     return Path(name).stem
+
+
+def mask_names(name: str, slices: int, volume: bool) -> list[str]:
+    """The PNG names of an item's predicted masks, one a slice: a volume's
+    `<volume>_slice<k>.png`, an image's `<image stem>.png`."""
+    stem = source_stem(name)
+    return [f"{stem}_slice{k}.png" for k in range(slices)] if volume else [f"{stem}.png"]
 
 
 #: what data.group takes, in its refusals
@@ -84,3 +93,16 @@ def image_groups(names: list[str], pattern: str | None, key: str) -> list[str] |
             f"train, val and test need at least 3; valid: {GROUP_VALID}"
         )
     return groups
+
+
+def group_split(groups: list[str], label_maps, h) -> dict[str, list[int]]:
+    """Images by split, their groups split whole (seeded), or folded by the datamodule's
+    hparams `h`, stratified by the dominant structure of each group's label maps together."""
+    order = list(dict.fromkeys(groups))  # the groups, by first image
+    members = [[i for i, g in enumerate(groups) if g == name] for name in order]
+    if h.num_folds is None:
+        split = split_indices(len(order), h.val_fraction, h.test_fraction, h.seed, "groups")
+    else:
+        maps = [np.concatenate([np.asarray(label_maps[i]).reshape(-1) for i in m]) for m in members]
+        split = folds.volume_split(maps, h, "data.group's groups")
+    return {k: sorted(i for g in v for i in members[g]) for k, v in split.items()}

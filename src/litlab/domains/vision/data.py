@@ -10,15 +10,19 @@ from typing import Literal
 import torch
 from torchvision.transforms import v2
 
-from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
-from litlab.data import folds
+from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
+from litlab.data import folds, memory
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
 from litlab.domains.vision.images import TensorImages, random_affine, read_image
 from litlab.errors import UserError
 from litlab.tasks import IMAGE_CLASSIFICATION
+from litlab.utils.files import check_regular
 
 LEFT = "samples left after the test split (data.test_fraction)"
+#: float32 copies of a batch held at once (decoded, scaled, augmented, normalized) and the
+#: batches the loader prepares ahead
+BATCH_COPIES = 4
 
 
 class VisionDataModule(folds.FoldSettings, SplitDataModule):
@@ -33,8 +37,7 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
-    #: the sources of what `load` returned: (training images', test images' or None); unset:
-    #: their places in the dataset's official files, "train/<i>" and "test/<i>"
+    #: `load`'s (training, test or None) images' sources; unset: "train/<i>", "test/<i>"
     loaded_sources: tuple[list, list | None] | None = None
 
     def __init__(
@@ -100,11 +103,8 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
         self.train_set = TensorImages(images[train_idx], labels[train_idx])
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*test)
-        self.split_sources = {
-            "train": [ids[i] for i in train_idx],
-            "val": [ids[i] for i in val_idx],
-            "test": list(test_ids),
-        }
+        held = {"train": train_idx, "val": val_idx}
+        self.split_sources = {k: [ids[i] for i in v] for k, v in held.items()} | {"test": test_ids}
 
     def _fold_sets(self, images, labels, test, ids, test_ids) -> None:
         """Every labelled image in one pool (the official test split after the training split):
@@ -180,7 +180,7 @@ class ImageFolderDataModule(VisionDataModule):
     def __init__(
         self,
         root: str,
-        image_size: PosInt = 64,
+        image_size: ImageSide = 64,
         channels: Literal[1, 3] = 3,
         test_fraction: Fraction = 0.2,
         **kwargs,
@@ -197,6 +197,13 @@ class ImageFolderDataModule(VisionDataModule):
     def check_settings(cls, settings: dict, key: str) -> None:
         root = Path(str(settings["root"]))
         cls.class_folders(root, key)
+        size, batch = int(settings.get("image_size", 64)), int(settings.get("batch_size", 128))
+        channels = int(settings.get("channels", 3))
+        memory.check_fits(
+            batch * channels * size * size * BATCH_COPIES * 4,
+            f"{key}.image_size={size}: batches of {batch} images of {channels}x{size}x{size}",
+            f"lower {key}.image_size or {key}.batch_size",
+        )
         if settings.get("num_folds") is not None and (root / "train").is_dir():
             raise UserError(
                 f"{key}.num_folds={settings['num_folds']}: {root} has fixed train/val/test "
@@ -248,6 +255,7 @@ class ImageFolderDataModule(VisionDataModule):
             str(self._split_root(split)), transform=decode, allow_empty=False, loader=read_image
         )
         for path, _ in folder.samples:  # headers only: a broken file fails now, by name
+            check_regular(path, f"image {path}", "a class folder holds image files")
             read_image(path, header_only=True)
         return folder
 
@@ -282,12 +290,11 @@ class ImageFolderDataModule(VisionDataModule):
             )
             self.train_set = Subset(train, rest[tr])
             self.val_set, self.test_set = Subset(train, rest[va]), Subset(train, test_idx)
-        self.split_sources = {
-            s: self._files(getattr(self, f"{s}_set")) for s in ("train", "val", "test")
-        }
+        self.split_sources = {s: self._files(s) for s in ("train", "val", "test")}
 
-    def _files(self, dataset) -> list[str]:
-        """The image files of a folder or of a subset of one, relative to data.root."""
+    def _files(self, split: str) -> list[str]:
+        """The image files of a split (a folder or a subset of one), relative to data.root."""
+        dataset = getattr(self, f"{split}_set")
         indices = dataset.indices if hasattr(dataset, "indices") else range(len(dataset))
         folder = dataset.dataset if hasattr(dataset, "indices") else dataset
         return [Path(folder.samples[i][0]).relative_to(self.root).as_posix() for i in indices]
