@@ -6,7 +6,7 @@ import re
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.config.signatures import closest
+from litlab.errors import closest
 
 QUOTING = (
     "quote a value with spaces or other characters than letters, digits and _-./: "

@@ -22,11 +22,11 @@ from prometheus_client import (
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from litlab.config.after_training import ServeSettings
 from litlab.serving.inputs import BadRequest
 from litlab.serving.limits import BodyLimit, Deadline, Metrics
 from litlab.serving.predictor import Predictor
 from litlab.serving.runner import Runner
-from litlab.serving.settings import ServeSettings
 
 PREDICT_BODY = {
     "requestBody": {
