@@ -54,10 +54,13 @@ class TrainSettings(OwnKeys):
         rules.check_run(self.model_dump(include={"train", "test", "ckpt_path", "trainer"}))
         return self
 
+    def check_files_exist(self) -> None:
+        if self.ckpt_path is not None:
+            checkpoints.check_checkpoint_exists(self.ckpt_path)
+
     def check_groups(self, c: dict) -> None:
         """A checkpoint to resume holds this model."""
         if self.ckpt_path is not None:
-            checkpoints.check_checkpoint_exists(self.ckpt_path)
             checkpoints.check_checkpoint(self.ckpt_path, c["model"])
 
 
@@ -69,6 +72,9 @@ class EvalSettings(OwnKeys):
     ckpt_path: str
     trust_checkpoint: bool = False
     data_overrides: dict = Field(default_factory=dict)
+
+    def check_files_exist(self) -> None:
+        checkpoints.check_checkpoint_exists(self.ckpt_path)
 
     def check_files(self) -> None:
         checkpoints.check_checkpoint_to_rebuild(

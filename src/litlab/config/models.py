@@ -52,6 +52,10 @@ class Settings(BaseModel):
     def check_kind(self, kind) -> None:
         """Rules on the data's task kind (`litlab.tasks.TaskKind`); raise `UserError`."""
 
+    def check_files_exist(self) -> None:
+        """The files the settings name are there at all: asked before any target is imported
+        (a path to nothing is told in a second, not after torch's import)."""
+
     def check_groups(self, config: dict) -> None:
         """Rules across the run's groups (plain, resolved, every target checked)."""
 

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab import tasks
 from litlab.config.compose import CONFIG_DIR
-from litlab.config.machine import check_trainer
+from litlab.config.machine import check_impossible_here, check_trainer
 from litlab.config.messages import node_errors
 from litlab.errors import UserError, one_line
 from litlab.tasks import kind_name_of_data, static
@@ -231,7 +231,9 @@ def stages(cfg: DictConfig, c: dict, raw: dict, own=None):
         errors = _quiet(check_compatible, cfg)
         if own is not None and not errors:
             errors = _quiet(own.check_kind, tasks.kind_of_data(c["data"]["_target_"]))
-    yield errors
+    if isinstance(c.get("trainer"), dict) and not errors:  # what this machine certainly lacks
+        errors = _quiet(check_impossible_here, c["trainer"])
+    yield errors + (_quiet(own.check_files_exist) if own is not None and not errors else [])
     yield node_errors("", {k: v for k, v in c.items() if k != "data_overrides"}, raw)
     checks = [(check_optimizer, c.get("model")), (check_monitor, c)] if built else []
     if own is not None:
