@@ -37,7 +37,7 @@ COVERED = {
     "python src/train.py -m experiment=gin_mutag data.fold=0,1,2,3,4,5,6,7,8,9": "test_graph.py::test_gin_mutag_folds_beat_the_majority_class",
     "PYTHONPATH=src python bench/graph_sweep.py SWEEP_DIR --curve val/acc": "test_graph.py::test_gin_mutag_folds_beat_the_majority_class",
     "python src/train.py -m experiment=gcn_cora seed=0,1,2,3,4,5,6,7,8,9": "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
-    "python src/train.py -m data.num_folds=5 data.fold=0,1,2,3,4": "test_folds.py::test_two_fold_digits_sweep_summarizes_the_folds_as_one_group",
+    "python src/train.py -m data.num_folds=5 data.fold=0,1,2,3,4": "test_folds.py::test_a_two_fold_digits_sweep_of_two_configurations_is_compared_fold_by_fold",
     "python src/train.py -m experiment=gat_cora seed=2000,2001,2002,2003,2004,2005,2006,2007,2008,2009": "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
     "python src/train.py -m experiment=gat_citeseer seed=2000,2001,2002,2003,2004,2005,2006,2007,2008,2009": "test_graph.py::test_gcn_cora_offline_and_eval_reproduces",
     "python src/train.py model=unet3d": "test_medical3d.py::test_unet3d_on_phantoms_then_eval_writes_aligned_masks",

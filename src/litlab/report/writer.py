@@ -43,10 +43,12 @@ def kind_of(path: str | Path) -> str:
 
 def build(folder: Path, kind: str) -> str:
     """The page's HTML (plotly, matplotlib and Optuna are imported here)."""
-    from litlab.report.page import Page
+    from litlab.report.page import Page, relative
 
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    page = Page(f"litlab {kind} report: {folder.name}", f"{folder.resolve()} (written {stamp})")
+    shown = relative(str(folder.resolve()))  # no absolute path: the page is shared
+    shown = folder.resolve().name if Path(shown).is_absolute() else shown
+    page = Page(f"litlab {kind} report: {folder.name}", f"{shown} (written {stamp})")
     if kind == "run":
         from litlab.report.run_page import add_run
 
