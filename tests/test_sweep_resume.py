@@ -93,6 +93,9 @@ def test_stopped_sweep_resumes_as_printed_and_trains_only_what_is_missing(tmp_pa
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "1 of 4 jobs completed before and are kept (jobs 0); running 3" in resumed.stdout
     assert f"resuming {sweep / '1'} from last.ckpt" in resumed.stdout
+    # Lightning's notice of the resumed job's own checkpoints/: in its train.log only
+    assert "exists and is not empty" not in resumed.stdout + resumed.stderr
+    assert "exists and is not empty" in (sweep / "1" / "train.log").read_text()
     assert fingerprint(sweep / "0") == job0, "the completed job was not touched"
     rows = _summary(sweep)
     assert [r["status"] for r in rows] == ["completed"] * 4

@@ -257,12 +257,14 @@ class CompressSettings(EntrySettings):
         see them (the callbacks interpolate `${model.monitor}`)."""
         from omegaconf import open_dict
 
+        from litlab.checkpointing.trust import merged
+
         checkpoints.check_checkpoint_exists(self.ckpt_path)
-        # only allowed targets are imported
+        # only allowed targets are imported; the data overrides fit the stored data
         checkpoints.check_checkpoint(
             self.ckpt_path, None, self.trust_checkpoint, dict(self.data_overrides)
         )
-        stored = checkpoints.stored_config(self.ckpt_path)
+        stored = merged(checkpoints.stored_config(self.ckpt_path), dict(self.data_overrides))
         view = cfg.copy()
         with open_dict(view):
             view.model, view.data = stored["model"], stored["data"]
@@ -288,8 +290,7 @@ class CompressSettings(EntrySettings):
 
     def check_files(self) -> None:
         """A teacher checkpoint is litlab's too; a distillation student can learn the
-        checkpoint's data."""
-        checkpoints.check_data_overrides(self.ckpt_path, self.data_overrides)
+        checkpoint's data (the data overrides were checked with the checkpoint: `run_view`)."""
         distill = self.compress.distill
         if distill and distill.teacher is not None:
             checkpoints.check_checkpoint_exists(distill.teacher)

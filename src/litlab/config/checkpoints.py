@@ -3,13 +3,15 @@ weights_only, its tensors not read), of this model, names only targets litlab's 
 name unless trusted, and its stored model and data pass the checks a command line's do.
 One line (`UserError`) each; `config.validate` and the entry settings call them."""
 
+import re
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from litlab.config.messages import node_errors, refusal
+from litlab.config.models import import_target, signature
 from litlab.config.rules import stages
-from litlab.errors import UserError
+from litlab.errors import UserError, closest
 
 
 def check_checkpoint(
@@ -36,14 +38,77 @@ def check_checkpoint(
     check_callback_states(ckpt, str(path))  # a resume restores them: always
     if not trust:  # as load_run will build it: with this command's data overrides
         check(merged(stored, data_overrides), str(path))
-        if cfg_model is None:  # eval, export, compress: the run is rebuilt from the file
-            check_stored(stored, str(path))  # the file's own; overrides: check_data_overrides
+    if cfg_model is None and data_overrides:  # their keys and values, named as the command's
+        check_data_overrides(path, data_overrides, stored=stored.get("data"))
+    if not trust and cfg_model is None:  # eval, export, compress: the run is rebuilt from it
+        # as it will be built: a stored value this command overrides is not the file's fault
+        check_stored(merged(stored, data_overrides), str(path), data_overrides is not None)
     theirs = (stored.get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
         raise UserError(
             f"ckpt_path={path} holds a {theirs} model; this run builds "
             f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint"
         )
+
+
+def check_stored(stored: dict, source: str, overridable: bool = False) -> None:
+    """The model and data a checkpoint's stored config builds pass the checks a command line's
+    do (stages 2 to 4 of `config.validate`), so a file from elsewhere fails in one line naming
+    the key, not deep inside a build, a loss or an export. `stored`: plain data (`trust.check`
+    passed); `overridable`: the command takes `data_overrides`, and a bad data key says how."""
+    from litlab.checkpointing.trust import shown
+
+    where = f"ckpt_path={shown(source, 200)}: its stored config"
+    for key in ("model", "data"):
+        node = stored.get(key)
+        if not isinstance(node, dict) or not isinstance(node.get("_target_"), str):
+            what = "has no" if node is None else f"has a {type(node).__name__} as its"
+            raise UserError(
+                f"{where} {what} {key} node (a mapping with a _target_, as train.py stores "
+                "it): not a checkpoint litlab can rebuild"
+            )
+    model, data = stored["model"], stored["data"]
+    if not isinstance(model.get("net"), dict) or "_target_" not in model["net"]:
+        raise UserError(f"{where} has no model.net node with a _target_ (the net it holds)")
+    kinds = {"model": {"_target_": model["_target_"]}, "data": {"_target_": data["_target_"]}}
+    for errors in stages(OmegaConf.create(kinds), {"model": model, "data": data}, {}):
+        if errors:
+            hint = _override_hint(errors[0], overridable)
+            raise UserError(f"{where} is not valid: {refusal(errors)}{hint}")
+
+
+def _override_hint(message: str, overridable: bool) -> str:
+    """`; change it with +data_overrides.path=VALUE` for a refusal that names a data key."""
+    key = re.match(r"^(?:unknown key )?data\.(\w+)", message)
+    if not overridable or key is None:
+        return ""
+    return f"; change it for this command with +data_overrides.{key.group(1)}=VALUE"
+
+
+#: the groups a command that takes `data_overrides` rebuilds from the checkpoint, never from
+#: its own command line
+REBUILT = ("data", "model")
+
+
+def rebuilt_group_refusal(override: str, entry: str = "") -> str | None:
+    """The line for `data.path=X` (or `+data.path=X`, `data=table`, `model.x=1`) given to a
+    command that rebuilds the run from a checkpoint (eval, export, compress): Hydra would
+    refuse the key, or add it and leave it unused. None for any other override."""
+    key, sep, value = override.partition("=")
+    group, _, name = key.lstrip("+~").partition(".")
+    if group not in REBUILT:
+        return None
+    command = f"src/{entry}.py" if entry else "this command"
+    if group == "model":
+        return (
+            f"{override}: {command} rebuilds the model from the checkpoint as it was trained "
+            "and takes no model.* keys"
+        )
+    how = f"+data_overrides.{name}={value}" if name and sep else "+data_overrides.KEY=VALUE"
+    return (
+        f"{override}: {command} builds the data from the checkpoint's stored config (the "
+        f"split it was trained on) and takes no data.* keys; change one with {how}"
+    )
 
 
 def stored_config(path) -> dict:
@@ -87,13 +152,14 @@ def check_checkpoint_to_rebuild(path, trust: bool, data_overrides: dict) -> None
     data overrides fit the data it stores."""
     check_checkpoint_exists(path)
     check_checkpoint(path, None, trust, dict(data_overrides))
-    check_data_overrides(path, data_overrides)
 
 
-def check_data_overrides(ckpt_path, overrides: dict | None, key: str = "data_overrides") -> None:
-    """`data_overrides` against the data config stored in the checkpoint: keys the datamodule
-    takes, values of its parameters' types and bounds (a batch size of 0 fails here, not in
-    the loader)."""
+def check_data_overrides(
+    ckpt_path, overrides: dict | None, key: str = "data_overrides", stored: dict | None = None
+) -> None:
+    """`data_overrides` against the data config stored in the checkpoint (`stored`: already
+    read): keys the datamodule takes (else one line listing them), values of its parameters'
+    types and bounds (a batch size of 0 fails here, not in the loader)."""
     if not overrides:
         return
     if "_target_" in overrides:
@@ -102,31 +168,25 @@ def check_data_overrides(ckpt_path, overrides: dict | None, key: str = "data_ove
             "(the model was trained on it); export or evaluate the run as trained"
         )
 
-    stored = stored_config(ckpt_path).get("data") or {}
+    stored = (stored_config(ckpt_path).get("data") or {}) if stored is None else stored
+    _known_data_keys(overrides, stored, key)
     merged = OmegaConf.to_container(OmegaConf.merge(stored, overrides), resolve=True)
     if errors := node_errors(key, merged, {}):
         raise refusal(errors)
 
 
-def check_stored(stored: dict, source: str) -> None:
-    """The model and data a checkpoint's stored config builds pass the checks a command line's
-    do (stages 2 to 4), so a file from elsewhere fails in one line naming the key, not deep
-    inside a build, a loss or an export. `stored`: plain data (`trust.check` passed)."""
-    from litlab.checkpointing.trust import shown
-
-    where = f"ckpt_path={shown(source, 200)}: its stored config"
-    for key in ("model", "data"):
-        node = stored.get(key)
-        if not isinstance(node, dict) or not isinstance(node.get("_target_"), str):
-            what = "has no" if node is None else f"has a {type(node).__name__} as its"
-            raise UserError(
-                f"{where} {what} {key} node (a mapping with a _target_, as train.py stores "
-                "it): not a checkpoint litlab can rebuild"
-            )
-    model, data = stored["model"], stored["data"]
-    if not isinstance(model.get("net"), dict) or "_target_" not in model["net"]:
-        raise UserError(f"{where} has no model.net node with a _target_ (the net it holds)")
-    kinds = {"model": {"_target_": model["_target_"]}, "data": {"_target_": data["_target_"]}}
-    for errors in stages(OmegaConf.create(kinds), {"model": model, "data": data}, {}):
-        if errors:
-            raise UserError(f"{where} is not valid: {refusal(errors)}")
+def _known_data_keys(overrides: dict, stored: dict, key: str) -> None:
+    """Each override names a setting of the checkpoint's datamodule: one line listing them."""
+    try:
+        params, _, open_ended = signature(import_target(stored["_target_"]))
+    except Exception:  # not importable: its node's model says so, in its words
+        return
+    valid = sorted({*params, *stored} - {"_target_", "self"})
+    unknown = [k for k in overrides if k not in valid]
+    if unknown and not open_ended:
+        name = str(unknown[0])
+        match = closest(name, valid).replace("; did you mean", " (did you mean").rstrip("?")
+        raise UserError(
+            f"unknown key {key}.{name}{match + '?)' if match else ''}: the checkpoint's data "
+            f"({stored['_target_'].rsplit('.', 1)[-1]}) has no '{name}'; valid: {', '.join(valid)}"
+        )

@@ -68,9 +68,12 @@ def holds_checkpoint(out) -> bool:
 
 def resume_command(config_name: str, overrides, out) -> str:
     """The command that resumes the run in `out`: this run's overrides, its `ckpt_path`
-    replaced by the run dir."""
+    replaced by the run dir, relative files and folders made absolute (`paths.*`, the data's:
+    it is run from the project folder, the run may have been started elsewhere)."""
+    from litlab.config.data_paths import absolute_override
+
     kept = [str(o) for o in overrides if str(o).lstrip("+").split("=", 1)[0] != "ckpt_path"]
-    args = [*kept, f"ckpt_path={out}"]
+    args = [*map(absolute_override, kept), f"ckpt_path={os.path.abspath(out)}"]
     return " ".join(["python", f"src/{config_name}.py", *map(shlex.quote, args)])
 
 
