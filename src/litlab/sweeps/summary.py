@@ -25,8 +25,9 @@ from litlab.sweeps import plan, summary_stats
 from litlab.sweeps.replicas import marked_best, replica_groups
 from litlab.sweeps.study_settings import override_settings
 from litlab.sweeps.summary_render import finite, markdown, plot_summary
+from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero
-from litlab.utils.sweep_records import RECORD, checked
+from litlab.utils.sweep_records import RECORD
 
 
 def _is_multirun(config: DictConfig) -> bool:
@@ -146,17 +147,21 @@ class SweepSummary(Callback):
                 from litlab.report import write_quietly  # report.html (a failure: a warning)
 
                 write_quietly(sweep_dir)
-        return plan.end(sweep_dir, records, stopped)
+        return plan.end(sweep_dir, records, stopped, config)
 
 
 def load_records(sweep_dir: Path) -> list[dict]:
+    """Every job record under `sweep_dir` (`sweep_records.read`: a file that is no record
+    counts as a job that left none). Each names its run dir where the record is now: a sweep
+    dir moved elsewhere (and resumed there) names its jobs' folders, not where they were."""
     records = []
     for path in sweep_dir.rglob(RECORD):
         try:
-            record = checked(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            record = sweep_records.read(path)
+        except sweep_records.NotAFile:
             continue
-        if record is not None:  # not a record: that job counts as one that left none
+        if record is not None:
+            record["run_dir"] = os.path.abspath(path.parent)
             records.append(record)
     for record in records:  # a job still "running" now was killed (or runs in another worker)
         if record["status"] == "running":
