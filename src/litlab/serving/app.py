@@ -22,12 +22,12 @@ from prometheus_client import (
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from litlab.config.after_training import ServeSettings
 from litlab.serving.inputs import BadRequest
 from litlab.serving.limits import BodyLimit, Deadline, Metrics
 from litlab.serving.metadata import for_clients
 from litlab.serving.predictor import Predictor
 from litlab.serving.runner import Runner
-from litlab.serving.settings import ServeSettings
 
 PREDICT_BODY = {
     "requestBody": {
