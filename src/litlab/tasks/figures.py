@@ -84,7 +84,7 @@ class NodeAccuracy(SamplesFigure):
     per_class_accuracy.csv (a graph's nodes are no pictures)."""
 
     def collect(self, module, batch) -> None:
-        logits, y = module._scores(batch, "test")
+        logits, y = module.scores(batch, "test")
         self.held.append((logits.argmax(1).cpu(), y.cpu()))
 
     def rows(self, trainer) -> list[list]:

@@ -1,5 +1,5 @@
 """What the inspection callbacks share: the task kinds they apply to, where their files go, how a picture
-reaches every active logger, and how a batch becomes (logits, targets) for any domain."""
+reaches every active logger."""
 
 import logging
 from pathlib import Path
@@ -90,15 +90,6 @@ def tensorboards(trainer) -> list:
 def flush(writers) -> None:
     for writer in writers:
         writer.flush()
-
-
-def scores(pl_module, batch, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, targets) of one evaluation batch for any classifier: the nodes of `split` on
-    this rank for node classification (the module's own `_scores`), else the batch's samples."""
-    if hasattr(pl_module, "_scores"):
-        return pl_module._scores(batch, split)
-    x, y = batch
-    return pl_module(x), y
 
 
 def inputs(batch) -> torch.Tensor:

@@ -6,7 +6,7 @@ import csv
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from litlab.callbacks.inspect.base import TaskCallback, save_figure, scores
+from litlab.callbacks.inspect.base import TaskCallback, save_figure
 from litlab.utils.plots import figure
 
 
@@ -44,7 +44,7 @@ class ConfusionMatrix(TaskCallback):
         if getattr(self, "_hook", None) is not None and self._logits is not None:
             logits, target = self._logits, batch[1]
         else:
-            logits, target = scores(pl_module, batch, split)
+            logits, target = pl_module.scores(batch, split)
         self.matrix.update(logits.argmax(1), target)
 
     def _unhook(self) -> None:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litlab.bounds import PosInt, Probability
+from litlab.compat.torch import version_counter
 from litlab.errors import UserError
 from litlab.ops import TiledLinear, tile_linears
 from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
@@ -78,11 +79,11 @@ def _nonzero(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x's non-zero positions, remembered for the last few tensors seen: a full graph's features
     are the same unmodified tensor at every step (checked by identity and version counter)."""
     for i, (seen, version, positions) in enumerate(_NONZERO_CACHE):
-        if seen is x and version == x._version:
+        if seen is x and version == version_counter(x):
             _NONZERO_CACHE.insert(0, _NONZERO_CACHE.pop(i))
             return positions
     positions = x.nonzero(as_tuple=True)
-    _NONZERO_CACHE.insert(0, (x, x._version, positions))
+    _NONZERO_CACHE.insert(0, (x, version_counter(x), positions))
     del _NONZERO_CACHE[_NONZERO_CACHE_SIZE:]
     return positions
 
