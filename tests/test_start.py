@@ -237,10 +237,10 @@ def test_the_new_kind_of_docs_new_task_is_one_adapter(tmp_path):
         "kind = tasks.kind_of_data('litlab.domains.table.data.TableDataModule')\n"
         "assert tasks.kinds_of_model('litlab.domains.table.module.Regressor') == (kind.name,)\n"
         "assert 'torch' not in sys.modules\n"
-        "print(kind.name, kind.outputs)\n"
+        "print(kind.name, type(kind).__qualname__, kind.names_key)\n"
     )
     done = _run(root, "-c", probe, timeout=60)
-    assert done.stdout.split() == ["regression", "litlab.tasks.regression:Values"], done.stderr
+    assert done.stdout.split() == ["regression", "Regression", "targets"], done.stderr
     refused = _run(
         root,
         "src/train.py",

@@ -79,7 +79,7 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
         if resume:  # the pruned shapes are in the interrupted fine-tuning's checkpoint
             run_cfg["model"] = resume["model"]
             model = rebuild(run_cfg, dm)
-        elif not tasks.of(dm).input_family().batched_tensor:  # PyG message passing
+        elif not tasks.of(dm).batched_tensor:  # PyG message passing
             model = graph_structured(stage, run_cfg, step, dm)
         else:
             tasks.of(dm).refuse_compression("prune_structured")
@@ -141,7 +141,7 @@ def check_graph_prune(stage: Stage, step, dm) -> None:
     if its ratio would leave the hidden layers without channels (or the net has none)."""
     from litlab.compression import graph_prune
 
-    if step.method == "structured" and not tasks.of(dm).input_family().batched_tensor:
+    if step.method == "structured" and not tasks.of(dm).batched_tensor:
         net_cfg = stage.run_cfg["model"]["net"]
         build = _gnn_builder(stage.run_cfg, dm)
         graph_prune.plan(stage.model.net, net_cfg, build, float(step.ratio), step.round_to)
@@ -256,7 +256,7 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     from litlab.export.quantize import quantize_int8
 
     tasks.of(dm).refuse_compression("quantize")
-    if not tasks.of(dm).input_family().batched_tensor:  # as export.py quantizes graphs
+    if not tasks.of(dm).batched_tensor:  # as export.py quantizes graphs
         from litlab.compression.int8 import quantize_graph_net
 
         _, q = quantize_graph_net(stage.model, dm, step, out, index)

@@ -111,15 +111,15 @@ class FederateSettings(Settings):
 
 def resolve_auto(cfg) -> None:
     """`federate.local_epochs=auto` -> the number the data's task kind declares
-    (`TaskKind.federated_local_epochs`), in place: the clients' trainer.max_epochs interpolates
+    (`Kind.federated_local_epochs`), in place: the clients' trainer.max_epochs interpolates
     it, and the stored run config holds the number."""
     if cfg.federate.get("local_epochs") != "auto":
         return
     from litlab import tasks
-    from litlab.tasks.kind import TaskKind
+    from litlab.tasks.kind import Kind
 
     try:
         epochs = tasks.kind_of_data(str(cfg.data._target_)).federated_local_epochs
     except Exception:  # noqa: BLE001  (a bad data target is refused by the config checks)
-        epochs = TaskKind.federated_local_epochs  # the default of every kind
+        epochs = Kind.federated_local_epochs  # the default of every kind
     cfg.federate.local_epochs = epochs

@@ -35,7 +35,7 @@ class Settings(BaseModel):
         return cfg
 
     def check_kind(self, kind) -> None:
-        """Rules of these settings on the data's task kind (`litlab.tasks.TaskKind`), for
+        """Rules of these settings on the data's task kind (`litlab.tasks.Kind`), for
         entry points with a data group; raise `UserError`."""
 
     def check_groups(self, config: dict) -> None:

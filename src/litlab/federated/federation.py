@@ -50,9 +50,10 @@ def strategy_of(cfg: DictConfig):
 
 
 def partitions_of(datamodule, f) -> tuple[dict, dict]:
-    from litlab.federated import partition, views
+    from litlab import tasks
+    from litlab.federated import partition
 
-    train_labels, heldout_labels = views.unit_labels(datamodule)
+    train_labels, heldout_labels = tasks.of(datamodule).federated_labels(datamodule)
     train, heldout = partition.with_heldout(
         train_labels, heldout_labels, f.num_clients, f.partition, f.alpha, f.seed
     )

@@ -1,4 +1,4 @@
-"""`callbacks=inspect`'s samples figures that kinds share (`TaskKind.samples_figure`): what the
+"""`callbacks=inspect`'s samples figures that kinds share (`Kind.samples_figure`): what the
 predictions look like on the test split. A figure collects from each test batch (`collect`,
 rank 0 and every rank alike) and draws once at the end (`draw`: a matplotlib figure, written as
 inspect/samples.png); `tables` are CSV files written beside it, `tight` whether the figure's

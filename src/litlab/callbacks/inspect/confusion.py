@@ -25,7 +25,7 @@ class ConfusionMatrix(TaskCallback):
         n = self.num_classes or trainer.datamodule.dims["num_classes"]
         self.matrix = MulticlassConfusionMatrix(n, validate_args=False).to(pl_module.device)
         self._logits = None
-        batched = self.kind(trainer).input_family().batched_tensor
+        batched = self.kind(trainer).batched_tensor
         if batched and getattr(self, "_hook", None) is None:
             # the step's own forward (one per batch) is captured: no second forward pass
             self._hook = pl_module.register_forward_hook(self._capture)

@@ -1,6 +1,6 @@
 """Graph learning: node classification on one full graph, and graph classification on
 mini-batches of graphs. One module for both (the datamodule's `kind`, passed through `dims`,
-says which), so `model=gnn` trains on any graph data config.
+says whether its nets pool a graph's nodes), so `model=gnn` trains on any graph data config.
 
 DDP, node classification: every rank holds the whole graph and runs the full-batch forward;
 the nodes of each mask are dealt out between ranks (`idx[rank::world_size]`). Training: each
@@ -10,13 +10,12 @@ share only, so torchmetrics' sync counts every node exactly once (equal metrics 
 Graph classification: the datamodule splits the graphs between ranks (no duplicates at eval).
 """
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from litlab import tasks
 from litlab.compat.lightning import attached_trainer
 from litlab.models.base import LitModule
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
@@ -30,7 +29,7 @@ class GNNClassifier(LitModule):
         net,
         optimizer,
         num_classes: int,
-        kind: Literal["node_classification", "graph_classification"] = NODE_CLASSIFICATION,
+        kind: str = NODE_CLASSIFICATION,
         scheduler=None,
         **kwargs,
     ):
@@ -50,7 +49,7 @@ class GNNClassifier(LitModule):
 
     @property
     def node_level(self) -> bool:
-        return self.hparams.kind == NODE_CLASSIFICATION
+        return not tasks.get(self.hparams.kind).graph_level
 
     def share(self, mask: torch.Tensor) -> torch.Tensor:
         """This rank's nodes of a mask (all of them in a single process)."""

@@ -21,6 +21,8 @@ from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
 from litlab.errors import UserError
+from litlab.tasks import IMAGE_SEGMENTATION
+from litlab.tasks.units import dominant_structure
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 
@@ -31,7 +33,7 @@ class Items(Dataset):
 
     def __init__(self, items: list[tuple[torch.Tensor, torch.Tensor]]):
         self.items = items
-        self.labels = [folds.dominant_structure(y.numpy()) for _, y in items]
+        self.labels = [dominant_structure(y.numpy()) for _, y in items]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -44,7 +46,7 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
     """Subclasses return items (`load`): (images (S, C, H, W) in [0, 1], labels (S, H, W)) of
     `image_size` squares, and their names."""
 
-    kind = "image_segmentation"
+    kind = IMAGE_SEGMENTATION
     data_name, fold_pool = "the items", "items"
     #: a served image of another size is zero-padded as training's were (exported metadata)
     fit = "pad"

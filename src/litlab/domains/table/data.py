@@ -13,13 +13,14 @@ from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
+from litlab.tasks.regression import Regression
 
 #: target quantiles that stratify the splits and the k-fold folds (each split spans the range)
 STRATA = 5
 
 
 class TableDataModule(folds.FoldSettings, SplitDataModule):
-    kind = "regression"
+    kind = Regression.name
     data_name, fold_pool = "the table", "rows"
     #: what an exported file takes (its metadata says so)
     normalization = "none: raw values in the table's units (the net standardizes them)"

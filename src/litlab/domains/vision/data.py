@@ -33,6 +33,8 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
+    #: how the service fits an image of another size (None: resized, as training's were)
+    fit: str | None = None
 
     def __init__(
         self,

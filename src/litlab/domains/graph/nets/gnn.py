@@ -34,6 +34,7 @@ from torch_geometric.nn import (
 from torch_geometric.nn.dense.linear import Linear as PygLinear
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
+from litlab import tasks
 from litlab.tasks import NODE_CLASSIFICATION
 
 CONVS = ("gcn", "gat", "sage", "gin", "mlp")
@@ -139,7 +140,7 @@ class GNN(nn.Module):
             raise ValueError(f"conv={conv} is not one of {CONVS}")
         if readout not in READOUTS or jumping_knowledge not in ("last", "cat"):
             raise ValueError(f"readout must be one of {list(READOUTS)}, jumping_knowledge last|cat")
-        self.node_level = kind == NODE_CLASSIFICATION
+        self.node_level = not tasks.get(kind).graph_level  # else: pooled per graph
         self.conv_name, self.heads, self.output_heads = conv, heads, output_heads
         self.attention_dropout, self.cached = attention_dropout, cached and self.node_level
         self.value_dropout = value_dropout
