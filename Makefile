@@ -67,7 +67,7 @@ bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an
 doctor: $(VENV)/.installed  ## check this machine: versions, devices, all-reduce, loopback, disk, data
 	PYTHONPATH=src $(PY) -m litlab.doctor $(ARGS)
 
-new-task: $(VENV)/.installed  ## copy a domain into a new task: make new-task NAME=mytask FROM=vision|medical3d|table|graph
+new-task: $(VENV)/.installed  ## copy a domain into a new task: make new-task NAME=mytask FROM=vision (any folder of src/litlab/domains)
 	PYTHONPATH=src $(PY) -m litlab.scaffold "$(NAME)" "$(FROM)"
 
 clean:  ## remove run outputs (keeps data/ and .venv)

@@ -15,9 +15,10 @@ from litlab.tasks.kind import COMPRESSION_STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "litlab"
-#: a kind's own datamodule and module may use its name (they declare it); the nets of a
-#: module that fits two kinds choose their pooling from it
-OWNERS = ("tasks", "domains")
+#: the kinds' package names them; a domain's datamodules and modules declare theirs with the
+#: constants of litlab.tasks (or the kind class's `name`), never comparing or writing one out
+OWNERS = ("tasks",)
+DOMAINS = "domains"
 
 
 def _kind_words() -> set[str]:
@@ -25,12 +26,14 @@ def _kind_words() -> set[str]:
     return names | {n.upper() for n in names}
 
 
-def _offences(path: Path, words: set[str]) -> list[str]:
+def _offences(path: Path, words: set[str], domain: bool = False) -> list[str]:
     tree = ast.parse(path.read_text())
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "litlab.tasks":
+        if isinstance(node, ast.ImportFrom) and node.module == "litlab.tasks" and not domain:
             found += [f"imports {a.name}" for a in node.names if a.name in words]
+        if domain and isinstance(node, ast.Constant) and node.value in words:
+            found.append(f"line {node.lineno}: writes the kind {node.value!r}")
         if isinstance(node, ast.Compare):
             for operand in [node.left, *node.comparators]:
                 parts = operand.elts if isinstance(operand, (ast.Tuple, ast.List)) else [operand]
@@ -44,12 +47,12 @@ def _offences(path: Path, words: set[str]) -> list[str]:
 
 def test_no_layer_branches_on_a_kind_name():
     words = _kind_words()
-    offences = {
-        str(path.relative_to(PACKAGE)): found
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).parts[0] not in OWNERS and (found := _offences(path, words))
-    }
-    assert not offences, f"ask the kind's adapter (litlab.tasks) instead: {offences}"
+    offences = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        top = path.relative_to(PACKAGE).parts[0]
+        if top not in OWNERS and (found := _offences(path, words, domain=top == DOMAINS)):
+            offences[str(path.relative_to(PACKAGE))] = found
+    assert not offences, f"call the kind's methods (litlab.tasks) instead: {offences}"
 
 
 def test_the_check_finds_branching():
@@ -59,6 +62,8 @@ def test_the_check_finds_branching():
     try:
         path.write_text(code)
         assert len(_offences(path, words)) == 2
+        path.write_text("kind = 'regression'\nif kind == NODE_CLASSIFICATION: pass\n")
+        assert len(_offences(path, words, domain=True)) == 2  # a domain imports, never writes
     finally:
         path.unlink()
 
@@ -218,7 +223,7 @@ def test_a_kind_registered_twice_or_lacking_a_method_is_one_line_naming_the_clas
         register(Partial)
     assert str(partial.value).startswith(
         f"kind class {__name__}.{Partial.__qualname__} lacks check_inputs, expected_inputs, "
-        "export_spec, json, uploads, warm_up, zeros: "
+        "export_spec, json, uploads, warm_up, zeros, batched_tensor: "
     )
     assert tasks.kinds() == before
 

@@ -23,7 +23,7 @@ def tensor_batches(datamodule, split: str, limit: int | None = None):
 def has_tensor_inputs(datamodule) -> bool:
     """Kinds that quantize: fixed-size inputs that ONNX export, int8 calibration and batch-64
     latency can be fed ((inputs, labels) batches, or patches of whole 3D volumes: the kind's
-    input family's `patches`; not graphs)."""
+    kind's `patches`; not graphs)."""
     return "quantize" in tasks.of(datamodule).compression
 
 

@@ -86,8 +86,7 @@ def _data_and_model(cfg: DictConfig, f, ckpt, resumed):
         state.load_weights(model, ckpt, cfg.ckpt_path)
     report.apply_extras(cfg)
     datamodule.prepare_data()
-    if hasattr(datamodule, "setup"):
-        datamodule.setup("fit")
+    datamodule.setup("fit")
     parts, counts = partitions_of(datamodule, f)
     if resumed is not None and resumed["partitions"] != state.digest(
         parts["train"] + parts["heldout"]

@@ -29,15 +29,9 @@ def _refuse(path: Path, what: str) -> None:
     raise UserError(f"{path.name}: {what} (re-export the checkpoint with src/export.py)")
 
 
-def expected_inputs(kind, layout: dict) -> list[tuple[str, str, list]]:
-    """(name, ONNX type, shape from the layout) of each input the service feeds, in order:
-    what the kind feeds."""
-    return kind.expected_inputs(layout)
-
-
 def check_inputs(path: Path, session, kind, layout: dict) -> None:
     found = session.get_inputs()
-    expected = expected_inputs(kind, layout)
+    expected = kind.expected_inputs(layout)  # what the service feeds, in order
     if len(found) != len(expected):
         _refuse(
             path,

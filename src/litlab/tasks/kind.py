@@ -190,12 +190,13 @@ def register(cls: type[Kind]) -> type[Kind]:
     """Class decorator: `cls` is a kind every layer knows by its `name`. One line naming the
     class when it lacks a method a layer needs or its name is another class's."""
     where = f"{cls.__module__}.{cls.__qualname__}"
+    declared = ("name", "metrics", "batched_tensor", "names_key")  # annotated above, no value
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
-    if missing or not isinstance(getattr(cls, "name", None), str):
-        lacks = ", ".join(missing) or "a `name`"
+    missing += [name for name in declared if name not in dir(cls)]
+    if missing:
         raise UserError(
-            f"kind class {where} lacks {lacks}: a kind inherits an input mixin and an output "
-            "mixin of litlab.tasks and sets name and metrics (docs/new_task.md)"
+            f"kind class {where} lacks {', '.join(missing)}: a kind inherits an input mixin and "
+            "an output mixin of litlab.tasks and sets name and metrics (docs/new_task.md)"
         )
     known = _REGISTRY.get(cls.name)
     if known is not None and f"{type(known).__module__}.{type(known).__qualname__}" != where:

@@ -1,6 +1,6 @@
 """Input mixins of the kinds whose inputs are one batched float tensor, samples along dim 0:
 table rows and other fixed-size samples (`TensorInputs`: JSON only), and images
-(`ImageInputs`: PNG/JPEG uploads too). Each says how the service decodes a request and warms
+(`ImageInputs`: PNG/JPEG uploads too), and the image classification kind. Each says how the service decodes a request and warms
 up, what an exported file takes and its metadata holds (checked when the service opens it),
 how export reads a run (its Spec) and what the out-of-distribution score measures.
 
@@ -8,8 +8,10 @@ The methods import what they use (numpy, torch, PIL): a kind's declarations stay
 
 from itertools import islice
 
-from litlab.tasks import checks
-from litlab.tasks.kind import Spec
+from litlab.tasks import IMAGE_CLASSIFICATION, checks
+from litlab.tasks.figures import ImageGrid
+from litlab.tasks.kind import Kind, Spec, register
+from litlab.tasks.outputs import Classes
 from litlab.tasks.units import ItemUnits
 
 FLOAT, INT64 = "tensor(float)", "tensor(int64)"
@@ -197,3 +199,15 @@ class ImageInputs(MeasuredInputs):
         for r in raw:
             await predictor.images([r])
         await predictor.offload(predictor.decode_all, [predictor.header(raw[1])])
+
+
+@register
+class ImageClassification(ImageInputs, Classes, Kind):
+    """Images in, one class per image out (vision: digits, MNIST, CIFAR-10, image folders)."""
+
+    name = IMAGE_CLASSIFICATION
+    metrics = ("acc", "f1")
+    inspect = ("samples", "confusion", "gradcam", "embeddings", "histograms", "model_graph")
+
+    def samples_figure(self, count: int):
+        return ImageGrid(count)

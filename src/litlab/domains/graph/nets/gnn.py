@@ -212,6 +212,33 @@ class GNN(nn.Module):
             )
         return (_TiledLinear if self.tiled else _Linear)(n_in, n_out)
 
+    @staticmethod
+    def narrowed(net: dict, scale: float) -> dict:
+        """compress=distill's default student: `scale` times the hidden width, a multiple of
+        the attention heads (GAT: heads x channels per head)."""
+        heads = net.get("heads", 1) if net.get("conv") == "gat" else 1
+        per_head = max(1, round(net.get("hidden_channels", 16) * scale / heads))
+        # dropout 0.5 on a few hidden units drops most of them: at most 0.2 on a narrowed GNN
+        return {"hidden_channels": per_head * heads, "dropout": min(net.get("dropout", 0.0), 0.2)}
+
+    # compress.prune.method=structured: a smaller hidden width holding the most important
+    # channels (nets/prune.py; Torch-Pruning's trace does not follow PyG's message passing)
+    def prune_plan(self, net_cfg: dict, build, ratio: float, round_to) -> dict:
+        from litlab.domains.graph.nets import prune
+
+        return prune.plan(self, net_cfg, build, ratio, round_to)
+
+    def pruned(self, net_cfg: dict, build, ratio: float, steps: int, round_to, norm: int):
+        from litlab.domains.graph.nets import prune
+
+        return prune.prune(self, net_cfg, build, ratio, steps, round_to, norm)
+
+    def copy_kept(self, new: nn.Module, norm: int = 2) -> None:
+        """Fill `new` (this GNN, narrower) with this one's most important channels."""
+        from litlab.domains.graph.nets import prune
+
+        prune.copy_kept(self, new, norm)
+
     def forward(
         self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor | None = None
     ) -> torch.Tensor:
