@@ -10,11 +10,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
-def time_command(cmd: list[str], **kwargs) -> tuple[float, subprocess.CompletedProcess]:
+def time_command(
+    cmd: list[str], *, expect: int = 0, **kwargs
+) -> tuple[float, subprocess.CompletedProcess]:
+    """Wall time of `cmd` run from the repo root; it must exit with `expect` (2: a refusal)."""
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, **kwargs)
     elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
+    if proc.returncode != expect:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     return elapsed, proc
 

@@ -3,6 +3,7 @@ experiment, run as a user runs them (subprocesses of src/*.py), written to docs/
 
     .venv/bin/python tests/feature_matrix.py                       # all of it (~45 min on 2 cores)
     .venv/bin/python tests/feature_matrix.py --rows digits_cnn --columns train,eval
+    .venv/bin/python tests/feature_matrix.py --commands --rows gcn_cora   # print a row's commands
 
 Results are kept in a JSON file (--results) and merged, so rows or columns can be rerun; the
 markdown is written from all the results kept. tests/test_matrix.py runs the digits row's cells and
@@ -11,6 +12,7 @@ one row of each other task kind (slow)."""
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -46,8 +48,9 @@ class Row:
 
 
 def rows(shared: Path) -> list[Row]:
-    hippo = f"data.root={shared / 'Hippocampus'}"
-    nifti = [hippo, "data.num_workers=0", "data.persistent_workers=false"]
+    """The rows; those that need real data read it from paths.data_dir (LITLAB_DATA_DIR: a copy
+    of `shared`, made by `main`), as a user's copy is read (docs/matrix.md says so)."""
+    nifti = ["data.num_workers=0", "data.persistent_workers=false"]
     return [
         Row("digits_cnn", "digits, CNN (default)", ["trainer.max_epochs=5"]),
         Row(
@@ -73,7 +76,13 @@ def rows(shared: Path) -> list[Row]:
         Row(
             "resnet3d_hippocampus",
             "Hippocampus NIfTI, ResNet3D",
-            ["model=resnet3d", "data=nifti", *nifti, "trainer.max_epochs=1"],
+            [
+                "model=resnet3d",
+                "data=nifti",
+                "data.root=${paths.data_dir}/Hippocampus",
+                *nifti,
+                "trainer.max_epochs=1",
+            ],
             needs="Hippocampus",
         ),
         Row(
@@ -81,7 +90,6 @@ def rows(shared: Path) -> list[Row]:
             "Hippocampus slices, UNet2D (2D segmentation)",
             [
                 "experiment=unet2d_hippocampus",
-                hippo,
                 "trainer.max_epochs=2",
                 "trainer.limit_train_batches=60",
             ],
@@ -212,8 +220,70 @@ def run_row(row: Row, columns: list[str], work: Path, env: dict, log=print, save
     return {k: v.as_dict() for k, v in out.items()}
 
 
+INTRO = """\
+# Feature x domain matrix
+
+Every after-training feature on every domain's default experiment, run as a user runs
+them: `tests/feature_matrix.py` calls `src/train.py`, `eval.py`, `export.py`, `serve.py`
+(one real HTTP request), `compress.py`, `federate.py` in subprocesses and writes this page
+from what they printed and wrote. A cell is `ok` (with the metric or size it produced),
+`refused` (the one line the command printed, exit 2, before any work) or `FAILED`.
+Trainings are short (epochs below), so metrics are those of short runs, not of the
+published recipes; `prune` is structured pruning to half the parameters
+(`compress.prune.ratio=0.5`). Regenerate: `.venv/bin/python tests/feature_matrix.py` (about 45
+minutes on 2 cores; the slow tests run the digits row and one row of each other task
+kind: `pytest -m slow tests/test_matrix.py`). A cell marked `not run` was not reached by the
+run that wrote this page (rerun its row: `--rows NAME`); seconds are wall time on the
+machine named at the end, which tells more about its load than about litlab.
+
+**Following a row by hand.** Each row below lists its cells' commands, in order. The train
+command prints its best checkpoint (`checkpoint  logs/train/runs/<time>/checkpoints/...`): set
+`CKPT` to it; `export onnx` writes `model.onnx` in the run dir it prints: set `ONNX` to it
+(and `PORT` to a free port for `serve`, which then answers a `POST /predict`). Each compress
+step's checkpoint (`*_prune.ckpt`, `*_distill.ckpt`) is then read by `eval.py
+ckpt_path=<it>`. The runner adds only console settings (`extras.print_config=false`, and
+`callbacks.rich_progress_bar=null` where there is a callbacks group) and its own
+`paths.log_dir`. Rows on real data read it below `paths.data_dir` (default `data/`, or
+`LITLAB_DATA_DIR`): copy the folder named in the row there (`cp -r ../shared/data/Planetoid
+data/`; the copy may stay read-only: PyG's processed files go to `data/cache/pyg/`), or pass
+`paths.data_dir=FOLDER` where it is. `tests/feature_matrix.py --commands --rows NAME` prints
+a row's commands; `--rows NAME --columns train,eval` runs those cells of it (the train cell
+always, for its checkpoint)."""
+
+# what a command of the page leaves for the next ones (see INTRO)
+AFTER = {"train": "CKPT= its checkpoint", "export onnx": "ONNX= its model.onnx"}
+
+
+def _shell(arg: str) -> str:
+    """An argument as a shell takes it: the page's variables expanded, everything else (Hydra's
+    `${paths.data_dir}`, `formats=[onnx]`) quoted."""
+    if any(var in arg for var in ("$CKPT", "$ONNX", "$PORT")):
+        return f'"{arg}"'
+    return shlex.quote(arg)
+
+
+def commands(row: Row) -> list[str]:
+    """Each cell's command line of `row`, in the order the runner runs them."""
+    lines = []
+    for column in COLUMNS:
+        script, args = cells.command(column, row)
+        line = " ".join(["python", f"src/{script}", *map(_shell, args)])
+        lines.append(f"{line}  # {column}" + (f"; {AFTER[column]}" if column in AFTER else ""))
+    return lines
+
+
+def _row_text(row: Row) -> list[str]:
+    """A row's heading, the data it needs and its commands."""
+    data = (
+        f"Data: `<paths.data_dir>/{row.needs}` (`cp -r ../shared/data/{row.needs} data/`)."
+        if row.needs
+        else "Data: none to copy (made or shipped offline)."
+    )
+    return ["", f"## {row.label}", "", data, "", "```bash", *commands(row), "```", ""]
+
+
 def render(results: dict, all_rows: list[Row]) -> str:
-    """docs/matrix.md: one table of statuses, then each row's cells in full."""
+    """docs/matrix.md: one table of statuses, then each row's commands and cells in full."""
     mark = {
         "ok": "ok",
         "refused": "refused",
@@ -223,20 +293,7 @@ def render(results: dict, all_rows: list[Row]) -> str:
     }
     cols = list(COLUMNS)
     lines = [
-        "# Feature x domain matrix",
-        "",
-        "Every after-training feature on every domain's default experiment, run as a user runs",
-        "them: `tests/feature_matrix.py` calls `src/train.py`, `eval.py`, `export.py`, `serve.py`",
-        "(one real HTTP request), `compress.py`, `federate.py` in subprocesses and writes this page",
-        "from what they printed and wrote. A cell is `ok` (with the metric or size it produced),",
-        "`refused` (the one line the command printed, exit 2, before any work) or `FAILED`.",
-        "Trainings are short (epochs below), so metrics are those of short runs, not of the",
-        "published recipes; `prune` is structured pruning to half the parameters",
-        "(`compress.prune.ratio=0.5`). Regenerate: `.venv/bin/python tests/feature_matrix.py` (about 45",
-        "minutes on 2 cores; the slow tests run the digits row and one row of each other task",
-        "kind: `pytest -m slow tests/test_matrix.py`). A cell marked `not run` was not reached by the",
-        "run that wrote this page (rerun its row: `--rows NAME`); seconds are wall time on the",
-        "machine named at the end, which tells more about its load than about litlab.",
+        INTRO,
         "",
         "| domain | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),
@@ -252,17 +309,7 @@ def render(results: dict, all_rows: list[Row]) -> str:
         got = results.get(row.name)
         if not got:
             continue
-        lines += [
-            "",
-            f"## {row.label}",
-            "",
-            (
-                f"`python src/train.py {' '.join(a for a in row.train if '/' not in a)}`;"
-                f" inspect with `{' '.join(row.short)}`, compress.py with "
-                f"`{' '.join(row.short if row.compress is None else row.compress) or 'defaults'}`"
-            ),
-            "",
-        ]
+        lines += _row_text(row)
         lines += ["| feature | status | result | s |", "|---|---|---|---|"]
         for c in cols:
             cell = got.get(c, {"status": "not run", "text": "not run yet", "seconds": 0})
@@ -301,10 +348,17 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="rows run in parallel")
     parser.add_argument("--render-only", action="store_true", help="write --out from --results")
     parser.add_argument("--quick", action="store_true", help="the slow test's shorter settings")
+    parser.add_argument(
+        "--commands", action="store_true", help="print the chosen rows' commands, run nothing"
+    )
     args = parser.parse_args(argv)
     shared = Path(args.shared)
     all_rows = [quick(r) for r in rows(shared)] if args.quick else rows(shared)
     chosen = [r for r in all_rows if args.rows == "all" or r.name in args.rows.split(",")]
+    if args.commands:
+        for row in chosen:
+            print("\n".join(_row_text(row)[1:]))
+        return 0
     columns = list(COLUMNS) if args.columns == "all" else args.columns.split(",")
     results_path = Path(args.results)
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}

@@ -42,7 +42,44 @@ class Ctx:
     onnx: str = ""  # the export cell's model.onnx
 
 
+COMPRESS_STEPS = ("prune", "distill", "quantize")
+
+
+def command(column: str, row, ckpt: str = "$CKPT", onnx: str = "$ONNX", port="$PORT"):
+    """(entry point, arguments) of `column`'s cell of `row`, as the cell runs it (it adds
+    `quiet` and `paths.log_dir`) and as docs/matrix.md prints it: `ckpt` is the train cell's
+    best checkpoint, `onnx` the export onnx cell's model.onnx."""
+    if column == "train":
+        return "train.py", list(row.train)
+    if column == "inspect":
+        return "train.py", [*row.train, "callbacks=inspect", *row.short]
+    if column == "tune=lr":
+        return "train.py", [*row.train, "tune=lr", *row.tune]
+    if column == "eval":
+        return "eval.py", [f"ckpt_path={ckpt}"]
+    if column.startswith("export "):
+        return "export.py", [f"ckpt_path={ckpt}", f"formats=[{column.split()[1]}]"]
+    if column == "serve":
+        return "serve.py", [f"model_path={onnx}", f"port={port}"]
+    if column in COMPRESS_STEPS:
+        # structured pruning to half the parameters (the bar of docs/compress.md: >= 95% of
+        # the test metric after fine-tuning); 0.1, the default, empties a GAT's heads
+        ratio = ["compress.prune.ratio=0.5"] if column == "prune" else []
+        extra = row.short if row.compress is None else row.compress
+        return "compress.py", [f"ckpt_path={ckpt}", f"compress={column}", *ratio, *extra]
+    if column == "federate":
+        rounds = ["federate.rounds=2", "federate.num_clients=2"]
+        return "federate.py", [*row.federate_args, *rounds, *row.federate]
+    raise ValueError(f"no cell {column!r}")
+
+
+def quiet(script: str) -> list[str]:
+    """Console-only settings every cell adds (entry points with a callbacks group: more)."""
+    return QUIET if script in ("train.py", "compress.py") else QUIET_AFTER
+
+
 def run(script: str, args: list[str], ctx: Ctx, timeout: float):
+    args = [*quiet(script), *args]
     cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={ctx.log_dir}", *args]
     started = time.time()
     try:
@@ -90,8 +127,8 @@ def metric_text(metrics: dict, keys: tuple) -> str:
 TEST_KEYS = ("test/acc", "test/dice", "test/auroc", "test/f1", "test/r2")
 
 
-def train(row, ctx: Ctx, extra=(), timeout=1800) -> Cell:
-    proc, s = run("train.py", [*QUIET, *row.train, *extra], ctx, timeout)
+def train(row, ctx: Ctx, column="train", timeout=1800) -> Cell:
+    proc, s = run(*command(column, row), ctx, timeout)
     if (bad := outcome(proc, s, timeout)) is not None:
         return bad
     out = run_dir_of(proc.stdout, ctx.log_dir, "train")
@@ -101,7 +138,7 @@ def train(row, ctx: Ctx, extra=(), timeout=1800) -> Cell:
 
 
 def evaluate(row, ctx: Ctx, timeout=900) -> Cell:
-    proc, s = run("eval.py", [*QUIET_AFTER, f"ckpt_path={ctx.ckpt}"], ctx, timeout)
+    proc, s = run(*command("eval", row, ctx.ckpt), ctx, timeout)
     if (bad := outcome(proc, s, timeout)) is not None:
         return bad
     out = run_dir_of(proc.stdout, ctx.log_dir, "eval")
@@ -112,7 +149,7 @@ def evaluate(row, ctx: Ctx, timeout=900) -> Cell:
 
 
 def inspect(row, ctx: Ctx, timeout=1800) -> Cell:
-    cell = train(row, ctx, ["callbacks=inspect", *row.short], timeout)
+    cell = train(row, ctx, "inspect", timeout)
     if cell.status != "ok":
         return cell
     run = Path(cell.path).parents[1]
@@ -122,8 +159,7 @@ def inspect(row, ctx: Ctx, timeout=1800) -> Cell:
 
 def export(fmt: str):
     def cell(row, ctx: Ctx, timeout=900) -> Cell:
-        args = [*QUIET_AFTER, f"ckpt_path={ctx.ckpt}", f"formats=[{fmt}]"]
-        proc, s = run("export.py", args, ctx, timeout)
+        proc, s = run(*command(f"export {fmt}", row, ctx.ckpt), ctx, timeout)
         out = None
         if proc is not None and proc.returncode in (0, 1):
             out = run_dir_of(proc.stdout, ctx.log_dir, "export")
@@ -175,14 +211,9 @@ def serve(row, ctx: Ctx, timeout=300) -> Cell:
     if not ctx.onnx:
         return Cell("n/a", "no model.onnx (export onnx did not pass)")
     port = free_port()
-    cmd = [
-        sys.executable,
-        str(ROOT / "src/serve.py"),
-        f"paths.log_dir={ctx.log_dir}",
-        *QUIET_AFTER,
-        f"model_path={ctx.onnx}",
-        f"port={port}",
-    ]
+    script, args = command("serve", row, onnx=ctx.onnx, port=port)
+    cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={ctx.log_dir}"]
+    cmd += [*quiet(script), *args]
     started = time.time()
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=ctx.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -217,12 +248,7 @@ def serve(row, ctx: Ctx, timeout=300) -> Cell:
 
 def compress(step: str):
     def cell(row, ctx: Ctx, timeout=1800) -> Cell:
-        extra = row.short if row.compress is None else row.compress
-        # structured pruning to half the parameters (the bar of docs/compress.md: >= 95% of the
-        # test metric after fine-tuning); 0.1, the default, empties a GAT's heads
-        ratio = ["compress.prune.ratio=0.5"] if step == "prune" else []
-        args = [*QUIET, f"ckpt_path={ctx.ckpt}", f"compress={step}", *ratio, *extra]
-        proc, s = run("compress.py", args, ctx, timeout)
+        proc, s = run(*command(step, row, ctx.ckpt), ctx, timeout)
         if (bad := outcome(proc, s, timeout)) is not None:
             return bad
         out = run_dir_of(proc.stdout, ctx.log_dir, "compress")
@@ -251,9 +277,7 @@ def compress(step: str):
 
 
 def federate(row, ctx: Ctx, timeout=600) -> Cell:
-    args = [*QUIET_AFTER, *row.federate_args, "federate.rounds=2", "federate.num_clients=2"]
-    args += row.federate
-    proc, s = run("federate.py", args, ctx, timeout)
+    proc, s = run(*command("federate", row), ctx, timeout)
     if (bad := outcome(proc, s, timeout)) is not None:
         return bad
     out = run_dir_of(proc.stdout, ctx.log_dir, "federate")
@@ -266,7 +290,7 @@ def federate(row, ctx: Ctx, timeout=600) -> Cell:
 
 
 def tune_lr(row, ctx: Ctx, timeout=1800) -> Cell:
-    cell = train(row, ctx, ["tune=lr", *row.tune], timeout)
+    cell = train(row, ctx, "tune=lr", timeout)
     if cell.status != "ok":
         return cell
     run = Path(cell.path).parents[1]

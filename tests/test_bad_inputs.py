@@ -354,6 +354,103 @@ def test_bad_command_subprocess_fails_fast(script, overrides, tmp_path):
     assert not (tmp_path / script[:-3] / "multiruns").exists()
 
 
+#: packages that take seconds to import: none before a refusal of what the command line says
+HEAVY = (
+    "torch", "lightning", "pytorch_lightning", "torchvision", "torchmetrics", "torch_geometric",
+    "monai", "scipy", "sklearn", "pandas", "matplotlib", "onnx", "onnxruntime",
+)  # fmt: skip
+
+
+def _no_gpu() -> bool:
+    from litlab.config.resolvers import certainly_no_gpu
+
+    return certainly_no_gpu()
+
+
+def _heavy_imports(importtime: list[str]) -> list[str]:
+    """`-X importtime` lines (an importer after what it imports, two spaces a level) -> each
+    heavy package that came in, with its importer where importtime names one ('torch <-
+    litlab.x'; none for what a function or `importlib.import_module` imported as it ran)."""
+    rows = []
+    for line in importtime:
+        name = line.rsplit("|", 1)[1]
+        rows.append((len(name) - len(name.lstrip()), name.strip()))
+    parent, later = [None] * len(rows), []  # the next row of a lower level is the importer
+    for i in range(len(rows) - 1, -1, -1):
+        while later and rows[later[-1]][0] >= rows[i][0]:
+            later.pop()
+        parent[i] = later[-1] if later else None
+        later.append(i)
+    found = []
+    for i, (_, name) in enumerate(rows):
+        if name.split(".")[0] not in HEAVY:
+            continue
+        while parent[i] is not None and rows[parent[i]][1].split(".")[0] in HEAVY:
+            i = parent[i]
+        entry = rows[i][1] + (f" <- {rows[parent[i]][1]}" if parent[i] is not None else "")
+        if entry not in found:
+            found.append(entry)
+    return found
+
+
+NO_GPU = pytest.mark.skipif(not _no_gpu(), reason="a GPU may be here: the command would train")
+GNN_ON_DIGITS = (
+    "error: model=gnn (node_classification, graph_classification) cannot train on data=digits "
+    "(image_classification); data that fit this model: citeseer, cora, enzymes, karate, mutag, "
+    "proteins, pubmed, sbm"
+)
+CNN_ON_CORA = (
+    "error: model=cnn (image_classification) cannot train on data=cora (node_classification); "
+    "data that fit this model: cifar10, digits, fashion_mnist, imagefolder, mnist"
+)
+LR_WORD = (
+    "error: model.optimizer.lr=fast has the wrong type or value; valid: a learning rate > 0 "
+    "and <= 10 (e.g. 1e-3)"
+)
+NO_GPU_HERE = (
+    "error: trainer.accelerator=gpu but no GPU device is visible; use trainer.accelerator=cpu "
+    "(or trainer=cpu)"
+)
+FP16_ON_CPU = (
+    "error: trainer.precision=16-mixed is not supported on CPU; use trainer.precision=bf16-mixed "
+    "or 32-true on CPU (16-mixed, 16-true, bf16-true and transformer-engine need a GPU)"
+)
+NO_CKPT = "error: ckpt_path=/nonexistent/x.ckpt: no such checkpoint file"
+
+
+@pytest.mark.parametrize(
+    "script,overrides,line",
+    [
+        pytest.param("train.py", ["model=gnn", "data=digits"], GNN_ON_DIGITS, id="gnn-digits"),
+        pytest.param(
+            "train.py", ["data=cora", "data.data_dir=/nonexistent"], CNN_ON_CORA, id="cnn-cora"
+        ),
+        pytest.param("train.py", ["model.optimizer.lr=fast"], LR_WORD, id="lr-word"),
+        pytest.param("train.py", ["trainer=gpu"], NO_GPU_HERE, marks=NO_GPU, id="gpu"),
+        pytest.param(
+            "train.py", ["trainer.precision=16-mixed"], FP16_ON_CPU, marks=NO_GPU, id="fp16-cpu"
+        ),
+        pytest.param("eval.py", ["ckpt_path=/nonexistent/x.ckpt"], NO_CKPT, id="eval-no-ckpt"),
+    ],
+)
+def test_common_mistakes_are_refused_before_torch_is_imported(script, overrides, line, tmp_path):
+    """Issue 50: a refusal of what the command line says costs about a second, not the seconds
+    of torch and Lightning: the process (`-X importtime`) imports none of `HEAVY` before it
+    says it, in one line."""
+    proc = subprocess.run(
+        [
+            sys.executable, "-X", "importtime", str(ROOT / "src" / script), *overrides,
+            f"paths.log_dir={tmp_path}",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = proc.stderr.splitlines()
+    told = [i for i, ln in enumerate(lines) if not ln.startswith("import time:")]
+    assert (proc.returncode, [lines[i] for i in told], proc.stdout) == (2, [line], "")
+    heavy = _heavy_imports(lines[1 : told[0]])  # [0]: importtime's header
+    assert not heavy, f"imported before the refusal: {heavy}"
+
+
 @pytest.mark.parametrize(
     "overrides,words",
     [  # job 0 is federate.py's default (its client epochs `auto`, resolved as the job resolves it)

@@ -292,6 +292,24 @@ def _copy_run(tiny, tmp_path, name="copy", here=True):
     return run, run / "checkpoints" / tiny[1].name
 
 
+def test_a_relative_data_folder_typed_when_training_counts_from_anywhere(
+    tiny, tmp_path, monkeypatch
+):
+    """`train.py data.data_dir=elsewhere` (relative) stores it absolute from the folder the
+    run started in (Hydra's runtime.cwd beside the record): evaluated from another folder,
+    the record still names the stored folder (issue 48: stored paths travel)."""
+    from omegaconf import OmegaConf
+
+    run2, ckpt2 = _copy_run(tiny, tmp_path)
+    elsewhere = tiny[2]
+    (run2 / ".hydra" / "overrides.yaml").write_text("- data.data_dir=elsewhere\n")
+    hydra = OmegaConf.load(run2 / ".hydra" / "hydra.yaml")
+    hydra.hydra.runtime.cwd = str(elsewhere.parent)
+    OmegaConf.save(hydra, run2 / ".hydra" / "hydra.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert _load(ckpt2).config.data.data_dir == str(elsewhere)
+
+
 def test_a_folder_named_only_by_the_file_is_still_refused(tiny, tmp_path):
     """The same file copied out of its run dir, its run dir copied as a whole (its record
     names the original folder), a run dir whose checkpoints/ links elsewhere, a file planted

@@ -37,10 +37,10 @@ def readme_results() -> dict[str, float]:
 
 
 def test_default_run_prints_one_page_and_the_readme_figures(tmp_path):
-    """`python src/train.py` as it is (30 epochs, progress bar on; the suite's 1 thread):
-    at most 30 non-empty lines, none twice, the library lines in train.log only, and the
-    README's sample test metrics."""
-    proc = run_cli("train.py", log_dir=tmp_path / "logs", quiet=False, timeout=600)
+    """`python src/train.py threads=1` as it is (30 epochs, progress bar on): at most 30
+    non-empty lines, none twice, the library lines in train.log only, and the README's sample
+    test metrics."""
+    proc = run_cli("train.py", "threads=1", log_dir=tmp_path / "logs", quiet=False, timeout=600)
     lines = non_empty(proc.stdout + proc.stderr)
     assert len(lines) <= 30, "\n".join(lines)
     assert not repeated(lines), repeated(lines)
@@ -51,8 +51,11 @@ def test_default_run_prints_one_page_and_the_readme_figures(tmp_path):
     log = (run_dirs(tmp_path / "logs")[-1] / "train.log").read_text()
     assert all(text in log for text in LIBRARY_LINES), log[-3000:]
     measured, documented = results(proc.stdout)[0], readme_results()
-    for key in ("test/acc", "test/f1"):  # 1 thread here as in the README; 2 samples of slack
-        assert measured[key] == pytest.approx(documented[key], abs=0.006), (key, measured)
+    # 1 thread here as in the README: the same figures, up to one of the 360 test digits (the
+    # 4 printed decimals round) and a loss within 5% (one twice as large fails)
+    for key in ("test/acc", "test/f1"):
+        assert measured[key] == pytest.approx(documented[key], abs=1 / 360 + 5e-5), (key, measured)
+    assert measured["test/loss"] == pytest.approx(documented["test/loss"], rel=0.05), measured
 
 
 def test_console_filter_keeps_litlab_and_warnings_drops_library_info_and_deprecations():
@@ -105,6 +108,61 @@ def test_setup_sends_warnings_to_the_log_file_in_one_console_line(tmp_path, caps
     assert err.splitlines() == ["warning: few workers (UserWarning)"], err
     log = (tmp_path / "run.log").read_text()
     assert "Seed set to 1" in log and "an old call" in log and "second line" in log
+
+
+def test_library_notices_of_graphs_resumes_and_sweeps_go_to_the_log_file(tmp_path, capfd):
+    """What the console shows (nothing) of PyG's "Processing... Done!" (printed inside
+    `fetching`, the first read of a dataset), Lightning's warnings on a resumed run's own
+    checkpoints/ and on one batch per epoch (every graph run, `[rank0]` under DDP): the log
+    file has them. A sweep's launch line shows the job's overrides without the environment
+    override litlab adds to it."""
+    import sys
+
+    from lightning.pytorch.utilities.warnings import PossibleUserWarning
+
+    from litlab.utils.fetching import fetching
+
+    class Launcher:  # a launcher of this module: it logs through this module's logger
+        pass
+
+    root = logging.getLogger()
+    handlers, shown, level = root.handlers[:], warnings.showwarning, root.level
+    root.setLevel(logging.INFO)
+    screen, file = logging.StreamHandler(), logging.FileHandler(tmp_path / "run.log")
+    root.handlers = [screen, file]
+    try:
+        console.setup()
+        with fetching(tmp_path / "Cora" / "raw"):
+            print("Processing...", file=sys.stderr)
+            print("Done!", file=sys.stderr)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = console._show_warning
+            warnings.warn(  # Lightning's words (ModelCheckpoint, fit loop)
+                f"Checkpoint directory {tmp_path} exists and is not empty.", stacklevel=1
+            )
+            warnings.warn(
+                "The number of training batches (1) is smaller than the logging interval "
+                "Trainer(log_every_n_steps=50). Set a lower value for log_every_n_steps if "
+                "you want to see logs for the training epoch.",
+                PossibleUserWarning,
+                stacklevel=1,
+            )
+        console.launch_lines(Launcher())
+        logging.getLogger(__name__).warning(  # WARNING: shown whatever the logger's level
+            "\t#1 : seed=2 ++hydra.job.env_set.LITLAB_SWEEP_RESUME=1 model.optimizer.lr=0.1"
+        )
+    finally:
+        root.handlers, warnings.showwarning = handlers, shown
+        root.setLevel(level)
+        file.close()
+        logging.getLogger(__name__).filters.clear()
+    out = capfd.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == ["warning: \t#1 : seed=2 model.optimizer.lr=0.1"], out.err
+    log = (tmp_path / "run.log").read_text()
+    for line in ("Processing...\nDone!", "exists and is not empty", "logging interval"):
+        assert line in log
 
 
 def test_compact_summary_keeps_modules_with_parameters():

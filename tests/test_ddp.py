@@ -80,6 +80,10 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
     assert "terminate called" not in console and "Traceback" not in console
     # torchmetrics already synced the epoch metrics: no advice per metric to sync them again
     assert "sync_dist" not in console
+    # the launch lines without the job's environment (its train.log says it), no notice of
+    # fewer batches than log_every_n_steps
+    assert "env_set" not in console and "logging interval" not in console
+    assert logs.count("launched with ++hydra.job.env_set.LITLAB_SWEEP_RESUME=1") == 2
 
 
 @SWEEP
@@ -292,3 +296,110 @@ def test_unreachable_rendezvous_address_is_one_line_not_a_30_minute_wait():
     _check_reachable("127.0.0.1")  # the normal case passes
     with pytest.raises(UserError, match="cannot reach each other at 192.0.2.1"):
         _check_reachable("192.0.2.1")  # TEST-NET-1: no interface of this machine has it
+
+
+def _meeting(tmp_path, **procs):
+    """Rank 0's and rank 1's sides of a one-machine job's start (litlab.runs.ddp_start)."""
+    from litlab.runs.ddp_start import Start
+
+    return Start(tmp_path, 0, {int(r[1:]): p for r, p in procs.items()}), Start(tmp_path, 1)
+
+
+def test_a_local_rank_that_starts_slowly_is_waited_for_past_the_timeout(tmp_path):
+    """Rank 1 of this machine alive (its heartbeat) but still starting 3.5 s later, beyond
+    ddp_join_timeout=1.5: rank 0 waits for it (says so once, in terms of one machine) and
+    returns when it is ready, instead of giving up at 1.5 s."""
+    import threading
+    import time
+
+    rank0, rank1 = _meeting(tmp_path)
+    rank1.begin(1.5)
+    arrives = threading.Timer(3.5, rank1.wait, (2, 1.5, print))  # rank 0 is ready by then
+    arrives.start()
+    said: list[str] = []
+    start = time.monotonic()
+    rank0.wait(2, 1.5, said.append)
+    assert time.monotonic() - start >= 3.4
+    arrives.join()
+    assert len(said) == 1 and said[0].startswith(
+        "DDP rank 0 of 2: waiting for rank(s) 1 of this machine, still starting"
+    )
+    assert "ddp_join_timeout=1.5 s after a rank's last sign of life" in said[0]
+
+
+def test_a_local_rank_without_signs_of_life_stops_the_wait_in_one_line(tmp_path):
+    """Rank 1's heartbeat stops (a stopped or stuck process) before it is ready: after
+    ddp_join_timeout without a sign of life, one line that fits one machine (not "start
+    the command on every node") and names the setting to raise."""
+    import time
+
+    from litlab.runs.ddp_join import JoinFailed
+
+    rank0, rank1 = _meeting(tmp_path)
+    rank1.begin(1.0)
+    time.sleep(0.5)
+    rank1.stop()  # alive until now, never ready
+    start = time.monotonic()
+    with pytest.raises(JoinFailed) as failed:
+        rank0.wait(2, 1.0, lambda line: None)
+    assert 0.3 < time.monotonic() - start < 5
+    message = str(failed.value)
+    assert message.startswith("DDP rank 0 of 2: rank 1 on this machine showed no sign of life")
+    assert "raise ddp_join_timeout (now 1 s)" in message
+    assert "node" not in message and "\n" not in message
+
+
+def test_a_local_rank_that_exits_before_the_join_ends_the_wait_at_once(tmp_path):
+    """A child rank that failed while starting (its own error is on the console): rank 0
+    says so at once with its exit code, not after ddp_join_timeout."""
+    import subprocess
+    import sys
+    import time
+
+    from litlab.runs.ddp_join import JoinFailed
+
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    proc.wait()
+    rank0, _ = _meeting(tmp_path, r1=proc)
+    start = time.monotonic()
+    with pytest.raises(JoinFailed, match=r"^DDP rank 0 of 2: rank 1 on this machine stopped "):
+        rank0.wait(2, 300.0, lambda line: None)
+    assert time.monotonic() - start < 5
+
+
+SLOW_RANK = """
+import os, sys, time
+
+class SlowTorch:  # rank 1 of trainer=ddp imports torch SLOW_RANK_S seconds late
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            time.sleep(float(os.environ["SLOW_RANK_S"]))
+        return None
+
+if os.environ.get("LOCAL_RANK") == "1" and "SLOW_RANK_S" in os.environ:
+    sys.meta_path.insert(0, SlowTorch())
+"""
+
+
+@pytest.mark.slow  # two interpreter starts, one of them 15 s late
+def test_ddp_on_one_machine_waits_for_a_rank_slower_than_the_join_timeout(tmp_path):
+    """`train.py trainer=ddp ddp_join_timeout=3` whose rank 1 is still importing torch 15 s
+    after rank 0 is ready (as on a loaded machine): the job waits for it and finishes, with
+    one line that says what it waits for on this machine."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SLOW_RANK)
+    env = {"PYTHONPATH": str(tmp_path / "site"), "SLOW_RANK_S": "15"}
+    proc = run_cli(
+        "train.py", "trainer=ddp", "ddp_join_timeout=3", *TINY, log_dir=tmp_path, env=env
+    )
+    waiting = [line for line in proc.stderr.splitlines() if "waiting for" in line]
+    assert len(waiting) == 1 and waiting[0].startswith(
+        "DDP rank 0 of 2: waiting for rank(s) 1 of this machine, still starting"
+    ), proc.stderr[-3000:]
+    assert "node" not in proc.stderr
+    assert set(csv_test_metrics(next((tmp_path / "train" / "runs").iterdir()))) == {
+        "test/acc",
+        "test/f1",
+        "test/loss",
+    }

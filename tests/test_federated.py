@@ -274,6 +274,11 @@ RESUMES = {
         [],
         {"federate.rounds": 8},
     ),
+    "an experiment's callback settings (issue 46)": (
+        ["experiment=diabetes"],
+        [],
+        {"callbacks.early_stopping.patience": 20, "model._target_": "regressor"},
+    ),
     "a strategy group and its key": (
         ["federate/strategy=fedprox", "federate.strategy.proximal_mu=0.3"],
         [],
@@ -359,14 +364,16 @@ def test_the_watchdog_ends_a_descendant_whose_environment_shows_no_mark():
 
 def test_the_printed_resume_command_names_where_the_run_is(tmp_path):
     """A run under another paths.log_dir is refused without it (its run dir is outside the
-    default log dir): the command a stop prints carries the `paths.*` it was given, quoted."""
+    default log dir), and an experiment sets keys a resume cannot take from the run: the
+    command a stop prints repeats the run's overrides, quoted, with ckpt_path its run dir."""
     import shlex
 
     from litlab.federated import state
 
     logs = tmp_path / "my logs"
-    compose("federate", [f"paths.log_dir={logs}", "federate.rounds=8"], output_dir=tmp_path)
+    given = [f"paths.log_dir={logs}", "experiment=diabetes", "federate.rounds=8"]
+    compose("federate", given, output_dir=tmp_path)
     run = logs / "federate" / "runs" / "2026-12-01_00-00-00"
     printed = state.resume_command(run)
     assert printed.startswith("python src/federate.py ")
-    assert shlex.split(printed)[2:] == [f"ckpt_path={run}", f"paths.log_dir={logs}"]
+    assert shlex.split(printed)[2:] == [*given, f"ckpt_path={run}"]

@@ -200,7 +200,7 @@ def test_tu_fold_count_is_refused_from_the_raw_labels_before_reading_graphs(shar
     with pytest.raises(UserError, match=r"^data.num_folds=64 is too many for MUTAG \(188 graphs"):
         TUDataModule.check_settings(settings, "data")
     TUDataModule.check_settings({**settings, "num_folds": 63}, "data")
-    assert not (data / "TUDataset" / "MUTAG" / "processed").exists(), "graphs were read"
+    assert not (data / "cache").exists(), "graphs were read"  # PyG's processed files: none
 
 
 @pytest.mark.parametrize("name", ["SBMDataModule", "PlanetoidDataModule", "KarateDataModule"])
@@ -223,20 +223,62 @@ def test_fold_without_num_folds_is_a_mistake():
 
 
 @pytest.mark.slow
-def test_two_fold_digits_sweep_summarizes_the_folds_as_one_group(cli, tmp_path):
-    """`-m data.num_folds=2 'data.fold=range(2)'`: two jobs, one per test fold, summarized as
-    one group: mean ± std of test/acc over the folds (the folds' partition: tests above)."""
+def test_a_two_fold_digits_sweep_of_two_configurations_is_compared_fold_by_fold(cli, tmp_path):
+    """`-m data.num_folds=2 'data.fold=range(2)' model.net.dropout=0.3,0.1`: four jobs, two
+    groups (one per dropout) that ran the same folds, so they are compared by the paired t on
+    the two folds; every interval of an accuracy lies in [0, 1] and of a loss >= 0."""
     import csv
+    import json
+
+    from scipy import stats
 
     tiny = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
-    cli("train.py", "hydra.mode=MULTIRUN", "data.num_folds=2", "data.fold=range(2)", *tiny)
+    cli(
+        "train.py",
+        "hydra.mode=MULTIRUN",
+        "data.num_folds=2",
+        "data.fold=range(2)",
+        "model.net.dropout=0.3,0.1",
+        *tiny,
+    )
     [sweep] = list((tmp_path / "logs" / "train" / "multiruns").glob("*"))
     rows = list(csv.DictReader((sweep / "summary.csv").open()))
-    assert [(r["data.fold"], r["status"]) for r in rows] == [("0", "completed"), ("1", "completed")]
-    stats = [r for r in csv.DictReader((sweep / "summary_stats.csv").open())]
-    acc = [r for r in stats if r["metric"] == "test/acc"]
-    assert [(r["group"], r["n"]) for r in acc] == [("all jobs", "2")]  # the folds: one group
-    values = [float(r["test/acc"]) for r in rows]
+    assert [(r["data.fold"], r["model.net.dropout"], r["status"]) for r in rows] == [
+        (fold, dropout, "completed") for fold in ("0", "1") for dropout in ("0.3", "0.1")
+    ]
+    summary = json.loads((sweep / "summary_stats.json").read_text())
+    groups = {r["group"] for r in summary["groups"]}
+    assert groups == {"model.net.dropout=0.3", "model.net.dropout=0.1"}  # no "all jobs"
+    for r in summary["groups"]:
+        assert [x["replica"] for x in r["replicas"]] == ["data.fold=0", "data.fold=1"]
+        low, high = (0, 1) if r["metric"].endswith(("acc", "f1")) else (0, None)
+        assert r["ci95_low"] >= low and (high is None or r["ci95_high"] <= high)
+    [c] = [c for c in summary["comparisons"] if c["metric"] == "test/acc"]
+    assert (c["test"], c["n_pairs"], c["note"]) == ("paired t", 2, "")
+    folds = {  # test/acc by group, fold 0 then fold 1
+        group: [float(r["test/acc"]) for r in rows if group.endswith(f"={r['model.net.dropout']}")]
+        for group in (c["group"], c["best_group"])
+    }
+    differences = [a - b for a, b in zip(folds[c["group"]], folds[c["best_group"]])]
+    assert c["diff"] == pytest.approx(sum(differences) / 2)
+    if differences[0] != differences[1]:  # else no p-value (an exact difference)
+        assert c["p"] == pytest.approx(stats.ttest_rel(*folds.values()).pvalue)
+    best_jobs = {int(r["job"]) for r in rows if r["best"] == "*"}
+    assert len(best_jobs) == 2  # the best group's two folds
+
+    # the folds of one configuration alone (the README's `-m data.num_folds=5 data.fold=...`)
+    # are one group: mean ± std of test/acc over the folds
+    from litlab.sweeps.summary import load_records, write_summary
+
+    one = [r for r in load_records(sweep) if "model.net.dropout=0.3" in r["overrides"]]
+    alone = tmp_path / "one-configuration"
+    alone.mkdir()
+    write_summary(alone, one, plot=False)
+    acc = [
+        r for r in csv.DictReader((alone / "summary_stats.csv").open()) if r["metric"] == "test/acc"
+    ]
+    assert [(r["group"], r["n"]) for r in acc] == [("all jobs", "2")]
+    values = folds["model.net.dropout=0.3"]
     assert float(acc[0]["mean"]) == pytest.approx(sum(values) / 2)
     assert float(acc[0]["std"]) == pytest.approx(abs(values[0] - values[1]) / 2**0.5)
 

@@ -141,6 +141,76 @@ def test_folds_partition_mutag(shared_data):
     assert dm.dims == {"in_channels": 7, "num_classes": 2, "kind": "graph_classification"}
 
 
+@pytest.mark.parametrize(
+    ("module", "collection", "name"),
+    [
+        ("data.PlanetoidDataModule", "Planetoid", "Cora"),
+        ("tudataset.TUDataModule", "TUDataset", "MUTAG"),
+    ],
+)
+def test_a_read_only_raw_folder_is_read_and_nothing_is_written_in_it(
+    tmp_path, capfd, module, collection, name
+):
+    """paths.data_dir holding a read-only copy of the raw files (as `cp -r` of the shared data
+    makes it): setup reads it, writes nothing inside it (PyG's processed files go to the data
+    dir's cache/pyg/), and prints nothing (PyG's "Processing... Done!" is for the log file)."""
+    import importlib
+    import shutil
+
+    from helpers.runs import fingerprint, require_shared
+
+    from litlab.domains.graph.pyg_files import pyg_cache
+
+    data = tmp_path / "data"
+    shutil.copytree(require_shared(f"{collection}/{name}"), data / collection / name)
+    folders = [data / collection, *(p for p in (data / collection).rglob("*") if p.is_dir())]
+    for folder in folders:
+        folder.chmod(0o555)
+    before = fingerprint(data / collection)
+    modname, cls = module.rsplit(".", 1)
+    datamodule = getattr(importlib.import_module(f"litlab.domains.graph.{modname}"), cls)
+    try:
+        dm = datamodule(name=name, data_dir=str(data))
+        dm.prepare_data()
+        dm.setup("fit")
+        assert dm.dims["num_classes"] == (7 if name == "Cora" else 2)
+        assert fingerprint(data / collection) == before  # nothing written (root may write)
+    finally:
+        for folder in folders:
+            folder.chmod(0o755)
+    assert (pyg_cache(data, collection) / name / "processed").is_dir()
+    out = capfd.readouterr()
+    assert out.out + out.err == ""
+
+
+def test_a_data_dir_where_no_cache_can_be_made_is_one_line(tmp_path, monkeypatch):
+    """paths.data_dir itself read-only (here: its cache folder cannot be made): one line that
+    says where PyG's processed files go and what to point paths.data_dir at."""
+    from pathlib import Path
+
+    from litlab.domains.graph.data import PlanetoidDataModule
+    from litlab.domains.graph.pyg_files import pyg_cache
+    from litlab.errors import UserError
+
+    cache, mkdir = pyg_cache(tmp_path, "Planetoid"), Path.mkdir
+
+    def refused(self, *args, **kwargs):
+        if self == cache:
+            raise PermissionError(13, "Permission denied")
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    with pytest.raises(UserError) as err:
+        _ = PlanetoidDataModule(name="Cora", data_dir=str(tmp_path)).data
+    assert str(err.value) == (
+        f"PyG's processed files of {tmp_path / 'Planetoid' / 'Cora'} go to {cache}, which cannot "
+        f"be created (Permission denied); point paths.data_dir (or LITLAB_DATA_DIR) at a "
+        f"writable folder that holds a copy of Planetoid/Cora/raw or a link to it (that folder "
+        f"itself may be read-only)"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing left of the attempt
+
+
 def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
     from litlab.domains.graph.data import PlanetoidDataModule
     from litlab.domains.graph.tudataset import TUDataModule

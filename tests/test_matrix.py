@@ -139,3 +139,28 @@ def test_the_page_names_the_commit_each_cell_ran_on():
     mixed = {**same, second.name: {"train": {**ok, "commit": "def5678+changes"}}}
     page = render(mixed, all_rows)
     assert f"{first.label}: abc1234; {second.label}: def5678+changes" in page
+
+
+def test_the_page_shows_every_cells_command_as_the_runner_runs_it(capsys):
+    """docs/matrix.md can be followed by hand: each row's section lists the command of each
+    of its cells (the runner's own, `matrix_cells.command`), none names a folder of the
+    machine that wrote it, and rows on real data say which folder to copy where;
+    `--commands` prints the same lines."""
+    from feature_matrix import commands
+
+    page = (ROOT / "docs" / "matrix.md").read_text()
+    for row in rows(SHARED_DATA):
+        section = page.split(f"\n## {row.label}\n", 1)[1].split("\n## ", 1)[0]
+        shown = section.split("```bash\n", 1)[1].split("\n```", 1)[0].splitlines()
+        assert shown == commands(row), row.name
+        assert str(SHARED_DATA) not in section and str(ROOT) not in section
+        if row.needs:
+            assert (
+                f"`<paths.data_dir>/{row.needs}` (`cp -r ../shared/data/{row.needs} data/`)"
+                in section
+            )
+    assert main(["--commands", "--rows", "gcn_cora"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        printed.startswith("## Cora, GCN\n") and 'python src/eval.py "ckpt_path=$CKPT"' in printed
+    )

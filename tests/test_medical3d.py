@@ -292,6 +292,25 @@ def test_a_bad_nifti_folder_is_refused_in_one_line_naming_the_file(tmp_path, cas
     assert not list((tmp_path / "cache").glob("*.npz"))  # nothing cached from a bad folder
 
 
+@pytest.mark.parametrize("experiment", ["unet3d_hippocampus", "unet2d_hippocampus"])
+def test_a_recipe_without_its_data_folder_says_where_it_looks_and_how_to_point_there(
+    tmp_path, experiment
+):
+    """The Hippocampus recipes read `${paths.data_dir}/Hippocampus`: without it, the one line
+    names that folder and the settings that move it (paths.data_dir, data.root)."""
+    from litlab.domains.medical3d import nifti
+    from litlab.errors import UserError
+
+    cfg = compose(
+        "train", [f"experiment={experiment}", f"paths.data_dir={tmp_path}"], output_dir=tmp_path
+    )
+    with pytest.raises(UserError) as err:
+        nifti.folder_pairs(dict(cfg.data), "data", lambda *args: None)
+    message = str(err.value)
+    assert message.startswith(f"data.root={tmp_path / 'Hippocampus'} is not a folder (")
+    assert "paths.data_dir=FOLDER" in message and "data.root=FOLDER" in message
+
+
 def test_a_cache_is_never_reused_with_other_settings(tmp_path):
     """Volumes cached for 3 classes are not read unchecked by a run for 2: the key holds the
     classes and the preprocessing, so the labels are read and refused again."""

@@ -4,6 +4,7 @@ from elsewhere, the files shown treated as data, and bad paths refused in one li
 opened in headless chromium: tests/test_report_browser.py (slow)."""
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers.refusals import refused
+from helpers.report_dirs import FOLDS, fake_sweep, fold_sweep, sweep_record
 from helpers.runs import ROOT
 
 from litlab import report
@@ -126,36 +128,6 @@ def test_a_picture_linked_from_outside_the_run_is_not_shown(tmp_path):
     assert "onload" not in page
 
 
-def sweep_record(job: int, status: str, objective, **extra) -> dict:
-    return {
-        "job": job,
-        "overrides": [
-            "trainer.max_epochs=1",
-            f"model.optimizer.lr={0.001 * (job + 1)}",
-            f"seed={job % 2}",
-        ],
-        "objective_name": "val/acc",
-        "mode": "max",
-        "run_dir": "/somewhere/else",
-        "metrics": {"val/acc": objective, "test/acc": objective} if objective else {},
-        "objective": objective,
-        "error": "",
-        "wall_s": 1.5,
-        "status": status,
-        **extra,
-    }
-
-
-def fake_sweep(root: Path, records: list) -> Path:
-    sweep = root / "sweep"
-    sweep.mkdir()
-    (sweep / "multirun.yaml").write_text("hydra: {}\n")
-    for i, record in enumerate(records):
-        (sweep / str(i)).mkdir()
-        (sweep / str(i) / "sweep_job.json").write_text(json.dumps(record))
-    return sweep
-
-
 def test_sweep_report_with_a_failed_job_renders_and_says_so(tmp_path):
     records = [
         sweep_record(0, "completed", 0.7),
@@ -180,7 +152,8 @@ def test_sweep_report_with_a_failed_job_renders_and_says_so(tmp_path):
     assert "Job records left out (not as the sweep writes them): 4/sweep_job.json" in page
     assert "No parameter importance: optuna.db cannot be read as an Optuna study" in page
     assert "<td>7</td>" not in page  # the job behind the link
-    assert "<h2>Group comparison</h2>" in page and "per group (\\u00b1 std)" in page
+    assert "<h2>Group comparison</h2>" in page  # from the CSV: no interval, no replicas
+    assert "<td>all jobs</td><td>2</td><td>0.8000 ± 0.1400</td><td></td>" in page
     assert page.count('data-plot="plotly"') == 3  # objective, parallel coordinates, groups
     assert HOSTILE not in page and external(page) == []
 
@@ -191,43 +164,105 @@ def test_a_sweep_whose_jobs_left_no_record_yet_renders(tmp_path):
     assert "<h2>Jobs (0)</h2>" in page and external(page) == []
 
 
-def test_sweep_report_reads_the_summary_statistics_json(tmp_path):
-    """summary_stats.json (groups, their intervals and the comparisons with the best group)
-    wins over the CSV; a sweep without any statistics says so."""
+def test_a_fold_sweep_report_compares_its_groups(tmp_path, capsys):
+    """5 folds x 2 configurations: a table per metric (mean, interval and its method, the
+    difference to the best with its interval, the test named, the verdict in words, n), the
+    plot of the group means with a point per fold, the best group's jobs marked; no Optuna
+    section for a grid, no pooled row, no absolute path."""
+    sweep = fold_sweep(tmp_path, FOLDS)
+    page = report.write(sweep).read_text()
+    headings = re.findall(r"<h2>([^<]*)</h2>", page)
+    assert headings == [
+        "Jobs (10)",
+        "Objective per job",
+        "Group comparison",
+        "Settings against the objective",
+    ]
+    rows = re.findall(r"<tr( class=\"best\")?><td>(\d)</td><td>completed( \(best group\))?", page)
+    assert [(job, bool(best)) for _, job, best in rows] == [(str(i), i < 5) for i in range(10)]
+    columns = "".join(
+        f"<th>{c}</th>"
+        for c in (
+            *("group", "n", "mean ± std", "95% interval", "interval method"),
+            *("difference to the best", "test", "verdict"),
+        )
+    )
+    assert f"<p>val/acc (the objective)</p>\n<table><tr>{columns}</tr>" in page
+    best = (
+        '<tr class="best"><td>model.net.dropout=0.3 (best)</td><td>5</td><td>0.9240 ± 0.0702'
+        "</td><td>[0.8368, 1.0000]</td><td>Student t, cut to [0, 1]</td><td></td><td></td>"
+        "<td>the best group</td>"
+    )
+    assert best in page
+    other = re.search(r"<tr><td>model.net.dropout=0.1</td><td>5</td>(.*?)</tr>", page).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", other)
+    assert cells[2:] == [
+        "Student t, cut to [0, 1]",
+        "-0.0080 [-0.0184, 0.0024]",  # scipy's ttest_rel: p 0.0993, [-0.01839, 0.00239]
+        "paired t on 5 pairs, p=0.099",
+        "within noise of the best",
+    ]
+    assert "all jobs" not in page and "Parameter importance" not in page
+    assert "Intervals: Student&#x27;s t interval of the mean" in page
+    assert "the other metrics: test/acc" in page  # folded below the objective's table
+    assert page.count('data-plot="plotly"') == 3  # objective per job, settings, groups
+    assert page.count('"data.fold=0"') == 1 and '"data.fold=4"' in page  # a trace per fold
+    assert str(tmp_path) not in page and external(page) == []
+
+
+def test_partly_paired_groups_and_hostile_statistics_on_the_page(tmp_path, capsys):
+    """A fold missing in one group: the row says the test and which fold it left out. Rows of
+    summary_stats.json that do not have the summary's shape are left out; texts are escaped."""
+    sweep = fold_sweep(tmp_path, {"0.3": FOLDS["0.3"], "0.1": FOLDS["0.1"][:4]})
+    page = report.write(sweep).read_text()
+    assert (
+        "paired t on 4 pairs, p=0.092 (paired on the 4 replicas both groups have; left out: "
+        "data.fold=4)"
+    ) in page
+    stats = json.loads((sweep / "summary_stats.json").read_text())
+    stats["groups"] += [
+        "not a row",
+        {"group": HOSTILE, "metric": "val/acc", "n": 2, "mean": 0.5, "replicas": "x"},
+        {"group": "nan", "metric": "val/acc", "mean": "NaN"},
+    ]
+    stats["best_group"] = ["not", "a", "name"]
+    (sweep / "summary_stats.json").write_text(json.dumps(stats))
+    page = report.write(sweep).read_text()
+    assert HOSTILE not in page and "&lt;/script&gt;&lt;script&gt;alert(1)" in page
+    assert "<td>nan</td>" not in page and "the best group" not in page
+
+
+def test_a_grid_without_replicas_shows_no_empty_section(tmp_path, capsys):
+    """One job per configuration: no statistics to show (no Group comparison), no Optuna study
+    (no parameter importance); every section on the page has something in it."""
+    from litlab.sweeps.summary import load_records, write_summary
+
     sweep = fake_sweep(
         tmp_path, [sweep_record(0, "completed", 0.7), sweep_record(1, "completed", 0.8)]
     )
     page = report.write(sweep).read_text()
-    assert "No group comparison: summary_stats.csv is absent" in page
-    stats = {
-        "objective": "val/acc",
-        "best_group": "lr=0.002",
-        "groups": [
-            {
-                "group": "lr=0.002",
-                "metric": "val/acc",
-                "n": 2,
-                "mean": 0.8,
-                "std": 0.01,
-                "ci95_low": 0.7,
-                "ci95_high": 0.9,
-            },
-        ],
-        "comparisons": [
-            {
-                "group": "lr=0.001",
-                "best_group": "lr=0.002",
-                "metric": "val/acc",
-                "diff": -0.1,
-                "welch_p": 0.04,
-                "within_noise": False,
-            },
-        ],
-    }
-    (sweep / "summary_stats.json").write_text(json.dumps(stats))
+    assert "No group comparison: summary_stats.json and summary_stats.csv are absent" in page
+    write_summary(sweep, load_records(sweep), plot=False)
     page = report.write(sweep).read_text()
-    assert "best_group: lr=0.002" in page and "<th>welch_p</th>" in page
-    assert "per group (95% interval)" in page
+    headings = re.findall(r"<h2>([^<]*)</h2>", page)
+    assert headings == ["Jobs (2)", "Objective per job", "Settings against the objective"]
+    assert not re.search(r"</h2>\s*</section>", page)
+
+
+def test_paths_inside_the_project_are_shown_relative_to_it(tmp_path):
+    """An error naming a file of the project shows it from the project's folder; the folder
+    reported on, outside the project here, is shown by its name."""
+    from litlab.report.page import PROJECT, relative
+
+    assert (
+        relative(f"{PROJECT}/logs/train/x is gone; cd {PROJECT}.") == "logs/train/x is gone; cd .."
+    )
+    assert relative(f"{PROJECT}2/logs") == f"{PROJECT}2/logs"  # another folder
+    error = f"UserError: data.path={PROJECT}/data/t.csv is not a file"
+    sweep = fake_sweep(tmp_path, [sweep_record(0, "failed", None, error=error)])
+    page = report.write(sweep).read_text()
+    assert "UserError: data.path=data/t.csv is not a file" in page and PROJECT not in page
+    assert "<p>sweep (written " in page and str(tmp_path) not in page
 
 
 def bad_path(tmp: Path, kind: str) -> Path:

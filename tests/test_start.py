@@ -246,10 +246,10 @@ def test_the_six_ideas_of_docs_new_task_are_what_make_new_task_writes():
 
 
 def test_the_new_kind_of_docs_new_task_is_the_shipped_regression_kind():
-    """The doc's eight blocks are the files litlab ships (the doc cannot drift from the code)."""
+    """The doc's nine blocks are the files litlab ships (the doc cannot drift from the code)."""
     blocks = _doc_blocks(REGRESSION)
     assert [rel for rel, _ in blocks][:1] == ["src/litlab/tasks/regression.py"]
-    assert len(blocks) == 8
+    assert len(blocks) == 9
     for rel, text in blocks:
         assert (ROOT / rel).read_text() == text, f"docs/new_task.md's {rel} differs from the file"
 
@@ -477,3 +477,34 @@ def _serve_signals(root: Path, model: Path, logs: Path, signals: Path) -> None:
     finally:
         server.terminate()
         server.wait(30)
+
+
+@pytest.mark.parametrize(
+    "x, y, says",
+    [
+        ("1e39", None, "numbers finite in float32"),  # finite in float64, inf in the net
+        ("text", None, "numbers finite in float32"),
+        ("2d", None, "X [12, 4] and y [12]"),
+        (None, "floats", "y must hold integer classes"),
+        (None, "one class", "y must hold integer classes"),
+    ],
+)
+def test_a_signal_file_that_is_no_signals_is_one_line(tmp_path, x, y, says):
+    import numpy as np
+
+    from litlab.domains.signal.data import read_signals
+    from litlab.errors import UserError
+
+    signals = {
+        "1e39": np.full((12, 1, 4), 1e39),
+        "text": np.full((12, 1, 4), "a"),
+        "2d": np.zeros((12, 4)),
+        None: np.zeros((12, 1, 4)),
+    }[x]
+    labels = {"floats": np.linspace(0, 1, 12), "one class": np.zeros(12, int)}.get(y)
+    path = tmp_path / "signals.npz"
+    np.savez(path, X=signals, y=np.arange(12) % 2 if labels is None else labels)
+    with pytest.raises(UserError) as err:
+        read_signals(path)
+    assert str(err.value).startswith(f"data.path={path}: ") and says in str(err.value)
+    assert "\n" not in str(err.value)

@@ -239,3 +239,16 @@ def test_a_datamodule_of_another_kind_is_read_from_its_source():
         "graph_classification",
     )
     assert _static("torch.nn.Linear", "task") is _MISSING  # other packages: imported instead
+
+
+def test_an_attribute_litlab_defines_is_read_without_importing_lightning_bases():
+    """`inspects` of the default callbacks (litlab classes on Lightning's) comes from their
+    source: a base of another package cannot declare it (issue 50: no Lightning import)."""
+    from litlab.tasks.static import _ABSENT, _MISSING, _static, declared
+
+    progress = "litlab.callbacks.progress.ThrottledRichProgressBar"
+    assert _static(progress, "inspects", outside=_ABSENT) is _ABSENT  # from the source alone
+    assert _static(progress, "inspects") is _MISSING  # `kind`-style reads import it, as before
+    assert declared(progress, "inspects") is None
+    assert declared("litlab.callbacks.inspect.gradcam.GradCAM", "inspects") == "gradcam"
+    assert declared("litlab.callbacks.inspect.base.TaskCallback", "inspects") == ""

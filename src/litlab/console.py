@@ -10,9 +10,14 @@ Every entry point (`cli.guard`) and the Python API (`litlab.train`) call `setup(
   (deprecations inside libraries, advertisements): those stay in the file.
 Lines that only trace what a run did (which class was instantiated) log with
 `extra=FILE_ONLY`. `hydra.verbose=true` (or HYDRA_FULL_ERROR=1) shows everything again.
+
+A sweep's launch lines (`#0 : seed=1`) name each job's overrides without the ones litlab's
+sweepers add for the job's environment (`++hydra.job.env_set.LITLAB_...`, `launch_lines`):
+the job's log file names them instead.
 """
 
 import logging
+import re
 import warnings
 
 #: `log.info(..., extra=FILE_ONLY)`: a litlab line kept out of the console (the file has it)
@@ -25,6 +30,10 @@ _NOT_FOR_CONSOLE = (
     "isinstance(treespec, LeafSpec)",  # Lightning 2.6 on torch 2.14: its own use of a torch API
     "was configured so 100% of the batches",  # explicit limits of 1.0 in configs/trainer
     "not found. Creating it.",  # Lightning's MLflow logger, on a task's first MLflow run
+    "exists and is not empty",  # Lightning: checkpoints/ of a run resumed in its own dir
+    # Lightning: fewer batches per epoch than log_every_n_steps (a graph's one batch, tiny runs);
+    # litlab's metrics are per epoch
+    "is smaller than the logging interval",
 )
 # whose INFO lines the console shows: litlab's, and Hydra's and its launchers' in a multirun
 # (`#1 : model.optimizer.lr=0.1`, the sweep dir)
@@ -33,6 +42,9 @@ _INFO_ON_CONSOLE = ("litlab", "hydra")
 # for a name it cannot locate, then raises; litlab says the raised error in one line
 _FILE_ONLY_LOGGERS = ("hydra.utils",)
 _DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+# an override of a job's environment that a litlab sweeper adds (a resumed grid job, an Optuna
+# trial's ticket): a word, or a quoted value (as `search_space.as_override_value` quotes it)
+_JOB_ENVIRONMENT = re.compile(r"\s*\+\+hydra\.job\.env_set\.LITLAB_\w+=(?:'(?:[^'\\]|\\.)*'|\S*)")
 
 
 class ConsoleFilter(logging.Filter):
@@ -76,6 +88,39 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _original_show = warnings.showwarning
 
 
+class _LaunchLine(logging.Filter):
+    """A launcher's line without the job-environment overrides litlab's sweepers add."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "env_set.LITLAB_" in message:
+            record.msg, record.args = _JOB_ENVIRONMENT.sub("", message), ()
+        return True
+
+
+def launch_lines(launcher) -> None:
+    """Keep the job-environment overrides out of `launcher`'s lines (Hydra's basic launcher,
+    submitit's, litlab's parallel one: the loggers of the modules of its classes); the
+    sweepers call it before they launch (idempotent)."""
+    for cls in type(launcher).__mro__:
+        logger = logging.getLogger(cls.__module__)
+        if not any(isinstance(f, _LaunchLine) for f in logger.filters):
+            logger.addFilter(_LaunchLine())
+
+
+def _record_job_environment() -> None:
+    """The job's environment overrides that its launch line left out, in its log file (once:
+    by rank 0)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from litlab.utils.distributed import rank
+
+    if HydraConfig.initialized() and rank() == 0:
+        hidden = [o for o in HydraConfig.get().overrides.hydra if _JOB_ENVIRONMENT.match(o)]
+        if hidden:
+            logging.getLogger(__name__).info("launched with %s", " ".join(hidden), extra=FILE_ONLY)
+
+
 def _is_console(handler: logging.Handler) -> bool:
     return isinstance(handler, logging.StreamHandler) and not isinstance(
         handler, logging.FileHandler
@@ -115,13 +160,15 @@ def setup(verbose: bool = False) -> None:
         _own_console_refused(name)
     # mlflow configures a stderr handler of its own on import unless told not to
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
-    if verbose:
-        return
-    warnings.showwarning = _show_warning
-    for handler in logging.getLogger().handlers:
-        if _is_console(handler) and not any(isinstance(f, ConsoleFilter) for f in handler.filters):
-            handler.addFilter(ConsoleFilter())
-            handler.setFormatter(ConsoleFormatter())
+    if not verbose:
+        warnings.showwarning = _show_warning
+        for handler in logging.getLogger().handlers:
+            if _is_console(handler) and not any(
+                isinstance(f, ConsoleFilter) for f in handler.filters
+            ):
+                handler.addFilter(ConsoleFilter())
+                handler.setFormatter(ConsoleFormatter())
+    _record_job_environment()
 
 
 def verbose_requested() -> bool:

@@ -2,7 +2,8 @@
 server loop and ClientApp as the Ray simulation, with the clients called one after another
 in this process (no Ray start: seconds instead of a minute on a busy 2-core machine).
 
-`stop_in_round=r` raises `Stopped` when round r's training is sent: a run killed mid-round."""
+`stop_in_round=r` raises `Stopped` when round r's training is sent: a run killed mid-round
+(`printed` then gets the line a SIGTERM there prints: `... resume with: <command>`)."""
 
 from flwr.app import Context, Error, Message, RecordDict
 
@@ -49,11 +50,19 @@ class InProcessGrid:
         return replies
 
 
-def engine(stop_in_round: int | None = None):
+def engine(stop_in_round: int | None = None, printed: list | None = None):
+    """`printed`: gets the line the run prints when a SIGTERM stops it (`stopped("SIGTERM")`,
+    as the Ray engine prints it), when `stop_in_round` stops it."""
+
     def run(server_main, client_app, num_clients, backend, stopped) -> None:
         from flwr.supercore.task_identity import TaskIdentity
 
         TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-        server_main(InProcessGrid(client_app, num_clients, stop_in_round))
+        try:
+            server_main(InProcessGrid(client_app, num_clients, stop_in_round))
+        except Stopped:
+            if printed is not None:
+                printed.append(stopped("SIGTERM"))
+            raise
 
     return run

@@ -83,23 +83,27 @@ def user_chosen(*ckpt_paths) -> dict:
             continue
         records = [run / RECORDS[0], *sorted(run.glob(RECORDS[1]))][:MAX_RECORDS]
         for record in records:
-            if _owned(record) and not record.is_symlink() and _written_in(record, run):
-                found |= _folders(record)
+            cwd = _started_in(record, run) if _owned(record) else None
+            if cwd is not None and not record.is_symlink():
+                found |= _folders(record, cwd)
     return found
 
 
-def _written_in(record: Path, run: Path) -> bool:
-    """The run that wrote the record ran in this very folder (Hydra's `runtime.output_dir`
-    beside it): a run dir unpacked or copied from elsewhere names another."""
+def _started_in(record: Path, run: Path) -> str | None:
+    """The folder the run that wrote the record was started from (Hydra's `runtime.cwd`;
+    "" if unknown), when that run ran in this very folder (its `runtime.output_dir`): a run
+    dir unpacked or copied from elsewhere names another (None)."""
     from omegaconf import OmegaConf
 
     try:
-        recorded = OmegaConf.select(
-            OmegaConf.load(record.parent / "hydra.yaml"), "hydra.runtime.output_dir"
-        )
-        return isinstance(recorded, str) and Path(recorded).resolve() == run
+        hydra = OmegaConf.load(record.parent / "hydra.yaml")
+        recorded = OmegaConf.select(hydra, "hydra.runtime.output_dir")
+        if not (isinstance(recorded, str) and Path(recorded).resolve() == run):
+            return None
+        cwd = OmegaConf.select(hydra, "hydra.runtime.cwd")
+        return cwd if isinstance(cwd, str) else ""
     except Exception:  # noqa: BLE001  (no such record, or not Hydra's: nothing chosen)
-        return False
+        return None
 
 
 def _own_run_dir(ckpt_path) -> Path | None:
@@ -129,8 +133,10 @@ def _owned(path: Path) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & stat.S_IWOTH
 
 
-def _folders(record: Path) -> dict:
-    """The `data.*_dir` and `paths.data_dir` values of one overrides.yaml (Hydra's grammar)."""
+def _folders(record: Path, cwd: str = "") -> dict:
+    """The `data.*_dir` and `paths.data_dir` values of one overrides.yaml (Hydra's grammar);
+    a relative one from `cwd`, the folder its run started in (the run stored it so:
+    `litlab.config.data_paths`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
@@ -147,5 +153,6 @@ def _folders(record: Path) -> dict:
         key, value = override.key_or_group, override.value()
         wanted = key == "paths.data_dir" or (key.startswith("data.") and key.endswith("_dir"))
         if wanted and not override.is_delete() and isinstance(value, str):
-            found[key] = value
+            relative = cwd and value and not os.path.isabs(value) and "${" not in value
+            found[key] = os.path.normpath(os.path.join(cwd, value)) if relative else value
     return found

@@ -9,6 +9,9 @@ checkpoint, so a result can be traced back and a queued job's code told apart fr
   from (its CODE.json) and the snapshot's folder.
 - `packages`: the versions of Python and of the libraries a result depends on.
 - `data`: SHA-256 of the files the datamodule reads (`source_files()`, else its `root`).
+- `typed_paths` (when there were any): the data files and folders given relative on the command
+  line, as typed (`{"data.path": "mydata/t.csv"}`); the run's config holds them absolute
+  (`litlab.config.data_paths`).
 Checkpoints carry `code` and `packages` (key `litlab_provenance`); eval.py compares them with
 the code it runs (`code_note`). Standard library only; git is optional.
 """
@@ -24,6 +27,7 @@ from litlab.utils.code_state import code_state
 
 FILE = "provenance.json"
 KEY = "litlab_provenance"
+TYPED = "typed_paths"
 PACKAGES = (
     "torch",
     "lightning",

@@ -93,12 +93,13 @@ class CompressSettings(EntrySettings):
         see them (the callbacks interpolate `${model.monitor}`)."""
         from omegaconf import open_dict
 
+        from litlab.checkpointing.trust import merged
         from litlab.config.checks import check_checkpoint, check_checkpoint_exists, stored_config
 
         check_checkpoint_exists(self.ckpt_path)
-        # only allowed targets are imported
+        # only allowed targets are imported; the data overrides fit the stored data
         check_checkpoint(self.ckpt_path, None, self.trust_checkpoint, dict(self.data_overrides))
-        stored = stored_config(self.ckpt_path)
+        stored = merged(stored_config(self.ckpt_path), dict(self.data_overrides))
         view = cfg.copy()
         with open_dict(view):
             view.model, view.data = stored["model"], stored["data"]
@@ -128,12 +129,11 @@ class CompressSettings(EntrySettings):
         from litlab.config.checks import (
             check_checkpoint,
             check_checkpoint_exists,
-            check_data_overrides,
             check_student,
             stored_config,
         )
 
-        check_data_overrides(self.ckpt_path, self.data_overrides)
+        # the data overrides were checked with the checkpoint (`run_view`)
         distill = self.compress.distill
         if distill and distill.teacher is not None:
             check_checkpoint_exists(distill.teacher)

@@ -49,8 +49,8 @@ def fitting_callbacks(cfg: DictConfig, quiet: bool = False) -> dict:
     for name, node in (cfg.get("callbacks") or {}).items():
         inspects = None
         if isinstance(node, DictConfig) and str(node.get("_target_", "")).startswith("litlab."):
-            with contextlib.suppress(UserError):  # not an inspect callback
-                inspects = static.class_attribute(node._target_, "inspects")
+            with contextlib.suppress(UserError):  # not importable: `targets.walk` says so
+                inspects = static.declared(node._target_, "inspects")
         if inspects and not kind.applies(inspects):
             if node.get("unfit") != "skip":
                 raise UserError(

@@ -3,6 +3,7 @@ signature can say (the monitored metric exists and is computed; there is somethi
 folders and checkpoints exist, are litlab's, of this model, and name only allowed targets).
 Used by `config.validate`; one line (`UserError`) each."""
 
+import re
 from pathlib import Path
 
 from litlab.errors import UserError
@@ -95,8 +96,11 @@ def check_checkpoint(
     check_callback_states(ckpt, str(path))  # a resume restores them: always
     if not trust:  # as load_run will build it: with this command's data overrides
         check(merged(stored, data_overrides), str(path))
-        if cfg_model is None:  # eval, export, compress: the run is rebuilt from the file
-            check_stored(stored, str(path))  # the file's own; overrides: check_data_overrides
+    if cfg_model is None and data_overrides:  # their keys and values, named as the command's
+        check_data_overrides(path, data_overrides, stored=stored.get("data"))
+    if not trust and cfg_model is None:  # eval, export, compress: the run is rebuilt from it
+        # as it will be built: a stored value this command overrides is not the file's fault
+        check_stored(merged(stored, data_overrides), str(path), data_overrides is not None)
     theirs = (stored.get("model") or {}).get("_target_")
     if cfg_model is not None and theirs != cfg_model.get("_target_"):
         raise UserError(
@@ -105,11 +109,12 @@ def check_checkpoint(
         )
 
 
-def check_stored(stored: dict, source: str) -> None:
+def check_stored(stored: dict, source: str, overridable: bool = False) -> None:
     """The model and data a checkpoint's stored config builds pass the checks a command line's
     do (signatures and bounds, model against data, the monitored metric), so a file from
     elsewhere fails in one line naming the key, not deep inside a build, a loss or an export.
-    `stored` is plain data (`trust.check` passed, or resolved from a trusted file)."""
+    `stored` is plain data (`trust.check` passed, or resolved from a trusted file);
+    `overridable`: the command takes `data_overrides`, and a bad data key says how to use them."""
     from omegaconf import OmegaConf
 
     from litlab.checkpointing.trust import shown
@@ -137,7 +142,43 @@ def check_stored(stored: dict, source: str) -> None:
         targets.check_optimizer(model)
         check_monitor({"model": model, "trainer": {}, "train": False})
     except UserError as err:
-        raise UserError(f"{where} is not valid: {err}") from None
+        raise UserError(
+            f"{where} is not valid: {err}{_override_hint(str(err), overridable)}"
+        ) from None
+
+
+def _override_hint(message: str, overridable: bool) -> str:
+    """`; change it with +data_overrides.path=VALUE` for a refusal that names a data key."""
+    key = re.match(r"^(?:unknown key )?data\.(\w+)", message)
+    if not overridable or key is None:
+        return ""
+    return f"; change it for this command with +data_overrides.{key.group(1)}=VALUE"
+
+
+#: the groups a command that takes `data_overrides` rebuilds from the checkpoint, never from
+#: its own command line
+REBUILT = ("data", "model")
+
+
+def rebuilt_group_refusal(override: str, entry: str = "") -> str | None:
+    """The line for `data.path=X` (or `+data.path=X`, `data=table`, `model.x=1`) given to a
+    command that rebuilds the run from a checkpoint (eval, export, compress): Hydra would
+    refuse the key, or add it and leave it unused. None for any other override."""
+    key, sep, value = override.partition("=")
+    group, _, name = key.lstrip("+~").partition(".")
+    if group not in REBUILT:
+        return None
+    command = f"src/{entry}.py" if entry else "this command"
+    if group == "model":
+        return (
+            f"{override}: {command} rebuilds the model from the checkpoint as it was trained "
+            "and takes no model.* keys"
+        )
+    how = f"+data_overrides.{name}={value}" if name and sep else "+data_overrides.KEY=VALUE"
+    return (
+        f"{override}: {command} builds the data from the checkpoint's stored config (the "
+        f"split it was trained on) and takes no data.* keys; change one with {how}"
+    )
 
 
 def stored_config(path) -> dict:
@@ -183,13 +224,14 @@ def check_checkpoint_to_rebuild(path, trust: bool, data_overrides: dict) -> None
     data overrides fit the data it stores."""
     check_checkpoint_exists(path)
     check_checkpoint(path, None, trust, dict(data_overrides))
-    check_data_overrides(path, data_overrides)
 
 
-def check_data_overrides(ckpt_path, overrides: dict | None, key: str = "data_overrides") -> None:
-    """`data_overrides` against the data config stored in the checkpoint: keys the datamodule
-    takes, values of its parameters' types and bounds (a batch size of 0 fails here, not in
-    the loader)."""
+def check_data_overrides(
+    ckpt_path, overrides: dict | None, key: str = "data_overrides", stored: dict | None = None
+) -> None:
+    """`data_overrides` against the data config stored in the checkpoint (`stored`: already
+    read): keys the datamodule takes (else one line listing them), values of its parameters'
+    types and bounds (a batch size of 0 fails here, not in the loader)."""
     if not overrides:
         return
     if "_target_" in overrides:
@@ -201,6 +243,28 @@ def check_data_overrides(ckpt_path, overrides: dict | None, key: str = "data_ove
 
     from litlab.config import targets
 
-    stored = stored_config(ckpt_path).get("data") or {}
+    stored = (stored_config(ckpt_path).get("data") or {}) if stored is None else stored
+    _known_data_keys(overrides, stored, key)
     merged = OmegaConf.merge(stored, overrides)
     targets.check_node(key, OmegaConf.to_container(merged, resolve=True))
+
+
+def _known_data_keys(overrides: dict, stored: dict, key: str) -> None:
+    """Each override names a setting of the checkpoint's datamodule: one line listing them."""
+    import hydra
+
+    from litlab.config.signatures import closest, signature
+
+    try:
+        params, _, open_ended = signature(hydra.utils.get_class(stored["_target_"]))
+    except Exception:  # noqa: BLE001  (not importable: check_node says so, in its words)
+        return
+    valid = sorted({*params, *stored} - {"_target_", "self"})
+    unknown = [k for k in overrides if k not in valid]
+    if unknown and not open_ended:
+        name = str(unknown[0])
+        match = closest(name, valid).replace("; did you mean", " (did you mean").rstrip("?")
+        raise UserError(
+            f"unknown key {key}.{name}{match + '?)' if match else ''}: the checkpoint's data "
+            f"({stored['_target_'].rsplit('.', 1)[-1]}) has no '{name}'; valid: {', '.join(valid)}"
+        )

@@ -33,13 +33,18 @@ class TrainSettings(_OwnKeys):
     task_name: str = "train"
     ddp_join_timeout: JoinSeconds = 300
 
+    def check_files_exist(self) -> None:
+        if self.ckpt_path is not None:
+            from litlab.config.checks import check_checkpoint_exists
+
+            check_checkpoint_exists(self.ckpt_path)
+
     def check_groups(self, c: dict) -> None:
         """Something to do, on what exists; a checkpoint to resume holds this model."""
-        from litlab.config.checks import check_checkpoint, check_checkpoint_exists, check_run
+        from litlab.config.checks import check_checkpoint, check_run
 
         check_run(c)
         if self.ckpt_path is not None:
-            check_checkpoint_exists(self.ckpt_path)
             check_checkpoint(self.ckpt_path, c["model"])
 
 
@@ -51,6 +56,11 @@ class EvalSettings(_OwnKeys):
     ckpt_path: str
     trust_checkpoint: bool = False
     data_overrides: dict = Field(default_factory=dict)
+
+    def check_files_exist(self) -> None:
+        from litlab.config.checks import check_checkpoint_exists
+
+        check_checkpoint_exists(self.ckpt_path)
 
     def check_files(self) -> None:
         from litlab.config.checks import check_checkpoint_to_rebuild

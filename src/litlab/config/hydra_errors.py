@@ -67,6 +67,9 @@ def composition_error(message: str, config_name: str, overrides: list[str]) -> s
     could not parse (its parse errors do not say which)."""
     line = condense(message)
     key = re.match(r"unknown config key '([^']+)'", line)
+    rebuilt = key and rebuilt_group(key.group(1), config_name, list(overrides))
+    if rebuilt:
+        return rebuilt
     if key:
         hint = closest_key(key.group(1), config_name, list(overrides))
         line = line.replace(f"'{key.group(1)}'", f"'{key.group(1)}'" + hint, 1)
@@ -75,6 +78,25 @@ def composition_error(message: str, config_name: str, overrides: list[str]) -> s
     if arg:
         line = f"cannot parse override '{arg}': {line}"
     return line
+
+
+def rebuilt_group(dotted: str, config_name: str, overrides: list[str]) -> str | None:
+    """`data.path=X` refused by a command whose config takes `data_overrides` instead (eval,
+    export, compress): the line saying how (`checks.rebuilt_group_refusal`)."""
+    from litlab.config.checks import REBUILT, rebuilt_group_refusal
+    from litlab.config.compose import CONFIG_DIR
+
+    bad = dotted.lstrip("+~")
+    if bad.split(".")[0] not in REBUILT:
+        return None
+    try:  # the entry point's own file says whether it takes data_overrides
+        own = OmegaConf.load(CONFIG_DIR / f"{config_name}.yaml")
+    except Exception:  # not a config of this project: Hydra's own line stands
+        return None
+    if "data_overrides" not in own:
+        return None
+    given = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == bad), bad)
+    return rebuilt_group_refusal(given, config_name)
 
 
 def closest_key(dotted: str, config_name: str, overrides: list[str]) -> str:

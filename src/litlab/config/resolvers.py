@@ -52,11 +52,35 @@ def on_gpu(accelerator: str = "auto", gpu_value=None, cpu_value=None):
     return gpu_value if gpu else cpu_value
 
 
+def table_name(default: str, *, _root_) -> str:
+    """`task_name` of a table run: the stem of `data.path` (`mydata/visits.csv` -> `visits`,
+    as a plain folder name) when the run reads a file of the user's, else `default`: a run
+    on your table is filed, tagged and headed by it, not by the recipe it took (`diabetes`).
+    A sweep keeps `default`: each job resolves its own name, and jobs reading other tables
+    (`data.path=a.csv,b.csv`) must stay in the sweep's one folder."""
+    import re
+
+    from hydra.core.hydra_config import HydraConfig
+
+    mode = OmegaConf.select(_root_, "hydra.mode", default=None)
+    if mode is None and HydraConfig.initialized():  # a task's config: Hydra's node removed
+        mode = HydraConfig.get().mode
+    try:
+        path = OmegaConf.select(_root_, "data.path", default=None)
+    except Exception:  # noqa: BLE001  (an interpolation that fails: validation names it)
+        return default
+    if str(mode).endswith("MULTIRUN") or not isinstance(path, str) or not path.strip():
+        return default
+    stem = re.sub(r"[^\w.-]+", "_", Path(path).stem).strip("._")[:64]
+    return stem or default
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
     OmegaConf.register_new_resolver("wandb_offline", wandb_offline, replace=True)
     OmegaConf.register_new_resolver("ddp_devices", ddp_devices, replace=True)
     OmegaConf.register_new_resolver("on_gpu", on_gpu, replace=True)
+    OmegaConf.register_new_resolver("table_name", table_name, replace=True)
 
 
 register()

@@ -9,7 +9,8 @@ the same rules and with the same one-line messages as the `_target_` nodes of `v
 Fields are annotated with `litlab.bounds` (pydantic reads annotated_types' bounds; the string
 in the metadata is the text the user sees); rules across keys go in a
 `@model_validator(mode="after")` that raises `UserError`; checks of the files and resources
-the settings name in `check_files`. Strict: `rtol=abc` or `workers=true`
+the settings name in `check_files` (that they are there at all, before any import, in
+`check_files_exist`). Strict: `rtol=abc` or `workers=true`
 is refused, never coerced; nan and inf are refused for every float (`allow_inf_nan=False`,
 inherited: a subclass's `model_config` is merged into this one). Unknown keys are refused
 with the closest valid one.
@@ -41,6 +42,10 @@ class Settings(BaseModel):
     def check_groups(self, config: dict) -> None:
         """Rules of these settings across the run's groups (`config`: plain, resolved, every
         target checked); raise `UserError`."""
+
+    def check_files_exist(self) -> None:
+        """The files the settings name are there: checked before any target is imported (a
+        path to nothing is told in a second, not after torch's seconds); raise `UserError`."""
 
     def check_files(self) -> None:
         """What the settings name outside the config (files, ports): checked after every key

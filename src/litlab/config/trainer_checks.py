@@ -26,9 +26,10 @@ def _available(accelerator: str) -> int:
     return os.cpu_count() or 1
 
 
-def _impossible_here(t: dict) -> None:
+def check_impossible_here(t: dict) -> None:
     """What needs no import: a GPU asked for where none can be (no device files), precision
-    on a CPU."""
+    on a CPU. `config.validate` asks it before any target is imported (a refusal in about a
+    second), `check_trainer` again once torch has said which accelerator `auto` is."""
     from litlab.config.resolvers import certainly_no_gpu
 
     accelerator = t.get("accelerator")
@@ -75,7 +76,7 @@ def check_trainer(t: dict) -> None:
                 f"ddp_spawn, fsdp, deepspeed, ... (lightning's StrategyRegistry)"
                 f"{_closest(strategy, valid)}"
             )
-    _impossible_here({**t, "accelerator": accelerator})
+    check_impossible_here({**t, "accelerator": accelerator})
     _check_precision_on_gpu(t.get("precision"), accelerator)
     devices = t.get("devices")
     if isinstance(devices, str) and devices.lstrip("-").isdigit():

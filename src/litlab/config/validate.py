@@ -8,9 +8,11 @@ entry point (train, eval, export, serve, compress, federate, report) goes throug
    with the closest valid one, rules across its keys): `config.entries` for train, eval and
    federate, beside their code for the others;
 3. the config the run will see (`Settings.run_view`: compress joins the checkpoint's model and
-   data), every node with a `_target_` against its target's signature (`config.targets`):
-   first the bounds known by a target's name (no import), model against data by their
-   declared kinds (no torch), then each target imported;
+   data), first what needs no import (about a second in all): the bounds known by a
+   target's name, model against data by their declared kinds, the Trainer against what
+   this machine certainly lacks (a GPU, fp16 on a CPU: `trainer_checks.check_impossible_here`),
+   the files the settings name there (`Settings.check_files_exist`); then every node with a
+   `_target_` against its imported target's signature (`config.targets`);
 4. the rules across groups (`config.checks`: the optimizer builds, folders exist, the
    monitored metric is logged; the settings' `check_groups`);
 5. the Trainer against the hardware present (`config.trainer_checks`);
@@ -24,7 +26,7 @@ from litlab.config import required, targets
 from litlab.config.checks import check_monitor, check_paths
 from litlab.config.entries import BY_ENTRY
 from litlab.config.settings import Settings, check
-from litlab.config.trainer_checks import check_trainer
+from litlab.config.trainer_checks import check_impossible_here, check_trainer
 from litlab.errors import UserError, one_line
 
 #: how to fill a required key, by name
@@ -96,6 +98,8 @@ def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"
     resume checks again with the run's own settings taken in, to say which are the file's).
     `entry`: a key of `required.REQUIRED`."""
     required.check(cfg, entry)
+    if "data_overrides" in settings.model_fields:
+        _no_rebuilt_groups(cfg)
     own_keys = [k for k in cfg if k not in (*GROUPS, "hydra")]
     _missing(cfg, own_keys)
     try:
@@ -114,6 +118,10 @@ def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"
 
         check_compatible(cfg)  # model against data by their declared kinds: no torch
         own.check_kind(kind_of_data(c["data"]["_target_"]))
+    if isinstance(c.get("trainer"), dict):
+        check_impossible_here(c["trainer"])
+    own.check_files_exist()
+    # every target imported from here on: torch and Lightning (seconds)
     targets.walk("", {k: v for k, v in c.items() if k != "data_overrides"})
     if built:
         targets.check_optimizer(c["model"])
@@ -124,6 +132,26 @@ def entry_config(cfg: DictConfig, settings: type[Settings], entry: str = "entry"
         check_trainer(c["trainer"])
     own.check_files()
     return own
+
+
+def _no_rebuilt_groups(cfg: DictConfig) -> None:
+    """A command that rebuilds its run from a checkpoint refuses `+data.*`/`+model.*` on its
+    command line (Hydra adds them; nothing would read them) in one line saying how to change
+    the data (`data_overrides`). A `data` node from a config file (configs/local) is left."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from litlab.config.checks import REBUILT, rebuilt_group_refusal
+
+    if not any(group in cfg for group in REBUILT):
+        return
+    if not HydraConfig.initialized():  # a composed config handed to a recipe: no command line
+        group = next(g for g in REBUILT if g in cfg)
+        raise UserError(rebuilt_group_refusal(f"{group}=...") or group)
+    hydra = HydraConfig.get()
+    for override in hydra.overrides.task:
+        line = rebuilt_group_refusal(str(override), hydra.job.config_name or "")
+        if line:
+            raise UserError(line)
 
 
 def _read_but_deleted(cfg: DictConfig, settings: type[Settings]) -> None:

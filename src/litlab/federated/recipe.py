@@ -89,9 +89,13 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     `engine(server_main, client_app, num_clients, backend, stopped)` runs the rounds:
     `processes.simulate` (Flower's Ray simulation) unless a test passes an in-process one."""
     from litlab.checkpointing import resume
+    from litlab.config import data_paths
 
     # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt
     resume.resolve_checkpoint(cfg)
+    typed = data_paths.absolute(cfg)  # as train.py stores them: absolute
+    if typed:
+        log.info("federate: data paths made absolute (as typed: %s)", typed)
     f = check(cfg)
     ckpt, resumed = (None, None) if cfg.get("ckpt_path") is None else _own_settings(cfg)
     if resumed is not None:

@@ -33,7 +33,7 @@ FREE = (
     ("federate", "backend"),
 )
 #: the settings a resume takes from the run (unless this command sets them otherwise)
-ROOTS = ("data", "model", "trainer", "federate", "seed", "optimized_metric")
+ROOTS = ("data", "model", "trainer", "callbacks", "federate", "seed", "optimized_metric")
 #: the targets a resumed run's file may set outside data and model: the kind built there
 TARGETS = {
     "trainer": (("lightning.pytorch", "Trainer"),),
@@ -207,18 +207,15 @@ def own_settings(cfg, ckpt: dict, source: str, run_dir: Path) -> list[str]:
 
 
 def resume_command(run_dir: Path) -> str:
-    """The command that resumes the run, as a stop prints it: its run dir, and the `paths.*`
-    this command was given (a run outside the default log dir is refused without them)."""
-    import shlex
-
+    """The command that resumes the run, as a stop prints it: this command's overrides (an
+    experiment sets keys no resume could take from the run, e.g. a callback's patience) with
+    `ckpt_path` the run dir, as train.py prints its own (`runs.run_end.resume_command`)."""
     from hydra.core.hydra_config import HydraConfig
 
-    where = []
-    if HydraConfig.initialized():
-        task = HydraConfig.get().overrides.task
-        where = [str(o) for o in task if str(o).lstrip("+").startswith("paths.")]
-    args = [f"ckpt_path={run_dir}", *where]
-    return " ".join(["python src/federate.py", *map(shlex.quote, args)])
+    from litlab.runs.run_end import resume_command as command
+
+    task = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    return command("federate", task, run_dir)
 
 
 def _started(run_dir: Path) -> str:

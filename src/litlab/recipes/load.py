@@ -33,15 +33,17 @@ def load_run(
     from litlab.checkpointing import trust as trusted
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.config import build
+    from litlab.config import build, data_paths
     from litlab.config.checks import check_stored
 
     ckpt = load(ckpt_path)
     if data_overrides:  # this command's own values, resolved where they were composed
-        data_overrides = {
-            k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-            for k, v in data_overrides.items()
-        }
+        data_overrides = data_paths.absolute_values(
+            {
+                k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                for k, v in data_overrides.items()
+            }
+        )  # relative files and folders: from this folder, also in a checkpoint made from it
     if data_dir is None:  # as configs/paths/default.yaml says: LITLAB_DATA_DIR or <project>/data
         import os
 

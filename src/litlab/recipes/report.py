@@ -64,6 +64,13 @@ def header(cfg: DictConfig, out: Path | None) -> str:
     lines = [f"{cfg.get('task_name', 'run')}: {' '.join(shown)}".rstrip()]
     if cfg.get("ckpt_path"):
         lines.append(f"  checkpoint  {cfg.ckpt_path}")
+    table = OmegaConf.select(cfg, "data.path", default=None) if cfg.get("data") else None
+    if isinstance(table, str):  # a file of the user's (a table): which one, not the recipe's
+        lines.append(f"  data        {table}")
+    changed = cfg.get("data_overrides")
+    if changed:  # eval, export, compress: the checkpoint's data with these keys changed
+        keys = " ".join(f"{k}={v}" for k, v in changed.items())
+        lines.append(f"  data        the checkpoint's, with {keys} (data_overrides)")
     lines.append(
         f"  threads     {os.environ.get('OMP_NUM_THREADS', 'torch default')} "
         f"(threads={cfg.get('threads', 'auto')})"
@@ -185,12 +192,15 @@ def results_lines(metrics: dict[str, float]) -> list[str]:
     return [f"  {split:<6} " + "  ".join(by_split[split]) for split in splits]
 
 
-def record_provenance(cfg: DictConfig, datamodule) -> dict:
+def record_provenance(cfg: DictConfig, datamodule, typed: dict | None = None) -> dict:
     """Write provenance.json into the run dir (rank 0) and return what checkpoints carry: the
-    code and package versions (the data checksums stay in the file)."""
+    code and package versions (the data checksums and `typed`, the data paths as typed before
+    they were made absolute, stay in the file)."""
     from litlab.checkpointing import provenance
 
     record = provenance.collect(datamodule if is_rank_zero() else None)
+    if typed:
+        record[provenance.TYPED] = typed
     if is_rank_zero() and cfg.get("paths"):
         from hydra.core.hydra_config import HydraConfig
 

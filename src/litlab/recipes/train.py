@@ -15,11 +15,13 @@ ENTRY_POINT = CODE_ROOT / "src" / "train.py"
 def train(cfg: DictConfig) -> RunResult:
     """Train (cfg.train), then test the best checkpoint (cfg.test); writes the run dir."""
     from litlab.checkpointing import resume
-    from litlab.config import validate
+    from litlab.config import data_paths, validate
     from litlab.config.entries import TrainSettings
     from litlab.runs import ddp
 
     resume.resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
+    # stored absolute, so eval finds the data from any folder; provenance.json keeps the text
+    typed = data_paths.absolute(cfg)
     # bad input fails here, in one line, before data is read or any DDP rank starts
     validate.entry_config(cfg, TrainSettings, "train")
     # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
@@ -36,7 +38,7 @@ def train(cfg: DictConfig) -> RunResult:
         datamodule = build.datamodule(cfg)
         model = build.model(cfg, datamodule)
         # what the run is made with (code, packages, data): provenance.json, and in checkpoints
-        made_with = report.record_provenance(cfg, datamodule)
+        made_with = report.record_provenance(cfg, datamodule, typed)
         # besides the config's callbacks: the run config in every checkpoint (eval, resume and
         # load_run rebuild the run from it) and the DDP ranks joining the Trainer
         stored = RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True), made_with)

@@ -1,5 +1,6 @@
 """The report's plotly figures that Optuna does not draw: learning curves from the CSV
-logger's rows, the objective per job, and parallel coordinates of a grid's settings."""
+logger's rows, the objective per job, parallel coordinates of a grid's settings, and the
+groups' means with their intervals and replicas."""
 
 from litlab.report.files import number
 
@@ -41,9 +42,9 @@ def learning_curves(rows: list[dict]) -> list:
     return figures
 
 
-def objective_per_job(jobs: list[dict], objective: str, best: int | None):
-    """A bar per completed job (the best one gold); failed, pruned or incomplete jobs are red
-    crosses at 0, named in their hover text."""
+def objective_per_job(jobs: list[dict], objective: str, best: set):
+    """A bar per completed job (gold: the best one, or the best group's jobs); failed, pruned
+    or incomplete jobs are red crosses at 0, named in their hover text."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -52,7 +53,7 @@ def objective_per_job(jobs: list[dict], objective: str, best: int | None):
         go.Bar(
             x=[str(j["job"]) for j in done],
             y=[j["objective"] for j in done],
-            marker_color=["gold" if j["job"] == best else "steelblue" for j in done],
+            marker_color=["gold" if j["job"] in best else "steelblue" for j in done],
             hovertext=[j["varying"] for j in done],
             name="completed",
         )
@@ -113,31 +114,87 @@ def parallel_coordinates(jobs: list[dict], keys: list[str], objective: str):
     return fig
 
 
-def group_means(rows: list[dict], objective: str):
-    """Each group's mean objective with its 95% interval (else ± std), from the summary's
-    statistics rows; None when no row is of the objective."""
+def group_means(rows: list[dict], objective: str, best_group: str | None):
+    """Each group's mean objective (gold: the best group) with its 95% interval as an error
+    bar, each seed or fold a grey point beside it (hover: which one, its job and value), and a
+    faint line joining the same seed or fold across groups: the pairs a paired test compares.
+    None without a row."""
     import plotly.graph_objects as go
 
-    picked = [
-        r for r in rows if str(r.get("metric")) == objective and number(r.get("mean")) is not None
-    ]
-    if not picked:
+    if not rows:
         return None
-    means = [number(r["mean"]) for r in picked]
-    low = [number(r.get("ci95_low")) for r in picked]
-    high = [number(r.get("ci95_high")) for r in picked]
-    if all(v is not None for v in low + high):
-        error = {
-            "type": "data",
-            "symmetric": False,
-            "array": [h - m for h, m in zip(high, means)],
-            "arrayminus": [m - lo for m, lo in zip(means, low)],
-        }
-        what = "95% interval"
-    else:
-        error = {"type": "data", "array": [number(r.get("std")) or 0.0 for r in picked]}
-        what = "± std"
-    names = [f"{r.get('group')} (n={r.get('n')})" for r in picked]
-    fig = go.Figure(go.Bar(x=names, y=means, error_y=error))
-    fig.update_layout(title=f"mean {objective} per group ({what})", yaxis_title=objective, **LAYOUT)
+    names = sorted({r["replica"] for row in rows for r in row["replicas"]})
+    width = 0.3
+    offset = {n: -width / 2 + width * i / max(1, len(names) - 1) for i, n in enumerate(names)}
+    if len(names) == 1:
+        offset = {names[0]: 0.0}
+    fig = go.Figure()
+    lines: dict[str, tuple[list, list]] = {}
+    for x, row in enumerate(rows):
+        for r in row["replicas"]:
+            xs, ys = lines.setdefault(r["replica"], ([], []))
+            xs.append(x + offset[r["replica"]])
+            ys.append(r["value"])
+    for name, (xs, ys) in lines.items():
+        joined = bool(name) and len(xs) > 1
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines+markers" if joined else "markers",
+                line={"color": "rgba(120,120,120,0.35)", "width": 1},
+                marker={"color": "grey", "size": 7},
+                name=name or "replica",
+                hovertemplate=f"{name or 'replica'}: %{{y:.4g}}<extra></extra>",
+                showlegend=False,
+            )
+        )
+    for x, row in enumerate(rows):
+        best = row["group"] == best_group
+        error = None
+        if row["ci95_low"] is not None and row["ci95_high"] is not None:
+            error = {
+                "type": "data",
+                "symmetric": False,
+                "array": [row["ci95_high"] - row["mean"]],
+                "arrayminus": [row["mean"] - row["ci95_low"]],
+                "thickness": 2,
+                "width": 10,
+            }
+        fig.add_trace(
+            go.Scatter(
+                x=[x],
+                y=[row["mean"]],
+                mode="markers",
+                marker={
+                    "symbol": "diamond",
+                    "size": 13,
+                    "color": "goldenrod" if best else "steelblue",
+                },
+                error_y=error,
+                name=row["group"],
+                hovertemplate=f"mean %{{y:.4g}} (n={_count(row['n'])}){_span(row)}<extra></extra>",
+                showlegend=False,
+            )
+        )
+    fig.update_layout(
+        title=f"mean {objective} per group with its 95% interval (gold: best; grey: each seed or fold)",
+        yaxis_title=objective,
+        **{**LAYOUT, "height": 420},
+    )
+    fig.update_xaxes(
+        tickvals=list(range(len(rows))),
+        ticktext=[f"{r['group']} (n={_count(r['n'])})" for r in rows],
+        range=[-0.6, len(rows) - 0.4],
+    )
     return fig
+
+
+def _count(n) -> str:
+    return "?" if n is None else str(int(n))
+
+
+def _span(row: dict) -> str:
+    if row["ci95_low"] is None or row["ci95_high"] is None:
+        return ""
+    return f"<br>95% interval [{row['ci95_low']:.4g}, {row['ci95_high']:.4g}]"

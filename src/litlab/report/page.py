@@ -1,12 +1,20 @@
 """The HTML of a report: sections of tables, plotly figures and PNG pictures, in one file that
 needs no network: plotly.js is embedded once (with the first figure), pictures are base64 data
-URIs, the style is inline. Every text from the files shown is escaped.
+URIs, the style is inline. Every text from the files shown is escaped, and paths inside the
+project are shown relative to it.
 
 A small inline script counts the plots that rendered and the page's script errors into
 `<html data-check="plots:R/N errors:E">`, which the headless-browser test reads."""
 
 import base64
 import html
+import re
+
+from litlab.utils.code_state import CODE_ROOT, snapshot_origin
+
+# the project folder (where logs/ and data/ live; a sweep's code snapshot names its origin)
+PROJECT = str((snapshot_origin() or CODE_ROOT).resolve())
+_IN_PROJECT = re.compile(re.escape(PROJECT) + r"(/|(?![\w\-]|\.[\w\-]))")
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
@@ -18,6 +26,7 @@ pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.8em;max-height:40em}
 .missing{color:#8a5a00;background:#fff8e6;border-left:4px solid #e0a000;padding:.5em 1em}
 .pictures{display:flex;flex-wrap:wrap;gap:1em} figure{margin:0}
 figure img{max-width:560px;border:1px solid #eee} figcaption{font-size:.85em;color:#555}
+details summary{cursor:pointer;margin:.5em 0}
 """
 
 CHECK = """
@@ -44,8 +53,15 @@ window.addEventListener("load", function () {
 """
 
 
+def relative(text: str) -> str:
+    """`text` with paths inside the project relative to it (`<project>/logs/x` -> `logs/x`,
+    the project itself `.`): a page is shared, and the folder it was made in is nobody's
+    business and does not exist elsewhere."""
+    return _IN_PROJECT.sub(lambda m: "" if m.group(1) else ".", text)
+
+
 def esc(value) -> str:
-    return html.escape("" if value is None else str(value))
+    return html.escape(relative("" if value is None else str(value)))
 
 
 def cell(value) -> str:
@@ -81,7 +97,7 @@ class Page:
             config={"displaylogo": False, "responsive": True},
         )
         self._plotly_embedded = True
-        return f'<div class="plot" data-plot="plotly">{body}</div>'
+        return f'<div class="plot" data-plot="plotly">{relative(body)}</div>'
 
     @staticmethod
     def picture(data: bytes, caption: str) -> str:
@@ -109,6 +125,11 @@ class Page:
     @staticmethod
     def text(text: str) -> str:
         return f"<p>{esc(text)}</p>"
+
+    @staticmethod
+    def details(summary: str, *parts: str) -> str:
+        """Parts folded under a one-line summary (opened by a click)."""
+        return f"<details><summary>{esc(summary)}</summary>\n" + "\n".join(parts) + "</details>"
 
     @staticmethod
     def pre(text: str) -> str:

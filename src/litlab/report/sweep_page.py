@@ -1,10 +1,12 @@
 """The sections of a sweep's report: the jobs table, the objective per job, parallel
 coordinates of the settings against the objective, Optuna's parameter importance (a search),
-and the comparison of groups of replicas from the summary's statistics."""
+and the comparison of groups of replicas from the summary's statistics (`groups`). A section
+that does not apply to this sweep (importance without an Optuna study, settings when none
+varies, groups without replicas) is left out rather than shown empty."""
 
 from pathlib import Path
 
-from litlab.report import figures, files, jobs, study
+from litlab.report import figures, files, groups, jobs, study
 from litlab.report.page import Page
 
 SHOWN_METRICS = ("val/", "test/")
@@ -12,27 +14,37 @@ SHOWN_METRICS = ("val/", "test/")
 
 def add_sweep(page: Page, sweep: Path) -> None:
     found, unreadable = jobs.load(sweep)
-    best = jobs.best_job(found)
+    stats = groups.read(sweep)
+    best = groups.best_jobs(stats)
+    in_group = bool(best)
+    if not best and (one := jobs.best_job(found)) is not None:
+        best = {one}
     objective = next((j["objective_name"] for j in found), "objective")
-    table(page, found, unreadable, best, objective)
+    table(page, found, unreadable, best, objective, in_group)
     if not found:
         return
+    groups.add(page, sweep, stats, objective)
+    has_study = files.inside(sweep, "optuna.db") is not None
     with study.opened(sweep) as (the_study, why):
-        settings(page, found, objective, the_study)
-        page.add("Parameter importance (Optuna search)", *importance(page, the_study, why))
-    groups(page, sweep, objective)
+        settings(page, found, objective, the_study, has_study)
+        if has_study:
+            page.add("Parameter importance (Optuna search)", *importance(page, the_study, why))
 
 
-def table(page: Page, found: list[dict], unreadable: list[str], best, objective: str) -> None:
+def table(
+    page: Page, found: list[dict], unreadable: list[str], best: set, objective: str, in_group: bool
+) -> None:
+    """The jobs, the best one's (or the best group's) highlighted."""
     parts = []
     if not found:
         parts.append(page.missing("No job records (sweep_job.json) in this sweep dir yet"))
     keys = list(dict.fromkeys(k for j in found for k in j["settings"]))
+    marked = " (best group)" if in_group else " (best)"
     metrics = sorted({m for j in found for m in j["metrics"] if m.startswith(SHOWN_METRICS)})
     rows = [
         {
             "job": j["job"],
-            "status": j["status"] + (" (best)" if j["job"] == best else ""),
+            "status": j["status"] + (marked if j["job"] in best else ""),
             f"objective ({objective})": j["objective"],
             **j["settings"],
             **{m: j["metrics"].get(m) for m in metrics},
@@ -43,7 +55,7 @@ def table(page: Page, found: list[dict], unreadable: list[str], best, objective:
         for j in found
     ]
     classes = [
-        "best" if j["job"] == best else "bad" if j["status"] != "completed" else "" for j in found
+        "best" if j["job"] in best else "bad" if j["status"] != "completed" else "" for j in found
     ]
     columns = [
         "job",
@@ -79,17 +91,22 @@ def table(page: Page, found: list[dict], unreadable: list[str], best, objective:
         )
 
 
-def settings(page: Page, found: list[dict], objective: str, the_study) -> None:
-    if the_study is not None:
+def settings(page: Page, found: list[dict], objective: str, the_study, has_study: bool) -> None:
+    """Optuna's parallel coordinates for a search (its reason when it cannot draw them), the
+    grid's settings otherwise; left out when no setting varies."""
+    if has_study and the_study is not None:
         fig, problem = study.plot("parallel", the_study)
+        if fig is None:
+            page.add(
+                "Settings against the objective",
+                page.missing(f"No parallel coordinates: {problem}"),
+            )
+            return
     else:
         keys = list(dict.fromkeys(k for j in found for k in j["settings"]))
         fig = figures.parallel_coordinates(found, keys, objective)
-        problem = "needs a setting that varies and a completed job with an objective"
-    part = (
-        page.figure(fig) if fig is not None else page.missing(f"No parallel coordinates: {problem}")
-    )
-    page.add("Settings against the objective", part)
+    if fig is not None:
+        page.add("Settings against the objective", page.figure(fig))
 
 
 def importance(page: Page, the_study, why: str) -> list[str]:
@@ -99,35 +116,3 @@ def importance(page: Page, the_study, why: str) -> list[str]:
     if fig is None:
         return [page.missing(f"No parameter importance: {problem}")]
     return [page.figure(fig)]
-
-
-def groups(page: Page, sweep: Path, objective: str) -> None:
-    """summary_stats.json when there (its tables: groups, comparisons, ...), else
-    summary_stats.csv; a chart of each group's mean objective with its interval."""
-    data, _ = files.read_json(sweep, "summary_stats.json")
-    tables: dict[str, list[dict]] = {}
-    notes = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-                tables[key] = value
-            elif isinstance(value, str | int | float | bool) or value is None:
-                notes.append(f"{key}: {value}")
-    if not tables and (rows := files.read_csv(sweep, "summary_stats.csv")):
-        tables["groups"] = rows
-    if not tables:
-        page.add(
-            "Group comparison",
-            page.missing(
-                "No group comparison: summary_stats.csv is absent or empty (the sweep's summary "
-                "writes it when jobs complete)"
-            ),
-        )
-        return
-    parts = [page.text("; ".join(notes))] if notes else []
-    for name, rows in tables.items():
-        columns = list(dict.fromkeys(k for r in rows for k in r))
-        parts += [page.text(name), page.table(rows, columns)]
-    chart = figures.group_means(tables.get("groups", []), objective)
-    parts += [page.figure(chart)] if chart is not None else []
-    page.add("Group comparison", *parts)

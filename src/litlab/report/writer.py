@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from litlab.errors import UserError, one_line
+from litlab.utils.files import kind_of as file_kind
 
 log = logging.getLogger(__name__)
 REPORT = "report.html"
@@ -38,15 +39,23 @@ def kind_of(path: str | Path) -> str:
         raise UserError(f"path={_shown(path)} is neither a run dir nor a sweep dir; pass {VALID}")
     if not os.access(folder, os.W_OK):
         raise UserError(f"path={_shown(path)} is not writable: {REPORT} is written into it")
+    what = file_kind(folder / REPORT, follow=False)
+    if what is not None:  # a folder would end the write; a pipe or a link would be replaced
+        raise UserError(
+            f"path={_shown(path)}: its {REPORT} is {what}, not a file; the page is written "
+            f"there as a file: move that {REPORT} away, or remove it"
+        )
     return kind
 
 
 def build(folder: Path, kind: str) -> str:
     """The page's HTML (plotly, matplotlib and Optuna are imported here)."""
-    from litlab.report.page import Page
+    from litlab.report.page import Page, relative
 
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    page = Page(f"litlab {kind} report: {folder.name}", f"{folder.resolve()} (written {stamp})")
+    shown = relative(str(folder.resolve()))  # no absolute path: the page is shared
+    shown = folder.resolve().name if Path(shown).is_absolute() else shown
+    page = Page(f"litlab {kind} report: {folder.name}", f"{shown} (written {stamp})")
     if kind == "run":
         from litlab.report.run_page import add_run
 

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Mapping
 
 from litlab.errors import UserError
-from litlab.runs import ddp_join
+from litlab.runs import ddp_join, ddp_start
 from litlab.runs.ddp_peers import peer_lost
 from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
@@ -156,17 +156,20 @@ def early_ranks(cfg, script: str):
         n = local_processes(cfg.trainer) if cfg.get("trainer") else 0
     except Exception:  # noqa: BLE001 (a broken trainer config: validation says it in one line)
         n = 0
-    procs = []
+    procs, start = [], None
     if n > 1:
         _check_reachable(os.environ.get("MASTER_ADDR", "127.0.0.1"))
         _remember(script)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
         os.environ.update(NODE_RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(n))
+        start = ddp_start.host()  # the ranks wait for each other there while they start
+        ddp_join.meet(start)
         for local_rank in range(1, n):
             cmd, cwd = child_command(local_rank)
-            env = {**os.environ, "LOCAL_RANK": str(local_rank)}
+            env = {**os.environ, "LOCAL_RANK": str(local_rank), ddp_start.ENV: str(start.folder)}
             procs.append(subprocess.Popen(cmd, env=env, cwd=cwd))
+            start.procs[local_rank] = procs[-1]
     _state["early_procs"] = procs
     try:
         yield
@@ -180,6 +183,7 @@ def early_ranks(cfg, script: str):
         raise
     finally:
         _state.pop("early_procs", None)
+        ddp_start.end(start)
 
 
 def install(script: str) -> None:
@@ -269,9 +273,11 @@ def lifecycle(cfg, script):
     """A run's ranks from start to end: early start (trainer=ddp), the child command, and a
     clean end on every rank (barrier, process group destroyed, child ranks checked)."""
     run = _Run(str(script), cfg)
+    ddp_join.arm(cfg.get("ddp_join_timeout"))  # how long the ranks' join may take
+    child = ddp_start.child()  # a child rank of trainer=ddp: alive from now on, for rank 0
+    ddp_join.meet(child)
     if rank() > 0:  # a child rank: warnings and errors only (rank 0 says the rest once)
         quiet_rank_console(rank())
-    ddp_join.arm(cfg.get("ddp_join_timeout"))  # how long the ranks' join may take
     with early_ranks(cfg, str(script)):
         try:
             yield run
@@ -284,6 +290,7 @@ def lifecycle(cfg, script):
             raise lost from None
         finally:
             ddp_join.arm(None)
+            ddp_start.end(child)
         if run.trainer is not None:
             finish(run.trainer)  # all ranks end together; fails if a child rank failed
         else:

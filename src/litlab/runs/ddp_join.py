@@ -6,8 +6,11 @@ torch's rendezvous otherwise waits in silence for 30 minutes (its collective tim
 Lightning passes to `init_process_group`), then fails with a C++ stack dump per retry. Here
 the join alone runs under `ddp_join_timeout`; once every rank has joined, the process group
 and its store get the collective timeout back (a long checkpoint write or test on rank 0
-must not fail the others at 5 minutes). Under torchrun the wait for the other nodes happens
-in torchrun itself, before litlab starts (`--rdzv-conf=timeout=SECONDS`, docs/scale.md)."""
+must not fail the others at 5 minutes). The ranks of a one-machine job (trainer=ddp) first
+wait for each other as long as each shows signs of life (`litlab.runs.ddp_start`), so the
+bound counts from a slow rank's last sign of life, not from the others' arrival. Under
+torchrun the wait for the other nodes happens in torchrun itself, before litlab starts
+(`--rdzv-conf=timeout=SECONDS`, docs/scale.md)."""
 
 import contextlib
 import datetime
@@ -36,8 +39,17 @@ class JoinFailed(UserError):
 
 def arm(timeout_s: float | None) -> None:
     """Bound this run's join by `timeout_s` seconds (None: torch's own). Imports nothing: the
-    run's early ranks start before torch is imported (runs/ddp)."""
+    run's early ranks start before torch is imported (runs/ddp). Forgets `meet`'s ranks."""
+    _armed.clear()
     _armed["timeout_s"] = timeout_s
+
+
+def meet(start) -> None:
+    """This run's ranks all run on this machine: before the join, they wait for each other
+    at `start` (a `ddp_start.Start`; None: no such wait), whose heartbeat begins now."""
+    _armed["start"] = start
+    if start is not None:
+        start.begin(_armed.get("timeout_s"))
 
 
 def install() -> None:
@@ -77,6 +89,9 @@ def _bounded_join(init, *args, **kwargs):
         return init(*args, **kwargs)
     collective = _collective_timeout(args, kwargs)
     rank, world, address = _where(kwargs)
+    local = _armed.get("start")
+    if local is not None:  # every rank on this machine: all have started when this returns
+        local.wait(world, timeout_s, _say_now)
     kwargs["timeout"] = datetime.timedelta(seconds=timeout_s)
     waiting = (
         f"DDP rank {rank} of {world}: waiting for the job's other processes ({world} in all, "
@@ -90,7 +105,7 @@ def _bounded_join(init, *args, **kwargs):
             init(*args, **kwargs)
         except dist.DistError as err:
             console.failed = True
-            raise _failure(err, rank, world, address, timeout_s) from None
+            raise _failure(err, rank, world, address, timeout_s, local is not None) from None
         finally:
             notice.cancel()
             notice.join()  # its line is written before the console goes back
@@ -102,10 +117,26 @@ def _say(console, line: str) -> None:
     os.write(console.fd, f"{line}\n".encode())
 
 
-def _failure(err, rank: int, world: int, address: str, timeout_s: float) -> JoinFailed:
-    """The one line for a join that failed: who is missing, what to do."""
+def _say_now(line: str) -> None:
+    """A line on every rank's console (a child rank's console shows warnings only)."""
+    log.info(line, extra=FILE_ONLY)
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+
+
+def _failure(
+    err, rank: int, world: int, address: str, timeout_s: float, local: bool = False
+) -> JoinFailed:
+    """The one line for a join that failed: who is missing, what to do (`local`: every rank
+    runs on this machine and had started)."""
     text = one_line(err, limit=300)
     who = f"DDP rank {rank} of {world}"
+    if local and "timed out" in text.lower():
+        return JoinFailed(
+            f"{who}: the job's {world} processes on this machine had all started but did not "
+            f"join at {address} within ddp_join_timeout={timeout_s:g} s; check that no other "
+            f"program uses MASTER_PORT, or raise ddp_join_timeout"
+        )
     if "timed out" not in text.lower():
         reason = re.sub(r"^\[[^\]]*\]\s*", "", text)[:160]  # no c10d file:line
         return JoinFailed(

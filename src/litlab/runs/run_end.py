@@ -26,13 +26,13 @@ resumed with its own overrides, which the summary shows).
 
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
 
 from litlab.errors import DiskFull, UserError, disk_full, one_line
 from litlab.runs import run_dir
+from litlab.utils import commands
 
 FAILED = "failed.json"  # in a run dir: what stopped it, and how to resume it
 BAD_INPUT = 2
@@ -68,10 +68,13 @@ def holds_checkpoint(out) -> bool:
 
 def resume_command(config_name: str, overrides, out) -> str:
     """The command that resumes the run in `out`: this run's overrides, its `ckpt_path`
-    replaced by the run dir."""
+    replaced by the run dir, relative files and folders made absolute (`paths.*`, the data's:
+    it is run from the project folder, the run may have been started elsewhere)."""
+    from litlab.config.data_paths import absolute_override
+
     kept = [str(o) for o in overrides if str(o).lstrip("+").split("=", 1)[0] != "ckpt_path"]
-    args = [*kept, f"ckpt_path={out}"]
-    return " ".join(["python", f"src/{config_name}.py", *map(shlex.quote, args)])
+    args = [*map(absolute_override, kept), f"ckpt_path={os.path.abspath(out)}"]
+    return commands.command(config_name, args)
 
 
 def as_user_error(caught: BaseException, out) -> UserError | None:

@@ -113,22 +113,12 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
         HydraConfig.instance().cfg = sweep
 
 
-def check_resume(config: DictConfig) -> None:
-    """A grid sweep re-run into an existing `hydra.sweep.dir` resumes it: refused in one line
-    (`UserError`) when its jobs are not the jobs on disk (`litlab.sweeps.plan`)."""
-    from pathlib import Path
-
+def grid_jobs(config: DictConfig) -> list[list[str]] | None:
+    """Every job's overrides of a grid sweep (None: overrides the sweeper cannot split, which
+    it says itself when it starts)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from litlab.sweeps import plan
-    from litlab.sweeps.summary import load_records
-
-    target = (OmegaConf.select(config, "hydra.sweeper", default=None) or {}).get("_target_")
-    sweep_dir = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
-    if target not in (BASIC, GRID) or not sweep_dir.is_dir():
-        return
     try:
-        grid = [overrides for _, overrides in jobs(config, GlobalHydra.instance().config_loader())]
+        return [overrides for _, overrides in jobs(config, GlobalHydra.instance().config_loader())]
     except Exception:  # noqa: BLE001  (overrides the sweeper cannot split: it says so itself)
-        return
-    plan.check_resume(sweep_dir, grid, load_records(sweep_dir))
+        return None

@@ -88,6 +88,21 @@ def check(meta: dict, input_names: list[str], width) -> dict:
     return meta
 
 
+#: what GET /metadata answers, besides the output names (`classes`, `targets`): what a client
+#: needs to build a request and read its answer, and which model and versions answered. The run
+#: config (every setting, with the training machine's absolute paths) and the checkpoint's path
+#: stay in the file, for whoever holds it, and out of the answer to anyone who can reach the port.
+CLIENT_KEYS = ("kind", "input_names", "inputs", "metric", "ood", "checkpoint_sha256",
+               "litlab_version", "torch_version")  # fmt: skip
+
+
+def for_clients(meta: dict) -> dict:
+    """The checked metadata as GET /metadata answers it (CLIENT_KEYS)."""
+    names_key = tasks.get(meta["kind"]).names_key
+    keys = (CLIENT_KEYS[0], names_key, *CLIENT_KEYS[1:])
+    return {k: meta[k] for k in keys if k in meta}
+
+
 def load(path: Path):
     """The file's ONNX model, without external data (its metadata and weights are read here)."""
     import onnx

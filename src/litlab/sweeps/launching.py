@@ -21,3 +21,6 @@ class LaunchingSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
+        from litlab import console  # logging and re only
+
+        console.launch_lines(self.launcher)  # its lines without litlab's environment overrides

@@ -22,10 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
 from litlab.sweeps import plan, summary_stats
+from litlab.sweeps.replicas import marked_best, replica_groups
 from litlab.sweeps.study_settings import override_settings
-from litlab.sweeps.summary_render import finite, markdown, plot_objective
+from litlab.sweeps.summary_render import finite, markdown, plot_summary
+from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero
-from litlab.utils.sweep_records import RECORD, checked
+from litlab.utils.sweep_records import RECORD
 
 
 def _is_multirun(config: DictConfig) -> bool:
@@ -145,17 +147,21 @@ class SweepSummary(Callback):
                 from litlab.report import write_quietly  # report.html (a failure: a warning)
 
                 write_quietly(sweep_dir)
-        return plan.end(sweep_dir, records, stopped)
+        return plan.end(sweep_dir, records, stopped, config)
 
 
 def load_records(sweep_dir: Path) -> list[dict]:
+    """Every job record under `sweep_dir` (`sweep_records.read`: a file that is no record
+    counts as a job that left none). Each names its run dir where the record is now: a sweep
+    dir moved elsewhere (and resumed there) names its jobs' folders, not where they were."""
     records = []
     for path in sweep_dir.rglob(RECORD):
         try:
-            record = checked(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            record = sweep_records.read(path)
+        except sweep_records.NotAFile:
             continue
-        if record is not None:  # not a record: that job counts as one that left none
+        if record is not None:
+            record["run_dir"] = os.path.abspath(path.parent)
             records.append(record)
     for record in records:  # a job still "running" now was killed (or runs in another worker)
         if record["status"] == "running":
@@ -175,29 +181,11 @@ def best_index(records: list[dict]) -> int | None:
     return min(scored, key=lambda s: (sign * s[0], s[1]))[1]
 
 
-def replica_groups(records: list[dict], replica_keys) -> dict[str, list[dict]]:
-    """Completed jobs grouped by their overrides without the replica keys (seed, fold)."""
-    groups: dict[str, list[dict]] = {}
-    common = set.intersection(*(set(r["overrides"]) for r in records)) if records else set()
-    for r in records:
-        if r["status"] != "completed":
-            continue
-        rest = [
-            o
-            for o in r["overrides"]
-            if o not in common
-            and o.split("=", 1)[0].lstrip("+~").rsplit(".", 1)[-1] not in replica_keys
-        ]
-        groups.setdefault(" ".join(rest) or "(no other overrides)", []).append(r)
-    return groups
-
-
-def group_statistics(records: list[dict], replica_keys, objective: str, shown: list[str]) -> dict:
+def group_statistics(groups: dict[str, list[dict]], records: list[dict], objective: str, shown):
     """Each replica group's statistics and its difference with the best group, on the
     objective and the val/test metrics (`summary_stats.compute`; written by `summary_stats`)."""
     mode = next((r["mode"] for r in records if r["status"] == "completed"), "max")
     metrics = list(dict.fromkeys([objective, *shown]))
-    groups = replica_groups(records, replica_keys)
     return summary_stats.compute(records, groups, metrics, objective, mode)
 
 
@@ -221,10 +209,12 @@ def write_summary(
     """Write summary.csv/.md/.png and summary_stats.csv into `sweep_dir`, print the table."""
     import csv
 
-    best = best_index(records)
+    groups = replica_groups(records, replica_keys)
+    objective = next((r["objective_name"] for r in records if r["objective_name"]), "objective")
     every_metric = sorted({k for r in records for k in r["metrics"]})
     shown = [m for m in every_metric if m.startswith(("val/", "test/"))]
-    objective = next((r["objective_name"] for r in records if r["objective_name"]), "objective")
+    stats = group_statistics(groups, records, objective, shown)
+    best = marked_best(records, groups, stats["best_group"], best_index(records))
     shared, varying = _varying(records)
     settings = [override_settings(r["overrides"]) for r in records]
     keys = list(dict.fromkeys(k for job in settings for k in job))  # in the order first given
@@ -233,7 +223,7 @@ def write_summary(
         rows.append(
             {
                 "job": r["job"],
-                "best": "*" if i == best else "",
+                "best": "*" if i in best else "",
                 "status": r["status"],
                 "objective": r["objective"],
                 **{k: settings[i].get(k, "") for k in keys},
@@ -261,14 +251,14 @@ def write_summary(
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    stats = group_statistics(records, replica_keys, objective, shown)
     summary_stats.write(sweep_dir, stats)
     table = markdown(
         rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying", "error"]
     )
+    marked = "jobs of the best group marked *" if stats["best_group"] else "best job marked *"
     head = [
         (
-            f"objective: {objective} (best job marked *); overrides of every job: "
+            f"objective: {objective} ({marked}); overrides of every job: "
             f"{' '.join(shared) or '(none)'}"
         )
     ]
@@ -283,7 +273,7 @@ def write_summary(
     ]
     (sweep_dir / "summary.md").write_text("\n".join(text) + "\n")
     if plot:
-        plot_objective(records, best, objective, sweep_dir / "summary.png")
+        plot_summary(records, best, stats, sweep_dir / "summary.png")
     failed = sum(r["status"] in ("failed", "incomplete") for r in records)
     print(
         f"\nSweep summary ({len(records)} jobs, {failed} failed or incomplete): "

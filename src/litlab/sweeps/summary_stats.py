@@ -2,10 +2,13 @@
 sections of summary.md and of the printed summary that show them.
 
 Replicas (seeds, folds) of one configuration form a group; each group gets its mean, std and
-Student's t 95% interval, and each group is compared with the best one (by the objective's mean,
-in the objective's direction): the difference of means, its Welch 95% interval and p-value.
-A difference whose interval contains 0 is "within noise": the replicas cannot tell the two
-configurations apart. Column names are read by other tools: keep them (docs/sweeps.md).
+95% interval (`stats.describe`: Student's t, cut to the metric's range), and each group is
+compared with the best one (by the objective's mean, in the objective's direction) by the test
+that fits the design (`stats.compare`: paired t on shared replicas, else Welch). The p-values
+of the groups compared with the best are Holm-adjusted, metric by metric; a group "differs"
+when its adjusted p is below 0.05 and is "within noise" otherwise: the replicas cannot tell it
+from the best. Pooling jobs of different configurations means nothing, so there is no
+"all jobs" row unless the sweep is one configuration. Column names: docs/sweeps.md.
 """
 
 import csv
@@ -16,11 +19,24 @@ from pathlib import Path
 from litlab.sweeps import stats
 from litlab.sweeps.summary_render import finite
 
-GROUP_COLUMNS = ["group", "metric", "n", "mean", "std", "ci95_low", "ci95_high"]
-COMPARISON_COLUMNS = ["diff", "diff_ci95_low", "diff_ci95_high", "welch_p", "within_noise"]
+GROUP_COLUMNS = ["group", "metric", "n", "mean", "std", "ci95_low", "ci95_high", "ci_method"]
+COMPARISON_COLUMNS = [
+    *("test", "n_pairs", "diff", "diff_ci95_low", "diff_ci95_high"),
+    *("p", "p_holm", "wilcoxon_p", "within_noise", "verdict"),
+]
 CSV_COLUMNS = [*GROUP_COLUMNS, "best", *COMPARISON_COLUMNS, "note"]
 ALL_JOBS = "all jobs"
-RULE = "within noise: the 95% interval of the difference contains 0"
+TESTS = (
+    "paired t on the per-replica differences when both groups ran the same replicas (at least "
+    f"2 shared seeds or folds), with Wilcoxon's signed-rank test alongside from "
+    f"{stats.MIN_WILCOXON} pairs; Welch's t otherwise; p-values Holm-adjusted over the groups "
+    "compared with the best, metric by metric"
+)
+RULE = "differs: the Holm-adjusted p-value is below 0.05; within noise otherwise"
+NO_REPLICAS = (
+    "no replicas: each configuration ran once, so there is no spread to compare them by "
+    "(add seed=0,1,2 or data.num_folds=5 'data.fold=range(5)' to the sweep)"
+)
 # objectives that improve downwards when neither Optuna's direction nor the monitored metric
 # (whose monitor_mode is known) says how they are ranked; anything else is maximized
 LOWER_IS_BETTER = ("loss", "mae", "mse", "rmse", "error", "bytes")
@@ -41,17 +57,21 @@ def objective_mode(
     return "min" if any(word in name.lower() for word in LOWER_IS_BETTER) else "max"
 
 
-def values_of(members: list[dict], metric: str, objective: str) -> list[float]:
-    """The finite values of `metric` in these jobs; the objective falls back to the value the
-    job returned to the sweeper when it is not among the logged metrics."""
+def replicas_of(members: list[dict], metric: str, objective: str) -> list[dict]:
+    """{replica, job, value} of each job with a finite `metric`; the objective falls back to
+    the value the job returned to the sweeper when it is not among the logged metrics."""
     out = []
     for r in members:
         value = r["metrics"].get(metric)
         if value is None and metric == objective:
             value = r["objective"]
         if finite(value):
-            out.append(float(value))
+            out.append({"replica": r.get("replica", ""), "job": r["job"], "value": float(value)})
     return out
+
+
+def values_of(members: list[dict], metric: str, objective: str) -> list[float]:
+    return [r["value"] for r in replicas_of(members, metric, objective)]
 
 
 def best_group(groups: dict[str, list[dict]], objective: str, mode: str) -> str | None:
@@ -67,6 +87,18 @@ def best_group(groups: dict[str, list[dict]], objective: str, mode: str) -> str 
     return min(means, key=lambda g: sign * means[g])
 
 
+def _table(records: list[dict], groups: dict[str, list[dict]]) -> tuple[dict, str]:
+    """(the groups to describe, what the sweep is): one configuration is one group ("all
+    jobs"); several with replicas are compared; several without replicas have nothing to
+    compare (no rows)."""
+    if len(groups) <= 1:
+        done = [r for members in groups.values() for r in members]
+        return ({ALL_JOBS: done} if done else {}), "one configuration"
+    if any(len(m) >= 2 for m in groups.values()):
+        return groups, "groups"
+    return {}, NO_REPLICAS
+
+
 def compute(
     records: list[dict],
     groups: dict[str, list[dict]],
@@ -74,37 +106,62 @@ def compute(
     objective: str,
     mode: str,
 ) -> dict:
-    """What summary_stats.json holds: every group's statistics per metric ("all jobs" first),
-    and every other group against the best one. Replica groups are listed only when the sweep
-    has replicas (a group of two or more) and more than one configuration."""
-    table = {ALL_JOBS: [r for r in records if r["status"] == "completed"]}
-    replicated = len(groups) > 1 and any(len(m) >= 2 for m in groups.values())
-    if replicated:
-        table.update(groups)
-    best = best_group(groups, objective, mode) if replicated else None
-    rows, comparisons = [], []
+    """What summary_stats.json holds: every group's statistics per metric (with its replicas)
+    and every other group against the best one."""
+    table, kind = _table(records, groups)
+    best = best_group(groups, objective, mode) if kind == "groups" else None
+    rows = []
     for name, members in table.items():
         for metric in metrics:
-            if values := values_of(members, metric, objective):
-                rows.append({"group": name, "metric": metric, **stats.describe(values)})
-    for name, members in table.items() if best else ():
-        if name in (ALL_JOBS, best):
-            continue
-        for metric in metrics:
-            values = values_of(members, metric, objective)
-            reference = values_of(groups[best], metric, objective)
-            if values and reference:
-                result = stats.compare(values, reference)
-                comparisons.append({"group": name, "best_group": best, "metric": metric, **result})
+            if found := replicas_of(members, metric, objective):
+                described = stats.describe([r["value"] for r in found], stats.metric_range(metric))
+                rows.append({"group": name, "metric": metric, **described, "replicas": found})
+    comparisons = []
+    for metric in metrics if best else ():
+        reference = _pairs(groups[best], metric, objective)
+        family = []
+        for name, members in groups.items():
+            values = _pairs(members, metric, objective)
+            if name != best and values and reference:
+                family.append({"group": name, "best_group": best, "metric": metric})
+                family[-1].update(stats.compare(values, reference))
+        _judge(family, mode if metric == objective else None)
+        comparisons += family
     return {
         "objective": objective,
         "mode": mode,
         "confidence": stats.CONFIDENCE,
+        "interval_method": stats.INTERVAL_METHOD,
+        "tests": TESTS,
         "rule": RULE,
+        "sweep": kind,
         "best_group": best,
         "groups": rows,
         "comparisons": comparisons,
     }
+
+
+def _pairs(members: list[dict], metric: str, objective: str) -> list[tuple[str, float]]:
+    return [(r["replica"], r["value"]) for r in replicas_of(members, metric, objective)]
+
+
+def _judge(family: list[dict], mode: str | None) -> None:
+    """Holm-adjusted p, `within_noise` and the verdict in words of each comparison of one
+    metric (`mode`: the objective's direction, None for another metric)."""
+    for c, adjusted in zip(family, stats.holm([c["p"] for c in family]), strict=True):
+        c["p_holm"] = adjusted
+        if c["diff_ci95_low"] is None:
+            c["within_noise"], c["verdict"] = None, "no verdict (n=1)"
+            continue
+        differs = adjusted < stats.ALPHA if adjusted is not None else c["diff"] != 0
+        c["within_noise"] = not differs
+        if not differs:
+            c["verdict"] = "within noise of the best"
+        elif mode is None:
+            c["verdict"] = ("higher" if c["diff"] > 0 else "lower") + " than the best, beyond noise"
+        else:
+            better = (c["diff"] > 0) == (mode == "max")
+            c["verdict"] = ("better" if better else "worse") + " than the best, beyond noise"
 
 
 def write(sweep_dir: Path, summary: dict) -> None:
@@ -137,31 +194,38 @@ def _num(value) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
-def _p(value) -> str:
+def p_text(value) -> str:
     return "" if value is None else (f"{value:.1e}" if value < 1e-3 else f"{value:.3f}")
 
 
-def _verdict(c: dict) -> str:
-    if c["within_noise"] is None:
-        return c["note"]
-    return "within noise" if c["within_noise"] else "differs"
-
-
 def _groups_table(summary: dict) -> list[str]:
-    lines = ["| group | metric | n | mean ± std | 95% CI |", "|---|---|---|---|---|"]
+    lines = [
+        "| group | metric | n | mean ± std | 95% CI | interval |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in summary["groups"]:
         best = " *" if r["group"] == summary["best_group"] else ""
         spread = "" if r["std"] is None else f" ± {r['std']:.4f}"
         interval = r["note"] or f"[{_num(r['ci95_low'])}, {_num(r['ci95_high'])}]"
-        line = f"{_md(r['group'])}{best} | {r['metric']} | {r['n']} | {r['mean']:.4f}{spread} | {interval}"
-        lines.append(f"| {line} |")
+        cells = [
+            f"{_md(r['group'])}{best}",
+            r["metric"],
+            str(r["n"]),
+            f"{r['mean']:.4f}{spread}",
+            interval,
+            r["ci_method"] or "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
 def _comparisons_table(summary: dict) -> list[str]:
     lines = [
-        "| group | metric | diff | 95% CI of diff | Welch p | verdict |",
-        "|---|---|---|---|---|---|",
+        (
+            "| group | metric | test | diff | 95% CI of diff | p | Holm p | Wilcoxon p | verdict "
+            "| note |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in summary["comparisons"]:
         interval = (
@@ -169,13 +233,18 @@ def _comparisons_table(summary: dict) -> list[str]:
             if c["diff_ci95_low"] is None
             else f"[{_num(c['diff_ci95_low'])}, {_num(c['diff_ci95_high'])}]"
         )
+        pairs = f" ({c['n_pairs']} pairs)" if c["n_pairs"] else ""
         cells = [
             _md(c["group"]),
             c["metric"],
+            (c["test"] or "") + pairs,
             f"{c['diff']:+.4f}",
             interval,
-            _p(c["welch_p"]),
-            _verdict(c),
+            p_text(c["p"]),
+            p_text(c["p_holm"]),
+            p_text(c["wilcoxon_p"]),
+            c["verdict"],
+            _md(c["note"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -186,10 +255,7 @@ def objective_line(summary: dict) -> str:
     objective, verdicts = summary["objective"], {}
     for c in summary["comparisons"]:
         if c["metric"] == objective:
-            key = {True: "within noise of it", False: "worse beyond noise"}.get(
-                c["within_noise"], "no verdict (n=1)"
-            )
-            verdicts.setdefault(key, []).append(_md(c["group"]))
+            verdicts.setdefault(c["verdict"], []).append(_md(c["group"]))
     parts = [f"{key}: {', '.join(groups)}" for key, groups in verdicts.items()]
     return (
         f"best group by mean {objective} ({summary['mode']}): {_md(summary['best_group'])}; "
@@ -200,17 +266,23 @@ def objective_line(summary: dict) -> str:
 def text(summary: dict, heading: str = "## ") -> str:
     """The statistics sections of summary.md (`heading` "## ") and of the printed summary ("")."""
     if not summary["groups"]:
-        return f"{heading}mean ± std over jobs\n\n(no completed jobs)"
+        why = NO_REPLICAS if summary.get("sweep") == NO_REPLICAS else "(no completed jobs)"
+        return f"{heading}mean ± std over replicas\n\n{why}"
     out = [
-        f"{heading}mean ± std over jobs and 95% interval of the mean (Student's t)",
+        (
+            f"{heading}mean ± std over replicas and 95% interval of the mean "
+            "(Student's t, cut to the metric's range)"
+        ),
         "",
         *_groups_table(summary),
     ]
     if summary["comparisons"]:
         out += [
             "",
-            f"{heading}each group against the best (*): difference of means, its 95% interval "
-            + "(Welch) and Welch's p-value",
+            (
+                f"{heading}each group against the best (*): difference of means (group - best), "
+                "its 95% interval and p-value by the test named, Holm-adjusted over the groups"
+            ),
             "",
             *_comparisons_table(summary),
             "",

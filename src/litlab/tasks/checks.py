@@ -8,8 +8,9 @@ import math
 MAX_INT = 2**63 - 1
 #: what a division may divide by: normalization stds and OOD scales
 STD_FLOOR, SCALE_FLOOR = 1e-6, 1e-9
-#: sizes an exported file's metadata may declare
-MAX_IMAGE_SIDE, MAX_VOLUME_SIDE, MAX_CHANNELS, MAX_FEATURES = 4096, 1024, 64, 1_000_000
+#: sizes an exported file's metadata may declare (image and volume sides: litlab.bounds's,
+#: which a training run's settings are held to as well)
+MAX_CHANNELS, MAX_FEATURES = 64, 1_000_000
 #: floats in one sample (x channels): the warm-up allocates one (2^26 float32: 256 MiB)
 MAX_SAMPLE_VALUES = 1 << 26
 

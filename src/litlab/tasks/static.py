@@ -1,7 +1,9 @@
 """A class attribute (`kind`, `kinds`) read from the class's source, without importing its module
 (a datamodule's module imports torch: seconds). Names are resolved through the module's own
 constants and what it imports from `litlab.tasks`; base classes are followed, in the same module
-or another litlab module. When the source does not say it plainly, the class is imported."""
+or another litlab module. When the source does not say it plainly, the class is imported.
+`declared` reads an attribute litlab itself defines (`inspects`), which no class of another
+package declares: a litlab class on Lightning's `Callback` is read without importing Lightning."""
 
 import ast
 import functools
@@ -11,7 +13,8 @@ from pathlib import Path
 
 from litlab.errors import UserError, one_line
 
-_MISSING = object()
+_MISSING = object()  # the source does not say: import the class
+_ABSENT = object()  # the source says the class and its bases do not declare it
 
 
 @functools.lru_cache(maxsize=256)
@@ -52,7 +55,9 @@ class _Resolver(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def _static(dotted: str, name: str, depth: int = 0):
+def _static(dotted: str, name: str, depth: int = 0, outside=_MISSING):
+    """The attribute as the source declares it, `_ABSENT`, or `_MISSING`; `outside`: what a
+    base class from another package stands for."""
     module, _, cls_name = dotted.rpartition(".")
     tree = _parse(module)
     if tree is None or depth > 8:
@@ -73,7 +78,9 @@ def _static(dotted: str, name: str, depth: int = 0):
         seen.add(cls_name)
         if cls_name not in classes:  # a base from another module
             origin = imported.get(cls_name)
-            return _static(origin, name, depth + 1) if origin else _MISSING
+            if origin and not origin.startswith("litlab.") and outside is not _MISSING:
+                return outside
+            return _static(origin, name, depth + 1, outside) if origin else _MISSING
         node = classes[cls_name]
         for stmt in node.body:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else []
@@ -84,30 +91,48 @@ def _static(dotted: str, name: str, depth: int = 0):
                     return ast.literal_eval(resolver.visit(stmt.value))
                 except (ValueError, TypeError, SyntaxError):
                     return _MISSING
+        unknown = False
         for base in node.bases:  # left to right, depth first: Python's order for these
-            if isinstance(base, ast.Name):
-                found = lookup(base.id, seen)
-                if found is not _MISSING:
-                    return found
-        return _MISSING
+            found = lookup(base.id, seen) if isinstance(base, ast.Name) else _MISSING
+            if found is _MISSING:
+                unknown = True
+            elif found is not _ABSENT:
+                return found
+        return _MISSING if unknown else _ABSENT
 
     return lookup(cls_name, set())
+
+
+def _imported(dotted: str, key: str):
+    import hydra
+
+    try:
+        return hydra.utils.get_class(dotted)
+    except Exception as err:  # noqa: BLE001
+        where = f"{key}._target_={dotted}" if key else dotted
+        raise UserError(f"{where} cannot be imported: {one_line(err)}") from None
 
 
 def class_attribute(dotted: str, name: str, key: str = ""):
     """`dotted`'s class attribute `name`, from its source when it says it plainly, else by
     importing the class; `key` (the config node naming it) goes into the messages."""
     value = _static(dotted, name)
-    if value is not _MISSING:
+    if value is not _MISSING and value is not _ABSENT:
         return value
-    import hydra
-
-    try:
-        cls = hydra.utils.get_class(dotted)
-    except Exception as err:  # noqa: BLE001
-        where = f"{key}._target_={dotted}" if key else dotted
-        raise UserError(f"{where} cannot be imported: {one_line(err)}") from None
+    cls = _imported(dotted, key)
     if not hasattr(cls, name):
         where = f"{key}._target_={dotted}" if key else dotted
         raise UserError(f"{where} declares no `{name}` (see docs/new_task.md)")
     return getattr(cls, name)
+
+
+def declared(dotted: str, name: str, key: str = ""):
+    """`dotted`'s class attribute `name`, None when it has none, for an attribute litlab
+    defines (`inspects`): another package's base class cannot declare it, so the source of
+    litlab's classes answers without importing their bases (Lightning: seconds)."""
+    value = _static(dotted, name, outside=_ABSENT)
+    if value is _ABSENT:
+        return None
+    if value is not _MISSING:
+        return value
+    return getattr(_imported(dotted, key), name, None)

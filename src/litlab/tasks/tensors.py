@@ -8,6 +8,7 @@ The methods import what they use (numpy, torch, PIL): a kind's declarations stay
 
 from itertools import islice
 
+from litlab.bounds import MAX_IMAGE_SIDE
 from litlab.tasks import IMAGE_CLASSIFICATION, checks
 from litlab.tasks.figures import ImageGrid
 from litlab.tasks.kind import Kind, Spec, register
@@ -153,9 +154,7 @@ class ImageInputs(MeasuredInputs):
         return layout
 
     def check_inputs(self, inputs: dict) -> int:
-        size = checks.integer(
-            inputs.get("image_size"), "inputs.image_size", 1, checks.MAX_IMAGE_SIDE
-        )
+        size = checks.integer(inputs.get("image_size"), "inputs.image_size", 1, MAX_IMAGE_SIDE)
         channels = inputs.get("channels")
         checks.require(
             type(channels) is int and channels in (1, 3),

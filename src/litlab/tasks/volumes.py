@@ -4,6 +4,7 @@ size (`WindowInputs`: segmentation). Both are served one volume a request, a NIf
 (read by the service: `predictor.nifti`) or JSON. torch, MONAI and nibabel are imported where
 used."""
 
+from litlab.bounds import MAX_VOLUME_SIDE
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION, checks
 from litlab.tasks.figures import VolumeSlices
 from litlab.tasks.kind import Kind, Spec, register
@@ -28,7 +29,7 @@ class VolumeInputs(MeasuredInputs):
     def check_inputs(self, inputs: dict) -> int:
         shape = volume_shape(inputs)
         for s in shape[2:]:
-            checks.integer(s, "a volume side in inputs.x.shape", 1, checks.MAX_VOLUME_SIDE)
+            checks.integer(s, "a volume side in inputs.x.shape", 1, MAX_VOLUME_SIDE)
         checks.sample_size(shape[1:], "inputs.x.shape")
         return shape[1]
 
@@ -79,7 +80,7 @@ class WindowInputs(VolumeInputs):
         channels = volume_shape(inputs)[1]
         patch = checks.listed(inputs.get("patch_size"), "inputs.patch_size", 3)
         for s in patch:
-            checks.integer(s, "a side of inputs.patch_size", 1, checks.MAX_VOLUME_SIDE)
+            checks.integer(s, "a side of inputs.patch_size", 1, MAX_VOLUME_SIDE)
         checks.sample_size([channels, *patch], "a patch of channels x inputs.patch_size")
         window = inputs.get("sliding_window")
         checks.require(isinstance(window, dict), "inputs.sliding_window is missing")

@@ -3,15 +3,20 @@
 torchvision and PyG print each mirror they try ("Downloading...", "Failed to download (trying
 next)") before an offline run reaches its one-line error, and they create their folders
 (`data/MNIST/raw`, `data/Planetoid`) before the first byte arrives. Inside `fetching(folder)`
-their output is held back (and shown only if the attempt succeeds), and on failure the folders
-the attempt created are removed again if they hold nothing (a lock file aside).
+their output (and PyG's "Processing... Done!" the first time it reads a dataset) is held back,
+and goes to the run's log file only if the attempt succeeds; on failure the folders the
+attempt created are removed again if they hold nothing (a lock file aside).
 """
 
 import contextlib
 import io
+import logging
 import os
-import sys
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+# litlab.console.FILE_ONLY (the console module reads the rank from litlab.utils: no import back)
+FILE_ONLY = {"console": False}
 
 DISPOSABLE = (".litlab.lock",)  # files that do not make a folder worth keeping
 
@@ -43,4 +48,5 @@ def fetching(folder):
     except BaseException:
         _prune(first_new or folder)
         raise
-    sys.stdout.write(held.getvalue())
+    if text := held.getvalue().strip():
+        log.info("%s", text, extra=FILE_ONLY)

@@ -4,6 +4,7 @@ classification on many.
 `sbm` (the default) is generated locally from a seed, so it needs no network. Planetoid and
 TUDataset keep PyG's real download code and also read raw files already in
 `<data_dir>/Planetoid/<name>/raw` or `<data_dir>/TUDataset/<name>/raw` (how the tests run offline).
+PyG's processed files go to `<data_dir>/cache/pyg/`, never beside the raw files (`pyg_files`).
 
 DDP: a single graph is given whole to every rank (the module splits the nodes of each mask
 between ranks); graph datasets are split between ranks, without the padding duplicates of
@@ -11,7 +12,6 @@ Lightning's default sampler at evaluation, so every graph is counted exactly onc
 """
 
 import logging
-import urllib.error
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
@@ -28,36 +28,12 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 from litlab.bounds import Ge, Interval, NonNegInt, PosInt
+from litlab.domains.graph.pyg_files import CachedPlanetoid, read_pyg
 from litlab.errors import UserError
 from litlab.tasks import NODE_CLASSIFICATION
-from litlab.utils.fetching import fetching
 
 log = logging.getLogger(__name__)
 Probability01 = Annotated[float, Interval(ge=0, le=1)]
-
-
-def _locked(root: Path):
-    """An inter-process lock beside a dataset: DDP ranks may build `dims` at the same time, and
-    PyG writes processed/ files the first time a dataset is read."""
-    from filelock import FileLock
-
-    root.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(root / ".litlab.lock"))
-
-
-def read_pyg(root: Path, name: str, raw_files: str, read):
-    """`read()` (a PyG dataset) under the lock beside `root`, downloading into
-    `root/name/raw` when the files are not there; a failed download is one line that says
-    which files to copy where (how to run offline)."""
-    try:
-        with fetching(root / name / "raw"), _locked(root):
-            return read()
-    except (urllib.error.URLError, OSError) as err:
-        raise UserError(
-            f"{name} is not in {root / name / 'raw'} and downloading it failed ({err}); "
-            f"connect to the internet once, copy the {raw_files} files there, or pass "
-            f"paths.data_dir=FOLDER (or set LITLAB_DATA_DIR) where {name} already is"
-        ) from err
 
 
 def _row_normalize(data: Data) -> Data:
@@ -234,14 +210,12 @@ class PlanetoidDataModule(NodeDataModule):
             )
 
     def load(self) -> Data:
-        from torch_geometric.datasets import Planetoid
-
-        root, name = self.data_dir / "Planetoid", self.name
         return read_pyg(
-            root,
-            name,
-            f"ind.{name.lower()}.*",
-            lambda: Planetoid(str(root), name, split=self.split)[0],
+            self.data_dir,
+            "Planetoid",
+            self.name,
+            f"ind.{self.name.lower()}.*",
+            lambda root, cache: CachedPlanetoid(root, self.name, cache, split=self.split)[0],
         )
 
 

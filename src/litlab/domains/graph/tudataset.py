@@ -1,6 +1,7 @@
 """Graph classification on the TU Dortmund benchmarks (MUTAG, PROTEINS, ENZYMES...): many small
 graphs, mini-batched by PyG's DataLoader, split into seeded stratified folds. PyG's real download
-code stays; raw files already in `<data_dir>/TUDataset/<name>/raw` are read as they are (offline).
+code stays; raw files already in `<data_dir>/TUDataset/<name>/raw` are read as they are (offline),
+processed into `<data_dir>/cache/pyg/TUDataset`.
 Under DDP the graphs are split between ranks, each counted exactly once at evaluation."""
 
 import logging
@@ -20,7 +21,7 @@ from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt, Workers
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_folds, stratified_split
-from litlab.domains.graph.data import read_pyg
+from litlab.domains.graph.pyg_files import CachedTUDataset, read_pyg
 from litlab.tasks import GRAPH_CLASSIFICATION
 
 log = logging.getLogger(__name__)
@@ -72,14 +73,15 @@ class TUDataModule(SplitDataModule):
 
     @cached_property
     def dataset(self):
-        from torch_geometric.datasets import TUDataset
-
-        root, name = self.data_dir / "TUDataset", self.hparams.name
+        name = self.hparams.name
         return read_pyg(
-            root,
+            self.data_dir,
+            "TUDataset",
             name,
             f"{name}_*.txt",
-            lambda: TUDataset(str(root), name, use_node_attr=self.hparams.use_node_attr),
+            lambda root, cache: CachedTUDataset(
+                root, name, cache, use_node_attr=self.hparams.use_node_attr
+            ),
         )
 
     def _check_folds(self, dataset) -> None:

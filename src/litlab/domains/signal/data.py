@@ -85,14 +85,16 @@ def read_signals(path) -> tuple[np.ndarray, np.ndarray]:
             x, y = np.asarray(data["X"]), np.asarray(data["y"])
     except (OSError, ValueError, KeyError) as err:
         raise UserError(f"data.path={path}: not an .npz holding X and y ({err})") from None
-    if x.ndim != 3 or y.shape != x.shape[:1] or len(y) < 10 or not np.isfinite(x).all():
+    with np.errstate(over="ignore"):  # checked as the net computes: in float32
+        x32 = x.astype(np.float32) if x.dtype.kind in "iuf" else np.full(1, np.nan)
+    if x.ndim != 3 or y.shape != x.shape[:1] or len(y) < 10 or not np.isfinite(x32).all():
         raise UserError(
             f"data.path={path}: X {list(x.shape)} and y {list(y.shape)}; expected at least 10 "
-            "signals, X (signals, channels, steps) of finite numbers and y (signals,)"
+            "signals, X (signals, channels, steps) of numbers finite in float32 and y (signals,)"
         )
     if y.dtype.kind not in "iu" or y.min() < 0 or len(np.unique(y)) < 2:
         raise UserError(f"data.path={path}: y must hold integer classes 0, 1, ... (2 or more)")
-    return x.astype(np.float32), y.astype(np.int64)
+    return x32, y.astype(np.int64)
 
 
 def demo_signals(count: int = 600, channels: int = 2, steps: int = 128, seed: int = 0):
