@@ -311,11 +311,10 @@ def test_a_class_no_mask_holds_is_warned_about(tmp_path, caplog):
 
 # ------------------------------------------------------------------------------ image_size
 def _refused(overrides, tmp_path) -> str:
-    from litlab.config.entries import TrainSettings
-    from litlab.config.validate import entry_config
+    from litlab.config import validate
 
     cfg = compose("train", overrides, output_dir=tmp_path / "run")
-    return one_line(entry_config, cfg, TrainSettings, "train")
+    return one_line(validate.check, cfg, "train")
 
 
 @pytest.mark.parametrize(

@@ -414,10 +414,15 @@ def _serve_and_check(root: Path, model: Path, logs: Path) -> None:
 def test_the_signal_kind_of_docs_new_task_runs_every_feature(tmp_path):
     """docs/new_task.md's signal kind through every entry point, in a copy of the project that
     had none of its files, on the demo written as a file (`python -m ...data signals.npz`):
-    train (callbacks=inspect), eval, export (fp32 and int8), real HTTP requests to
+    the config schemas regenerated (as committed), train (callbacks=inspect), eval, export (fp32 and int8), real HTTP requests to
     src/serve.py, compress (distill and quantize, prune), federate, a 3-fold sweep."""
     root = _new_kind_copy(tmp_path, SIGNALS)
     logs, signals = tmp_path / "logs", tmp_path / "signals.npz"
+    done = _run(root, "-m", "litlab.config.schemas")  # the doc's first step: generated
+    assert done.returncode == 0, done.stderr[-2000:]
+    for group in ("data", "model"):  # the kind's classes in them, as the shipped ones hold
+        ours = (ROOT / "schemas" / f"{group}.json").read_text()
+        assert (root / "schemas" / f"{group}.json").read_text() == ours, group
     done = _run(root, "-m", "litlab.domains.signal.data", str(signals))
     assert done.returncode == 0 and "X [600, 2, 128], y [600] (4 classes)" in done.stdout
     data = (f"paths.log_dir={logs}", f"data.path={signals}", "extras.print_config=false")

@@ -6,7 +6,7 @@ them from the signatures and refuses a bad value in one line before anything is 
 Metadata are annotated_types' (Ge, Gt, Interval, MinLen...); a string in the metadata is the
 text shown to the user. A leaf module: nets, data and models import it.
 
-Every float is finite: `config.signatures.accepts` refuses nan and inf for any `float`
+Every float is finite: `config.models` refuses nan and inf for any `float`
 annotation (bounded or not) and the settings models refuse them (`allow_inf_nan=False`), so
 `lr=inf` or `dropout=nan` never reaches a constructor, whatever bounds a parameter declares.
 """

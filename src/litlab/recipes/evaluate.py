@@ -12,10 +12,9 @@ from litlab.runs.result import RunResult
 def evaluate(cfg: DictConfig) -> RunResult:
     """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
     from litlab.config import validate
-    from litlab.config.entries import EvalSettings
 
     # bad input fails here, in one line, before any data is read
-    validate.entry_config(cfg, EvalSettings, "eval")
+    validate.check(cfg, "eval")
     from litlab.config import build
     from litlab.recipes import report
     from litlab.recipes.load import load_run

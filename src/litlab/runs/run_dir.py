@@ -35,9 +35,9 @@ def _inside(path, folder) -> bool:
 def check_location(cfg: DictConfig, multirun: bool = False) -> None:
     """One line unless every folder this run writes lies below `paths.log_dir` (`~paths`
     deleted it: named as the required node it is)."""
-    from litlab.config import required
+    from litlab.config import rules
 
-    required.check(cfg, "entry")
+    rules.check_required(cfg, "entry")
     name = str(cfg.get("task_name"))
     if not PLAIN_NAME.fullmatch(name) or name in (".", ".."):
         raise UserError(
@@ -154,12 +154,12 @@ class Guard(Callback):
     def on_multirun_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
         """Also the sweep dir (its own, locked: sweep_dir) and every job of the sweep
         (sweep_check), before the sweeper writes anything."""
-        from litlab.config import sweep_settings
+        from litlab.config import validate
         from litlab.runs import launcher_check, sweep_check, sweep_dir
 
         self._stop_on_error(lambda: check_location(config, multirun=True))
         self._stop_on_error(lambda: launcher_check.check(config))  # n_jobs: before the jobs
-        self._stop_on_error(lambda: sweep_settings.check_summary(config))  # fail_fast, ...
+        self._stop_on_error(lambda: validate.check_summary(config))  # fail_fast, ...
         owned = sweep_dir.SweepDir(config, str(config_name))
         self._stop_on_error(owned.check)  # its own folder, the same jobs as on disk
         self._stop_on_error(lambda: sweep_check.check_jobs(config, str(config_name)))

@@ -4,8 +4,8 @@ one line naming that job's overrides and exit 2, not two trained jobs and a fail
 
 Each job's config is composed as the launcher will compose it (`load_sweep_config` on the
 sweep's overrides: Hydra's basic sweeper's grid, or the Optuna search's fixed overrides with
-each trial queued up front and with its space at its edges) and checked by its entry point's own validation
-(`config.validate.job_config`), with `${hydra:...}` resolving as in that job. Nothing is
+each trial queued up front and with its space at its edges) and checked as its entry point checks it
+(`config.validate.check`), with `${hydra:...}` resolving as in that job. Nothing is
 written; the cost is one composition and one validation per job (torch is imported once, as
 the first job would import it).
 """
@@ -102,7 +102,7 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
         for num, (what, overrides) in enumerate(all_jobs):
             name = f"{what} ({' '.join(_varying(all_jobs, overrides))})"
             try:
-                validate.job_config(config_name, _as_job(loader, config, overrides, num))
+                validate.check(_as_job(loader, config, overrides, num), config_name)
             except UserError as err:
                 raise UserError(f"{name}: {err}") from None
             except Exception as err:  # noqa: BLE001  (composition: Hydra's multi-line text)

@@ -22,11 +22,11 @@ from prometheus_client import (
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from litlab.config.after_training import ServeSettings
 from litlab.serving.limits import BodyLimit, Deadline, Metrics
 from litlab.serving.metadata import for_clients
 from litlab.serving.predictor import Predictor
 from litlab.serving.runner import Runner
-from litlab.serving.settings import ServeSettings
 from litlab.tasks.checks import BadRequest
 
 PREDICT_BODY = {

@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from litlab.config.after_training import ServeSettings
 from litlab.serving import images, inputs
 from litlab.serving.runner import MicroBatcher, Runner
-from litlab.serving.settings import ServeSettings
 from litlab.tasks.checks import BadRequest
 
 INLINE_PIXELS = 64 * 64

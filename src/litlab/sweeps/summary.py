@@ -79,7 +79,7 @@ class SweepSummary(Callback):
     ):
         # overrides whose last key part is in `replica_keys` tell replicas apart (seeds, folds);
         # fail_fast is read by the grid sweeper (litlab.sweeps.grid). Kept as given: the run
-        # dir guard checks them (config/sweep_settings.py) when the sweep starts, in one line
+        # dir guard checks them (config.entries.SweepSummarySettings) when the sweep starts, in one line
         # with what is valid, which a failure here (Hydra builds callbacks first) could not say
         self.replica_keys, self.fail_fast, self.plot = replica_keys, fail_fast, plot
         self.report = report
