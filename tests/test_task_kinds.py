@@ -148,7 +148,8 @@ def test_the_check_finds_guessing(tmp_path):
 
 
 def test_kinds_and_every_configs_task_are_read_without_torch():
-    """Every data and model config's kind, read from the sources: no torch import."""
+    """Every data and model config's kind, read from the sources, and every domain folder's
+    declaration: no torch import, not even numpy (a refusal is told before them)."""
     code = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -158,7 +159,10 @@ def test_kinds_and_every_configs_task_are_read_without_torch():
         "    tasks.kind_of_data(target_of(p))\n"
         "for p in sorted(Path('configs/model').glob('*.yaml')):\n"
         "    assert set(tasks.kinds_of_model(target_of(p))) <= set(tasks.kinds())\n"
-        "assert 'torch' not in sys.modules, 'a kind lookup imported torch'\n"
+        "from litlab.domains import declarations\n"
+        "declarations()\n"
+        "heavy = [m for m in ('torch', 'numpy') if m in sys.modules]\n"
+        "assert not heavy, f'a kind or domain lookup imported {heavy}'\n"
         "print(len(tasks.kinds()))\n"
     )
     proc = subprocess.run(

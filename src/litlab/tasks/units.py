@@ -10,17 +10,17 @@ kind declares, `Kind.units`), the label each unit is partitioned by, and the cli
 Nodes (FedGCN-style subgraph clients): every node of the graph belongs to one client, edges
 between two clients are dropped, each client holds its induced subgraph. Training nodes are
 partitioned (label-skewed under Dirichlet); every other node follows the same per-class shares,
-so a client's validation nodes have its own label mix. torch is imported where used.
+so a client's validation nodes have its own label mix. numpy and torch are imported where
+used: the kinds' declarations stay light.
 """
 
 import copy
 
-import numpy as np
 
-
-def labels_of(dataset) -> np.ndarray:
+def labels_of(dataset):
     """The labels of a dataset's items (tensor datasets, PyG datasets, Subsets): a class or
     value per item, or a label map per item (2D segmentation; its kind's strata read it)."""
+    import numpy as np
     import torch
     from torch.utils.data import Subset, TensorDataset
 
@@ -41,6 +41,8 @@ def labels_of(dataset) -> np.ndarray:
 def dominant_structure(label_map) -> int:
     """The foreground class with the most voxels (0 when there is none): a segmentation
     volume's stratum (federated partitions, k-fold splits)."""
+    import numpy as np
+
     counts = np.bincount(np.asarray(label_map, dtype=np.int64).reshape(-1))
     return int(counts[1:].argmax() + 1) if len(counts) > 1 and counts[1:].any() else 0
 
@@ -49,7 +51,7 @@ class ItemUnits:
     """Dataset items (images, volumes, graphs, rows, sequences), each partitioned by its
     class. A client evaluates on its share of the validation items, through trainer.test."""
 
-    def labels(self, dm) -> tuple[np.ndarray, np.ndarray]:
+    def labels(self, dm) -> tuple:
         return labels_of(dm.train_set), labels_of(dm.val_set)
 
     def originals(self, dm) -> dict:
@@ -75,7 +77,9 @@ class VolumeUnits(ItemUnits):
     """Whole labelled volumes, each partitioned by its dominant structure; the datamodule
     draws its training patches from the client's volumes only."""
 
-    def labels(self, dm) -> tuple[np.ndarray, np.ndarray]:
+    def labels(self, dm) -> tuple:
+        import numpy as np
+
         return (
             np.asarray([dominant_structure(v["label"]) for v in dm.train_set.volumes]),
             np.asarray([dominant_structure(v["label"]) for v in dm.val_set.volumes]),
@@ -99,7 +103,7 @@ class NodeUnits:
     """The nodes of one graph, each partitioned by its class: the training nodes first, then
     every other node (in node order); a client holds the subgraph of its nodes."""
 
-    def labels(self, dm) -> tuple[np.ndarray, np.ndarray]:
+    def labels(self, dm) -> tuple:
         y = dm.data.y.numpy().reshape(-1)
         train = dm.data.train_mask.numpy()
         return y[train], y[~train]
