@@ -70,7 +70,7 @@ doctor: $(VENV)/.installed  ## check this machine: versions, devices, all-reduce
 schemas: $(VENV)/.installed  ## rewrite schemas/ (the config groups' JSON Schemas) from the models
 	PYTHONPATH=src $(PY) -m litlab.config.schemas
 
-new-task: $(VENV)/.installed  ## copy a domain into a new task: make new-task NAME=mytask FROM=vision|medical3d|table|graph
+new-task: $(VENV)/.installed  ## copy a domain into a new task: make new-task NAME=mytask FROM=vision (any folder of src/litlab/domains)
 	PYTHONPATH=src $(PY) -m litlab.scaffold "$(NAME)" "$(FROM)"
 
 clean:  ## remove run outputs (keeps data/ and .venv)

@@ -141,9 +141,9 @@ def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
     speed and agreement only)."""
     import torch
 
+    from litlab import tasks
     from litlab.config import build
     from litlab.config.machine import tensorrt_missing as missing
-    from litlab.export.domains import spec_for
     from litlab.export.recipe import prepare_net
     from litlab.export.tensorrt import compile_fp16
     from litlab.recipes.load import LoadedRun
@@ -160,8 +160,9 @@ def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
     )
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule).eval()
-    spec = spec_for(LoadedRun(model, datamodule, cfg, {}))
-    net = prepare_net(model).cuda()
+    kind = tasks.of(datamodule)
+    spec = kind.export_spec(LoadedRun(model, datamodule, cfg, {}))
+    net = prepare_net(model, kind).cuda()
     inputs = tuple(t.cuda() for t in spec.example)
     size = len(inputs[0])
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from litlab.compression import graph_prune
+from litlab.domains.graph.nets import prune as graph_prune
 from litlab.domains.graph.nets.gnn import GNN
 from litlab.errors import UserError
 

@@ -63,8 +63,8 @@ def test_int8_file_is_at_most_0_3x_and_its_ood_flags_are_the_full_precision_ones
     """The whole int8 file, the out-of-distribution model in its metadata included, is at most
     0.3x the fp32 file (it was 0.398x with the model in JSON decimals), and the compact model
     both files carry flags the very test digits the float64 fit flags."""
+    from litlab import tasks
     from litlab.export import ood
-    from litlab.export.domains import spec_for
     from litlab.export.onnx import read_metadata
     from litlab.export.recipe import prepare_net
     from litlab.export.verify import eager_predictor
@@ -77,7 +77,8 @@ def test_int8_file_is_at_most_0_3x_and_its_ood_flags_are_the_full_precision_ones
     assert read_metadata(out / "model.int8.onnx")["ood"] == stored
     assert len(json.dumps(stored)) < 8000  # the PPCA in JSON decimals: 70,564 characters
     run = load_run(digits_ckpt)
-    spec, predict = spec_for(run), eager_predictor(prepare_net(run.model))
+    kind = tasks.of(run.datamodule)
+    spec, predict = kind.export_spec(run), eager_predictor(prepare_net(run.model, kind))
     train = [b[0].numpy() for b in spec.calibration(100_000)]
     full = {  # float64, as fitted
         "input": ood.fit_input(np.concatenate([ood.summary(x) for x in train])),
@@ -123,7 +124,7 @@ def test_metadata_round_trip(digits_export, digits_ckpt):
         pt2.read_metadata(out / "model.pt2"),
         onnx.read_metadata(out / "model.int8.onnx"),
     ):
-        assert meta["task"] == "image_classification"
+        assert meta["kind"] == "image_classification"
         assert meta["classes"] == [str(i) for i in range(10)]
         assert meta["inputs"]["x"]["normalization"]["mean"] == [0.3051]
         assert meta["checkpoint_sha256"] == sha256(digits_ckpt)

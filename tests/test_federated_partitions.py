@@ -1,4 +1,4 @@
-"""Federated partitions (litlab.federated.partition, views): seeded, disjoint and complete,
+"""Federated partitions (litlab.federated.partition, the kinds' units: litlab.tasks.units): seeded, disjoint and complete,
 label-skewed as alpha says, held-out parts with each client's label mix, and what a client
 holds in every domain (items, whole volumes, induced node subgraphs)."""
 
@@ -9,6 +9,7 @@ import torch
 import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
 from litlab.errors import UserError
 from litlab.federated import partition
+from litlab.tasks import units
 
 
 def _check_partition(parts, n):
@@ -50,7 +51,7 @@ def test_partition_items_of_each_domain(shared_data):
     mutag = TUDataModule(name="MUTAG", data_dir=str(shared_data("TUDataset/MUTAG").parents[1]))
     for dm in (DigitsDataModule(), phantoms, mutag):
         dm.setup("fit")
-        labels = partition.labels_of(dm.train_set)
+        labels = units.labels_of(dm.train_set)
         truth = [
             int(item[1]) if isinstance(item, (tuple, list)) else int(item.y)
             for item in dm.train_set
@@ -82,20 +83,21 @@ def test_heldout_units_follow_each_clients_label_mix():
 def test_node_clients_are_induced_subgraphs():
     """Node classification: every node in one client, edges only inside a client, each
     client's training nodes its share of the graph's, its test nodes its validation nodes."""
+    from litlab import tasks
     from litlab.domains.graph.data import SBMDataModule
-    from litlab.federated import views
 
     dm = SBMDataModule(nodes_per_class=60, train_per_class=10, num_val=60, num_test=100)
-    full = views.originals(dm)
-    train_labels, other_labels = views.unit_labels(dm)
+    kind = tasks.of(dm)
+    full = kind.units.originals(dm)
+    train_labels, other_labels = kind.federated_labels(dm)
     assert len(train_labels) == 40 and len(other_labels) == 200
     parts, held = partition.with_heldout(train_labels, other_labels, 3, "dirichlet", 0.5, 0)
     seen, train_seen, edges = 0, 0, 0
     for c in range(3):
-        views.client_view(dm, full, parts[c], held[c])
+        kind.units.narrow(dm, full, parts[c], held[c])
         sub = dm.data
         assert sub.num_nodes == len(parts[c]) + len(held[c])
-        assert int(sub.train_mask.sum()) == len(parts[c]) == views.client_count(dm)
+        assert int(sub.train_mask.sum()) == len(parts[c]) == kind.units.train_count(dm)
         assert torch.equal(sub.test_mask, sub.val_mask)
         assert int(sub.edge_index.max()) < sub.num_nodes
         seen, train_seen, edges = (
@@ -109,23 +111,24 @@ def test_node_clients_are_induced_subgraphs():
 
 
 def test_volume_clients_hold_whole_volumes_labelled_by_their_dominant_structure():
+    from litlab import tasks
     from litlab.domains.medical3d.data import PhantomSegmentationDataModule
-    from litlab.federated import views
 
     label = np.zeros((4, 4, 4), np.uint8)
     label[:2] = 2
     label[0, 0, 0] = 1
-    assert views.dominant_structure(label) == 2
-    assert views.dominant_structure(np.zeros((2, 2), np.uint8)) == 0
+    assert units.dominant_structure(label) == 2
+    assert units.dominant_structure(np.zeros((2, 2), np.uint8)) == 0
     dm = PhantomSegmentationDataModule(
         num_volumes=16, size=16, size_jitter=0, patch_size=(16, 16, 16)
     )
     dm.setup("fit")
-    full = views.originals(dm)
-    train_labels, held_labels = views.unit_labels(dm)
+    kind = tasks.of(dm)
+    full = kind.units.originals(dm)
+    train_labels, held_labels = kind.federated_labels(dm)
     assert len(train_labels) == len(full["train_set"].volumes)
     parts, held = partition.with_heldout(train_labels, held_labels, 2, "iid", 1.0, 0)
-    views.client_view(dm, full, parts[1], held[1])
+    kind.units.narrow(dm, full, parts[1], held[1])
     assert dm.train_set.volumes == [full["train_set"].volumes[i] for i in parts[1]]
     assert len(dm.train_set) == len(parts[1]) * dm.samples_per_volume  # patches of its volumes
-    assert views.heldout_count(dm) == len(held[1])
+    assert kind.units.heldout_count(dm) == len(held[1])

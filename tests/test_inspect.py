@@ -232,12 +232,12 @@ def test_lr_finder_says_when_the_data_gave_fewer_steps_and_keeps_the_lr(monkeypa
     curve = SimpleNamespace(results={"lr": lrs, "loss": np.linspace(2.3, 2.0, 30).tolist()})
     monkeypatch.setattr(lightning_tuner.Tuner, "lr_find", lambda self, *a, **k: curve)
     optimizer = functools.partial(torch.optim.AdamW, lr=0.005)
-    model = SimpleNamespace(_optimizer=optimizer)
+    model = SimpleNamespace(optimizer=optimizer)
     trainer = SimpleNamespace(
         fit_loop=SimpleNamespace(max_epochs=2), num_training_batches=0, loggers=[]
     )
     assert LearningRateFinder()(trainer, model, None) is None
-    assert model._optimizer is optimizer and trainer.fit_loop.max_epochs == 2
+    assert model.optimizer is optimizer and trainer.fit_loop.max_epochs == 2
     [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warning == (
         "LR finder: the training data gave 30 of its 100 steps (0 batches per epoch: check "

@@ -97,4 +97,4 @@ def test_metadata_answers_what_a_client_needs_without_the_run_config(tmp_path):
     shown = client.get("/metadata").json()
     assert shown == {k: v for k, v in meta.items() if k not in ("config", "checkpoint")}
     assert "/home/alice" not in json.dumps(shown)
-    assert list(shown)[:2] == ["task", "classes"]
+    assert list(shown)[:2] == ["kind", "classes"]

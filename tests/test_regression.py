@@ -14,7 +14,8 @@ from helpers.runs import ROOT
 
 from litlab.errors import UserError
 
-TABLE = {  # the litlab metadata of a 10-feature regressor of one target
+TABLE = {  # the litlab metadata of a 10-feature regressor of one target, as files written
+    # before the key `kind` hold it (`task`): still served
     "task": "regression",
     "targets": ["progression"],
     "input_names": ["x"],
@@ -34,7 +35,7 @@ def test_a_served_regressor_answers_one_number_per_row(tmp_path):
     x = np.stack([np.ones(10, np.float32), np.zeros(10, np.float32)])
     reply = runner.answer(runner.run(x), x)
     assert reply == {"predictions": [4.5, 0.0], "targets": ["progression"]}
-    assert runner.ood is None and runner.outputs.names_key == "targets"
+    assert runner.ood is None and runner.kind.names_key == "targets"
 
 
 @pytest.mark.parametrize(

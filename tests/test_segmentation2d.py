@@ -73,7 +73,7 @@ def test_dice_is_per_item():
 
 def test_the_service_pads_a_smaller_image_and_refuses_a_larger_one():
     from litlab.serving import images
-    from litlab.serving.inputs import BadRequest
+    from litlab.tasks.checks import BadRequest
 
     layout = {
         "channels": 1,
@@ -102,8 +102,8 @@ def test_masks_answer_a_label_map_per_image_and_stratify_by_structure():
 def test_a_label_map_is_answered_at_its_images_size():
     """A padded upload's label map is cut back out of the model's canvas (the image was centred
     on it); a resized one is resized back, nearest label; one value per image is left alone."""
+    from litlab import tasks
     from litlab.tasks.image_segmentation import Masks
-    from litlab.tasks.regression import Values
 
     canvas = np.zeros((6, 6), np.uint8)
     canvas[1:4, 1:5] = np.arange(12).reshape(3, 4)  # a 4 wide, 3 high image, centred as padded
@@ -114,7 +114,7 @@ def test_a_label_map_is_answered_at_its_images_size():
     resized = Masks.at_image_sizes({"masks": [[[0, 1], [2, 3]]]}, [(4, 2)], "resize")
     assert resized["masks"][0] == [[0, 0, 1, 1], [2, 2, 3, 3]]
     values = {"predictions": [1.5]}
-    assert Values.at_image_sizes(values, [(4, 2)], None) is values
+    assert tasks.get("regression").at_image_sizes(values, [(4, 2)], None) is values
 
 
 def test_a_label_map_answers_as_a_png_when_asked():
@@ -122,18 +122,20 @@ def test_a_label_map_answers_as_a_png_when_asked():
     whose answer is no label map a 406."""
     import io
 
+    from litlab import tasks
     from litlab.serving.app import _png
-    from litlab.serving.inputs import BadRequest
-    from litlab.tasks.image_segmentation import Masks
-    from litlab.tasks.regression import Values
+    from litlab.tasks.checks import BadRequest
 
-    png = _png(Masks(), {"masks": [[[0, 1, 2], [2, 1, 0]]], "classes": ["0", "a", "b"]})
+    png = _png(
+        tasks.get("image_segmentation"),
+        {"masks": [[[0, 1, 2], [2, 1, 0]]], "classes": ["0", "a", "b"]},
+    )
     assert np.asarray(Image.open(io.BytesIO(png))).tolist() == [[0, 1, 2], [2, 1, 0]]
     with pytest.raises(BadRequest) as err:
-        _png(Masks(), {"masks": [[[0]], [[1]]]})
+        _png(tasks.get("image_segmentation"), {"masks": [[[0]], [[1]]]})
     assert err.value.status == 422 and "one image a request" in str(err.value)
     with pytest.raises(BadRequest) as err:
-        _png(Values(), {"predictions": [1.0]})
+        _png(tasks.get("regression"), {"predictions": [1.0]})
     assert err.value.status == 406
 
 
@@ -301,9 +303,12 @@ def test_served_classes_are_the_names_the_datas_dataset_json_gives(tmp_path):
     dataset.json's label names (nnU-Net's form too); none: the numbers; bad ones: one line."""
     from types import SimpleNamespace
 
+    from litlab import tasks
     from litlab.domains.medical3d.data import NiftiDataModule
     from litlab.domains.segmentation2d.data import Hippocampus2DDataModule
-    from litlab.export.domains import output_names
+
+    def output_names(run, dm, _kind):
+        return tasks.of(dm).names(run.model, dm)
 
     root, model = nifti_folder(tmp_path / "n", count=4), SimpleNamespace(num_classes=3)
     dm = Hippocampus2DDataModule(root=str(root), image_size=16)

@@ -53,7 +53,7 @@ def test_uploaded_images_get_eval_predictions(server, digits):
 def test_health_metadata_metrics(server):
     assert request(server + "/health") == (200, {"status": "ready", "model": "model.onnx"})
     meta = request(server + "/metadata")[1]
-    assert meta["task"] == "image_classification" and meta["inputs"]["x"]["layout"] == "NCHW"
+    assert meta["kind"] == "image_classification" and meta["inputs"]["x"]["layout"] == "NCHW"
     assert meta["inputs"]["background"] == [0.0]  # digits: white ink on black
     assert meta["ood"]["test_exceed_fraction"] <= 0.05 and meta["ood"]["test_count"] == 360
     metrics = request(server + "/metrics")[1].decode()

@@ -209,7 +209,7 @@ def test_volumes_whose_z_score_overflows_get_a_422(tmp_path):
     """NIfTI route: a volume of finite float32 values too large to z-score (its mean and std
     overflow) is a 422 saying so, before the model sees NaN; a plain one is answered."""
     volume_meta = deep(
-        {"task": "volume_classification", "inputs": {"x": {"shape": ["batch", 1, 4, 4, 4]}}}
+        {"kind": "volume_classification", "inputs": {"x": {"shape": ["batch", 1, 4, 4, 4]}}}
     )
     path = crafted_model(tmp_path / "v.onnx", volume_meta, x_shape=("batch", 1, 4, 4, 4))
 

@@ -262,16 +262,16 @@ def test_nifti_gzip_bomb_is_refused_from_its_header():
     import nibabel as nib
 
     # their imports are not what is timed
-    import litlab.domains.medical3d.nifti
     import litlab.domains.medical3d.volumes  # noqa: F401
-    from litlab.serving import inputs
+    from litlab.domains.medical3d import nifti
+    from litlab.tasks.checks import BadRequest
 
     header = nib.Nifti1Header()
     header.set_data_shape((2000, 2000, 2000))
     header.set_data_dtype(np.uint8)
     bomb = gzip.compress(header.binaryblock + b"\0" * 4 + b"\0" * 50_000_000)
     start_ = time.perf_counter()
-    with pytest.raises(inputs.BadRequest, match="max_volume_voxels") as err:
-        inputs.nifti(bomb, "bomb.nii.gz", 1)
+    with pytest.raises(BadRequest, match="max_volume_voxels") as err:
+        nifti.read_upload(bomb, "bomb.nii.gz", 1)
     assert err.value.status == 413 and time.perf_counter() - start_ < 0.5
-    assert inputs.nifti_voxels(b"not a volume" * 50) == 0
+    assert nifti.nifti_voxels(b"not a volume" * 50) == 0

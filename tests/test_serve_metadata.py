@@ -49,14 +49,14 @@ def _nan_whitening(model):
 
 
 CRAFTED = {  # name: (metadata, words of the error)
-    "no metadata": (None, "lacks task, inputs, input_names"),
+    "no metadata": (None, "lacks kind, inputs, input_names"),
     "3 names for 10 outputs": (deep({"classes": ["a", "b", "c"]}), "3 names but the model"),
     "std 0": (deep({"inputs.x.normalization.std": [0]}), "normalization std is 0"),
     "std NaN": (deep({"inputs.x.normalization.std": "NaN"}), "normalization.std"),
     "huge string": (deep({"classes": ["x" * (5 << 20)] + list("123456789")}), "bytes; at most"),
     "2M class names": (deep({"classes": [str(i) for i in range(2_000_000)]}), "at most"),
     "long class name": (deep({"classes": ["y" * 300] + list("123456789")}), "a name in classes"),
-    "unknown task": (deep({"task": "os.system"}), "known tasks"),
+    "unknown kind": (deep({"kind": "os.system"}), "known kinds"),
     "image_size 100000": (deep({"inputs.image_size": 100000}), "inputs.image_size"),
     "channels 7": (deep({"inputs.channels": 7}), "inputs.channels"),
     "background 2": (deep({"inputs.background": [2.0]}), "background"),
@@ -83,7 +83,7 @@ CRAFTED = {  # name: (metadata, words of the error)
     "400-digit integer": ({**GOOD, "config": '{"seed": 1' + "0" * 400 + "}"}, "64 bits"),
     "channels true": (deep({"inputs.channels": True}), "inputs.channels"),
     "huge volume samples": (
-        deep({"task": "volume_classification", "inputs.x.shape": ["batch", 64, *[1024] * 3]}),
+        deep({"kind": "volume_classification", "inputs.x.shape": ["batch", 64, *[1024] * 3]}),
         "values per sample",
     ),
 }
@@ -264,10 +264,10 @@ def test_a_batch_that_fails_after_its_run_fails_its_requests_and_batching_goes_o
     async def scenario():
         batcher = MicroBatcher(runner, 8, 5)
         batcher.start()
-        family, runner.outputs = runner.outputs, None  # preparing the outputs fails
+        kind, runner.kind = runner.kind, None  # preparing the outputs fails
         with pytest.raises(AttributeError):
             await asyncio.wait_for(batcher(x), 10)
-        runner.outputs = family
+        runner.kind = kind
         probs, _ = await asyncio.wait_for(batcher(x), 10)
         await batcher.stop()
         return probs

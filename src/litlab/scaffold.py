@@ -1,4 +1,5 @@
-"""`make new-task NAME=mytask FROM=vision|medical3d|table|graph`: copy one domain into a new task.
+"""`make new-task NAME=mytask FROM=vision`: copy one domain into a new task (every domain folder
+can be copied: what it copies is the folder's own declaration, `litlab.domains.Template`).
 
 A researcher's own task starts as a working copy of the closest domain, in a folder of its own
 (`src/litlab/domains/mytask/`): its datamodule (`data.py`) and net (`nets/mytask.py`) under new
@@ -14,61 +15,11 @@ import ast
 import keyword
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from litlab.domains import Template, declarations
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass(frozen=True)
-class Domain:
-    data: tuple[str, str]  # (module, class) of the datamodule to copy
-    net: tuple[str, str]  # (module, symbol) of the net; its whole module is copied
-    data_config: str
-    model_config: str  # its model config names the LightningModule the copy uses as it is
-    metric: str  # the test metric the copied test checks...
-    bar: float  # ... and the value it must beat after a short run of `epochs`
-    epochs: int
-
-
-DOMAINS = {
-    "vision": Domain(
-        ("litlab.domains.vision.data", "DigitsDataModule"),
-        ("litlab.domains.vision.nets.cnn", "SmallCNN"),
-        "digits",
-        "cnn",
-        "test/acc",
-        0.8,
-        3,
-    ),
-    "medical3d": Domain(
-        ("litlab.domains.medical3d.data", "PhantomSegmentationDataModule"),
-        ("litlab.domains.medical3d.nets.unet3d", "unet3d"),
-        "phantom_seg",
-        "unet3d",
-        "test/dice",
-        0.3,
-        3,
-    ),
-    "table": Domain(
-        ("litlab.domains.table.data", "TableDataModule"),
-        ("litlab.domains.table.nets.mlp", "TableMLP"),
-        "table",
-        "regressor",
-        "test/r2",
-        0.3,
-        30,
-    ),
-    "graph": Domain(
-        ("litlab.domains.graph.data", "SBMDataModule"),
-        ("litlab.domains.graph.nets.gnn", "GNN"),
-        "sbm",
-        "gnn",
-        "test/acc",
-        0.7,
-        60,
-    ),
-}
 
 
 class ScaffoldError(Exception):
@@ -97,11 +48,13 @@ def _top_level_names(tree: ast.Module) -> dict[str, ast.stmt]:
 
 
 def copy_class(module: str, name: str, new_name: str) -> str:
-    """The class's source under `new_name`, with the imports it needs: the original module's
-    import lines for library names, and `from <module> import ...` for the module's own helpers."""
+    """The class's (or function's) source under `new_name`, with the imports it needs: the
+    original module's import lines for library names, and `from <module> import ...` for the
+    module's own helpers."""
     source = _source(module)
     tree = ast.parse(source)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    kinds = (ast.ClassDef, ast.FunctionDef)
+    cls = next(n for n in tree.body if isinstance(n, kinds) and n.name == name)
     start = (cls.decorator_list[0] if cls.decorator_list else cls).lineno - 1
     body = re.sub(rf"\b{name}\b", new_name, "\n".join(source.splitlines()[start : cls.end_lineno]))
     used = {n.id for n in ast.walk(cls) if isinstance(n, ast.Name)}
@@ -146,35 +99,53 @@ def check_name(name: str, root: Path) -> None:
         )
 
 
+def _split(package: str, path: str) -> tuple[str, str]:
+    """("litlab.domains.vision.nets.cnn", "SmallCNN") of "nets.cnn.SmallCNN"."""
+    module, _, symbol = f"{package}.{path}".rpartition(".")
+    return module, symbol
+
+
+def _net_copy(net: tuple[str, str], symbol: str) -> str:
+    """A net of a nets module: the whole module (its helpers with it), the net renamed; a net
+    beside other code (a domain's module.py): the net alone, its helpers imported."""
+    if ".nets." in net[0]:
+        return re.sub(rf"\b{net[1]}\b", symbol, _source(net[0]))
+    return copy_class(*net, symbol)
+
+
 def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
     """Every file the copy writes, with its text (nothing is written until all are made)."""
-    if source not in DOMAINS:
-        raise ScaffoldError(f"FROM={source!r} is not a domain; valid: {', '.join(DOMAINS)}")
+    domains = declarations()
+    if source not in domains:
+        raise ScaffoldError(f"FROM={source!r} is not a domain; valid: {', '.join(domains)}")
     check_name(name, root)
-    d, C = DOMAINS[source], camel(name)
-    net_symbol = f"{C}Net" if d.net[1][0].isupper() else f"{name}_net"
+    t, C, package = domains[source].template, camel(name), f"litlab.domains.{source}"
+    data, net = _split(package, t.data), _split(package, t.net)
+    net_symbol = f"{C}Net" if net[1][0].isupper() else f"{name}_net"
     header = f'"""{C}: copied from litlab\'s {source} domain by `make new-task` (edit freely)."""\n'
     data_py, net_py, data_yaml, model_yaml, experiment_yaml, test_py = targets(name, root)
+    mine = Template(
+        f"data.{C}DataModule", f"nets.{name}.{net_symbol}", name, name, t.metric, t.bar, t.epochs
+    )
     files = {
-        data_py: header + copy_class(*d.data, f"{C}DataModule"),
-        net_py: re.sub(rf"\b{d.net[1]}\b", net_symbol, _source(d.net[0])),
+        data_py: header + copy_class(*data, f"{C}DataModule"),
+        net_py: _net_copy(net, net_symbol),
+        data_py.parent / "__init__.py": header + DECLARATION.format(t=mine),
+        net_py.parent / "__init__.py": f'"""{C}\'s nets: plain nn.Modules."""\n',
     }
-    files[data_py.parent / "__init__.py"] = header
-    files[net_py.parent / "__init__.py"] = f'"""{C}\'s nets: plain nn.Modules."""\n'
-    package = f"litlab.domains.{name}"
     renamed = {
-        f"{d.data[0]}.{d.data[1]}": f"{package}.data.{C}DataModule",
-        f"{d.net[0]}.{d.net[1]}": f"{package}.nets.{name}.{net_symbol}",
+        ".".join(data): f"litlab.domains.{name}.data.{C}DataModule",
+        ".".join(net): f"litlab.domains.{name}.nets.{name}.{net_symbol}",
     }
     for group, old, path in (
-        ("data", d.data_config, data_yaml),
-        ("model", d.model_config, model_yaml),
+        ("data", t.data_config, data_yaml),
+        ("model", t.model_config, model_yaml),
     ):
         text = (ROOT / "configs" / group / f"{old}.yaml").read_text()
         for a, b in renamed.items():
             text = text.replace(f"_target_: {a}\n", f"_target_: {b}\n")
         # a model config that picks its own default data picks the copied data config
-        text = re.sub(rf"(override /data@_global_\.data: ){d.data_config}\b", rf"\g<1>{name}", text)
+        text = re.sub(rf"(override /data@_global_\.data: ){t.data_config}\b", rf"\g<1>{name}", text)
         files[path] = (
             f"# {name}: copied from {group}/{old}.yaml by `make new-task` (edit freely)\n" + text
         )
@@ -184,9 +155,30 @@ def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
         f"  - override /data: {name}\n  - override /model: {name}\n\ntask_name: {name}\ntags: [{name}]\n"
     )
     files[test_py] = TEST.format(
-        name=name, metric=d.metric, bar=d.bar, epochs=d.epochs, source=source
+        name=name, metric=t.metric, bar=t.bar, epochs=t.epochs, source=source
     )
     return files
+
+
+#: the copy's declaration: its datamodule and net (the module is its source domain's)
+DECLARATION = """
+from litlab.domains import Domain, Template
+
+DOMAIN = Domain(
+    datamodules=("{t.data}",),
+    modules=(),
+    nets=("{t.net}",),
+    template=Template(
+        data="{t.data}",
+        net="{t.net}",
+        data_config="{t.data_config}",
+        model_config="{t.model_config}",
+        metric="{t.metric}",
+        bar={t.bar},
+        epochs={t.epochs},
+    ),
+)
+"""
 
 
 TEST = '''"""{name}: the copied task trains and beats its bar (copied from the {source} domain)."""
@@ -219,10 +211,8 @@ def create(name: str, source: str, root: Path = ROOT) -> list[Path]:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not all(argv):
-        print(
-            "error: usage: make new-task NAME=mytask FROM=vision|medical3d|table|graph",
-            file=sys.stderr,
-        )
+        domains = "|".join(declarations())
+        print(f"error: usage: make new-task NAME=mytask FROM={domains}", file=sys.stderr)
         return 2
     try:
         written = create(*argv)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 GOOD = {  # the litlab metadata of an 8x8 grey image classifier with 10 classes
-    "task": "image_classification",
+    "kind": "image_classification",
     "classes": [str(i) for i in range(10)],
     "input_names": ["x"],
     "inputs": {

@@ -14,6 +14,8 @@
 - `ModelCheckpoint._save_last_checkpoint` / `_monitor_candidates`: last.ckpt at epoch end
   (checkpointing/last);
 - `LightningModule._device_mesh`: the mesh of ModelParallelStrategy (models/base, trainer=fsdp);
+- `LightningModule._trainer`: whether a module is attached to a Trainer (its `trainer`
+  property raises when not: the graph module outside a fit, e.g. export);
 - profilers' `_local_rank` and `_row_limit` (profiling);
 - `data_connector._get_distributed_sampler`: wrapped so that eval shards are not padded
   (utils/distributed);
@@ -94,6 +96,11 @@ def save_last_checkpoint(callback, trainer) -> None:
 def device_mesh(module):
     """The device mesh ModelParallelStrategy gave the module (None under other strategies)."""
     return module._device_mesh
+
+
+def attached_trainer(module):
+    """The module's Trainer, or None outside one (`module.trainer` raises then)."""
+    return module._trainer
 
 
 def profiler_local_rank(profiler):
@@ -258,8 +265,9 @@ def _check_more() -> None:
     for name in ("_check_log_dir_exists", "_record_new_keys"):
         if not callable(getattr(ExperimentWriter, name, None)):
             raise _fail(f"ExperimentWriter.{name}")
-    if not hasattr(LightningModule(), "_device_mesh"):
-        raise _fail("LightningModule._device_mesh")
+    for name in ("_device_mesh", "_trainer"):
+        if not hasattr(LightningModule(), name):
+            raise _fail(f"LightningModule.{name}")
     if not hasattr(SimpleProfiler(), "_local_rank"):
         raise _fail("Profiler._local_rank")
     if not hasattr(PyTorchProfiler(), "_row_limit"):

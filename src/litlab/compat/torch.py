@@ -4,7 +4,9 @@
   join gets a timeout of its own and a line while it waits (runs/ddp_join);
 - `distributed_c10d._get_default_store`: the rendezvous store, whose timeout goes back to the
   collectives' once every rank has joined;
-- `torch._check`: a condition torch.export may assume (export/domains, ops/op);
+- `Tensor._version`: the counter of in-place changes, by which a cached result of an
+  unchanged tensor is reused (domains/graph/nets/gnn's sparse dropout);
+- `torch._check`: a condition torch.export may assume (tasks/graphs, ops/op);
 - an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/onnx);
 - `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._NormBase`: the bases of every
   convolution and batch or instance norm, whose channels compression resizes
@@ -34,6 +36,11 @@ def assume(condition, message=None) -> None:
     import torch
 
     torch._check(condition, message)
+
+
+def version_counter(tensor) -> int:
+    """How often `tensor` was changed in place (equal: the same values as then)."""
+    return tensor._version
 
 
 def op_overload(op):
@@ -86,6 +93,8 @@ def check() -> None:
 
     if not callable(getattr(torch, "_check", None)):
         raise _fail("torch._check")
+    if not isinstance(getattr(torch.zeros(1), "_version", None), int):
+        raise _fail("Tensor._version")
     import inspect
 
     from torch._library.custom_ops import CustomOpDef  # what torch.library.custom_op returns

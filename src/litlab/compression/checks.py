@@ -1,5 +1,5 @@
 """What a compression chain is judged by and what it refuses before it starts: the task
-kind's metric (`TaskKind.compress_metric`: segmentation's Dice, not the monitor), the int8
+kind's metric (`Kind.compress_metric`: segmentation's Dice, not the monitor), the int8
 file's allowed loss, and the bad settings of the first steps (a pruning ratio that would empty
 layers, a student larger than its teacher: `students.smaller_student`), found before the
 original is measured: its checkpoint is finished work, and a run dir holding one is kept."""
@@ -23,7 +23,7 @@ def precheck(stage, teacher, cfg, dm) -> None:
     chain = list(cfg.compress)
     first = cfg.compress[chain[0]]
     # graphs are pruned by width: steps.check_graph_prune
-    graph = not tasks.of(dm).input_family().batched_tensor
+    graph = not tasks.of(dm).batched_tensor
     if chain[0] == "prune" and first.method == "structured" and not graph:
         tasks.of(dm).refuse_compression("prune_structured")
         num_classes = dm.dims.get("num_classes")

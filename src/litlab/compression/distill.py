@@ -52,31 +52,6 @@ def kd_loss(
     return alpha * t * t * soft + (1 - alpha) * label
 
 
-def scores(module, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, targets) of a classifier LitModule on a training batch: the training nodes of
-    a graph (node classification), else an (inputs, labels) batch."""
-    if hasattr(module, "_scores"):  # litlab.domains.graph.module.GNNClassifier
-        return module._scores(batch, "train")
-    if hasattr(module, "distill_scores"):  # batches of another shape (volume segmentation)
-        return module.distill_scores(batch)
-    x, y = batch
-    return module(x), y
-
-
-def soft_and_hard(module, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logits the soft term compares, logits of the labelled samples, their labels). Node
-    classification: the soft term covers every node of the graph, as in GLNN (Zhang et al.,
-    2022): the teacher's predictions on the unlabelled nodes (140 of Cora's 2,708 carry a
-    training label) are what a small student learns most from; the labels only the training
-    nodes'. Elsewhere both are the batch."""
-    if getattr(module, "node_level", False):
-        every = module(batch.x, batch.edge_index)
-        idx = module._share(batch["train_mask"])
-        return every, every[idx], batch.y[idx]
-    logits, y = scores(module, batch)
-    return logits, logits, y
-
-
 def check_pair(teacher_task: str, teacher_classes, student_task: str, student_classes) -> None:
     """A teacher can only teach a student of the same task and classes."""
     if teacher_task != student_task:
@@ -112,9 +87,9 @@ class Distiller(L.LightningModule):
         return self
 
     def training_step(self, batch, batch_idx):
-        soft, logits, y = soft_and_hard(self.student, batch)
+        soft, logits, y = self.student.distill_scores(batch)
         with torch.no_grad():
-            teacher_soft, _, _ = soft_and_hard(self.teacher, batch)
+            teacher_soft, _, _ = self.teacher.distill_scores(batch)
         student = self.student  # its own label loss (else CE) and soft loss (else T^2 KL)
         loss = kd_loss(
             soft,
@@ -123,8 +98,8 @@ class Distiller(L.LightningModule):
             self.alpha,
             self.temperature,
             logits,
-            task_loss=getattr(student, "task_loss", None),
-            soft_loss=getattr(student, "soft_loss", None),
+            task_loss=student.task_loss,
+            soft_loss=student.soft_loss,
         )
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=len(y))
         return loss
@@ -153,13 +128,13 @@ class Distiller(L.LightningModule):
 
     def configure_optimizers(self):
         s = self.student  # the student's own optimizer and scheduler, on its parameters only
-        optimizer = s._optimizer(params=s.parameters())
-        if s._scheduler is None:
+        optimizer = s.optimizer(params=s.parameters())
+        if s.scheduler is None:
             return optimizer
         return {
             "optimizer": optimizer,
             "lr_scheduler": {
-                "scheduler": s._scheduler(optimizer=optimizer),
+                "scheduler": s.scheduler(optimizer=optimizer),
                 "interval": s.hparams.scheduler_interval,
                 "monitor": s.hparams.monitor,
             },

@@ -3,7 +3,7 @@
 Graph nets are exported and quantized as `src/export.py formats=[onnx_int8]` does it: the
 export Spec of the task kind (inputs, dynamic node/edge/graph axes, calibration graphs from the
 training split), graph caches dropped and pooling sized symbolically (`prepare_net`), and only
-the op types the kind quantizes well (`TaskKind.int8_op_types`: the dense layers). The int8
+the op types the kind quantizes well (`Kind.int8_op_types`: the dense layers). The int8
 file is then judged by the kind's own test metric (`checks.judge_int8`)."""
 
 import copy
@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 
 def _spec(model, dm):
-    from litlab.export.domains import spec_for
+    from litlab import tasks
 
-    return spec_for(SimpleNamespace(model=model, datamodule=dm))
+    return tasks.of(dm).export_spec(SimpleNamespace(model=model, datamodule=dm))
 
 
 def quantize_graph_net(model, dm, step, out: Path, index: int) -> tuple[Path, Path]:
@@ -25,7 +25,8 @@ def quantize_graph_net(model, dm, step, out: Path, index: int) -> tuple[Path, Pa
     from litlab.export.recipe import prepare_net
 
     spec = _spec(model, dm)
-    net = prepare_net(SimpleNamespace(net=copy.deepcopy(model.net)))  # the model keeps its cache
+    copied = SimpleNamespace(net=copy.deepcopy(model.net))  # the model keeps its cache
+    net = prepare_net(copied, tasks.of(dm))
     fp32 = export_onnx(
         net,
         spec.example,

@@ -23,7 +23,7 @@ def tensor_batches(datamodule, split: str, limit: int | None = None):
 def has_tensor_inputs(datamodule) -> bool:
     """Kinds that quantize: fixed-size inputs that ONNX export, int8 calibration and batch-64
     latency can be fed ((inputs, labels) batches, or patches of whole 3D volumes: the kind's
-    input family's `patches`; not graphs)."""
+    kind's `patches`; not graphs)."""
     return "quantize" in tasks.of(datamodule).compression
 
 
@@ -35,11 +35,11 @@ def onnx_metric(onnx_path: Path, model, datamodule, metric: str, run_cfg: dict) 
 
     from omegaconf import OmegaConf
 
-    from litlab.export.domains import spec_for
     from litlab.export.verify import predictor, test_metric
 
     config = OmegaConf.create(run_cfg)
-    spec = spec_for(SimpleNamespace(model=model, datamodule=datamodule, config=config))
+    run = SimpleNamespace(model=model, datamodule=datamodule, config=config)
+    spec = tasks.of(datamodule).export_spec(run)
     run = predictor("onnx", onnx_path, spec.input_names)
     return test_metric(model, spec, run, metric.split("/", 1)[1])
 
@@ -47,18 +47,18 @@ def onnx_metric(onnx_path: Path, model, datamodule, metric: str, run_cfg: dict) 
 def calibration(datamodule, count: int):
     """Up to `count` input batches from the train split for int8 calibration: the kind's
     training patches where its inputs are whole items covered by windows, else batches."""
-    family = tasks.of(datamodule).input_family()
-    first = family.patches(datamodule, 2)
+    kind = tasks.of(datamodule)
+    first = kind.patches(datamodule, 2)
     if first is None:
         return [x for x, _ in tensor_batches(datamodule, "train", count)]
     size = min(count * 2, len(datamodule.train_set))
     return [first[: min(2, size)]] + [
-        family.patches(datamodule, min(2, size - i), i) for i in range(2, size, 2)
+        kind.patches(datamodule, min(2, size - i), i) for i in range(2, size, 2)
     ]
 
 
 def example(datamodule, batch: int = 2) -> torch.Tensor:
-    x = tasks.of(datamodule).input_family().patches(datamodule, batch)
+    x = tasks.of(datamodule).patches(datamodule, batch)
     if x is None:
         x, _ = next(iter(tensor_batches(datamodule, "test")))
     return x[:batch].repeat(batch // len(x[:batch]) + 1, *[1] * (x.dim() - 1))[:batch]

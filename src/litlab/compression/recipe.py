@@ -169,7 +169,7 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
     from litlab import tasks
     from litlab.compression import measure
 
-    tensors = measure.has_tensor_inputs(dm) and tasks.of(dm).input_family().batched_tensor
+    tensors = measure.has_tensor_inputs(dm) and tasks.of(dm).batched_tensor
     if stage.quantized:
         if tensors:
             lat = measure.latency(

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from litlab import tasks
 from litlab.compression import distill, measure, prune
+from litlab.errors import UserError
 
 
 @dataclass
@@ -82,7 +83,7 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
         if resume:  # the pruned shapes are in the interrupted fine-tuning's checkpoint
             run_cfg["model"] = resume["model"]
             model = rebuild(run_cfg, dm)
-        elif not tasks.of(dm).input_family().batched_tensor:  # PyG message passing
+        elif not tasks.of(dm).batched_tensor:  # PyG message passing
             model = graph_structured(stage, run_cfg, step, dm)
         else:
             tasks.of(dm).refuse_compression("prune_structured")
@@ -139,25 +140,33 @@ def _gnn_builder(run_cfg: dict, dm):
     return build
 
 
+def own_pruning(net, net_cfg: dict):
+    """A graph net prunes itself (its `prune_plan` and `pruned`: Torch-Pruning's trace does not
+    follow PyG's message passing); one line for a graph net that cannot."""
+    if getattr(net, "prune_plan", None) is None:
+        raise UserError(
+            f"compress.prune.method=structured prunes graph nets that prune themselves (e.g. "
+            f"litlab.domains.graph.nets.gnn.GNN); this checkpoint's net is "
+            f"{net_cfg.get('_target_')}: use compress.prune.method=unstructured"
+        )
+    return net
+
+
 def check_graph_prune(stage: Stage, step, dm) -> None:
     """compress.prune on a graph net: one line now, before anything is measured or written,
     if its ratio would leave the hidden layers without channels (or the net has none)."""
-    from litlab.compression import graph_prune
-
-    if step.method == "structured" and not tasks.of(dm).input_family().batched_tensor:
+    if step.method == "structured" and not tasks.of(dm).batched_tensor:
         net_cfg = stage.run_cfg["model"]["net"]
         build = _gnn_builder(stage.run_cfg, dm)
-        graph_prune.plan(stage.model.net, net_cfg, build, float(step.ratio), step.round_to)
+        net = own_pruning(stage.model.net, net_cfg)
+        net.prune_plan(net_cfg, build, float(step.ratio), step.round_to)
 
 
 def graph_structured(stage: Stage, run_cfg: dict, step, dm):
-    """A GNN with a smaller `hidden_channels` holding the kept channels (compression.
-    graph_prune); `run_cfg` is changed to rebuild it."""
-    from litlab.compression import graph_prune
-
+    """A GNN with a smaller `hidden_channels` holding the kept channels (its own `pruned`);
+    `run_cfg` is changed to rebuild it."""
     net_cfg = run_cfg["model"]["net"]
-    net, width = graph_prune.prune(
-        stage.model.net.eval(),
+    net, width = own_pruning(stage.model.net.eval(), net_cfg).pruned(
         net_cfg,
         _gnn_builder(run_cfg, dm),
         float(step.ratio),
@@ -245,21 +254,20 @@ def inherit_channels(teacher: Stage, student, run_cfg: dict) -> None:
     NVIDIA's Minitron does. A GNN student narrowed from scratch is a lottery on a graph like
     Cora, where 1,433 input features leave a quarter of the parameters 3 hidden channels: at
     seeds 1, 2, 3 its test accuracy ended at 0.67, 0.68 and 0.78 of the teacher's 0.80."""
-    from litlab.compression import graph_prune
-
     mine, theirs = run_cfg["model"]["net"], teacher.run_cfg["model"]["net"]
     same = {k: v for k, v in mine.items() if k not in ("hidden_channels", "dropout")} == {
         k: v for k, v in theirs.items() if k not in ("hidden_channels", "dropout")
     }
-    if same and graph_prune.is_gnn(mine):
-        graph_prune.copy_kept(teacher.model.net, student.net)
+    copy_kept = getattr(teacher.model.net, "copy_kept", None)  # a net that prunes itself
+    if same and copy_kept is not None:
+        copy_kept(student.net)
 
 
 def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     from litlab.export.quantize import quantize_int8
 
     tasks.of(dm).refuse_compression("quantize")
-    if not tasks.of(dm).input_family().batched_tensor:  # as export.py quantizes graphs
+    if not tasks.of(dm).batched_tensor:  # as export.py quantizes graphs
         from litlab.compression.int8 import quantize_graph_net
 
         _, q = quantize_graph_net(stage.model, dm, step, out, index)

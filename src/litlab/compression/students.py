@@ -1,9 +1,10 @@
-"""The default student of `compress=distill`: chosen per domain from the teacher's own model
-config, so that it has at most `max_params_ratio` (a quarter) of the teacher's parameters.
+"""The default student of `compress=distill`: from the teacher's own model config, so that it
+has at most `max_params_ratio` (a quarter) of the teacher's parameters. Each net says how:
 
-- nets with a width knob (small CNN, 3D U-Net, 3D ResNet, GNNs): the same net, narrower;
-- nets without one (torchvision's ResNet-18): the small CNN of configs/model/cnn.yaml;
-- a net class with its own `narrowed(net_config, scale)` (the table MLP): that.
+- a net with a width knob (small CNN, U-Nets, 3D ResNet, GNNs, the table MLP) has
+  `narrowed(net_config, scale) -> keys`: the same net, narrower;
+- a net without one (torchvision's ResNet-18) names a smaller net of another family as its
+  `student` (a model config: the small CNN of configs/model/cnn.yaml).
 The width is shrunk step by step and the student built and counted at each step: the first
 that fits is taken, so the bound holds for any data (Cora's 1,433 input features dominate a
 GCN's parameters; a digit's 64 pixels do not)."""
@@ -19,72 +20,35 @@ from litlab.errors import UserError
 SCALES = tuple(round(1.0 - 0.05 * i, 2) for i in range(20))
 
 
-def _channels(net: dict, scale: float) -> dict:
-    return {"channels": [max(2, round(c * scale)) for c in net["channels"]]}
-
-
-def _widen(net: dict, scale: float) -> dict:
-    return {"widen_factor": net.get("widen_factor", 1.0) * scale}
-
-
-def _hidden(net: dict, scale: float) -> dict:
-    """GNN widths stay multiples of the attention heads (GAT: heads x channels per head)."""
-    heads = net.get("heads", 1) if net.get("conv") == "gat" else 1
-    per_head = max(1, round(net.get("hidden_channels", 16) * scale / heads))
-    # dropout 0.5 on a few hidden units drops most of them: at most 0.2 on a narrowed GNN
-    return {"hidden_channels": per_head * heads, "dropout": min(net.get("dropout", 0.0), 0.2)}
-
-
-# net factory -> how it narrows (keys of its `net` config, given a scale factor)
-NARROW: dict[str, Callable[[dict, float], dict]] = {
-    "litlab.domains.vision.nets.cnn.SmallCNN": _channels,
-    "litlab.domains.medical3d.nets.unet3d.unet3d": _channels,
-    "litlab.domains.medical3d.nets.resnet3d.resnet3d": _widen,
-    "litlab.domains.graph.nets.gnn.GNN": _hidden,
-}
-# net factory -> a smaller net of another family, with the optimizer that trains it
-REPLACE = {
-    "litlab.domains.vision.nets.resnet.resnet18": {
-        "net": {"_target_": "litlab.domains.vision.nets.cnn.SmallCNN", "channels": [32, 64, 128]},
-        "optimizer": {
-            "_target_": "torch.optim.AdamW",
-            "_partial_": True,
-            "lr": 0.005,
-            "weight_decay": 0.0005,
-        },
-    },
-}
-
-
 def candidates(teacher_model: dict):
-    """Student model configs, largest first."""
+    """Student model configs, largest first: the teacher's net narrowed (its `narrowed`), or
+    first replaced by the smaller net of another family it names (its `student`)."""
     model = copy.deepcopy(teacher_model)
-    target = model["net"]["_target_"]
-    if target in REPLACE:
-        model |= copy.deepcopy(REPLACE[target])
-        target = model["net"]["_target_"]
+    replacement = getattr(_net(model["net"]["_target_"]), "student", None)
+    if replacement is not None:
+        model |= copy.deepcopy(replacement)
         yield copy.deepcopy(model)
-    narrow = NARROW.get(target) or _own_narrowing(target)
+    target = model["net"]["_target_"]
+    narrow = getattr(_net(target), "narrowed", None)
     if narrow is None:
-        known = ", ".join(sorted({*NARROW, *REPLACE}))
         raise UserError(
-            f"compress=distill has no default student for {target} (it has for {known}); "
-            f"name one: model@compress.distill.student=NAME or "
-            f"+compress.distill.student.net.KEY=VALUE"
+            f"compress=distill has no default student for {target} (a net gives one by "
+            "narrowed(net_config, scale), see docs/compress.md); name one: "
+            "model@compress.distill.student=NAME or +compress.distill.student.net.KEY=VALUE"
         )
     base = model["net"]
     for scale in SCALES:
         yield copy.deepcopy(model) | {"net": {**base, **narrow(base, scale)}}
 
 
-def _own_narrowing(target: str):
-    """A net (class or factory) that says how it narrows (`narrowed(net_config, scale) ->
-    keys`), as a researcher's own net does; None for another or an unknown one."""
+def _net(target: str):
+    """The net class or factory a config names (None for one that cannot be read: refused in
+    one line by `candidates`)."""
     try:
         import hydra
 
-        return getattr(hydra.utils.get_object(target), "narrowed", None)
-    except Exception:  # noqa: BLE001 (not a class: the one-line refusal above)
+        return hydra.utils.get_object(target)
+    except Exception:  # noqa: BLE001
         return None
 
 

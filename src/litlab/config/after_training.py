@@ -196,7 +196,7 @@ class DistillSettings(Settings):
         | None
     ) = 0.25
     alpha: Annotated[float, Interval(ge=0, le=1), "a weight in [0, 1]"] = 0.7
-    #: null: the task kind's (`TaskKind.distill_temperature`: 4, node classification 1)
+    #: null: the task kind's (`Kind.distill_temperature`: 4, node classification 1)
     temperature: PosFloat | None = None
 
 
@@ -280,7 +280,7 @@ class CompressSettings(EntrySettings):
         return tasks.kind_of_data(stored["data"]["_target_"]).compress_epochs
 
     def check_kind(self, kind) -> None:
-        """Every step applies to the checkpoint's task kind (`TaskKind.compression`)."""
+        """Every step applies to the checkpoint's task kind (`Kind.compression`)."""
         steps = self.compress
         if steps.prune:
             kind.refuse_compression(f"prune_{steps.prune.method}")

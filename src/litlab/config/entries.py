@@ -181,12 +181,12 @@ class FederateCommandSettings(OwnKeys):
         if cfg.federate.get("local_epochs") != "auto":
             return
         from litlab import tasks
-        from litlab.tasks.kind import TaskKind
+        from litlab.tasks.kind import Kind
 
         try:
             epochs = tasks.kind_of_data(str(cfg.data._target_)).federated_local_epochs
         except Exception:  # noqa: BLE001  (a bad data target is refused by the checks)
-            epochs = TaskKind.federated_local_epochs  # the default of every kind
+            epochs = Kind.federated_local_epochs  # the default of every kind
         cfg.federate.local_epochs = epochs
 
 

@@ -50,7 +50,7 @@ class Settings(BaseModel):
         return cfg
 
     def check_kind(self, kind) -> None:
-        """Rules on the data's task kind (`litlab.tasks.TaskKind`); raise `UserError`."""
+        """Rules on the data's task kind (`litlab.tasks.Kind`); raise `UserError`."""
 
     def check_files_exist(self) -> None:
         """The files the settings name are there at all: asked before any target is imported

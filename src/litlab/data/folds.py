@@ -15,6 +15,7 @@ import numpy as np
 from litlab.bounds import Ge
 from litlab.data.splits import stratified_folds, stratified_split
 from litlab.errors import UserError
+from litlab.tasks.units import dominant_structure
 
 #: `null` keeps a datamodule's own split; an integer K >= 2 asks for K-fold cross-validation
 NumFolds = Annotated[int | None, Ge(2), "null (the usual split) or an integer >= 2"]
@@ -95,13 +96,6 @@ def volume_split(label_maps, h, what: str) -> dict[str, list[int]]:
     strata = pooled_strata([dominant_structure(m) for m in label_maps], h.num_folds)
     split = fold_split(strata, h.num_folds, h.fold, h.seed, h.val_fraction, "volumes")
     return {k: v.tolist() for k, v in split.items()}
-
-
-def dominant_structure(label_map: np.ndarray) -> int:
-    """The foreground class with the most voxels (0 when there is none): a segmentation
-    volume's stratum, so each fold holds volumes of every common kind."""
-    counts = np.bincount(np.asarray(label_map, dtype=np.int64).reshape(-1))
-    return int(counts[1:].argmax() + 1) if len(counts) > 1 and counts[1:].any() else 0
 
 
 def pooled_strata(strata, num_folds: int) -> np.ndarray:

@@ -220,17 +220,15 @@ def calibrate(test_parts: dict[str, np.ndarray], input_params: dict | None) -> d
     return ood
 
 
-def measure(spec, predict) -> dict:
-    """The `ood` metadata of an export: the input model fitted on the training split (for the
-    kinds that declare `ood_inputs`: whole images or volumes, not segmentation's patches nor
-    graphs), scales and threshold on the test split, through `predict` (the eager net)."""
+def measure(spec, predict, train: list) -> dict:
+    """The `ood` metadata of an export: the input model fitted on `train` (the training inputs
+    the kind measures: whole images or volumes, not segmentation's patches nor graphs, whose
+    score is the confidence alone), scales and threshold on the test split, through `predict`
+    (the eager net)."""
     import torch
 
-    from litlab import tasks
-
     stored = params = None
-    if tasks.of(spec).ood_inputs:
-        train = [b[0].numpy() for b in spec.calibration(100_000)]
+    if train:
         stored = pack_model(
             {
                 "input": fit_input(np.concatenate([summary(x) for x in train])),

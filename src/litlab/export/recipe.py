@@ -50,26 +50,25 @@ def unsupported(fmt: str, err: Exception) -> str:
     return f"{fmt}: the exporter cannot handle {what}; formats=[{FALLBACK.get(fmt, 'onnx')}] works"
 
 
-def prepare_net(model):
+def prepare_net(model, kind):
     """The module's plain net in eval mode, without graph caches (a cached GCN adjacency would
-    be baked into the file as a constant of the training graph); graph-level GNNs get their
-    pooling sized symbolically (domains.SizedPooling)."""
+    be baked into the file as a constant of the training graph), as its kind exports it
+    (graph-level GNNs: their pooling sized symbolically)."""
     from litlab.compat.pyg import drop_cached_graph
-    from litlab.export.domains import SizedPooling
 
     net = model.net.eval()
     for m in net.modules():
         if getattr(m, "cached", False):
             drop_cached_graph(m)
-    return SizedPooling(net).eval() if getattr(net, "node_level", True) is False else net
+    return kind.export_net(net)
 
 
 def metadata(run, spec, ckpt_path, metric: str) -> dict:
     from litlab import tasks
 
     return {
-        "task": spec.kind,
-        tasks.of(spec).output_family().names_key: spec.outputs,
+        "kind": spec.kind,
+        tasks.of(spec).names_key: spec.outputs,
         "input_names": spec.input_names,
         "inputs": spec.layout,
         "metric": f"test/{metric}",
@@ -89,11 +88,11 @@ def serving_metadata(spec, predict, meta: dict) -> None:
     from litlab.export import ood
 
     kind = tasks.of(spec)
-    if kind.input_family().background:
+    if kind.background:
         meta["inputs"]["background"] = ood.background(spec)
-    if not kind.output_family().confidence:
+    if not kind.confidence:
         return
-    meta["ood"] = ood.measure(spec, predict)
+    meta["ood"] = ood.measure(spec, predict, kind.ood_inputs(spec))
     threshold = meta["ood"].get("threshold")
     if not (isinstance(threshold, int | float) and math.isfinite(threshold)):
         # finite weights can still overflow (1e38): no file ships a `nan` threshold
@@ -157,8 +156,8 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     the checkpoint's data is on this machine (`load_run`)."""
     import logging
 
+    from litlab import tasks
     from litlab.export import report as reporting
-    from litlab.export.domains import spec_for
     from litlab.export.judge import Judge
     from litlab.export.verify import eager_predictor
     from litlab.recipes.load import load_run
@@ -171,8 +170,9 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
         trust=settings.trust_checkpoint,
         data_dir=data_dir,
     )
-    spec = spec_for(run)
-    net = prepare_net(run.model)
+    kind = tasks.of(run.datamodule)
+    spec = kind.export_spec(run)
+    net = prepare_net(run.model, kind)
     eager = eager_predictor(net)
     judge = Judge(run.model, spec, eager, settings)
     meta = metadata(run, spec, settings.ckpt_path, judge.metric)
@@ -194,7 +194,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     result = {
         "ok": all(r["ok"] or r.get("written") is False for r in rows.values()),
         "checkpoint": str(settings.ckpt_path),
-        "task": spec.kind,
+        "kind": spec.kind,
         "metric": f"test/{judge.metric}",
         "checkpoint_metric": judge.reference,
         "formats": rows,

@@ -9,7 +9,7 @@ def markdown(r: dict) -> str:
         f"# Export report: {Path(r['checkpoint']).name}",
         "",
         (
-            f"task `{r['task']}`; checkpoint `{r['checkpoint']}` "
+            f"kind `{r['kind']}`; checkpoint `{r['checkpoint']}` "
             f"(sha256 `{r['metadata']['checkpoint_sha256'][:16]}...`); "
             f"litlab {r['metadata']['litlab_version']}, torch {r['metadata']['torch_version']}"
         ),

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from litlab.export.domains import Spec
+from litlab.tasks.kind import Spec
 
 
 def predictor(fmt: str, path: Path, input_names: list[str]) -> Callable[..., torch.Tensor]:

@@ -45,16 +45,15 @@ def load_arrays(model, arrays: ArrayRecord) -> None:
 
 def _datamodule(cfg):
     """The worker's datamodule (built once per process and run) and its own full sets."""
+    from litlab import tasks
     from litlab.config import build
-    from litlab.federated import views
 
     key = cfg.paths.output_dir
     if key not in _DATAMODULES:
         datamodule = build.datamodule(cfg)
         datamodule.prepare_data()
-        if hasattr(datamodule, "setup"):
-            datamodule.setup("fit")
-        _DATAMODULES[key] = (datamodule, views.originals(datamodule))
+        datamodule.setup("fit")
+        _DATAMODULES[key] = (datamodule, tasks.of(datamodule).units.originals(datamodule))
     return _DATAMODULES[key]
 
 
@@ -62,7 +61,7 @@ def _client(config: dict, parts: dict, msg: Message, partition_id: int):
     """(cfg, datamodule narrowed to the client, model with the global weights, round)."""
     import lightning as L
 
-    from litlab.federated import views
+    from litlab import tasks
 
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -71,16 +70,15 @@ def _client(config: dict, parts: dict, msg: Message, partition_id: int):
     # every (round, client) has its own seed: whichever worker runs it, and in a resumed run
     L.seed_everything(cfg.seed + 1000 * round_ + partition_id, workers=True, verbose=False)
     datamodule, full = _datamodule(cfg)
-    views.client_view(
-        datamodule, full, parts["train"][partition_id], parts["heldout"][partition_id]
-    )
+    units = tasks.of(datamodule).units  # a client's own copy, narrowed to its units
+    units.narrow(datamodule, full, parts["train"][partition_id], parts["heldout"][partition_id])
     return cfg, datamodule, round_
 
 
 def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_id: int):
     """Train on partition `partition_id`; returns the reply's RecordDict."""
+    from litlab import tasks
     from litlab.config import build
-    from litlab.federated import views
 
     cfg, datamodule, round_ = _client(config, parts, msg, partition_id)
     if partition_id in fail:  # fault injection (federate.fail_clients): tests and demos
@@ -98,7 +96,8 @@ def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_
     trainer = build.trainer(cfg, extra_callbacks=extra)
     trainer.fit(model, datamodule=datamodule)
     loss = trainer.callback_metrics.get("train/loss")
-    metrics = {"num-examples": views.client_count(datamodule), "partition-id": partition_id}
+    trained = tasks.of(datamodule).units.train_count(datamodule)
+    metrics = {"num-examples": trained, "partition-id": partition_id}
     if loss is not None:
         metrics["train-loss"] = float(loss)
     return RecordDict({"arrays": ArrayRecord(exchanged(model)), "metrics": MetricRecord(metrics)})
@@ -106,11 +105,12 @@ def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_
 
 def evaluate_client(config: dict, parts: dict, msg: Message, partition_id: int):
     """The global model on the client's held-out part (trainer.test: the model's own metrics)."""
+    from litlab import tasks
     from litlab.config import build
-    from litlab.federated import views
 
     cfg, datamodule, _ = _client(config, parts, msg, partition_id)
-    metrics = {"num-examples": views.heldout_count(datamodule), "partition-id": partition_id}
+    heldout = tasks.of(datamodule).units.heldout_count(datamodule)
+    metrics = {"num-examples": heldout, "partition-id": partition_id}
     if metrics["num-examples"] > 0:
         model = build.model(cfg, datamodule)
         load_arrays(model, msg.content["arrays"])

@@ -50,9 +50,10 @@ def strategy_of(cfg: DictConfig):
 
 
 def partitions_of(datamodule, f) -> tuple[dict, dict]:
-    from litlab.federated import partition, views
+    from litlab import tasks
+    from litlab.federated import partition
 
-    train_labels, heldout_labels = views.unit_labels(datamodule)
+    train_labels, heldout_labels = tasks.of(datamodule).federated_labels(datamodule)
     train, heldout = partition.with_heldout(
         train_labels, heldout_labels, f.num_clients, f.partition, f.alpha, f.seed
     )
@@ -85,8 +86,7 @@ def _data_and_model(cfg: DictConfig, f, ckpt, resumed):
         state.load_weights(model, ckpt, cfg.ckpt_path)
     report.apply_extras(cfg)
     datamodule.prepare_data()
-    if hasattr(datamodule, "setup"):
-        datamodule.setup("fit")
+    datamodule.setup("fit")
     parts, counts = partitions_of(datamodule, f)
     if resumed is not None and resumed["partitions"] != state.digest(
         parts["train"] + parts["heldout"]

@@ -8,32 +8,12 @@ for Hugging Face datasets.)
 """
 
 import numpy as np
-import torch
 
 from litlab.errors import UserError
 
 #: Dirichlet draws that leave a client with fewer samples are drawn again (up to MAX_DRAWS)
 MIN_SAMPLES = 2
 MAX_DRAWS = 1000
-
-
-def labels_of(dataset) -> np.ndarray:
-    """The labels of a dataset's items (tensor datasets, PyG datasets, Subsets): a class or
-    value per item, or a label map per item (2D segmentation; its output family reads it)."""
-    from torch.utils.data import Subset, TensorDataset
-
-    if isinstance(dataset, Subset):
-        return labels_of(dataset.dataset)[np.asarray(dataset.indices)]
-    if hasattr(dataset, "labels"):  # litlab's TensorImages
-        return np.asarray(dataset.labels).reshape(-1)
-    if isinstance(dataset, TensorDataset):  # label maps stay one per item
-        labels = dataset.tensors[-1].numpy()
-        return labels if labels.ndim > 2 else labels.reshape(-1)
-    if hasattr(dataset, "y") and dataset.y is not None:  # PyG InMemoryDataset: one label a graph
-        return dataset.y.numpy().reshape(-1)
-    return np.asarray(
-        [int(torch.as_tensor(item[1] if isinstance(item, tuple) else item.y)) for item in dataset]
-    )
 
 
 def iid(num_samples: int, num_clients: int, seed: int) -> list[np.ndarray]:

@@ -75,7 +75,9 @@ class LitModule(L.LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"], logger=False)
         self.net = net
-        self._optimizer, self._scheduler = optimizer, scheduler
+        #: partials from config, built in configure_optimizers (and by compress=distill's
+        #: Distiller for a student) on the parameters
+        self.optimizer, self.scheduler = optimizer, scheduler
         self._set_forward(net)
         for split in SPLITS:
             metrics = self.make_metrics()
@@ -163,6 +165,38 @@ class LitModule(L.LightningModule):
 
     def forward(self, *args, **kwargs):
         return self._forward(*args, **kwargs)
+
+    # What the layers after training ask of any module, whatever its batches look like
+    # (compress=distill, callbacks=inspect, the samples figures): an (inputs, targets) batch
+    # here; a module of other batches overrides them (graphs, volume dicts).
+    #: compress=distill's label term (logits, target) -> loss; None: cross-entropy
+    task_loss = None
+    #: compress=distill's soft term for outputs that are not class scores (student outputs,
+    #: teacher outputs) -> loss; None: T^2 KL of the class scores softened by T
+    soft_loss = None
+
+    def scores(self, batch, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs, targets) of the items of `batch` that count for `split` on this rank."""
+        x, y = batch
+        return self(x), y
+
+    def distill_scores(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(outputs the soft term compares, outputs of the labelled items, their labels)."""
+        logits, y = self.scores(batch, "train")
+        return logits, logits, y
+
+    def embedding_layer(self) -> nn.Module:
+        """The layer whose input is an item's embedding: the net's last nn.Linear."""
+        linears = [m for m in self.net.modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            raise ValueError(
+                f"{type(self.net).__name__} has no nn.Linear head to take features from"
+            )
+        return linears[-1]
+
+    def split_rows(self, values: torch.Tensor, batch, split: str) -> torch.Tensor:
+        """The rows of a whole batch's `values` that `scores` answers for `split`."""
+        return values
 
     def eval_step(self, split: str, batch) -> None:
         """One validation or test batch: compute the loss and call `log_step(split, ...)`."""
@@ -262,11 +296,11 @@ class LitModule(L.LightningModule):
         self._sharded = True
 
     def configure_optimizers(self):
-        optimizer = self._optimizer(params=self.trainer.model.parameters())
-        if self._scheduler is None:
+        optimizer = self.optimizer(params=self.trainer.model.parameters())
+        if self.scheduler is None:
             return optimizer
         scheduler = {
-            "scheduler": self._scheduler(optimizer=optimizer),
+            "scheduler": self.scheduler(optimizer=optimizer),
             "interval": self.hparams.scheduler_interval,
             "monitor": self.hparams.monitor,
         }

@@ -110,7 +110,7 @@ def _lightning_args(finder, mode: str) -> dict:
 
 
 def _config_lr(model) -> str:
-    lr = getattr(model, "_optimizer", None)
+    lr = model.optimizer
     lr = getattr(lr, "keywords", {}).get("lr")
     return f"{lr:.4g}" if isinstance(lr, int | float) else "the optimizer's default"
 
@@ -176,7 +176,7 @@ class LearningRateFinder:
         if is_rank_zero():
             plot_lr_curve(results, best, top, bottom, _out_dir(trainer) / "lr_find.png")
         # the optimizer is a partial from config (LitModule builds it at fit): rebind its lr
-        model._optimizer = functools.partial(model._optimizer, lr=lr)
+        model.optimizer = functools.partial(model.optimizer, lr=lr)
         _report(
             trainer,
             "lr",

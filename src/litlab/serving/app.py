@@ -23,11 +23,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from litlab.config.after_training import ServeSettings
-from litlab.serving.inputs import BadRequest
 from litlab.serving.limits import BodyLimit, Deadline, Metrics
 from litlab.serving.metadata import for_clients
 from litlab.serving.predictor import Predictor
 from litlab.serving.runner import Runner
+from litlab.tasks.checks import BadRequest
 
 PREDICT_BODY = {
     "requestBody": {
@@ -170,14 +170,14 @@ def _add_routes(app: FastAPI, runner, predictor, settings, state: dict, registry
                 415,
             )
         if "image/png" in request.headers.get("accept", "") and not isinstance(out, tuple):
-            out = (_png(predictor.runner.outputs, out), out)
+            out = (_png(predictor.kind, out), out)
         return _prediction(out, request_id)
 
 
-def _png(family, out: dict) -> bytes:
+def _png(kind, out: dict) -> bytes:
     """The answer as the PNG the client asked for (a label map), or why not."""
     try:
-        png = family.png(out)
+        png = kind.png(out)
     except ValueError as err:
         raise BadRequest(str(err), 422) from None
     if png is None:

@@ -22,7 +22,7 @@ import io
 
 import numpy as np
 
-from litlab.serving.inputs import BadRequest
+from litlab.tasks.checks import BadRequest
 
 FORMATS = ("PNG", "JPEG", "TIFF", "GIF", "WEBP")
 NOT_AN_IMAGE = "An uploaded file is not a readable PNG, JPEG, TIFF, GIF or WebP image."

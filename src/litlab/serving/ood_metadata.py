@@ -2,7 +2,7 @@
 scales and threshold in range, and its packed model arrays of the declared shapes, finite and
 of a fitted model's size, so that no request's score can overflow or divide by zero."""
 
-from litlab.serving.value_checks import MAX_INT, SCALE_FLOOR, Bad, integer, number, require
+from litlab.tasks.checks import MAX_INT, SCALE_FLOOR, Bad, integer, number, require
 
 MAX_OOD_DIMS, MAX_OOD_VALUE = 4096, 1e12
 

@@ -4,9 +4,9 @@ while large images decode; tiny images (at most INLINE_PIXELS in all) decode in 
 a thread hand-off would cost more than the decode. Image sizes are checked from the headers
 (per image and per request) before any pixel is decoded.
 
-How a request is decoded is what the model's task kind's input family says (`TaskKind.inputs`,
-litlab.tasks.inputs: JSON samples, image or NIfTI uploads, graphs); this class holds what they
-share: the decode pool, image decoding and the micro-batcher."""
+How a request is decoded is what the model's kind says (`Kind.json`, `Kind.uploads`: JSON
+samples, image or NIfTI uploads, graphs); this class holds what the kinds use: the decode
+pool, image and NIfTI decoding, the limits and the micro-batcher."""
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
@@ -15,24 +15,19 @@ import numpy as np
 
 from litlab.config.after_training import ServeSettings
 from litlab.serving import images, inputs
-from litlab.serving.inputs import BadRequest
 from litlab.serving.runner import MicroBatcher, Runner
+from litlab.tasks.checks import BadRequest
 
 INLINE_PIXELS = 64 * 64
 
 
 class Predictor:
-    #: what the input families (litlab.tasks.inputs) decode requests with: the service hands
-    #: them its decoders (the kinds' layer imports no serving module)
-    decoders = inputs
-    BadRequest = BadRequest
-
     def __init__(self, runner: Runner, settings: ServeSettings):
-        self.runner, self.settings, self.family = runner, settings, runner.input_family
+        self.runner, self.settings, self.kind = runner, settings, runner.kind
         self.max_batch = settings.max_batch
         self.batcher = (
             MicroBatcher(runner, settings.max_batch, settings.max_wait_ms)
-            if settings.batching and self.family.batchable
+            if settings.batching and self.kind.batchable
             else None
         )
         self.pool = ThreadPoolExecutor(
@@ -78,11 +73,11 @@ class Predictor:
         return await self.predict_json(data)
 
     async def predict_json(self, data: dict) -> dict:
-        return await self.family.json(self, data)
+        return await self.kind.json(self, data)
 
     async def uploads(self, raw: list[bytes], names: list[str]):
         """Uploaded files' bytes -> the response body (a dict), or (mask bytes, fields)."""
-        return await self.family.uploads(self, raw, names)
+        return await self.kind.uploads(self, raw, names)
 
     async def images(self, raw: list[bytes]) -> dict:
         s = self.settings
@@ -97,7 +92,19 @@ class Predictor:
         decode = self.decode_all
         x, sizes = decode(heads) if pixels <= INLINE_PIXELS else await self.offload(decode, heads)
         answer = await self.answer_batch(x)
-        return self.runner.outputs.at_image_sizes(answer, sizes, self.runner.layout.get("fit"))
+        return self.kind.at_image_sizes(answer, sizes, self.runner.layout.get("fit"))
+
+    def nifti(self, raw: bytes, name: str):
+        """A NIfTI upload as (volume z-scored as in training, affine), size-checked first."""
+        from litlab.domains.medical3d.nifti import read_upload
+
+        return read_upload(raw, name or "upload", self.channels, self.settings.max_volume_voxels)
+
+    @staticmethod
+    def nifti_bytes(mask: np.ndarray, affine: np.ndarray) -> bytes:
+        from litlab.domains.medical3d.nifti import nifti_bytes
+
+        return nifti_bytes(mask, affine)
 
     @staticmethod
     def header(raw: bytes):
@@ -122,7 +129,7 @@ class Predictor:
         A warm-up input the model cannot answer (a 422: its output is not finite for a blank
         image) still warmed the path: the service starts, and answers that input so too."""
         try:
-            await self.family.warm_up(self)
+            await self.kind.warm_up(self)
         except BadRequest:
             pass
 

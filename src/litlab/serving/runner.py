@@ -1,8 +1,7 @@
 """The model behind the service: one ONNX Runtime session (thread-safe, shared by requests),
-optionally fed by a micro-batcher, and the answer its task kind's output family gives
-(`TaskKind.outputs`: classes and probabilities, values) with the out-of-distribution scores
-(litlab.export.ood, with the parameters stored in the export). What the model takes is what its
-task kind's input family says (`TaskKind.inputs`)."""
+optionally fed by a micro-batcher, and the answer its kind gives (`Kind.answer`: classes and
+probabilities, values) with the out-of-distribution scores (litlab.export.ood, with the
+parameters stored in the export). What the model takes is what its kind says."""
 
 import asyncio
 from pathlib import Path
@@ -12,7 +11,7 @@ import numpy as np
 from litlab import tasks
 from litlab.errors import UserError, one_line
 from litlab.export import ood
-from litlab.serving.inputs import BadRequest
+from litlab.tasks.checks import BadRequest
 
 NOT_FINITE = (
     "The model's output is not finite for item {item} of the request (inputs far outside "
@@ -49,10 +48,8 @@ class Runner:
             ) from None
         model = metadata.load(self.path)
         self.meta = metadata.read(self.path, self.session, model)
-        self.kind = tasks.get(self.meta["task"])  # a kind litlab.tasks declares: checked there
-        self.outputs = self.kind.output_family()  # what the output columns are
-        self.input_family = self.kind.input_family()  # what the inputs are
-        self.names = self.meta[self.outputs.names_key]
+        self.kind = tasks.get(self.meta["kind"])  # a kind litlab.tasks declares: checked there
+        self.names = self.meta[self.kind.names_key]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
         signature.check(self.path, model, self.session, self.kind, self.layout)
@@ -90,15 +87,15 @@ class Runner:
         }
 
     def answer(self, outputs: np.ndarray | None, x=None, scores=None, prepared=None) -> dict:
-        """The answer of the kind's output family (classes and probabilities, values); the OOD
+        """The answer of the kind (classes and probabilities, values); the OOD
         scores given (computed for a whole micro-batch) or computed here from the prepared
         outputs and the inputs `x`. `prepared`: outputs the micro-batcher prepared."""
-        prepared = self.outputs.prepare(outputs) if prepared is None else prepared
+        prepared = self.kind.prepare(outputs) if prepared is None else prepared
         finite(prepared, NOT_FINITE)
         if scores is None:
             scores = self.ood_scores(prepared, x)
         finite(scores, SCORE_NOT_FINITE)
-        return {**self.outputs.answer(self.names, prepared), **self.ood_fields(scores)}
+        return {**self.kind.answer(self.names, prepared), **self.ood_fields(scores)}
 
     def segment(self, volume: np.ndarray) -> tuple[np.ndarray, dict]:
         """Label volume (D, H, W) of a (C, D, H, W) volume (sliding windows, as in training),
@@ -153,7 +150,7 @@ class Runner:
                 f"{self.path.name}: the model's output on an all-zero input is not finite (NaN "
                 "or infinite weights, or an overflow); re-export the checkpoint with src/export.py"
             )
-        width, key = out.shape[1] if out.ndim > 1 else None, self.outputs.names_key
+        width, key = out.shape[1] if out.ndim > 1 else None, self.kind.names_key
         if width != len(self.names):
             raise UserError(
                 f"{self.path.name}: the model outputs {width} {key} but its metadata names "
@@ -166,7 +163,7 @@ class Runner:
     def _warm_up(self, items: int = 1) -> np.ndarray:
         """The answer to zeros: `items` samples (or patches, or graphs) of the kind's input
         family."""
-        return self.run(*self.input_family.zeros(self.layout, items))
+        return self.run(*self.kind.zeros(self.layout, items))
 
 
 class MicroBatcher:
@@ -210,7 +207,7 @@ class MicroBatcher:
                 )
                 # prepared outputs (probabilities) and OOD scores of the whole batch: numpy's
                 # per-call cost once
-                probs = self.runner.outputs.prepare(out)
+                probs = self.runner.kind.prepare(out)
                 scores = self.runner.ood_scores(probs, batch)
             except Exception as err:  # noqa: BLE001 (handed to each waiting request: the
                 # loop lives on, no request waits for a batch that failed)

@@ -1,7 +1,7 @@
 """An ONNX file's graph is data from elsewhere too: when the service opens it (after its
 metadata), the graph must take what the service feeds for its task kind (float32 samples at
 the layout's rank and sizes; graphs: float32 node features, int64 edges and graph ids) and
-answer a float32 output of the rank its output family decodes (classes, values: 2; a mask:
+answer a float32 output of the rank its kind decodes (classes, values: 2; a mask:
 the input's), and its weights must hold no NaN. A file that differs would fail on every request
 (ONNX Runtime's own errors, or NaN in every answer); it is refused in one line, before the
 server listens."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from litlab.errors import UserError
-from litlab.tasks.inputs import FLOAT
+from litlab.tasks.tensors import FLOAT
 
 #: ONNX Runtime's type names that numpy spells otherwise
 NUMPY_NAMES = {"float": "float32", "double": "float64", "float16": "float16"}
@@ -29,15 +29,9 @@ def _refuse(path: Path, what: str) -> None:
     raise UserError(f"{path.name}: {what} (re-export the checkpoint with src/export.py)")
 
 
-def expected_inputs(kind, layout: dict) -> list[tuple[str, str, list]]:
-    """(name, ONNX type, shape from the layout) of each input the service feeds, in order:
-    what the kind's input family feeds."""
-    return kind.input_family().expected_inputs(layout)
-
-
 def check_inputs(path: Path, session, kind, layout: dict) -> None:
     found = session.get_inputs()
-    expected = expected_inputs(kind, layout)
+    expected = kind.expected_inputs(layout)  # what the service feeds, in order
     if len(found) != len(expected):
         _refuse(
             path,
@@ -63,7 +57,7 @@ def check_inputs(path: Path, session, kind, layout: dict) -> None:
 
 def check_output(path: Path, session, kind, layout: dict) -> None:
     out = session.get_outputs()[0]
-    rank, what = kind.output_family().output_rank(layout)
+    rank, what = kind.output_rank(layout)
     if out.type != FLOAT or len(out.shape) != rank:
         _refuse(
             path,

@@ -1,8 +1,11 @@
-"""The task kinds: the one vocabulary every layer shares. Each module of this package
-declares one kind (`KIND`, a `TaskKind`): its metrics, how it is exported and served, which
-inspect callbacks and compression steps apply, how federated partitions read its labels. A
-datamodule names its kind (`kind = IMAGE_CLASSIFICATION`), a LightningModule the kinds it fits
-(`kinds = (...)`). A new kind is one module here (docs/new_task.md): nothing else lists kinds.
+"""The kinds: the one vocabulary every layer shares. A kind is a class of this package (one
+module each, entered by `@register`): its declarations are class attributes (its metrics, which
+inspect callbacks and compression steps apply), its behaviour methods that the layers after
+training call (how export reads a run, how the service decodes a request, the units federated
+clients hold, the samples figure), shared through input and output mixins (litlab.tasks.kind).
+A datamodule names its kind (`kind = IMAGE_CLASSIFICATION`, or `MyKind.name`), a
+LightningModule the kinds it fits (`kinds = (...)`). A new kind is one module here
+(docs/new_task.md): nothing else lists kinds.
 
 Nothing here imports torch: `kind_of_data` and `kinds_of_model` read a class's declaration from
 its source when they can, so a model/data mismatch is told in about a second.
@@ -12,30 +15,31 @@ import importlib
 import pkgutil
 
 from litlab.errors import UserError
-from litlab.tasks.kind import TaskKind
+from litlab.tasks.kind import Kind, register, registered
+
+__all__ = ["Kind", "register"]
 
 IMAGE_CLASSIFICATION = "image_classification"
+IMAGE_SEGMENTATION = "image_segmentation"
 VOLUME_CLASSIFICATION = "volume_classification"
 VOLUME_SEGMENTATION = "volume_segmentation"
 NODE_CLASSIFICATION = "node_classification"
 GRAPH_CLASSIFICATION = "graph_classification"
 
-_KINDS: dict[str, TaskKind] = {}
+_DISCOVERED: list[bool] = []
 
 
-def kinds() -> dict[str, TaskKind]:
-    """Every kind declared in this package, by name."""
-    if not _KINDS:
+def kinds() -> dict[str, Kind]:
+    """Every kind declared in this package, by name (its modules imported once: light)."""
+    if not _DISCOVERED:
         for info in pkgutil.iter_modules(__path__):
-            if info.name == "kind" or info.name.startswith("_"):
-                continue
-            kind = getattr(importlib.import_module(f"{__name__}.{info.name}"), "KIND", None)
-            if isinstance(kind, TaskKind):
-                _KINDS[kind.name] = kind
-    return _KINDS
+            if not info.name.startswith("_"):  # a module without a kind registers none
+                importlib.import_module(f"{__name__}.{info.name}")
+        _DISCOVERED.append(True)
+    return registered()
 
 
-def get(name: str) -> TaskKind:
+def get(name: str) -> Kind:
     known = kinds()
     if name not in known:
         raise UserError(f"unknown task kind {name!r}; litlab knows {', '.join(sorted(known))}")
@@ -49,12 +53,12 @@ def kind_name_of_data(target: str, key: str = "data") -> str:
     return class_attribute(target, "kind", key)
 
 
-def kind_of_data(target: str, key: str = "data") -> TaskKind:
+def kind_of_data(target: str, key: str = "data") -> Kind:
     """The kind of a datamodule class given by its dotted name."""
     return get(kind_name_of_data(target, key))
 
 
-def of(declaring) -> TaskKind:
+def of(declaring) -> Kind:
     """The kind a datamodule (or an export Spec) names in its `kind` attribute."""
     return get(declaring.kind)
 

@@ -1,4 +1,4 @@
-"""`callbacks=inspect`'s samples figures that kinds share (`TaskKind.samples_figure`): what the
+"""`callbacks=inspect`'s samples figures that kinds share (`Kind.samples_figure`): what the
 predictions look like on the test split. A figure collects from each test batch (`collect`,
 rank 0 and every rank alike) and draws once at the end (`draw`: a matplotlib figure, written as
 inspect/samples.png); `tables` are CSV files written beside it, `tight` whether the figure's
@@ -84,7 +84,7 @@ class NodeAccuracy(SamplesFigure):
     per_class_accuracy.csv (a graph's nodes are no pictures)."""
 
     def collect(self, module, batch) -> None:
-        logits, y = module._scores(batch, "test")
+        logits, y = module.scores(batch, "test")
         self.held.append((logits.argmax(1).cpu(), y.cpu()))
 
     def rows(self, trainer) -> list[list]:

@@ -1,33 +1,12 @@
 """2D images in, a label per pixel out (axial slices of the Hippocampus volumes, a user's
-images/ + masks/ folders). Its declarations (`KIND`), what its outputs are (`Masks`: class
+images/ + masks/ folders). The kind (`ImageSegmentation`), what its outputs are (`Masks`: class
 scores per pixel, served as a label map) and its samples figure (`Overlays`)."""
 
+from litlab.tasks import IMAGE_SEGMENTATION
 from litlab.tasks.figures import SamplesFigure
-from litlab.tasks.kind import TaskKind
+from litlab.tasks.kind import Kind, register
 from litlab.tasks.outputs import PixelClasses
-
-KIND = TaskKind(
-    name="image_segmentation",
-    # mean foreground Dice (the monitor) and each foreground class's, over whole items: the
-    # slices of one volume, or one image of a mask folder (evaluation batches hold one item)
-    metrics=("dice", "dice_*"),
-    # one batched image tensor, normalized as in training: the generic spec (NCHW)
-    export_spec="litlab.export.domains:tensor_spec",
-    outputs="litlab.tasks.image_segmentation:Masks",
-    # PNG or JPEG uploads (or JSON images), zero-padded to the model's image size as its
-    # training images were; /predict answers one label map per image, at the image's size
-    # (an upload's; a JSON image is at the model's)
-    inputs="litlab.tasks.inputs:Images",
-    # the out-of-distribution score measures the images too, and the pixels' confidence
-    ood_inputs=True,
-    inspect=("samples", "histograms", "model_graph"),
-    samples_figure="litlab.tasks.image_segmentation:Overlays",
-    # judged by the test Dice over whole items, int8 within 2% of it
-    quantize_max_drop=0.02,
-    # per-pixel soft targets at T=1 (as 3D segmentation: the Dice term teaches small structures)
-    distill_temperature=1.0,
-    compress_epochs=5,
-)
+from litlab.tasks.tensors import ImageInputs
 
 
 class Masks(PixelClasses):
@@ -117,3 +96,25 @@ class Overlays(SamplesFigure):
                 ax.set_title(f"item {i}: {name}", fontsize=7)
                 ax.axis("off")
         return fig
+
+
+@register
+class ImageSegmentation(ImageInputs, Masks, Kind):
+    """PNG or JPEG uploads (or JSON images), zero-padded to the model's image size as its
+    training images were; /predict answers one label map per image, at the image's size (an
+    upload's; a JSON image is at the model's). The out-of-distribution score measures the
+    images too, and the pixels' confidence."""
+
+    name = IMAGE_SEGMENTATION
+    # mean foreground Dice (the monitor) and each foreground class's, over whole items: the
+    # slices of one volume, or one image of a mask folder (evaluation batches hold one item)
+    metrics = ("dice", "dice_*")
+    inspect = ("samples", "histograms", "model_graph")
+    # judged by the test Dice over whole items, int8 within 2% of it
+    quantize_max_drop = 0.02
+    # per-pixel soft targets at T=1 (as 3D segmentation: the Dice term teaches small structures)
+    distill_temperature = 1.0
+    compress_epochs = 5
+
+    def samples_figure(self, count: int):
+        return Overlays(count)

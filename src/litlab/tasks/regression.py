@@ -1,43 +1,15 @@
 """Numbers in, one value per sample out (a table's target column): the kind whose output is not
-a class. Everything a layer needs to know of it is in this file: its declarations (`KIND`), what
-its outputs are (`Values`: export metadata, metric input, served answer) and its samples figure
-(`Residuals`: predicted against true values on the test split)."""
+a class. Everything a layer needs to know of it is in this file: what its outputs are (`Values`:
+export metadata, metric input, served answer), its samples figure (`Residuals`: predicted
+against true values on the test split) and the kind itself (`Regression`: its declarations, on
+the inputs every kind of fixed-size samples shares, `TensorInputs`)."""
 
 from litlab.tasks.figures import SamplesFigure
-from litlab.tasks.kind import TaskKind
-from litlab.tasks.outputs import OutputFamily
-
-KIND = TaskKind(
-    name="regression",
-    # r2 is the monitor (higher is better); mae and rmse in the target's own units
-    metrics=("mae", "rmse", "r2"),
-    # one batched tensor (layout NF): the generic spec, outputs read by `Values`
-    export_spec="litlab.export.domains:tensor_spec",
-    outputs="litlab.tasks.regression:Values",
-    # /predict takes JSON rows ({"inputs": [[...], ...]}), several per request
-    inputs="litlab.tasks.inputs:Samples",
-    inspect=("samples", "histograms"),
-    samples_figure="litlab.tasks.regression:Residuals",
-    # every step: structured pruning narrows the hidden layers (the output layer is kept),
-    # distillation teaches the student the teacher's values (the module's `soft_loss`);
-    # each judged by the test r2, quantize by a share of it
-    quantize_max_drop=0.02,
-    # compress: fine-tuning and student epochs (an epoch is ~10 small batches)
-    compress_epochs=100,
-    # int8: the dense layers only. Raw feature columns of different ranges share one int8
-    # scale at the input (a 1-or-2 column next to a 100-300 one rounds away): the
-    # standardization around the layers stays fp32 (diabetes: test r2 0.59 -> 0.56 with every
-    # op quantized)
-    int8_op_types=("Gemm", "MatMul"),
-    # federated clients hold rows, dealt out by the quintile of their target (`Values.strata`)
-    federated_units="items",
-    # a client holds ~30 rows (one batch): 10 passes a round (diabetes, 20 rounds, 10 clients:
-    # test r2 0.57 against 0.34 with one)
-    federated_local_epochs=10,
-)
+from litlab.tasks.kind import Kind, register
+from litlab.tasks.tensors import TensorInputs
 
 
-class Values(OutputFamily):
+class Values:
     """One number per output column, in the target's own units (the net undoes the targets'
     standardization itself): served as `predictions`, one number per row (a list per row for
     several targets); no class probabilities, so no out-of-distribution score."""
@@ -107,3 +79,35 @@ class Residuals(SamplesFigure):
         right.axhline(0, color="gray", linewidth=1)
         right.set(xlabel=f"predicted {name}", ylabel="residual (true - predicted)")
         return fig
+
+
+@register
+class Regression(TensorInputs, Values, Kind):
+    """/predict takes JSON rows ({"inputs": [[...], ...]}), several per request, in the
+    table's own units; an export names their columns."""
+
+    name = "regression"
+    # r2 is the monitor (higher is better); mae and rmse in the target's own units
+    metrics = ("mae", "rmse", "r2")
+    inspect = ("samples", "histograms")
+    # every compression step: structured pruning narrows the hidden layers (the output layer
+    # is kept), distillation teaches the student the teacher's values (the module's
+    # `soft_loss`); each judged by the test r2, quantize by a share of it
+    quantize_max_drop = 0.02
+    # compress: fine-tuning and student epochs (an epoch is ~10 small batches)
+    compress_epochs = 100
+    # int8: the dense layers only. Raw feature columns of different ranges share one int8
+    # scale at the input (a 1-or-2 column next to a 100-300 one rounds away): the
+    # standardization around the layers stays fp32 (diabetes: test r2 0.59 -> 0.56 with every
+    # op quantized)
+    int8_op_types = ("Gemm", "MatMul")
+    # federated clients hold rows, dealt out by the quintile of their target (`Values.strata`):
+    # ~30 rows (one batch) each, 10 passes a round (diabetes, 20 rounds, 10 clients: test r2
+    # 0.57 against 0.34 with one)
+    federated_local_epochs = 10
+
+    def preprocessing(self, dm) -> dict:
+        return {**super().preprocessing(dm), "columns": [str(n) for n in dm.feature_names]}
+
+    def samples_figure(self, count: int):
+        return Residuals(count)

@@ -1,22 +1,21 @@
 """What the inspection callbacks share: the task kinds they apply to, where their files go, how a picture
-reaches every active logger, and how a batch becomes (logits, targets) for any domain."""
+reaches every active logger."""
 
 import logging
 from pathlib import Path
 from typing import Literal
 
-import torch
 from lightning.pytorch.callbacks import Callback
 
 from litlab import tasks
-from litlab.tasks.kind import TaskKind
+from litlab.tasks.kind import Kind
 
 log = logging.getLogger(__name__)
 
 
 class TaskCallback(Callback):
     """A callback that only makes sense for some task kinds: those whose adapter lists its
-    `inspects` name (`litlab.tasks`, `TaskKind.inspect`).
+    `inspects` name (`litlab.tasks`, `Kind.inspect`).
 
     `unfit`: what to do when the run's task kind does not list it. `refuse` (a callback chosen
     on its own): the run stops at build time in one line. `skip` (`callbacks=inspect`, which
@@ -36,7 +35,7 @@ class TaskCallback(Callback):
         return path
 
     @staticmethod
-    def kind(trainer) -> TaskKind:
+    def kind(trainer) -> Kind:
         return tasks.of(trainer.datamodule)
 
 
@@ -90,17 +89,3 @@ def tensorboards(trainer) -> list:
 def flush(writers) -> None:
     for writer in writers:
         writer.flush()
-
-
-def scores(pl_module, batch, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, targets) of one evaluation batch for any classifier: the nodes of `split` on
-    this rank for node classification (the module's own `_scores`), else the batch's samples."""
-    if hasattr(pl_module, "_scores"):
-        return pl_module._scores(batch, split)
-    x, y = batch
-    return pl_module(x), y
-
-
-def inputs(batch) -> torch.Tensor:
-    """The images/volumes of a (x, y) batch or of a dict batch (segmentation)."""
-    return batch["image"] if isinstance(batch, dict) else batch[0]

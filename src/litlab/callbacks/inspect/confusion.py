@@ -6,7 +6,7 @@ import csv
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from litlab.callbacks.inspect.base import TaskCallback, save_figure, scores
+from litlab.callbacks.inspect.base import TaskCallback, save_figure
 from litlab.utils.plots import figure
 
 
@@ -25,7 +25,7 @@ class ConfusionMatrix(TaskCallback):
         n = self.num_classes or trainer.datamodule.dims["num_classes"]
         self.matrix = MulticlassConfusionMatrix(n, validate_args=False).to(pl_module.device)
         self._logits = None
-        batched = self.kind(trainer).input_family().batched_tensor
+        batched = self.kind(trainer).batched_tensor
         if batched and getattr(self, "_hook", None) is None:
             # the step's own forward (one per batch) is captured: no second forward pass
             self._hook = pl_module.register_forward_hook(self._capture)
@@ -44,7 +44,7 @@ class ConfusionMatrix(TaskCallback):
         if getattr(self, "_hook", None) is not None and self._logits is not None:
             logits, target = self._logits, batch[1]
         else:
-            logits, target = scores(pl_module, batch, split)
+            logits, target = pl_module.scores(batch, split)
         self.matrix.update(logits.argmax(1), target)
 
     def _unhook(self) -> None:

@@ -8,28 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
 
 import torch
-from torch import nn
 
 from litlab.bounds import Ge, PosFloat, PosInt
-from litlab.callbacks.inspect.base import (
-    TaskCallback,
-    flush,
-    save_figure,
-    scores,
-    tensorboards,
-)
+from litlab.callbacks.inspect.base import TaskCallback, flush, save_figure, tensorboards
 from litlab.utils.plots import figure
-
-
-def head(net: nn.Module) -> nn.Module:
-    """The layer whose input is the embedding: a node-level GNN's last conv, else the last
-    `nn.Linear` (the classifier of CNNs, ResNets and graph-level GNNs)."""
-    if getattr(net, "node_level", False) and hasattr(net, "convs"):
-        return net.convs[-1]
-    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise ValueError(f"{type(net).__name__} has no nn.Linear head to take features from")
-    return linears[-1]
 
 
 class Embeddings(TaskCallback):
@@ -49,7 +31,7 @@ class Embeddings(TaskCallback):
 
     def on_test_epoch_start(self, trainer, pl_module):
         self._feats, self._labels = [], []
-        self._hook = head(pl_module.net).register_forward_pre_hook(self._capture)
+        self._hook = pl_module.embedding_layer().register_forward_pre_hook(self._capture)
 
     def _capture(self, module, args):
         self._seen = args[0]
@@ -59,10 +41,8 @@ class Embeddings(TaskCallback):
         if held >= self.max_points:
             return
         self._seen = None
-        _, target = scores(pl_module, batch, "test")  # one more forward, features captured
-        feats = self._seen
-        if hasattr(pl_module, "_scores") and pl_module.node_level:  # all nodes: keep the split's
-            feats = feats[pl_module._share(batch["test_mask"])]
+        _, target = pl_module.scores(batch, "test")  # one more forward, features captured
+        feats = pl_module.split_rows(self._seen, batch, "test")  # a graph's: the split's nodes
         keep = self.max_points - held
         self._feats.append(feats[:keep].flatten(1).float().cpu())
         self._labels.append(target[:keep].cpu())

@@ -9,7 +9,7 @@ import warnings
 import torch
 
 from litlab.bounds import PosFloat, PosInt
-from litlab.callbacks.inspect.base import TaskCallback, flush, inputs, tensorboards
+from litlab.callbacks.inspect.base import TaskCallback, flush, tensorboards
 from litlab.errors import one_line
 
 log = logging.getLogger(__name__)
@@ -97,11 +97,12 @@ class ModelGraph(TaskCallback):
         self.done = True
         writers = tensorboards(trainer)
         net = copy.deepcopy(pl_module.net).eval()
+        example = self.kind(trainer).net_input(batch)
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace's deprecation
                 for writer in writers:
-                    writer.add_graph(net, inputs(batch)[:1].detach())
+                    writer.add_graph(net, example[:1].detach())
             flush(writers)
         except Exception as err:  # noqa: BLE001 (a net that cannot be traced: say so, go on)
             log.warning("model graph not written (tracing failed: %s)", one_line(err))

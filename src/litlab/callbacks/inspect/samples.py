@@ -1,5 +1,5 @@
 """What the predictions look like on the test set: the kind's samples figure
-(`TaskKind.samples_figure`, litlab.tasks.figures and the kinds' own: an image grid, volume
+(`Kind.samples_figure`, litlab.tasks.figures and the kinds' own: an image grid, volume
 slices, per-class node accuracy, a residual plot, mask overlays), written as
 inspect/samples.png with any tables it keeps beside it."""
 
@@ -17,7 +17,7 @@ class SamplePredictions(TaskCallback):
         self._figure = None
 
     def on_test_epoch_start(self, trainer, pl_module):
-        self._figure = self.kind(trainer).hook("samples_figure")(count=self.num_samples)
+        self._figure = self.kind(trainer).samples_figure(self.num_samples)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if self._figure is not None:

@@ -149,10 +149,12 @@ class VolumeSegmenter(LitModule):
         self.log_step("train", loss, class_map(logits), y[:, 0], len(x))
         return loss
 
-    def distill_scores(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(per-voxel class scores of a training batch, its label volumes): what
-        compress=distill's soft term compares with the teacher's, voxel by voxel."""
-        return self(batch["image"]), batch["label"]
+    def scores(self, batch, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(per-voxel class scores, label volumes): of a training batch's patches (what
+        compress=distill's soft term compares with the teacher's, voxel by voxel), or of whole
+        volumes by sliding windows."""
+        x = batch["image"]
+        return (self(x) if split == "train" else self.infer(x)), batch["label"]
 
     def task_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The label term of distillation: this module's own DiceCE, as in training."""

@@ -1,5 +1,6 @@
 """NIfTI folders and files of the 3D (and 2D slices) datamodules: the image/label pairs of an MSD
-layout, reading and writing volumes, and the preprocessed cache keyed by the files and settings.
+layout, reading and writing volumes, the preprocessed cache keyed by the files and settings,
+and the service's NIfTI uploads and answers (`read_upload`, `nifti_bytes`).
 
 Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, H, W) uint8`.
 """
@@ -233,3 +234,78 @@ def load_cache(path: Path, files: list[Path]) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- preprocessing
+
+
+def nifti_voxels(raw: bytes) -> int:
+    """Voxels the NIfTI header claims, read from the first bytes only (a gzip bomb is never
+    inflated past its header); 0 when there is no readable header."""
+    import gzip
+    import io
+
+    import nibabel as nib
+
+    try:
+        head = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(540) if raw[:2] == b"\x1f\x8b" else raw
+        nifti2 = head[4:7] in (b"n+2", b"ni2")
+        if not (nifti2 or head[344:347] in (b"n+1", b"ni1")):
+            return 0  # no NIfTI magic: not a NIfTI header
+        kind = nib.Nifti2Header if nifti2 else nib.Nifti1Header
+        header = kind.from_fileobj(io.BytesIO(head[: kind.sizeof_hdr]), check=False)
+        shape = header.get_data_shape()
+    except Exception:  # noqa: BLE001 (not NIfTI: the reader below says so)
+        return 0
+    return int(np.prod(shape, dtype=np.float64))
+
+
+def read_upload(
+    raw: bytes, filename: str, channels: int, max_voxels: int = 1 << 25
+) -> tuple[np.ndarray, np.ndarray]:
+    """A NIfTI upload to the service as (volume (C, D, H, W) z-scored per channel as in
+    training, affine); its size is checked from the header before the voxels are read;
+    anything wrong is the request's `BadRequest`."""
+    import tempfile
+
+    from litlab.domains.medical3d.volumes import normalize
+    from litlab.tasks.checks import BadRequest
+
+    if not raw:
+        raise BadRequest("The uploaded NIfTI file is empty.")
+    if (voxels := nifti_voxels(raw)) > max_voxels:
+        raise BadRequest(
+            f"The volume's header claims {voxels:,} voxels; the limit is {max_voxels:,} "
+            "(serve setting max_volume_voxels).",
+            413,
+        )
+    suffix = ".nii.gz" if raw[:2] == b"\x1f\x8b" else ".nii"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"upload{suffix}"
+        path.write_bytes(raw)
+        try:
+            volume, affine = read_nifti(path)
+        except (UserError, Exception):  # noqa: BLE001 (nibabel raises many types)
+            raise BadRequest(
+                f"The upload {filename!r} is not a readable NIfTI volume "
+                "(truncated or another format).",
+                400,
+            ) from None
+    if volume.shape[0] != channels or min(volume.shape[1:]) < 1:
+        raise BadRequest(
+            f"The volume has {volume.shape[0]} channel(s); the model takes {channels}.", 422
+        )
+    if not np.isfinite(volume).all():
+        raise BadRequest("The volume holds NaN or infinite values.", 422)
+    with np.errstate(all="ignore"):
+        volume = normalize(volume)
+    if not np.isfinite(volume).all():  # values so large that their z-score overflows
+        raise BadRequest("The volume's values are too large to normalize (not finite).", 422)
+    return volume, affine
+
+
+def nifti_bytes(mask: np.ndarray, affine: np.ndarray) -> bytes:
+    import gzip
+
+    import nibabel as nib
+
+    image = nib.Nifti1Image(mask.astype(np.uint8), affine)
+    image.set_data_dtype(np.uint8)
+    return gzip.compress(image.to_bytes(), compresslevel=1)

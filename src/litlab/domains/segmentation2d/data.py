@@ -27,6 +27,8 @@ from litlab.domains.segmentation2d import files as F
 from litlab.domains.segmentation2d import slices as S
 from litlab.domains.segmentation2d.slices import pad_to
 from litlab.errors import UserError
+from litlab.tasks import IMAGE_SEGMENTATION
+from litlab.tasks.units import dominant_structure
 from litlab.utils.distributed import is_rank_zero
 from litlab.utils.files import check_regular
 
@@ -39,7 +41,7 @@ class Items(Dataset):
 
     def __init__(self, items: list[tuple[torch.Tensor, torch.Tensor]]):
         self.items = items
-        self.labels = [folds.dominant_structure(y.numpy()) for _, y in items]
+        self.labels = [dominant_structure(y.numpy()) for _, y in items]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -53,7 +55,7 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
     `image_size` squares, and their names; `shapes` holds each item's (height, width) before
     padding."""
 
-    kind = "image_segmentation"
+    kind = IMAGE_SEGMENTATION
     data_name, fold_pool = "the items", "items"
     #: what an item is in predictions.csv: a volume (a row per slice) or an image
     source_column = "volume"

@@ -9,6 +9,7 @@ from torchmetrics.segmentation import DiceScore
 
 from litlab.bounds import NonNegFloat
 from litlab.models.base import LitModule
+from litlab.tasks import IMAGE_SEGMENTATION
 from litlab.utils.tensors import class_map
 
 
@@ -31,7 +32,7 @@ class ItemDice(DiceScore):
 
 
 class ImageSegmenter(LitModule):
-    kinds = ("image_segmentation",)
+    kinds = (IMAGE_SEGMENTATION,)
     metric_names = ("dice", "dice_*")
     batch_is_item = True  # the metrics' update takes one item a call (ItemDice)
 

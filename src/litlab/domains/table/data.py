@@ -15,13 +15,14 @@ from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.domains.table import values
 from litlab.errors import UserError
+from litlab.tasks.regression import Regression
 
 #: target quantiles that stratify the splits and the k-fold folds (each split spans the range)
 STRATA = 5
 
 
 class TableDataModule(folds.FoldSettings, SplitDataModule):
-    kind = "regression"
+    kind = Regression.name
     data_name, fold_pool = "the table", "rows"
     source_column = "row"
     #: what an exported file takes (its metadata says so)

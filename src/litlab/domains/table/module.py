@@ -7,10 +7,11 @@ from torchmetrics import MetricCollection
 from torchmetrics.regression import MeanAbsoluteError, MeanSquaredError, R2Score
 
 from litlab.models.base import LitModule
+from litlab.tasks.regression import Regression
 
 
 class Regressor(LitModule):
-    kinds = ("regression",)
+    kinds = (Regression.name,)
     metric_names = ("mae", "rmse", "r2")
 
     def __init__(self, net, optimizer, scheduler=None, monitor: str = "val/r2", **kwargs):

@@ -39,6 +39,8 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
     channels, image_size, num_classes = 1, 28, 10
     #: `load`'s (training, test or None) images' sources; unset: "train/<i>", "test/<i>"
     loaded_sources: tuple[list, list | None] | None = None
+    #: how the service fits an image of another size (None: resized, as training's were)
+    fit: str | None = None
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litlab.bounds import PosInt, Probability
+from litlab.compat.torch import version_counter
 from litlab.errors import UserError
 from litlab.ops import TiledLinear, tile_linears
 from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
@@ -33,6 +34,7 @@ from torch_geometric.nn import (
 from torch_geometric.nn.dense.linear import Linear as PygLinear
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
+from litlab import tasks
 from litlab.tasks import NODE_CLASSIFICATION
 
 CONVS = ("gcn", "gat", "sage", "gin", "mlp")
@@ -78,11 +80,11 @@ def _nonzero(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x's non-zero positions, remembered for the last few tensors seen: a full graph's features
     are the same unmodified tensor at every step (checked by identity and version counter)."""
     for i, (seen, version, positions) in enumerate(_NONZERO_CACHE):
-        if seen is x and version == x._version:
+        if seen is x and version == version_counter(x):
             _NONZERO_CACHE.insert(0, _NONZERO_CACHE.pop(i))
             return positions
     positions = x.nonzero(as_tuple=True)
-    _NONZERO_CACHE.insert(0, (x, x._version, positions))
+    _NONZERO_CACHE.insert(0, (x, version_counter(x), positions))
     del _NONZERO_CACHE[_NONZERO_CACHE_SIZE:]
     return positions
 
@@ -138,7 +140,7 @@ class GNN(nn.Module):
             raise ValueError(f"conv={conv} is not one of {CONVS}")
         if readout not in READOUTS or jumping_knowledge not in ("last", "cat"):
             raise ValueError(f"readout must be one of {list(READOUTS)}, jumping_knowledge last|cat")
-        self.node_level = kind == NODE_CLASSIFICATION
+        self.node_level = not tasks.get(kind).graph_level  # else: pooled per graph
         self.conv_name, self.heads, self.output_heads = conv, heads, output_heads
         self.attention_dropout, self.cached = attention_dropout, cached and self.node_level
         self.value_dropout = value_dropout
@@ -209,6 +211,33 @@ class GNN(nn.Module):
                 value_dropout=self.value_dropout,
             )
         return (_TiledLinear if self.tiled else _Linear)(n_in, n_out)
+
+    @staticmethod
+    def narrowed(net: dict, scale: float) -> dict:
+        """compress=distill's default student: `scale` times the hidden width, a multiple of
+        the attention heads (GAT: heads x channels per head)."""
+        heads = net.get("heads", 1) if net.get("conv") == "gat" else 1
+        per_head = max(1, round(net.get("hidden_channels", 16) * scale / heads))
+        # dropout 0.5 on a few hidden units drops most of them: at most 0.2 on a narrowed GNN
+        return {"hidden_channels": per_head * heads, "dropout": min(net.get("dropout", 0.0), 0.2)}
+
+    # compress.prune.method=structured: a smaller hidden width holding the most important
+    # channels (nets/prune.py; Torch-Pruning's trace does not follow PyG's message passing)
+    def prune_plan(self, net_cfg: dict, build, ratio: float, round_to) -> dict:
+        from litlab.domains.graph.nets import prune
+
+        return prune.plan(self, net_cfg, build, ratio, round_to)
+
+    def pruned(self, net_cfg: dict, build, ratio: float, steps: int, round_to, norm: int):
+        from litlab.domains.graph.nets import prune
+
+        return prune.prune(self, net_cfg, build, ratio, steps, round_to, norm)
+
+    def copy_kept(self, new: nn.Module, norm: int = 2) -> None:
+        """Fill `new` (this GNN, narrower) with this one's most important channels."""
+        from litlab.domains.graph.nets import prune
+
+        prune.copy_kept(self, new, norm)
 
     def forward(
         self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor | None = None

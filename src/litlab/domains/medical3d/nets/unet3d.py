@@ -62,4 +62,10 @@ def _check_dims(s: dict, dims: dict, key: str) -> None:
         )
 
 
+def _narrowed(net: dict, scale: float) -> dict:
+    """compress=distill's default student: the same U-Net with `scale` times the channels."""
+    return {"channels": [max(2, round(c * scale)) for c in net.get("channels", (16, 32, 64, 128))]}
+
+
 unet3d.check_settings, unet3d.check_dims = _check_settings, _check_dims
+unet3d.narrowed = _narrowed

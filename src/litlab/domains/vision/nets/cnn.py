@@ -54,5 +54,10 @@ class SmallCNN(nn.Module):
                     if m.bias is not None:
                         nn.init.zeros_(m.bias)
 
+    @staticmethod
+    def narrowed(net: dict, scale: float) -> dict:
+        """compress=distill's default student: the same CNN with `scale` times the channels."""
+        return {"channels": [max(2, round(c * scale)) for c in net.get("channels", (32, 64, 128))]}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))

@@ -32,3 +32,16 @@ def resnet18(
         net.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
     net.fc = with_linear_impl(linear_impl, net.fc)
     return net
+
+
+#: compress=distill's default student: ResNet-18 has no width knob, so a smaller net of another
+#: family (the small CNN of configs/model/cnn.yaml) with the optimizer that trains it
+resnet18.student = {
+    "net": {"_target_": "litlab.domains.vision.nets.cnn.SmallCNN", "channels": [32, 64, 128]},
+    "optimizer": {
+        "_target_": "torch.optim.AdamW",
+        "_partial_": True,
+        "lr": 0.005,
+        "weight_decay": 0.0005,
+    },
+}

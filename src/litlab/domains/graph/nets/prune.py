@@ -1,6 +1,7 @@
-"""Structured pruning of litlab's message-passing nets (`litlab.domains.graph.nets.gnn.GNN`: GCN, GAT,
-GraphSAGE, GIN, MLP). Torch-Pruning's dependency graph traces autograd and loses the channels
-at PyG's gathers and scatters, so graph nets are pruned here by what the net's own config says:
+"""Structured pruning of litlab's message-passing nets (`GNN`'s own `prune_plan`, `pruned`,
+`copy_kept`: GCN, GAT, GraphSAGE, GIN, MLP). Torch-Pruning's dependency graph traces autograd
+and loses the channels at PyG's gathers and scatters, so graph nets are pruned here by what the
+net's own config says:
 every hidden layer has `hidden_channels` outputs (GAT: heads x channels per head; GIN: its MLP's
 inner width too), so pruning is a smaller `hidden_channels` and the kept channels copied over.
 The pruned checkpoint stores a plain GNN config: eval.py, export and serve need nothing else.
@@ -20,10 +21,6 @@ from litlab.errors import UserError
 #: a GIN layer's inner MLP: (key suffix, role of dim 0, role of dim 1)
 _GIN = {"nn.lins.0": ("inner", "prev"), "nn.lins.1": ("out", "inner"), "nn.norms.0": ("inner",)}
 _STATS = ("running_mean", "running_var", "num_batches_tracked")
-
-
-def is_gnn(net_cfg: dict) -> bool:
-    return net_cfg.get("_target_") == "litlab.domains.graph.nets.gnn.GNN"
 
 
 def _group(role: str, layer: int, tied: bool, output: int | None):
@@ -166,11 +163,6 @@ def plan(net: nn.Module, net_cfg: dict, build, ratio: float, round_to) -> dict:
     the target width, the channel step (heads x round_to) and a width to avoid. One line for a
     net or ratio that cannot be pruned so (checked before anything is written)."""
     what = f"{net_cfg.get('conv', 'gcn')} net"
-    if not is_gnn(net_cfg):
-        raise UserError(
-            f"compress.prune.method=structured prunes litlab.domains.graph.nets.gnn.GNN nets; this "
-            f"checkpoint's net is {net_cfg.get('_target_')}: use compress.prune.method=unstructured"
-        )
     if net.node_level and len(net.convs) < 2:
         raise UserError(
             f"compress.prune.method=structured: the {what} has one layer (num_layers=1), whose "
