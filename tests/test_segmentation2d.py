@@ -34,7 +34,7 @@ def test_a_mask_folder_that_does_not_match_its_images_is_named(tmp_path):
     Image.fromarray(np.zeros((32, 30), np.uint8)).save(root / "masks" / "001.png")
     assert "001.png has shape [32, 30], its image [32, 32]" in _refusal(root)
     Image.fromarray(np.full((32, 32), 3, np.uint8)).save(root / "masks" / "001.png")
-    assert "001.png holds label 3; labels are 0 to 2" in _refusal(root, num_classes=3)
+    assert "001.png holds label 3; labels are whole numbers 0 to 2" in _refusal(root, num_classes=3)
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(root / "masks" / "001.png")
     assert "one channel" in _refusal(root)
     Image.fromarray(np.zeros((32, 32), np.uint8)).save(root / "masks" / "001.png")

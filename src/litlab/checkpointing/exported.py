@@ -6,7 +6,7 @@ That metadata is data from elsewhere, as a checkpoint's stored config is: read h
 bounds (no value over `MAX_VALUE_BYTES`, JSON only), its keys checked for type and size, and
 names in it only looked up among what litlab declares (a task kind by name): nothing it names
 is imported here. The stored config is then checked as a checkpoint's is (`trust.check`,
-`config.checks.check_stored`) before anything is built from it. No torch at import."""
+`config.checkpoints.check_stored`) before anything is built from it. No torch at import."""
 
 import json
 from dataclasses import dataclass

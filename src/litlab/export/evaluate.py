@@ -30,10 +30,9 @@ def evaluate(cfg: DictConfig) -> RunResult:
 def evaluate_file(cfg: DictConfig) -> RunResult:
     """Metrics and predictions of `cfg.model_path` on `cfg.split` of the run it names."""
     from litlab.config import validate
-    from litlab.config.entries import EvalSettings
 
     # bad input (no run named, crafted metadata, both files given) fails here, in one line
-    settings = validate.entry_config(cfg, EvalSettings, "eval")
+    settings = validate.check(cfg, "eval")
     from litlab.checkpointing import exported
     from litlab.checkpointing.trust import ExportedFile
     from litlab.recipes import report

@@ -15,11 +15,10 @@ from litlab.runs.result import RunResult
 def evaluate(cfg: DictConfig) -> RunResult:
     """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
     from litlab.config import validate
-    from litlab.config.entries import EvalSettings
     from litlab.errors import UserError
 
     # bad input fails here, in one line, before any data is read
-    settings = validate.entry_config(cfg, EvalSettings, "eval")
+    settings = validate.check(cfg, "eval")
     if settings.model_path is not None:
         raise UserError(
             f"model_path={settings.model_path}: an exported file is scored by src/eval.py or "

@@ -16,14 +16,13 @@ def train(cfg: DictConfig) -> RunResult:
     """Train (cfg.train), then test the best checkpoint (cfg.test); writes the run dir."""
     from litlab.checkpointing import resume
     from litlab.config import data_paths, validate
-    from litlab.config.entries import TrainSettings
     from litlab.runs import ddp
 
     resume.resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
     # stored absolute, so eval finds the data from any folder; provenance.json keeps the text
     typed = data_paths.absolute(cfg)
     # bad input fails here, in one line, before data is read or any DDP rank starts
-    validate.entry_config(cfg, TrainSettings, "train")
+    validate.check(cfg, "train")
     # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
     with ddp.lifecycle(cfg, ENTRY_POINT) as ranks:
         import lightning as L

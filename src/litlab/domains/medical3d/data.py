@@ -9,7 +9,6 @@ disk as one .npz, written atomically by one process.
 """
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -17,15 +16,14 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from litlab.bounds import Fraction, Ge, MaxLen, MinLen, NonNegFloat, NonNegInt, PosInt, Seed
+from litlab import bounds
+from litlab.bounds import Fraction, Ge, NonNegFloat, NonNegInt, PatchSize, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.medical3d import volumes as V
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
-
-log = logging.getLogger(__name__)
 
 
 class Medical3DDataModule(folds.FoldSettings, SplitDataModule):
@@ -65,9 +63,9 @@ class SegmentationDataModule(Medical3DDataModule):
 
     def __init__(
         self,
-        patch_size: Annotated[list[PosInt], MinLen(3), MaxLen(3)] = (32, 32, 32),
+        patch_size: PatchSize = (32, 32, 32),
         samples_per_volume: PosInt = 2,
-        num_classes: Annotated[int, Ge(2)] = 3,
+        num_classes: bounds.SegmentClasses = 3,
         split_file: str | None = None,
         spatial_augment: bool = False,
         **kwargs,
@@ -141,6 +139,11 @@ class PhantomDataModule(Medical3DDataModule):
     data_name = "the phantoms"
 
     @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        V.check_phantoms(settings, key)  # sides that hold a nodule, within memory
+        super().check_settings(settings, key)
+
+    @classmethod
     def fold_count(cls, settings: dict) -> int:
         return int(settings["num_volumes"])
 
@@ -154,7 +157,7 @@ class PhantomDataModule(Medical3DDataModule):
 class PhantomSegmentationDataModule(PhantomDataModule, SegmentationDataModule):
     """Generated phantoms (organ = 1, nodule = 2); the offline default."""
 
-    def __init__(self, nodule_radius=(2.0, 3.5), **kwargs):
+    def __init__(self, nodule_radius=V.NODULE_RADIUS, **kwargs):
         super().__init__(**kwargs)
         self.nodule_radius = tuple(nodule_radius)
         self.num_classes = 3

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from litlab.bounds import MAX_SEGMENT_CLASSES
 from litlab.errors import UserError, one_line
+from litlab.utils.files import check_regular
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
@@ -44,7 +46,7 @@ def folder_pairs(settings: dict, key: str, check_folds) -> list[tuple[Path, Path
 def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
     """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/. An image
     without its label is refused, naming it: a training folder holds labelled images only (MSD
-    keeps the unlabelled ones in imagesTs/)."""
+    keeps the unlabelled ones in imagesTs/); so is one that is no regular file."""
     for images, labels in (("imagesTr", "labelsTr"), ("images", "labels")):
         if (root / images).is_dir() and (root / labels).is_dir():
             break
@@ -68,6 +70,9 @@ def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
             "unlabelled images out of the training folder (MSD keeps them in imagesTs/)"
         )
     pairs = [(p, found[_stem(p)]) for p in volumes]
+    for pair in pairs:  # a pipe would block the reader forever, a device never end
+        for path, folder in zip(pair, (images, labels), strict=True):
+            check_regular(path, f"{key}.root={root}: {folder}/{path.name}", "a NIfTI file")
     if len(pairs) < 3:
         raise UserError(
             f"{key}.root={root}: found {len(pairs)} image/label pairs with matching "
@@ -93,6 +98,16 @@ def read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(data), img.affine.astype(np.float64)
 
 
+def header_shape(path: Path) -> tuple[int, ...]:
+    """A NIfTI file's array shape (x, y, z[, c]) from its header, no voxel read."""
+    import nibabel as nib
+
+    try:
+        return tuple(int(n) for n in nib.load(str(path)).shape)
+    except Exception as err:  # truncated gzip, not a NIfTI file, ...
+        raise UserError(f"cannot read NIfTI {path}: {one_line(err)}") from err
+
+
 def check_pair(image_path, label_path, image: np.ndarray, label: np.ndarray, num_classes: int):
     """An image (C, *spatial) of finite values and its label map (*spatial: one channel, the
     image's shape, whole numbers 0..num_classes-1), or one line naming the file at fault: a
@@ -104,19 +119,34 @@ def check_pair(image_path, label_path, image: np.ndarray, label: np.ndarray, num
             f"{label_path} has shape {list(label.shape)}, its image {list(image.shape[1:])}: "
             "a label map is one label per voxel of its image (one channel)"
         )
+    check_labels(label_path, label, num_classes)
+
+
+def check_labels(path, label: np.ndarray, num_classes: int) -> None:
+    """A label map (any dtype: NIfTI stores floats, a mask file may be 16-bit or float) of whole
+    numbers 0..num_classes-1, or one line naming the file and a value that is not: a label the
+    loss cannot take fails here, not as an index error in a step, and a fraction (0.5) or a NaN
+    is never truncated to a class."""
+    if label.dtype == bool:
+        return  # 0 and 1: a binary mask
     # min and max first (one pass each, no sort: a CT volume has 10^8 voxels), then whole numbers
     low, high = float(label.min()), float(label.max())
     fractional = label != np.round(label)  # nan is no whole number either
     bad = low if low < 0 else high if high >= num_classes else None
     if bad is None and fractional.any():
         bad = float(label[fractional].flat[0])
-    if bad is not None:
-        more = bad == high and bad == round(bad) and not fractional.any()  # more classes?
-        raise UserError(
-            f"{label_path} holds label {bad:g}; labels are whole numbers 0 to "
-            f"{num_classes - 1} (data.num_classes={num_classes}, background included)"
-            + (f": set data.num_classes={int(high) + 1} if they are classes" if more else "")
-        )
+    if bad is None:
+        return
+    whole = bad == high and bad == round(bad) and not fractional.any()
+    hint = ""
+    if whole and high < MAX_SEGMENT_CLASSES:  # more classes than the settings say?
+        hint = f": set data.num_classes={int(high) + 1} if they are classes"
+    elif whole:  # 255 or 65535: a picture's white, not a class number
+        hint = f": a label map holds class numbers, not grey levels (store {high:g} as a class)"
+    raise UserError(
+        f"{path} holds label {bad:g}; labels are whole numbers 0 to {num_classes - 1} "
+        f"(data.num_classes={num_classes}, background included){hint}"
+    )
 
 
 def write_mask(mask: np.ndarray, path: Path, affine: np.ndarray, like: Path | None = None) -> None:

@@ -3,26 +3,31 @@ user's images/ + masks/ folders (`data=masks`).
 
 Items are split, never their slices: a volume's slices are all in one split. Training draws
 random slices; evaluation batches hold one whole item (all slices of a volume, or one image), so
-the Dice of a batch is the Dice of an item, as for 3D segmentation (and DDP shards items). Intensities are in [0, 1]
-(a volume windowed at its 0.5 and 99.5 percentiles, an image / 255), then normalized by the
-training slices' mean and standard deviation in the batch hook: what an exported file's
-metadata states, so a served PNG is read as training read its slices.
+the Dice of a batch is the Dice of an item, as for 3D segmentation (and DDP shards items).
+Intensities are in [0, 1] (a volume windowed at its 0.5 and 99.5 percentiles, an image / 255,
+or / 65535 at 16 bits), then normalized by the training slices' mean and standard deviation in
+the batch hook: what an exported file's metadata states, so a served PNG is read as training
+read its slices.
 """
 
+import logging
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from litlab.bounds import Fraction, Ge, NonNegInt, PosInt, Seed
-from litlab.data import folds
+from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed, SegmentClasses
+from litlab.data import folds, memory
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
+from litlab.domains.medical3d import nifti as N
+from litlab.domains.segmentation2d import files as F
 from litlab.errors import UserError
+from litlab.utils.distributed import is_rank_zero
+from litlab.utils.files import check_regular
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+log = logging.getLogger(__name__)
 
 
 class Items(Dataset):
@@ -51,8 +56,8 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
 
     def __init__(
         self,
-        num_classes: Annotated[int, Ge(2)] = 3,
-        image_size: PosInt = 64,
+        num_classes: SegmentClasses = 3,
+        image_size: ImageSide = 64,
         batch_size: PosInt = 32,
         augment: bool = True,
         val_fraction: Fraction = 0.1,
@@ -69,7 +74,12 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
 
     @property
     def dims(self) -> dict:
-        return {"in_channels": self.channels, "num_classes": self.num_classes}
+        """Also the side items are padded to: a net's strides must divide it (check_dims)."""
+        return {
+            "in_channels": self.channels,
+            "num_classes": self.num_classes,
+            "image_size": self.image_size,
+        }
 
     def load(self) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[str]]:
         raise NotImplementedError
@@ -80,6 +90,7 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         h = self.hparams
         items, self.names = self.load()
         self.channels = int(items[0][0].shape[1])
+        warn_absent_classes([y for _, y in items], self.num_classes, getattr(self, "root", ""))
         if h.num_folds is None:
             split = split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
         else:  # stratified by each item's dominant structure
@@ -129,14 +140,14 @@ class Hippocampus2DDataModule(SliceDataModule):
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list:
-        from litlab.domains.medical3d import nifti as N
-
         return N.folder_pairs(settings, key, cls.check_folds)
 
     def load(self):
-        from litlab.domains.medical3d import nifti as N
-
         items, size = [], self.image_size
+        shapes = [N.header_shape(image) for image, _ in self.pairs]
+        slices, channels = sum(s[2] for s in shapes), max(s[3] if len(s) > 3 else 1 for s in shapes)
+        what = f"data.image_size={size} pads each of the {slices} slices"
+        check_memory(slices, size, what, channels)
         for image_path, label_path in self.pairs:
             image, label = N.read_nifti(image_path)[0], N.read_nifti(label_path)[0]
             label = label[0] if len(label) == 1 else label
@@ -152,8 +163,9 @@ class Hippocampus2DDataModule(SliceDataModule):
 
 class MaskFolderDataModule(SliceDataModule):
     """A user's images and label maps: `root/images/*.png` and `root/masks/<same name>.png`
-    (8-bit grey or RGB images; masks of label values 0..num_classes-1, the images' size).
-    Images smaller than `image_size` are padded, larger ones refused."""
+    (or `<stem>.png` beside a JPEG image; masks of whole label values 0..num_classes-1, the
+    images' size, in a lossless file: files.py). Images smaller than `image_size` are padded,
+    larger ones refused."""
 
     def __init__(self, root: str, **kwargs):
         super().__init__(**kwargs)
@@ -164,62 +176,77 @@ class MaskFolderDataModule(SliceDataModule):
     def check_settings(cls, settings: dict, key: str) -> list[tuple[Path, Path]]:
         """Every image has a mask of its size, with labels below num_classes: the first one
         that does not is named, before anything is written."""
-        from PIL import Image
-
         root = Path(str(settings["root"]))
         images, masks = root / "images", root / "masks"
         if not images.is_dir() or not masks.is_dir():
             raise UserError(f"{key}.root={root} needs images/ and masks/ folders")
-        found = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        found = sorted(p for p in images.iterdir() if p.suffix.lower() in F.IMAGE_SUFFIXES)
         if len(found) < 3:
             raise UserError(f"{key}.root={root}: {len(found)} images in images/; at least 3")
         pairs, classes = [], int(settings.get("num_classes", 3))
         size = int(settings.get("image_size", 64))
+        check_memory(
+            len(found), size, f"{key}.image_size={size} pads each of the {len(found)} images"
+        )
         for image in found:
-            mask = masks / image.name
-            if not mask.is_file():
-                raise UserError(f"{image} has no mask: expected {mask}")
-            shape, labels = _read(image, Image).shape, _read(mask, Image)
-            _check_item(mask, shape[:2], labels.shape, labels, classes)
-            _check_size(image, labels.shape, size)
+            check_regular(
+                image, f"{key}.root={root}: images/{image.name}", "images/ holds image files"
+            )
+            mask = F.mask_of(image, masks)
+            if mask is None:
+                raise UserError(f"{image} has no mask: expected {masks / image.name}")
+            check_regular(mask, f"{key}.root={root}: masks/{mask.name}", "masks/ holds image files")
+            shape, values = F.grey(image, size).shape, F.labels(mask)
+            if tuple(values.shape) != tuple(shape):
+                raise UserError(
+                    f"{mask} has shape {list(values.shape)}, its image {list(shape)}: a mask "
+                    "is one label per pixel of its image (one channel)"
+                )
+            N.check_labels(mask, values, classes)
             pairs.append((image, mask))
         cls.check_folds(settings, key, len(pairs))
         return pairs
 
     def load(self):
-        from PIL import Image
-
         items = []
-        for image, mask in self.pairs:
-            with Image.open(image) as a, Image.open(mask) as b:
-                x = np.asarray(a.convert("L"), dtype=np.float32) / 255.0
-                y = np.asarray(b, dtype=np.uint8)
+        for image, mask in self.pairs:  # checked: whole labels below num_classes fit in 8 bits
+            x, y = F.grey(image), F.labels(mask).astype(np.uint8)
             x, y = pad_to(x[None, None], self.image_size), pad_to(y[None], self.image_size)
             items.append((torch.from_numpy(x), torch.from_numpy(y)))
         return items, [p.name for p, _ in self.pairs]
 
 
-def _read(path: Path, Image) -> np.ndarray:
-    """The pixels of an image file; one line naming a file that is no readable image."""
-    try:
-        with Image.open(path) as img:
-            return np.asarray(img)
-    except Exception as err:  # noqa: BLE001 (Pillow raises many types on a bad file)
-        raise UserError(f"{path} is not a readable image ({type(err).__name__})") from None
+def check_memory(items: int, size: int, what: str, channels: int = 1) -> None:
+    """The padded items fit in memory: float32 intensities and 8-bit labels, held twice while
+    the training slices are joined into one tensor."""
+    memory.check_fits(
+        2 * items * size * size * (4 * channels + 1),
+        f"{what} to {size}x{size}: they",
+        "set data.image_size to the largest side of the items (it only needs to hold them)",
+    )
 
 
-def _check_item(path, image_shape, label_shape, labels, num_classes: int) -> None:
-    """A label map of its image's shape, of labels 0..num_classes-1."""
-    if tuple(label_shape) != tuple(image_shape):
-        raise UserError(
-            f"{path} has shape {list(label_shape)}, its image {list(image_shape)}: a mask is "
-            "one label per pixel of its image (one channel)"
+def warn_absent_classes(label_maps: list[torch.Tensor], num_classes: int, root) -> None:
+    """One warning line (rank 0's) when a class occurs in no label map: all background trains
+    to a Dice of 0 without a word, and a class nothing shows has no Dice worth reading."""
+    if not is_rank_zero():
+        return
+    counts = sum(torch.bincount(y.flatten().long(), minlength=num_classes) for y in label_maps)
+    absent = [k for k in range(1, num_classes) if counts[k] == 0]
+    if len(absent) == num_classes - 1:
+        log.warning(
+            "data.root=%s: every label map is background (label 0) only: there is nothing to "
+            "segment, and the Dice will stay 0",
+            root,
         )
-    found = int(np.max(labels)) if np.size(labels) else 0
-    if found >= num_classes or np.min(labels) < 0:
-        raise UserError(
-            f"{path} holds label {found}; labels are 0 to {num_classes - 1} "
-            f"(data.num_classes={num_classes}, background included)"
+    elif absent:
+        log.warning(
+            "data.root=%s: label %s occurs in no label map (data.num_classes=%d): nothing "
+            "teaches it, and its Dice (val/dice_%d) means nothing",
+            root,
+            ", ".join(map(str, absent)),
+            num_classes,
+            absent[0],
         )
 
 

@@ -12,6 +12,7 @@ from torch.utils.data import TensorDataset
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
+from litlab.domains.table import values
 from litlab.errors import UserError
 
 #: target quantiles that stratify the splits and the k-fold folds (each split spans the range)
@@ -36,12 +37,22 @@ class TableDataModule(folds.FoldSettings, SplitDataModule):
         **kwargs,
     ):
         super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
-        self.x, self.y, self.feature_names, self.target_names = read_table(path)
+        x, y, self.feature_names, self.target_names = read_table(path)
+        self.y = y  # float64 until checked: the strata of the split read it
         self.split = self._split()
         train = self.split["train"]
-        # the net standardizes features and targets with the training rows' statistics
-        self.feature_mean, self.feature_std = _moments(self.x[train])
-        self.target_mean, self.target_std = _moments(self.y[train, None])
+        # the net standardizes features and targets with the training rows' statistics, in
+        # float32: each value is checked so, by column, before it is cast
+        self.feature_mean, self.feature_std = values.moments(x[train])
+        self.target_mean, self.target_std = values.moments(y[train, None])
+        where = f"data.path={path}"
+        values.check_columns(x, self.feature_mean, self.feature_std, self.feature_names, where)
+        values.check_columns(
+            y[:, None], self.target_mean, self.target_std, self.target_names, where
+        )
+        values.check_target_scale(y, self.target_names[0], where)
+        values.warn_constant_target(y, self.split, self.target_names[0], where)
+        self.x, self.y = x.astype(np.float32), y.astype(np.float32)
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
@@ -82,8 +93,8 @@ class TableDataModule(folds.FoldSettings, SplitDataModule):
 
 
 def read_table(path) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
-    """(features, target, feature names, [target name]) as float32; one line for a table
-    that is not numbers with a header row."""
+    """(features, target, feature names, [target name]) in float64 (values.py checks them
+    in the net's float32); one line for a table that is not numbers with a header row."""
     if path is None:
         from sklearn.datasets import load_diabetes
 
@@ -111,14 +122,7 @@ def read_table(path) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
         )
     if len(names) != table.shape[1]:
         names = [f"x{i}" for i in range(table.shape[1] - 1)] + ["target"]
-    x, y = table[:, :-1].astype(np.float32), table[:, -1].astype(np.float32)
-    return x, y, names[:-1], names[-1:]
-
-
-def _moments(values: np.ndarray) -> tuple[list[float], list[float]]:
-    """Per-column mean and standard deviation (a constant column: 1, not 0)."""
-    std = values.std(0)
-    return values.mean(0).tolist(), np.where(std > 1e-8, std, 1.0).tolist()
+    return table[:, :-1], table[:, -1], names[:-1], names[-1:]
 
 
 def _is_number(text: str) -> bool:

@@ -10,15 +10,19 @@ from typing import Literal
 import torch
 from torchvision.transforms import v2
 
-from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
-from litlab.data import folds
+from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
+from litlab.data import folds, memory
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
 from litlab.domains.vision.images import TensorImages, random_affine, read_image
 from litlab.errors import UserError
 from litlab.tasks import IMAGE_CLASSIFICATION
+from litlab.utils.files import check_regular
 
 LEFT = "samples left after the test split (data.test_fraction)"
+#: float32 copies of a batch held at once (decoded, scaled, augmented, normalized) and the
+#: batches the loader prepares ahead
+BATCH_COPIES = 4
 
 
 class VisionDataModule(folds.FoldSettings, SplitDataModule):
@@ -163,7 +167,7 @@ class ImageFolderDataModule(VisionDataModule):
     def __init__(
         self,
         root: str,
-        image_size: PosInt = 64,
+        image_size: ImageSide = 64,
         channels: Literal[1, 3] = 3,
         test_fraction: Fraction = 0.2,
         **kwargs,
@@ -180,6 +184,13 @@ class ImageFolderDataModule(VisionDataModule):
     def check_settings(cls, settings: dict, key: str) -> None:
         root = Path(str(settings["root"]))
         cls.class_folders(root, key)
+        size, batch = int(settings.get("image_size", 64)), int(settings.get("batch_size", 128))
+        channels = int(settings.get("channels", 3))
+        memory.check_fits(
+            batch * channels * size * size * BATCH_COPIES * 4,
+            f"{key}.image_size={size}: batches of {batch} images of {channels}x{size}x{size}",
+            f"lower {key}.image_size or {key}.batch_size",
+        )
         if settings.get("num_folds") is not None and (root / "train").is_dir():
             raise UserError(
                 f"{key}.num_folds={settings['num_folds']}: {root} has fixed train/val/test "
@@ -231,6 +242,7 @@ class ImageFolderDataModule(VisionDataModule):
             str(self._split_root(split)), transform=decode, allow_empty=False, loader=read_image
         )
         for path, _ in folder.samples:  # headers only: a broken file fails now, by name
+            check_regular(path, f"image {path}", "a class folder holds image files")
             read_image(path, header_only=True)
         return folder
 
