@@ -42,7 +42,7 @@ def _litlab_imports(path: Path) -> set[str]:
 def test_entry_points_are_thin_and_call_a_recipe():
     for script, recipe in (
         ("train.py", "litlab.recipes.train"),
-        ("eval.py", "litlab.recipes.evaluate"),
+        ("eval.py", "litlab.export.evaluate"),
     ):
         path = SRC / script
         assert len(path.read_text().splitlines()) <= 30, script

@@ -241,6 +241,11 @@ def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckp
     model = load_run(run / "1_prune.ckpt").model  # the exporter rebuilds the smaller net too
     assert prune.count(model.net)[0] == pruned["params"]
     export_onnx(model, (torch.randn(2, 1, 8, 8),), tmp_path / "again.onnx")
+    # the int8 file names its run: eval.py scores it on the split compress judged it on
+    import litlab
+
+    scored = litlab.evaluate([f"model_path={run / '2_quantize.onnx'}", f"paths.log_dir={tmp_path}"])
+    assert scored.metrics["test/acc"] == pytest.approx(int8["test/acc"], abs=1e-6)
 
 
 @TEACHER

@@ -108,6 +108,7 @@ COVERED = {
     "python src/train.py tune=batch_size": "test_inspect_domains.py::test_batch_size_finder_sets_the_batch_size_trained_with",
     # deploy, compress, federated
     "python src/eval.py ckpt_path=...": "test_options.py::test_eval_split_val_scores_and_predicts_the_validation_split",
+    "python src/eval.py model_path=logs/export/runs/<timestamp>/model.onnx": "test_eval_exported.py::test_an_fp32_file_scores_as_its_checkpoint",
     "python src/export.py ckpt_path=logs/train/runs/<timestamp>/checkpoints/last.ckpt": "test_export.py::test_digits_formats_verified",
     "python src/serve.py model_path=logs/export/runs/<timestamp>/model.onnx": "test_serve.py::test_uploaded_images_get_eval_predictions",
     "python src/compress.py ckpt_path=PATH compress=prune compress.prune.ratio=0.1": "test_compress.py::test_pruned_net_is_smaller_evaluates_and_quantizes",

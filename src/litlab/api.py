@@ -52,7 +52,8 @@ def train(overrides: Sequence[str] = ()) -> RunResult:
 
 
 def evaluate(overrides: Sequence[str] = ()) -> RunResult:
-    """Test a checkpoint as `python src/eval.py ckpt_path=PATH *overrides` does."""
-    from litlab.recipes.evaluate import evaluate as recipe
+    """Test a checkpoint as `python src/eval.py ckpt_path=PATH *overrides` does (or an
+    exported file: `model_path=FILE.onnx`)."""
+    from litlab.export.evaluate import evaluate as recipe
 
     return run("eval", overrides, recipe)

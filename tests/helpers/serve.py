@@ -71,8 +71,8 @@ def png(pixels: np.ndarray) -> bytes:
 
 
 def export_digits(digits_run, tmp_path_factory) -> dict:
-    """The default digits run's best checkpoint exported to ONNX (once per session: the
-    serving test modules share it), and eval.py's predictions."""
+    """The default digits run's best checkpoint exported to ONNX, fp32 and int8 (once per
+    session: the serving and eval test modules share it), and eval.py's predictions."""
     from filelock import FileLock
 
     from litlab.export.recipe import export_checkpoint
@@ -82,13 +82,22 @@ def export_digits(digits_run, tmp_path_factory) -> dict:
     with FileLock(base / "serve_export.lock"):
         if not (logs / "export" / "done").exists():
             report = export_checkpoint(
-                digits_run.best, logs / "export", formats=["onnx"], latency={"batch_sizes": []}
+                digits_run.best,
+                logs / "export",
+                formats=["onnx", "onnx_int8"],
+                latency={"batch_sizes": []},
             )
             assert report["ok"], report
             (logs / "export" / "done").touch()
     with open(digits_run.eval / "predictions.csv") as f:
         preds = [int(r["pred"]) for r in csv.DictReader(f)]
-    return {"onnx": logs / "export" / "model.onnx", "preds": preds, "logs": logs}
+    out = logs / "export"
+    return {
+        "onnx": out / "model.onnx",
+        "int8": out / "model.int8.onnx",
+        "preds": preds,
+        "logs": logs,
+    }
 
 
 def start(

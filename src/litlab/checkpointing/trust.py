@@ -94,8 +94,21 @@ def shown(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class ExportedFile(str):
+    """The path of an exported model file whose metadata holds a run's stored config
+    (`eval.py model_path=`): messages name it by its own key, not as a checkpoint."""
+
+    key = "model_path"
+
+
+def named(source) -> str:
+    """`ckpt_path=FILE`, or `model_path=FILE` for an `ExportedFile`: the key and file a message
+    about a stored config names."""
+    return f"{getattr(source, 'key', 'ckpt_path')}={shown(source, 200)}"
+
+
 def refusal(source: str, what: str) -> UserError:
-    return UserError(f"ckpt_path={shown(source, 200)}: its stored config {what}; {TRUST_HINT}")
+    return UserError(f"{named(source)}: its stored config {what}; {TRUST_HINT}")
 
 
 def _object(name: str):
@@ -250,7 +263,7 @@ def _check_file(key: str, value, source: str) -> None:
 
     if value is not None and not (isinstance(value, str) and Path(value).is_file()):
         raise UserError(
-            f"ckpt_path={shown(source, 200)}: its stored config names {key}={shown(value)}, "
+            f"{named(source)}: its stored config names {key}={shown(value)}, "
             f"which is not a file here, and litlab writes no file a checkpoint names; pass "
             f"+data_overrides.{key.split('.', 1)[1]}=null (or a file of yours)"
         )

@@ -17,9 +17,13 @@ def _spec(model, dm):
     return tasks.of(dm).export_spec(SimpleNamespace(model=model, datamodule=dm))
 
 
-def quantize_graph_net(model, dm, step, out: Path, index: int) -> tuple[Path, Path]:
-    """(fp32 ONNX, int8 ONNX) of a graph net, both next to the run's checkpoints."""
+def quantize_graph_net(
+    model, dm, step, out: Path, index: int, run_cfg: dict | None = None
+) -> tuple[Path, Path]:
+    """(fp32 ONNX, int8 ONNX) of a graph net, both next to the run's checkpoints; `run_cfg`:
+    the run they score on, named in their metadata (eval.py model_path=)."""
     from litlab import tasks
+    from litlab.compression.measure import file_metadata
     from litlab.export.onnx import export_onnx
     from litlab.export.quantize import quantize_int8
     from litlab.export.recipe import prepare_net
@@ -33,6 +37,7 @@ def quantize_graph_net(model, dm, step, out: Path, index: int) -> tuple[Path, Pa
         out / f"{index}_fp32.onnx",
         input_names=spec.input_names,
         dynamic=spec.dynamic,
+        metadata=file_metadata(run_cfg, dm, spec.input_names) if run_cfg is not None else None,
     )
     int8 = quantize_int8(
         fp32,

@@ -64,11 +64,19 @@ def example(datamodule, batch: int = 2) -> torch.Tensor:
     return x[:batch].repeat(batch // len(x[:batch]) + 1, *[1] * (x.dim() - 1))[:batch]
 
 
-def export(model, datamodule, path: Path) -> Path:
-    """The model's net as one ONNX file (batch axis dynamic), via the exporter's code."""
+def export(model, datamodule, path: Path, run_cfg: dict | None = None) -> Path:
+    """The model's net as one ONNX file (batch axis dynamic), via the exporter's code, with
+    the run it scores on named in its metadata (`file_metadata`)."""
     from litlab.export.onnx import export_onnx
 
-    return Path(export_onnx(model, (example(datamodule),), path))
+    meta = file_metadata(run_cfg, datamodule, ["x"]) if run_cfg is not None else None
+    return Path(export_onnx(model, (example(datamodule),), path, metadata=meta))
+
+
+def file_metadata(run_cfg: dict, datamodule, input_names: list[str]) -> dict:
+    """What `eval.py model_path=` reads of a compress ONNX file (its int8 file keeps it): the
+    run config that rebuilds the stage's model and data split, the task kind, the inputs."""
+    return {"task": tasks.of(datamodule).name, "input_names": input_names, "config": run_cfg}
 
 
 def latency(net, onnx_files: dict, datamodule, batch_sizes, budget_s: float) -> dict:

@@ -194,7 +194,8 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
         stage.model, stage.run_cfg, dm, ckpt, metric, cfg.trainer.accelerator
     )
     if tensors and cfg.report.onnx:
-        stage.onnx = measure.export(stage.model, dm, out / f"{index}_{stage.name}.onnx")
+        onnx = out / f"{index}_{stage.name}.onnx"
+        stage.onnx = measure.export(stage.model, dm, onnx, stage.run_cfg)
     lat = (
         measure.latency(
             stage.model.net,

@@ -270,9 +270,9 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
     if not tasks.of(dm).batched_tensor:  # as export.py quantizes graphs
         from litlab.compression.int8 import quantize_graph_net
 
-        _, q = quantize_graph_net(stage.model, dm, step, out, index)
+        _, q = quantize_graph_net(stage.model, dm, step, out, index, stage.run_cfg)
         return Stage("quantize", stage.model, stage.run_cfg, onnx=q, quantized=True)
-    fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx")
+    fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx", stage.run_cfg)
     batches = measure.calibration(dm, step.calibration_batches)
     q = quantize_int8(
         fp32,

@@ -56,9 +56,9 @@ def check_stored(stored: dict, source: str, overridable: bool = False) -> None:
     do (stages 2 to 4 of `config.validate`), so a file from elsewhere fails in one line naming
     the key, not deep inside a build, a loss or an export. `stored`: plain data (`trust.check`
     passed); `overridable`: the command takes `data_overrides`, and a bad data key says how."""
-    from litlab.checkpointing.trust import shown
+    from litlab.checkpointing.trust import named
 
-    where = f"ckpt_path={shown(source, 200)}: its stored config"
+    where = f"{named(source)}: its stored config"
     for key in ("model", "data"):
         node = stored.get(key)
         if not isinstance(node, dict) or not isinstance(node.get("_target_"), str):
@@ -152,6 +152,31 @@ def check_checkpoint_to_rebuild(path, trust: bool, data_overrides: dict) -> None
     data overrides fit the data it stores."""
     check_checkpoint_exists(path)
     check_checkpoint(path, None, trust, dict(data_overrides))
+
+
+def check_exported_to_rebuild(path, trust: bool, data_overrides: dict) -> None:
+    """An exported file eval.py scores (`model_path`): its metadata names a run (the stored
+    config src/export.py writes), checked as a checkpoint's stored config is, with this
+    command's data overrides, and of the task kind the file says."""
+    from litlab import tasks
+    from litlab.checkpointing import exported
+    from litlab.checkpointing.trust import ExportedFile, check, merged
+
+    run = exported.stored_run(path)
+    source, overrides = ExportedFile(path), dict(data_overrides)
+    if not trust:
+        check(merged(run.config, overrides), source)
+    if overrides:
+        check_data_overrides(path, overrides, stored=run.config.get("data"))
+    if not trust:
+        check_stored(merged(run.config, overrides), source, True)
+    data = run.config.get("data") or {}
+    theirs = tasks.kind_name_of_data(data.get("_target_"), "data") if "_target_" in data else None
+    if theirs != run.kind:
+        raise UserError(
+            f"model_path={path}: its metadata says task kind {run.kind}, but its stored data "
+            f"is {theirs}: not a file src/export.py wrote; re-export the checkpoint"
+        )
 
 
 def check_data_overrides(

@@ -65,18 +65,42 @@ class TrainSettings(OwnKeys):
 
 
 class EvalSettings(OwnKeys):
-    """The model and data come from the checkpoint's stored config."""
+    """The model and data come from the checkpoint's stored config, or from the one an
+    exported file's metadata holds (`model_path`: a model.onnx of src/export.py)."""
 
     split: Literal["test", "val"] = "test"
     predictions: bool = True
-    ckpt_path: str
+    ckpt_path: str | None = None
+    model_path: str | None = None
     trust_checkpoint: bool = False
     data_overrides: dict = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _one_model(self):
+        if self.ckpt_path is not None and self.model_path is not None:
+            raise UserError(
+                f"ckpt_path={self.ckpt_path} and model_path={self.model_path} are both given; "
+                "eval.py scores one: a checkpoint (ckpt_path=) or an exported file (model_path=)"
+            )
+        if self.ckpt_path is None and self.model_path is None:
+            raise UserError(
+                "ckpt_path is required: add ckpt_path=logs/train/runs/<run>/checkpoints/"
+                "<file>.ckpt to the command (or model_path=<file>.onnx, an exported model)"
+            )
+        return self
+
     def check_files_exist(self) -> None:
+        if self.model_path is not None:
+            from litlab.checkpointing.exported import check_exists
+
+            return check_exists(self.model_path)
         checkpoints.check_checkpoint_exists(self.ckpt_path)
 
     def check_files(self) -> None:
+        if self.model_path is not None:
+            return checkpoints.check_exported_to_rebuild(
+                self.model_path, self.trust_checkpoint, self.data_overrides
+            )
         checkpoints.check_checkpoint_to_rebuild(
             self.ckpt_path, self.trust_checkpoint, self.data_overrides
         )

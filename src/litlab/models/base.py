@@ -132,6 +132,11 @@ class LitModule(L.LightningModule):
         loads into a plain one and back."""
         self.__dict__["_forward"] = fn
 
+    def forward_through(self, fn) -> None:
+        """Run `fn` wherever the net would run (every step calls `self(...)`): eval.py scores
+        an exported file this way, with the module's own steps, loss and metrics."""
+        self._set_forward(fn)
+
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Before the weights are loaded: a checkpoint of another net (another model=, other
         model.net settings) is refused in one line that names the net it holds. Checkpoints

@@ -1,6 +1,9 @@
 """The evaluation recipe as a plain function: test a checkpoint on the split it was trained
-with (rebuilt from the config stored inside it) and write metrics.json and predictions.csv."""
+with (rebuilt from the config stored inside it) and write metrics.json and predictions.csv.
+An exported file (`model_path=`) goes through the same `score`, with the file as the net
+(`litlab.export.evaluate`)."""
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -12,13 +15,18 @@ from litlab.runs.result import RunResult
 def evaluate(cfg: DictConfig) -> RunResult:
     """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
     from litlab.config import validate
+    from litlab.errors import UserError
 
     # bad input fails here, in one line, before any data is read
-    validate.check(cfg, "eval")
-    from litlab.config import build
+    settings = validate.check(cfg, "eval")
+    if settings.model_path is not None:
+        raise UserError(
+            f"model_path={settings.model_path}: an exported file is scored by src/eval.py or "
+            "litlab.evaluate (litlab.export.evaluate), not by this checkpoint recipe"
+        )
     from litlab.recipes import report
     from litlab.recipes.load import load_run
-    from litlab.runs import first_forward, predictions
+    from litlab.runs import first_forward
 
     report.apply_extras(cfg)
     overrides = OmegaConf.to_container(cfg.data_overrides, resolve=True)
@@ -29,10 +37,22 @@ def evaluate(cfg: DictConfig) -> RunResult:
     note = provenance.code_note(run.checkpoint.get(provenance.KEY))
     if note:  # the checkpoint was trained by other code (a later commit, local edits)
         print(note, flush=True)
+    watch = first_forward.watched(run.model.net, run.config.model.net._target_)
+    return score(cfg, run, str(cfg.ckpt_path), watch)
+
+
+def score(cfg: DictConfig, run, source: str, watch=None, label: str = "checkpoint") -> RunResult:
+    """Test `run` (a `LoadedRun`) on `cfg.split` with the module's own steps and metrics and
+    write metrics.json and predictions.csv into the run dir. `source`: what was scored (a
+    checkpoint, a model file: `label` says which); `watch`: a context around the test."""
+    from litlab.config import build
+    from litlab.recipes import report
+    from litlab.runs import predictions
+
     trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
     evaluate_split = trainer.test if cfg.split == "test" else trainer.validate
     # verbose=False: the Results block of report.summary says the same, once
-    with first_forward.watched(run.model.net, run.config.model.net._target_):
+    with watch or contextlib.nullcontext():
         metrics = evaluate_split(run.model, datamodule=run.datamodule, verbose=False)[0]
     out = Path(cfg.paths.output_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -44,5 +64,5 @@ def evaluate(cfg: DictConfig) -> RunResult:
         sources = run.datamodule.sources(cfg.split)
         rows = predictions.write_csv(batches, out / "predictions.csv", sources)
         print(f"wrote {rows} predictions to {out / 'predictions.csv'}")
-    report.summary(cfg, metrics, cfg.ckpt_path)
-    return RunResult(metrics, out, str(cfg.ckpt_path))
+    report.summary(cfg, metrics, source, label)
+    return RunResult(metrics, out, source if label == "checkpoint" else None)

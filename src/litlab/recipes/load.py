@@ -29,14 +29,46 @@ def load_run(
     as its run dir records (`litlab.checkpointing.data_folders`). Its weights, stored config
     and provenance are validated first (`checkpointing.load`, `config.checkpoints.check_stored`,
     `checkpointing.weights`): one line, not a traceback or a NaN model."""
-    from litlab.checkpointing import data_folders, weights
-    from litlab.checkpointing import trust as trusted
+    from litlab.checkpointing import weights
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
+
+    ckpt = load(ckpt_path)
+    stored, source = ckpt[CONFIG_KEY], str(ckpt_path)
+    run = rebuild(
+        stored,
+        source,
+        data_overrides,
+        trust=trust,
+        data_dir=data_dir,
+        written_by=(ckpt_path, stored.get("ckpt_path")),
+    )
+    state = weights.without_legacy(ckpt["state_dict"])
+    weights.check_fits(state, run.model.state_dict(), source)  # before any tensor is copied
+    run.model.load_state_dict(state)
+    run.model.eval()
+    return LoadedRun(run.model, run.datamodule, run.config, ckpt)
+
+
+def rebuild(
+    stored: dict,
+    source: str,
+    data_overrides: dict | None = None,
+    *,
+    trust: bool = False,
+    data_dir=None,
+    written_by=(),
+) -> LoadedRun:
+    """The model (its net freshly initialized) and datamodule a stored run config builds, as
+    `load_run` builds a checkpoint's: checked unless `trust`, data folders this machine's.
+    `source`: the file it came from, as messages name it (`trust.ExportedFile` for a model
+    file); `written_by`: the checkpoints whose run dirs record the data folders the user
+    chose. The returned run holds no checkpoint ({})."""
+    from litlab.checkpointing import data_folders
+    from litlab.checkpointing import trust as trusted
     from litlab.config import build, data_paths
     from litlab.config.checkpoints import check_stored
 
-    ckpt = load(ckpt_path)
     if data_overrides:  # this command's own values, resolved where they were composed
         data_overrides = data_paths.absolute_values(
             {
@@ -50,22 +82,18 @@ def load_run(
         from litlab.config.resolvers import PROJECT_ROOT
 
         data_dir = os.environ.get("LITLAB_DATA_DIR") or str(PROJECT_ROOT / "data")
-    stored, source = ckpt[CONFIG_KEY], str(ckpt_path)
     if not trust:
         trusted.check(stored, source)  # plain data first: its folders are then plain strings
         overridden = tuple(data_overrides or ())
         # folders the user typed when training on this machine (its run dir's record) stay
-        chosen = data_folders.user_chosen(ckpt_path, stored.get("ckpt_path"))
+        chosen = data_folders.user_chosen(*written_by)
         stored = data_folders.here(stored, data_dir, source, overridden, chosen)
     cfg = trusted.checked(stored, source, data_overrides, trust=trust)
     check_stored(_plain(cfg, source), source)  # as a command line's model and data are
     datamodule = build.datamodule(cfg)
     model = build.model(cfg, datamodule)
-    state = weights.without_legacy(ckpt["state_dict"])
-    weights.check_fits(state, model.state_dict(), source)  # before any tensor is copied
-    model.load_state_dict(state)
     model.eval()
-    return LoadedRun(model, datamodule, cfg, ckpt)
+    return LoadedRun(model, datamodule, cfg, {})
 
 
 def _plain(cfg: DictConfig, source: str) -> dict:

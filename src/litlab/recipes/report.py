@@ -64,6 +64,8 @@ def header(cfg: DictConfig, out: Path | None) -> str:
     lines = [f"{cfg.get('task_name', 'run')}: {' '.join(shown)}".rstrip()]
     if cfg.get("ckpt_path"):
         lines.append(f"  checkpoint  {cfg.ckpt_path}")
+    if cfg.get("model_path"):  # eval.py of an exported file
+        lines.append(f"  model       {cfg.model_path}")
     table = OmegaConf.select(cfg, "data.path", default=None) if cfg.get("data") else None
     if isinstance(table, str):  # a file of the user's (a table): which one, not the recipe's
         lines.append(f"  data        {table}")
@@ -136,8 +138,11 @@ def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
         (Path(cfg.paths.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=2))
 
 
-def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) -> None:
-    """Final lines of a run: metrics, then where everything is."""
+def summary(
+    cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None, label: str = "checkpoint"
+) -> None:
+    """Final lines of a run: metrics, then where everything is (`label`: what `checkpoint`
+    is, e.g. the model file eval.py scored)."""
     import os
 
     if not is_rank_zero():
@@ -147,7 +152,7 @@ def summary(cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None) 
     lines += [
         "Files",
         f"  run dir          {out}",
-        f"  checkpoint       {checkpoint or '(none written)'}",
+        f"  {label:<16} {checkpoint or '(none written)'}",
         f"  logs             {out / (cfg.task_name + '.log')}",
     ]
     lines += [

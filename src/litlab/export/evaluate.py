@@ -1,0 +1,129 @@
+"""`python src/eval.py model_path=FILE`: an exported ONNX file (fp32 or int8) scored as its
+checkpoint is. The run is rebuilt from the config the file's metadata stores (its data split,
+its module with the module's loss and metrics; `checkpointing.exported` checks that metadata as
+a checkpoint's stored config is checked), the net's forward is the file under ONNX Runtime,
+and the checkpoint recipe's own test and predict steps run (`recipes.evaluate.score`): the
+same metric names and torchmetrics, the same predictions.csv. An fp32 file's figures equal its
+checkpoint's within float tolerance; an int8 file's are its own. The checkpoint may be gone."""
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from litlab.errors import UserError, one_line
+from litlab.runs.result import RunResult
+
+#: the numpy type of each ONNX input type a net takes (others are fed as they come)
+TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64"}
+
+
+def evaluate(cfg: DictConfig) -> RunResult:
+    """src/eval.py and `litlab.evaluate`: a checkpoint (`ckpt_path`, `recipes.evaluate`) or
+    an exported file (`model_path`)."""
+    if cfg.get("model_path") is None:
+        from litlab.recipes.evaluate import evaluate as checkpoint
+
+        return checkpoint(cfg)
+    return evaluate_file(cfg)
+
+
+def evaluate_file(cfg: DictConfig) -> RunResult:
+    """Metrics and predictions of `cfg.model_path` on `cfg.split` of the run it names."""
+    from litlab.config import validate
+
+    # bad input (no run named, crafted metadata, both files given) fails here, in one line
+    settings = validate.check(cfg, "eval")
+    from litlab.checkpointing import exported
+    from litlab.checkpointing.trust import ExportedFile
+    from litlab.recipes import report
+    from litlab.recipes.evaluate import score
+    from litlab.recipes.load import rebuild
+
+    path = settings.model_path
+    stored = exported.stored_run(path)
+    forward = OnnxForward(path)
+    report.apply_extras(cfg)
+    run = rebuild(
+        stored.config,
+        ExportedFile(path),
+        OmegaConf.to_container(cfg.data_overrides, resolve=True),
+        trust=settings.trust_checkpoint,
+        data_dir=cfg.paths.data_dir,
+        written_by=(stored.checkpoint, stored.config.get("ckpt_path")),
+    )
+    _check_fits(run, forward, path)
+    run.model.forward_through(forward)
+    return score(cfg, run, str(path), label="model")
+
+
+def _spec(run):
+    """The export Spec of the run's task kind (its example inputs, input names)."""
+    from litlab.export.domains import spec_for
+
+    return spec_for(run)
+
+
+def _check_fits(run, forward: "OnnxForward", path) -> None:
+    """The file is the run's net: the inputs its task kind feeds, and on the export example
+    the output shape of the net its stored config builds (one line now, not a traceback from
+    inside the test loop)."""
+    import torch
+
+    from litlab.export.recipe import prepare_net
+
+    spec = _spec(run)
+    if spec.input_names != forward.names:
+        raise UserError(
+            f"model_path={path} takes inputs {forward.names}; its run's task kind "
+            f"({spec.kind}) feeds {spec.input_names}: not a file src/export.py wrote for it"
+        )
+    with torch.inference_mode():
+        want = tuple(prepare_net(run.model)(*spec.example).shape)
+        got = tuple(forward(*spec.example).shape)
+    if got != want:
+        raise UserError(
+            f"model_path={path} answers outputs of shape {list(got)} where the net its "
+            f"metadata's run config builds answers {list(want)}: the file is not that run's "
+            "net; re-export the checkpoint with src/export.py"
+        )
+
+
+class OnnxForward:
+    """The file under ONNX Runtime, called as the net is called: tensors in (cast to the
+    file's input types), one tensor out (the first output) on the inputs' device."""
+
+    def __init__(self, path):
+        from litlab.export.latency import ort_session
+
+        self.path = path
+        try:
+            session = ort_session(Path(path))  # threads: torch's, as eval.py's threads= set
+        except Exception as err:  # noqa: BLE001 (ORT raises its own types on a bad graph)
+            raise UserError(
+                f"model_path={path} cannot be loaded by ONNX Runtime: {one_line(err, limit=200)}"
+            ) from None
+        self.session = session
+        self.names = [i.name for i in session.get_inputs()]
+        self.types = [TYPES.get(i.type) for i in session.get_inputs()]
+
+    def __call__(self, *inputs):
+        import torch
+
+        if len(inputs) != len(self.names):
+            raise UserError(
+                f"model_path={self.path} takes {len(self.names)} inputs {self.names}; the "
+                f"run's module gives {len(inputs)}"
+            )
+        feeds = {}
+        for name, kind, tensor in zip(self.names, self.types, inputs):
+            array = tensor.detach().cpu().numpy()
+            feeds[name] = array.astype(kind, copy=False) if kind else array
+        try:
+            out = self.session.run(None, feeds)[0]
+        except Exception as err:  # noqa: BLE001 (ORT's errors: shapes, types)
+            shapes = " and ".join(str(list(t.shape)) for t in inputs)
+            raise UserError(
+                f"model_path={self.path} cannot run on the run's data (input of shape "
+                f"{shapes}): {one_line(err, limit=300)}"
+            ) from None
+        return torch.from_numpy(out).to(inputs[0].device)
