@@ -76,7 +76,7 @@ def export(model, datamodule, path: Path, run_cfg: dict | None = None) -> Path:
 def file_metadata(run_cfg: dict, datamodule, input_names: list[str]) -> dict:
     """What `eval.py model_path=` reads of a compress ONNX file (its int8 file keeps it): the
     run config that rebuilds the stage's model and data split, the task kind, the inputs."""
-    return {"task": tasks.of(datamodule).name, "input_names": input_names, "config": run_cfg}
+    return {"kind": tasks.of(datamodule).name, "input_names": input_names, "config": run_cfg}
 
 
 def latency(net, onnx_files: dict, datamodule, batch_sizes, budget_s: float) -> dict:

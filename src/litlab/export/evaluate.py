@@ -58,9 +58,9 @@ def evaluate_file(cfg: DictConfig) -> RunResult:
 
 def _spec(run):
     """The export Spec of the run's task kind (its example inputs, input names)."""
-    from litlab.export.domains import spec_for
+    from litlab import tasks
 
-    return spec_for(run)
+    return tasks.of(run.datamodule).export_spec(run)
 
 
 def _check_fits(run, forward: "OnnxForward", path) -> None:
