@@ -106,11 +106,11 @@ CRAFTED = {
         "its stored config names model.net._target_=shutil.copy",
     ),
     "kind_is_code": (
-        lambda p: p.update(task=f"{CANARY}.run"),
+        lambda p: p.update(kind=f"{CANARY}.run"),
         f"its litlab metadata is not usable: its task kind is {CANARY}.run; known: ",
     ),
     "kind_of_other_data": (
-        lambda p: p.update(task="regression"),
+        lambda p: p.update(kind="regression"),
         "its metadata says task kind regression, but its stored data is image_classification",
     ),
     "config_not_a_mapping": (

@@ -56,29 +56,24 @@ def evaluate_file(cfg: DictConfig) -> RunResult:
     return score(cfg, run, str(path), label="model")
 
 
-def _spec(run):
-    """The export Spec of the run's task kind (its example inputs, input names)."""
-    from litlab import tasks
-
-    return tasks.of(run.datamodule).export_spec(run)
-
-
 def _check_fits(run, forward: "OnnxForward", path) -> None:
     """The file is the run's net: the inputs its task kind feeds, and on the export example
     the output shape of the net its stored config builds (one line now, not a traceback from
     inside the test loop)."""
     import torch
 
+    from litlab import tasks
     from litlab.export.recipe import prepare_net
 
-    spec = _spec(run)
+    kind = tasks.of(run.datamodule)
+    spec = kind.export_spec(run)
     if spec.input_names != forward.names:
         raise UserError(
             f"model_path={path} takes inputs {forward.names}; its run's task kind "
             f"({spec.kind}) feeds {spec.input_names}: not a file src/export.py wrote for it"
         )
     with torch.inference_mode():
-        want = tuple(prepare_net(run.model)(*spec.example).shape)
+        want = tuple(prepare_net(run.model, kind)(*spec.example).shape)
         got = tuple(forward(*spec.example).shape)
     if got != want:
         raise UserError(
