@@ -158,7 +158,7 @@ def test_an_int8_file_is_judged_against_its_source_read_once_when_the_test_mirro
     assert read == [fp32]  # only the mirrored model's source file was read again
 
 
-def test_a_default_unet3d_student_starts_from_its_teachers_strongest_channels():
+def test_a_default_unet3d_student_starts_from_its_teachers_strongest_channels(tmp_path):
     """compress=distill's default U-Net student holds its teacher's most important channels
     (structured pruning's choice), not a random start: from scratch, the student of an
     8-epoch phantoms teacher (Dice 0.95) never found the nodule in its 5 epochs and ended at
@@ -168,8 +168,8 @@ def test_a_default_unet3d_student_starts_from_its_teachers_strongest_channels():
     from litlab.compression.steps import Stage, inherit_channels
     from litlab.config import build
 
-    cfg = compose("train", ["model=unet3d", *TINY_NET, *TINY_DATA])
-    dm = build.datamodule(cfg)
+    cfg = compose("train", ["model=unet3d", *TINY_NET, *TINY_DATA], output_dir=tmp_path)
+    dm = build.datamodule(cfg)  # its split file goes to tmp_path (the channels read patches)
     teacher = build.model(cfg, dm)
     first = "net.model.0.conv.unit0.conv.weight"  # level 1: 8 channels, read from the input
     strong = [1, 3, 4, 6]
