@@ -18,7 +18,7 @@ NOTEBOOK_COPIES := notebooks/.work
 PORT ?=
 JUPYTER_PORT := $(if $(PORT),--ServerApp.port=$(PORT) --ServerApp.port_retries=0)
 
-.PHONY: train test notebook notebook-copies bench doctor new-task clean help
+.PHONY: train test notebook notebook-copies bench doctor new-task schemas clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
@@ -66,6 +66,9 @@ bench: $(VENV)/.installed  ## the CPU benchmarks behind BENCHMARKS.md (run on an
 
 doctor: $(VENV)/.installed  ## check this machine: versions, devices, all-reduce, loopback, disk, data
 	PYTHONPATH=src $(PY) -m litlab.doctor $(ARGS)
+
+schemas: $(VENV)/.installed  ## rewrite schemas/ (the config groups' JSON Schemas) from the models
+	PYTHONPATH=src $(PY) -m litlab.config.schemas
 
 new-task: $(VENV)/.installed  ## copy a domain into a new task: make new-task NAME=mytask FROM=vision|medical3d|table|graph
 	PYTHONPATH=src $(PY) -m litlab.scaffold "$(NAME)" "$(FROM)"

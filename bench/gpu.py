@@ -142,9 +142,10 @@ def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
     import torch
 
     from litlab.config import build
+    from litlab.config.machine import tensorrt_missing as missing
     from litlab.export.domains import spec_for
     from litlab.export.recipe import prepare_net
-    from litlab.export.tensorrt import compile_fp16, missing
+    from litlab.export.tensorrt import compile_fp16
     from litlab.recipes.load import LoadedRun
 
     cfg = train_config(

@@ -2,7 +2,7 @@
 
 PATH is a model.onnx from src/export.py, or a checkpoint, exported (and verified) first.
 Binds 127.0.0.1 by default; Ctrl-C or SIGTERM drains in-flight requests and exits 0.
-Settings and limits: configs/serve.yaml (checked by litlab.serving.settings).
+Settings and limits: configs/serve.yaml (checked by litlab.config.validate).
 """
 
 from omegaconf import DictConfig
@@ -12,10 +12,10 @@ from litlab import cli
 
 @cli.main("serve")
 def main(cfg: DictConfig) -> None:
+    from litlab.config import validate
     from litlab.serving.server import serve
-    from litlab.serving.settings import from_config
 
-    settings = from_config(cfg)  # checked once (config.validate), one line on bad input
+    settings = validate.check(cfg, "serve")  # one line on bad input, before the model loads
     serve(settings.model_path, cfg.paths.output_dir, settings)
 
 

@@ -53,6 +53,10 @@ TRAIN = [  # (overrides, words the error line must contain)
         ["trainer.accelerator=gpu", "trainer.accelerator=cpu"],
         marks=pytest.mark.skipif("_cuda()", reason="a GPU is present"),
     ),
+    (
+        ["model=regressor", "data=table", "data.id_column=pid"],
+        ["data.id_column=pid needs a table (data.path=your.csv)"],
+    ),
     (["data=imagefolder"], ["data.root is required", "data.root="]),
     (
         ["data=imagefolder", "data.root=/nonexistent/images"],

@@ -96,8 +96,8 @@ def test_unstructured_pruning_zeroes_weights_but_keeps_shapes():
 
 @pytest.mark.parametrize("ratio", [0, 1, 1.5, -0.2])
 def test_pruning_ratio_outside_0_1_is_one_line(ratio):
-    from litlab.compression.settings import Steps
-    from litlab.config.settings import check
+    from litlab.config.after_training import Steps
+    from litlab.config.messages import check
 
     with pytest.raises(UserError, match=r"compress.prune.ratio=.*keep in \(0, 1\)"):
         check(Steps, {"prune": {"ratio": ratio}}, "compress")
@@ -117,9 +117,9 @@ def test_pruning_ratio_outside_0_1_is_one_line(ratio):
 def test_every_compress_option_composes_and_chains_in_order(option, steps, tmp_path):
     from omegaconf import OmegaConf
 
-    from litlab.compression.settings import Steps
     from litlab.compression.steps import training_config
-    from litlab.config.settings import check
+    from litlab.config.after_training import Steps
+    from litlab.config.messages import check
 
     cfg = compose(
         "compress",
@@ -168,8 +168,8 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, cli):
 
 
 def test_steps_after_quantize_or_unknown_steps_are_one_line():
-    from litlab.compression.settings import Steps
-    from litlab.config.settings import check
+    from litlab.config.after_training import Steps
+    from litlab.config.messages import check
 
     with pytest.raises(UserError, match="quantize must be the last step"):
         check(Steps, {"quantize": {}, "prune": {}}, "compress")
@@ -345,11 +345,10 @@ def _resume_file(compress_run, tmp_path, edit=None):
 
 def _resumed(last, run, *overrides):
     from litlab.compression.recipe import _resumed
-    from litlab.compression.settings import CompressSettings
-    from litlab.config.validate import entry_config
+    from litlab.config import validate
 
     cfg = compose("compress", [f"ckpt_path={last}", *overrides], output_dir=run)
-    entry_config(cfg, CompressSettings)
+    validate.check(cfg, "compress")
     return _resumed(cfg)
 
 

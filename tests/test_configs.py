@@ -57,7 +57,7 @@ def test_common_keys_need_no_plus(key, tmp_path):
 def test_configs_point_at_real_classes():
     import hydra
 
-    from litlab.config.options import target_of
+    from litlab.config.rules import target_of
 
     for path in (ROOT / "configs" / "data").glob("*.yaml"):  # extended configs: their parent's
         assert hasattr(hydra.utils.get_class(target_of(path)), "kind"), path
@@ -96,8 +96,8 @@ def _annotations():
     ],
 )
 def test_values_are_judged_by_their_annotation(value, which, ok):
-    """`signatures.accepts` (pydantic over the annotation) as `_target_` arguments are checked."""
-    from litlab.config.signatures import accepts
+    """`models.accepts` (pydantic over the annotation) as `_target_` arguments are checked."""
+    from litlab.config.models import accepts
 
     names = ("Path", "Tensor", "Callback", "LearningRate", "PosInt", "Probability", "epochs")
     ann = dict(zip(names, _annotations(), strict=True))[which]
@@ -115,7 +115,7 @@ def test_an_annotation_pydantic_cannot_judge_leaves_the_value_to_the_constructor
 
     import annotated_types as at
 
-    from litlab.config.signatures import accepts
+    from litlab.config.models import accepts
 
     assert accepts("x", Annotated[Path, at.Ge(1)]) is False
     assert accepts(2, Annotated[Path, at.Ge(1)]) is True

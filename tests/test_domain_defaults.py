@@ -63,9 +63,9 @@ def test_int8_that_misses_its_tolerance_is_not_written(digits_run, tmp_path, cap
     """A drop bound that no file can meet (-1: int8 must gain a point; the command refuses
     negative bounds, so it is set past the check): the int8 file is reported not written and
     removed, the fp32 file stays, the export counts as ok (exit 0)."""
-    from litlab.config.settings import check
+    from litlab.config.after_training import ExportSettings
+    from litlab.config.messages import check
     from litlab.export.recipe import run_export
-    from litlab.export.settings import ExportSettings
 
     values = {"task_name": "export", "ckpt_path": str(digits_run.best), "formats": ["onnx_int8"]}
     values["latency"] = {"batch_sizes": [1], "budget_s": 0.1}

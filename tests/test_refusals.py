@@ -15,12 +15,13 @@ from litlab.compression.recipe import compress
 from litlab.export.recipe import export
 from litlab.federated.recipe import federate
 from litlab.serving.server import serve as serve_settings
-from litlab.serving.settings import from_config
 
 
 def serve(cfg):
     """As src/serve.py runs it."""
-    settings = from_config(cfg)
+    from litlab.config import validate
+
+    settings = validate.check(cfg, "serve")
     return serve_settings(settings.model_path, cfg.paths.output_dir, settings)
 
 

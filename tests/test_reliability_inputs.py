@@ -1,5 +1,5 @@
 """Bad inputs of issue 18, grouped by the mechanism that refuses them, in process (a second
-each): `validate.entry_config` on a composed train config, or the build step. The end-to-end
+each): `validate.check` on a composed train config, or the build step. The end-to-end
 form (exit 2, one line, no run dir) is in test_bad_inputs.py for one case of each group."""
 
 import pytest
@@ -10,10 +10,9 @@ from litlab.errors import UserError
 
 def _check_train(cfg) -> None:
     """As train.py checks its config."""
-    from litlab.config.entries import TrainSettings
-    from litlab.config.validate import entry_config
+    from litlab.config import validate
 
-    entry_config(cfg, TrainSettings, "train")
+    validate.check(cfg, "train")
 
 
 def refused(overrides, tmp_path) -> str:
@@ -45,7 +44,7 @@ ANNOTATED = [
     (["model=unet3d", "model.net.dropout=-0.1"], "a probability in [0, 1)"),
     (["model=resnet3d", "data=phantom_cls", "model.net.depth=11"], "10 | 18 | 34"),
 ]
-# bounds declared for the classes of other libraries (signatures.EXTERNAL), by class
+# bounds declared for the classes of other libraries (config.external.EXTERNAL), by class
 EXTERNAL = [
     (["model.scheduler.T_max=0"], "integer >= 1"),
     (
@@ -172,10 +171,12 @@ def test_refused_before_anything_is_built(overrides, words, tmp_path):
 
 @pytest.mark.parametrize("target,key,value", NODES)
 def test_non_finite_and_out_of_range_values_are_refused_node_by_node(target, key, value):
-    from litlab.config import targets
+    import re
 
-    with pytest.raises(UserError, match=rf"^node\.{key}=.* has the wrong type or value; valid: "):
-        targets.check_node("node", {"_target_": target, key: value})
+    from litlab.config.messages import node_errors
+
+    errors = node_errors("node", {"_target_": target, key: value}, {})
+    assert re.match(rf"^node\.{key}=.* has the wrong type or value; valid: ", errors[0]), errors
 
 
 @pytest.mark.parametrize("overrides,words", PRECISION)
@@ -335,3 +336,26 @@ def test_a_callback_or_logger_that_cannot_be_built_is_one_line(tmp_path):
     assert line.startswith(
         "callbacks.extra (lightning.pytorch.callbacks.EarlyStopping) cannot be built:"
     ), line
+
+
+@pytest.mark.parametrize(
+    "overrides,first,second",
+    [  # two of the run's own keys or name-known bounds (no import); two targets' values
+        (
+            ["seed=-5", "trainer.max_epochs=0"],
+            "seed=-5 has the wrong type or value; valid: an integer in [0, 4294967295]",
+            "trainer.max_epochs=0 has the wrong type or value",
+        ),
+        (
+            ["data.batch_size=0", "model.net.dropout=1", "+model.net.chanels=[8]"],
+            "data.batch_size=0 has the wrong type or value; valid: an integer >= 1",
+            "model.net.dropout=1 has the wrong type or value; valid: a probability in [0, 1)",
+        ),
+    ],
+)
+def test_every_error_of_a_command_is_told_in_its_one_line(overrides, first, second, tmp_path):
+    """The first error reads as it would alone; the others follow it, so one run of the
+    command names every bad setting of a stage."""
+    message = refused(overrides, tmp_path)
+    assert message.startswith(first + " (and "), message
+    assert second in message.split(" more: ", 1)[1], message

@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
-from helpers.masks import mask_folder
+from helpers.masks import mask_folder, nifti_folder
 from helpers.runs import ROOT
 from PIL import Image
 
@@ -34,7 +35,7 @@ def test_a_mask_folder_that_does_not_match_its_images_is_named(tmp_path):
     Image.fromarray(np.zeros((32, 30), np.uint8)).save(root / "masks" / "001.png")
     assert "001.png has shape [32, 30], its image [32, 32]" in _refusal(root)
     Image.fromarray(np.full((32, 32), 3, np.uint8)).save(root / "masks" / "001.png")
-    assert "001.png holds label 3; labels are 0 to 2" in _refusal(root, num_classes=3)
+    assert "001.png holds label 3; labels are whole numbers 0 to 2" in _refusal(root, num_classes=3)
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(root / "masks" / "001.png")
     assert "one channel" in _refusal(root)
     Image.fromarray(np.zeros((32, 32), np.uint8)).save(root / "masks" / "001.png")
@@ -162,6 +163,12 @@ def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
     assert (train / "inspect" / "samples.png").is_file()
     best = next((train / "checkpoints").glob("epoch_*.ckpt"))
     run("src/eval.py", f"ckpt_path={best}")
+    split = json.loads((train / "data_split.json").read_text())
+    rows = pd.read_csv(next(logs.glob("eval/runs/*")) / "predictions.csv")
+    assert rows["image"].tolist() == split["test"] and len(split["test"]) == 16
+    for image in split["test"]:  # each test image's predicted mask, named by the image
+        mask = np.asarray(Image.open(next(logs.glob("eval/runs/*")) / "masks" / image))
+        assert mask.shape == (32, 32)
     run("src/export.py", f"ckpt_path={best}", "formats=[onnx,onnx_int8]")
     model = next(logs.glob("export/runs/*/model.onnx"))
     server, url = serve.start(model, logs)
@@ -175,6 +182,9 @@ def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
         assert mask.shape == (28, 26) and (mask == truth).mean() > 0.9
         status, png = serve.request(f"{url}/predict", body, kind, {"Accept": "image/png"})
         assert status == 200 and (np.asarray(Image.open(io.BytesIO(png))) == mask).all()
+        example = (ROOT / "examples" / "slice.png").read_bytes()  # docs/deploy.md's request
+        status, reply = serve.request(f"{url}/predict", *serve.multipart([("slice.png", example)]))
+        assert status == 200 and np.asarray(reply["masks"][0]).shape == (32, 32), reply
     finally:
         server.terminate()
         server.wait(30)
@@ -226,3 +236,165 @@ def test_a_label_map_is_at_the_size_the_upload_is_shown_at(orientation):
     head = check_header(buffer.getvalue(), 1 << 20)
     image, shown = prepare(head, 8)
     assert shown == (6, 4) == image.size
+
+
+def _docs_snippet() -> str:
+    """docs/deploy.md's snippet that writes a served PNG from a NIfTI slice."""
+    import re
+
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    return next(b for b in blocks if "nib.load(" in b)
+
+
+def test_the_docs_snippet_writes_the_slice_training_reads_and_serving_reads_it_so(
+    tmp_path, monkeypatch
+):
+    """A slice written by docs/deploy.md's snippet is, read by the service, the input training
+    fed the net (8-bit rounding aside); windowed at the slice's extremes instead, it is not."""
+    import shutil
+
+    import nibabel as nib
+    import torch
+
+    from litlab.domains.segmentation2d.data import Hippocampus2DDataModule
+    from litlab.domains.segmentation2d.slices import crop_to
+    from litlab.serving.images import decode
+
+    root = nifti_folder(tmp_path / "nifti", count=4, depth=5)
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(root / "images" / "v0.nii.gz", tmp_path / "hippocampus_001.nii.gz")
+    exec(_docs_snippet(), {})  # noqa: S102 (the page's code, as a reader runs it)
+    dm = Hippocampus2DDataModule(root=str(root), image_size=16)
+    dm.setup()
+    items, _ = dm.load()
+    trained = items[0][0][2]  # slice k = 5 // 2 of v0, padded to 16x16, in [0, 1]
+    png = Image.open(tmp_path / "slice.png")
+    assert png.size == (10, 12)  # a slice's rows are the volume's first axis
+    pixels = np.asarray(png) / 255
+    assert np.abs(pixels - crop_to(trained[0].numpy(), (12, 10))).max() <= 0.5 / 255 + 1e-6
+    layout = {"channels": 1, "image_size": 16, "fit": "pad"}
+    layout["x"] = {"normalization": {"mean": list(dm.mean), "std": list(dm.std)}}
+    served = decode(png, layout)
+    fed = dm.on_after_batch_transfer((trained[None], torch.zeros(1, 16, 16)), 0)[0][0]
+    assert np.abs(served - fed.numpy()).max() <= 0.5 / 255 / dm.std[0] + 1e-5
+    volume = np.asarray(nib.load(root / "images" / "v0.nii.gz").dataobj)[..., 2]
+    extremes = (volume - volume.min()) / (volume.max() - volume.min())
+    assert np.abs(extremes - pixels).max() > 0.1  # min-max windowing: another input
+
+
+def test_the_example_slice_is_a_phantom_slice_windowed_as_training():
+    """examples/slice.png: the generated phantom 0 (seed 0, 32^3), its slice with the most
+    nodule, windowed at the volume's percentiles (so anyone can remake it)."""
+    from litlab.domains.medical3d.volumes import phantom
+    from litlab.domains.segmentation2d.slices import window
+
+    image, label, _ = phantom(0, 0, (32, 32, 32))
+    k = int((label[0] == 2).sum((0, 1)).argmax())
+    expected = np.round(window(image[0])[..., k] * 255).astype(np.uint8)
+    path = ROOT / "examples" / "slice.png"
+    assert (np.asarray(Image.open(path)) == expected).all() and path.stat().st_size < 4096
+
+
+def test_served_classes_are_the_names_the_datas_dataset_json_gives(tmp_path):
+    """What export stores as `classes` (and the service answers) for a NIfTI folder: the MSD
+    dataset.json's label names (nnU-Net's form too); none: the numbers; bad ones: one line."""
+    from types import SimpleNamespace
+
+    from litlab.domains.medical3d.data import NiftiDataModule
+    from litlab.domains.segmentation2d.data import Hippocampus2DDataModule
+    from litlab.export.domains import output_names
+
+    root, model = nifti_folder(tmp_path / "n", count=4), SimpleNamespace(num_classes=3)
+    dm = Hippocampus2DDataModule(root=str(root), image_size=16)
+    assert output_names(SimpleNamespace(model=model), dm, dm.kind) == ["0", "1", "2"]
+    labels = {"0": "background", "1": "Anterior", "2": "Posterior"}
+    (root / "dataset.json").write_text(json.dumps({"name": "Hippocampus", "labels": labels}))
+    dm = Hippocampus2DDataModule(root=str(root), image_size=16)
+    assert output_names(SimpleNamespace(model=model), dm, dm.kind) == list(labels.values())
+    flipped = {"labels": {v: int(k) for k, v in labels.items()}}  # nnU-Net v2
+    (root / "dataset.json").write_text(json.dumps(flipped))
+    dm3 = NiftiDataModule(root=str(root), num_classes=3)
+    assert output_names(SimpleNamespace(model=model), dm3, dm3.kind) == list(labels.values())
+    (root / "dataset.json").write_text(json.dumps({"labels": {"0": "bg", "1": "a"}}))
+    with pytest.raises(UserError) as err:
+        Hippocampus2DDataModule.check_settings({"root": str(root), "num_classes": 3}, "data")
+    assert str(err.value) == (
+        f'{root}/dataset.json: its labels {{"0": "bg", "1": "a"}} do not fit; valid: a name for '
+        "each label 0 to 2 (data.num_classes=3)"
+    )
+
+
+def _sliced_folder(root, volumes: int = 8, slices: int = 3):
+    """A mask folder of `volumes` x `slices` images named <volume>_slice<k>.png."""
+    mask_folder(root, count=volumes * slices)
+    for folder in ("images", "masks"):
+        for i, path in enumerate(sorted((root / folder).iterdir())):
+            path.rename(path.with_name(f"vol{i // slices}_slice{i % slices}.png"))
+    return root
+
+
+@pytest.mark.parametrize("num_folds", [None, 4])
+def test_data_group_keeps_a_volumes_slices_in_one_split(tmp_path, num_folds):
+    """`data.group='^(.*)_slice'`: every volume's slices in one split (one test fold each under
+    k-fold); without it, slices of one volume land in train and test."""
+    from litlab.domains.segmentation2d.data import MaskFolderDataModule
+
+    root = _sliced_folder(tmp_path / "m")
+
+    def volumes(dm, split):
+        return {name.split("_")[0] for name in dm.split_sources[split]}
+
+    tested = []
+    for fold in range(num_folds or 1):
+        settings = {"num_folds": num_folds, "fold": fold} if num_folds else {}
+        dm = MaskFolderDataModule(str(root), group="^(.*)_slice", image_size=32, **settings)
+        dm.setup()
+        sets = [volumes(dm, s) for s in ("train", "val", "test")]
+        assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2]), sets
+        assert sum(len(s) for s in sets) == 8
+        tested += sorted(sets[2])
+    if num_folds:
+        assert sorted(tested) == [f"vol{i}" for i in range(8)]  # each volume tested once
+    else:
+        loose = MaskFolderDataModule(str(root), image_size=32, seed=1)
+        loose.setup()
+        assert volumes(loose, "train") & volumes(loose, "test")  # what data.group prevents
+
+
+GROUP_REFUSALS = {
+    "(": "data.group='(' is not a regular expression (missing ), unterminated subpattern at "
+    "position 0); valid: a regex on the image file names",
+    "^x(.*)_": "data.group='^x(.*)_' matches none of the 24 image names (e.g. vol0_slice0.png); "
+    "valid:",
+    "^(vol[0-6])_": "data.group='^(vol[0-6])_' does not match vol7_slice0.png (3 of 24 images): "
+    "every image needs a group",
+    "slice": "data.group='slice' puts the 24 images in one group ('slice'); train, val and test "
+    "need at least 3",
+}
+
+
+@pytest.mark.parametrize("group", list(GROUP_REFUSALS))
+def test_a_bad_data_group_is_one_line(group, tmp_path):
+    from litlab.domains.segmentation2d.data import MaskFolderDataModule
+
+    root = _sliced_folder(tmp_path / "m")
+    with pytest.raises(UserError) as err:
+        MaskFolderDataModule.check_settings({"root": str(root), "group": group}, "data")
+    says = str(err.value)
+    assert says.startswith(GROUP_REFUSALS[group]) and "\n" not in says, says
+    assert says.endswith("e.g. '^(.*)_slice' for <volume>_slice<k>.png")
+
+
+def test_a_bad_data_group_stops_training_before_anything_is_written(tmp_path):
+    """As the command line gives it (Hydra's quotes), refused before the run starts."""
+    from helpers.runs import run_dirs
+
+    from litlab import api
+
+    root, logs = _sliced_folder(tmp_path / "m"), tmp_path / "logs"
+    args = ["model=unet2d", "data=masks", f"data.root={root}", "data.num_classes=3"]
+    args.append(f"paths.log_dir={logs}")
+    with pytest.raises(UserError, match=r"^data.group='\(\.\*\)_slice9' matches none of the 24"):
+        api.train([*args, "data.group='(.*)_slice9'"])
+    assert run_dirs(logs) == [] and not list(logs.rglob("*.ckpt"))

@@ -244,10 +244,10 @@ def test_bad_serve_setting_is_one_line(overrides, words):
     most 4 per core of this machine, timeouts from 0.1 s): refused in one line naming it."""
     from omegaconf import OmegaConf
 
-    from litlab.serving.settings import from_config
+    from litlab.config import validate
 
     with pytest.raises(UserError) as err:
-        from_config(OmegaConf.from_dotlist([*overrides, "paths.log_dir=logs"]))
+        validate.check(OmegaConf.from_dotlist([*overrides, "paths.log_dir=logs"]), "serve")
     assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 

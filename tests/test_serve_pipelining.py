@@ -21,9 +21,9 @@ def live(tmp_path_factory):
     127.0.0.1."""
     import uvicorn
 
+    from litlab.config.after_training import ServeSettings
     from litlab.serving.app import create_app
     from litlab.serving.server import uvicorn_config
-    from litlab.serving.settings import ServeSettings
 
     path = crafted_model(tmp_path_factory.mktemp("pipelining") / "model.onnx", GOOD)
     settings = ServeSettings(port=free_port(), keep_alive_s=5)

@@ -194,10 +194,10 @@ def test_the_six_ideas_of_docs_new_task_are_what_make_new_task_writes():
 
 
 def test_the_new_kind_of_docs_new_task_is_the_shipped_regression_kind():
-    """The doc's seven blocks are the files litlab ships (the doc cannot drift from the code)."""
+    """The doc's eight blocks are the files litlab ships (the doc cannot drift from the code)."""
     blocks = _doc_blocks()
     assert [rel for rel, _ in blocks][:1] == ["src/litlab/tasks/regression.py"]
-    assert len(blocks) == 7
+    assert len(blocks) == 8
     for rel, text in blocks:
         assert (ROOT / rel).read_text() == text, f"docs/new_task.md's {rel} differs from the file"
 

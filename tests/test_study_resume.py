@@ -61,8 +61,13 @@ def test_other_settings_are_refused_naming_the_keys_and_both_ways_out(caplog):
 
 @pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_the_command_line_refuses_before_any_trial(cli, tmp_path):
+    from litlab.sweeps import plan
+    from litlab.utils import commands
+
     folder = tmp_path / "logs" / "train" / "searches" / "digits_cnn"
     folder.mkdir(parents=True)
+    own = commands.command("train", ["hparams_search=digits_cnn"], multirun=True)
+    plan.write(folder, None, own, kind=plan.SEARCH, study="digits_cnn")  # a litlab search's
     study = new_study(f"sqlite:///{folder / 'optuna.db'}")
     study_settings.check(study, ["hparams_search=digits_cnn", "trainer.max_epochs=3"])
     proc = cli(

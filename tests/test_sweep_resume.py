@@ -16,6 +16,7 @@ from helpers.runs import QUIET, ROOT, TINY_BUDGET, csv_test_metrics, fingerprint
 
 from litlab.errors import UserError
 from litlab.sweeps import plan
+from litlab.utils import commands
 
 FAST = TINY_BUDGET
 # stays on the command line of every run (the resume repeats it); FAULT in the environment
@@ -150,22 +151,39 @@ def test_fail_fast_stops_at_the_first_failed_job_which_the_resume_runs_again(tmp
     assert "failed job" not in again.stderr
 
 
-def test_resume_with_other_settings_is_refused_before_anything_is_written(tmp_path):
-    """The sweep dir of a 2-job sweep (its plan, as the sweeper writes it; no job ran) and a
-    command with another budget: one line, exit 2, nothing written."""
+CRAFTED = "rm -rf ~ ; python src/train.py -m seed=7"  # issue 46: echoed as advice before
+
+
+@pytest.mark.parametrize("stored", ["own", CRAFTED])
+def test_resume_with_other_settings_is_refused_before_anything_is_written(tmp_path, stored):
+    """The sweep dir of a 2-job sweep (its plan, as the run dir guard writes it; no job ran) and
+    a command with another budget: one line, exit 2, nothing written. The line repeats the
+    sweep's own command only when it is one litlab writes (with the sweep dir where it is
+    now); a crafted one is never echoed: the plan file is named as not trustworthy."""
     log_dir = tmp_path / "logs"
     sweep = log_dir / "train" / "multiruns" / "mine"
     sweep.mkdir(parents=True)
     jobs = [[f"paths.log_dir={log_dir}", *QUIET, *FAST, f"seed={s}"] for s in (1, 2)]
-    plan.write(sweep, jobs, "python src/train.py -m ... (the sweep's own command)")
+    own = commands.command("train", ["seed=1,2", "hydra.sweep.dir=/where/it/was"], multirun=True)
+    plan.write(sweep, jobs, own if stored == "own" else stored)
     before = fingerprint(log_dir)
     proc = _run(_sweep(log_dir, "seed=1,2", "trainer.max_epochs=3", f"hydra.sweep.dir={sweep}"))
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith(f"error: hydra.sweep.dir={sweep} holds a sweep with other settings")
-    assert "job 0: trainer.max_epochs=2 then, 3 now" in line
-    assert "(the sweep's own command)" in line
     assert fingerprint(log_dir) == before
+    assert line.startswith(
+        f"error: hydra.sweep.dir={sweep} holds a sweep with other settings (job 0: "
+        "trainer.max_epochs=2 then, 3 now): its jobs and this command's would not be comparable"
+    )
+    if stored == "own":
+        assert f"its own command (python src/train.py -m seed=1,2 hydra.sweep.dir={sweep})" in line
+    else:
+        assert line.endswith(
+            f", and its plan {sweep / plan.PLAN} is not trustworthy (its command holds shell "
+            "syntax, not only quoted words), so its command is not repeated here; give this "
+            "sweep a new hydra.sweep.dir (or none: a new timestamped one)"
+        )
+        assert "rm -rf" not in line
 
 
 @pytest.mark.parametrize(
@@ -183,7 +201,8 @@ def test_resume_with_other_settings_is_refused_before_anything_is_written(tmp_pa
 def test_other_grids_are_refused_and_machine_local_keys_may_differ(tmp_path, now, change):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
-    plan.write(sweep, [["seed=1", "paths.log_dir=/a"], ["seed=2", "paths.log_dir=/a"]], "cmd")
+    own = commands.command("train", ["seed=1,2"], multirun=True)
+    plan.write(sweep, [["seed=1", "paths.log_dir=/a"], ["seed=2", "paths.log_dir=/a"]], own)
     jobs = [job.split() + ["paths.log_dir=/b", "callbacks.rich_progress_bar=null"] for job in now]
     with pytest.raises(UserError, match=re.escape(change)):
         plan.check_resume(sweep, jobs, [])
@@ -301,3 +320,22 @@ def test_a_finished_job_is_found_under_another_sweep_subdir(tmp_path):
         str(sweep / "0"),
     )
     assert json.loads((sweep / "1" / "sweep_job.json").read_text()) == []  # not another job's
+
+
+def test_a_moved_sweeps_summary_names_its_run_dirs_where_they_are_now(tmp_path):
+    """Issue 46: a sweep moved elsewhere, then resumed there, kept the old run dirs of its kept
+    jobs in summary.csv. Each job's run dir is where its record is now."""
+    import json
+
+    from litlab.sweeps.summary import load_records, write_summary
+
+    old, new = tmp_path / "old" / "sweep", tmp_path / "new" / "sweep"
+    for num in (0, 1):
+        (old / str(num)).mkdir(parents=True)
+        record = {"job": num, "status": "completed", "overrides": [f"seed={num}"]}
+        record |= {"run_dir": str(old / str(num)), "objective": 0.5, "metrics": {"val/acc": 0.5}}
+        (old / str(num) / "sweep_job.json").write_text(json.dumps(record))
+    new.parent.mkdir()
+    os.rename(old, new)
+    write_summary(new, load_records(new), plot=False)
+    assert [r["run_dir"] for r in _summary(new)] == [str(new / "0"), str(new / "1")]

@@ -112,7 +112,7 @@ def test_kinds_and_every_configs_task_are_read_without_torch():
         "import sys\n"
         "from pathlib import Path\n"
         "from litlab import tasks\n"
-        "from litlab.config.options import target_of\n"
+        "from litlab.config.rules import target_of\n"
         "for p in sorted(Path('configs/data').glob('*.yaml')):\n"
         "    tasks.kind_of_data(target_of(p))\n"
         "for p in sorted(Path('configs/model').glob('*.yaml')):\n"

@@ -220,7 +220,7 @@ def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_p
     from litlab.checkpointing import trust
     from litlab.compression.prune import pruned_net_config
     from litlab.compression.steps import training_config
-    from litlab.config import checks
+    from litlab.config import checkpoints
     from litlab.config.compose import compose
 
     run_cfg = OmegaConf.to_container(compose("train", output_dir=tmp_path), resolve=True)
@@ -228,9 +228,9 @@ def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_p
     with open_dict(cfg):
         del cfg["hydra"]
     if name == "federate":  # as the recipe does before it stores the config
-        from litlab.config.federate_settings import resolve_auto
+        from litlab.config.entries import FederateCommandSettings
 
-        resolve_auto(cfg)
+        FederateCommandSettings.prepare(cfg)
     if name == "compress":  # a structured-pruning step's checkpoint: the net resized
         run_cfg["model"]["net"] = pruned_net_config(run_cfg["model"]["net"], {"conv": [8, 1]})
         stored = OmegaConf.to_container(training_config(cfg, run_cfg, 1), resolve=True)
@@ -243,7 +243,7 @@ def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_p
     trust.check(stored, "stored.ckpt")
     root = stored["data"].get("root")
     if root is None or Path(root).is_dir():  # a data root absent here is refused (one line)
-        checks.check_stored(stored, "stored.ckpt")  # what eval/export/compress rebuild
+        checkpoints.check_stored(stored, "stored.ckpt")  # what eval/export/compress rebuild
 
 
 @DIGITS

@@ -6,7 +6,7 @@ them from the signatures and refuses a bad value in one line before anything is 
 Metadata are annotated_types' (Ge, Gt, Interval, MinLen...); a string in the metadata is the
 text shown to the user. A leaf module: nets, data and models import it.
 
-Every float is finite: `config.signatures.accepts` refuses nan and inf for any `float`
+Every float is finite: `config.models` refuses nan and inf for any `float`
 annotation (bounded or not) and the settings models refuse them (`allow_inf_nan=False`), so
 `lr=inf` or `dropout=nan` never reaches a constructor, whatever bounds a parameter declares.
 """
@@ -44,4 +44,22 @@ Workers = Annotated[
 #: numpy and Lightning accept seeds in [0, 2**32 - 1]
 Seed = Annotated[int, at.Interval(ge=0, le=2**32 - 1), "an integer in [0, 4294967295]"]
 MinMax = Annotated[Literal["min", "max"], "min or max"]
+#: the sides a served model takes (serving.metadata refuses a file beyond them): an image side
+#: of 60000 would pad or resize every image to a 13 GiB canvas before it failed anywhere
+MAX_IMAGE_SIDE, MAX_VOLUME_SIDE = 4096, 1024
+ImageSide = Annotated[
+    int, at.Interval(ge=1, le=MAX_IMAGE_SIDE), f"an integer from 1 to {MAX_IMAGE_SIDE} (pixels)"
+]
+VolumeSide = Annotated[
+    int, at.Interval(ge=1, le=MAX_VOLUME_SIDE), f"an integer from 1 to {MAX_VOLUME_SIDE} (voxels)"
+]
+#: a 3D patch (the sliding window of evaluation): three sides
+PatchSize = Annotated[list[VolumeSide], at.MinLen(3), at.MaxLen(3)]
+#: classes of a segmentation, background included: label maps are held and answered in 8 bits
+MAX_SEGMENT_CLASSES = 256
+SegmentClasses = Annotated[
+    int,
+    at.Interval(ge=2, le=MAX_SEGMENT_CLASSES),
+    f"an integer from 2 to {MAX_SEGMENT_CLASSES} (background included; label maps are 8-bit)",
+]
 Interval, Ge, Gt, MinLen, MaxLen = at.Interval, at.Ge, at.Gt, at.MinLen, at.MaxLen

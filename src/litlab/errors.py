@@ -50,6 +50,23 @@ def disk_full(err: BaseException) -> OSError | None:
     return None
 
 
+def closest(word: str, options) -> str:
+    """ "; did you mean X?" for the valid option closest to a mistyped `word`, or nothing."""
+    import difflib
+
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.5)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+def fmt(value) -> str:
+    """A config value as the user would type it on the command line."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    return repr(value) if isinstance(value, str) and (not value or " " in value) else str(value)
+
+
 def one_line(err: BaseException, *, with_type: bool = False, limit: int = 160) -> str:
     """An exception as one line, to end a UserError or fill a sweep's error column: its first
     line (its type when it has no text; `with_type` prefixes the type), cut at `limit`."""

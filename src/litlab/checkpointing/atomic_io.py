@@ -57,11 +57,12 @@ def _refuse_linked_folder(path: Path) -> None:
         target = Path(os.readlink(folder))
     if target != run and run not in target.parents:
         from litlab.errors import UserError
+        from litlab.utils.commands import override
 
         raise UserError(
             f"{folder} is a symbolic link to {target}, outside its run dir {run}: litlab writes "
             f"and deletes no checkpoint through a link that leaves the run dir; replace the "
-            f"link with a folder, then resume with ckpt_path={run}"
+            f"link with a folder, then resume with {override('ckpt_path', run)}"
         )
 
 

@@ -1,7 +1,7 @@
 """What a resume takes from a checkpoint besides weights: callback states. Lightning restores
 `ModelCheckpoint`'s state on `fit(ckpt_path=...)` and later deletes the previous best and last
 files that state names, so a crafted state is a way to delete files: refused here, before
-train.py or compress.py resumes from the file (`config.checks.check_checkpoint`)."""
+train.py or compress.py resumes from the file (`config.checkpoints.check_checkpoint`)."""
 
 from litlab.checkpointing.trust import shown
 from litlab.errors import UserError

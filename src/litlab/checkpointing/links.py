@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 from litlab.errors import UserError
+from litlab.utils.commands import override
 
 # Folders a logger wrote for one of its earlier starts and never writes into again: wandb makes
 # a new `wandb/offline-run-<time>-<id>` (or `run-...`) at every start, resumed runs included,
@@ -66,5 +67,5 @@ def check_links(run: Path) -> None:
             + (f"a symbolic link to {target}" if target else "a hard link to a file elsewhere")
             + ", outside the run dir, and litlab writes nothing through a link that "
             f"leaves its run dir; replace the link with the folder's contents, or start a new "
-            f"run from its checkpoint: ckpt_path={Path(run) / 'checkpoints' / 'last.ckpt'}"
+            f"run from its checkpoint: {override('ckpt_path', Path(run) / 'checkpoints' / 'last.ckpt')}"
         )

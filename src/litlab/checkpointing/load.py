@@ -7,6 +7,7 @@ from pathlib import Path
 
 from litlab.checkpointing.run_config import CONFIG_KEY
 from litlab.errors import UserError, one_line
+from litlab.utils.files import check_regular
 
 
 def load(path: str | Path, mmap: bool = False) -> dict:
@@ -16,8 +17,7 @@ def load(path: str | Path, mmap: bool = False) -> dict:
     as the finite-values check reads them."""
     import torch
 
-    if Path(path).exists() and not Path(path).is_file():  # a device or a pipe: never read
-        raise UserError(f"ckpt_path={path} is not a regular file; pass a .ckpt file")
+    check_regular(path, f"ckpt_path={path}", "pass a .ckpt file")  # a pipe: never opened
     if not Path(path).is_file():
         raise UserError(f"ckpt_path={path}: no such checkpoint file")
     try:

@@ -68,8 +68,7 @@ def _own_settings(cfg: DictConfig, stored: dict, source: str) -> None:
     """The run's settings into `cfg` (`run_settings.adopt`), its source checkpoint as
     `ckpt_path`, all checked again as this command's own: a bad one is the file's, said so."""
     from litlab.checkpointing import run_settings
-    from litlab.compression.settings import CompressSettings
-    from litlab.config.validate import entry_config
+    from litlab.config import validate
 
     run_settings.adopt(cfg, stored, source, ROOTS, TARGETS, free=FREE)
     theirs = stored.get("ckpt_path")
@@ -83,7 +82,7 @@ def _own_settings(cfg: DictConfig, stored: dict, source: str) -> None:
             cfg.compress = stored["compress"]
         cfg.ckpt_path = theirs
     try:
-        entry_config(cfg, CompressSettings)
+        validate.check(cfg, "compress")
     except UserError as err:
         raise UserError(f"ckpt_path={shown(source, 200)}: the run to resume has {err}") from None
 
@@ -91,17 +90,15 @@ def _own_settings(cfg: DictConfig, stored: dict, source: str) -> None:
 def compress(cfg: DictConfig) -> list[dict]:
     """Run the chain; returns the report's rows (original first)."""
     from litlab.checkpointing.resume import resolve_checkpoint
-    from litlab.compression.settings import CompressSettings
-    from litlab.config.validate import entry_config
+    from litlab.config import validate
+    from litlab.config.after_training import CompressSettings
 
-    if not OmegaConf.is_missing(cfg, "ckpt_path"):  # unset: entry_config says so
+    if not OmegaConf.is_missing(cfg, "ckpt_path"):  # unset: validate.check says so
         resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
-    entry_config(
-        cfg, CompressSettings, "compress"
-    )  # one line, exit 2, no data read; steps vs task kind
+    validate.check(cfg, "compress")  # one line, exit 2, no data read; steps vs task kind
     cfg, resume = _resumed(cfg)
     if cfg.trainer.get("max_epochs") is None:  # the kind's number (node classification: 400)
-        from litlab.config.checks import stored_config
+        from litlab.config.checkpoints import stored_config
 
         with open_dict(cfg):
             cfg.trainer.max_epochs = CompressSettings.kind_epochs(stored_config(cfg.ckpt_path))

@@ -52,10 +52,13 @@ def fit(module, train_cfg, dm, callbacks=(), resume: Path | None = None, best: b
     model's monitor) unless `best` is false."""
     from litlab.checkpointing.run_config import RunConfigInCheckpoint
     from litlab.config import build
+    from litlab.runs.split_file import NAME, SplitFile
 
-    # its checkpoints carry the step's config, as train.py's do (resume, eval.py, load_run)
+    # its checkpoints carry the step's config, as train.py's do (resume, eval.py, load_run);
+    # data_split.json names the items of each split, as train.py's run dir does
     stored = RunConfigInCheckpoint(OmegaConf.to_container(train_cfg, resolve=True))
-    trainer = build.trainer(train_cfg, extra_callbacks=[stored, *callbacks])
+    split = SplitFile(Path(train_cfg.paths.output_dir) / NAME)
+    trainer = build.trainer(train_cfg, extra_callbacks=[stored, split, *callbacks])
     trainer.fit(module, datamodule=dm, ckpt_path=resume, weights_only=True)
     path = getattr(trainer.checkpoint_callback, "best_model_path", "")
     if best and path:

@@ -10,11 +10,9 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
-from litlab import tasks
-from litlab.config.options import choice, incompatible
+from litlab.config.rules import check_compatible, fitting_callbacks
 from litlab.console import FILE_ONLY
 from litlab.errors import UserError, one_line
-from litlab.tasks import static
 
 log = logging.getLogger(__name__)
 
@@ -26,43 +24,6 @@ def _accepted(fn, kwargs: dict) -> dict:
         return dict(kwargs)
     names = set(inspect.signature(fn).parameters)
     return {k: v for k, v in kwargs.items() if k in names}
-
-
-def check_compatible(cfg: DictConfig) -> None:
-    """Fail at once, in one line, when the model cannot train on the chosen data: read from
-    the classes' declarations (`litlab.tasks`), without importing torch."""
-    kind = tasks.kind_name_of_data(cfg.data._target_)
-    fits = tasks.kinds_of_model(cfg.model._target_)
-    if kind not in fits:
-        raise UserError(incompatible(fits, kind))
-    fitting_callbacks(cfg, quiet=True)
-
-
-def fitting_callbacks(cfg: DictConfig, quiet: bool = False) -> dict:
-    """The callbacks that apply to the data's task kind: an inspect callback (one that
-    declares `inspects = <name>`) applies when the kind lists that name. One that does not
-    apply is refused in one line, or left out when its config says `unfit: skip`."""
-    if not cfg.get("callbacks") or "data" not in cfg:  # eval.yaml: no callbacks, no data group
-        return dict(cfg.get("callbacks") or {})
-    kind = tasks.kind_of_data(cfg.data._target_)
-    fits = {}
-    for name, node in (cfg.get("callbacks") or {}).items():
-        inspects = None
-        if isinstance(node, DictConfig) and str(node.get("_target_", "")).startswith("litlab."):
-            with contextlib.suppress(UserError):  # not importable: `targets.walk` says so
-                inspects = static.declared(node._target_, "inspects")
-        if inspects and not kind.applies(inspects):
-            if node.get("unfit") != "skip":
-                raise UserError(
-                    f"callbacks.{name} ({inspects}) does not apply to data={choice('data')} "
-                    f"({kind.name}; it applies: {', '.join(kind.inspect) or 'none'}); "
-                    f"remove it or pick other data"
-                )
-            if not quiet:
-                log.info("callbacks.%s left out: it does not apply to %s", name, kind.name)
-            continue
-        fits[name] = node
-    return fits
 
 
 @contextlib.contextmanager

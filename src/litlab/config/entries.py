@@ -1,55 +1,71 @@
-"""The settings models of train.py, eval.py and federate.py (the entry points after training
-keep theirs beside their code: `export/settings.py`, `serving/settings.py`,
-`compression/settings.py`, `recipes/html_report.py`). Each holds the entry point's own
-top-level keys; `validate.entry_config` checks the groups, then calls the hooks below for the
-rules across groups and the files the keys name."""
+"""Every entry point's own keys, one `Settings` model each (`ENTRIES`), in one place: the
+values of configs/<entry>.yaml that are not a group (`seed`, export's `rtol`, serve's `port`,
+`federate.*`, `compress.*`), with their types and bounds (`litlab.bounds`); rules across keys
+in `@model_validator`s, rules on the data's task kind in `check_kind`, across the run's groups
+in `check_groups`, on files and ports in `check_files` (`config.validate` runs them in order).
+The recipes receive them typed; configs/*.yaml's comments say what each key does.
+"""
 
 from typing import Annotated, Literal
 
 import annotated_types as at
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
-from litlab.bounds import Seed
-from litlab.config.federate_settings import FederateSettings
-from litlab.config.settings import Settings
+from litlab.bounds import (
+    Ge,
+    Gt,
+    Interval,
+    NonNegFloat,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    Seed,
+)
+from litlab.config import checkpoints, rules
+from litlab.config.after_training import (
+    CompressSettings,
+    EntrySettings,
+    ExportSettings,
+    ServeSettings,
+)
+from litlab.config.models import Settings
+from litlab.errors import UserError
 
-#: how long DDP processes wait for each other to join (runs/ddp_join): up to a day
-JoinSeconds = Annotated[float, at.Interval(gt=0, le=86400), "seconds in (0, 86400]"]
 
-
-class _OwnKeys(Settings):
-    # the groups (trainer, model, ...) and the keys other checks own (threads, tune) are
-    # checked by their targets: not this model's
+class OwnKeys(EntrySettings):
+    # groups (trainer, model...) and keys other checks own (threads, tune): not this model's
     model_config = ConfigDict(extra="ignore")
 
 
-class TrainSettings(_OwnKeys):
-    """train.py's own top-level keys (Hydra refuses unknown ones itself)."""
-
+class TrainSettings(OwnKeys):
     seed: Seed
     train: bool = True
     test: bool = True
     ckpt_path: str | None = None
     task_name: str = "train"
-    ddp_join_timeout: JoinSeconds = 300
+    #: how long DDP processes wait for each other to join (runs/ddp_join): up to a day
+    ddp_join_timeout: Annotated[float, at.Interval(gt=0, le=86400), "seconds in (0, 86400]"] = 300
+    #: read by the rule below (its values are judged as the Trainer's node)
+    trainer: dict = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _something_to_do(self):
+        """Something to train or test; only testing needs a checkpoint (no import: fast)."""
+        rules.check_run(self.model_dump(include={"train", "test", "ckpt_path", "trainer"}))
+        return self
 
     def check_files_exist(self) -> None:
         if self.ckpt_path is not None:
-            from litlab.config.checks import check_checkpoint_exists
-
-            check_checkpoint_exists(self.ckpt_path)
+            checkpoints.check_checkpoint_exists(self.ckpt_path)
 
     def check_groups(self, c: dict) -> None:
-        """Something to do, on what exists; a checkpoint to resume holds this model."""
-        from litlab.config.checks import check_checkpoint, check_run
-
-        check_run(c)
+        """A checkpoint to resume holds this model."""
         if self.ckpt_path is not None:
-            check_checkpoint(self.ckpt_path, c["model"])
+            checkpoints.check_checkpoint(self.ckpt_path, c["model"])
 
 
-class EvalSettings(_OwnKeys):
-    """eval.py's keys: the model and data come from the checkpoint's stored config."""
+class EvalSettings(OwnKeys):
+    """The model and data come from the checkpoint's stored config."""
 
     split: Literal["test", "val"] = "test"
     predictions: bool = True
@@ -58,19 +74,98 @@ class EvalSettings(_OwnKeys):
     data_overrides: dict = Field(default_factory=dict)
 
     def check_files_exist(self) -> None:
-        from litlab.config.checks import check_checkpoint_exists
-
-        check_checkpoint_exists(self.ckpt_path)
+        checkpoints.check_checkpoint_exists(self.ckpt_path)
 
     def check_files(self) -> None:
-        from litlab.config.checks import check_checkpoint_to_rebuild
+        checkpoints.check_checkpoint_to_rebuild(
+            self.ckpt_path, self.trust_checkpoint, self.data_overrides
+        )
 
-        check_checkpoint_to_rebuild(self.ckpt_path, self.trust_checkpoint, self.data_overrides)
+
+# ------------------------------------------------------------------------------ federate.py
+class DpSettings(Settings):
+    mode: Literal["none", "local", "central"] = "none"
+    clipping_norm: PosFloat = 1.0
+    noise_multiplier: NonNegFloat = 0.1
+    epsilon: PosFloat = 10.0
+    delta: Annotated[float, Interval(gt=0, lt=1)] = 1e-5
 
 
-class FederateCommandSettings(_OwnKeys):
-    """federate.py's own keys, `federate.*` among them (`config.federate_settings`)."""
+class ClientResources(Settings):
+    # a Ray actor with no CPU is never scheduled: the run would wait forever
+    num_cpus: Annotated[float, Gt(0)] = 1
+    num_gpus: NonNegFloat = 0.0
 
+
+class RayInitArgs(Settings):
+    # other keys go to ray.init as they are (e.g. _temp_dir)
+    model_config = ConfigDict(extra="allow")
+
+    num_cpus: PosInt = 2
+    num_gpus: NonNegInt = 0
+    # Ray refuses less than ~75 MB
+    object_store_memory: Annotated[int, Ge(78_643_200), "a number of bytes >= 78643200"] = (
+        100_000_000
+    )
+    include_dashboard: bool = False
+    log_to_driver: bool = False
+
+
+class Backend(Settings):
+    client_resources: ClientResources = ClientResources()
+    init_args: RayInitArgs = RayInitArgs()
+
+    @model_validator(mode="after")
+    def _fits(self):
+        for what in ("cpus", "gpus"):
+            need = getattr(self.client_resources, f"num_{what}")
+            have = getattr(self.init_args, f"num_{what}")
+            if need > have:
+                raise UserError(
+                    f"federate.backend.client_resources.num_{what}={need:g} is more than the "
+                    f"{have} {what[:3].upper()}s of federate.backend.init_args.num_{what}: no client "
+                    "could run"
+                )
+        return self
+
+
+class FederateSettings(Settings):
+    """`federate:` in configs/federate.yaml, checked before any data is read or Ray starts."""
+
+    num_clients: PosInt = 10
+    rounds: PosInt = 20
+    fraction: Annotated[float, Interval(gt=0, le=1)] = 1.0
+    local_epochs: PosInt | Literal["auto"] = "auto"
+    lr_decay: Literal["constant", "cosine"] = "cosine"
+    partition: Literal["iid", "dirichlet"] = "dirichlet"
+    alpha: PosFloat = 0.5
+    seed: Seed = 42
+    client_eval: bool = True
+    compression: Literal["none", "int8", "topk"] = "none"
+    topk_ratio: Annotated[float, Interval(gt=0, lt=1)] = 0.25
+    dp: DpSettings = DpSettings()
+    fail_clients: list[NonNegInt] = Field(default_factory=list)
+    verbose: bool = False
+    backend: Backend = Backend()
+    # Flower's strategy: a `_target_` node, judged by its own model
+    strategy: dict = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _clients_exist(self):
+        if int(self.num_clients * self.fraction) < 1:
+            raise UserError(
+                f"federate.fraction={self.fraction} samples no client of {self.num_clients} "
+                f"in a round; use a fraction >= {1 / self.num_clients:.3g}"
+            )
+        if bad := [c for c in self.fail_clients if c >= self.num_clients]:
+            raise UserError(
+                f"federate.fail_clients={self.fail_clients} names client {bad[0]}; "
+                f"clients are 0 to {self.num_clients - 1}"
+            )
+        return self
+
+
+class FederateCommandSettings(OwnKeys):
     federate: FederateSettings = Field(default_factory=FederateSettings)
     seed: Seed = 42
     ckpt_path: str | None = None
@@ -79,6 +174,54 @@ class FederateCommandSettings(_OwnKeys):
         "test/acc"
     )
 
+    @classmethod
+    def prepare(cls, cfg) -> None:
+        """`federate.local_epochs=auto` -> the number the data's task kind declares, in place:
+        the clients' trainer.max_epochs interpolates it, the stored run config holds it."""
+        if cfg.federate.get("local_epochs") != "auto":
+            return
+        from litlab import tasks
+        from litlab.tasks.kind import TaskKind
 
-#: entry point (configs/<name>.yaml) -> its settings model, for the checks of sweep jobs
-BY_ENTRY = {"train": TrainSettings, "eval": EvalSettings, "federate": FederateCommandSettings}
+        try:
+            epochs = tasks.kind_of_data(str(cfg.data._target_)).federated_local_epochs
+        except Exception:  # noqa: BLE001  (a bad data target is refused by the checks)
+            epochs = TaskKind.federated_local_epochs  # the default of every kind
+        cfg.federate.local_epochs = epochs
+
+
+# ------------------------------------------------------------------------------ report.py
+class ReportSettings(EntrySettings):
+    #: a run dir or a sweep dir (litlab.report.writer.VALID)
+    path: str = ""
+
+    def check_files(self) -> None:
+        from litlab.report import kind_of
+
+        kind_of(self.path)
+
+
+class SweepSummarySettings(Settings):
+    """`hydra.callbacks.sweep_summary.*` (configs/hydra/default.yaml), checked as a sweep
+    starts: Hydra builds the callback from whatever is given (`fail_fast=maybe` would be true)."""
+
+    #: overrides whose last key part is listed here mark replicas (mean ± std per group)
+    replica_keys: list[str] = Field(default_factory=lambda: ["seed", "fold"])
+    #: summary.png of the objective per job
+    plot: bool = True
+    #: report.html at the end (`python src/report.py path=<sweep dir>` writes it later)
+    report: bool = True
+    #: no job starts after the first failed one (the grid sweeper reads it)
+    fail_fast: bool = False
+
+
+#: entry point (configs/<name>.yaml) -> its settings model
+ENTRIES = {
+    "train": TrainSettings,
+    "eval": EvalSettings,
+    "federate": FederateCommandSettings,
+    "export": ExportSettings,
+    "serve": ServeSettings,
+    "compress": CompressSettings,
+    "report": ReportSettings,
+}

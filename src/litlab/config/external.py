@@ -1,7 +1,7 @@
 """Bounds for the classes of other libraries (torch optimizers and schedulers, Lightning's
 Trainer and callbacks, Flower strategies), keyed by class and inherited by subclasses: the
-annotations those libraries would carry if they were stricter (`config.signatures` applies
-them). Every float is finite (`signatures.accepts`); rates and factors are bounded above, so
+annotations those libraries would carry if they were stricter (`config.models` applies
+them). Every float is finite (`config.models`); rates and factors are bounded above, so
 `lr=1e30` or `momentum=2` fail before anything is built, not after the first step.
 """
 
@@ -121,12 +121,18 @@ PUBLIC = {
     "lightning.pytorch.callbacks.EarlyStopping": "lightning.pytorch.callbacks.early_stopping.EarlyStopping",
     "lightning.pytorch.callbacks.ModelCheckpoint": "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint",
 }
+OPTIMIZER, SCHEDULER = "torch.optim.optimizer.Optimizer", "torch.optim.lr_scheduler.LRScheduler"
 
 
-def bounds_by_name(target_name: str) -> dict:
-    """EXTERNAL's bounds for a target known by its name alone (no import): a first, fast pass."""
-    if target_name.startswith("torch.optim.lr_scheduler."):
-        return EXTERNAL["torch.optim.lr_scheduler.LRScheduler"] | EXTERNAL.get(target_name, {})
-    if target_name.startswith("torch.optim.") and target_name.count(".") == 2:
-        return EXTERNAL["torch.optim.optimizer.Optimizer"]
-    return EXTERNAL.get(PUBLIC.get(target_name, target_name), {})
+def table(names: list[str]) -> dict:
+    """The annotations EXTERNAL gives a class known by `names` (its MRO's "module.QualName"s,
+    or the target's name alone, before any import): subclasses' entries win."""
+    found = {}
+    for name in reversed(names):
+        name = PUBLIC.get(name, name)
+        if name.startswith("torch.optim.lr_scheduler."):
+            found.update(EXTERNAL[SCHEDULER])
+        elif name.startswith("torch.optim.") and name.count(".") == 2:
+            found.update(EXTERNAL[OPTIMIZER])
+        found.update(EXTERNAL.get(name, {}))
+    return found

@@ -6,7 +6,7 @@ import re
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.config.signatures import closest
+from litlab.errors import closest
 
 QUOTING = (
     "quote a value with spaces or other characters than letters, digits and _-./: "
@@ -83,7 +83,7 @@ def composition_error(message: str, config_name: str, overrides: list[str]) -> s
 def rebuilt_group(dotted: str, config_name: str, overrides: list[str]) -> str | None:
     """`data.path=X` refused by a command whose config takes `data_overrides` instead (eval,
     export, compress): the line saying how (`checks.rebuilt_group_refusal`)."""
-    from litlab.config.checks import REBUILT, rebuilt_group_refusal
+    from litlab.config.checkpoints import REBUILT, rebuilt_group_refusal
     from litlab.config.compose import CONFIG_DIR
 
     bad = dotted.lstrip("+~")

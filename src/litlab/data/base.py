@@ -4,7 +4,9 @@ Lightning hooks.
 A subclass fills `train_set`, `val_set`, `test_set` in `setup`. `SplitDataModule.__init__` saves
 the constructor arguments of the whole subclass chain as hparams; its own are the loader
 settings (`batch_size`, `num_workers`, `persistent_workers`, `pin_memory`), which `loader` turns
-into a `loader_class` (torch's DataLoader; PyG's for graphs). Under DDP, Lightning adds the distributed sampler itself and
+into a `loader_class` (torch's DataLoader; PyG's for graphs). `setup` also fills `split_sources`:
+each split's items named by their source, in the order of the split's dataset (a run's
+data_split.json; eval.py's predictions.csv names its rows by them). Under DDP, Lightning adds the distributed sampler itself and
 `litlab.utils.distributed` makes the val/test shards unpadded, so no sample counts twice.
 """
 
@@ -19,6 +21,11 @@ class SplitDataModule(L.LightningDataModule):
     #: the split `predict_dataloader` serves (eval.py sets it to "test" or "val")
     predict_split = "test"
     loader_class = DataLoader
+    #: the predictions.csv column of an item's source (`row`, `image`, `sample`, ...)
+    source_column = "sample"
+
+    #: {split: [source of each item]} once set up, e.g. {"train": [0, 3, ...], ...}
+    split_sources: dict[str, list] | None = None
 
     def __init__(
         self,
@@ -44,6 +51,14 @@ class SplitDataModule(L.LightningDataModule):
             pin_memory=pin,
             persistent_workers=h.persistent_workers and h.num_workers > 0,
         )
+
+    def sources(self, split: str) -> dict[str, list]:
+        """predictions.csv's columns naming the source of each row predicted on `split`, in
+        the order of its rows (one row an item here; a subclass whose rows are parts of items,
+        slices of a volume, says which)."""
+        if not self.split_sources:
+            return {}
+        return {self.source_column: list(self.split_sources[split])}
 
     def eval_batch_size(self) -> int:
         return self.hparams.batch_size

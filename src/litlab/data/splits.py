@@ -1,6 +1,8 @@
 """Seeded, stratified index splits shared by the domains' datamodules."""
 
+import json
 import logging
+from pathlib import Path
 
 import numpy as np
 
@@ -55,14 +57,17 @@ def stratified_folds(labels, num_folds: int, fold: int, seed: int) -> tuple[np.n
     return train, test
 
 
-def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> dict:
-    """Seeded random train/val/test split of n items (each split gets at least one)."""
+def split_indices(
+    n: int, val_fraction: float, test_fraction: float, seed: int, pool: str = "volumes"
+) -> dict:
+    """Seeded random train/val/test split of n items (each split gets at least one); `pool`
+    says what the items are."""
     order = np.random.default_rng(seed).permutation(n)
     n_test = max(1, round(n * test_fraction))
     n_val = max(1, round(n * val_fraction))
     if n_test + n_val >= n:
         raise UserError(
-            f"{n} volumes are too few for val_fraction={val_fraction} and "
+            f"{n} {pool} are too few for val_fraction={val_fraction} and "
             f"test_fraction={test_fraction}"
         )
     return {
@@ -70,3 +75,17 @@ def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) 
         "val": sorted(order[n_test : n_test + n_val].tolist()),
         "test": sorted(order[:n_test].tolist()),
     }
+
+
+def write_split(path: Path, sources: dict[str, list]) -> None:
+    """A run's data_split.json: {split: [source of each item]} (a datamodule's
+    `split_sources`), written whole or not at all."""
+
+    def plain(source):  # numpy and torch integers as JSON integers; names as they are
+        return source.item() if hasattr(source, "item") else source
+
+    text = json.dumps({k: [plain(s) for s in v] for k, v in sources.items()}, indent=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

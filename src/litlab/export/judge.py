@@ -3,7 +3,7 @@ int8 file keeps the test metric within the task kind's share."""
 
 from pathlib import Path
 
-from litlab.export.settings import ExportSettings
+from litlab.config.after_training import ExportSettings
 
 #: formats judged by their outputs against the checkpoint's (not by the metric's loss)
 FP32 = ("onnx", "pt2")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from litlab.config.after_training import ExportSettings
 from litlab.errors import UserError, one_line
-from litlab.export.settings import ExportSettings
 
 FILES = {
     "onnx": "model.onnx",
@@ -134,9 +134,9 @@ def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
 def export(cfg: DictConfig) -> dict:
     """`python src/export.py`: the config checked (one line, exit 2, before torch is imported
     where the check needs none), then `run_export`."""
-    from litlab.config.validate import entry_config
+    from litlab.config import validate
 
-    settings = entry_config(cfg, ExportSettings)
+    settings = validate.check(cfg, "export")
     return run_export(settings, cfg.paths.output_dir, data_dir=cfg.paths.data_dir)
 
 
@@ -144,12 +144,11 @@ def export_checkpoint(ckpt_path, output_dir, data_dir=None, **settings) -> dict:
     """Export from Python (serve, tests, benchmarks): `settings` are export.yaml's keys
     (`formats=["onnx"]`, `latency={"batch_sizes": []}`), checked as the command checks them;
     `data_dir`: where the checkpoint's data is on this machine (as `paths.data_dir`)."""
-    from litlab.config.settings import check
+    from litlab.config import validate
 
     values = {"task_name": "export", "ckpt_path": str(ckpt_path), **settings}
-    checked = check(ExportSettings, values)
-    checked.check_files()
-    return run_export(checked, output_dir, data_dir=data_dir)
+    cfg = OmegaConf.create({**values, "paths": {"output_dir": str(output_dir)}})
+    return run_export(validate.check(cfg, "export"), output_dir, data_dir=data_dir)
 
 
 def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:

@@ -1,27 +1,10 @@
 """TensorRT through Torch-TensorRT: needs a CUDA GPU and `torch_tensorrt`
-(requirements-gpu.txt). `missing()` says in one line what this machine lacks."""
+(requirements-gpu.txt). `config.rules.tensorrt_missing()` says in one line what this machine
+lacks (export.py refuses `formats=[tensorrt]` with it before anything is built)."""
 
 from pathlib import Path
 
 import torch
-
-
-def missing() -> str | None:
-    """None when TensorRT can run here, else one sentence saying what is missing."""
-    import importlib.util
-
-    lacks = []
-    if not torch.cuda.is_available():
-        lacks.append("a CUDA GPU (torch.cuda.is_available() is False)")
-    if importlib.util.find_spec("torch_tensorrt") is None:
-        lacks.append("the torch_tensorrt package (pip install -r requirements-gpu.txt)")
-    if not lacks:
-        return None
-    return (
-        "tensorrt cannot run here: this machine lacks "
-        + " and ".join(lacks)
-        + "; formats onnx, pt2 and onnx_int8 work here"
-    )
 
 
 def compile_fp16(net: torch.nn.Module, example_inputs: tuple, dynamic=None):

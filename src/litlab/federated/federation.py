@@ -108,6 +108,7 @@ class Federation:
         from litlab.config import build
         from litlab.federated.rounds import ClientEvaluation
         from litlab.federated.server import CentralEvaluation, Recorded
+        from litlab.runs.split_file import NAME, SplitFile
 
         self.cfg, self.f, self.resumed = cfg, f, resumed
         self.out = Path(cfg.paths.output_dir)
@@ -119,8 +120,12 @@ class Federation:
         self.metric = str(cfg.model.monitor).split("/", 1)[-1]
         mode = str(cfg.model.monitor_mode)
         self.clients = ClientEvaluation(self.metric, mode) if f.client_eval else None
-        # the global checkpoint carries the run config, as train.py's do (eval.py, load_run)
-        self.trainer = build.trainer(cfg, extra_callbacks=[RunConfigInCheckpoint(self.config)])
+        # the global checkpoint carries the run config, as train.py's do (eval.py, load_run);
+        # data_split.json names the items of each split (clients share the training items)
+        split = SplitFile(self.out / NAME)
+        self.trainer = build.trainer(
+            cfg, extra_callbacks=[RunConfigInCheckpoint(self.config), split]
+        )
         self.central = CentralEvaluation(model, datamodule, self.trainer)
         self.start, self.saved = 1, None  # the first round to run; the last one on disk
         if resumed is not None:

@@ -21,13 +21,11 @@ log = logging.getLogger(__name__)
 def check(cfg: DictConfig):
     """Every setting, before any data is read or Ray starts: one line on the first bad one.
     Returns the `federate.*` settings."""
-    from litlab.config import federate_settings as settings
     from litlab.config import validate
-    from litlab.config.entries import FederateCommandSettings
 
     _without_selection(cfg)
-    settings.resolve_auto(cfg)  # the data class's task kind (its source, or an import)
-    return validate.entry_config(cfg, FederateCommandSettings, "federate").federate
+    # `federate.local_epochs=auto` resolved first: the data class's task kind
+    return validate.check(cfg, "federate").federate
 
 
 def _without_selection(cfg: DictConfig) -> None:

@@ -13,6 +13,7 @@ beside them by `litlab.checkpointing.run_config.RunConfigInCheckpoint`.
 
 import fnmatch
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 import lightning as L
@@ -42,6 +43,9 @@ class LitModule(L.LightningModule):
     #: each queued batch is one item to its metrics (2D segmentation: a volume's slices), so
     #: batches are never concatenated into one update
     batch_is_item = False
+    #: where predict_step may write files beside predictions.csv (eval.py's run dir, where
+    #: segmentation writes its predicted masks); None: it writes none
+    output_dir: Path | None = None
 
     @classmethod
     def monitorable(cls, name: str) -> bool:

@@ -12,10 +12,9 @@ from litlab.runs.result import RunResult
 def evaluate(cfg: DictConfig) -> RunResult:
     """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
     from litlab.config import validate
-    from litlab.config.entries import EvalSettings
 
     # bad input fails here, in one line, before any data is read
-    validate.entry_config(cfg, EvalSettings, "eval")
+    validate.check(cfg, "eval")
     from litlab.config import build
     from litlab.recipes import report
     from litlab.recipes.load import load_run
@@ -39,8 +38,11 @@ def evaluate(cfg: DictConfig) -> RunResult:
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if cfg.predictions:
         run.datamodule.predict_split = cfg.split
+        run.model.output_dir = out  # segmentation's predicted masks: masks/ beside the rows
         batches = trainer.predict(run.model, datamodule=run.datamodule)
-        rows = predictions.write_csv(batches, out / "predictions.csv")
+        # each row named by its source (a CSV row, a file, a volume and slice, a node)
+        sources = run.datamodule.sources(cfg.split)
+        rows = predictions.write_csv(batches, out / "predictions.csv", sources)
         print(f"wrote {rows} predictions to {out / 'predictions.csv'}")
     report.summary(cfg, metrics, cfg.ckpt_path)
     return RunResult(metrics, out, str(cfg.ckpt_path))

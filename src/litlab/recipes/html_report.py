@@ -3,25 +3,13 @@
 
 from omegaconf import DictConfig
 
-from litlab.config.settings import EntrySettings
-
-
-class ReportSettings(EntrySettings):
-    #: a run dir or a sweep dir (litlab.report.writer.VALID)
-    path: str = ""
-
-    def check_files(self) -> None:
-        from litlab.report import kind_of
-
-        kind_of(self.path)
-
 
 def report(cfg: DictConfig):
     """Check `path`, write its report.html, print where it is; returns its path."""
-    from litlab.config.validate import entry_config
+    from litlab.config import validate
     from litlab.report import write
 
-    settings = entry_config(cfg, ReportSettings)
+    settings = validate.check(cfg, "report")
     out = write(settings.path)
     print(f"report: {out}", flush=True)
     return out

@@ -27,14 +27,14 @@ def load_run(
     `data_dir` (this machine's; default: LITLAB_DATA_DIR or <project>/data), so a file never
     chooses where litlab writes, unless the user chose them on the command line of the run,
     as its run dir records (`litlab.checkpointing.data_folders`). Its weights, stored config
-    and provenance are validated first (`checkpointing.load`, `config.checks.check_stored`,
+    and provenance are validated first (`checkpointing.load`, `config.checkpoints.check_stored`,
     `checkpointing.weights`): one line, not a traceback or a NaN model."""
     from litlab.checkpointing import data_folders, weights
     from litlab.checkpointing import trust as trusted
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
     from litlab.config import build, data_paths
-    from litlab.config.checks import check_stored
+    from litlab.config.checkpoints import check_stored
 
     ckpt = load(ckpt_path)
     if data_overrides:  # this command's own values, resolved where they were composed

@@ -16,14 +16,13 @@ def train(cfg: DictConfig) -> RunResult:
     """Train (cfg.train), then test the best checkpoint (cfg.test); writes the run dir."""
     from litlab.checkpointing import resume
     from litlab.config import data_paths, validate
-    from litlab.config.entries import TrainSettings
     from litlab.runs import ddp
 
     resume.resolve_checkpoint(cfg)  # ckpt_path=last|<run dir>: that run's last.ckpt
     # stored absolute, so eval finds the data from any folder; provenance.json keeps the text
     typed = data_paths.absolute(cfg)
     # bad input fails here, in one line, before data is read or any DDP rank starts
-    validate.entry_config(cfg, TrainSettings, "train")
+    validate.check(cfg, "train")
     # trainer=ddp: the other local ranks start now, importing alongside this one (not at fit)
     with ddp.lifecycle(cfg, ENTRY_POINT) as ranks:
         import lightning as L
@@ -31,7 +30,8 @@ def train(cfg: DictConfig) -> RunResult:
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
         from litlab.recipes import report, tuning
-        from litlab.runs import first_forward
+        from litlab.runs import first_forward, split_file
+        from litlab.runs.split_file import SplitFile
 
         report.apply_extras(cfg)
         L.seed_everything(cfg.seed, workers=True)
@@ -40,9 +40,11 @@ def train(cfg: DictConfig) -> RunResult:
         # what the run is made with (code, packages, data): provenance.json, and in checkpoints
         made_with = report.record_provenance(cfg, datamodule, typed)
         # besides the config's callbacks: the run config in every checkpoint (eval, resume and
-        # load_run rebuild the run from it) and the DDP ranks joining the Trainer
+        # load_run rebuild the run from it), the DDP ranks joining the Trainer
         stored = RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True), made_with)
-        trainer = build.trainer(cfg, extra_callbacks=[stored, ranks.callback()])
+        # and each item's split, by its source, in data_split.json once the data is split
+        split = SplitFile(Path(cfg.paths.output_dir) / split_file.NAME)
+        trainer = build.trainer(cfg, extra_callbacks=[stored, ranks.callback(), split])
         report.log_hyperparameters(cfg, model, trainer)
 
         if cfg.train:

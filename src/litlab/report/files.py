@@ -9,6 +9,8 @@ import math
 import os
 from pathlib import Path
 
+from litlab.utils.files import kind_of as file_kind
+
 MAX_BYTES = 32 << 20  # any one file shown (a picture, a metrics CSV, a config)
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -36,11 +38,32 @@ def read_text(root: Path, relative: str | Path) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
+def unread(root: Path, relative: str | Path) -> str:
+    """Why `root/relative` was not read, as the page says it: absent, leading out of the
+    folder, no regular file (a pipe is never opened), over its limit, or unreadable."""
+    base = Path(root).resolve()
+    path = base / relative
+    if not os.path.lexists(path):
+        return "is absent"
+    if base not in path.resolve().parents:
+        return "is a link out of the folder reported on (not read)"
+    kind = file_kind(path)
+    if kind is not None:
+        return f"is not a regular file ({kind}; not read)"
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    if size > MAX_BYTES:
+        return f"is over its limit ({size / 2**20:.1f} MiB > {MAX_BYTES >> 20} MiB; not read)"
+    return "cannot be read"
+
+
 def read_json(root: Path, relative: str | Path) -> tuple[object, str | None]:
-    """(the parsed value, None), or (None, what is wrong: absent or not JSON)."""
+    """(the parsed value, None), or (None, what is wrong: `unread`'s reason or not JSON)."""
     text = read_text(root, relative)
     if text is None:
-        return None, f"{relative} is absent"
+        return None, f"{relative} {unread(root, relative)}"
     try:
         return json.loads(text), None
     except ValueError:

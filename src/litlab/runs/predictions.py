@@ -1,11 +1,14 @@
-"""Per-sample predictions (what `predict_step` returns) gathered into one CSV."""
+"""Per-sample predictions (what `predict_step` returns) gathered into one CSV, each row named
+by its source (the datamodule's `sources`: a CSV row, a file, a volume and slice, a node)."""
 
 from pathlib import Path
 
 
-def write_csv(batches: list, path: Path) -> int:
-    """Concatenate predict_step's dicts of per-sample tensors (or lists of strings) and write
-    them; returns rows."""
+def write_csv(batches: list, path: Path, sources: dict[str, list] | None = None) -> int:
+    """Concatenate predict_step's dicts of per-sample tensors (or lists of strings), put the
+    source columns after `index` (the row's position in the split), and write them; returns
+    rows. A source column the batches already hold (3D segmentation's `case`, read from the
+    batch; a node's index) is theirs."""
     import pandas as pd
     import torch
 
@@ -20,6 +23,11 @@ def write_csv(batches: list, path: Path) -> int:
 
     columns = {k: column([b[k] for b in batches]) for k in batches[0]}
     frame = pd.DataFrame(columns)
+    extra = {k: v for k, v in (sources or {}).items() if k not in frame}
+    for name, values in extra.items():
+        if len(values) != len(frame):  # the datamodule and predict_step disagree: a bug
+            raise ValueError(f"{len(values)} sources ({name}) for {len(frame)} predicted rows")
+    frame = pd.concat([pd.DataFrame(extra), frame], axis=1)
     frame.insert(0, "index", range(len(frame)))
     tmp = path.with_suffix(".csv.tmp")
     frame.to_csv(tmp, index=False, float_format="%.6g")

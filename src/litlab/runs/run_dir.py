@@ -35,9 +35,9 @@ def _inside(path, folder) -> bool:
 def check_location(cfg: DictConfig, multirun: bool = False) -> None:
     """One line unless every folder this run writes lies below `paths.log_dir` (`~paths`
     deleted it: named as the required node it is)."""
-    from litlab.config import required
+    from litlab.config import rules
 
-    required.check(cfg, "entry")
+    rules.check_required(cfg, "entry")
     name = str(cfg.get("task_name"))
     if not PLAIN_NAME.fullmatch(name) or name in (".", ".."):
         raise UserError(
@@ -152,32 +152,44 @@ class Guard(Callback):
         self._stop_on_error(lambda: (check_location(config), lock(config, str(config_name))))
 
     def on_multirun_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
-        """Also every job of the sweep, before the sweeper makes the sweep dir (sweep_check)."""
-        from litlab.config import sweep_settings
-        from litlab.runs import launcher_check, sweep_check
+        """Also the sweep dir (its own, locked: sweep_dir) and every job of the sweep
+        (sweep_check), before the sweeper writes anything."""
+        from litlab.config import validate
+        from litlab.runs import launcher_check, sweep_check, sweep_dir
 
         self._stop_on_error(lambda: check_location(config, multirun=True))
         self._stop_on_error(lambda: launcher_check.check(config))  # n_jobs: before the jobs
-        self._stop_on_error(lambda: sweep_settings.check_summary(config))  # fail_fast, ...
-        self._stop_on_error(lambda: sweep_check.check_resume(config))  # same jobs as on disk
+        self._stop_on_error(lambda: validate.check_summary(config))  # fail_fast, ...
+        owned = sweep_dir.SweepDir(config, str(config_name))
+        self._stop_on_error(owned.check)  # its own folder, the same jobs as on disk
         self._stop_on_error(lambda: sweep_check.check_jobs(config, str(config_name)))
+        self._stop_on_error(owned.claim, undo=owned.give_up)  # locked, checked again, marked
+
+    def on_multirun_end(self, config: DictConfig, **kw) -> None:
+        from litlab.runs import sweep_dir
+
+        sweep_dir.release(config)
 
     def on_run_end(self, config: DictConfig, **kw) -> None:
         release(OmegaConf.select(config, "hydra.run.dir"))
 
     @staticmethod
-    def _stop_on_error(check) -> None:
-        """Exit 2 with one line (Hydra would turn an exception into a warning and go on)."""
+    def _stop_on_error(check, undo=None) -> None:
+        """Exit 2 with one line (Hydra would turn an exception into a warning and go on),
+        after `undo` (what the checks did so far)."""
         from litlab.errors import one_line
 
         try:
             check()
+            return
         except UserError as err:  # before the task: litlab.cli prints it as `error: ...`
-            print(str(err), file=sys.stderr)
-            raise SystemExit(2) from None
+            line = str(err)
         except Exception as err:  # noqa: BLE001  (unchecked is refused, not let through)
-            print(f"cannot check the run dir: {one_line(err)}", file=sys.stderr)
-            raise SystemExit(2) from None
+            line = f"cannot check the run dir: {one_line(err)}"
+        if undo is not None:
+            undo()
+        print(line, file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def start(cfg: DictConfig, config_name: str) -> DictConfig:

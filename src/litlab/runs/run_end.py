@@ -26,13 +26,13 @@ resumed with its own overrides, which the summary shows).
 
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
 
 from litlab.errors import DiskFull, UserError, disk_full, one_line
 from litlab.runs import run_dir
+from litlab.utils import commands
 
 FAILED = "failed.json"  # in a run dir: what stopped it, and how to resume it
 BAD_INPUT = 2
@@ -74,7 +74,7 @@ def resume_command(config_name: str, overrides, out) -> str:
 
     kept = [str(o) for o in overrides if str(o).lstrip("+").split("=", 1)[0] != "ckpt_path"]
     args = [*map(absolute_override, kept), f"ckpt_path={os.path.abspath(out)}"]
-    return " ".join(["python", f"src/{config_name}.py", *map(shlex.quote, args)])
+    return commands.command(config_name, args)
 
 
 def as_user_error(caught: BaseException, out) -> UserError | None:

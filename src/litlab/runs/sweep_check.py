@@ -4,8 +4,8 @@ one line naming that job's overrides and exit 2, not two trained jobs and a fail
 
 Each job's config is composed as the launcher will compose it (`load_sweep_config` on the
 sweep's overrides: Hydra's basic sweeper's grid, or the Optuna search's fixed overrides with
-each trial queued up front and with its space at its edges) and checked by its entry point's own validation
-(`config.validate.job_config`), with `${hydra:...}` resolving as in that job. Nothing is
+each trial queued up front and with its space at its edges) and checked as its entry point checks it
+(`config.validate.check`), with `${hydra:...}` resolving as in that job. Nothing is
 written; the cost is one composition and one validation per job (torch is imported once, as
 the first job would import it).
 """
@@ -102,7 +102,7 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
         for num, (what, overrides) in enumerate(all_jobs):
             name = f"{what} ({' '.join(_varying(all_jobs, overrides))})"
             try:
-                validate.job_config(config_name, _as_job(loader, config, overrides, num))
+                validate.check(_as_job(loader, config, overrides, num), config_name)
             except UserError as err:
                 raise UserError(f"{name}: {err}") from None
             except Exception as err:  # noqa: BLE001  (composition: Hydra's multi-line text)
@@ -113,22 +113,12 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
         HydraConfig.instance().cfg = sweep
 
 
-def check_resume(config: DictConfig) -> None:
-    """A grid sweep re-run into an existing `hydra.sweep.dir` resumes it: refused in one line
-    (`UserError`) when its jobs are not the jobs on disk (`litlab.sweeps.plan`)."""
-    from pathlib import Path
-
+def grid_jobs(config: DictConfig) -> list[list[str]] | None:
+    """Every job's overrides of a grid sweep (None: overrides the sweeper cannot split, which
+    it says itself when it starts)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from litlab.sweeps import plan
-    from litlab.sweeps.summary import load_records
-
-    target = (OmegaConf.select(config, "hydra.sweeper", default=None) or {}).get("_target_")
-    sweep_dir = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
-    if target not in (BASIC, GRID) or not sweep_dir.is_dir():
-        return
     try:
-        grid = [overrides for _, overrides in jobs(config, GlobalHydra.instance().config_loader())]
+        return [overrides for _, overrides in jobs(config, GlobalHydra.instance().config_loader())]
     except Exception:  # noqa: BLE001  (overrides the sweeper cannot split: it says so itself)
-        return
-    plan.check_resume(sweep_dir, grid, load_records(sweep_dir))
+        return None

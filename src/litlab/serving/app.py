@@ -22,11 +22,12 @@ from prometheus_client import (
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from litlab.config.after_training import ServeSettings
 from litlab.serving.inputs import BadRequest
 from litlab.serving.limits import BodyLimit, Deadline, Metrics
+from litlab.serving.metadata import for_clients
 from litlab.serving.predictor import Predictor
 from litlab.serving.runner import Runner
-from litlab.serving.settings import ServeSettings
 
 PREDICT_BODY = {
     "requestBody": {
@@ -144,9 +145,11 @@ def _add_routes(app: FastAPI, runner, predictor, settings, state: dict, registry
             return error(503, "The model is still loading.")
         return {"status": "ready", "model": runner.path.name}
 
+    shown = for_clients(runner.meta)  # checked finite when the file was opened
+
     @app.get("/metadata")
     async def metadata():
-        return answer(runner.meta)  # checked finite when the file was opened
+        return answer(shown)
 
     @app.get("/metrics")
     async def metrics():

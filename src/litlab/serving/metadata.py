@@ -18,13 +18,14 @@ import sys
 from pathlib import Path
 
 from litlab import tasks
+from litlab.bounds import MAX_IMAGE_SIDE, MAX_VOLUME_SIDE
 from litlab.errors import UserError
 from litlab.serving import ood_metadata
 from litlab.serving.value_checks import MAX_INT, STD_FLOOR, Bad, integer, number, require
 
 MAX_VALUE_BYTES = 4 << 20  # one metadata value (the run config; the OOD model: ~9 kB)
 MAX_CLASSES, MAX_NAME = 100_000, 256
-MAX_IMAGE_SIDE, MAX_VOLUME_SIDE, MAX_CHANNELS = 4096, 1024, 64
+MAX_CHANNELS = 64
 MAX_FEATURES = 1_000_000
 #: floats in one sample (x channels): the warm-up allocates one (2^26 float32: 256 MiB)
 MAX_SAMPLE_VALUES = 1 << 26
@@ -177,6 +178,21 @@ def check(meta: dict, input_names: list[str], width) -> dict:
         require(family.confidence, f"it holds ood, but {task} outputs carry no confidence")
         ood_metadata.check(meta["ood"], channels if kind.ood_inputs else None)
     return meta
+
+
+#: what GET /metadata answers, besides the output names (`classes`, `targets`): what a client
+#: needs to build a request and read its answer, and which model and versions answered. The run
+#: config (every setting, with the training machine's absolute paths) and the checkpoint's path
+#: stay in the file, for whoever holds it, and out of the answer to anyone who can reach the port.
+CLIENT_KEYS = ("task", "input_names", "inputs", "metric", "ood", "checkpoint_sha256",
+               "litlab_version", "torch_version")  # fmt: skip
+
+
+def for_clients(meta: dict) -> dict:
+    """The checked metadata as GET /metadata answers it (CLIENT_KEYS)."""
+    names_key = tasks.get(meta["task"]).output_family().names_key
+    keys = (CLIENT_KEYS[0], names_key, *CLIENT_KEYS[1:])
+    return {k: meta[k] for k in keys if k in meta}
 
 
 def load(path: Path):

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from litlab.config.after_training import ServeSettings
 from litlab.serving import images, inputs
 from litlab.serving.inputs import BadRequest
 from litlab.serving.runner import MicroBatcher, Runner
-from litlab.serving.settings import ServeSettings
 
 INLINE_PIXELS = 64 * 64
 

@@ -1,5 +1,5 @@
 """Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first), with the
-connection limits of litlab.serving.protocol and the settings of litlab.serving.settings.
+connection limits of litlab.serving.protocol and the settings of litlab.config.entries.ServeSettings.
 
 SIGTERM and Ctrl-C stop accepting, answer every request already accepted (within
 drain_timeout_s), close the port and return normally (exit 0): uvicorn would re-raise the
@@ -12,8 +12,8 @@ from pathlib import Path
 import uvicorn
 
 from litlab.compat.uvicorn import forget_captured_signals
+from litlab.config.after_training import ServeSettings
 from litlab.errors import UserError
-from litlab.serving.settings import ServeSettings
 
 PROTOCOL = "litlab.serving.protocol:GuardedProtocol"
 

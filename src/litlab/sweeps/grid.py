@@ -7,7 +7,9 @@ jobs in the same order and job numbers, plus what a long sweep needs.
   `last.ckpt` when it has one (the job gets `LITLAB_SWEEP_RESUME=1`, which
   `litlab.checkpointing.resume` turns into that checkpoint: the path of `ckpt_path=<run dir>`,
   so its metrics.csv goes on instead of starting over), its first `.hydra/` kept. A command
-  with other settings is refused before this runs (`plan.check_resume`, from the run dir guard).
+  with other settings is refused before this runs (`plan.check_resume`, from the run dir guard,
+  which also checks that the sweep dir is this sweep's own, locks it and writes its plan:
+  `litlab.runs.sweep_dir`).
 - **Every job, whatever fails.** A failed job does not raise here (Hydra's basic sweeper
   re-raises the first one and skips `on_multirun_end`): the sweep goes on, and the summary
   callback ends it with one line per failed job and exit code 1. With
@@ -19,14 +21,12 @@ Skipping and resuming happen here, not in a launcher: jobs are launched in runs 
 job numbers (`initial_job_idx`), so any launcher names their dirs as it would have.
 """
 
-import json
 import signal
 import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from litlab.sweeps import plan
 from litlab.sweeps.study_settings import MACHINE_LOCAL, override_settings
 
 SWEEP_RESUME = "LITLAB_SWEEP_RESUME"  # a job that continues its run dir's last.ckpt
@@ -102,20 +102,23 @@ def _batch_size(sweeper, fail_fast: bool, count: int) -> int:
     return max(1, size)
 
 
-def _overrides_of(run_dir: Path) -> list[str] | None:
-    """A run dir's `.hydra/overrides.yaml`, read as data (a list of short strings), or None."""
+def overrides_of(run_dir: Path) -> list[str] | None:
+    """A run dir's `.hydra/overrides.yaml`, read as data (a list of strings; a regular file of
+    at most 1 MiB), or None."""
     import yaml
 
+    from litlab.utils.sweep_records import NotAFile, read_bytes
+
     try:
-        overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()[:100_000])
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        overrides = yaml.safe_load(read_bytes(run_dir / ".hydra" / "overrides.yaml") or b"")
+    except (NotAFile, OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     if isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
         return overrides
     return None
 
 
-def _settings_key(overrides: list[str]) -> tuple:
+def settings_key(overrides: list[str]) -> tuple:
     return tuple(sorted(override_settings(overrides, skip=MACHINE_LOCAL).items()))
 
 
@@ -124,8 +127,8 @@ def _run_dirs(sweep_dir: Path) -> dict:
     resume; a dir without one is under None)."""
     dirs = {}
     for run_dir in sorted(p for p in sweep_dir.iterdir() if p.is_dir()):
-        overrides = _overrides_of(run_dir)
-        key = None if overrides is None else _settings_key(overrides)
+        overrides = overrides_of(run_dir)
+        key = None if overrides is None else settings_key(overrides)
         dirs.setdefault(key, []).append(run_dir)
     return dirs
 
@@ -134,7 +137,7 @@ def _job_dir(sweep_dir: Path, num: int, job: list[str], run_dirs: dict) -> Path:
     """Job `num`'s run dir: `<sweep dir>/<num>` (`hydra.sweep.subdir`'s default) unless its
     `.hydra/overrides.yaml` names another job; else the folder whose overrides are this job's
     (a sweep with another `hydra.sweep.subdir`, e.g. `${hydra.job.override_dirname}`)."""
-    mine = run_dirs.get(_settings_key(job), [])
+    mine = run_dirs.get(settings_key(job), [])
     default = sweep_dir / str(num)
     if default in mine or default in run_dirs.get(None, []):
         return default
@@ -148,12 +151,12 @@ def _finished_without_record(
     damaged: its record is written again from its metrics, so that it is kept, not trained
     over its own checkpoints. None for any other job."""
     from litlab.sweeps.summary import job_objective_mode, write_json
-    from litlab.utils.sweep_records import FINISHED, RECORD, checked
+    from litlab.utils.sweep_records import FINISHED, RECORD, NotAFile, checked, read_json
 
     out = _job_dir(sweep_dir, num, job, run_dirs)
     try:
-        metrics = json.loads((out / FINISHED).read_text())
-    except (OSError, ValueError):
+        metrics = read_json(out / FINISHED)
+    except NotAFile:
         return None
     if not isinstance(metrics, dict):
         return None
@@ -199,15 +202,15 @@ def record_deaths(sweep_dir: Path, first: int, results) -> None:
     from litlab.compat.hydra import job_outcome
     from litlab.errors import one_line
     from litlab.sweeps.summary import write_json
-    from litlab.utils.sweep_records import RECORD, checked
+    from litlab.utils.sweep_records import RECORD, NotAFile, read
 
     failed = {first + i: r for i, r in enumerate(results) if r.status.name == "FAILED"}
     if not failed:
         return
     for path in sweep_dir.rglob(RECORD):
         try:
-            record = checked(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            record = read(path)
+        except NotAFile:
             continue
         if record is not None and record["job"] in failed and record["status"] == "running":
             error = job_outcome(failed[record["job"]])
@@ -219,11 +222,10 @@ def run(sweeper, arguments: list[str]) -> list:
     """Launch the jobs of the grid that are not completed yet (see the module docstring)."""
     config = sweeper.config
     jobs = grid(config, sweeper.hydra_context.config_loader, arguments)
-    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir = Path(str(config.hydra.sweep.dir))  # made and marked by runs.sweep_dir
     sweep_dir.mkdir(parents=True, exist_ok=True)
     if not (sweep_dir / "multirun.yaml").is_file():  # a resume keeps the first one
         OmegaConf.save(config, sweep_dir / "multirun.yaml")
-    plan.write(sweep_dir, jobs, plan.resume_command(config))
     todo, kept = pending(config, sweep_dir, jobs)
     if kept:
         print(

@@ -29,6 +29,7 @@ from litlab.errors import UserError, one_line
 from litlab.sweeps import search_space, study_settings
 from litlab.sweeps.storage import hide_password, storage_for
 from litlab.sweeps.summary_render import finite
+from litlab.utils import commands
 
 log = logging.getLogger(__name__)
 ENV = "LITLAB_OPTUNA_TRIAL"
@@ -216,9 +217,10 @@ class _Trials:
 def run(sweeper, arguments: list[str]) -> None:
     """Create or load the study, run trials until the budget is used, write the results."""
     opts, config = sweeper.options, sweeper.config
-    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir = Path(str(config.hydra.sweep.dir))  # made and marked by runs.sweep_dir
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    entry = str(OmegaConf.select(config, "hydra.job.config_name", default="train"))
     space, fixed, direction = _settings(opts, arguments)
     study, url, seed = _open_study(opts, sweep_dir, fixed, direction)
     trials = _Trials(sweeper, study, space, fixed, url, seed)
@@ -233,13 +235,16 @@ def run(sweeper, arguments: list[str]) -> None:
                 callbacks=[trials.stop_when_done],
             )
         except KeyboardInterrupt:  # Ctrl-C: the results so far, then stop
-            write_results(study, sweep_dir, url, fixed, final=False)
+            write_results(study, sweep_dir, url, fixed, final=False, entry=entry)
             raise
-    write_results(study, sweep_dir, url, fixed)
+    write_results(study, sweep_dir, url, fixed, entry=entry)
 
 
-def write_results(study, sweep_dir: Path, url: str, fixed: list[str], final: bool = True) -> None:
-    """best_params.yaml and optimization_history.png in the sweep dir; raise if none completed."""
+def write_results(
+    study, sweep_dir: Path, url: str, fixed: list[str], final: bool = True, entry: str = "train"
+) -> None:
+    """best_params.yaml and optimization_history.png in the sweep dir; raise if none completed.
+    Its `rerun` command trains the best trial again with `python src/<entry>.py`."""
     import warnings
     from collections import Counter
 
@@ -267,7 +272,7 @@ def write_results(study, sweep_dir: Path, url: str, fixed: list[str], final: boo
                 ],
             }
         )
-        result["rerun"] = " ".join(["python src/train.py", *fixed, *result["best_overrides"]])
+        result["rerun"] = commands.command(entry, [*fixed, *result["best_overrides"]])
     OmegaConf.save(OmegaConf.create(result), sweep_dir / "best_params.yaml")
     if completed:
         import matplotlib

@@ -1,8 +1,9 @@
 """A grid sweep's plan: every job it will run, kept in its sweep dir so that the same command
 with `hydra.sweep.dir=<that dir>` resumes it.
 
-The sweeper (src/hydra_plugins/litlab_grid_sweeper) writes `sweep_plan.json` (each job's
-overrides, and the command that resumes the sweep) before the first job starts. A re-run into
+The run dir guard (`litlab.runs.sweep_dir`) writes `sweep_plan.json` (who made it, the entry
+point and kind of sweep, each job's overrides, the command that resumes it) once the folder is
+the sweep's, before the first job starts; `read` reads it back as data. A re-run into
 that dir keeps what finished and runs only what is missing; it must therefore be the same
 sweep: a command whose jobs differ from the jobs on disk (`trainer.max_epochs=3` where they
 trained 2 epochs, another grid) would rank unlike jobs together, so it is refused in one line
@@ -15,20 +16,25 @@ so that it lists every job, and `failure_lines` says, at the end, what failed in
 
 import json
 import os
-import shlex
+import stat
 import sys
 from pathlib import Path
 
 from litlab.errors import UserError, one_line
 from litlab.sweeps.study_settings import MACHINE_LOCAL, override_settings
+from litlab.utils import commands
 
 PLAN = "sweep_plan.json"
 NOT_STARTED = "not started"
+MADE_BY = "litlab"  # the plan's `made_by`: a file of another tool is no plan of litlab's
+GRID, SEARCH, OTHER = "grid", "search", "sweep"  # its `kind`: whose jobs the folder holds
+MAX_BYTES = 64 * 2**20  # a grid of 100 000 jobs of long overrides stays below it
+SWEEP_DIR = "hydra.sweep.dir"
 
 
 def resume_command(config) -> str:
     """`python src/<entry>.py -m <the user's overrides> hydra.sweep.dir=<this sweep's dir>`:
-    the command that resumes this sweep, as the user would type it."""
+    the command that resumes this sweep, as the user would type it (quoted for the shell)."""
     from omegaconf import OmegaConf
 
     hydra = config.hydra
@@ -36,11 +42,11 @@ def resume_command(config) -> str:
     own = [
         str(o)
         for o in hydra.overrides.hydra
-        if str(o).split("=", 1)[0].lstrip("+~") not in ("hydra.sweep.dir", "hydra.mode")
+        if str(o).split("=", 1)[0].lstrip("+~") not in (SWEEP_DIR, "hydra.mode")
     ]
-    sweep_dir = os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir")))
-    args = [*map(without_password, task + own), f"hydra.sweep.dir={sweep_dir}"]
-    return " ".join(["python", f"src/{hydra.job.config_name}.py", "-m", *map(shlex.quote, args)])
+    sweep_dir = os.path.abspath(str(OmegaConf.select(config, SWEEP_DIR)))
+    args = [*map(without_password, task + own), f"{SWEEP_DIR}={sweep_dir}"]
+    return commands.command(str(hydra.job.config_name), args, multirun=True)
 
 
 def without_password(override: str) -> str:
@@ -55,20 +61,115 @@ def without_password(override: str) -> str:
     return f"{key}={hide_password(value)}"
 
 
-def write(sweep_dir: Path, jobs: list[list[str]], command: str) -> None:
+def write(
+    sweep_dir: Path,
+    jobs: list[list[str]] | None,
+    command: str,
+    entry: str = "train",
+    kind: str = GRID,
+    study: str | None = None,
+) -> None:
+    """The plan that marks `sweep_dir` as this sweep's (`runs.sweep_dir`): who made it, the
+    entry point and kind of sweep, a grid's jobs, a search's study, the resume command."""
+    plan = {"made_by": MADE_BY, "kind": kind, "entry": entry, "jobs": jobs, "resume": command}
+    if study is not None:
+        plan["study"] = study
     path = Path(sweep_dir) / PLAN
     tmp = path.with_name(f".{PLAN}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"jobs": jobs, "resume": command}, indent=1) + "\n")
+    tmp.write_text(json.dumps(plan, indent=1) + "\n")
     tmp.replace(path)
 
 
-def load(sweep_dir: Path) -> dict | None:
+def _untrusted(path: Path, why: str) -> UserError:
+    return UserError(
+        f"{path} is not a sweep plan litlab can trust ({why}); a sweep writes only into a new "
+        f"folder or one that a litlab sweep made: give this sweep a new hydra.sweep.dir (or "
+        f"none: a new timestamped one)"
+    )
+
+
+def _text(path: Path) -> str | None:
+    """The plan file's text, read as data: never through a link nor from anything but a
+    regular file, at most MAX_BYTES; None when there is none."""
     try:
-        plan = json.loads((Path(sweep_dir) / PLAN).read_text())
-    except (OSError, ValueError):
+        st = os.lstat(path)
+    except FileNotFoundError:
         return None
-    ok = isinstance(plan, dict) and isinstance(plan.get("jobs"), list)
-    return plan if ok and all(isinstance(j, list) for j in plan["jobs"]) else None
+    if stat.S_ISLNK(st.st_mode):
+        raise _untrusted(path, f"it is a symbolic link to {os.readlink(path)}")
+    if not stat.S_ISREG(st.st_mode):
+        raise _untrusted(path, "it is not a regular file")
+    if st.st_size > MAX_BYTES:
+        raise _untrusted(path, f"{st.st_size} bytes, over its limit of {MAX_BYTES}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise _untrusted(path, f"it cannot be read: {one_line(err)}") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_BYTES + 1)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _untrusted(path, "it is not UTF-8 text") from None
+
+
+def _shape(plan) -> str | None:
+    """What is wrong with a plan's fields, or None."""
+    if not isinstance(plan, dict):
+        return "not a JSON object"
+    if plan.get("made_by") != MADE_BY:
+        return "it does not say made_by: litlab (another tool's plan, or an older litlab's)"
+    if plan.get("kind") not in (GRID, SEARCH, OTHER):
+        return f"kind is not one of {GRID}, {SEARCH}, {OTHER}"
+    if plan.get("entry") not in commands.ENTRY_POINTS:
+        return f"entry is not one of {', '.join(commands.ENTRY_POINTS)}"
+    jobs = plan.get("jobs")
+    if plan["kind"] == GRID and not (
+        isinstance(jobs, list)
+        and all(isinstance(j, list) and all(isinstance(o, str) for o in j) for j in jobs)
+    ):
+        return "its jobs are not lists of overrides"
+    if plan["kind"] == SEARCH and not isinstance(plan.get("study"), str):
+        return "a search without its study name"
+    if not isinstance(plan.get("resume"), str):
+        return "no resume command"
+    return None
+
+
+def read(sweep_dir: Path) -> dict | None:
+    """The plan of `sweep_dir` (None when there is none), or one `UserError` naming the file
+    when it is not a plan litlab wrote: a link, a FIFO, over MAX_BYTES, not JSON, or fields
+    of another shape."""
+    path = Path(sweep_dir) / PLAN
+    text = _text(path)
+    if text is None:
+        return None
+    try:
+        plan = json.loads(text)
+    except ValueError:
+        raise _untrusted(path, "it is not JSON") from None
+    why = _shape(plan)
+    if why is not None:
+        raise _untrusted(path, why)
+    return plan
+
+
+def load(sweep_dir: Path) -> dict | None:
+    """The plan of a grid sweep in `sweep_dir`, or None (none, not trusted, or a search's):
+    what the summary reads once the sweep was let into its folder (`runs.sweep_dir`)."""
+    try:
+        plan = read(sweep_dir)
+    except UserError:
+        return None
+    return plan if plan is not None and plan["kind"] == GRID else None
+
+
+def stored_resume(sweep_dir: Path, plan: dict) -> str:
+    """The plan's resume command, to print: only when it is a command litlab writes
+    (`commands.stored`; else `commands.Untrusted`), with `hydra.sweep.dir` where the sweep is
+    now (a moved sweep)."""
+    words = commands.stored(plan.get("resume"), entry=plan.get("entry"), multirun=True)
+    return commands.with_override(words, SWEEP_DIR, os.path.abspath(sweep_dir))
 
 
 def _jobs_on_disk(sweep_dir: Path, records: list[dict]) -> tuple[dict[int, list[str]], int | None]:
@@ -108,13 +209,20 @@ def check_resume(sweep_dir: Path, jobs: list[list[str]], records: list[dict]) ->
             break
     if not changes:
         return
-    own = load(sweep_dir) or {}
-    again = f"its own command ({own['resume']})" if own.get("resume") else "its own overrides"
-    raise UserError(
+    head = (
         f"hydra.sweep.dir={sweep_dir} holds a sweep with other settings ({'; '.join(changes)}): "
-        f"its jobs and this command's would not be comparable. Resume it with {again}, or "
-        "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
+        f"its jobs and this command's would not be comparable"
     )
+    new = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
+    own = load(sweep_dir)
+    try:
+        again = f"its own command ({stored_resume(sweep_dir, own)})" if own else None
+    except commands.Untrusted as why:  # never echoed: crafted text is no advice
+        raise UserError(
+            f"{head}, and its plan {Path(sweep_dir) / PLAN} is not trustworthy ({why}), so its "
+            f"command is not repeated here; {new}"
+        ) from None
+    raise UserError(f"{head}. Resume it with {again or 'its own overrides'}, or {new}")
 
 
 def with_not_started(sweep_dir: Path, records: list[dict]) -> list[dict]:
@@ -169,23 +277,23 @@ def announce(config) -> None:
     print(f"sweep dir: {where}\nresume it with: {resume_command(config)}", flush=True)
 
 
-def end(sweep_dir: Path, records: list[dict], stopped: bool) -> bool:
-    """Print one line per failed job and, for a grid sweep that did not complete every job, the
-    command that runs what is missing. True when a job or trial failed: the command then exits
-    non-zero after its summary, report and best params are written (a pruned trial is not a
-    failure)."""
+def end(sweep_dir: Path, records: list[dict], stopped: bool, config) -> bool:
+    """Print one line per failed job and, for a grid sweep that did not complete every job,
+    this sweep's own command (`resume_command`, made again, not read back), which runs what is
+    missing. True when a job
+    or trial failed: the command then exits non-zero after its summary, report and best params
+    are written (a pruned trial is not a failure)."""
     lines = failure_lines(records)
     if lines:
         print(f"\n{len(lines)} failed job(s):", *lines, sep="\n", file=sys.stderr, flush=True)
-    own = load(sweep_dir)
-    if own is None:  # a search: its failed trials are listed above; no command runs "the rest"
+    if load(sweep_dir) is None:  # a search: its failed trials are listed above, no "rest" to run
         return bool(lines)
     done = sum(r["status"] == "completed" for r in records)
-    if done < len(records) and own.get("resume"):
+    if done < len(records):
         what = "sweep stopped" if stopped else "sweep ended"
         print(
             f"{what} with {done} of {len(records)} jobs completed; run the rest with: "
-            f"{own['resume']}",
+            f"{resume_command(config)}",
             file=sys.stderr,
             flush=True,
         )

@@ -25,8 +25,9 @@ from litlab.sweeps import plan, summary_stats
 from litlab.sweeps.replicas import marked_best, replica_groups
 from litlab.sweeps.study_settings import override_settings
 from litlab.sweeps.summary_render import finite, markdown, plot_summary
+from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero
-from litlab.utils.sweep_records import RECORD, checked
+from litlab.utils.sweep_records import RECORD
 
 
 def _is_multirun(config: DictConfig) -> bool:
@@ -78,7 +79,7 @@ class SweepSummary(Callback):
     ):
         # overrides whose last key part is in `replica_keys` tell replicas apart (seeds, folds);
         # fail_fast is read by the grid sweeper (litlab.sweeps.grid). Kept as given: the run
-        # dir guard checks them (config/sweep_settings.py) when the sweep starts, in one line
+        # dir guard checks them (config.entries.SweepSummarySettings) when the sweep starts, in one line
         # with what is valid, which a failure here (Hydra builds callbacks first) could not say
         self.replica_keys, self.fail_fast, self.plot = replica_keys, fail_fast, plot
         self.report = report
@@ -146,17 +147,21 @@ class SweepSummary(Callback):
                 from litlab.report import write_quietly  # report.html (a failure: a warning)
 
                 write_quietly(sweep_dir)
-        return plan.end(sweep_dir, records, stopped)
+        return plan.end(sweep_dir, records, stopped, config)
 
 
 def load_records(sweep_dir: Path) -> list[dict]:
+    """Every job record under `sweep_dir` (`sweep_records.read`: a file that is no record
+    counts as a job that left none). Each names its run dir where the record is now: a sweep
+    dir moved elsewhere (and resumed there) names its jobs' folders, not where they were."""
     records = []
     for path in sweep_dir.rglob(RECORD):
         try:
-            record = checked(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            record = sweep_records.read(path)
+        except sweep_records.NotAFile:
             continue
-        if record is not None:  # not a record: that job counts as one that left none
+        if record is not None:
+            record["run_dir"] = os.path.abspath(path.parent)
             records.append(record)
     for record in records:  # a job still "running" now was killed (or runs in another worker)
         if record["status"] == "running":

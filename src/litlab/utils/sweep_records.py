@@ -4,9 +4,13 @@ damaged, so a record is data: `checked` gives it the shape the summary writes, o
 job then counts as one without a record: run again, and from its own last.ckpt if it has one).
 Plain Python only: the summary callback is built for every Hydra command."""
 
+import json
 import math
+import os
+import stat
 
 RECORD = "sweep_job.json"
+MAX_BYTES = 2**20  # a record is a few KiB: a larger file is not one
 # a run's final metrics (recipes.report.save_metrics): written when the run has ended
 FINISHED = "metrics.json"
 STATUSES = ("completed", "failed", "pruned", "incomplete", "running")
@@ -20,6 +24,41 @@ def _number(value) -> float | None:
 
 def _text(value, limit: int = 1000) -> str:
     return value[:limit] if isinstance(value, str) else ""
+
+
+class NotAFile(ValueError):
+    """A record's path that is a link, a FIFO, a folder: never read."""
+
+
+def read_bytes(path, limit: int = MAX_BYTES) -> bytes | None:
+    """The file at `path`, or None when there is none or it is over `limit` bytes. Read as
+    data: never through a link nor from anything but a regular file (`NotAFile`: a FIFO would
+    hang the reader)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as err:  # ELOOP: a link; ENXIO: a socket
+        raise NotAFile(str(path)) from err
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise NotAFile(str(path))
+        data = f.read(limit + 1)
+    return None if len(data) > limit else data
+
+
+def read_json(path, limit: int = MAX_BYTES):
+    """The JSON value of the file at `path` (`read_bytes`), or None when it is not JSON."""
+    data = read_bytes(path, limit)
+    try:
+        return None if data is None else json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def read(path) -> dict | None:
+    """The record at `path` (`checked`), or None when there is none or it is not a record."""
+    return checked(read_json(path))
 
 
 def checked(record) -> dict | None:

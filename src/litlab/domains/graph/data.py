@@ -112,6 +112,17 @@ class NodeDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         self.data  # noqa: B018  (downloads/processes once, on local rank 0)
 
+    @property
+    def split_sources(self) -> dict[str, list[int]]:
+        """The nodes of each split (its mask's), by index in the graph: data_split.json."""
+        return {
+            s: self.data[f"{s}_mask"].nonzero().view(-1).tolist() for s in ("train", "val", "test")
+        }
+
+    def sources(self, split: str) -> dict[str, list[int]]:
+        """predictions.csv's `node` (the module names its rows by node too, as it predicts)."""
+        return {"node": self.split_sources[split]}
+
     def _loader(self) -> DataLoader:
         distributed = self.trainer is not None and self.trainer.world_size > 1
         return TorchDataLoader(

@@ -39,6 +39,7 @@ class TUDataModule(SplitDataModule):
 
     kind = GRAPH_CLASSIFICATION
     loader_class = DataLoader  # PyG's: batches of graphs
+    source_column = "graph"
 
     def __init__(
         self,
@@ -115,3 +116,5 @@ class TUDataModule(SplitDataModule):
         self.train_set, self.val_set, self.test_set = (
             dataset[torch.as_tensor(i)] for i in (train, val, test)
         )
+        # each graph by its index in the dataset (with val_fraction 0, val is the test fold)
+        self.split_sources = {"train": train.tolist(), "val": val.tolist(), "test": test.tolist()}

@@ -8,8 +8,6 @@ live in memory, shared copy-on-write with DataLoader workers; NIfTI folders are 
 disk as one .npz, written atomically by one process.
 """
 
-import json
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -17,15 +15,14 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from litlab.bounds import Fraction, Ge, MaxLen, MinLen, NonNegFloat, NonNegInt, PosInt, Seed
+from litlab import bounds
+from litlab.bounds import Fraction, Ge, NonNegFloat, NonNegInt, PatchSize, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
-from litlab.data.splits import split_indices
+from litlab.data.splits import split_indices, write_split
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.medical3d import volumes as V
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
-
-log = logging.getLogger(__name__)
 
 
 class Medical3DDataModule(folds.FoldSettings, SplitDataModule):
@@ -62,12 +59,13 @@ class SegmentationDataModule(Medical3DDataModule):
     """Subclasses return preprocessed volumes; this class splits them and builds the datasets."""
 
     kind = VOLUME_SEGMENTATION
+    source_column = "case"
 
     def __init__(
         self,
-        patch_size: Annotated[list[PosInt], MinLen(3), MaxLen(3)] = (32, 32, 32),
+        patch_size: PatchSize = (32, 32, 32),
         samples_per_volume: PosInt = 2,
-        num_classes: Annotated[int, Ge(2)] = 3,
+        num_classes: bounds.SegmentClasses = 3,
         split_file: str | None = None,
         spatial_augment: bool = False,
         **kwargs,
@@ -99,7 +97,9 @@ class SegmentationDataModule(Medical3DDataModule):
             split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
         else:  # stratified by each volume's dominant structure; rare ones pooled
             split = folds.volume_split([v["label"] for v in vols], h, self.data_name)
-        self._write_split(split)
+        names = self.names or [f"case_{i:04d}" for i in range(len(vols))]
+        self.split_sources = {k: [names[i] for i in v] for k, v in split.items()}
+        self._write_split()
         self.train_set = V.PatchDataset(
             [vols[i] for i in split["train"]],
             self.patch_size,
@@ -110,18 +110,15 @@ class SegmentationDataModule(Medical3DDataModule):
         self.val_set = V.VolumeDataset([vols[i] for i in split["val"]])
         self.test_set = V.VolumeDataset([vols[i] for i in split["test"]])
 
-    def _write_split(self, split: dict) -> None:
-        """The split (volume names per split) in the run dir, once, by rank 0."""
-        if not self.split_file or (self.trainer is not None and not self.trainer.is_global_zero):
-            return
-        path = Path(self.split_file)
-        if path.exists():
-            return
-        names = self.names or [f"case_{i:04d}" for i in range(sum(map(len, split.values())))]
-        # predictions.csv's `case` is these names (without .nii.gz), as are the masks'
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({k: [names[i] for i in v] for k, v in split.items()}, indent=1)
-        path.write_text(text)
+    def sources(self, split: str) -> dict[str, list]:
+        """predictions.csv's `case`s, as the module names its rows and masks too."""
+        return {"case": [N.case_id(n) for n in self.split_sources[split]]}
+
+    def _write_split(self) -> None:
+        """The split (volume names per split) at `data.split_file`, once, by rank 0."""
+        rank0 = self.trainer is None or self.trainer.is_global_zero
+        if self.split_file and rank0 and not Path(self.split_file).exists():
+            write_split(Path(self.split_file), self.split_sources)
 
 
 class PhantomDataModule(Medical3DDataModule):
@@ -141,6 +138,11 @@ class PhantomDataModule(Medical3DDataModule):
     data_name = "the phantoms"
 
     @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        V.check_phantoms(settings, key)  # sides that hold a nodule, within memory
+        super().check_settings(settings, key)
+
+    @classmethod
     def fold_count(cls, settings: dict) -> int:
         return int(settings["num_volumes"])
 
@@ -154,7 +156,7 @@ class PhantomDataModule(Medical3DDataModule):
 class PhantomSegmentationDataModule(PhantomDataModule, SegmentationDataModule):
     """Generated phantoms (organ = 1, nodule = 2); the offline default."""
 
-    def __init__(self, nodule_radius=(2.0, 3.5), **kwargs):
+    def __init__(self, nodule_radius=V.NODULE_RADIUS, **kwargs):
         super().__init__(**kwargs)
         self.nodule_radius = tuple(nodule_radius)
         self.num_classes = 3
@@ -173,14 +175,15 @@ class NiftiDataModule(SegmentationDataModule):
     def __init__(self, root: str, cache_dir: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.root = Path(root)
-        self.pairs = self.check_settings({"root": root}, "data")
+        self.pairs = self.check_settings({"root": root, "num_classes": self.num_classes}, "data")
         self.names = [p.name for p, _ in self.pairs]
+        self.class_names = N.label_names(self.root, self.num_classes)  # export's, the service's
         self.cache_dir = Path(cache_dir) if cache_dir else None
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list:
-        """The folder holds at least 3 image/label pairs, enough for `num_folds` (read before
-        anything is printed)."""
+        """The folder holds at least 3 image/label pairs, enough for `num_folds`, and names
+        its labels well if it names them (read before anything is printed)."""
         return N.folder_pairs(settings, key, cls.check_folds)
 
     def _cache_path(self) -> Path | None:
@@ -238,17 +241,20 @@ class ClassificationDataModule(Medical3DDataModule):
 
     kind = VOLUME_CLASSIFICATION
     in_channels, num_classes = 1, 2
+    source_column = "case"
 
     def load(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         raise NotImplementedError
 
-    def split(self, images: torch.Tensor, labels: torch.Tensor) -> dict:
-        """{split: (images, labels)}: seeded train/val/test, or the folds of `num_folds`."""
+    def split(self, images: torch.Tensor, labels: torch.Tensor, ids: list) -> dict:
+        """{split: (images, labels)}: seeded train/val/test, or the folds of `num_folds`;
+        `ids`: each volume's source, kept by split in `split_sources`."""
         h = self.hparams
         if h.num_folds is None:
             split = split_indices(len(labels), h.val_fraction, h.test_fraction, h.seed)
         else:
             split = folds.settings_split(labels.numpy(), h, self.data_name, "volumes")
+        self.split_sources = {k: [ids[i] for i in v] for k, v in split.items()}
         return {
             k: (images[torch.as_tensor(v)], labels[torch.as_tensor(v)]) for k, v in split.items()
         }
@@ -285,8 +291,9 @@ class PhantomClassificationDataModule(PhantomDataModule, ClassificationDataModul
         from monai.transforms import ResizeWithPadOrCrop
 
         fit = ResizeWithPadOrCrop([self.hparams.size] * 3)
-        images, labels = [], []
-        for _, image, _, has_nodule in self.phantoms(0.5):
+        images, labels, ids = [], [], []
+        for i, image, _, has_nodule in self.phantoms(0.5):
             images.append(torch.as_tensor(np.asarray(fit(V.normalize(image)))))
             labels.append(has_nodule)
-        return self.split(torch.stack(images), torch.tensor(labels))
+            ids.append(f"case_{i:04d}")  # as the segmentation phantoms are named
+        return self.split(torch.stack(images), torch.tensor(labels), ids)

@@ -16,6 +16,8 @@ class MedMNIST3DDataModule(ClassificationDataModule):
     over all of them (`num_folds`). Downloads with the `medmnist` package when
     `<data_dir>/<flag>[_64].npz` is absent."""
 
+    source_column = "sample"  # a volume's place in the official splits: "val/12"
+
     def __init__(
         self,
         flag: str = "nodulemnist3d",
@@ -87,8 +89,11 @@ class MedMNIST3DDataModule(ClassificationDataModule):
             images = torch.as_tensor(np.asarray(ds.imgs))
             images = images.unsqueeze(1) if images.ndim == 4 else images.permute(0, 4, 1, 2, 3)
             out[split] = (images.contiguous(), torch.as_tensor(ds.labels).reshape(-1).long())
+        # each volume by its place in the official splits: "val/12" is the 13th of val
+        ids = {s: [f"{s}/{i}" for i in range(len(out[s][1]))] for s in out}
         if self.hparams.num_folds is None:
+            self.split_sources = ids
             return out
         # k-fold: the official splits pooled in their order (train, val, test), then folded
         pooled = [torch.cat([out[s][i] for s in ("train", "val", "test")]) for i in (0, 1)]
-        return self.split(*pooled)
+        return self.split(*pooled, [i for s in ("train", "val", "test") for i in ids[s]])

@@ -191,7 +191,7 @@ class VolumeSegmenter(LitModule):
         self.log_step(split, self.loss(logits, y), class_map(logits), y[:, 0], len(x))
 
     def on_predict_start(self) -> None:
-        if self.mask_dir is None and (out := hydra_output_dir()) is not None:
+        if self.mask_dir is None and (out := self.output_dir or hydra_output_dir()) is not None:
             self.mask_dir = out / "masks"
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
@@ -209,7 +209,9 @@ class VolumeSegmenter(LitModule):
         if self.mask_dir is not None:
             self.write_masks(pred, batch)
         # the case id of the mask file (masks/<case>.nii.gz) and of data_split.json
-        cases = [n.removesuffix(".gz").removesuffix(".nii") for n in batch["name"]]
+        from litlab.domains.medical3d.nifti import case_id
+
+        cases = [case_id(n) for n in batch["name"]]
         out = {"case": cases, "dice": dice.nanmean(1)}
         for k in range(1, self.num_classes):
             out[f"dice_{k}"] = dice[:, k - 1]

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from litlab.bounds import MAX_SEGMENT_CLASSES
 from litlab.errors import UserError, one_line
+from litlab.utils.files import check_regular
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
@@ -38,13 +40,14 @@ def folder_pairs(settings: dict, key: str, check_folds) -> list[tuple[Path, Path
         )
     pairs = find_pairs(root, key)
     check_folds(settings, key, len(pairs))
+    label_names(root, int(settings.get("num_classes", 3)), key)  # a dataset.json names them
     return pairs
 
 
 def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
     """(image, label) pairs in MSD layout: imagesTr/+labelsTr/ or images/+labels/. An image
     without its label is refused, naming it: a training folder holds labelled images only (MSD
-    keeps the unlabelled ones in imagesTs/)."""
+    keeps the unlabelled ones in imagesTs/); so is one that is no regular file."""
     for images, labels in (("imagesTr", "labelsTr"), ("images", "labels")):
         if (root / images).is_dir() and (root / labels).is_dir():
             break
@@ -68,6 +71,9 @@ def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
             "unlabelled images out of the training folder (MSD keeps them in imagesTs/)"
         )
     pairs = [(p, found[_stem(p)]) for p in volumes]
+    for pair in pairs:  # a pipe would block the reader forever, a device never end
+        for path, folder in zip(pair, (images, labels), strict=True):
+            check_regular(path, f"{key}.root={root}: {folder}/{path.name}", "a NIfTI file")
     if len(pairs) < 3:
         raise UserError(
             f"{key}.root={root}: found {len(pairs)} image/label pairs with matching "
@@ -75,6 +81,42 @@ def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
             f"at least 3 (train, val, test)"
         )
     return pairs
+
+
+def label_names(root, num_classes: int, key: str = "data") -> list[str] | None:
+    """The class names of an MSD folder's dataset.json `labels` ({"0": "background", "1":
+    "Anterior", ...}, or nnU-Net v2's {"background": 0, ...}): what an exported model names
+    its classes by (the service answers them). None without a dataset.json or its `labels`;
+    one line when they do not name exactly the classes 0..num_classes-1 in short printable
+    words (a file from elsewhere is data: its names end up in every answer)."""
+    import json
+
+    path = Path(str(root)) / "dataset.json"
+    if not path.is_file():
+        return None
+    valid = f"valid: a name for each label 0 to {num_classes - 1} ({key}.num_classes={num_classes})"
+    try:
+        labels = json.loads(path.read_text()).get("labels")
+    except (ValueError, UnicodeDecodeError, AttributeError) as err:
+        raise UserError(f"{path} is not a JSON object ({one_line(err)}); {valid}") from None
+    if labels is None:
+        return None
+    pairs = labels.items() if isinstance(labels, dict) else []
+    flipped = all(isinstance(v, int) and not isinstance(v, bool) for _, v in pairs)
+    names = {str(v): k for k, v in pairs} if flipped else {str(k): v for k, v in pairs}
+    wanted = [str(i) for i in range(num_classes)]
+    if sorted(names) != sorted(wanted) or not all(
+        isinstance(n, str) and 0 < len(n) <= 64 and n.isprintable() for n in names.values()
+    ):
+        raise UserError(
+            f"{path}: its labels {one_line(json.dumps(labels))[:200]} do not fit; {valid}"
+        )
+    return [names[i] for i in wanted]
+
+
+def case_id(name: str) -> str:
+    """A volume's name without .nii.gz: predictions.csv's `case`, masks/<case>.nii.gz."""
+    return name.removesuffix(".gz").removesuffix(".nii")
 
 
 def read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -93,6 +135,16 @@ def read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(data), img.affine.astype(np.float64)
 
 
+def header_shape(path: Path) -> tuple[int, ...]:
+    """A NIfTI file's array shape (x, y, z[, c]) from its header, no voxel read."""
+    import nibabel as nib
+
+    try:
+        return tuple(int(n) for n in nib.load(str(path)).shape)
+    except Exception as err:  # truncated gzip, not a NIfTI file, ...
+        raise UserError(f"cannot read NIfTI {path}: {one_line(err)}") from err
+
+
 def check_pair(image_path, label_path, image: np.ndarray, label: np.ndarray, num_classes: int):
     """An image (C, *spatial) of finite values and its label map (*spatial: one channel, the
     image's shape, whole numbers 0..num_classes-1), or one line naming the file at fault: a
@@ -104,19 +156,34 @@ def check_pair(image_path, label_path, image: np.ndarray, label: np.ndarray, num
             f"{label_path} has shape {list(label.shape)}, its image {list(image.shape[1:])}: "
             "a label map is one label per voxel of its image (one channel)"
         )
+    check_labels(label_path, label, num_classes)
+
+
+def check_labels(path, label: np.ndarray, num_classes: int) -> None:
+    """A label map (any dtype: NIfTI stores floats, a mask file may be 16-bit or float) of whole
+    numbers 0..num_classes-1, or one line naming the file and a value that is not: a label the
+    loss cannot take fails here, not as an index error in a step, and a fraction (0.5) or a NaN
+    is never truncated to a class."""
+    if label.dtype == bool:
+        return  # 0 and 1: a binary mask
     # min and max first (one pass each, no sort: a CT volume has 10^8 voxels), then whole numbers
     low, high = float(label.min()), float(label.max())
     fractional = label != np.round(label)  # nan is no whole number either
     bad = low if low < 0 else high if high >= num_classes else None
     if bad is None and fractional.any():
         bad = float(label[fractional].flat[0])
-    if bad is not None:
-        more = bad == high and bad == round(bad) and not fractional.any()  # more classes?
-        raise UserError(
-            f"{label_path} holds label {bad:g}; labels are whole numbers 0 to "
-            f"{num_classes - 1} (data.num_classes={num_classes}, background included)"
-            + (f": set data.num_classes={int(high) + 1} if they are classes" if more else "")
-        )
+    if bad is None:
+        return
+    whole = bad == high and bad == round(bad) and not fractional.any()
+    hint = ""
+    if whole and high < MAX_SEGMENT_CLASSES:  # more classes than the settings say?
+        hint = f": set data.num_classes={int(high) + 1} if they are classes"
+    elif whole:  # 255 or 65535: a picture's white, not a class number
+        hint = f": a label map holds class numbers, not grey levels (store {high:g} as a class)"
+    raise UserError(
+        f"{path} holds label {bad:g}; labels are whole numbers 0 to {num_classes - 1} "
+        f"(data.num_classes={num_classes}, background included){hint}"
+    )
 
 
 def write_mask(mask: np.ndarray, path: Path, affine: np.ndarray, like: Path | None = None) -> None:

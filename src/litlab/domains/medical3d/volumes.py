@@ -7,13 +7,19 @@ MONAI is imported inside the functions that use it (its import costs seconds).
 """
 
 import logging
+import math
 import os
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from litlab.data import memory
+from litlab.errors import UserError
+
 log = logging.getLogger(__name__)
+#: a nodule's radius is drawn from this range (voxels)
+NODULE_RADIUS = (2.0, 3.5)
 
 
 # ----------------------------------------------------------------------------- phantoms
@@ -23,7 +29,7 @@ def phantom(
     shape,
     nodule_probability: float = 1.0,
     noise: float = 0.1,
-    nodule_radius=(2.0, 3.5),
+    nodule_radius=NODULE_RADIUS,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """One synthetic volume: a rotated ellipsoid "organ" (label 1) and, with probability
     `nodule_probability`, a bright sphere "nodule" (label 2), on a smooth intensity gradient
@@ -74,6 +80,27 @@ def phantom_shapes(seed: int, count: int, size: int, jitter: int) -> list[tuple[
         tuple(int(s) for s in rng.integers(size - jitter, size + jitter + 1, 3))
         for _ in range(count)
     ]
+
+
+def check_phantoms(settings: dict, key: str) -> None:
+    """Every phantom holds its nodule (sides of at least 2 radii + 2 voxels: `phantom` draws its
+    centre inside), and all of them fit in memory (they are generated and held), before
+    anything is written."""
+    size, jitter = int(settings.get("size", 32)), int(settings.get("size_jitter", 4))
+    count = int(settings.get("num_volumes", 48))
+    radius = max(settings.get("nodule_radius") or NODULE_RADIUS)
+    need = math.ceil(2 * radius + 2)
+    if size - jitter < need:
+        raise UserError(
+            f"{key}.size={size} with {key}.size_jitter={jitter} makes phantoms with sides of "
+            f"{size - jitter} voxels; a nodule of radius {radius:g} needs at least {need}: "
+            f"raise {key}.size or lower {key}.size_jitter"
+        )
+    memory.check_fits(
+        count * (size + jitter) ** 3 * 5,  # a float32 image and an 8-bit label per voxel
+        f"{key}.num_volumes={count} phantoms of up to {size + jitter}^3 voxels",
+        f"lower {key}.size or {key}.num_volumes",
+    )
 
 
 def normalize(image: np.ndarray) -> np.ndarray:

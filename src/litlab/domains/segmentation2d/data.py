@@ -1,28 +1,36 @@
 """2D segmentation datamodules: axial slices of NIfTI volumes (`data=hippocampus2d`) and a
 user's images/ + masks/ folders (`data=masks`).
 
-Items are split, never their slices: a volume's slices are all in one split. Training draws
-random slices; evaluation batches hold one whole item (all slices of a volume, or one image), so
-the Dice of a batch is the Dice of an item, as for 3D segmentation (and DDP shards items). Intensities are in [0, 1]
-(a volume windowed at its 0.5 and 99.5 percentiles, an image / 255), then normalized by the
-training slices' mean and standard deviation in the batch hook: what an exported file's
-metadata states, so a served PNG is read as training read its slices.
+Items are split, never their slices: a volume's slices are all in one split (and images of
+one `data.group`, e.g. slices a user exported from one volume). Training draws random slices;
+evaluation batches hold one whole item (all slices of a volume, or one image), so the Dice of a
+batch is the Dice of an item, as for 3D segmentation (and DDP shards items). Intensities are in
+[0, 1] (a volume windowed at its own 0.5th and 99.5th percentiles: slices.window; an image /
+255, or / 65535 at 16 bits), then normalized by the training slices' mean and standard
+deviation in the batch hook: what an exported file's metadata states, so a served PNG is read
+as training read its slices.
 """
 
+import logging
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from litlab.bounds import Fraction, Ge, NonNegInt, PosInt, Seed
-from litlab.data import folds
+from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed, SegmentClasses
+from litlab.data import folds, memory
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
+from litlab.domains.medical3d import nifti as N
+from litlab.domains.segmentation2d import files as F
+from litlab.domains.segmentation2d import slices as S
+from litlab.domains.segmentation2d.slices import pad_to
 from litlab.errors import UserError
+from litlab.utils.distributed import is_rank_zero
+from litlab.utils.files import check_regular
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+log = logging.getLogger(__name__)
 
 
 class Items(Dataset):
@@ -42,17 +50,20 @@ class Items(Dataset):
 
 class SliceDataModule(folds.FoldSettings, SplitDataModule):
     """Subclasses return items (`load`): (images (S, C, H, W) in [0, 1], labels (S, H, W)) of
-    `image_size` squares, and their names."""
+    `image_size` squares, and their names; `shapes` holds each item's (height, width) before
+    padding."""
 
     kind = "image_segmentation"
     data_name, fold_pool = "the items", "items"
+    #: what an item is in predictions.csv: a volume (a row per slice) or an image
+    source_column = "volume"
     #: a served image of another size is zero-padded as training's were (exported metadata)
     fit = "pad"
 
     def __init__(
         self,
-        num_classes: Annotated[int, Ge(2)] = 3,
-        image_size: PosInt = 64,
+        num_classes: SegmentClasses = 3,
+        image_size: ImageSide = 64,
         batch_size: PosInt = 32,
         augment: bool = True,
         val_fraction: Fraction = 0.1,
@@ -66,10 +77,18 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         self.num_classes, self.image_size, self.channels = num_classes, image_size, 1
         self.mean, self.std = (0.0,), (1.0,)
         self.names: list[str] = []
+        self.shapes: list[tuple[int, int]] = []
+        self.slice_counts: list[int] = []
+        self.split: dict[str, list[int]] = {}
 
     @property
     def dims(self) -> dict:
-        return {"in_channels": self.channels, "num_classes": self.num_classes}
+        """Also the side items are padded to: a net's strides must divide it (check_dims)."""
+        return {
+            "in_channels": self.channels,
+            "num_classes": self.num_classes,
+            "image_size": self.image_size,
+        }
 
     def load(self) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[str]]:
         raise NotImplementedError
@@ -77,13 +96,12 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        h = self.hparams
         items, self.names = self.load()
         self.channels = int(items[0][0].shape[1])
-        if h.num_folds is None:
-            split = split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
-        else:  # stratified by each item's dominant structure
-            split = folds.volume_split([y.numpy() for _, y in items], h, self.data_name)
+        warn_absent_classes([y for _, y in items], self.num_classes, getattr(self, "root", ""))
+        self.slice_counts = [len(x) for x, _ in items]
+        self.split = split = self.split_items(items)
+        self.split_sources = {k: [self.names[i] for i in v] for k, v in split.items()}
         train = [items[i] for i in split["train"]]
         self.train_set = TensorDataset(
             torch.cat([x for x, _ in train]), torch.cat([y for _, y in train])
@@ -92,6 +110,27 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         train = self.train_set.tensors[0]
         self.mean = tuple(train.mean((0, 2, 3)).tolist())
         self.std = tuple(train.std((0, 2, 3)).clamp_min(1e-3).tolist())
+
+    def split_items(self, items) -> dict[str, list[int]]:
+        """Items by split: seeded, or fold `fold` (stratified by dominant structure)."""
+        h = self.hparams
+        if h.num_folds is None:
+            return split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
+        return folds.volume_split([y.numpy() for _, y in items], h, self.data_name)
+
+    def mask_files(self, split: str) -> list[list[str]]:
+        """The predicted masks' PNG names of each item of `split` (slices.mask_names)."""
+        names, counts, volume = self.names, self.slice_counts, self.source_column != "image"
+        return [S.mask_names(names[i], counts[i], volume) for i in self.split[split]]
+
+    def sources(self, split: str) -> dict[str, list]:
+        """A row per slice: its volume and slice number (or its image), and its mask's file."""
+        items, files = self.split[split], self.mask_files(split)
+        names = [self.names[i] for i, f in zip(items, files) for _ in f]
+        out = {self.source_column: names}
+        if self.source_column != "image":
+            out["slice"] = [k for f in files for k in range(len(f))]
+        return out | {"mask": [f"masks/{name}" for f in files for name in f]}
 
     def eval_batch_size(self) -> int:
         return 1  # one whole item (its slices) a batch: under DDP, items are sharded
@@ -109,14 +148,6 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         return (x - mean) / std, y.long()
 
 
-def pad_to(array: np.ndarray, size: int) -> np.ndarray:
-    """Zero-pad the last two axes to size x size (centred); refuse larger."""
-    h, w = array.shape[-2:]
-    top, left = (size - h) // 2, (size - w) // 2
-    pad = [(0, 0)] * (array.ndim - 2) + [(top, size - h - top), (left, size - w - left)]
-    return np.pad(array, pad)
-
-
 class Hippocampus2DDataModule(SliceDataModule):
     """Axial slices of NIfTI volumes with label maps (MSD layout: images/ + labels/ or
     imagesTr/ + labelsTr/): each volume windowed to [0, 1], sliced along its last axis,
@@ -126,25 +157,25 @@ class Hippocampus2DDataModule(SliceDataModule):
         super().__init__(**kwargs)
         self.root = Path(root)
         self.pairs = self.check_settings({"root": root, **kwargs}, "data")
+        self.class_names = N.label_names(self.root, self.num_classes)  # export's, the service's
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list:
-        from litlab.domains.medical3d import nifti as N
-
         return N.folder_pairs(settings, key, cls.check_folds)
 
     def load(self):
-        from litlab.domains.medical3d import nifti as N
-
-        items, size = [], self.image_size
+        items, size, self.shapes = [], self.image_size, []
+        shapes = [N.header_shape(image) for image, _ in self.pairs]
+        slices, channels = sum(s[2] for s in shapes), max(s[3] if len(s) > 3 else 1 for s in shapes)
+        what = f"data.image_size={size} pads each of the {slices} slices"
+        check_memory(slices, size, what, channels)
         for image_path, label_path in self.pairs:
             image, label = N.read_nifti(image_path)[0], N.read_nifti(label_path)[0]
             label = label[0] if len(label) == 1 else label
             N.check_pair(image_path, label_path, image, label, self.num_classes)
             _check_size(label_path, label.shape[:2], size)  # a slice is (D, H)
-            lo, hi = np.percentile(image, (0.5, 99.5))
-            image = np.clip((image - lo) / max(hi - lo, 1e-6), 0, 1)
-            x = pad_to(np.moveaxis(image, -1, 0), size)  # (S, C, D, H): slices of the last axis
+            self.shapes.append(tuple(label.shape[:2]))
+            x = pad_to(np.moveaxis(S.window(image), -1, 0), size)  # (S, C, D, H): last axis
             y = pad_to(np.moveaxis(label, -1, 0), size)  # (S, D, H)
             items.append((torch.from_numpy(x).float(), torch.from_numpy(y.astype(np.uint8))))
         return items, [p.name for p, _ in self.pairs]
@@ -152,74 +183,109 @@ class Hippocampus2DDataModule(SliceDataModule):
 
 class MaskFolderDataModule(SliceDataModule):
     """A user's images and label maps: `root/images/*.png` and `root/masks/<same name>.png`
-    (8-bit grey or RGB images; masks of label values 0..num_classes-1, the images' size).
-    Images smaller than `image_size` are padded, larger ones refused."""
+    (or `<stem>.png` beside a JPEG image; masks of whole label values 0..num_classes-1, the
+    images' size, in a lossless file: files.py). Images smaller than `image_size` are padded,
+    larger ones refused. Images are split one by one, unless `group` (a regex on their file
+    names) names groups that stay whole: slices exported from one volume are alike, and a test
+    slice whose neighbours were trained on would score a Dice no new volume gets."""
 
-    def __init__(self, root: str, **kwargs):
+    source_column = "image"
+
+    def __init__(self, root: str, group: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.root = Path(root)
-        self.pairs = self.check_settings({"root": root, **kwargs}, "data")
+        self.pairs = self.check_settings({"root": root, "group": group, **kwargs}, "data")
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> list[tuple[Path, Path]]:
         """Every image has a mask of its size, with labels below num_classes: the first one
-        that does not is named, before anything is written."""
-        from PIL import Image
-
+        that does not is named, before anything is written; so is a `group` that does not
+        name at least 3 groups (train, val, test)."""
         root = Path(str(settings["root"]))
         images, masks = root / "images", root / "masks"
         if not images.is_dir() or not masks.is_dir():
             raise UserError(f"{key}.root={root} needs images/ and masks/ folders")
-        found = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        found = sorted(p for p in images.iterdir() if p.suffix.lower() in F.IMAGE_SUFFIXES)
         if len(found) < 3:
             raise UserError(f"{key}.root={root}: {len(found)} images in images/; at least 3")
         pairs, classes = [], int(settings.get("num_classes", 3))
         size = int(settings.get("image_size", 64))
+        check_memory(
+            len(found), size, f"{key}.image_size={size} pads each of the {len(found)} images"
+        )
         for image in found:
-            mask = masks / image.name
-            if not mask.is_file():
-                raise UserError(f"{image} has no mask: expected {mask}")
-            shape, labels = _read(image, Image).shape, _read(mask, Image)
-            _check_item(mask, shape[:2], labels.shape, labels, classes)
-            _check_size(image, labels.shape, size)
+            check_regular(
+                image, f"{key}.root={root}: images/{image.name}", "images/ holds image files"
+            )
+            mask = F.mask_of(image, masks)
+            if mask is None:
+                raise UserError(f"{image} has no mask: expected {masks / image.name}")
+            check_regular(mask, f"{key}.root={root}: masks/{mask.name}", "masks/ holds image files")
+            shape, values = F.grey(image, size).shape, F.labels(mask)
+            if tuple(values.shape) != tuple(shape):
+                raise UserError(
+                    f"{mask} has shape {list(values.shape)}, its image {list(shape)}: a mask "
+                    "is one label per pixel of its image (one channel)"
+                )
+            N.check_labels(mask, values, classes)
             pairs.append((image, mask))
-        cls.check_folds(settings, key, len(pairs))
+        groups = S.image_groups([p.name for p, _ in pairs], settings.get("group"), key)
+        if groups is None:
+            cls.check_folds(settings, key, len(pairs))
+        else:  # the groups are what is split (and folded)
+            folds.check_fold(settings, key)
+            folds.check_count(len(set(groups)), settings, key, f"{key}.group's groups", "groups")
         return pairs
 
     def load(self):
-        from PIL import Image
-
-        items = []
-        for image, mask in self.pairs:
-            with Image.open(image) as a, Image.open(mask) as b:
-                x = np.asarray(a.convert("L"), dtype=np.float32) / 255.0
-                y = np.asarray(b, dtype=np.uint8)
+        items, self.shapes = [], []
+        for image, mask in self.pairs:  # checked: whole labels below num_classes fit in 8 bits
+            x, y = F.grey(image), F.labels(mask).astype(np.uint8)
+            self.shapes.append(tuple(y.shape))
             x, y = pad_to(x[None, None], self.image_size), pad_to(y[None], self.image_size)
             items.append((torch.from_numpy(x), torch.from_numpy(y)))
         return items, [p.name for p, _ in self.pairs]
 
+    def split_items(self, items) -> dict[str, list[int]]:
+        """With `group`: the groups are split (or folded, stratified by the dominant structure
+        of their images together), each image going where its group goes."""
+        if self.hparams.group is None:
+            return super().split_items(items)
+        groups = S.image_groups(self.names, self.hparams.group, "data")
+        return S.group_split(groups, [y for _, y in items], self.hparams)
 
-def _read(path: Path, Image) -> np.ndarray:
-    """The pixels of an image file; one line naming a file that is no readable image."""
-    try:
-        with Image.open(path) as img:
-            return np.asarray(img)
-    except Exception as err:  # noqa: BLE001 (Pillow raises many types on a bad file)
-        raise UserError(f"{path} is not a readable image ({type(err).__name__})") from None
+
+def check_memory(items: int, size: int, what: str, channels: int = 1) -> None:
+    """The padded items fit in memory: float32 intensities and 8-bit labels, held twice while
+    the training slices are joined into one tensor."""
+    memory.check_fits(
+        2 * items * size * size * (4 * channels + 1),
+        f"{what} to {size}x{size}: they",
+        "set data.image_size to the largest side of the items (it only needs to hold them)",
+    )
 
 
-def _check_item(path, image_shape, label_shape, labels, num_classes: int) -> None:
-    """A label map of its image's shape, of labels 0..num_classes-1."""
-    if tuple(label_shape) != tuple(image_shape):
-        raise UserError(
-            f"{path} has shape {list(label_shape)}, its image {list(image_shape)}: a mask is "
-            "one label per pixel of its image (one channel)"
+def warn_absent_classes(label_maps: list[torch.Tensor], num_classes: int, root) -> None:
+    """One warning line (rank 0's) when a class occurs in no label map: all background trains
+    to a Dice of 0 without a word, and a class nothing shows has no Dice worth reading."""
+    if not is_rank_zero():
+        return
+    counts = sum(torch.bincount(y.flatten().long(), minlength=num_classes) for y in label_maps)
+    absent = [k for k in range(1, num_classes) if counts[k] == 0]
+    if len(absent) == num_classes - 1:
+        log.warning(
+            "data.root=%s: every label map is background (label 0) only: there is nothing to "
+            "segment, and the Dice will stay 0",
+            root,
         )
-    found = int(np.max(labels)) if np.size(labels) else 0
-    if found >= num_classes or np.min(labels) < 0:
-        raise UserError(
-            f"{path} holds label {found}; labels are 0 to {num_classes - 1} "
-            f"(data.num_classes={num_classes}, background included)"
+    elif absent:
+        log.warning(
+            "data.root=%s: label %s occurs in no label map (data.num_classes=%d): nothing "
+            "teaches it, and its Dice (val/dice_%d) means nothing",
+            root,
+            ", ".join(map(str, absent)),
+            num_classes,
+            absent[0],
         )
 
 

@@ -78,16 +78,42 @@ class ImageSegmenter(LitModule):
         self.log_step(split, self.task_loss(logits, y), class_map(logits), y, len(x))
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
-        """One row per item: its Dice (mean over foreground classes, and each class's) and
-        predicted pixels per class."""
+        """A row per slice (an image is one), in the order of the datamodule's `sources`
+        (its volume and slice, or its image): `item_dice`, its item's Dice (the unit of the
+        metric `dice`: averaged over items, not rows), the slice's own `dice` and `dice_K`
+        (NaN where neither label nor prediction holds the class) and predicted `pixels_K`.
+        With `output_dir` set (eval.py), the predicted label maps go to its masks/ folder as
+        PNGs named by their source, at their source's size."""
         from torchmetrics.functional.segmentation import dice_score
 
         x, y = batch
         pred = class_map(self(x))
-        dice = dice_score(pred[None], y[None], self.num_classes, include_background=False,
-                          average="none", input_format="index")  # fmt: skip
-        out = {"dice": dice.nanmean(1)}
+
+        def dice(p, t):
+            return dice_score(p, t, self.num_classes, include_background=False,
+                              average="none", input_format="index")  # fmt: skip
+
+        per_slice, item = dice(pred, y), dice(pred[None], y[None])
+        out = {"item_dice": item.nanmean(1).expand(len(pred)), "dice": per_slice.nanmean(1)}
         for k in range(1, self.num_classes):
-            out[f"dice_{k}"] = dice[:, k - 1]
-            out[f"pixels_{k}"] = (pred == k).sum().view(1)
+            out[f"dice_{k}"] = per_slice[:, k - 1]
+        for k in range(1, self.num_classes):
+            out[f"pixels_{k}"] = (pred == k).flatten(1).sum(1)
+        if self.output_dir is not None:
+            self.write_masks(pred, batch_idx)
         return out
+
+    def write_masks(self, pred: torch.Tensor, index: int) -> None:
+        """Item `index` of the predicted split's label maps as 8-bit PNGs of class ids, the
+        padding cropped off (the datamodule names them and knows each item's size)."""
+        from PIL import Image
+
+        from litlab.domains.segmentation2d.slices import crop_to
+
+        dm = self.trainer.datamodule
+        split = dm.predict_split
+        names, shape = dm.mask_files(split)[index], dm.shapes[dm.split[split][index]]
+        folder = self.output_dir / "masks"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, mask in zip(names, pred.to(torch.uint8).cpu().numpy()):
+            Image.fromarray(crop_to(mask, shape)).save(folder / name)

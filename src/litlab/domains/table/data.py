@@ -1,6 +1,7 @@
 """Rows of a CSV table: numeric feature columns, the target value in the last column. Without a
 path, scikit-learn's diabetes table (442 patients, 10 features, disease progression after a
-year; shipped inside scikit-learn: offline)."""
+year; shipped inside scikit-learn: offline). Each row is named by its number (0: the first
+row after the header) or by the column `id_column` names, which is no feature."""
 
 import warnings
 from pathlib import Path
@@ -12,6 +13,7 @@ from torch.utils.data import TensorDataset
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
 from litlab.data import folds
 from litlab.data.base import SplitDataModule
+from litlab.domains.table import values
 from litlab.errors import UserError
 
 #: target quantiles that stratify the splits and the k-fold folds (each split spans the range)
@@ -21,12 +23,14 @@ STRATA = 5
 class TableDataModule(folds.FoldSettings, SplitDataModule):
     kind = "regression"
     data_name, fold_pool = "the table", "rows"
+    source_column = "row"
     #: what an exported file takes (its metadata says so)
     normalization = "none: raw values in the table's units (the net standardizes them)"
 
     def __init__(
         self,
         path: str | None = None,
+        id_column: str | None = None,
         batch_size: PosInt = 64,
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
@@ -36,18 +40,36 @@ class TableDataModule(folds.FoldSettings, SplitDataModule):
         **kwargs,
     ):
         super().__init__(batch_size=batch_size, **kwargs)  # the other loader settings
-        self.x, self.y, self.feature_names, self.target_names = read_table(path)
+        x, y, self.feature_names, self.target_names = read_table(path, id_column)
+        self.y = y  # float64 until checked: the strata of the split read it
         self.split = self._split()
+        ids = read_ids(path, id_column) if id_column else range(len(y))
+        self.split_sources = {k: [ids[i] for i in v] for k, v in self.split.items()}
+        if id_column:  # predictions.csv's own columns keep their names
+            self.source_column = (
+                id_column if id_column not in OWN_COLUMNS else f"source_{id_column}"
+            )
         train = self.split["train"]
-        # the net standardizes features and targets with the training rows' statistics
-        self.feature_mean, self.feature_std = _moments(self.x[train])
-        self.target_mean, self.target_std = _moments(self.y[train, None])
+        # the net standardizes features and targets with the training rows' statistics, in
+        # float32: each value is checked so, by column, before it is cast
+        self.feature_mean, self.feature_std = values.moments(x[train])
+        self.target_mean, self.target_std = values.moments(y[train, None])
+        where = f"data.path={path}"
+        values.check_columns(x, self.feature_mean, self.feature_std, self.feature_names, where)
+        values.check_columns(
+            y[:, None], self.target_mean, self.target_std, self.target_names, where
+        )
+        values.check_target_scale(y, self.target_names[0], where)
+        values.warn_constant_target(y, self.split, self.target_names[0], where)
+        self.x, self.y = x.astype(np.float32), y.astype(np.float32)
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
         path = settings.get("path")
         if path is not None and not Path(str(path)).is_file():
             raise UserError(f"{key}.path={path} is not a file (a CSV table, or null: diabetes)")
+        if settings.get("id_column") is not None:
+            read_ids(path, str(settings["id_column"]), key)
         cls.check_folds(settings, key, None)
 
     @property
@@ -81,9 +103,17 @@ class TableDataModule(folds.FoldSettings, SplitDataModule):
         )
 
 
-def read_table(path) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
-    """(features, target, feature names, [target name]) as float32; one line for a table
-    that is not numbers with a header row."""
+#: the columns predictions.csv of a table has anyway: an id column of one of these names is
+#: written as source_<name>
+OWN_COLUMNS = ("index", "target", "pred", "residual")
+
+
+def read_table(
+    path, id_column: str | None = None
+) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+    """(features, target, feature names, [target name]) in float64 (values.py checks them
+    in the net's float32), the id column left out; one line for a table that is not numbers
+    with a header row."""
     if path is None:
         from sklearn.datasets import load_diabetes
 
@@ -91,17 +121,18 @@ def read_table(path) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
         names = [*data.feature_names, "progression"]
         table = np.column_stack([data.data, data.target])
     else:
-        with open(path) as f:
-            names = [n.strip() for n in f.readline().split(",")]
+        names = _header(path)
         if names != [""] and all(_is_number(n) for n in names):
             raise UserError(
                 f"data.path={path}: its first row is numbers; the first row names the columns "
                 "(a header row), the target's last"
             )
+        keep = [i for i, n in enumerate(names) if n != id_column] if id_column else None
+        names = [n for n in names if n != id_column] if id_column else names
         try:
             with warnings.catch_warnings():  # an empty table: the one line below says it
                 warnings.simplefilter("ignore", UserWarning)
-                table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+                table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, usecols=keep)
         except ValueError as err:
             raise UserError(f"data.path={path}: not a table of numbers ({err})") from None
     if table.shape[1] < 2 or len(table) < 10 or not np.isfinite(table).all():
@@ -111,14 +142,45 @@ def read_table(path) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
         )
     if len(names) != table.shape[1]:
         names = [f"x{i}" for i in range(table.shape[1] - 1)] + ["target"]
-    x, y = table[:, :-1].astype(np.float32), table[:, -1].astype(np.float32)
-    return x, y, names[:-1], names[-1:]
+    return table[:, :-1], table[:, -1], names[:-1], names[-1:]
 
 
-def _moments(values: np.ndarray) -> tuple[list[float], list[float]]:
-    """Per-column mean and standard deviation (a constant column: 1, not 0)."""
-    std = values.std(0)
-    return values.mean(0).tolist(), np.where(std > 1e-8, std, 1.0).tolist()
+def read_ids(path, id_column: str, key: str = "data") -> list[str]:
+    """The values of the column `id_column` names, one per row: each row's id in
+    predictions.csv and data_split.json. One line unless it is a column of the header, not the
+    target's, holding no id twice."""
+    if path is None:
+        raise UserError(
+            f"{key}.id_column={id_column} needs a table ({key}.path=your.csv); the diabetes "
+            "table has no id column: its rows are named by number"
+        )
+    names = _header(path)
+    if id_column not in names[:-1]:
+        valid = ", ".join(names[:-1])
+        raise UserError(
+            f"{key}.id_column={id_column} is not a column of {path}; valid: a column of its "
+            f"header row other than the target's (the last): {valid}"
+        )
+    try:  # the rows np.loadtxt reads the features from, in their order
+        ids = np.loadtxt(path, delimiter=",", skiprows=1, usecols=[names.index(id_column)],
+                         dtype=str, ndmin=1).tolist()  # fmt: skip
+    except ValueError as err:
+        raise UserError(f"{key}.path={path}: not a table ({err})") from None
+    ids = [i.strip() for i in ids]
+    seen: dict[str, int] = {}
+    for row, value in enumerate(ids):
+        if value in seen:
+            raise UserError(
+                f"{key}.id_column={id_column}: the id {value!r} names rows {seen[value]} and "
+                f"{row} of {path}; valid: a column that names each row once"
+            )
+        seen[value] = row
+    return ids
+
+
+def _header(path) -> list[str]:
+    with open(path) as f:
+        return [n.strip() for n in f.readline().split(",")]
 
 
 def _is_number(text: str) -> bool:

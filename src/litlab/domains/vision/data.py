@@ -10,15 +10,19 @@ from typing import Literal
 import torch
 from torchvision.transforms import v2
 
-from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
-from litlab.data import folds
+from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
+from litlab.data import folds, memory
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
 from litlab.domains.vision.images import TensorImages, random_affine, read_image
 from litlab.errors import UserError
 from litlab.tasks import IMAGE_CLASSIFICATION
+from litlab.utils.files import check_regular
 
 LEFT = "samples left after the test split (data.test_fraction)"
+#: float32 copies of a batch held at once (decoded, scaled, augmented, normalized) and the
+#: batches the loader prepares ahead
+BATCH_COPIES = 4
 
 
 class VisionDataModule(folds.FoldSettings, SplitDataModule):
@@ -33,6 +37,8 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
     channels, image_size, num_classes = 1, 28, 10
+    #: `load`'s (training, test or None) images' sources; unset: "train/<i>", "test/<i>"
+    loaded_sources: tuple[list, list | None] | None = None
 
     def __init__(
         self,
@@ -80,29 +86,37 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
         if self.train_set is not None:
             return
         (images, labels), test = self.load()
+        ids, test_ids = self.loaded_sources or (
+            [f"train/{i}" for i in range(len(labels))],
+            None if test is None else [f"test/{i}" for i in range(len(test[1]))],
+        )
         if self.hparams.num_folds is not None:
-            self._fold_sets(images, labels, test)
+            self._fold_sets(images, labels, test, ids, test_ids)
             return
         if test is None:  # no official test split: carve one out, stratified
             rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed, "the test share")
-            test = images[test_idx], labels[test_idx]
-            images, labels = images[rest], labels[rest]
+            test, test_ids = (images[test_idx], labels[test_idx]), [ids[i] for i in test_idx]
+            images, labels, ids = images[rest], labels[rest], [ids[i] for i in rest]
         train_idx, val_idx = stratified_split(
             labels, self.hparams.val_fraction, self.hparams.seed, "data.val_fraction", LEFT
         )
         self.train_set = TensorImages(images[train_idx], labels[train_idx])
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*test)
+        held = {"train": train_idx, "val": val_idx}
+        self.split_sources = {k: [ids[i] for i in v] for k, v in held.items()} | {"test": test_ids}
 
-    def _fold_sets(self, images, labels, test) -> None:
+    def _fold_sets(self, images, labels, test, ids, test_ids) -> None:
         """Every labelled image in one pool (the official test split after the training split):
         fold `fold` tests, the validation set is carved from the other folds."""
         if test is not None:
             images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
+            ids = [*ids, *test_ids]
         split = folds.settings_split(labels.numpy(), self.hparams, self.data_name, "images")
         self.train_set, self.val_set, self.test_set = (
             TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
         )
+        self.split_sources = {k: [ids[i] for i in v] for k, v in split.items()}
 
 
 class DigitsDataModule(VisionDataModule):
@@ -143,10 +157,12 @@ class DigitsDataModule(VisionDataModule):
         images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         labels = torch.tensor(digits.target, dtype=torch.long)
         if self.hparams.num_folds is not None:  # every image is in one fold's test set
+            self.loaded_sources = list(range(len(labels))), None
             return (images, labels), None
         rest, test = stratified_split(
             labels, self.test_fraction, self.hparams.seed, "data.test_fraction"
         )
+        self.loaded_sources = rest.tolist(), test.tolist()  # places in load_digits()
         return (images[rest], labels[rest]), (images[test], labels[test])
 
 
@@ -159,11 +175,12 @@ class ImageFolderDataModule(VisionDataModule):
     """
 
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    source_column = "image"  # the file, relative to data.root
 
     def __init__(
         self,
         root: str,
-        image_size: PosInt = 64,
+        image_size: ImageSide = 64,
         channels: Literal[1, 3] = 3,
         test_fraction: Fraction = 0.2,
         **kwargs,
@@ -180,6 +197,13 @@ class ImageFolderDataModule(VisionDataModule):
     def check_settings(cls, settings: dict, key: str) -> None:
         root = Path(str(settings["root"]))
         cls.class_folders(root, key)
+        size, batch = int(settings.get("image_size", 64)), int(settings.get("batch_size", 128))
+        channels = int(settings.get("channels", 3))
+        memory.check_fits(
+            batch * channels * size * size * BATCH_COPIES * 4,
+            f"{key}.image_size={size}: batches of {batch} images of {channels}x{size}x{size}",
+            f"lower {key}.image_size or {key}.batch_size",
+        )
         if settings.get("num_folds") is not None and (root / "train").is_dir():
             raise UserError(
                 f"{key}.num_folds={settings['num_folds']}: {root} has fixed train/val/test "
@@ -231,6 +255,7 @@ class ImageFolderDataModule(VisionDataModule):
             str(self._split_root(split)), transform=decode, allow_empty=False, loader=read_image
         )
         for path, _ in folder.samples:  # headers only: a broken file fails now, by name
+            check_regular(path, f"image {path}", "a class folder holds image files")
             read_image(path, header_only=True)
         return folder
 
@@ -251,18 +276,25 @@ class ImageFolderDataModule(VisionDataModule):
             self.train_set = Subset(train, idx)
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set
-            return
-        if h.num_folds is not None:
+        elif h.num_folds is not None:
             split = folds.settings_split(train.targets, h, str(self.root), "images")
             self.train_set, self.val_set, self.test_set = (
                 Subset(train, split[s].tolist()) for s in ("train", "val", "test")
             )
-            return
-        rest, test_idx = stratified_split(
-            train.targets, self.test_fraction, h.seed, "data.test_fraction"
-        )
-        tr, va = stratified_split(
-            [train.targets[i] for i in rest], h.val_fraction, h.seed, "data.val_fraction", LEFT
-        )
-        self.train_set = Subset(train, rest[tr])
-        self.val_set, self.test_set = Subset(train, rest[va]), Subset(train, test_idx)
+        else:
+            rest, test_idx = stratified_split(
+                train.targets, self.test_fraction, h.seed, "data.test_fraction"
+            )
+            tr, va = stratified_split(
+                [train.targets[i] for i in rest], h.val_fraction, h.seed, "data.val_fraction", LEFT
+            )
+            self.train_set = Subset(train, rest[tr])
+            self.val_set, self.test_set = Subset(train, rest[va]), Subset(train, test_idx)
+        self.split_sources = {s: self._files(s) for s in ("train", "val", "test")}
+
+    def _files(self, split: str) -> list[str]:
+        """The image files of a split (a folder or a subset of one), relative to data.root."""
+        dataset = getattr(self, f"{split}_set")
+        indices = dataset.indices if hasattr(dataset, "indices") else range(len(dataset))
+        folder = dataset.dataset if hasattr(dataset, "indices") else dataset
+        return [Path(folder.samples[i][0]).relative_to(self.root).as_posix() for i in indices]

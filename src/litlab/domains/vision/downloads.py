@@ -110,6 +110,7 @@ class MNISTDataModule(VisionDataModule):
                 self.raw_dir,
                 len(test[1]),
             )
+            self.loaded_sources = [f"test/{i}" for i in range(len(test[1]))], None
             return test, None
         return train, test
 

@@ -5,8 +5,9 @@ from typing import Annotated
 
 from torch import nn
 
-from litlab.bounds import MinLen, NonNegInt, PosInt, Probability
+from litlab.bounds import MAX_IMAGE_SIDE, MinLen, NonNegInt, PosInt, Probability
 from litlab.domains.medical3d.nets.unet3d import monai_unet
+from litlab.errors import UserError
 
 
 def unet2d(
@@ -26,4 +27,18 @@ def _narrowed(net: dict, scale: float) -> dict:
     return {"channels": [max(2, round(c * scale)) for c in net.get("channels", (16, 32, 64, 128))]}
 
 
-unet2d.narrowed = _narrowed
+def _check_dims(s: dict, dims: dict, key: str) -> None:
+    """The padded image side must divide by the total stride, or the skip connections misalign
+    at the first forward (torch's "Sizes of tensors must match")."""
+    import math
+
+    total, size = math.prod(s["strides"]), dims.get("image_size")
+    if size is not None and size % total:
+        fit = -(-size // total) * total  # the next multiple up: it still holds every image
+        raise UserError(
+            f"data.image_size={size} does not fit {key}.strides={list(s['strides'])}: it must "
+            f"be a multiple of {total} (e.g. {fit}), at most {MAX_IMAGE_SIDE}"
+        )
+
+
+unet2d.narrowed, unet2d.check_dims = _narrowed, _check_dims

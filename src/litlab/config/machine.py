@@ -1,11 +1,10 @@
-"""The Trainer's settings against this machine (accelerator, strategy, devices, precision):
-refused in one line before any rank starts, the last check of a config's groups: it asks
-Lightning's registries and torch."""
+"""The Trainer's settings against this machine (accelerator, strategy, devices, precision)
+and what an export needs of it: refused in one line before any rank starts, the last check
+of a config's groups (Lightning's registries and torch are asked)."""
 
 import os
 
-from litlab.config.signatures import closest as _closest
-from litlab.errors import UserError
+from litlab.errors import UserError, closest
 
 #: precisions Lightning accepts that a CPU run cannot use: no fp16 kernels for most CPU ops,
 #: bf16-true casts the weights but not the batches (the first forward fails), and Transformer
@@ -28,8 +27,8 @@ def _available(accelerator: str) -> int:
 
 def check_impossible_here(t: dict) -> None:
     """What needs no import: a GPU asked for where none can be (no device files), precision
-    on a CPU. `config.validate` asks it before any target is imported (a refusal in about a
-    second), `check_trainer` again once torch has said which accelerator `auto` is."""
+    on a CPU. Asked before any target is imported (a refusal in about a second), and again by
+    `check_trainer` once torch has said which accelerator `auto` is."""
     from litlab.config.resolvers import certainly_no_gpu
 
     accelerator = t.get("accelerator")
@@ -58,7 +57,7 @@ def check_trainer(t: dict) -> None:
         if accelerator not in valid:
             raise UserError(
                 f"trainer.accelerator={accelerator} is not valid; valid: "
-                f"{', '.join(valid)}{_closest(accelerator, valid)}"
+                f"{', '.join(valid)}{closest(accelerator, valid)}"
             )
         if accelerator in ("gpu", "cuda", "mps") and not _available(accelerator):
             raise UserError(
@@ -74,7 +73,7 @@ def check_trainer(t: dict) -> None:
             raise UserError(
                 f"trainer.strategy={strategy} is not valid; valid: auto, ddp, "
                 f"ddp_spawn, fsdp, deepspeed, ... (lightning's StrategyRegistry)"
-                f"{_closest(strategy, valid)}"
+                f"{closest(strategy, valid)}"
             )
     check_impossible_here({**t, "accelerator": accelerator})
     _check_precision_on_gpu(t.get("precision"), accelerator)
@@ -113,3 +112,23 @@ def _check_precision_on_gpu(precision, accelerator) -> None:
             f"trainer.precision={text} needs NVIDIA's transformer_engine package, which is "
             "not installed; use trainer.precision=bf16-mixed, 16-mixed or 32-true"
         )
+
+
+def tensorrt_missing() -> str | None:
+    """None when TensorRT can run here, else one sentence saying what is missing."""
+    import importlib.util
+
+    import torch
+
+    lacks = []
+    if not torch.cuda.is_available():
+        lacks.append("a CUDA GPU (torch.cuda.is_available() is False)")
+    if importlib.util.find_spec("torch_tensorrt") is None:
+        lacks.append("the torch_tensorrt package (pip install -r requirements-gpu.txt)")
+    if not lacks:
+        return None
+    return (
+        "tensorrt cannot run here: this machine lacks "
+        + " and ".join(lacks)
+        + "; formats onnx, pt2 and onnx_int8 work here"
+    )

@@ -1,75 +1,17 @@
-"""Checks across a run's config groups, and of the files it names: what no single target's
-signature can say (the monitored metric exists and is computed; there is something to train;
-folders and checkpoints exist, are litlab's, of this model, and name only allowed targets).
-Used by `config.validate`; one line (`UserError`) each."""
+"""The checkpoints a command names: the file exists, is a complete litlab checkpoint (read
+weights_only, its tensors not read), of this model, names only targets litlab's configs can
+name unless trusted, and its stored model and data pass the checks a command line's do.
+One line (`UserError`) each; `config.validate` and the entry settings call them."""
 
 import re
 from pathlib import Path
 
-from litlab.errors import UserError
+from omegaconf import OmegaConf
 
-
-def check_monitor(c: dict) -> None:
-    """The monitored metric is one the model logs, and it is computed in this run."""
-    import hydra
-
-    model_cls = hydra.utils.get_class(c["model"]["_target_"])
-    names = getattr(model_cls, "monitorable", None)
-    keys = [("model.monitor", c["model"].get("monitor"))]
-    for k, v in (c.get("callbacks") or {}).items():
-        if isinstance(v, dict) and v.get("monitor"):
-            keys.append((f"callbacks.{k}.monitor", v["monitor"]))
-        if isinstance(v, dict) and isinstance(v.get("monitors"), dict):  # joint selection
-            keys += [(f"callbacks.{k}.monitors", name) for name in v["monitors"]]
-    for key, value in keys:
-        if value and callable(names) and not names(value):
-            valid = ", ".join(model_cls.monitor_examples())
-            raise UserError(
-                f"{key}={value} is not a metric {model_cls.__name__} logs; valid: {valid}"
-            )
-    t, monitor = c["trainer"], str(c["model"].get("monitor") or "")
-    no_val = t.get("limit_val_batches") == 0 or (
-        isinstance(t.get("check_val_every_n_epoch"), int)
-        and isinstance(t.get("max_epochs"), int)
-        and 0 < t["max_epochs"] < t["check_val_every_n_epoch"]
-    )
-    if c.get("train") and monitor.startswith("val/") and no_val:
-        raise UserError(
-            f"model.monitor={monitor} but this run never validates "
-            f"(trainer.limit_val_batches={t.get('limit_val_batches')}, "
-            f"check_val_every_n_epoch={t.get('check_val_every_n_epoch')}); "
-            f"validate, or set model.monitor=train/loss model.monitor_mode=min"
-        )
-
-
-def check_run(c: dict) -> None:
-    if not c.get("train") and not c.get("test"):
-        raise UserError("train=false and test=false: nothing to do; set train=true or test=true")
-    if not c.get("train") and not c.get("ckpt_path"):
-        raise UserError(
-            "train=false tests an untrained model; pass ckpt_path=<.ckpt file or "
-            "run dir> (or use src/eval.py ckpt_path=...)"
-        )
-    if c.get("train") and c["trainer"].get("limit_train_batches") in (0, 0.0):
-        raise UserError(
-            "trainer.limit_train_batches=0 trains nothing; use a fraction in (0, 1] "
-            "or a number of batches >= 1 (or train=false ckpt_path=... to only test)"
-        )
-
-
-# ---------------------------------------------------------------- files
-def check_paths(data: dict) -> None:
-    if data.get("root") is not None and not Path(str(data["root"])).is_dir():
-        raise UserError(
-            f"data.root={data['root']} is not an existing folder; point it at your data"
-        )
-    if data.get("download") is False:
-        for key, value in data.items():
-            if key.endswith("_dir") and value is not None and not Path(str(value)).is_dir():
-                raise UserError(
-                    f"data.{key}={value} does not exist and data.download=false; "
-                    f"point it at the folder that holds the data (or download=true)"
-                )
+from litlab.config.messages import node_errors, refusal
+from litlab.config.models import import_target, signature
+from litlab.config.rules import stages
+from litlab.errors import UserError, closest
 
 
 def check_checkpoint(
@@ -111,15 +53,10 @@ def check_checkpoint(
 
 def check_stored(stored: dict, source: str, overridable: bool = False) -> None:
     """The model and data a checkpoint's stored config builds pass the checks a command line's
-    do (signatures and bounds, model against data, the monitored metric), so a file from
-    elsewhere fails in one line naming the key, not deep inside a build, a loss or an export.
-    `stored` is plain data (`trust.check` passed, or resolved from a trusted file);
-    `overridable`: the command takes `data_overrides`, and a bad data key says how to use them."""
-    from omegaconf import OmegaConf
-
+    do (stages 2 to 4 of `config.validate`), so a file from elsewhere fails in one line naming
+    the key, not deep inside a build, a loss or an export. `stored`: plain data (`trust.check`
+    passed); `overridable`: the command takes `data_overrides`, and a bad data key says how."""
     from litlab.checkpointing.trust import shown
-    from litlab.config import targets
-    from litlab.config.build import check_compatible
 
     where = f"ckpt_path={shown(source, 200)}: its stored config"
     for key in ("model", "data"):
@@ -133,18 +70,11 @@ def check_stored(stored: dict, source: str, overridable: bool = False) -> None:
     model, data = stored["model"], stored["data"]
     if not isinstance(model.get("net"), dict) or "_target_" not in model["net"]:
         raise UserError(f"{where} has no model.net node with a _target_ (the net it holds)")
-    try:
-        targets.walk_plain("", {"model": model, "data": data})
-        kinds = {"model": {"_target_": model["_target_"]}, "data": {"_target_": data["_target_"]}}
-        check_compatible(OmegaConf.create(kinds))
-        targets.check_node("model", model)
-        targets.check_node("data", data)
-        targets.check_optimizer(model)
-        check_monitor({"model": model, "trainer": {}, "train": False})
-    except UserError as err:
-        raise UserError(
-            f"{where} is not valid: {err}{_override_hint(str(err), overridable)}"
-        ) from None
+    kinds = {"model": {"_target_": model["_target_"]}, "data": {"_target_": data["_target_"]}}
+    for errors in stages(OmegaConf.create(kinds), {"model": model, "data": data}, {}):
+        if errors:
+            hint = _override_hint(errors[0], overridable)
+            raise UserError(f"{where} is not valid: {refusal(errors)}{hint}")
 
 
 def _override_hint(message: str, overridable: bool) -> str:
@@ -192,14 +122,12 @@ def stored_config(path) -> dict:
 def check_student(student: dict, stored: dict, key: str) -> None:
     """A distillation student (a model config, or keys merged onto the teacher's) can be built
     and learns the checkpoint's task kind: told before the original model is tested."""
-    from omegaconf import OmegaConf
-
     from litlab import tasks
-    from litlab.config import targets
 
     if "_target_" not in student:
         student = OmegaConf.to_container(OmegaConf.merge(stored["model"], student), resolve=True)
-        targets.check_node(key, student)
+        if errors := node_errors(key, student, {}):
+            raise refusal(errors)
     kind = tasks.kind_of_data(stored["data"]["_target_"])
     fits = tasks.kinds_of_model(student["_target_"])
     if kind.name not in fits:
@@ -239,25 +167,19 @@ def check_data_overrides(
             f"{key}._target_: overrides change the stored data's settings, not its class "
             "(the model was trained on it); export or evaluate the run as trained"
         )
-    from omegaconf import OmegaConf
-
-    from litlab.config import targets
 
     stored = (stored_config(ckpt_path).get("data") or {}) if stored is None else stored
     _known_data_keys(overrides, stored, key)
-    merged = OmegaConf.merge(stored, overrides)
-    targets.check_node(key, OmegaConf.to_container(merged, resolve=True))
+    merged = OmegaConf.to_container(OmegaConf.merge(stored, overrides), resolve=True)
+    if errors := node_errors(key, merged, {}):
+        raise refusal(errors)
 
 
 def _known_data_keys(overrides: dict, stored: dict, key: str) -> None:
     """Each override names a setting of the checkpoint's datamodule: one line listing them."""
-    import hydra
-
-    from litlab.config.signatures import closest, signature
-
     try:
-        params, _, open_ended = signature(hydra.utils.get_class(stored["_target_"]))
-    except Exception:  # noqa: BLE001  (not importable: check_node says so, in its words)
+        params, _, open_ended = signature(import_target(stored["_target_"]))
+    except Exception:  # not importable: its node's model says so, in its words
         return
     valid = sorted({*params, *stored} - {"_target_", "self"})
     unknown = [k for k in overrides if k not in valid]

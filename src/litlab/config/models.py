@@ -1,0 +1,191 @@
+"""The models a config is judged by, all pydantic: an entry point's own keys (a `Settings`
+model of `config.entries`) and every node with a `_target_` (`node_model`: one model derived
+from its target's signature, as torchtune binds each component to its class; classes of other
+libraries take their annotations from `config.external`). pydantic judges types and bounds
+strictly (`lr=fast`, `dropout=true` are refused, never coerced; nan and inf for no float);
+this module turns each of its errors into the line a user reads:
+`KEY=VALUE has the wrong type or value; valid: ...` or `unknown key KEY; did you mean ...?`.
+
+The checks come from the targets themselves, never from key names: a litlab class annotates
+its parameters with `litlab.bounds` (a plain string in the metadata is the text shown), and a
+classmethod `check_settings(settings, key)` holds its rules across parameters.
+"""
+
+import collections.abc
+import functools
+import inspect
+import types
+import typing
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
+
+from litlab.config.external import table
+from litlab.errors import UserError, one_line
+
+STRICT = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Settings(BaseModel):
+    """An entry point's own keys: strict types, no unknown keys, read-only. Rules across its
+    keys are `@model_validator(mode="after")`s raising `UserError`; the hooks below run where
+    `config.validate` says."""
+
+    model_config = STRICT
+
+    @classmethod
+    def prepare(cls, cfg) -> None:
+        """Settings resolved in the config before it is checked (federate's `auto`)."""
+
+    def run_view(self, cfg):
+        """The config the run will see (compress: the checkpoint's model and data join)."""
+        return cfg
+
+    def check_kind(self, kind) -> None:
+        """Rules on the data's task kind (`litlab.tasks.TaskKind`); raise `UserError`."""
+
+    def check_files_exist(self) -> None:
+        """The files the settings name are there at all: asked before any target is imported
+        (a path to nothing is told in a second, not after torch's import)."""
+
+    def check_groups(self, config: dict) -> None:
+        """Rules across the run's groups (plain, resolved, every target checked)."""
+
+    def check_files(self) -> None:
+        """What the settings name outside the config (files, ports), checked last."""
+
+
+class Node(BaseModel):
+    """A `_target_` node: its target's parameters as fields (`node_model`)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    target: ClassVar[str] = ""
+    shown: ClassVar[dict] = {}  # parameter -> its annotation as declared (for messages)
+    defaults: ClassVar[dict] = {}
+
+
+class OpenNode(Node):
+    """A target that takes `**kwargs` it passes on to other libraries: any key."""
+
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+
+
+def signature(target) -> tuple[dict, dict, bool]:
+    """(annotations, defaults, open_ended) of a class's constructor (following litlab's
+    **kwargs up the MRO) or a function's parameters; `config.external` overrides annotations."""
+    params, defaults, fns = {}, {}, [target]
+    if inspect.isclass(target):
+        fns = [c.__dict__["__init__"] for c in target.__mro__ if "__init__" in c.__dict__]
+    open_ended = True
+    for fn in fns:
+        if fn is object.__init__:  # every __init__ above passed **kwargs on: open-ended
+            break
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            break
+        try:
+            hints = typing.get_type_hints(inspect.unwrap(fn), include_extras=True)
+        except Exception:  # an annotation that does not resolve: unchecked
+            hints = {}
+        for name, p in sig.parameters.items():
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self":
+                params.setdefault(name, hints.get(name, typing.Any))
+                if p.default is not p.empty:
+                    defaults.setdefault(name, p.default)
+        if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
+            open_ended = False
+            break
+        if not getattr(fn, "__module__", "").startswith("litlab."):
+            break  # third-party **kwargs go anywhere; litlab's pass theirs to the base class
+    mro = [f"{c.__module__}.{c.__qualname__}" for c in getattr(target, "__mro__", ())]
+    params.update({k: v for k, v in table(mro).items() if k in params})
+    return params, defaults, open_ended
+
+
+def _no_scalar(value):
+    if isinstance(value, (str, bool, list, dict)):
+        raise ValueError("a config scalar is never a tensor (lr=fast)")  # noqa: TRY004
+    return value
+
+
+def form(ann):
+    """`ann` as pydantic should judge a config's plain values: classes a config cannot hold as
+    a value (nets, callables, paths: built from a node or converted by the constructor) take
+    anything; a list or tuple takes either (YAML has only lists)."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is Annotated:
+        return Annotated[(form(args[0]), *args[1:])]
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(form(a) for a in args)]  # noqa: UP007 (of a tuple)
+    if origin is Literal or ann in (int, float, str, bool, type(None)):
+        return ann
+    if ann in (list, tuple) or origin in (list, tuple, typing.Sequence, collections.abc.Sequence):
+        if origin is tuple and len(args) > 1 and args[1] is not ...:
+            return typing.Any  # a fixed-length tuple: its constructor judges it
+        item = form(args[0]) if args else typing.Any
+        return list[item] | tuple[item, ...]  # strict: a str is no list
+    if ann is dict or origin is dict:
+        return dict
+    if getattr(ann, "__name__", "") == "Tensor":
+        return Annotated[typing.Any, AfterValidator(_no_scalar)]
+    return typing.Any
+
+
+def _judged(ann):
+    """`form(ann)`, or anything where pydantic has no rule for it (left to the constructor)."""
+    try:
+        TypeAdapter(form(ann), config={"strict": True, "allow_inf_nan": False})
+        return form(ann)
+    except Exception:  # schema errors, unhashable metadata
+        return typing.Any
+
+
+def accepts(value, ann) -> bool:
+    """Whether `value` (plain config data) is valid for `ann`, as a node's model judges it."""
+    try:
+        TypeAdapter(_judged(ann), config={"strict": True, "allow_inf_nan": False}).validate_python(
+            value
+        )
+    except (ValidationError, TypeError):  # TypeError: a bound compared with another type
+        return False
+    return True
+
+
+def _plain(value):
+    return value if isinstance(value, (int, float, str, bool, type(None))) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def node_model(target_name: str, imported: bool = True) -> type[Node]:
+    """The model of a node of `target_name`: its signature's parameters (`imported`), or only
+    what `config.external` knows by the name, without importing anything (a first pass)."""
+    if imported:
+        params, defaults, open_ended = signature(import_target(target_name))
+    else:
+        params, defaults, open_ended = table([target_name]), {}, True
+    fields = {  # parameters under safe names (`json`, `copy`...), the name as their alias
+        f"p{i}": (_judged(ann), Field(_plain(defaults.get(name)), alias=name))
+        for i, (name, ann) in enumerate(params.items())
+    }
+    base = OpenNode if open_ended else Node
+    model = create_model(target_name.replace(".", "_"), __base__=base, **fields)
+    model.target, model.shown, model.defaults = target_name, params, defaults
+    return model
+
+
+def import_target(target_name: str):
+    import hydra
+
+    try:
+        return hydra.utils.get_object(target_name)
+    except Exception as err:
+        raise UserError(f"._target_={target_name} cannot be imported: {one_line(err)}") from None

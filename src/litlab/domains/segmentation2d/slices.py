@@ -1,0 +1,108 @@
+"""How 2D segmentation items are read and named (the datamodules are in data.py): a NIfTI
+volume windowed as training reads it, slices padded to the model's square and cropped back to
+their source's size, the names of their masks, an image's group (`data.group`)."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from litlab.data import folds
+from litlab.data.splits import split_indices
+from litlab.errors import UserError
+
+
+def pad_to(array: np.ndarray, size: int) -> np.ndarray:
+    """Zero-pad the last two axes to size x size (centred); refuse larger."""
+    h, w = array.shape[-2:]
+    top, left = (size - h) // 2, (size - w) // 2
+    pad = [(0, 0)] * (array.ndim - 2) + [(top, size - h - top), (left, size - w - left)]
+    return np.pad(array, pad)
+
+
+def crop_to(array: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """The centred (height, width) `shape` of the last two axes: what `pad_to` padded."""
+    size_h, size_w = array.shape[-2:]
+    top, left = (size_h - shape[0]) // 2, (size_w - shape[1]) // 2
+    return array[..., top : top + shape[0], left : left + shape[1]]
+
+
+def window(volume: np.ndarray) -> np.ndarray:
+    """A volume's intensities windowed to [0, 1] at its own 0.5th and 99.5th percentiles (over
+    all its voxels, not per slice), clipped: how training reads NIfTI slices (docs/deploy.md's
+    snippet writes a served PNG the same way)."""
+    lo, hi = np.percentile(volume, (0.5, 99.5))
+    return np.clip((volume - lo) / max(hi - lo, 1e-6), 0, 1)
+
+
+def source_stem(name: str) -> str:
+    """A source's name without its file type (.nii.gz too): what its masks are named after."""
+    for suffix in (".nii.gz", ".nii"):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return Path(name).stem
+
+
+def mask_names(name: str, slices: int, volume: bool) -> list[str]:
+    """The PNG names of an item's predicted masks, one a slice: a volume's
+    `<volume>_slice<k>.png`, an image's `<image stem>.png`."""
+    stem = source_stem(name)
+    return [f"{stem}_slice{k}.png" for k in range(slices)] if volume else [f"{stem}.png"]
+
+
+#: what data.group takes, in its refusals
+GROUP_VALID = (
+    "a regex on the image file names whose first group (or whole match) names each image's "
+    "group, e.g. '^(.*)_slice' for <volume>_slice<k>.png"
+)
+
+
+def image_groups(names: list[str], pattern: str | None, key: str) -> list[str] | None:
+    """Each image's group: `pattern`'s first group (or its whole match) in the file name;
+    None without a pattern. One line for a pattern that does not compile, misses an image,
+    or makes fewer than 3 groups."""
+    if pattern is None:
+        return None
+    try:
+        regex = re.compile(str(pattern))
+    except re.error as err:
+        raise UserError(
+            f"{key}.group={pattern!r} is not a regular expression ({err}); valid: {GROUP_VALID}"
+        ) from None
+    groups, missed = [], []
+    for name in names:
+        match = regex.search(name)
+        found = None if match is None else match.group(1 if regex.groups else 0)
+        missed += [name] if found is None else []
+        groups.append(found)
+    if len(missed) == len(names):
+        raise UserError(
+            f"{key}.group={pattern!r} matches none of the {len(names)} image names (e.g. "
+            f"{names[0]}); valid: {GROUP_VALID}"
+        )
+    if missed:
+        raise UserError(
+            f"{key}.group={pattern!r} does not match {missed[0]} ({len(missed)} of "
+            f"{len(names)} images): every image needs a group; valid: {GROUP_VALID}"
+        )
+    if len(set(groups)) < 3:
+        named = ", ".join(repr(g) for g in dict.fromkeys(groups))
+        count = "one group" if len(set(groups)) == 1 else "2 groups"
+        raise UserError(
+            f"{key}.group={pattern!r} puts the {len(names)} images in {count} ({named}); "
+            f"train, val and test need at least 3; valid: {GROUP_VALID}"
+        )
+    return groups
+
+
+def group_split(groups: list[str], label_maps, h) -> dict[str, list[int]]:
+    """Images by split, their groups split whole (seeded), or folded by the datamodule's
+    hparams `h`, stratified by the dominant structure of each group's label maps together."""
+    order = list(dict.fromkeys(groups))  # the groups, by first image
+    members = [[i for i, g in enumerate(groups) if g == name] for name in order]
+    if h.num_folds is None:
+        split = split_indices(len(order), h.val_fraction, h.test_fraction, h.seed, "groups")
+    else:
+        maps = [np.concatenate([np.asarray(label_maps[i]).reshape(-1) for i in m]) for m in members]
+        split = folds.volume_split(maps, h, "data.group's groups")
+    return {k: sorted(i for g in v for i in members[g]) for k, v in split.items()}

@@ -1,0 +1,271 @@
+"""A sweep writes only into a folder of its own, and one sweep at a time.
+
+`hydra.sweep.dir` is claimed when a sweep starts (`run_dir.Guard.on_multirun_start`), before the
+sweeper writes anything in it:
+
+- **Locked** (`SweepLock`: `<sweep dir>/.sweep.lock`, an OS file lock as a run dir's RunLock): a
+  second sweep into the folder while one runs is refused in one line naming the running one
+  (its PID and command); a dead process's lock is taken over. The workers of one Optuna study
+  share it (docs/sweeps.md: several workers on one machine); nothing else does.
+- **Owned** (`check_owned`): the folder is new (absent or empty), or a litlab sweep made it: its
+  plan (`sweeps.plan.read`, read as data) says so, for this entry point and kind of sweep (a
+  search: this study), and everything else in it is the sweep's: the files a sweep writes at
+  its top (`SWEEP_FILES`), a launcher's folders (`LAUNCHER_DIRS`) and folders of its jobs (a
+  job record or `.hydra/overrides.yaml` of one of the plan's jobs, or nothing yet). Anything
+  else (the user's summary.csv, a `0/` of theirs, a job folder that is a file) is refused,
+  naming it.
+- **Nothing through a link**: the folder is no link, none of its entries is one, and no folder
+  in it holds a link out of itself (`checkpointing.links.links_out`: checkpoints/, metrics,
+  .hydra): a resumed job would write its files there.
+- **The same sweep**: a resume has the jobs of the plan (`sweeps.plan.check_resume`).
+These are checked before anything is written, then every job (`runs.sweep_check`); last
+`claim` locks the folder, checks it again under the lock (a sweep started meanwhile) and writes
+the plan: the folder is this sweep's from then on. A refusal leaves the folder as it was
+(`give_up`: a lock file or folders made for the lock go again).
+"""
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from litlab.checkpointing.run_lock import RunLock
+from litlab.errors import UserError
+from litlab.sweeps import plan
+from litlab.utils import commands, sweep_records
+
+LOCK = Path(".sweep.lock")
+SWEEP_FILES = frozenset(
+    {
+        plan.PLAN,
+        str(LOCK),
+        "multirun.yaml",
+        "summary.csv",
+        "summary.md",
+        "summary.png",
+        "summary_stats.csv",
+        "summary_stats.json",
+        "report.html",
+        "best_params.yaml",
+        "optimization_history.png",
+        "optuna.db",
+        "optuna.db-journal",
+        "optuna.db-wal",
+        "optuna.db-shm",
+    }
+)
+LAUNCHER_DIRS = frozenset({"code", ".submitit"})  # the code snapshot; submitit's job files
+TEMP = re.compile(r"\.[\w.-]+\.\d+\.tmp")  # a write cut short (`.summary.csv.<pid>.tmp`)
+NEW_FOLDER = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
+_held: dict[str, "SweepDir"] = {}  # sweep dir -> the claim this process holds on it
+
+
+class SweepLock(RunLock):
+    """One sweep per sweep dir (the workers of one Optuna study together: `shared`)."""
+
+    file = LOCK
+
+    def __init__(self, sweep_dir, note: str = "", shared: bool = False):
+        super().__init__(sweep_dir, note=note)
+        self.shared = shared
+
+    def refusal(self, who: str) -> UserError:
+        try:  # the lock file is data: the command in it is shown only when it is sound
+            what = f" ({commands.printable(self.holder_note(), multirun=True)})"
+        except commands.Untrusted:
+            what = ""
+        return UserError(
+            f"hydra.sweep.dir={self.run_dir} is in use by another sweep: {who}{what}; wait for "
+            f"it to end or stop it, then run this command again (a dead process's lock is "
+            f"taken over)"
+        )
+
+
+def kind_of(config: DictConfig) -> str:
+    from litlab.runs.sweep_check import BASIC, GRID, OPTUNA
+
+    target = (OmegaConf.select(config, "hydra.sweeper", default=None) or {}).get("_target_")
+    return {BASIC: plan.GRID, GRID: plan.GRID, OPTUNA: plan.SEARCH}.get(target, plan.OTHER)
+
+
+def _describe(kind: str, entry: str, study) -> str:
+    what = {plan.GRID: "a grid sweep", plan.SEARCH: f"an Optuna search (study {study})"}
+    return f"{what.get(kind, 'a sweep')} of src/{entry}.py"
+
+
+def _only_logs(folder: Path, entries: list[str]) -> bool:
+    """A job that started and wrote nothing but its logs yet (a launcher's `console.log`)."""
+    return all(e.endswith(".log") and (folder / e).is_file() for e in entries)
+
+
+def _own_job(folder: Path, jobs: set | None, depth: int = 0) -> bool:
+    """Whether `folder` holds nothing (or only logs), or one of the sweep's jobs (its record
+    or its `.hydra/overrides.yaml`: settings in `jobs`, any job when None), or only such
+    folders (a `hydra.sweep.subdir` with a `/`)."""
+    from litlab.sweeps.grid import overrides_of, settings_key
+
+    entries = os.listdir(folder)
+    if _only_logs(folder, entries):
+        return True
+    try:
+        record = sweep_records.read(folder / sweep_records.RECORD)
+    except sweep_records.NotAFile:
+        raise UserError(f"{folder / sweep_records.RECORD} is not a regular file") from None
+    overrides = record["overrides"] if record is not None else overrides_of(folder)
+    if jobs is None and (overrides is not None or (folder / ".hydra").is_dir()):
+        return True  # a search's trial (maybe another worker's, being written now)
+    if overrides is not None:
+        return settings_key(overrides) in jobs
+    subdirs = [folder / e for e in entries]
+    if depth >= 3 or not all(p.is_dir() and not p.is_symlink() for p in subdirs):
+        return False
+    return all(_own_job(p, jobs, depth + 1) for p in subdirs)
+
+
+def _check_entry(path: Path, jobs: set | None) -> str | None:
+    """What is wrong with one entry at the top of a litlab sweep's folder, or None (`jobs`:
+    the settings of the plan's jobs; None: a search's, any job)."""
+    from litlab.checkpointing.links import links_out
+
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link to {os.readlink(path)}"
+    if path.name in SWEEP_FILES or TEMP.fullmatch(path.name):
+        if not stat.S_ISREG(st.st_mode):
+            return f"{path} is not a regular file"
+        return f"{path} is a hard link to a file elsewhere" if st.st_nlink > 1 else None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is a file that no litlab sweep writes"
+    if path.name not in LAUNCHER_DIRS and not _own_job(path, jobs):
+        return f"{path} is not a folder of one of this sweep's jobs"
+    found = links_out(path)
+    if found is not None:
+        link, target = found
+        where = f"a symbolic link to {target}" if target else "a hard link to a file elsewhere"
+        return f"{link} is {where}, outside its folder"
+    return None
+
+
+def _check_path(sweep_dir: Path) -> None:
+    """The sweep dir is a folder of its own, or none yet: never a link, never a file."""
+    if sweep_dir.is_symlink():
+        raise UserError(
+            f"hydra.sweep.dir={sweep_dir} is a symbolic link to {os.readlink(sweep_dir)}: a "
+            f"sweep writes nothing through a link; give the folder's own path"
+        )
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise UserError(f"hydra.sweep.dir={sweep_dir} is a file, not a folder; {NEW_FOLDER}")
+
+
+def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | None:
+    """One `UserError` unless `sweep_dir` is new, or a litlab sweep's of this kind whose every
+    entry is its own (see the module docstring); its plan (None: a new folder)."""
+    _check_path(sweep_dir)
+    entries = sorted(os.listdir(sweep_dir)) if sweep_dir.is_dir() else []
+    if not [e for e in entries if e != str(LOCK)]:
+        return None  # new (the lock: this sweep's own, taken a moment ago)
+    own = plan.read(sweep_dir)
+    if own is None:
+        theirs = [e for e in entries if e != str(LOCK)]
+        shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
+        raise UserError(
+            f"hydra.sweep.dir={sweep_dir} holds files that no litlab sweep wrote ({shown}; no "
+            f"{plan.PLAN}): a sweep writes only into a new folder or one that a litlab sweep "
+            f"made, and never over the files of another; {NEW_FOLDER}"
+        )
+    theirs, mine = (
+        _describe(own["kind"], own["entry"], own.get("study")),
+        _describe(kind, entry, study),
+    )
+    if theirs != mine:
+        raise UserError(
+            f"hydra.sweep.dir={sweep_dir} holds {theirs} (its {plan.PLAN}), not {mine}; "
+            f"{NEW_FOLDER}"
+        )
+    from litlab.sweeps.grid import settings_key
+
+    jobs = None if own.get("jobs") is None else {settings_key(j) for j in own["jobs"]}
+    for name in entries:
+        why = _check_entry(sweep_dir / name, jobs)
+        if why is not None:
+            raise UserError(
+                f"hydra.sweep.dir={sweep_dir}: {why}; litlab writes into a sweep's folder only "
+                f"what is its own, never through a link: move it away, or {NEW_FOLDER}"
+            )
+    return own
+
+
+class SweepDir:
+    """This process's claim on its sweep dir: `check` (read only, before the jobs are checked),
+    then `claim` (locked, checked again, marked), or `give_up` (see the module docstring)."""
+
+    def __init__(self, config: DictConfig, entry: str):
+        self.config, self.entry = config, entry
+        self.lock: SweepLock | None = None  # set by `check` (which may refuse in one line)
+        self.jobs: list[list[str]] | None = None
+        self._made: list[Path] = []  # folders made for the lock, outermost first
+        self._made_lock = False
+
+    def _read_config(self) -> None:
+        config = self.config
+        self.kind = kind_of(config)
+        self.path = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir"))))
+        search = self.kind == plan.SEARCH
+        self.study = OmegaConf.select(config, "hydra.sweeper.study_name") if search else None
+        self.command = plan.resume_command(config)
+        self.lock = SweepLock(self.path, note=self.command, shared=search)
+
+    def check(self) -> None:
+        """Read only: no sweep runs in the folder now, it is this sweep's (`check_owned`), and
+        a resume is the same sweep."""
+        from litlab.runs.sweep_check import grid_jobs
+        from litlab.sweeps.summary import load_records
+
+        if self.lock is None:
+            self._read_config()
+        self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
+        own = check_owned(self.path, self.kind, self.entry, self.study)
+        if self.kind == plan.GRID:
+            self.jobs = grid_jobs(self.config)
+            if own is not None and self.jobs is not None:
+                plan.check_resume(self.path, self.jobs, load_records(self.path))
+
+    def claim(self) -> None:
+        """Lock the folder (made if new), check it again under the lock (another sweep may
+        have started since `check`), and write the plan: the folder is this sweep's now."""
+        _check_path(self.path)
+        missing = []
+        folder = self.path
+        while not os.path.lexists(folder):
+            missing.append(folder)
+            folder = folder.parent
+        for folder in reversed(missing):
+            folder.mkdir()
+            self._made.append(folder)
+        self._made_lock = not os.path.lexists(self.path / LOCK)
+        self.lock.acquire()
+        self.check()
+        plan.write(self.path, self.jobs, self.command, self.entry, self.kind, self.study)
+        _held[str(self.path)] = self
+
+    def give_up(self) -> None:
+        """After a refusal: unlocked, and the folder as it was before `claim`."""
+        if self.lock is None:
+            return
+        self.lock.release()
+        if self._made_lock:
+            (self.path / LOCK).unlink(missing_ok=True)
+        for folder in reversed(self._made):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: something else is in it now
+                break
+
+
+def release(config: DictConfig) -> None:
+    """The sweep ended: its folder is unlocked (a stop or a crash: the OS unlocks it)."""
+    held = _held.pop(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir"))), None)
+    if held is not None:
+        held.lock.release()
