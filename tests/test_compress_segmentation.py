@@ -158,6 +158,37 @@ def test_an_int8_file_is_judged_against_its_source_read_once_when_the_test_mirro
     assert read == [fp32]  # only the mirrored model's source file was read again
 
 
+def test_a_default_unet3d_student_starts_from_its_teachers_strongest_channels(tmp_path):
+    """compress=distill's default U-Net student holds its teacher's most important channels
+    (structured pruning's choice), not a random start: from scratch, the student of an
+    8-epoch phantoms teacher (Dice 0.95) never found the nodule in its 5 epochs and ended at
+    53% of the teacher's Dice. Here four channels of the first level are made the strongest:
+    the student's first level is exactly those filters. A student of another net keeps its
+    own start."""
+    from litlab.compression.steps import Stage, inherit_channels
+    from litlab.config import build
+
+    cfg = compose("train", ["model=unet3d", *TINY_NET, *TINY_DATA], output_dir=tmp_path)
+    dm = build.datamodule(cfg)  # its split file goes to tmp_path (the channels read patches)
+    teacher = build.model(cfg, dm)
+    first = "net.model.0.conv.unit0.conv.weight"  # level 1: 8 channels, read from the input
+    strong = [1, 3, 4, 6]
+    with torch.no_grad():
+        teacher.state_dict()[first][strong] *= 100
+    teacher_cfg = {"model": {"net": dict(cfg.model.net)}}
+    student_cfg = {"model": {"net": {**teacher_cfg["model"]["net"], "channels": [4, 8, 16]}}}
+    narrow = cfg.copy()
+    narrow.model.net.channels = [4, 8, 16]
+    student = build.model(narrow, dm)
+    inherit_channels(Stage("original", teacher, teacher_cfg), student, student_cfg, dm)
+    assert torch.equal(student.state_dict()[first], teacher.state_dict()[first][strong])
+    other = build.model(narrow, dm)  # a student of another net: its own start
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    other_cfg = {"model": {"net": {**student_cfg["model"]["net"], "_target_": "my.Net"}}}
+    inherit_channels(Stage("original", teacher, teacher_cfg), other, other_cfg, dm)
+    assert all(torch.equal(before[k], v) for k, v in other.state_dict().items())
+
+
 def test_a_unet3d_reads_each_test_volume_once_per_mirrored_subset():
     from litlab.config import build
 
@@ -302,15 +333,18 @@ def test_pruned_unet3d_keeps_its_dice_evaluates_exports_and_quantizes(tmp_path, 
 
 
 @TRAINED
-@pytest.mark.bench  # 5 student epochs (~7 min under load): the matrix's UNet3D row distills in CI
-def test_distilled_unet3d_student_learns_per_voxel_and_eval_reproduces_it(
+@pytest.mark.slow  # the kind's 5 student epochs (~3 min on 2 cores)
+@pytest.mark.bench
+def test_default_unet3d_student_keeps_90_percent_of_a_small_teacher_and_eval_reproduces_it(
     tmp_path, cli, phantoms_ckpt
 ):
+    """The default student (a quarter of the teacher's parameters, its strongest channels) of a
+    3-epoch teacher, at the kind's epochs: from a random start it kept 61% (0.4923 of 0.8085:
+    the nodule not found in 5 epochs); docs/compress.md has 8-epoch teachers at three seeds."""
     cli(
         "compress.py",
         f"ckpt_path={phantoms_ckpt}",
         "compress=distill",
-        "trainer.max_epochs=5",
         "report.onnx=false",
         *FAST,
         timeout=1200,
@@ -319,8 +353,7 @@ def test_distilled_unet3d_student_learns_per_voxel_and_eval_reproduces_it(
     run, _, stages = _stages(logs)
     teacher, student = stages["original"], stages["distill"]
     assert student["params"] <= 0.25 * teacher["params"]
-    # learns (untrained: ~0); the bar of docs/compress.md (>= 90%) takes 12 epochs: too slow here
-    assert student["test/dice"] >= 0.55 * teacher["test/dice"], stages
+    assert student["test/dice"] >= 0.9 * teacher["test/dice"], stages
     stored = torch.load(run / "1_distill.ckpt", weights_only=True)["litlab_config"]
     assert stored["model"]["net"]["_target_"] == "litlab.domains.medical3d.nets.unet3d.unet3d"
     dice = _evaluated_dice(cli, logs, run / "1_distill.ckpt")

@@ -104,9 +104,14 @@ def test_3d_export_writes_nothing_outside_its_run_dir(cli, tmp_path):
 )
 def test_default_distilled_student_is_a_quarter_of_the_teacher(overrides, tmp_path, shared_data):
     """compress=distill's default student, built for the teacher's data, has at most a quarter
-    of its parameters (the whole run, and 95% of the teacher's accuracy: the slow tests)."""
+    of its parameters (the whole run, and 95% of the teacher's accuracy: the slow tests); one
+    of the teacher's own net takes the teacher's strongest channels (not a silent random
+    start: Torch-Pruning maps every layer of it)."""
+    import torch
     from omegaconf import OmegaConf
 
+    from litlab import tasks
+    from litlab.compression import prune
     from litlab.compression.steps import rebuild, student_config
     from litlab.config import build
     from litlab.config.compose import compose
@@ -123,6 +128,12 @@ def test_default_distilled_student_is_a_quarter_of_the_teacher(overrides, tmp_pa
         return sum(p.numel() for p in rebuild({**run_cfg, "model": model}, dm).parameters())
 
     assert 0 < params(student) <= 0.25 * params(run_cfg["model"])
+    same_net = student["net"]["_target_"] == run_cfg["model"]["net"]["_target_"]
+    if same_net and tasks.of(dm).input_family().batched_tensor:  # GNNs: test_compress_graph
+        nets = [rebuild({**run_cfg, "model": m}, dm).net for m in (run_cfg["model"], student)]
+        side = dm.dims.get("image_size")  # digits: 8x8 images; a 3D ResNet reads any size
+        x = torch.randn(2, dm.dims["in_channels"], *([side] * 2 if side else [16] * 3))
+        assert prune.copy_kept(*nets, (x,))
 
 
 def test_lr_suggestion_is_the_steepest_descent_before_the_minimum():

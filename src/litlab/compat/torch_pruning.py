@@ -7,6 +7,8 @@
   (no channels), so the branch of a 3D U-Net's up path (PReLU + PReLU) counted as unknown and
   building the graph failed (`int + NoneType`). `first_known_channels` keeps the first input
   that has a count, for as long as the graph is built and pruned.
+- `Group[0].dep.target.module`: the layer a pruning group of `DependencyGraph.get_all_groups`
+  is rooted at (its first dependency's target), as Torch-Pruning's own pruners read it.
 """
 
 import contextlib
@@ -61,6 +63,14 @@ def first_known_channels():
         yield
     finally:
         shape_infer.infer_out_channels_recursively = original
+
+
+def group_root(group):
+    """The layer whose output channels a pruning group removes."""
+    try:
+        return group[0].dep.target.module
+    except (AttributeError, IndexError, TypeError):
+        raise _fail("dependency.Group[0].dep.target.module") from None
 
 
 def check() -> None:

@@ -7,7 +7,7 @@ import math
 
 from torch import nn
 
-from litlab.compat.torch_pruning import first_known_channels
+from litlab.compat.torch_pruning import first_known_channels, group_root
 from litlab.compression import resize
 from litlab.errors import UserError
 
@@ -122,6 +122,46 @@ def structured(
             pruner.step()
     net.train(was_training)
     return resize.changed_shapes(before, net)
+
+
+def copy_kept(teacher: nn.Module, student: nn.Module, example_inputs, norm: int = 2) -> bool:
+    """Fill `student` (the teacher's net with fewer channels per layer: the same layer names)
+    with the teacher's most important channels: each channel group of the teacher (the layers
+    Torch-Pruning's dependency graph couples, as structured pruning removes them) keeps the
+    channels of largest L`norm` magnitude, as many as the student's layer of the same name has.
+    False, and `student` untouched, where the pruned teacher does not have the student's tensor
+    shapes or Torch-Pruning cannot trace the net."""
+    net = copy.deepcopy(teacher).eval()  # traced, not trained: no statistics move
+    widths = {name: resize.shape_of(m) for name, m in student.named_modules()}
+    try:
+        _prune_to(net, widths, example_inputs, norm)
+    except Exception:  # noqa: BLE001 (a net it cannot trace: the student keeps its own start)
+        return False
+    state = net.state_dict()
+    if {k: v.shape for k, v in state.items()} != {
+        k: v.shape for k, v in student.state_dict().items()
+    }:
+        return False
+    student.load_state_dict(state)
+    return True
+
+
+def _prune_to(net: nn.Module, widths: dict, example_inputs, norm: int) -> None:
+    """Prune `net` in place until each layer has the output channels `widths` names for it."""
+    import torch
+    import torch_pruning as tp
+
+    names = {m: name for name, m in net.named_modules()}
+    importance = tp.importance.GroupMagnitudeImportance(p=norm)
+    with first_known_channels():  # a U-Net's concatenated skip connections
+        graph = tp.DependencyGraph().build_dependency(net, example_inputs)
+        for group in graph.get_all_groups():
+            root = group_root(group)
+            have, want = resize.shape_of(root), widths.get(names[root])
+            if want is None or len(want) != len(have) or want[1] >= have[1]:
+                continue
+            order = torch.argsort(importance(group))  # least important first
+            group.prune(idxs=order[: have[1] - want[1]].tolist())
 
 
 def pruned_net_config(net_cfg: dict, shapes: dict[str, list[int]]) -> dict:
