@@ -129,7 +129,7 @@ def test_default_distilled_student_is_a_quarter_of_the_teacher(overrides, tmp_pa
 
     assert 0 < params(student) <= 0.25 * params(run_cfg["model"])
     same_net = student["net"]["_target_"] == run_cfg["model"]["net"]["_target_"]
-    if same_net and tasks.of(dm).input_family().batched_tensor:  # GNNs: test_compress_graph
+    if same_net and tasks.of(dm).batched_tensor:  # GNNs: test_compress_graph
         nets = [rebuild({**run_cfg, "model": m}, dm).net for m in (run_cfg["model"], student)]
         side = dm.dims.get("image_size")  # digits: 8x8 images; a 3D ResNet reads any size
         x = torch.randn(2, dm.dims["in_channels"], *([side] * 2 if side else [16] * 3))

@@ -251,7 +251,7 @@ def distill_step(
     return Stage("distill", student.cpu(), run_cfg)
 
 
-def inherit_channels(teacher: Stage, student, run_cfg: dict, dm) -> None:
+def inherit_channels(teacher: Stage, student, run_cfg: dict, dm=None) -> None:
     """The default student starts from its teacher's most important channels (ranked as
     structured pruning ranks them), then learns from the teacher: prune, then distill, as NVIDIA's
     Minitron does. Its epochs (the kind's `compress_epochs`, 5: a fine-tuning) then refine a
