@@ -16,37 +16,20 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.profilers import AdvancedProfiler, PyTorchProfiler, SimpleProfiler
 
-from litlab.compat.lightning import profiler_local_rank, profiler_row_limit
+from litlab.compat.lightning import PrintedReport, profiler_row_limit, sort_profile_by
 
 log = logging.getLogger(__name__)
 
 
-class _Printed:
-    """Also print the report (rank 0), not only write it into the file."""
-
-    def _prepare_streams(self) -> None:
-        if self._write_stream is not None:
-            return
-        super()._prepare_streams()
-        write = self._write_stream
-
-        def both(text: str) -> None:
-            write(text)
-            if profiler_local_rank(self) in (None, 0):
-                print(text, flush=True)
-
-        self._write_stream = both
-
-
-class PrintedSimpleProfiler(_Printed, SimpleProfiler):
+class PrintedSimpleProfiler(PrintedReport, SimpleProfiler):
     """Time per Lightning hook (mean, count, total, share of the run)."""
 
 
-class PrintedAdvancedProfiler(_Printed, AdvancedProfiler):
+class PrintedAdvancedProfiler(PrintedReport, AdvancedProfiler):
     """cProfile of every hook: time per Python function."""
 
 
-class MemoryPyTorchProfiler(_Printed, PyTorchProfiler):
+class MemoryPyTorchProfiler(PrintedReport, PyTorchProfiler):
     """torch.profiler with memory and shapes on; the report holds two tables."""
 
     def __init__(
@@ -61,7 +44,7 @@ class MemoryPyTorchProfiler(_Printed, PyTorchProfiler):
             **kwargs,
         )
         # torch's table sorts by it; Lightning's argument check does not list it
-        self._sort_by_key = "self_cpu_time_total"
+        sort_profile_by(self, "self_cpu_time_total")
 
     def summary(self) -> str:
         by_time = super().summary()  # stops the profiler, fills function_events

@@ -6,12 +6,13 @@
   sweep summary and the Optuna sweeper record failed jobs and go on);
 - `BasicSweeper.split_arguments`: the jobs of a grid sweep, in Hydra's basic sweeper's order
   (litlab's grid sweeper runs them so: sweeps/grid; every job is checked before the first
-  starts: runs/sweep_check).
+  starts: runs/sweep_check, which knows the basic sweeper by its `_target_`, `BASIC_SWEEPER`).
 - `hydra._internal.config_repository.ConfigRepository`: rebuilt over a code snapshot's
   configs (sweeps/snapshot).
 """
 
 CHECKED_WITH = "1.3.8"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # hydra/sweeper=basic
 
 
 def _fail(what: str):
@@ -58,6 +59,8 @@ def check() -> None:
         raise _fail("JobReturn._return_value")
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
+    if f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}" != BASIC_SWEEPER:
+        raise _fail(BASIC_SWEEPER)
     if not callable(getattr(BasicSweeper, "split_arguments", None)):
         raise _fail("BasicSweeper.split_arguments")
     try:

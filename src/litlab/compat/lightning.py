@@ -16,13 +16,15 @@
 - `LightningModule._device_mesh`: the mesh of ModelParallelStrategy (models/base, trainer=fsdp);
 - `LightningModule._trainer`: whether a module is attached to a Trainer (its `trainer`
   property raises when not: the graph module outside a fit, e.g. export);
-- profilers' `_local_rank` and `_row_limit` (profiling);
+- profilers' `_local_rank` and `_row_limit`; `Profiler._prepare_streams` / `_write_stream`,
+  overridden by `PrintedReport` so that a report is printed too; `PyTorchProfiler._sort_by_key`,
+  the column its table sorts by (profiling);
 - `data_connector._get_distributed_sampler`: wrapped so that eval shards are not padded
   (utils/distributed);
 - `lightning.fabric.utilities.logger._convert_params` / `_flatten_dict`: MLflow's params as
   Lightning logs them (loggers/mlflow); `MLFlowLogger._run_id` / `_initialized`;
 - `CSVLogger._fs` / `ExperimentWriter._fs`: the filesystem a resumed metrics.csv is read
-  from (loggers/resumable_csv);
+  from, and `CSVLogger._experiment`, the writer it makes once (loggers/resumable_csv);
 - `ExperimentWriter._check_log_dir_exists` / `_record_new_keys`: overridden by
   `compat.lightning_csv.AppendingWriter`, which keeps a resumed run's metrics.csv
   (loggers/resumable_csv);
@@ -109,6 +111,30 @@ def profiler_local_rank(profiler):
 
 def profiler_row_limit(profiler) -> int:
     return profiler._row_limit
+
+
+class PrintedReport:
+    """Mixed into a Lightning profiler: its report is also printed (rank 0), not only written
+    into the file (Lightning prints nothing once given a `dirpath`)."""
+
+    def _prepare_streams(self) -> None:
+        if self._write_stream is not None:
+            return
+        super()._prepare_streams()
+        write = self._write_stream
+
+        def both(text: str) -> None:
+            write(text)
+            if profiler_local_rank(self) in (None, 0):
+                print(text, flush=True)
+
+        self._write_stream = both
+
+
+def sort_profile_by(profiler, key: str) -> None:
+    """The column a PyTorchProfiler's table sorts by, one its argument check does not list
+    (torch's table takes it)."""
+    profiler._sort_by_key = key
 
 
 def wrap_distributed_sampler(wrapper) -> None:
@@ -260,8 +286,9 @@ def _check_more() -> None:
     from lightning.pytorch.loggers import CSVLogger
     from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-    if not hasattr(CSVLogger(save_dir="."), "_fs"):
-        raise _fail("CSVLogger._fs")
+    for name in ("_fs", "_experiment"):
+        if not hasattr(CSVLogger(save_dir="."), name):
+            raise _fail(f"CSVLogger.{name}")
     for name in ("_check_log_dir_exists", "_record_new_keys"):
         if not callable(getattr(ExperimentWriter, name, None)):
             raise _fail(f"ExperimentWriter.{name}")
@@ -272,6 +299,12 @@ def _check_more() -> None:
         raise _fail("Profiler._local_rank")
     if not hasattr(PyTorchProfiler(), "_row_limit"):
         raise _fail("PyTorchProfiler._row_limit")
+    if not hasattr(PyTorchProfiler(), "_sort_by_key"):
+        raise _fail("PyTorchProfiler._sort_by_key")
+    if not callable(getattr(SimpleProfiler, "_prepare_streams", None)) or not hasattr(
+        SimpleProfiler(), "_write_stream"
+    ):
+        raise _fail("Profiler._prepare_streams / _write_stream")
     import inspect
 
     source = inspect.getsource(MLFlowLogger.__init__)  # building one needs a tracking store

@@ -31,3 +31,12 @@ class AppendingWriter(ExperimentWriter):
         self.metrics_keys = sorted(set(self.metrics_keys) | set(header))
         super()._record_new_keys()
         return set(self.metrics_keys) - set(header)
+
+
+def appending_experiment(logger) -> AppendingWriter:
+    """A CSVLogger's writer, made once (Lightning keeps it in `_experiment`): an
+    AppendingWriter in the logger's log dir."""
+    if logger._experiment is None:
+        filesystem(logger).makedirs(logger.root_dir, exist_ok=True)
+        logger._experiment = AppendingWriter(log_dir=logger.log_dir)
+    return logger._experiment

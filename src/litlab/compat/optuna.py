@@ -2,7 +2,10 @@
 
 - `Study._storage` and `FrozenTrial._trial_id`: a trial whose worker died is marked failed
   through the storage, atomically (of two workers that find it, one claims it), and a trial is
-  named to the job that runs it by its storage id (sweeps/optuna_search).
+  named to the job that runs it by its storage id (sweeps/optuna_search);
+- a sampler's `_rng` (a `LazyRandomState`) and TPE's `_random_sampler`: reseeded from (seed,
+  trial number) before each trial, so a seeded search draws the same trials whichever worker
+  asks (sweeps/optuna_search).
 """
 
 CHECKED_WITH = "5.0.0"
@@ -30,6 +33,15 @@ def mark_interrupted(study, trial) -> None:
     study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
 
+def reseed_sampler(sampler, seed: int) -> None:
+    """Reseed the sampler's random state (TPE's, with its random sampler for the start-up
+    trials, random, GP, CMA-ES); one without such a state is left as it is."""
+    for part in (sampler, getattr(sampler, "_random_sampler", None)):
+        lazy = getattr(part, "_rng", None)
+        if lazy is not None and hasattr(lazy, "rng"):
+            lazy.rng.seed(seed % 2**32)
+
+
 def check() -> None:
     import optuna
 
@@ -43,3 +55,8 @@ def check() -> None:
     for name in ("set_trial_user_attr", "set_trial_state_values"):
         if not callable(getattr(study._storage, name, None)):
             raise _fail(f"BaseStorage.{name}")
+    tpe = optuna.samplers.TPESampler(seed=0)
+    if not hasattr(getattr(tpe, "_rng", None), "rng"):
+        raise _fail("TPESampler._rng.rng")
+    if not hasattr(getattr(getattr(tpe, "_random_sampler", None), "_rng", None), "rng"):
+        raise _fail("TPESampler._random_sampler._rng.rng")

@@ -7,9 +7,12 @@ import math
 
 from torch import nn
 
+from litlab.compat.torch import resizable_bases
 from litlab.compat.torch_pruning import first_known_channels, group_root
 from litlab.compression import resize
 from litlab.errors import UserError
+
+_CONVOLUTION = resizable_bases()[0]  # every convolution's base, transposed too
 
 
 def count(net: nn.Module) -> tuple[int, int]:
@@ -20,7 +23,7 @@ def count(net: nn.Module) -> tuple[int, int]:
 
 def _heads(net: nn.Module, num_classes: int | None) -> list[nn.Module]:
     """The output layers (their outputs are the classes): never pruned."""
-    layers = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))]
+    layers = [m for m in net.modules() if isinstance(m, (nn.Linear, _CONVOLUTION))]
     heads = [m for m in layers if (resize.shape_of(m) or [0, 0])[1] == num_classes]
     return heads or layers[-1:]
 
@@ -49,7 +52,7 @@ def most_channels(net: nn.Module, round_to: int | None, num_classes) -> float:
     widths = {
         name: resize.shape_of(m)[1]
         for name, m in net.named_modules()
-        if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) and m not in heads
+        if isinstance(m, (nn.Linear, _CONVOLUTION)) and m not in heads
     }
     keep = round_to or 1
     narrowest = min(widths, key=widths.get, default=None)

@@ -9,15 +9,11 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from litlab.compat.lightning import filesystem
-from litlab.compat.lightning_csv import AppendingWriter
+from litlab.compat.lightning_csv import appending_experiment
 
 
 class ResumableCSVLogger(CSVLogger):
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
-        if self._experiment is None:
-            filesystem(self).makedirs(self.root_dir, exist_ok=True)
-            self._experiment = AppendingWriter(log_dir=self.log_dir)
-        return self._experiment
+        return appending_experiment(self)

@@ -12,9 +12,9 @@ the first job would import it).
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from litlab.compat.hydra import BASIC_SWEEPER as BASIC  # hydra/sweeper=basic's own
 from litlab.errors import UserError
 
-BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 GRID = "hydra_plugins.litlab_grid_sweeper.grid_sweeper.LitlabGridSweeper"  # hydra/sweeper=basic
 OPTUNA = "hydra_plugins.litlab_optuna_sweeper.optuna_sweeper.LitlabOptunaSweeper"
 

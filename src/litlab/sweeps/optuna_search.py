@@ -50,10 +50,7 @@ def reseed(sampler, seed: int | None, number: int) -> None:
     """Reseed the sampler's random state from (seed, trial number) (TPE, random, GP, CMA-ES)."""
     if seed is None:
         return
-    for part in (sampler, getattr(sampler, "_random_sampler", None)):
-        lazy = getattr(part, "_rng", None)
-        if lazy is not None and hasattr(lazy, "rng"):
-            lazy.rng.seed((int(seed) * 100_003 + number) % 2**32)
+    compat.reseed_sampler(sampler, int(seed) * 100_003 + number)
 
 
 def counts(trial) -> bool:
