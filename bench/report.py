@@ -53,8 +53,8 @@ def main() -> None:
         sweep = next((logs / "train" / "multiruns").iterdir())
         rows = []
         for name, folder in (("run (callbacks=inspect)", run), ("sweep (4 jobs, grid)", sweep)):
-            first = timed(report.write, folder)
-            rest = [timed(report.write, folder) for _ in range(args.repeats)]
+            first = timed(report.write_report, folder)
+            rest = [timed(report.write_report, folder) for _ in range(args.repeats)]
             size = (folder / "report.html").stat().st_size / 2**20
             rows.append(
                 [

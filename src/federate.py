@@ -22,4 +22,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run_main(main)

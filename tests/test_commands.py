@@ -102,14 +102,14 @@ def test_a_crafted_resume_command_is_named_not_echoed_and_a_moved_sweeps_is_its_
     sweep.mkdir()
     jobs, now = [["seed=1"], ["seed=2"]], [["seed=1"], ["seed=3"]]
     for stored in ("rm -rf ~ ; python src/train.py -m seed=7", "python src/train.py -m seed=7"):
-        plan.write(sweep, jobs, stored)
+        plan.write_plan(sweep, jobs, stored)
         with pytest.raises(UserError) as refused:
             plan.check_resume(sweep, now, [])
         line = str(refused.value)
         assert line.startswith(f"hydra.sweep.dir={sweep} holds a sweep with other settings")
         assert "rm -rf" not in line and "\n" not in line
     assert f"its own command (python src/train.py -m seed=7 hydra.sweep.dir={sweep})" in line
-    plan.write(sweep, jobs, "python src/train.py -m seed=1,2 'hydra.sweep.dir=/old place'")
+    plan.write_plan(sweep, jobs, "python src/train.py -m seed=1,2 'hydra.sweep.dir=/old place'")
     with pytest.raises(UserError, match=re.escape(f"seed=1,2 hydra.sweep.dir={sweep})")):
         plan.check_resume(sweep, now, [])
 

@@ -32,7 +32,7 @@ def test_a_removed_private_api_is_named_with_the_checked_version(monkeypatch):
 
     monkeypatch.delattr(utils, "_save_config")
     with pytest.raises(CompatError, match=r"hydra.core.utils._save_config .*hydra-core 1\.3\.8"):
-        hydra.check()
+        hydra.check_hydra()
 
 
 def test_pytest_keeps_the_node_id_that_loadgroup_rewrites(request):

@@ -52,9 +52,9 @@ def test_kd_loss_matches_a_hand_computation():
 def test_structured_pruning_removes_channels_and_rebuilds_from_config():
     torch.manual_seed(0)
     net = TinyResNet(1, 10)
-    before = prune.count(net)[0]
+    before = prune.count_parameters(net)[0]
     shapes = prune.structured(net, (torch.randn(2, 1, 8, 8),), 0.2, steps=2, num_classes=10)
-    params = prune.count(net)[0]
+    params = prune.count_parameters(net)[0]
     assert params <= 0.2 * before  # smaller tensors, not masks (nonzero: BN biases start at 0)
     assert not any("mask" in k for k in net.state_dict()) and net.fc.out_features == 10
     cfg = prune.pruned_net_config({"_target_": "helpers.nets.TinyResNet"}, shapes)
@@ -80,7 +80,7 @@ def test_structured_pruning_removes_channels_and_rebuilds_from_config():
 def test_unstructured_pruning_zeroes_weights_but_keeps_shapes():
     cb = prune.unstructured_callback(0.25, epochs=3)
     net = SmallCNN(1, 10, 8, channels=(8, 16))
-    total = prune.count(net)[0]
+    total = prune.count_parameters(net)[0]
     cb._parameters_to_prune = [
         (m, "weight") for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
     ]
@@ -90,7 +90,9 @@ def test_unstructured_pruning_zeroes_weights_but_keeps_shapes():
     cb.make_pruning_permanent(net)
     weights = [m.weight for m, _ in cb._parameters_to_prune]
     kept = sum(int(w.count_nonzero()) for w in weights)
-    assert prune.count(net)[0] == total and not any("mask" in k for k in net.state_dict())
+    assert prune.count_parameters(net)[0] == total and not any(
+        "mask" in k for k in net.state_dict()
+    )
     assert kept == pytest.approx(0.25 * sum(w.numel() for w in weights), abs=2)
 
 
@@ -138,9 +140,9 @@ def test_every_compress_option_composes_and_chains_in_order(option, steps, tmp_p
 
 def test_teacher_of_another_task_or_class_count_is_one_line():
     with pytest.raises(UserError, match="teacher predicts 10 classes, the student's data has 7"):
-        distill.check_pair("image_classification", 10, "image_classification", 7)
+        distill.check_teacher_fits("image_classification", 10, "image_classification", 7)
     with pytest.raises(UserError, match="teacher was trained for node_classification"):
-        distill.check_pair("node_classification", 7, "image_classification", 7)
+        distill.check_teacher_fits("node_classification", 7, "image_classification", 7)
     from types import SimpleNamespace
 
     from litlab.compression.steps import Stage, check_teacher
@@ -239,7 +241,7 @@ def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckp
     from litlab.recipes.load import load_run
 
     model = load_run(run / "1_prune.ckpt").model  # the exporter rebuilds the smaller net too
-    assert prune.count(model.net)[0] == pruned["params"]
+    assert prune.count_parameters(model.net)[0] == pruned["params"]
     export_onnx(model, (torch.randn(2, 1, 8, 8),), tmp_path / "again.onnx")
     # the int8 file names its run: eval.py scores it on the split compress judged it on
     import litlab

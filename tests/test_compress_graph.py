@@ -146,7 +146,7 @@ def test_an_int8_file_that_lost_too_much_is_removed_and_the_report_says_why(tmp_
     line = rows[-1]["verdict"]
     assert "\n" not in line and "96.2% of the prune stage's 0.8000" in line, line
     assert "max_drop=0.02" in line and not int8.exists() and rows[-1]["onnx"] is None
-    report.write(rows, "test/acc", tmp_path, {"source": "x"})
+    report.write_compress_report(rows, "test/acc", tmp_path, {"source": "x"})
     assert line in (tmp_path / "compress_report.md").read_text()
     assert json.loads((tmp_path / "compress_report.json").read_text())["stages"][-1]["verdict"]
 

@@ -36,9 +36,9 @@ def test_unet3d_channels_are_pruned_across_its_skip_connections_and_rebuilt():
     reading the concatenation loses exactly the channels both branches lost, the output layer
     keeps the classes, and the rebuilt net computes the same."""
     net, x = _unet(), torch.randn(2, 1, 8, 8, 8)
-    before = prune.count(net)[0]
+    before = prune.count_parameters(net)[0]
     shapes = prune.structured(net, (x,), 0.5, steps=1, num_classes=3)
-    assert prune.count(net)[0] <= 0.5 * before
+    assert prune.count_parameters(net)[0] <= 0.5 * before
     modules = dict(net.named_modules())
     encoder = modules["model.0.conv.unit0.conv"].out_channels  # level 1, skipped over
     up = modules["model.1.submodule.2.0.conv"].out_channels  # the decoder's level-1 output
@@ -272,7 +272,7 @@ def test_a_segmentation_net_prunes_and_its_checkpoint_rebuilds(tiny_seg_ckpt, tm
     original, pruned = report["stages"]
     assert pruned["params"] <= 0.5 * original["params"] and 0 <= pruned["test/dice"] <= 1
     model = load_run(run / "1_prune.ckpt").model  # eval.py and the exporter rebuild it so
-    assert prune.count(model.net)[0] == pruned["params"]
+    assert prune.count_parameters(model.net)[0] == pruned["params"]
 
 
 # --- trained: the matrix's phantoms UNet3D (3 epochs), compressed as a user does -------------

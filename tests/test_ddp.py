@@ -91,12 +91,12 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
 def test_ddp_test_metrics_equal_single_process(ddp_sweep, tmp_path, job):
     """Same weights (each job's checkpoint), same split: the DDP job's test metrics equal one
     process's (here, in process), exactly for counts (no duplicates from sampler padding)."""
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
     _, logs, _ = ddp_sweep
     run = next((logs / "train" / "multiruns").iterdir()) / job
     ddp = csv_test_metrics(run)
-    train(
+    train_and_test(
         compose(
             "train",
             [
@@ -193,7 +193,7 @@ def test_ddp_per_domain_metrics_equal_single_process(domain, tmp_path):
     (this one: no second interpreter start)."""
     from helpers.masks import mask_folder
 
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
     masks = mask_folder(tmp_path / "masks", count=20) if "data=masks" in domain else None
     domain = [o.format(masks=masks) for o in domain]
@@ -203,7 +203,7 @@ def test_ddp_per_domain_metrics_equal_single_process(domain, tmp_path):
     assert len(ddp_dir) == 1  # one run dir, not one per rank
     ckpt = ddp_dir[0] / "checkpoints" / "epoch_000.ckpt"
     overrides = [*domain, "train=false", f"ckpt_path={ckpt}", "trainer.accelerator=cpu"]
-    train(compose("train", [*overrides, *QUIET], output_dir=tmp_path / "single"))
+    train_and_test(compose("train", [*overrides, *QUIET], output_dir=tmp_path / "single"))
     ddp, single = csv_test_metrics(ddp_dir[0]), csv_test_metrics(tmp_path / "single")
     assert ddp.keys() == single.keys()
     for key in ddp:
@@ -278,13 +278,13 @@ def test_which_ddp_runs_start_their_ranks_early(trainer, env, expected, monkeypa
     Lightning or to the cluster (see litlab.runs.ddp.early_ranks)."""
     from omegaconf import OmegaConf
 
-    from litlab.runs.ddp import STARTED_ELSEWHERE, local_processes
+    from litlab.runs.ddp import STARTED_ELSEWHERE, ddp_processes
 
     for key in STARTED_ELSEWHERE:
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert local_processes(OmegaConf.create(trainer)) == expected
+    assert ddp_processes(OmegaConf.create(trainer)) == expected
 
 
 def test_unreachable_rendezvous_address_is_one_line_not_a_30_minute_wait():

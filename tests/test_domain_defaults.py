@@ -112,7 +112,7 @@ def test_default_distilled_student_is_a_quarter_of_the_teacher(overrides, tmp_pa
 
     from litlab import tasks
     from litlab.compression import prune
-    from litlab.compression.steps import rebuild, student_config
+    from litlab.compression.steps import rebuild_student, student_config
     from litlab.config import build
     from litlab.config.compose import compose
 
@@ -125,15 +125,17 @@ def test_default_distilled_student_is_a_quarter_of_the_teacher(overrides, tmp_pa
     student = student_config(step, run_cfg["model"], run_cfg, dm)
 
     def params(model: dict) -> int:
-        return sum(p.numel() for p in rebuild({**run_cfg, "model": model}, dm).parameters())
+        return sum(p.numel() for p in rebuild_student({**run_cfg, "model": model}, dm).parameters())
 
     assert 0 < params(student) <= 0.25 * params(run_cfg["model"])
     same_net = student["net"]["_target_"] == run_cfg["model"]["net"]["_target_"]
     if same_net and tasks.of(dm).batched_tensor:  # GNNs: test_compress_graph
-        nets = [rebuild({**run_cfg, "model": m}, dm).net for m in (run_cfg["model"], student)]
+        nets = [
+            rebuild_student({**run_cfg, "model": m}, dm).net for m in (run_cfg["model"], student)
+        ]
         side = dm.dims.get("image_size")  # digits: 8x8 images; a 3D ResNet reads any size
         x = torch.randn(2, dm.dims["in_channels"], *([side] * 2 if side else [16] * 3))
-        assert prune.copy_kept(*nets, (x,))
+        assert prune.copy_kept_channels(*nets, (x,))
 
 
 def test_lr_suggestion_is_the_steepest_descent_before_the_minimum():

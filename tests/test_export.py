@@ -81,7 +81,7 @@ def test_int8_file_is_at_most_0_3x_and_its_ood_flags_are_the_full_precision_ones
     spec, predict = kind.export_spec(run), eager_predictor(prepare_net(run.model, kind))
     train = [b[0].numpy() for b in spec.calibration(100_000)]
     full = {  # float64, as fitted
-        "input": ood.fit_input(np.concatenate([ood.summary(x) for x in train])),
+        "input": ood.fit_input(np.concatenate([ood.block_means(x) for x in train])),
         "statistics": ood.fit_statistics(np.concatenate([ood.statistics(x) for x in train])),
     }
     batches = list(spec.test_batches())
@@ -121,7 +121,7 @@ def test_metadata_round_trip(digits_export, digits_ckpt):
     stored = load(digits_ckpt)[CONFIG_KEY]
     for meta in (
         onnx.read_metadata(out / "model.onnx"),
-        pt2.read_metadata(out / "model.pt2"),
+        pt2.read_pt2_metadata(out / "model.pt2"),
         onnx.read_metadata(out / "model.int8.onnx"),
     ):
         assert meta["kind"] == "image_classification"

@@ -113,7 +113,7 @@ def test_compressed_updates_send_60_percent_fewer_bytes(kind, max_share):
     sent, left = compression.encode(update, compression.sizes(glob), kind, topk_ratio=0.2)
     share = compression.count_bytes(sent) / compression.count_bytes(local)
     assert share <= max_share  # int8: 1 byte of 4; top-20%: (4 + 2 bytes) for 1 entry of 5
-    decoded = compression.decode(sent, glob)
+    decoded = compression.decode_sent(sent, glob)
     assert list(decoded.keys()) == list(glob.keys())
     error = compression.flat(decoded) - compression.flat(local)
     np.testing.assert_allclose(error, -left, atol=1e-5)  # what was not sent is what is left
@@ -132,7 +132,7 @@ def test_topk_error_feedback_loses_nothing_over_rounds():
         msg = _train_message(glob, rnd + 1)
         reply = mod(msg, ctx, lambda m, c, local=local: _reply(m, local, 5))
         total_update = total_update + compression.flat(local) - compression.flat(glob)
-        total_sent = total_sent + compression.decode_update(
+        total_sent = total_sent + compression.decode_sent(
             reply.content["arrays"], compression.sizes(glob)
         )
     residual = ctx.state[compression.RESIDUAL_KEY]["residual"].numpy()
@@ -199,21 +199,21 @@ def test_fedprox_term_pulls_toward_the_global_weights():
     ],
 )
 def test_bad_federate_settings_are_one_line(tmp_path, override, message):
-    from litlab.federated.recipe import check
+    from litlab.federated.recipe import check_federated
 
     cfg = compose("federate", [override], output_dir=tmp_path)
     with pytest.raises(UserError) as err:
-        check(cfg)
+        check_federated(cfg)
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
 
 
 def test_local_epochs_auto_follows_the_task_kind(tmp_path):
-    from litlab.federated.recipe import check
+    from litlab.federated.recipe import check_federated
 
     for overrides, epochs in ((["data=mutag", "model=gin"], 5), (["model=gnn"], 20), ([], 1)):
         cfg = compose("federate", overrides, output_dir=tmp_path)
-        assert check(cfg).local_epochs == epochs == cfg.trainer.max_epochs
+        assert check_federated(cfg).local_epochs == epochs == cfg.trainer.max_epochs
 
 
 def test_zero_cpus_per_client_exits_2_before_ray_starts(tmp_path):
@@ -244,11 +244,11 @@ def test_an_experiment_made_for_train_federates_without_its_selection_callbacks(
     not validate, so federate leaves them out (the client Trainer refused them: checkpointing
     is off)."""
     from litlab.config import build
-    from litlab.federated.recipe import check
+    from litlab.federated.recipe import check_federated
 
     cfg = compose("federate", ["experiment=gat_cora"])
     assert "joint_checkpoint" in cfg.callbacks
-    check(cfg)
+    check_federated(cfg)
     assert [k for k, v in cfg.callbacks.items() if v is not None] == []
     trainer = build.trainer(cfg)
     assert not trainer.checkpoint_callbacks and trainer.max_epochs == 20  # local epochs, nodes
@@ -258,10 +258,10 @@ def _stored(tmp_path, overrides):
     """The run config a federated run started with `overrides` stores in its checkpoints."""
     from omegaconf import OmegaConf, open_dict
 
-    from litlab.federated.recipe import check
+    from litlab.federated.recipe import check_federated
 
     cfg = compose("federate", overrides, output_dir=tmp_path / "run")
-    check(cfg)
+    check_federated(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
     return OmegaConf.to_container(cfg, resolve=True)
@@ -374,6 +374,6 @@ def test_the_printed_resume_command_names_where_the_run_is(tmp_path):
     given = [f"paths.log_dir={logs}", "experiment=diabetes", "federate.rounds=8"]
     compose("federate", given, output_dir=tmp_path)
     run = logs / "federate" / "runs" / "2026-12-01_00-00-00"
-    printed = state.resume_command(run)
+    printed = state.federated_resume_command(run)
     assert printed.startswith("python src/federate.py ")
     assert shlex.split(printed)[2:] == [*given, f"ckpt_path={run}"]

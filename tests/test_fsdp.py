@@ -44,7 +44,7 @@ def val_rows(run) -> list[int]:
 
 @pytest.mark.slow  # three 2-process runs: ~4-6 min on 2 loaded cores
 def test_fsdp_on_cpu_trains_stops_and_resumes_like_an_uninterrupted_run(tmp_path):
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
     env = {**probe_env(), "OMP_NUM_THREADS": "1"}
     run_cli("train.py", *FSDP, log_dir=tmp_path / "whole", env=env, timeout=600)
@@ -75,7 +75,7 @@ def test_fsdp_on_cpu_trains_stops_and_resumes_like_an_uninterrupted_run(tmp_path
     # its whole-file checkpoint, tested by one process: the metrics the 2 shards logged
     best = whole / "checkpoints" / "epoch_001.ckpt"
     overrides = ["train=false", f"ckpt_path={best}", "trainer=cpu", "threads=1"]
-    train(compose("train", [*overrides, *QUIET], output_dir=tmp_path / "single"))
+    train_and_test(compose("train", [*overrides, *QUIET], output_dir=tmp_path / "single"))
     single = csv_test_metrics(tmp_path / "single")
     for key in uninterrupted:
         assert single[key] == pytest.approx(uninterrupted[key], rel=1e-5, abs=1e-6), key

@@ -266,9 +266,9 @@ def test_lr_finder_settings_that_cannot_give_a_curve_are_one_line(overrides, lin
     search that could not say anything."""
     from helpers.refusals import refused
 
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
-    message, _ = refused("train", ["tune=lr", *overrides], train, tmp_path / "logs")
+    message, _ = refused("train", ["tune=lr", *overrides], train_and_test, tmp_path / "logs")
     assert line in message, message
 
 
@@ -278,7 +278,7 @@ def test_tuning_is_refused_under_ddp():
 
     DDPStrategy = type("DDPStrategy", (), {})
     with pytest.raises(UserError, match="cannot run under DDPStrategy"):
-        tuning.run(
+        tuning.run_tuners(
             [lambda *a: None], SimpleNamespace(strategy=DDPStrategy(), world_size=2), None, None
         )
 

@@ -18,12 +18,12 @@ LRS = (0.01, 0.1)
 @pytest.fixture(scope="module")
 def in_process(tmp_path_factory) -> dict[float, dict]:
     """The reference: each job's test metrics, trained here with the basic recipe."""
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
     out = {}
     for lr in LRS:
         run = tmp_path_factory.mktemp(f"lr{lr}")
-        train(
+        train_and_test(
             compose(
                 "train", [*TINY, f"model.optimizer.lr={lr}", "logger=csv", *QUIET], output_dir=run
             )
@@ -101,13 +101,13 @@ def _ran_at_once(stdout: str, sweep, probes: list[dict], forked: bool) -> None:
 def test_ddp_spawn_metrics_equal_single_process(tmp_path):
     """`trainer=ddp_spawn`: 2 spawned CPU processes, one run dir, and its checkpoint tested by
     one process gives the metrics the spawned ranks logged (synced, unpadded)."""
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
     run_cli("train.py", "trainer=ddp_spawn", *TINY, log_dir=tmp_path / "ddp", timeout=600)
     [run] = run_dirs(tmp_path / "ddp")
     ckpt = run / "checkpoints" / "epoch_000.ckpt"
     assert ckpt.is_file()
-    train(
+    train_and_test(
         compose(
             "train",
             ["train=false", f"ckpt_path={ckpt}", "trainer.accelerator=cpu", "logger=csv", *QUIET],

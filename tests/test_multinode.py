@@ -207,7 +207,7 @@ def test_a_join_without_peers_says_what_it_waits_for_then_stops_in_one_line(
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))
     ddp_join.arm(1)
-    ddp_join.install()
+    ddp_join.install_bounded_join()
     start = time.monotonic()
     try:
         with pytest.raises(ddp_join.JoinFailed) as failed:
@@ -247,7 +247,7 @@ def test_a_master_port_in_use_is_one_line_at_once(monkeypatch, capfd):
         monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
         monkeypatch.setenv("MASTER_PORT", str(port))
         ddp_join.arm(60)
-        ddp_join.install()
+        ddp_join.install_bounded_join()
         try:
             with pytest.raises(ddp_join.JoinFailed) as failed:
                 dist.init_process_group(
@@ -280,7 +280,7 @@ def test_a_bounded_join_gives_the_group_its_collective_timeout_back(monkeypatch,
     # bounded, with a notice well past a prompt join's time on a loaded machine (at 2 s the
     # notice came at 1 s, and a clean-clone CI run beside apt once took longer than that)
     ddp_join.arm(60)
-    ddp_join.install()
+    ddp_join.install_bounded_join()
     try:
         dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(hours=1))
         assert distributed_c10d._get_default_store().timeout == datetime.timedelta(hours=1)

@@ -117,15 +117,15 @@ EMA_GROUP = pytest.mark.xdist_group("ema_run")
 @pytest.fixture(scope="module")
 def ema_run(tmp_path_factory):
     """A tiny digits run with model.ema_decay, trained in this process."""
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
     out = tmp_path_factory.mktemp("ema_run")
-    metrics = train(compose("train", EMA_RUN, output_dir=out)).metrics
+    metrics = train_and_test(compose("train", EMA_RUN, output_dir=out)).metrics
     return out, metrics
 
 
 def evaluate(tmp_path, ckpt, *overrides) -> tuple[dict, pd.DataFrame]:
-    from litlab.recipes.evaluate import evaluate as run_eval
+    from litlab.recipes.evaluate import evaluate_checkpoint as run_eval
 
     out = tmp_path / "eval"
     metrics = run_eval(

@@ -59,23 +59,23 @@ def test_a_file_the_page_cannot_show_says_why(tmp_path):
     with open(run / "metrics.json", "wb") as f:
         f.truncate(40 * 10**6)  # sparse: 40 MB that take no disk
     started = time.monotonic()
-    page = report.write(run).read_text()
+    page = report.write_report(run).read_text()
     assert "No final metrics: metrics.json is over its limit (38.1 MiB &gt; 32 MiB; not read)" in (
         page
     )
     (run / "metrics.json").unlink()
     os.mkfifo(run / "metrics.json")
-    assert files.read_json(run, "metrics.json")[1] == (
+    assert files.read_json_under(run, "metrics.json")[1] == (
         "metrics.json is not a regular file (a pipe; not read)"
     )
     (run / "metrics.json").unlink()
     (tmp_path / "secret.json").write_text("{}")
     (run / "metrics.json").symlink_to(tmp_path / "secret.json")
-    assert files.read_json(run, "metrics.json")[1] == (
+    assert files.read_json_under(run, "metrics.json")[1] == (
         "metrics.json is a link out of the folder reported on (not read)"
     )
     (run / "metrics.json").unlink()
-    assert files.read_json(run, "metrics.json")[1] == "metrics.json is absent"
+    assert files.read_json_under(run, "metrics.json")[1] == "metrics.json is absent"
     assert time.monotonic() - started < 60
 
 

@@ -62,9 +62,9 @@ CHEAP = ("table regression (diabetes)",)
 
 def _recipe(entry: str):
     if entry == "train":
-        from litlab.recipes.train import train
+        from litlab.recipes.train import train_and_test
 
-        return train
+        return train_and_test
     from litlab.compression.recipe import compress
 
     return compress
@@ -138,8 +138,8 @@ def test_each_entry_point_resumes_as_printed(kind, tmp_path, monkeypatch):
     logs = tmp_path / "logs"
     fault_step, steps = 2 * batches, 3 * batches
 
-    train = [f"paths.log_dir={logs}", *QUIET, *BUDGET, *args]
-    run_dir, printed = _stop("train", train, fault_step, monkeypatch)
+    train_and_test = [f"paths.log_dir={logs}", *QUIET, *BUDGET, *args]
+    run_dir, printed = _stop("train", train_and_test, fault_step, monkeypatch)
     trained = _resumed("train", run_dir, printed, steps)
     assert trained.run_dir == run_dir and trained.metrics
 

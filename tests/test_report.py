@@ -83,7 +83,7 @@ def external(page: str) -> list[str]:
 
 def test_run_report_has_every_section_and_needs_nothing_from_elsewhere(tmp_path):
     run = fake_run(tmp_path)
-    page = report.write(run).read_text()
+    page = report.write_report(run).read_text()
     for heading in ("Learning curves", "Final metrics", "Inspect pictures", "Config", "Provenance"):
         assert f"<h2>{heading}</h2>" in page
     assert page.count('data-plot="png"') == 2  # confusion_test.png, tsne.png as data URIs
@@ -102,7 +102,7 @@ def test_run_without_pictures_or_metrics_says_what_is_missing(tmp_path):
     run = fake_run(tmp_path, pictures=False)
     (run / "metrics.json").unlink()
     (run / "provenance.json").write_text("[1, 2]")
-    page = report.write(run).read_text()
+    page = report.write_report(run).read_text()
     assert (
         "No inspect pictures in this run (inspect/*.png): python src/train.py callbacks=inspect"
         in page
@@ -122,7 +122,7 @@ def test_a_picture_linked_from_outside_the_run_is_not_shown(tmp_path):
     (run / "inspect" / "samples.png").write_bytes(b"<svg onload=alert(1)>")
     (run / "csv" / "metrics.csv").unlink()
     (run / "csv" / "metrics.csv").symlink_to(secret)
-    page = report.write(run).read_text()
+    page = report.write_report(run).read_text()
     assert page.count('data-plot="png"') == 2
     assert "No learning curves" in page
     assert "onload" not in page
@@ -144,7 +144,7 @@ def test_sweep_report_with_a_failed_job_renders_and_says_so(tmp_path):
     (sweep / "summary_stats.csv").write_text(
         "group,metric,n,mean,std\nall jobs,val/acc,2,0.8,0.14\nall jobs,test/acc,2,0.8,0.14\n"
     )
-    page = report.write(sweep).read_text()
+    page = report.write_report(sweep).read_text()
     for heading in ("Jobs (4)", "Objective per job", "Settings against the objective"):
         assert f"<h2>{heading}</h2>" in page
     assert '<tr class="best"><td>2</td><td>completed (best)</td>' in page
@@ -159,7 +159,7 @@ def test_sweep_report_with_a_failed_job_renders_and_says_so(tmp_path):
 
 
 def test_a_sweep_whose_jobs_left_no_record_yet_renders(tmp_path):
-    page = report.write(fake_sweep(tmp_path, [])).read_text()
+    page = report.write_report(fake_sweep(tmp_path, [])).read_text()
     assert "No job records (sweep_job.json) in this sweep dir yet" in page
     assert "<h2>Jobs (0)</h2>" in page and external(page) == []
 
@@ -170,7 +170,7 @@ def test_a_fold_sweep_report_compares_its_groups(tmp_path, capsys):
     plot of the group means with a point per fold, the best group's jobs marked; no Optuna
     section for a grid, no pooled row, no absolute path."""
     sweep = fold_sweep(tmp_path, FOLDS)
-    page = report.write(sweep).read_text()
+    page = report.write_report(sweep).read_text()
     headings = re.findall(r"<h2>([^<]*)</h2>", page)
     assert headings == [
         "Jobs (10)",
@@ -214,7 +214,7 @@ def test_partly_paired_groups_and_hostile_statistics_on_the_page(tmp_path, capsy
     """A fold missing in one group: the row says the test and which fold it left out. Rows of
     summary_stats.json that do not have the summary's shape are left out; texts are escaped."""
     sweep = fold_sweep(tmp_path, {"0.3": FOLDS["0.3"], "0.1": FOLDS["0.1"][:4]})
-    page = report.write(sweep).read_text()
+    page = report.write_report(sweep).read_text()
     assert (
         "paired t on 4 pairs, p=0.092 (paired on the 4 replicas both groups have; left out: "
         "data.fold=4)"
@@ -227,7 +227,7 @@ def test_partly_paired_groups_and_hostile_statistics_on_the_page(tmp_path, capsy
     ]
     stats["best_group"] = ["not", "a", "name"]
     (sweep / "summary_stats.json").write_text(json.dumps(stats))
-    page = report.write(sweep).read_text()
+    page = report.write_report(sweep).read_text()
     assert HOSTILE not in page and "&lt;/script&gt;&lt;script&gt;alert(1)" in page
     assert "<td>nan</td>" not in page and "the best group" not in page
 
@@ -240,10 +240,10 @@ def test_a_grid_without_replicas_shows_no_empty_section(tmp_path, capsys):
     sweep = fake_sweep(
         tmp_path, [sweep_record(0, "completed", 0.7), sweep_record(1, "completed", 0.8)]
     )
-    page = report.write(sweep).read_text()
+    page = report.write_report(sweep).read_text()
     assert "No group comparison: summary_stats.json and summary_stats.csv are absent" in page
     write_summary(sweep, load_records(sweep), plot=False)
-    page = report.write(sweep).read_text()
+    page = report.write_report(sweep).read_text()
     headings = re.findall(r"<h2>([^<]*)</h2>", page)
     assert headings == ["Jobs (2)", "Objective per job", "Settings against the objective"]
     assert not re.search(r"</h2>\s*</section>", page)
@@ -260,7 +260,7 @@ def test_paths_inside_the_project_are_shown_relative_to_it(tmp_path):
     assert relative(f"{PROJECT}2/logs") == f"{PROJECT}2/logs"  # another folder
     error = f"UserError: data.path={PROJECT}/data/t.csv is not a file"
     sweep = fake_sweep(tmp_path, [sweep_record(0, "failed", None, error=error)])
-    page = report.write(sweep).read_text()
+    page = report.write_report(sweep).read_text()
     assert "UserError: data.path=data/t.csv is not a file" in page and PROJECT not in page
     assert "<p>sweep (written " in page and str(tmp_path) not in page
 

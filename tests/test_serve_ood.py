@@ -10,7 +10,7 @@ def fitted(rng, n=400):
     train = rng.normal(0.2, 0.5, size=(n, 1, 8, 8))
     test = rng.normal(0.2, 0.5, size=(n // 2, 1, 8, 8))
     model = {
-        "input": ood.fit_input(ood.summary(train)),
+        "input": ood.fit_input(ood.block_means(train)),
         "statistics": ood.fit_statistics(ood.statistics(train)),
     }
     probs = rng.dirichlet(np.ones(10) * 0.3, size=len(test))
@@ -46,7 +46,7 @@ def test_stored_model_is_compact_and_scores_as_the_float64_fit():
     rng = np.random.default_rng(2)
     train = rng.normal(0.2, 0.5, size=(400, 1, 8, 8)) * rng.uniform(0.05, 2, size=(1, 1, 8, 8))
     full = {
-        "input": ood.fit_input(ood.summary(train)),
+        "input": ood.fit_input(ood.block_means(train)),
         "statistics": ood.fit_statistics(ood.statistics(train)),
     }
     stored = ood.pack_model(full)

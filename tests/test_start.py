@@ -174,7 +174,7 @@ def test_the_copied_test_passes(tmp_path, domain):
 )
 def test_new_task_refuses_bad_names_in_one_line(capsys, args, says):
     before = _tree(ROOT / "configs")
-    assert scaffold.main(args) == 2
+    assert scaffold.run_scaffold(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
     assert _tree(ROOT / "configs") == before

@@ -28,10 +28,10 @@ def new_study(storage=None):
 
 def test_the_first_command_stores_its_settings_and_the_same_settings_resume():
     study = new_study()
-    study_settings.check(study, ["trainer.max_epochs=3", "+data.fold=2", "paths.log_dir=/a"])
+    study_settings.check_study(study, ["trainer.max_epochs=3", "+data.fold=2", "paths.log_dir=/a"])
     assert study.user_attrs["fixed_overrides"] == {"trainer.max_epochs": "3", "data.fold": "2"}
     # where files go and what is printed may differ: a second worker on another machine
-    study_settings.check(
+    study_settings.check_study(
         study,
         [
             "data.fold=2",
@@ -46,15 +46,15 @@ def test_the_first_command_stores_its_settings_and_the_same_settings_resume():
 
 def test_other_settings_are_refused_naming_the_keys_and_both_ways_out(caplog):
     study = new_study()
-    study_settings.check(study, ["trainer.max_epochs=3", "seed=1"])
+    study_settings.check_study(study, ["trainer.max_epochs=3", "seed=1"])
     with pytest.raises(UserError) as err:
-        study_settings.check(study, ["trainer.max_epochs=5", "seed=1", "data.batch_size=32"])
+        study_settings.check_study(study, ["trainer.max_epochs=5", "seed=1", "data.batch_size=32"])
     message = str(err.value)
     assert "data.batch_size=(not set) then, 32 now, trainer.max_epochs=3 then, 5 now" in message
     assert "hydra.sweeper.study_name=digits_cnn_2" in message
     assert "hydra.sweeper.strict_resume=false" in message and "\n" not in message
     with caplog.at_level(logging.WARNING):  # on purpose: resumed, with a warning
-        study_settings.check(study, ["trainer.max_epochs=5", "seed=1"], strict=False)
+        study_settings.check_study(study, ["trainer.max_epochs=5", "seed=1"], strict=False)
     assert "trainer.max_epochs=3 then, 5 now" in caplog.text
     assert study.user_attrs["fixed_overrides"]["trainer.max_epochs"] == "3"  # the study's own
 
@@ -67,9 +67,9 @@ def test_the_command_line_refuses_before_any_trial(cli, tmp_path):
     folder = tmp_path / "logs" / "train" / "searches" / "digits_cnn"
     folder.mkdir(parents=True)
     own = commands.command("train", ["hparams_search=digits_cnn"], multirun=True)
-    plan.write(folder, None, own, kind=plan.SEARCH, study="digits_cnn")  # a litlab search's
+    plan.write_plan(folder, None, own, kind=plan.SEARCH, study="digits_cnn")  # a litlab search's
     study = new_study(f"sqlite:///{folder / 'optuna.db'}")
-    study_settings.check(study, ["hparams_search=digits_cnn", "trainer.max_epochs=3"])
+    study_settings.check_study(study, ["hparams_search=digits_cnn", "trainer.max_epochs=3"])
     proc = cli(
         "train.py",
         "hydra.mode=MULTIRUN",

@@ -43,7 +43,7 @@ def _sweep(sweep: Path, jobs=JOBS, **fields) -> Path:
     """A finished litlab sweep of `jobs` (its plan, job folders and summary)."""
     sweep.mkdir(parents=True, exist_ok=True)
     own = commands.command("train", ["seed=1,2", f"hydra.sweep.dir={sweep}"], multirun=True)
-    plan.write(sweep, jobs, own, **fields)
+    plan.write_plan(sweep, jobs, own, **fields)
     for num, job in enumerate(jobs):
         _job(sweep / str(num), num, job)
     (sweep / "summary.csv").write_text("job,status\n0,completed\n1,completed\n")
@@ -229,7 +229,7 @@ def test_new_folders_and_the_sweeps_own_are_let_in(tmp_path):
     (sweep / ".summary.csv.123.tmp").write_text("a write cut short")
     assert check_owned(sweep, plan.GRID, "train")["jobs"] == JOBS
     nested = _sweep(tmp_path / "nested", jobs=[])
-    plan.write(nested, JOBS, commands.command("train", ["seed=1,2"], multirun=True))
+    plan.write_plan(nested, JOBS, commands.command("train", ["seed=1,2"], multirun=True))
     _job(nested / "seed" / "1", 0, JOBS[0])
     (nested / "seed" / "2").mkdir()  # started, nothing written yet
     (nested / "seed" / "3").mkdir()  # started by a parallel launcher: only its console.log

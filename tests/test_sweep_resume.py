@@ -165,7 +165,7 @@ def test_resume_with_other_settings_is_refused_before_anything_is_written(tmp_pa
     sweep.mkdir(parents=True)
     jobs = [[f"paths.log_dir={log_dir}", *QUIET, *FAST, f"seed={s}"] for s in (1, 2)]
     own = commands.command("train", ["seed=1,2", "hydra.sweep.dir=/where/it/was"], multirun=True)
-    plan.write(sweep, jobs, own if stored == "own" else stored)
+    plan.write_plan(sweep, jobs, own if stored == "own" else stored)
     before = fingerprint(log_dir)
     proc = _run(_sweep(log_dir, "seed=1,2", "trainer.max_epochs=3", f"hydra.sweep.dir={sweep}"))
     assert proc.returncode == 2
@@ -202,7 +202,7 @@ def test_other_grids_are_refused_and_machine_local_keys_may_differ(tmp_path, now
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     own = commands.command("train", ["seed=1,2"], multirun=True)
-    plan.write(sweep, [["seed=1", "paths.log_dir=/a"], ["seed=2", "paths.log_dir=/a"]], own)
+    plan.write_plan(sweep, [["seed=1", "paths.log_dir=/a"], ["seed=2", "paths.log_dir=/a"]], own)
     jobs = [job.split() + ["paths.log_dir=/b", "callbacks.rich_progress_bar=null"] for job in now]
     with pytest.raises(UserError, match=re.escape(change)):
         plan.check_resume(sweep, jobs, [])
@@ -242,15 +242,15 @@ def test_sigterm_between_jobs_lets_the_job_finish_then_stops_the_sweep():
 def test_a_damaged_job_record_is_no_record(record):
     """sweep_job.json is data (a copied or edited sweep dir): one without the summary's shape
     counts as no record, for the summary, a resume and the report alike."""
-    from litlab.utils.sweep_records import checked
+    from litlab.utils.sweep_records import checked_record
 
-    assert checked(record) is None
+    assert checked_record(record) is None
 
 
 def test_a_record_keeps_only_values_of_its_types():
-    from litlab.utils.sweep_records import checked
+    from litlab.utils.sweep_records import checked_record
 
-    record = checked(
+    record = checked_record(
         {
             "job": 2,
             "status": "completed",

@@ -31,13 +31,13 @@ def named(values, key="data.fold"):
 
 def test_describe_gives_the_student_t_interval_of_the_mean():
     # by hand: mean 2, sd 1, t(0.975, 2) = 4.302653 -> 2 ± 4.302653 / sqrt(3)
-    one_two_three = stats.describe([1, 2, 3])
+    one_two_three = stats.describe_values([1, 2, 3])
     assert one_two_three["n"] == 3 and one_two_three["mean"] == 2 and one_two_three["std"] == 1
     assert one_two_three["ci95_low"] == pytest.approx(-0.484138, abs=1e-6)
     assert one_two_three["ci95_high"] == pytest.approx(4.484138, abs=1e-6)
     assert one_two_three["ci_method"] == "Student t"  # no bounds: nothing cut
     # R: t.test(sleep$extra[1:10]) -> 95 percent confidence interval -0.5297804 2.0297804
-    sleep = stats.describe(SLEEP_1)
+    sleep = stats.describe_values(SLEEP_1)
     assert (sleep["ci95_low"], sleep["ci95_high"]) == pytest.approx((-0.5297804, 2.0297804))
     low, high = scipy_stats.t.interval(0.95, 9, loc=0.75, scale=scipy_stats.sem(SLEEP_1))
     assert (sleep["ci95_low"], sleep["ci95_high"]) == pytest.approx((low, high))
@@ -85,7 +85,7 @@ T = {n: scipy_stats.t.ppf(0.975, n - 1) for n in (2, 3, 4)}
 def test_intervals_of_bounded_metrics_are_cut_to_their_range(metric, values, expected, method):
     """Student's t interval of the mean where it lies inside the metric's range, the bound
     where it crosses it; the row names the method and the range it was cut to."""
-    row = stats.describe(values, stats.metric_range(metric))
+    row = stats.describe_values(values, stats.metric_range(metric))
     assert (row["ci95_low"], row["ci95_high"]) == pytest.approx(expected, abs=2e-4)
     assert row["ci_method"] == f"Student t, cut to {method}"
     low, high = stats.metric_range(metric)
@@ -103,7 +103,7 @@ def test_intervals_of_bounded_metrics_are_cut_to_their_range(metric, values, exp
     ],
 )
 def test_equal_values_at_or_inside_a_bound_give_the_point(values, expected):
-    row = stats.describe(values, (0.0, 1.0))
+    row = stats.describe_values(values, (0.0, 1.0))
     assert (row["ci95_low"], row["ci95_high"]) == expected and row["std"] == 0
     assert row["ci_method"] == "Student t" and row["note"] == ""
 
@@ -113,18 +113,18 @@ def test_a_float32_rounding_past_a_bound_still_counts_as_inside_it():
     cut to [0, 1] (real values of a 5-fold digits sweep), and a mean past 1 by a rounding step
     gets the point 1."""
     f1 = [0.9859185814857483, 0.9720374941825867, 1.0000001192092896, 0.9930706024169922]
-    row = stats.describe([*f1, 1.0000001192092896], (0.0, 1.0))
+    row = stats.describe_values([*f1, 1.0000001192092896], (0.0, 1.0))
     assert row["ci95_high"] == 1.0 and row["ci_method"] == "Student t, cut to [0, 1]"
-    perfect = stats.describe([1.0000001192092896] * 3, (0.0, 1.0))
+    perfect = stats.describe_values([1.0000001192092896] * 3, (0.0, 1.0))
     assert (perfect["ci95_low"], perfect["ci95_high"]) == (1.0, 1.0)
 
 
 def test_one_value_has_no_interval_and_values_outside_the_range_are_not_cut():
-    single = stats.describe([1.0], (0.0, 1.0))
+    single = stats.describe_values([1.0], (0.0, 1.0))
     assert single["ci95_low"] is single["ci95_high"] is single["ci_method"] is None
     assert single["note"] == "n=1: no interval"
     # an "acc" logged in percent is not in [0, 1]: the name's range does not apply to it
-    percent = stats.describe([85.0, 95.0, 90.0], stats.metric_range("val/acc"))
+    percent = stats.describe_values([85.0, 95.0, 90.0], stats.metric_range("val/acc"))
     assert percent["ci_method"] == "Student t" and percent["ci95_high"] > 95
 
 
@@ -225,7 +225,7 @@ def test_holm_step_down_by_hand():
 def test_single_values_and_zero_variance_give_no_nan_and_no_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # scipy's precision or divide warnings would fail here
-        single = stats.describe([0.9])
+        single = stats.describe_values([0.9])
         lone = stats.compare(named([0.9]), named([0.8, 0.85]))
         against_lone = stats.compare(named([0.8, 0.85]), named([0.9]))
         same = stats.compare(named([0.9, 0.9, 0.9], "seed"), [("seed=7", 0.9), ("seed=8", 0.9)])

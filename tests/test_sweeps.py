@@ -183,7 +183,7 @@ def test_search_configs_compose_and_search_existing_keys(name, tmp_path):
 
     cfg = compose("train", [f"hparams_search={name}"], output_dir=tmp_path)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)
-    space, _ = search_space.build(params, [])
+    space, _ = search_space.build_space(params, [])
     assert len(space) == len(params)
     for key in space:
         assert OmegaConf.select(cfg, key) is not None, f"{key} is not a key of {name}'s config"
@@ -225,7 +225,7 @@ def test_command_line_sweep_overrides_join_the_search_space():
     from litlab.sweeps import search_space
 
     params = {"model.optimizer.lr": "interval(0.001,0.1)", "model.net.dropout": "choice(0.1,0.5)"}
-    space, fixed = search_space.build(
+    space, fixed = search_space.build_space(
         params,
         ["model.net.dropout=tag(log,interval(0.01,0.5))", "model.optimizer.lr=0.01", "seed=3"],
     )

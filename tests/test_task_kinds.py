@@ -205,7 +205,7 @@ def test_a_kinds_declarations_name_what_exists(name):
 
 def test_a_kind_registered_twice_or_lacking_a_method_is_one_line_naming_the_class():
     from litlab.errors import UserError
-    from litlab.tasks.kind import Kind, register
+    from litlab.tasks.kind import Kind, register_kind
     from litlab.tasks.outputs import Classes
     from litlab.tasks.tensors import TensorInputs
 
@@ -218,13 +218,13 @@ def test_a_kind_registered_twice_or_lacking_a_method_is_one_line_naming_the_clas
         name, metrics = "partial", ("acc",)
 
     with pytest.raises(UserError) as twice:
-        register(Twice)
+        register_kind(Twice)
     assert str(twice.value) == (
         "kind 'regression' is registered twice: by litlab.tasks.regression.Regression and by "
         f"{__name__}.{Twice.__qualname__}; give one another name"
     )
     with pytest.raises(UserError) as partial:
-        register(Partial)
+        register_kind(Partial)
     assert str(partial.value).startswith(
         f"kind class {__name__}.{Partial.__qualname__} lacks check_inputs, expected_inputs, "
         "export_spec, json, uploads, warm_up, zeros, batched_tensor: "

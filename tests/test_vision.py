@@ -116,7 +116,7 @@ def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
     net with the datamodule's shape and classes, every image lands in a split, one batch of
     each stage gives metrics, and fast_dev_run writes no best checkpoint."""
     from litlab.config import build
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
     overrides, net_class, dims, total = VISION_RUNS[name]
     if name == "mnist":  # the shared copy holds only the 10k test split: it is split in three
@@ -145,7 +145,7 @@ def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
         ],
         output_dir=tmp_path / "run",
     )
-    metrics = train(cfg).metrics
+    metrics = train_and_test(cfg).metrics
     dm, model = built["dm"], built["model"]
     assert type(model.net).__name__ == net_class and dm.dims == dims
     sizes = [len(dm.train_set), len(dm.val_set), len(dm.test_set)]
@@ -188,7 +188,7 @@ def test_default_recipe_learns_and_eval_reproduces_it(digits_run):
 def test_same_seed_gives_bit_identical_weights(tmp_path):
     """Two CPU runs with one seed end with exactly the same weights (and another seed not)."""
     from litlab.config.compose import compose
-    from litlab.recipes.train import train
+    from litlab.recipes.train import train_and_test
 
     def final_weights(seed: int, name: str):
         cfg = compose(
@@ -204,7 +204,7 @@ def test_same_seed_gives_bit_identical_weights(tmp_path):
             ],
             output_dir=tmp_path / name,
         )
-        train(cfg)
+        train_and_test(cfg)
         last = torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=True)
         return last["state_dict"]
 

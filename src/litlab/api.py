@@ -40,13 +40,13 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     try:  # the same run as `cli.guard`'s; its errors raised, not printed
         return run_end.RunEnd(out, config_name, cfg.hydra.overrides.task).run(recipe, task_cfg)
     finally:
-        run_dir.release(out)
+        run_dir.release_run_dir(out)
 
 
 def train(overrides: Sequence[str] = ()) -> RunResult:
     """Train and test as `python src/train.py *overrides` does; returns metrics, run dir and
     the best checkpoint."""
-    from litlab.recipes.train import train as recipe
+    from litlab.recipes.train import train_and_test as recipe
 
     return run("train", overrides, recipe)
 
@@ -54,6 +54,6 @@ def train(overrides: Sequence[str] = ()) -> RunResult:
 def evaluate(overrides: Sequence[str] = ()) -> RunResult:
     """Test a checkpoint as `python src/eval.py ckpt_path=PATH *overrides` does (or an
     exported file: `model_path=FILE.onnx`)."""
-    from litlab.export.evaluate import evaluate as recipe
+    from litlab.export.evaluate import evaluate_entry as recipe
 
     return run("eval", overrides, recipe)

@@ -55,7 +55,7 @@ def _freeze_at_exit() -> None:
     gc.freeze()
 
 
-def run(hydra_main) -> None:
+def run_main(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
     atexit.unregister(_freeze_at_exit)  # once per process, whatever calls this in-process
     atexit.register(_freeze_at_exit)  # registered before the libraries' own: run after them

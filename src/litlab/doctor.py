@@ -230,7 +230,7 @@ def failures(report: dict) -> list[str]:
     return lines
 
 
-def table(report: dict) -> str:
+def facts_table(report: dict) -> str:
     rows = [("versions", ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v))]
     for d in report["devices"]:
         extra = ", ".join(
@@ -260,7 +260,7 @@ def table(report: dict) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def main(argv=None) -> int:
+def run_doctor(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m litlab.doctor", description="Check that this machine is ready to train."
     )
@@ -269,11 +269,11 @@ def main(argv=None) -> int:
     parser.add_argument("--data-dir", type=Path, default=ROOT / "data")
     args = parser.parse_args(argv)
     report = diagnose(args.log_dir, args.data_dir)
-    print(json.dumps(report, indent=2) if args.json else table(report))
+    print(json.dumps(report, indent=2) if args.json else facts_table(report))
     for line in report["failures"]:
         print(f"error: {line}", file=sys.stderr)
     return 1 if report["failures"] else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_doctor())

@@ -113,7 +113,7 @@ def _net_copy(net: tuple[str, str], symbol: str) -> str:
     return copy_class(*net, symbol)
 
 
-def plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
+def copy_plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
     """Every file the copy writes, with its text (nothing is written until all are made)."""
     domains = declarations()
     if source not in domains:
@@ -201,14 +201,14 @@ def test_{name}_trains(tmp_path):
 
 
 def create(name: str, source: str, root: Path = ROOT) -> list[Path]:
-    files = plan(name, source, root)
+    files = copy_plan(name, source, root)
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return list(files)
 
 
-def main(argv=None) -> int:
+def run_scaffold(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not all(argv):
         domains = "|".join(declarations())
@@ -226,4 +226,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_scaffold())

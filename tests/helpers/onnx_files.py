@@ -32,7 +32,7 @@ def ood_entry(change=None) -> dict:
     train = np.random.default_rng(0).normal(0.3, 0.4, size=(200, 1, 8, 8))
     model = ood.pack_model(
         {
-            "input": ood.fit_input(ood.summary(train)),
+            "input": ood.fit_input(ood.block_means(train)),
             "statistics": ood.fit_statistics(ood.statistics(train)),
         }
     )

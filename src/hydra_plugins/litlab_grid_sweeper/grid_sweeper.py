@@ -39,4 +39,4 @@ class LitlabGridSweeper(LaunchingSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from litlab.sweeps import grid
 
-        return grid.run(self, list(arguments))
+        return grid.run_grid(self, list(arguments))

@@ -64,7 +64,7 @@ class LitlabOptunaSweeper(LaunchingSweeper):
         from litlab.sweeps import optuna_search
 
         try:
-            optuna_search.run(self, list(arguments))
+            optuna_search.run_search(self, list(arguments))
         except UserError as err:  # bad input to the search: one line, exit 2 (as in litlab.cli)
             if sys.stderr is not sys.__stderr__ and hasattr(sys.stderr, "truncate"):
                 sys.stderr.seek(0)  # litlab.cli holds stderr until a task starts: drop the

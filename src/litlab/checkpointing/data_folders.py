@@ -18,7 +18,7 @@ its run dir, a run dir copied or unpacked from elsewhere) is still moved or refu
 import os
 from pathlib import Path
 
-from litlab.checkpointing.trust import refusal, shown
+from litlab.checkpointing.trust import shown, untrusted_refusal
 
 RECORDS = (".hydra/overrides.yaml", ".hydra/resume-*/overrides.yaml")
 MAX_RECORDS = 64  # resumes of one run dir read at most
@@ -49,7 +49,7 @@ def here(config: dict, data_dir, source: str, overridden=(), chosen=None) -> dic
             except ValueError:
                 inside = False
         if not inside or ".." in rel.parts:
-            raise refusal(
+            raise untrusted_refusal(
                 source,
                 f"names data.{key}={shown(value)}, outside the data dir of its run "
                 f"({shown(theirs)}); litlab writes data only where this command says: pass "

@@ -93,7 +93,7 @@ def collect(datamodule=None) -> dict:
     return record
 
 
-def write(run_dir, record: dict, subdir: str | None = None) -> Path:
+def write_provenance(run_dir, record: dict, subdir: str | None = None) -> Path:
     """provenance.json in the run dir; a resumed run (whose run dir has one) writes its own
     into its config folder (`subdir`, e.g. .hydra/resume-<time>) and keeps the first."""
     path = Path(run_dir) / FILE

@@ -153,7 +153,7 @@ def why_not(run: Path, model=None, data=None) -> str | None:
     return None
 
 
-def candidates(log_dir: Path, task_name: str) -> list[Path]:
+def resumable_runs(log_dir: Path, task_name: str) -> list[Path]:
     """Run dirs of the task holding a last.ckpt, newest first (timestamps sort)."""
     runs = (Path(log_dir) / task_name / "runs").glob("*")
     return sorted((p for p in runs if checkpoint_of(p).is_file()), reverse=True)
@@ -162,7 +162,7 @@ def candidates(log_dir: Path, task_name: str) -> list[Path]:
 def latest_run(log_dir: Path, task_name: str, model=None, data=None) -> Path | None:
     """The newest run dir of the task with a last.ckpt that this model and data can resume."""
     return next(
-        (p for p in candidates(log_dir, task_name) if why_not(p, model, data) is None), None
+        (p for p in resumable_runs(log_dir, task_name) if why_not(p, model, data) is None), None
     )
 
 
@@ -244,7 +244,9 @@ def _checkpoint_file(ckpt_path, log_dir, task_name, model=None, data=None):
     run = run_to_resume(value, log_dir, task_name, model, data)
     if run is None and value == LAST:
         runs = Path(log_dir) / str(task_name) / "runs"
-        rejected = [f"{p.name} ({why_not(p, model, data)})" for p in candidates(log_dir, task_name)]
+        rejected = [
+            f"{p.name} ({why_not(p, model, data)})" for p in resumable_runs(log_dir, task_name)
+        ]
         seen = f"; newest rejected: {', '.join(rejected[:3])}" if rejected else ""
         raise UserError(
             f"ckpt_path=last: no run of task '{task_name}' in {runs} with checkpoints/last.ckpt "
@@ -261,7 +263,7 @@ def _checkpoint_file(ckpt_path, log_dir, task_name, model=None, data=None):
     if is_rank_zero():  # DDP ranks > 0 resolve it alike, silently
         skipped = []
         if value == LAST:
-            for p in candidates(log_dir, task_name):
+            for p in resumable_runs(log_dir, task_name):
                 if p == run:
                     break
                 skipped.append(f"{p.name} ({why_not(p, model, data)})")
@@ -285,9 +287,9 @@ def refuse_in_multirun(config_name: str, args: list[str]) -> None:
             )
 
 
-def register() -> None:
+def register_resolvers() -> None:
     OmegaConf.register_new_resolver("resume_run_dir", _run_dir, replace=True)
     OmegaConf.register_new_resolver("resume_output_subdir", _output_subdir, replace=True)
 
 
-register()
+register_resolvers()

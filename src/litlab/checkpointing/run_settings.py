@@ -78,7 +78,7 @@ def _same_shape(path: tuple, theirs, ours, source: str) -> None:
     """A mapping of this command's config is a mapping in the run's file too (a list or a
     number there is a damaged or crafted file, not a setting)."""
     if isinstance(ours, dict) and not isinstance(theirs, dict) and theirs not in (GONE, None):
-        raise trust.refusal(
+        raise trust.untrusted_refusal(
             source, f"has {dotted(path)} of type {type(theirs).__name__}, not a mapping"
         )
 
@@ -92,7 +92,9 @@ def _check_target(path: tuple, value, targets: dict, source: str) -> None:
     if why is None:
         why = trust.target_refusal(value, kinds, ())
     if why is not None:
-        raise trust.refusal(source, f"names {dotted(path)}={trust.shown(value)}, which {why}")
+        raise trust.untrusted_refusal(
+            source, f"names {dotted(path)}={trust.shown(value)}, which {why}"
+        )
 
 
 def _no_nested_target(path: tuple, value, source: str) -> None:
@@ -104,7 +106,7 @@ def _no_nested_target(path: tuple, value, source: str) -> None:
     while stack:
         node = stack.pop()
         if isinstance(node, dict) and "_target_" in node:
-            raise trust.refusal(
+            raise trust.untrusted_refusal(
                 source,
                 f"names a _target_ in {dotted(path)}, which is not built from a resumed run's file",
             )

@@ -107,7 +107,7 @@ def named(source) -> str:
     return f"{getattr(source, 'key', 'ckpt_path')}={shown(source, 200)}"
 
 
-def refusal(source: str, what: str) -> UserError:
+def untrusted_refusal(source: str, what: str) -> UserError:
     return UserError(f"{named(source)}: its stored config {what}; {TRUST_HINT}")
 
 
@@ -204,12 +204,16 @@ def check(config, source: str) -> None:
     """Refuse, in one line, a stored config that is not plain data or names what litlab does
     not build from a checkpoint (see the module docstring)."""
     if not isinstance(config, dict):
-        raise refusal(source, f"is a {type(config).__name__}, not a mapping")
+        raise untrusted_refusal(source, f"is a {type(config).__name__}, not a mapping")
     if "hydra" in config:
-        raise refusal(source, "has a 'hydra' node (Hydra's own settings are never stored)")
+        raise untrusted_refusal(
+            source, "has a 'hydra' node (Hydra's own settings are never stored)"
+        )
     for path, node, _ in _walk(config):
         if isinstance(node, TooBig):
-            raise refusal(source, f"is nested deeper than {MAX_DEPTH} or over {MAX_NODES} nodes")
+            raise untrusted_refusal(
+                source, f"is nested deeper than {MAX_DEPTH} or over {MAX_NODES} nodes"
+            )
         if isinstance(node, dict):
             _check_mapping(path, node, source)
         else:
@@ -221,13 +225,13 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
     where = f"{path}." if path else ""
     for key, value in node.items():
         if not isinstance(key, str | int) or isinstance(key, bool) or "${" in str(key):
-            raise refusal(source, f"has the key {shown(key)} under {path or 'its top'}")
+            raise untrusted_refusal(source, f"has the key {shown(key)} under {path or 'its top'}")
         _check_value(f"{where}{key}", value, source)
         if path.startswith("data") and str(key).endswith("_file"):
             _check_file(f"{where}{key}", value, source)
     special = [k for k in HYDRA_KEYS if k in node]
     if special and "_target_" not in node:
-        raise refusal(source, f"has {where}{special[0]} without a _target_")
+        raise untrusted_refusal(source, f"has {where}{special[0]} without a _target_")
     if "_target_" not in node:
         return
     if _kinds_at(path) is None:
@@ -240,16 +244,18 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
         key, target = f"{where}base_target", node.get("base_target")
         why = target_refusal(target, PARTS, functions)
     if why is not None:
-        raise refusal(source, f"names {key}={shown(target)}, which {why}")
+        raise untrusted_refusal(source, f"names {key}={shown(target)}, which {why}")
 
 
 def _check_value(key: str, value, source: str) -> None:
     if isinstance(value, dict | list):
         return
     if not isinstance(value, SCALARS):
-        raise refusal(source, f"has {key} of type {type(value).__name__} (plain values only)")
+        raise untrusted_refusal(
+            source, f"has {key} of type {type(value).__name__} (plain values only)"
+        )
     if isinstance(value, str) and "${" in value:
-        raise refusal(
+        raise untrusted_refusal(
             source,
             f"has an interpolation or resolver in {key}={shown(value)} (a stored config is "
             "data: litlab resolves nothing in it)",
@@ -296,4 +302,4 @@ def checked(stored, source: str, overrides: dict | None = None, trust: bool = Fa
     except Exception as err:  # noqa: BLE001  (a trusted file with values OmegaConf refuses)
         from litlab.errors import one_line
 
-        raise refusal(source, f"cannot be read as a config: {one_line(err)}") from None
+        raise untrusted_refusal(source, f"cannot be read as a config: {one_line(err)}") from None

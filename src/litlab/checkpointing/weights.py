@@ -69,7 +69,7 @@ def without_legacy(state_dict: dict) -> dict:
     return {k: v for k, v in state_dict.items() if not k.startswith(LEGACY)}
 
 
-def check_fits(state_dict: dict, model_state: dict, source: str) -> None:
+def check_tensors_fit(state_dict: dict, model_state: dict, source: str) -> None:
     """The checkpoint's tensors are the model's: the same keys, shapes and kinds of values."""
     detail = None
     for key, ours in model_state.items():  # a mismatched shape says most about the net held

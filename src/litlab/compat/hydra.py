@@ -49,7 +49,7 @@ def config_repository(search_path):
     return ConfigRepository(config_search_path=search_path)
 
 
-def check() -> None:
+def check_hydra() -> None:
     from hydra.core import utils
     from hydra.core.utils import JobReturn
 

@@ -232,7 +232,7 @@ def mlflow_initialized(logger) -> bool:
     return logger._initialized
 
 
-def check() -> None:
+def check_lightning() -> None:
     """Every name above still exists: a `CompatError` naming the first one that does not."""
     from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
     from lightning.pytorch import Trainer

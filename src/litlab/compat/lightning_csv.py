@@ -1,5 +1,5 @@
 """Lightning's CSV ExperimentWriter, kept from deleting a resumed run's metrics.csv (checked
-against lightning 2.6.6 by `litlab.compat.lightning.check`): its private
+against lightning 2.6.6 by `litlab.compat.lightning.check_lightning`): its private
 `_check_log_dir_exists` (which deletes the file) and `_record_new_keys` (which rewrites the
 header from the keys it holds) are overridden here, behind the fence, and nowhere else.
 A module of its own: it imports Lightning's loggers, which `compat.lightning` does lazily."""

@@ -42,7 +42,7 @@ def reseed_sampler(sampler, seed: int) -> None:
             lazy.rng.seed(seed % 2**32)
 
 
-def check() -> None:
+def check_optuna() -> None:
     import optuna
 
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage())

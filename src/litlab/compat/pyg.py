@@ -21,7 +21,7 @@ def drop_cached_graph(conv) -> None:
     conv.cached, conv._cached_edge_index, conv._cached_adj_t = False, None, None
 
 
-def check() -> None:
+def check_pyg() -> None:
     from torch_geometric.nn import GCNConv
 
     conv = GCNConv(2, 2, cached=True)

@@ -28,6 +28,6 @@ def node_and_services():
     return node, services
 
 
-def check() -> None:
+def check_ray() -> None:
     if node_and_services() is None:
         raise _fail("ray._private.node.Node / ray._private.services.start_ray_process")

@@ -80,7 +80,7 @@ def set_group_timeout(timeout) -> None:
     distributed_c10d._get_default_store().set_timeout(timeout)
 
 
-def check() -> None:
+def check_torch() -> None:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 

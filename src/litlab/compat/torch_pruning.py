@@ -73,5 +73,5 @@ def group_root(group):
         raise _fail("dependency.Group[0].dep.target.module") from None
 
 
-def check() -> None:
+def check_torch_pruning() -> None:
     _module()

@@ -19,7 +19,7 @@ def forget_captured_signals(server) -> None:
     server._captured_signals.clear()
 
 
-def check() -> None:
+def check_uvicorn() -> None:
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app=None))

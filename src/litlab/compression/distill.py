@@ -52,7 +52,9 @@ def kd_loss(
     return alpha * t * t * soft + (1 - alpha) * label
 
 
-def check_pair(teacher_task: str, teacher_classes, student_task: str, student_classes) -> None:
+def check_teacher_fits(
+    teacher_task: str, teacher_classes, student_task: str, student_classes
+) -> None:
     """A teacher can only teach a student of the same task and classes."""
     if teacher_task != student_task:
         raise UserError(

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from litlab import tasks
-from litlab.compression.prune import count
+from litlab.compression.prune import count_parameters
 
 
 def tensor_batches(datamodule, split: str, limit: int | None = None):
@@ -64,7 +64,7 @@ def example(datamodule, batch: int = 2) -> torch.Tensor:
     return x[:batch].repeat(batch // len(x[:batch]) + 1, *[1] * (x.dim() - 1))[:batch]
 
 
-def export(model, datamodule, path: Path, run_cfg: dict | None = None) -> Path:
+def export_measured(model, datamodule, path: Path, run_cfg: dict | None = None) -> Path:
     """The model's net as one ONNX file (batch axis dynamic), via the exporter's code, with
     the run it scores on named in its metadata (`file_metadata`)."""
     from litlab.export.onnx import export_onnx
@@ -100,7 +100,7 @@ def stage_row(
     lat: dict,
 ) -> dict:
     """One row of the report."""
-    params, nonzero = count(net) if net is not None else (None, None)
+    params, nonzero = count_parameters(net) if net is not None else (None, None)
 
     def size(p):
         return round(Path(p).stat().st_size / 1e6, 3) if p else None

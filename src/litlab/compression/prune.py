@@ -15,7 +15,7 @@ from litlab.errors import UserError
 _CONVOLUTION = resizable_bases()[0]  # every convolution's base, transposed too
 
 
-def count(net: nn.Module) -> tuple[int, int]:
+def count_parameters(net: nn.Module) -> tuple[int, int]:
     """(parameters, non-zero parameters) of a net."""
     params = list(net.parameters())
     return sum(p.numel() for p in params), sum(int(p.count_nonzero()) for p in params)
@@ -68,13 +68,13 @@ def _channel_ratio(net, example_inputs, ratio: float, round_to, norm, num_classe
     """The share of channels to remove per layer so that at most `ratio` of the parameters
     remain: parameters shrink about quadratically in channels, so it is searched (bisection on
     throw-away copies; the count does not depend on which channels go, only on how many)."""
-    total = count(net)[0]
+    total = count_parameters(net)[0]
     lo, hi = 0.0, most_channels(net, round_to, num_classes)
     for _ in range(12):
         mid = (lo + hi) / 2
         trial = copy.deepcopy(net)
         _pruner(trial, example_inputs, mid, 1, round_to, norm, num_classes).step()
-        lo, hi = (mid, hi) if count(trial)[0] > ratio * total else (lo, mid)
+        lo, hi = (mid, hi) if count_parameters(trial)[0] > ratio * total else (lo, mid)
     return hi
 
 
@@ -85,7 +85,7 @@ def smallest_share(net, example_inputs, round_to=None, norm: int = 2, num_classe
     trial = copy.deepcopy(net).eval()
     with first_known_channels():
         _pruner(trial, example_inputs, most, 1, round_to, norm, num_classes).step()
-    return count(trial)[0] / count(net)[0]
+    return count_parameters(trial)[0] / count_parameters(net)[0]
 
 
 def check_reachable(net, example_inputs, ratio: float, round_to, norm, num_classes) -> None:
@@ -127,7 +127,9 @@ def structured(
     return resize.changed_shapes(before, net)
 
 
-def copy_kept(teacher: nn.Module, student: nn.Module, example_inputs, norm: int = 2) -> bool:
+def copy_kept_channels(
+    teacher: nn.Module, student: nn.Module, example_inputs, norm: int = 2
+) -> bool:
     """Fill `student` (the teacher's net with fewer channels per layer: the same layer names)
     with the teacher's most important channels: each channel group of the teacher (the layers
     Torch-Pruning's dependency graph couples, as structured pruning removes them) keeps the

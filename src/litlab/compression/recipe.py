@@ -149,7 +149,7 @@ def compress(cfg: DictConfig) -> list[dict]:
         if stage.quantized:  # an int8 file that lost more than allowed is not kept
             read_once = _fp32_read_once(stage, dm, metric)
             checks.judge_int8(rows, metric, step.get("max_drop"), dm, read_once)
-        report.write(rows, metric, out, context)
+        report.write_compress_report(rows, metric, out, context)
     print((out / "compress_report.md").read_text(), flush=True)
     return rows
 
@@ -195,7 +195,7 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
     )
     if tensors and cfg.report.onnx:
         onnx = out / f"{index}_{stage.name}.onnx"
-        stage.onnx = measure.export(stage.model, dm, onnx, stage.run_cfg)
+        stage.onnx = measure.export_measured(stage.model, dm, onnx, stage.run_cfg)
     lat = (
         measure.latency(
             stage.model.net,

@@ -26,7 +26,7 @@ def _cell(value) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def table(rows: list[dict], metric: str) -> str:
+def markdown_table(rows: list[dict], metric: str) -> str:
     """A markdown table: size, metric (and its share of the original's), latencies."""
     lat = sorted(
         {k for r in rows for k in r if k.startswith("latency_ms_")},
@@ -50,7 +50,7 @@ def table(rows: list[dict], metric: str) -> str:
     return "\n".join(lines)
 
 
-def write(rows: list[dict], metric: str, out: Path, context: dict) -> Path:
+def write_compress_report(rows: list[dict], metric: str, out: Path, context: dict) -> Path:
     """Write both files (after every step, so an interrupted chain keeps what it measured)."""
     (out / "compress_report.json").write_text(
         json.dumps({"metric": metric, "stages": rows, **context}, indent=2)
@@ -58,7 +58,7 @@ def write(rows: list[dict], metric: str, out: Path, context: dict) -> Path:
     md = [
         f"# Compression report: {context.get('source', '')}",
         "",
-        table(rows, metric),
+        markdown_table(rows, metric),
         "",
         f"Latency: median ms per call on {context.get('threads', '?')} CPU thread(s); "
         "`onnx` = ONNX Runtime." + (" " + NOTE if context.get("unstructured") else ""),

@@ -30,7 +30,7 @@ class Stage:
     source_onnx: Path | None = None  # after quantize: the fp32 file it was quantized from
 
 
-def rebuild(run_cfg: dict, dm, state_dict: dict | None = None):
+def rebuild_student(run_cfg: dict, dm, state_dict: dict | None = None):
     from litlab.config import build
 
     model = build.model(OmegaConf.create(run_cfg), dm)
@@ -85,7 +85,7 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
     if step.method == "structured":
         if resume:  # the pruned shapes are in the interrupted fine-tuning's checkpoint
             run_cfg["model"] = resume["model"]
-            model = rebuild(run_cfg, dm)
+            model = rebuild_student(run_cfg, dm)
         elif not tasks.of(dm).batched_tensor:  # PyG message passing
             model = graph_structured(stage, run_cfg, step, dm)
         else:
@@ -105,11 +105,11 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
                 dm.dims.get("num_classes"),
             )
             run_cfg["model"]["net"] = prune.pruned_net_config(run_cfg["model"]["net"], shapes)
-            model = rebuild(run_cfg, dm)
+            model = rebuild_student(run_cfg, dm)
             prune.check_rebuilds(net, model.net)
             model.load_state_dict(stage.model.state_dict())
     elif step.method == "unstructured":
-        model = rebuild(run_cfg, dm, stage.model.state_dict())
+        model = rebuild_student(run_cfg, dm, stage.model.state_dict())
         callbacks.append(prune.unstructured_callback(ratio, cfg.trainer.max_epochs))
     train_cfg = training_config(cfg, run_cfg, index)
     # unstructured: the last epoch's weights hold the final sparsity (earlier ones less)
@@ -127,7 +127,7 @@ def candidate(run_cfg: dict, model_cfg: dict, dm):
     level, quiet.level = quiet.level, logging.WARNING
     try:
         with torch.random.fork_rng(devices=[]):
-            return rebuild({**run_cfg, "model": model_cfg}, dm)
+            return rebuild_student({**run_cfg, "model": model_cfg}, dm)
     finally:
         quiet.setLevel(level)
 
@@ -178,7 +178,7 @@ def graph_structured(stage: Stage, run_cfg: dict, step, dm):
         step.importance_norm,
     )
     run_cfg["model"]["net"] = {**net_cfg, "hidden_channels": width}
-    model = rebuild(run_cfg, dm)
+    model = rebuild_student(run_cfg, dm)
     model.net.load_state_dict(net.state_dict())
     return model
 
@@ -217,7 +217,7 @@ def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:
     def task(c):
         return hydra.utils.get_class(c["data"]["_target_"]).kind
 
-    distill.check_pair(
+    distill.check_teacher_fits(
         task(teacher.run_cfg),
         getattr(teacher.model, "num_classes", None),
         task(run_cfg),
@@ -238,7 +238,7 @@ def distill_step(
         optimizer["lr"] *= tasks.of(dm).distill_lr_factor
     if (run_cfg["model"].get("scheduler") or {}).get("T_max") is not None:
         run_cfg["model"]["scheduler"]["T_max"] = cfg.trainer.max_epochs
-    student = rebuild(run_cfg, dm)
+    student = rebuild_student(run_cfg, dm)
     if step.get("student") is None:
         inherit_channels(teacher, student, run_cfg, dm)
     temperature = step.temperature
@@ -270,7 +270,7 @@ def inherit_channels(teacher: Stage, student, run_cfg: dict, dm=None) -> None:
         if same:
             copy_kept(student.net)
     elif mine.get("_target_") == theirs.get("_target_") and tasks.of(dm).batched_tensor:
-        if prune.copy_kept(teacher.model.net, student.net, (measure.example(dm),)):
+        if prune.copy_kept_channels(teacher.model.net, student.net, (measure.example(dm),)):
             log.info("the student starts from its teacher's strongest channels", extra=FILE_ONLY)
         else:
             log.warning(
@@ -288,7 +288,9 @@ def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
 
         _, q = quantize_graph_net(stage.model, dm, step, out, index, stage.run_cfg)
         return Stage("quantize", stage.model, stage.run_cfg, onnx=q, quantized=True)
-    fp32 = stage.onnx or measure.export(stage.model, dm, out / f"{index}_fp32.onnx", stage.run_cfg)
+    fp32 = stage.onnx or measure.export_measured(
+        stage.model, dm, out / f"{index}_fp32.onnx", stage.run_cfg
+    )
     batches = measure.calibration(dm, step.calibration_batches)
     q = quantize_int8(
         fp32,

@@ -17,11 +17,11 @@ from litlab.runs.result import RunResult
 TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64"}
 
 
-def evaluate(cfg: DictConfig) -> RunResult:
+def evaluate_entry(cfg: DictConfig) -> RunResult:
     """src/eval.py and `litlab.evaluate`: a checkpoint (`ckpt_path`, `recipes.evaluate`) or
     an exported file (`model_path`)."""
     if cfg.get("model_path") is None:
-        from litlab.recipes.evaluate import evaluate as checkpoint
+        from litlab.recipes.evaluate import evaluate_checkpoint as checkpoint
 
         return checkpoint(cfg)
     return evaluate_file(cfg)

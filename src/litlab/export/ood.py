@@ -42,7 +42,7 @@ DTYPES = {"int16": "<i2", "float32": "<f4"}
 MAX_ARRAY_BYTES = 32 << 20  # a 4096 x 4096 triangle in int16 is 16 MB
 
 
-def summary(x: np.ndarray) -> np.ndarray:
+def block_means(x: np.ndarray) -> np.ndarray:
     """(N, C, *spatial) model inputs -> (N, d) block means over a coarse grid."""
     n, _, *spatial = x.shape
     grid = 8 if len(spatial) == 2 else 4
@@ -176,7 +176,7 @@ def unpack_model(model: dict) -> dict:
 def tensor_parts(x: np.ndarray, params: dict) -> dict[str, np.ndarray]:
     """The input parts of the score for a batch of model inputs."""
     return {
-        "input": mahalanobis(summary(x), params["input"]),
+        "input": mahalanobis(block_means(x), params["input"]),
         "statistics": mahalanobis(statistics(x), params["statistics"]),
     }
 
@@ -231,7 +231,7 @@ def measure(spec, predict, train: list) -> dict:
     if train:
         stored = pack_model(
             {
-                "input": fit_input(np.concatenate([summary(x) for x in train])),
+                "input": fit_input(np.concatenate([block_means(x) for x in train])),
                 "statistics": fit_statistics(np.concatenate([statistics(x) for x in train])),
             }
         )
@@ -280,7 +280,7 @@ def scorer(ood: dict):
         out = (unconfidence(probs) - conf[0]) / conf[1]
         if x is None:
             return out
-        out = np.maximum(out, (mahalanobis(summary(x), arrays["input"]) - i0) / i1)
+        out = np.maximum(out, (mahalanobis(block_means(x), arrays["input"]) - i0) / i1)
         return np.maximum(out, (mahalanobis(statistics(x), arrays["statistics"]) - s0) / s1)
 
     return score

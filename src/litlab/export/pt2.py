@@ -50,5 +50,5 @@ def load_pt2(path) -> tuple[Callable, dict]:
     return program.module(), json.loads(extra[METADATA_FILE] or "{}")
 
 
-def read_metadata(path) -> dict:
+def read_pt2_metadata(path) -> dict:
     return load_pt2(path)[1]

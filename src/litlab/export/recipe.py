@@ -204,7 +204,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
         "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
         "ood": {k: v for k, v in ood.items() if k not in ("model", "parts")},
     }
-    reporting.write(result, out)
+    reporting.write_export_report(result, out)
     print(f"run dir {out}  (report: export_report.md)")
     return result
 

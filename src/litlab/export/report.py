@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 
-def markdown(r: dict) -> str:
+def report_markdown(r: dict) -> str:
     lines = [
         f"# Export report: {Path(r['checkpoint']).name}",
         "",
@@ -49,6 +49,6 @@ def markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write(result: dict, out: Path) -> None:
+def write_export_report(result: dict, out: Path) -> None:
     (out / "export_report.json").write_text(json.dumps(result, indent=2, default=str))
-    (out / "export_report.md").write_text(markdown(result))
+    (out / "export_report.md").write_text(report_markdown(result))

@@ -73,7 +73,7 @@ def decode_update(sent: ArrayRecord, tensor_sizes: list[int]) -> np.ndarray | No
     return None
 
 
-def decode(sent: ArrayRecord, global_arrays: ArrayRecord) -> ArrayRecord:
+def decode_sent(sent: ArrayRecord, global_arrays: ArrayRecord) -> ArrayRecord:
     """Full client weights (global + update), in the dtypes and shapes of the global record."""
     update = decode_update(sent, sizes(global_arrays))
     if update is None:

@@ -187,7 +187,7 @@ class Federation:
                     "central": self.central.results,
                     "clients": self.clients.results if self.clients else {},
                     "partitions": state.digest(self.parts["train"] + self.parts["heldout"]),
-                    "rng": state.rng_state(),
+                    "rng": state.global_rng_state(),
                 },
             )
             self.saved = rnd
@@ -201,7 +201,7 @@ class Federation:
             return f"interrupted ({signame}) before round 1 ended: nothing to resume"
         return (
             f"interrupted ({signame}): rounds up to {self.saved} of {self.f.rounds} are saved "
-            f"in {self.out}; resume with: {state.resume_command(self.out)}"
+            f"in {self.out}; resume with: {state.federated_resume_command(self.out)}"
         )
 
     def run(self, engine) -> dict[str, float]:
@@ -213,7 +213,7 @@ class Federation:
         started, f, resumed = time.time(), self.f, self.resumed
         if self.start <= f.rounds:
             arrays = self.central.initial_arrays()  # the model as initialized, or as resumed
-            before = (lambda: state.set_rng_state(resumed["rng"])) if resumed else None
+            before = (lambda: state.set_global_rng_state(resumed["rng"])) if resumed else None
 
             def server_main(grid) -> None:
                 run_rounds(
@@ -232,7 +232,9 @@ class Federation:
         metrics = self._final_metrics(history)
         elapsed = time.time() - started
         checkpoint = self.out / "global.ckpt"
-        print(outputs.summary(self.out, history, checkpoint, elapsed, self.metric), flush=True)
+        print(
+            outputs.print_summary(self.out, history, checkpoint, elapsed, self.metric), flush=True
+        )
         return metrics
 
     def _final_metrics(self, history: list[dict]) -> dict[str, float]:

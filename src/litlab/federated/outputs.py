@@ -115,7 +115,7 @@ def write_class_histogram(out: Path, counts: np.ndarray) -> None:
     plt.close(fig)
 
 
-def summary(
+def print_summary(
     out: Path, rows: list[dict], checkpoint: Path | None, seconds: float, metric: str = "acc"
 ) -> str:
     done = [r for r in rows if r["round"] > 0]

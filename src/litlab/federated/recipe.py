@@ -18,7 +18,7 @@ from litlab.errors import UserError
 log = logging.getLogger(__name__)
 
 
-def check(cfg: DictConfig):
+def check_federated(cfg: DictConfig):
     """Every setting, before any data is read or Ray starts: one line on the first bad one.
     Returns the `federate.*` settings."""
     from litlab.config import validate
@@ -59,7 +59,7 @@ def _own_settings(cfg: DictConfig) -> tuple[dict, dict]:
 
     path = Path(cfg.ckpt_path)
     links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
-    ckpt, resumed = state.load(path)
+    ckpt, resumed = state.load_resumed(path)
     taken = state.own_settings(cfg, ckpt, str(path), path.parents[1])
     if taken:
         log.info("federate: from the run to resume: %s", ", ".join(taken))
@@ -70,7 +70,7 @@ def _check_taken(cfg: DictConfig, resumed: dict):
     """The settings taken from the run, checked as this command's own (the command's were,
     before): a bad one is the file's, said so in one line."""
     try:
-        f = check(cfg)
+        f = check_federated(cfg)
     except UserError as err:
         raise UserError(f"ckpt_path={cfg.ckpt_path}: the run to resume has {err}") from None
     if resumed["round"] > f.rounds:
@@ -94,7 +94,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     typed = data_paths.absolute(cfg)  # as train.py stores them: absolute
     if typed:
         log.info("federate: data paths made absolute (as typed: %s)", typed)
-    f = check(cfg)
+    f = check_federated(cfg)
     ckpt, resumed = (None, None) if cfg.get("ckpt_path") is None else _own_settings(cfg)
     if resumed is not None:
         f = _check_taken(cfg, resumed)

@@ -67,7 +67,7 @@ class Recorded(Strategy):
         sent = sum(compression.count_bytes(m.content["arrays"]) for m in ok)
         dense = compression.count_bytes(self.global_arrays) * len(ok)
         for m in ok:  # full weights again, for any strategy and DP wrapper
-            m.content["arrays"] = compression.decode(m.content["arrays"], self.global_arrays)
+            m.content["arrays"] = compression.decode_sent(m.content["arrays"], self.global_arrays)
         self.rounds.append(
             {
                 "round": server_round,

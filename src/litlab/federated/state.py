@@ -89,7 +89,7 @@ def digest(parts: list[list[int]]) -> str:
     return h.hexdigest()
 
 
-def rng_state() -> dict:
+def global_rng_state() -> dict:
     """Python's, numpy's and torch's global RNG states, as tensors and plain values."""
     import torch
 
@@ -101,7 +101,7 @@ def rng_state() -> dict:
     }
 
 
-def set_rng_state(state: dict) -> None:
+def set_global_rng_state(state: dict) -> None:
     import torch
 
     random.setstate(_tuples(state["python"]))
@@ -136,7 +136,7 @@ def save(trainer, run_dir: Path, state: dict) -> Path:
     return glob
 
 
-def load(path: Path) -> tuple[dict, dict]:
+def load_resumed(path: Path) -> tuple[dict, dict]:
     """(checkpoint, federated state) of a run to resume; one line when it is not one. The
     state is data: its fields are checked (`RunState`, `_check_rng`) before any is used."""
     from litlab.checkpointing.load import load as load_checkpoint
@@ -206,7 +206,7 @@ def own_settings(cfg, ckpt: dict, source: str, run_dir: Path) -> list[str]:
     )
 
 
-def resume_command(run_dir: Path) -> str:
+def federated_resume_command(run_dir: Path) -> str:
     """The command that resumes the run, as a stop prints it: this command's overrides (an
     experiment sets keys no resume could take from the run, e.g. a callback's patience) with
     `ckpt_path` the run dir, as train.py prints its own (`runs.run_end.resume_command`)."""

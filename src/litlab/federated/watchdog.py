@@ -102,7 +102,7 @@ def end_marked(mark: str, exclude: set[int], grace_s: float = 3.0, tree: Tree | 
     return ended
 
 
-def main(driver: int, mark: str) -> None:
+def watch_driver(driver: int, mark: str) -> None:
     import psutil
 
     try:
@@ -127,4 +127,4 @@ def main(driver: int, mark: str) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2])
+    watch_driver(int(sys.argv[1]), sys.argv[2])

@@ -30,7 +30,7 @@ SUPPORTED = (torch.float32, torch.bfloat16, torch.float64)
 CUDA_BACKENDS = ("triton", "cuda")
 
 
-def check(a: Tensor, b: Tensor) -> None:
+def check_operands(a: Tensor, b: Tensor) -> None:
     """One line for inputs the kernels cannot take; shape checks also hold on symbolic shapes."""
     if a.dtype not in SUPPORTED or b.dtype != a.dtype:
         valid = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED)
@@ -59,13 +59,13 @@ def check(a: Tensor, b: Tensor) -> None:
 @torch.library.custom_op("litlab::tiled_matmul", mutates_args=())
 def tiled_matmul(a: Tensor, b: Tensor) -> Tensor:
     """C = A @ B with litlab's tiled kernels (see the module docstring)."""
-    check(a, b)
+    check_operands(a, b)
     raise UserError(f"litlab::tiled_matmul has kernels for cpu and cuda tensors; got {a.device}")
 
 
 @tiled_matmul.register_fake
 def _(a: Tensor, b: Tensor) -> Tensor:
-    check(a, b)
+    check_operands(a, b)
     return a.new_empty(shapes.out_shape(a, b))
 
 
@@ -73,9 +73,9 @@ def _(a: Tensor, b: Tensor) -> Tensor:
 def _(a: Tensor, b: Tensor) -> Tensor:
     from litlab.ops import build
 
-    check(a, b)
+    check_operands(a, b)
     build.load_cpu()
-    return shapes.run(torch.ops.litlab_kernels.tiled_matmul_cpu, a, b)
+    return shapes.apply_kernel(torch.ops.litlab_kernels.tiled_matmul_cpu, a, b)
 
 
 def cuda_backend() -> str:
@@ -95,16 +95,16 @@ def cuda_backend() -> str:
 
 @tiled_matmul.register_kernel("cuda")
 def _(a: Tensor, b: Tensor) -> Tensor:
-    check(a, b)
+    check_operands(a, b)
     if cuda_backend() == "triton":
         from litlab.ops.triton_kernel import triton_matmul
 
         with torch.cuda.device(a.device):  # Triton launches on the current device
-            return shapes.run(triton_matmul, a, b)
+            return shapes.apply_kernel(triton_matmul, a, b)
     from litlab.ops import build
 
     build.load_cuda()
-    return shapes.run(torch.ops.litlab_kernels.tiled_matmul_cuda, a, b)
+    return shapes.apply_kernel(torch.ops.litlab_kernels.tiled_matmul_cuda, a, b)
 
 
 def _setup_context(ctx, inputs, output) -> None:

@@ -19,7 +19,7 @@ def out_shape(a: Tensor, b: Tensor) -> tuple:
     return (*batch, a.shape[-2], b.shape[-1])
 
 
-def run(kernel, a: Tensor, b: Tensor) -> Tensor:
+def apply_kernel(kernel, a: Tensor, b: Tensor) -> Tensor:
     """kernel (2-D @ 2-D or 3-D @ 3-D, equal batch) applied with torch.matmul's semantics."""
     a2, b2 = as_row(a), as_column(b)
     if b2.dim() == 2:

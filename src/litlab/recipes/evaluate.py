@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from litlab.runs.result import RunResult
 
 
-def evaluate(cfg: DictConfig) -> RunResult:
+def evaluate_checkpoint(cfg: DictConfig) -> RunResult:
     """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
     from litlab.config import validate
     from litlab.errors import UserError

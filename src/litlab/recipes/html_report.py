@@ -7,9 +7,9 @@ from omegaconf import DictConfig
 def report(cfg: DictConfig):
     """Check `path`, write its report.html, print where it is; returns its path."""
     from litlab.config import validate
-    from litlab.report import write
+    from litlab.report import write_report
 
     settings = validate.check(cfg, "report")
-    out = write(settings.path)
+    out = write_report(settings.path)
     print(f"report: {out}", flush=True)
     return out

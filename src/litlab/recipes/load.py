@@ -44,7 +44,7 @@ def load_run(
         written_by=(ckpt_path, stored.get("ckpt_path")),
     )
     state = weights.without_legacy(ckpt["state_dict"])
-    weights.check_fits(state, run.model.state_dict(), source)  # before any tensor is copied
+    weights.check_tensors_fit(state, run.model.state_dict(), source)  # before any tensor is copied
     run.model.load_state_dict(state)
     run.model.eval()
     return LoadedRun(run.model, run.datamodule, run.config, ckpt)
@@ -98,10 +98,10 @@ def rebuild(
 
 def _plain(cfg: DictConfig, source: str) -> dict:
     """The config to build, resolved (a trusted file may interpolate): one line if it cannot."""
-    from litlab.checkpointing.trust import refusal
+    from litlab.checkpointing.trust import untrusted_refusal
     from litlab.errors import one_line
 
     try:
         return OmegaConf.to_container(cfg, resolve=True)
     except Exception as err:  # noqa: BLE001  (an interpolation a trusted file names)
-        raise refusal(source, f"does not resolve: {one_line(err)}") from None
+        raise untrusted_refusal(source, f"does not resolve: {one_line(err)}") from None

@@ -210,5 +210,5 @@ def record_provenance(cfg: DictConfig, datamodule, typed: dict | None = None) ->
         from hydra.core.hydra_config import HydraConfig
 
         subdir = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
-        provenance.write(cfg.paths.output_dir, record, subdir)
+        provenance.write_provenance(cfg.paths.output_dir, record, subdir)
     return {k: record[k] for k in ("code", "packages")}

@@ -12,7 +12,7 @@ from litlab.runs.result import RunResult
 ENTRY_POINT = CODE_ROOT / "src" / "train.py"
 
 
-def train(cfg: DictConfig) -> RunResult:
+def train_and_test(cfg: DictConfig) -> RunResult:
     """Train (cfg.train), then test the best checkpoint (cfg.test); writes the run dir."""
     from litlab.checkpointing import resume
     from litlab.config import data_paths, validate
@@ -48,7 +48,7 @@ def train(cfg: DictConfig) -> RunResult:
         report.log_hyperparameters(cfg, model, trainer)
 
         if cfg.train:
-            tuned = tuning.run(
+            tuned = tuning.run_tuners(
                 build.instantiate_all(cfg.get("tune"), "tune"), trainer, model, datamodule
             )  # tune=
             tuning.record(stored.config, tuned)  # checkpoints: the values trained with

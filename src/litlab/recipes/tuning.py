@@ -28,7 +28,7 @@ from litlab.utils.distributed import is_rank_zero
 log = logging.getLogger(__name__)
 
 
-def run(tuners: list, trainer, model, datamodule) -> dict[tuple[str, ...], object]:
+def run_tuners(tuners: list, trainer, model, datamodule) -> dict[tuple[str, ...], object]:
     """Run the configured finders in order (called once, right before `trainer.fit`); returns
     {the run config's key: the value set}, for `record`."""
     if not tuners:

@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from litlab.utils.files import kind_of as file_kind
+from litlab.utils.files import file_kind
 
 MAX_BYTES = 32 << 20  # any one file shown (a picture, a metrics CSV, a config)
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -25,7 +25,7 @@ def inside(root: Path, relative: str | Path) -> Path | None:
     return path if path.stat().st_size <= MAX_BYTES else None
 
 
-def read_bytes(root: Path, relative: str | Path) -> bytes | None:
+def read_bytes_under(root: Path, relative: str | Path) -> bytes | None:
     path = inside(root, relative)
     try:
         return path.read_bytes() if path is not None else None
@@ -34,7 +34,7 @@ def read_bytes(root: Path, relative: str | Path) -> bytes | None:
 
 
 def read_text(root: Path, relative: str | Path) -> str | None:
-    data = read_bytes(root, relative)
+    data = read_bytes_under(root, relative)
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
@@ -59,7 +59,7 @@ def unread(root: Path, relative: str | Path) -> str:
     return "cannot be read"
 
 
-def read_json(root: Path, relative: str | Path) -> tuple[object, str | None]:
+def read_json_under(root: Path, relative: str | Path) -> tuple[object, str | None]:
     """(the parsed value, None), or (None, what is wrong: `unread`'s reason or not JSON)."""
     text = read_text(root, relative)
     if text is None:
@@ -82,7 +82,7 @@ def read_csv(root: Path, relative: str | Path) -> list[dict] | None:
 
 def png(root: Path, relative: str | Path) -> bytes | None:
     """A picture's bytes when the file is a PNG (checked by its signature)."""
-    data = read_bytes(root, relative)
+    data = read_bytes_under(root, relative)
     return data if data is not None and data.startswith(PNG) else None
 
 

@@ -35,10 +35,10 @@ def _row(raw) -> dict | None:
     return row if row["metric"] and finite else None
 
 
-def read(sweep: Path) -> dict | None:
+def read_groups(sweep: Path) -> dict | None:
     """{best_group, objective, mode, interval_method, tests, rule, groups, comparisons} from
     summary_stats.json, else from summary_stats.csv; None when neither can be read."""
-    data, _ = files.read_json(sweep, "summary_stats.json")
+    data, _ = files.read_json_under(sweep, "summary_stats.json")
     if isinstance(data, dict) and isinstance(data.get("groups"), list):
         out = {
             k: data[k] for k in ("best_group", "objective", "mode") if isinstance(data.get(k), str)

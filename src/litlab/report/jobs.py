@@ -5,11 +5,11 @@ writes is left out and named on the page; every value shown is a plain one."""
 from pathlib import Path
 
 from litlab.report import files
-from litlab.utils.sweep_records import RECORD, checked
+from litlab.utils.sweep_records import RECORD, checked_record
 
 
 def _job(record) -> dict | None:
-    record = checked(record)
+    record = checked_record(record)
     if record is None:
         return None
     return {
@@ -29,12 +29,12 @@ def settings_of(overrides: list[str]) -> dict[str, str]:
     return out
 
 
-def load(sweep: Path) -> tuple[list[dict], list[str]]:
+def load_jobs(sweep: Path) -> tuple[list[dict], list[str]]:
     """(the jobs, sorted by number; the records that could not be read, as relative paths)."""
     jobs, unreadable = [], []
     for path in files.walk(sweep, RECORD):
         relative = path.relative_to(sweep)
-        data, _ = files.read_json(sweep, relative)
+        data, _ = files.read_json_under(sweep, relative)
         job = _job(data)
         if job is None:
             unreadable.append(str(relative))

@@ -45,7 +45,7 @@ def curves(page: Page, run: Path) -> None:
 
 
 def final_metrics(page: Page, run: Path) -> None:
-    data, problem = files.read_json(run, "metrics.json")
+    data, problem = files.read_json_under(run, "metrics.json")
     values = {str(k): files.number(v) for k, v in data.items()} if isinstance(data, dict) else {}
     rows = [{"metric": k, "value": v} for k, v in sorted(values.items()) if v is not None]
     if not rows:
@@ -96,7 +96,7 @@ def config(page: Page, run: Path) -> None:
 
 
 def provenance(page: Page, run: Path) -> None:
-    data, problem = files.read_json(run, "provenance.json")
+    data, problem = files.read_json_under(run, "provenance.json")
     if not isinstance(data, dict):
         why = problem or "provenance.json is not a mapping"
         page.add(

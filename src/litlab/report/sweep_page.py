@@ -13,14 +13,14 @@ SHOWN_METRICS = ("val/", "test/")
 
 
 def add_sweep(page: Page, sweep: Path) -> None:
-    found, unreadable = jobs.load(sweep)
-    stats = groups.read(sweep)
+    found, unreadable = jobs.load_jobs(sweep)
+    stats = groups.read_groups(sweep)
     best = groups.best_jobs(stats)
     in_group = bool(best)
     if not best and (one := jobs.best_job(found)) is not None:
         best = {one}
     objective = next((j["objective_name"] for j in found), "objective")
-    table(page, found, unreadable, best, objective, in_group)
+    jobs_table(page, found, unreadable, best, objective, in_group)
     if not found:
         return
     groups.add(page, sweep, stats, objective)
@@ -31,7 +31,7 @@ def add_sweep(page: Page, sweep: Path) -> None:
             page.add("Parameter importance (Optuna search)", *importance(page, the_study, why))
 
 
-def table(
+def jobs_table(
     page: Page, found: list[dict], unreadable: list[str], best: set, objective: str, in_group: bool
 ) -> None:
     """The jobs, the best one's (or the best group's) highlighted."""

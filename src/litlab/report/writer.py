@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from litlab.errors import UserError, one_line
-from litlab.utils.files import kind_of as file_kind
+from litlab.utils.files import file_kind
 
 log = logging.getLogger(__name__)
 REPORT = "report.html"
@@ -67,7 +67,7 @@ def build(folder: Path, kind: str) -> str:
     return page.html()
 
 
-def write(path: str | Path) -> Path:
+def write_report(path: str | Path) -> Path:
     """<path>/report.html of a run or sweep dir; returns its path."""
     folder = Path(path)
     text = build(folder, kind_of(folder))
@@ -84,7 +84,7 @@ def write(path: str | Path) -> Path:
 def write_quietly(sweep_dir: Path) -> Path | None:
     """The report at the end of a sweep: a failure is one warning line, never the sweep's."""
     try:
-        out = write(sweep_dir)
+        out = write_report(sweep_dir)
     except Exception as err:  # noqa: BLE001  (the sweep's results are written already)
         log.warning("the sweep's %s was not written: %s", REPORT, one_line(err, with_type=True))
         return None

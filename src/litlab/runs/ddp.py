@@ -92,7 +92,7 @@ def child_command(local_rank: int) -> tuple[list[str], str]:
     return cmd, hc.runtime.cwd
 
 
-def local_processes(trainer_cfg) -> int:
+def ddp_processes(trainer_cfg) -> int:
     """How many processes trainer=ddp runs on this node; 0 when Lightning should start them
     itself (another strategy, several nodes, a cluster launcher, devices it has to work out)."""
     strategy = trainer_cfg.get("strategy")
@@ -153,7 +153,7 @@ def early_ranks(cfg, script: str):
     """Start the other local DDP ranks now (see the module's docstring), running `script`;
     stop them if this process fails before the run ends."""
     try:
-        n = local_processes(cfg.trainer) if cfg.get("trainer") else 0
+        n = ddp_processes(cfg.trainer) if cfg.get("trainer") else 0
     except Exception:  # noqa: BLE001 (a broken trainer config: validation says it in one line)
         n = 0
     procs, start = [], None
@@ -183,10 +183,10 @@ def early_ranks(cfg, script: str):
         raise
     finally:
         _state.pop("early_procs", None)
-        ddp_start.end(start)
+        ddp_start.end_heartbeat(start)
 
 
-def install(script: str) -> None:
+def install_child_command(script: str) -> None:
     """Patch Lightning (in memory) so that DDP children re-run exactly this job (above).
 
     `script` is the entry point's path (a child re-executes it)."""
@@ -194,7 +194,7 @@ def install(script: str) -> None:
 
     _remember(script)
     compat.set_ddp_child_command(child_command)
-    ddp_join.install()  # the ranks' join: told while it waits, bounded by ddp_join_timeout
+    ddp_join.install_bounded_join()  # the ranks' join: told while it waits, bounded by ddp_join_timeout
 
 
 def attach(trainer) -> None:
@@ -211,7 +211,7 @@ def attach(trainer) -> None:
     compat.observe_processes(procs)
 
 
-def describe(trainer, batch_size: int | None) -> None:
+def describe_ranks(trainer, batch_size: int | None) -> None:
     """Tag rank 0's lines and say how many samples one optimizer step sees."""
     if trainer.world_size <= 1:
         return
@@ -264,8 +264,8 @@ class _Run:
         children re-run this job (`install`), then at setup attaches and describes the ranks."""
         from litlab.runs.ddp_callback import DDPLifecycle
 
-        install(self.script)
-        return DDPLifecycle(self, attach, describe)
+        install_child_command(self.script)
+        return DDPLifecycle(self, attach, describe_ranks)
 
 
 @contextlib.contextmanager
@@ -290,7 +290,7 @@ def lifecycle(cfg, script):
             raise lost from None
         finally:
             ddp_join.arm(None)
-            ddp_start.end(child)
+            ddp_start.end_heartbeat(child)
         if run.trainer is not None:
             finish(run.trainer)  # all ranks end together; fails if a child rank failed
         else:

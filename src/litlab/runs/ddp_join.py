@@ -52,7 +52,7 @@ def meet(start) -> None:
         start.begin(_armed.get("timeout_s"))
 
 
-def install() -> None:
+def install_bounded_join() -> None:
     """Route `init_process_group` through the bounded join (idempotent; imports torch)."""
     from litlab.compat import torch as compat
 

@@ -127,7 +127,7 @@ def child() -> Start | None:
     return Start(Path(folder), rank()) if folder and rank() > 0 else None
 
 
-def end(start: Start | None) -> None:
+def end_heartbeat(start: Start | None) -> None:
     """Stop this rank's heartbeat; rank 0 removes the folder (the job has ended)."""
     if start is not None:
         start.stop()

@@ -35,7 +35,7 @@ def slots(launcher: DictConfig) -> list:
     )
 
 
-def check(config: DictConfig) -> None:
+def check_launcher(config: DictConfig) -> None:
     launcher = OmegaConf.select(config, "hydra.launcher", default=None)
     if launcher is not None and launcher.get("_target_") == PARALLEL:
         slots(launcher)

@@ -139,7 +139,7 @@ def lock(cfg: DictConfig, config_name: str):
     return _held[out]
 
 
-def release(out) -> None:
+def release_run_dir(out) -> None:
     held = _held.pop(str(Path(out).resolve()), None)
     if held is not None:
         held.release()
@@ -158,7 +158,9 @@ class Guard(Callback):
         from litlab.runs import launcher_check, sweep_check, sweep_dir
 
         self._stop_on_error(lambda: check_location(config, multirun=True))
-        self._stop_on_error(lambda: launcher_check.check(config))  # n_jobs: before the jobs
+        self._stop_on_error(
+            lambda: launcher_check.check_launcher(config)
+        )  # n_jobs: before the jobs
         self._stop_on_error(lambda: validate.check_summary(config))  # fail_fast, ...
         owned = sweep_dir.SweepDir(config, str(config_name))
         self._stop_on_error(owned.check)  # its own folder, the same jobs as on disk
@@ -171,7 +173,7 @@ class Guard(Callback):
         sweep_dir.release(config)
 
     def on_run_end(self, config: DictConfig, **kw) -> None:
-        release(OmegaConf.select(config, "hydra.run.dir"))
+        release_run_dir(OmegaConf.select(config, "hydra.run.dir"))
 
     @staticmethod
     def _stop_on_error(check, undo=None) -> None:

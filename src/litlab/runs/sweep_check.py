@@ -43,7 +43,7 @@ def _search_jobs(options: dict, arguments: list[str]) -> list[tuple[str, list[st
     dimension of the space at its edges (low, high; each choice of a categorical one)."""
     from litlab.sweeps import search_space
 
-    space, fixed = search_space.build(options.get("params"), arguments)
+    space, fixed = search_space.build_space(options.get("params"), arguments)
     value = search_space.as_override_value
     queued = [  # Optuna uses a queued value only for a dimension of the space
         (f"queued trial {i} of the search", fixed + [f"{k}={value(t[k])}" for k in space if k in t])
@@ -113,7 +113,7 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
         HydraConfig.instance().cfg = sweep
 
 
-def grid_jobs(config: DictConfig) -> list[list[str]] | None:
+def grid_overrides(config: DictConfig) -> list[list[str]] | None:
     """Every job's overrides of a grid sweep (None: overrides the sweeper cannot split, which
     it says itself when it starts)."""
     from hydra.core.global_hydra import GlobalHydra

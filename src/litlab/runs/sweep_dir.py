@@ -83,7 +83,7 @@ class SweepLock(RunLock):
         )
 
 
-def kind_of(config: DictConfig) -> str:
+def sweeper_kind(config: DictConfig) -> str:
     from litlab.runs.sweep_check import BASIC, GRID, OPTUNA
 
     target = (OmegaConf.select(config, "hydra.sweeper", default=None) or {}).get("_target_")
@@ -110,7 +110,7 @@ def _own_job(folder: Path, jobs: set | None, depth: int = 0) -> bool:
     if _only_logs(folder, entries):
         return True
     try:
-        record = sweep_records.read(folder / sweep_records.RECORD)
+        record = sweep_records.read_record(folder / sweep_records.RECORD)
     except sweep_records.NotAFile:
         raise UserError(f"{folder / sweep_records.RECORD} is not a regular file") from None
     overrides = record["overrides"] if record is not None else overrides_of(folder)
@@ -166,7 +166,7 @@ def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | No
     entries = sorted(os.listdir(sweep_dir)) if sweep_dir.is_dir() else []
     if not [e for e in entries if e != str(LOCK)]:
         return None  # new (the lock: this sweep's own, taken a moment ago)
-    own = plan.read(sweep_dir)
+    own = plan.read_plan(sweep_dir)
     if own is None:
         theirs = [e for e in entries if e != str(LOCK)]
         shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
@@ -210,17 +210,17 @@ class SweepDir:
 
     def _read_config(self) -> None:
         config = self.config
-        self.kind = kind_of(config)
+        self.kind = sweeper_kind(config)
         self.path = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir"))))
         search = self.kind == plan.SEARCH
         self.study = OmegaConf.select(config, "hydra.sweeper.study_name") if search else None
-        self.command = plan.resume_command(config)
+        self.command = plan.sweep_resume_command(config)
         self.lock = SweepLock(self.path, note=self.command, shared=search)
 
     def check(self) -> None:
         """Read only: no sweep runs in the folder now, it is this sweep's (`check_owned`), and
         a resume is the same sweep."""
-        from litlab.runs.sweep_check import grid_jobs
+        from litlab.runs.sweep_check import grid_overrides
         from litlab.sweeps.summary import load_records
 
         if self.lock is None:
@@ -228,7 +228,7 @@ class SweepDir:
         self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
         own = check_owned(self.path, self.kind, self.entry, self.study)
         if self.kind == plan.GRID:
-            self.jobs = grid_jobs(self.config)
+            self.jobs = grid_overrides(self.config)
             if own is not None and self.jobs is not None:
                 plan.check_resume(self.path, self.jobs, load_records(self.path))
 
@@ -247,7 +247,7 @@ class SweepDir:
         self._made_lock = not os.path.lexists(self.path / LOCK)
         self.lock.acquire()
         self.check()
-        plan.write(self.path, self.jobs, self.command, self.entry, self.kind, self.study)
+        plan.write_plan(self.path, self.jobs, self.command, self.entry, self.kind, self.study)
         _held[str(self.path)] = self
 
     def give_up(self) -> None:

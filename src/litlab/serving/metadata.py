@@ -61,7 +61,7 @@ def _output_names(meta: dict, key: str, width) -> None:
     )
 
 
-def check(meta: dict, input_names: list[str], width) -> dict:
+def check_metadata(meta: dict, input_names: list[str], width) -> dict:
     """Raise `Bad` for the first problem; `width` is the model's static output width (class
     count, targets; None when the file leaves it dynamic). Files written before the key
     `kind` hold it as `task`: read as `kind`."""
@@ -84,7 +84,7 @@ def check(meta: dict, input_names: list[str], width) -> dict:
     channels = kind.check_inputs(inputs)  # the layout the kind serves
     if "ood" in meta:
         require(kind.confidence, f"it holds ood, but {name} outputs carry no confidence")
-        ood_metadata.check(meta["ood"], channels)
+        ood_metadata.check_ood(meta["ood"], channels)
     return meta
 
 
@@ -103,7 +103,7 @@ def for_clients(meta: dict) -> dict:
     return {k: meta[k] for k in keys if k in meta}
 
 
-def load(path: Path):
+def load_model(path: Path):
     """The file's ONNX model, without external data (its metadata and weights are read here)."""
     import onnx
 
@@ -113,9 +113,9 @@ def load(path: Path):
         raise UserError(f"{path} is not a readable ONNX file ({type(err).__name__})") from None
 
 
-def read(path: Path, session, model=None) -> dict:
+def read_checked(path: Path, session, model=None) -> dict:
     """The file's metadata, size-checked before decoding and checked against the session."""
-    model = load(path) if model is None else model
+    model = load_model(path) if model is None else model
     meta = {}
     try:
         for p in model.metadata_props:
@@ -129,7 +129,7 @@ def read(path: Path, session, model=None) -> dict:
                 meta[p.key] = p.value
         output = session.get_outputs()[0].shape
         width = output[1] if len(output) > 1 and isinstance(output[1], int) else None
-        return check(meta, [i.name for i in session.get_inputs()], width)
+        return check_metadata(meta, [i.name for i in session.get_inputs()], width)
     except Bad as err:
         raise UserError(
             f"{path.name}: its litlab metadata is not usable: {err} "

@@ -2,14 +2,14 @@
 scales and threshold in range, and its packed model arrays of the declared shapes, finite and
 of a fitted model's size, so that no request's score can overflow or divide by zero."""
 
-from litlab.tasks.checks import MAX_INT, SCALE_FLOOR, Bad, integer, number, require
+from litlab.tasks.checks import MAX_INT, SCALE_FLOOR, Bad, check_number, integer, require
 
 MAX_OOD_DIMS, MAX_OOD_VALUE = 4096, 1e12
 
 
-def check(ood, channels: int | None) -> None:
+def check_ood(ood, channels: int | None) -> None:
     require(isinstance(ood, dict), "ood is not an object")
-    number(ood.get("threshold"), "ood.threshold", -1e6, 1e6)
+    check_number(ood.get("threshold"), "ood.threshold", -1e6, 1e6)
     parts = ood.get("parts")
     known = ("confidence", "input", "statistics")
     require(
@@ -18,12 +18,12 @@ def check(ood, channels: int | None) -> None:
     )
     for name, part in parts.items():
         require(isinstance(part, dict), f"ood.parts.{name} is not an object")
-        number(part.get("median"), f"ood.parts.{name}.median", -1e9, 1e9)
-        number(part.get("scale"), f"ood.parts.{name}.scale", SCALE_FLOOR, 1e9)
+        check_number(part.get("median"), f"ood.parts.{name}.median", -1e9, 1e9)
+        check_number(part.get("scale"), f"ood.parts.{name}.scale", SCALE_FLOOR, 1e9)
     if "test_count" in ood:
         integer(ood["test_count"], "ood.test_count", 1, MAX_INT)
     if "test_exceed_fraction" in ood:
-        number(ood["test_exceed_fraction"], "ood.test_exceed_fraction", 0, 1)
+        check_number(ood["test_exceed_fraction"], "ood.test_exceed_fraction", 0, 1)
     model = ood.get("model")
     require(
         (model is not None) == ("input" in parts) and (model is None or channels is not None),

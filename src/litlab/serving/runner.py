@@ -23,7 +23,7 @@ SCORE_NOT_FINITE = (
 )
 
 
-def finite(values, message: str) -> None:
+def check_finite(values, message: str) -> None:
     """A number that is not finite never reaches the JSON answer: the request gets a 422
     naming the first item (row) that has one."""
     if values is None or np.isfinite(values).all():
@@ -46,13 +46,13 @@ class Runner:
             raise UserError(
                 f"{self.path} is not an ONNX model ONNX Runtime can load: {one_line(err, limit=150)}"
             ) from None
-        model = metadata.load(self.path)
-        self.meta = metadata.read(self.path, self.session, model)
+        model = metadata.load_model(self.path)
+        self.meta = metadata.read_checked(self.path, self.session, model)
         self.kind = tasks.get(self.meta["kind"])  # a kind litlab.tasks declares: checked there
         self.names = self.meta[self.kind.names_key]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
-        signature.check(self.path, model, self.session, self.kind, self.layout)
+        signature.check_signature(self.path, model, self.session, self.kind, self.layout)
         del model
         self.ood = self.meta.get("ood")
         self.ood_model = self.ood.get("model") if self.ood else None
@@ -91,10 +91,10 @@ class Runner:
         scores given (computed for a whole micro-batch) or computed here from the prepared
         outputs and the inputs `x`. `prepared`: outputs the micro-batcher prepared."""
         prepared = self.kind.prepare(outputs) if prepared is None else prepared
-        finite(prepared, NOT_FINITE)
+        check_finite(prepared, NOT_FINITE)
         if scores is None:
             scores = self.ood_scores(prepared, x)
-        finite(scores, SCORE_NOT_FINITE)
+        check_finite(scores, SCORE_NOT_FINITE)
         return {**self.kind.answer(self.names, prepared), **self.ood_fields(scores)}
 
     def segment(self, volume: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -115,11 +115,11 @@ class Runner:
                 overlap=window["overlap"],
                 mode=window["mode"],
             )
-        finite(logits.numpy(), NOT_FINITE)
+        check_finite(logits.numpy(), NOT_FINITE)
         probs = logits.softmax(1).numpy()
         mask = class_map(logits)[0].numpy().astype(np.uint8)
         scores = self.ood_scores(probs)
-        finite(scores, SCORE_NOT_FINITE)
+        check_finite(scores, SCORE_NOT_FINITE)
         return mask, self.ood_fields(scores)
 
     #: runs faster than this (measured at warm-up) happen on the event loop: a thread

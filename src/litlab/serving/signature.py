@@ -88,7 +88,7 @@ def check_weights(path: Path, model) -> None:
             _refuse(path, f"its weight {tensor.name[:60]!r} holds NaN values")
 
 
-def check(path: Path, model, session, kind, layout: dict) -> None:
+def check_signature(path: Path, model, session, kind, layout: dict) -> None:
     """One line (UserError) for the first way the graph cannot serve `kind`."""
     check_inputs(path, session, kind, layout)
     check_output(path, session, kind, layout)

@@ -151,7 +151,7 @@ def _finished_without_record(
     damaged: its record is written again from its metrics, so that it is kept, not trained
     over its own checkpoints. None for any other job."""
     from litlab.sweeps.summary import job_objective_mode, write_json
-    from litlab.utils.sweep_records import FINISHED, RECORD, NotAFile, checked, read_json
+    from litlab.utils.sweep_records import FINISHED, RECORD, NotAFile, checked_record, read_json
 
     out = _job_dir(sweep_dir, num, job, run_dirs)
     try:
@@ -161,7 +161,7 @@ def _finished_without_record(
     if not isinstance(metrics, dict):
         return None
     name = OmegaConf.select(config, "optimized_metric", default=None)
-    record = checked(
+    record = checked_record(
         {
             "job": num,
             "status": "completed",
@@ -202,14 +202,14 @@ def record_deaths(sweep_dir: Path, first: int, results) -> None:
     from litlab.compat.hydra import job_outcome
     from litlab.errors import one_line
     from litlab.sweeps.summary import write_json
-    from litlab.utils.sweep_records import RECORD, NotAFile, read
+    from litlab.utils.sweep_records import RECORD, NotAFile, read_record
 
     failed = {first + i: r for i, r in enumerate(results) if r.status.name == "FAILED"}
     if not failed:
         return
     for path in sweep_dir.rglob(RECORD):
         try:
-            record = read(path)
+            record = read_record(path)
         except NotAFile:
             continue
         if record is not None and record["job"] in failed and record["status"] == "running":
@@ -218,7 +218,7 @@ def record_deaths(sweep_dir: Path, first: int, results) -> None:
             write_json(path, record)
 
 
-def run(sweeper, arguments: list[str]) -> list:
+def run_grid(sweeper, arguments: list[str]) -> list:
     """Launch the jobs of the grid that are not completed yet (see the module docstring)."""
     config = sweeper.config
     jobs = grid(config, sweeper.hydra_context.config_loader, arguments)

@@ -106,7 +106,7 @@ def requeue_interrupted(study) -> int:
 
 def _settings(opts, arguments: list[str]) -> tuple[dict, list[str], str]:
     """(search space, fixed overrides, direction), or one line saying what is wrong."""
-    space, fixed = search_space.build(opts.get("params"), arguments)
+    space, fixed = search_space.build_space(opts.get("params"), arguments)
     if not space:
         raise UserError(
             "the search space is empty: set hydra.sweeper.params (see "
@@ -136,7 +136,9 @@ def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
         sampler=instantiate(sampler_spec),
         pruner=instantiate(opts.get("pruner")) or optuna.pruners.NopPruner(),
     )
-    study_settings.check(study, fixed, strict=opts.get("strict_resume", True))  # no mixed budgets
+    study_settings.check_study(
+        study, fixed, strict=opts.get("strict_resume", True)
+    )  # no mixed budgets
     for params in opts.get("enqueue_trials") or []:  # known-good params to try first
         study.enqueue_trial(dict(params), skip_if_exists=True)
     requeue_interrupted(study)
@@ -211,7 +213,7 @@ class _Trials:
             study.stop()
 
 
-def run(sweeper, arguments: list[str]) -> None:
+def run_search(sweeper, arguments: list[str]) -> None:
     """Create or load the study, run trials until the budget is used, write the results."""
     opts, config = sweeper.options, sweeper.config
     sweep_dir = Path(str(config.hydra.sweep.dir))  # made and marked by runs.sweep_dir

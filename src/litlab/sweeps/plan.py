@@ -32,7 +32,7 @@ MAX_BYTES = 64 * 2**20  # a grid of 100 000 jobs of long overrides stays below i
 SWEEP_DIR = "hydra.sweep.dir"
 
 
-def resume_command(config) -> str:
+def sweep_resume_command(config) -> str:
     """`python src/<entry>.py -m <the user's overrides> hydra.sweep.dir=<this sweep's dir>`:
     the command that resumes this sweep, as the user would type it (quoted for the shell)."""
     from omegaconf import OmegaConf
@@ -61,7 +61,7 @@ def without_password(override: str) -> str:
     return f"{key}={hide_password(value)}"
 
 
-def write(
+def write_plan(
     sweep_dir: Path,
     jobs: list[list[str]] | None,
     command: str,
@@ -136,7 +136,7 @@ def _shape(plan) -> str | None:
     return None
 
 
-def read(sweep_dir: Path) -> dict | None:
+def read_plan(sweep_dir: Path) -> dict | None:
     """The plan of `sweep_dir` (None when there is none), or one `UserError` naming the file
     when it is not a plan litlab wrote: a link, a FIFO, over MAX_BYTES, not JSON, or fields
     of another shape."""
@@ -154,11 +154,11 @@ def read(sweep_dir: Path) -> dict | None:
     return plan
 
 
-def load(sweep_dir: Path) -> dict | None:
+def load_plan(sweep_dir: Path) -> dict | None:
     """The plan of a grid sweep in `sweep_dir`, or None (none, not trusted, or a search's):
     what the summary reads once the sweep was let into its folder (`runs.sweep_dir`)."""
     try:
-        plan = read(sweep_dir)
+        plan = read_plan(sweep_dir)
     except UserError:
         return None
     return plan if plan is not None and plan["kind"] == GRID else None
@@ -175,7 +175,7 @@ def stored_resume(sweep_dir: Path, plan: dict) -> str:
 def _jobs_on_disk(sweep_dir: Path, records: list[dict]) -> tuple[dict[int, list[str]], int | None]:
     """{job number: overrides} of the sweep in `sweep_dir` (its plan, else its job records),
     and how many jobs its plan had (None without a plan)."""
-    plan = load(sweep_dir)
+    plan = load_plan(sweep_dir)
     if plan is not None:
         return {i: [str(o) for o in job] for i, job in enumerate(plan["jobs"])}, len(plan["jobs"])
     return {int(r["job"]): [str(o) for o in r.get("overrides", [])] for r in records}, None
@@ -214,7 +214,7 @@ def check_resume(sweep_dir: Path, jobs: list[list[str]], records: list[dict]) ->
         f"its jobs and this command's would not be comparable"
     )
     new = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
-    own = load(sweep_dir)
+    own = load_plan(sweep_dir)
     try:
         again = f"its own command ({stored_resume(sweep_dir, own)})" if own else None
     except commands.Untrusted as why:  # never echoed: crafted text is no advice
@@ -228,7 +228,7 @@ def check_resume(sweep_dir: Path, jobs: list[list[str]], records: list[dict]) ->
 def with_not_started(sweep_dir: Path, records: list[dict]) -> list[dict]:
     """`records` and a record for each job of the plan that never started (a stopped or
     fail-fast sweep), in job order."""
-    plan = load(sweep_dir)
+    plan = load_plan(sweep_dir)
     if plan is None:
         return records
     seen = {int(r["job"]) for r in records}
@@ -274,7 +274,7 @@ def announce(config) -> None:
     from omegaconf import OmegaConf
 
     where = os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir")))
-    print(f"sweep dir: {where}\nresume it with: {resume_command(config)}", flush=True)
+    print(f"sweep dir: {where}\nresume it with: {sweep_resume_command(config)}", flush=True)
 
 
 def end(sweep_dir: Path, records: list[dict], stopped: bool, config) -> bool:
@@ -286,14 +286,16 @@ def end(sweep_dir: Path, records: list[dict], stopped: bool, config) -> bool:
     lines = failure_lines(records)
     if lines:
         print(f"\n{len(lines)} failed job(s):", *lines, sep="\n", file=sys.stderr, flush=True)
-    if load(sweep_dir) is None:  # a search: its failed trials are listed above, no "rest" to run
+    if (
+        load_plan(sweep_dir) is None
+    ):  # a search: its failed trials are listed above, no "rest" to run
         return bool(lines)
     done = sum(r["status"] == "completed" for r in records)
     if done < len(records):
         what = "sweep stopped" if stopped else "sweep ended"
         print(
             f"{what} with {done} of {len(records)} jobs completed; run the rest with: "
-            f"{resume_command(config)}",
+            f"{sweep_resume_command(config)}",
             file=sys.stderr,
             flush=True,
         )

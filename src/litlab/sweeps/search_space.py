@@ -122,7 +122,7 @@ def from_override(text: str):
     )
 
 
-def build(params: dict | None, arguments: list[str]) -> tuple[dict, list[str]]:
+def build_space(params: dict | None, arguments: list[str]) -> tuple[dict, list[str]]:
     """(search space {key: distribution}, fixed overrides) from YAML params and the command line.
 
     Command-line sweep overrides (`key=choice(...)`) join the search space; all other

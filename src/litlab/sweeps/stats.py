@@ -80,7 +80,7 @@ def cut(low: float, high: float, bounds: tuple[float | None, float | None]):
     return new_low, new_high, f"{T_METHOD}, cut to {_range_text(floor, ceiling)}"
 
 
-def describe(values: list[float], bounds=(None, None)) -> dict:
+def describe_values(values: list[float], bounds=(None, None)) -> dict:
     """n, mean, sample std (ddof=1) and the 95% interval of the mean (Student's t, cut to
     `bounds`, the metric's range).
 
@@ -144,7 +144,7 @@ def welch(values: list[float], reference: list[float], note: str = "") -> dict:
     """mean(values) - mean(reference), its 95% interval (Welch–Satterthwaite dof) and Welch's
     two-sided p-value. A group of one has no interval and no p-value; two groups without
     variance have an exact difference (the interval is that point) and no p-value."""
-    a, b = describe(values), describe(reference)
+    a, b = describe_values(values), describe_values(reference)
     diff = a["mean"] - b["mean"]
     if a["n"] < 2 or b["n"] < 2:
         return _empty(diff, None, NO_INTERVAL)

@@ -39,7 +39,7 @@ def override_settings(overrides: list[str], skip: tuple[str, ...] = ()) -> dict[
     return settings
 
 
-def check(study, fixed: list[str], strict: bool = True) -> None:
+def check_study(study, fixed: list[str], strict: bool = True) -> None:
     """Store the settings with a new study; compare them with a resumed one's (see above)."""
     current = override_settings(fixed, skip=MACHINE_LOCAL)
     stored = study.user_attrs.get(ATTR)

@@ -157,7 +157,7 @@ def load_records(sweep_dir: Path) -> list[dict]:
     records = []
     for path in sweep_dir.rglob(RECORD):
         try:
-            record = sweep_records.read(path)
+            record = sweep_records.read_record(path)
         except sweep_records.NotAFile:
             continue
         if record is not None:
@@ -251,7 +251,7 @@ def write_summary(
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    summary_stats.write(sweep_dir, stats)
+    summary_stats.write_stats(sweep_dir, stats)
     table = markdown(
         rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying", "error"]
     )

@@ -114,7 +114,9 @@ def compute(
     for name, members in table.items():
         for metric in metrics:
             if found := replicas_of(members, metric, objective):
-                described = stats.describe([r["value"] for r in found], stats.metric_range(metric))
+                described = stats.describe_values(
+                    [r["value"] for r in found], stats.metric_range(metric)
+                )
                 rows.append({"group": name, "metric": metric, **described, "replicas": found})
     comparisons = []
     for metric in metrics if best else ():
@@ -164,7 +166,7 @@ def _judge(family: list[dict], mode: str | None) -> None:
             c["verdict"] = ("better" if better else "worse") + " than the best, beyond noise"
 
 
-def write(sweep_dir: Path, summary: dict) -> None:
+def write_stats(sweep_dir: Path, summary: dict) -> None:
     """summary_stats.json as computed; summary_stats.csv with one row per group and metric:
     the group's statistics, `best` (*), and the comparison with the best group."""
     (sweep_dir / "summary_stats.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,5 +1,5 @@
 """The kinds: the one vocabulary every layer shares. A kind is a class of this package (one
-module each, entered by `@register`): its declarations are class attributes (its metrics, which
+module each, entered by `@register_kind`): its declarations are class attributes (its metrics, which
 inspect callbacks and compression steps apply), its behaviour methods that the layers after
 training call (how export reads a run, how the service decodes a request, the units federated
 clients hold, the samples figure), shared through input and output mixins (litlab.tasks.kind).
@@ -15,9 +15,9 @@ import importlib
 import pkgutil
 
 from litlab.errors import UserError
-from litlab.tasks.kind import Kind, register, registered
+from litlab.tasks.kind import Kind, register_kind, registered
 
-__all__ = ["Kind", "register"]
+__all__ = ["Kind", "register_kind"]
 
 IMAGE_CLASSIFICATION = "image_classification"
 IMAGE_SEGMENTATION = "image_segmentation"

@@ -30,7 +30,7 @@ def require(ok: bool, message: str) -> None:
         raise Bad(message)
 
 
-def number(value, what: str, lo=-math.inf, hi=math.inf, low_open=False) -> float:
+def check_number(value, what: str, lo=-math.inf, hi=math.inf, low_open=False) -> float:
     require(
         isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
         f"{what} is {value!r}; expected a finite number",
@@ -84,9 +84,9 @@ def normalization(norm, channels: int) -> None:
     """Per-channel `mean` and `std` (a std above the floor: dividing by 1e-300 is inf)."""
     require(isinstance(norm, dict), "inputs.x.normalization is missing")
     for v in listed(norm.get("mean"), "inputs.x.normalization.mean", channels):
-        number(v, "a normalization mean", -1e3, 1e3)
+        check_number(v, "a normalization mean", -1e3, 1e3)
     for v in listed(norm.get("std"), "inputs.x.normalization.std", channels):
-        number(v, "a normalization std", STD_FLOOR, 1e3)
+        check_number(v, "a normalization std", STD_FLOOR, 1e3)
 
 
 def array(value, name: str, dtype, ndim: int):

@@ -7,7 +7,7 @@ from itertools import islice
 
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION, checks
 from litlab.tasks.figures import NodeAccuracy
-from litlab.tasks.kind import Kind, Spec, register
+from litlab.tasks.kind import Kind, Spec, register_kind
 from litlab.tasks.outputs import Classes
 from litlab.tasks.tensors import FLOAT, INT64
 from litlab.tasks.units import ItemUnits, NodeUnits
@@ -179,7 +179,7 @@ class GraphNets:
     quantize_max_drop = 0.02
 
 
-@register
+@register_kind
 class NodeClassification(NodeInputs, Classes, GraphNets, Kind):
     """One graph, a class per node (Cora, CiteSeer, PubMed, SBM): transductive, masks pick
     the nodes of each split."""
@@ -206,7 +206,7 @@ class NodeClassification(NodeInputs, Classes, GraphNets, Kind):
         return NodeAccuracy(count)
 
 
-@register
+@register_kind
 class GraphClassification(GraphInputs, Classes, GraphNets, Kind):
     """Batches of graphs, a class per graph (MUTAG, PROTEINS, ENZYMES)."""
 

@@ -4,7 +4,7 @@ scores per pixel, served as a label map) and its samples figure (`Overlays`)."""
 
 from litlab.tasks import IMAGE_SEGMENTATION
 from litlab.tasks.figures import SamplesFigure
-from litlab.tasks.kind import Kind, register
+from litlab.tasks.kind import Kind, register_kind
 from litlab.tasks.outputs import PixelClasses
 from litlab.tasks.tensors import ImageInputs
 
@@ -98,7 +98,7 @@ class Overlays(SamplesFigure):
         return fig
 
 
-@register
+@register_kind
 class ImageSegmentation(ImageInputs, Masks, Kind):
     """PNG or JPEG uploads (or JSON images), zero-padded to the model's image size as its
     training images were; /predict answers one label map per image, at the image's size (an

@@ -4,7 +4,7 @@ are its behaviour, which every layer after training calls: export (`export_spec`
 (`json`, `uploads`, `warm_up`, `check_inputs`, ...), federated clients (`units`), inspect
 (`samples_figure`). Shared behaviour comes from an input mixin (litlab.tasks.tensors,
 volumes, graphs: what goes in) and an output mixin (litlab.tasks.outputs: what comes out),
-as PyG's layers subclass `MessagePassing`; `@register` enters the class in the registry, as
+as PyG's layers subclass `MessagePassing`; `@register_kind` enters the class in the registry, as
 timm's `@register_model` does, and refuses a kind that lacks a method a layer needs."""
 
 from abc import ABC, abstractmethod
@@ -186,7 +186,7 @@ class Kind(ABC):
 _REGISTRY: dict[str, Kind] = {}
 
 
-def register(cls: type[Kind]) -> type[Kind]:
+def register_kind(cls: type[Kind]) -> type[Kind]:
     """Class decorator: `cls` is a kind every layer knows by its `name`. One line naming the
     class when it lacks a method a layer needs or its name is another class's."""
     where = f"{cls.__module__}.{cls.__qualname__}"

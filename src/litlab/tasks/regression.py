@@ -5,7 +5,7 @@ against true values on the test split) and the kind itself (`Regression`: its de
 the inputs every kind of fixed-size samples shares, `TensorInputs`)."""
 
 from litlab.tasks.figures import SamplesFigure
-from litlab.tasks.kind import Kind, register
+from litlab.tasks.kind import Kind, register_kind
 from litlab.tasks.tensors import TensorInputs
 
 
@@ -81,7 +81,7 @@ class Residuals(SamplesFigure):
         return fig
 
 
-@register
+@register_kind
 class Regression(TensorInputs, Values, Kind):
     """/predict takes JSON rows ({"inputs": [[...], ...]}), several per request, in the
     table's own units; an export names their columns."""

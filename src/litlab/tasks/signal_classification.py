@@ -6,7 +6,7 @@ the samples figure (`SignalGrid`) and the kind itself (`SignalClassification`)."
 
 from litlab.tasks import checks
 from litlab.tasks.figures import SamplesFigure
-from litlab.tasks.kind import Kind, register
+from litlab.tasks.kind import Kind, register_kind
 from litlab.tasks.outputs import Classes
 from litlab.tasks.tensors import MeasuredInputs
 
@@ -94,7 +94,7 @@ class SignalGrid(SamplesFigure):
         return fig
 
 
-@register
+@register_kind
 class SignalClassification(SequenceInputs, Classes, Kind):
     name = "signal_classification"
     metrics = ("acc", "f1")

@@ -11,7 +11,7 @@ from itertools import islice
 from litlab.bounds import MAX_IMAGE_SIDE
 from litlab.tasks import IMAGE_CLASSIFICATION, checks
 from litlab.tasks.figures import ImageGrid
-from litlab.tasks.kind import Kind, Spec, register
+from litlab.tasks.kind import Kind, Spec, register_kind
 from litlab.tasks.outputs import Classes
 from litlab.tasks.units import ItemUnits
 
@@ -168,7 +168,7 @@ class ImageInputs(MeasuredInputs):
         checks.normalization(inputs["x"].get("normalization"), channels)
         background = inputs.get("background", [0.0] * channels)
         for v in checks.listed(background, "inputs.background", channels):
-            checks.number(v, "a background value", 0, 1)
+            checks.check_number(v, "a background value", 0, 1)
         fit = inputs.get("fit", "resize")
         checks.require(
             fit in ("resize", "pad"),
@@ -200,7 +200,7 @@ class ImageInputs(MeasuredInputs):
         await predictor.offload(predictor.decode_all, [predictor.header(raw[1])])
 
 
-@register
+@register_kind
 class ImageClassification(ImageInputs, Classes, Kind):
     """Images in, one class per image out (vision: digits, MNIST, CIFAR-10, image folders)."""
 

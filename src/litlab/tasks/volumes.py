@@ -7,7 +7,7 @@ used."""
 from litlab.bounds import MAX_VOLUME_SIDE
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION, checks
 from litlab.tasks.figures import VolumeSlices
-from litlab.tasks.kind import Kind, Spec, register
+from litlab.tasks.kind import Kind, Spec, register_kind
 from litlab.tasks.outputs import Classes, PixelClasses
 from litlab.tasks.tensors import MeasuredInputs
 from litlab.tasks.units import VolumeUnits
@@ -84,7 +84,7 @@ class WindowInputs(VolumeInputs):
         checks.sample_size([channels, *patch], "a patch of channels x inputs.patch_size")
         window = inputs.get("sliding_window")
         checks.require(isinstance(window, dict), "inputs.sliding_window is missing")
-        checks.number(window.get("overlap"), "inputs.sliding_window.overlap", 0, 0.95)
+        checks.check_number(window.get("overlap"), "inputs.sliding_window.overlap", 0, 0.95)
         checks.require(
             window.get("mode") in ("constant", "gaussian"),
             f"inputs.sliding_window.mode is {str(window.get('mode'))[:40]!r}; expected constant "
@@ -186,7 +186,7 @@ class WindowInputs(VolumeInputs):
         )  # fmt: skip
 
 
-@register
+@register_kind
 class VolumeClassification(VolumeInputs, Classes, Kind):
     """3D volumes in, one class per volume out (MedMNIST 3D, phantom classification)."""
 
@@ -195,7 +195,7 @@ class VolumeClassification(VolumeInputs, Classes, Kind):
     inspect = ("confusion", "gradcam", "embeddings", "histograms", "model_graph")
 
 
-@register
+@register_kind
 class VolumeSegmentation(WindowInputs, PixelClasses, Kind):
     """3D volumes in, a label per voxel out (Hippocampus, phantom segmentation): patches in
     training, sliding windows over whole volumes at test time, in export and in serving."""

@@ -56,12 +56,12 @@ def read_json(path, limit: int = MAX_BYTES):
         return None
 
 
-def read(path) -> dict | None:
+def read_record(path) -> dict | None:
     """The record at `path` (`checked`), or None when there is none or it is not a record."""
-    return checked(read_json(path))
+    return checked_record(read_json(path))
 
 
-def checked(record) -> dict | None:
+def checked_record(record) -> dict | None:
     """The record with every field the summary writes, each of its type; None when it is not
     a record (not an object, no whole job number, an unknown status, overrides not a list of
     strings). Metrics keep their finite numbers."""

@@ -96,7 +96,7 @@ class ConfusionMatrix(TaskCallback):
             w = csv.writer(f)
             w.writerow(["class", "precision", "recall", "f1", "support"])
             w.writerows(per_class(counts))
-        save_figure(trainer, plot(counts, split), f"confusion_{split}", tight=False)
+        save_figure(trainer, plot_confusion(counts, split), f"confusion_{split}", tight=False)
 
 
 def per_class(counts: torch.Tensor) -> list[list]:
@@ -120,7 +120,7 @@ def per_class(counts: torch.Tensor) -> list[list]:
     ]
 
 
-def plot(counts: torch.Tensor, split: str):
+def plot_confusion(counts: torch.Tensor, split: str):
     n = len(counts)
     size = min(2 + 0.45 * n, 12)
     fig = figure(size, size)

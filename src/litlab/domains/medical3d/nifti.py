@@ -157,10 +157,10 @@ def check_pair(image_path, label_path, image: np.ndarray, label: np.ndarray, num
             f"{label_path} has shape {list(label.shape)}, its image {list(image.shape[1:])}: "
             "a label map is one label per voxel of its image (one channel)"
         )
-    check_labels(label_path, label, num_classes)
+    check_label_map(label_path, label, num_classes)
 
 
-def check_labels(path, label: np.ndarray, num_classes: int) -> None:
+def check_label_map(path, label: np.ndarray, num_classes: int) -> None:
     """A label map (any dtype: NIfTI stores floats, a mask file may be 16-bit or float) of whole
     numbers 0..num_classes-1, or one line naming the file and a value that is not: a label the
     loss cannot take fails here, not as an index error in a step, and a fraction (0.5) or a NaN

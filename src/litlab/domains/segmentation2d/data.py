@@ -229,7 +229,7 @@ class MaskFolderDataModule(SliceDataModule):
                     f"{mask} has shape {list(values.shape)}, its image {list(shape)}: a mask "
                     "is one label per pixel of its image (one channel)"
                 )
-            N.check_labels(mask, values, classes)
+            N.check_label_map(mask, values, classes)
             pairs.append((image, mask))
         groups = S.image_groups([p.name for p, _ in pairs], settings.get("group"), key)
         if groups is None:

@@ -226,7 +226,7 @@ class GNN(nn.Module):
     def prune_plan(self, net_cfg: dict, build, ratio: float, round_to) -> dict:
         from litlab.domains.graph.nets import prune
 
-        return prune.plan(self, net_cfg, build, ratio, round_to)
+        return prune.prune_plan(self, net_cfg, build, ratio, round_to)
 
     def pruned(self, net_cfg: dict, build, ratio: float, steps: int, round_to, norm: int):
         from litlab.domains.graph.nets import prune

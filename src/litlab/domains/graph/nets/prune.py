@@ -158,7 +158,7 @@ def target_width(hidden: int, count, ratio: float, heads: int, round_to, what: s
     return best
 
 
-def plan(net: nn.Module, net_cfg: dict, build, ratio: float, round_to) -> dict:
+def prune_plan(net: nn.Module, net_cfg: dict, build, ratio: float, round_to) -> dict:
     """What pruning `net` to at most `ratio` of its parameters means: its hidden width now,
     the target width, the channel step (heads x round_to) and a width to avoid. One line for a
     net or ratio that cannot be pruned so (checked before anything is written)."""
@@ -188,7 +188,7 @@ def prune(net: nn.Module, net_cfg: dict, build, ratio: float, steps: int, round_
     """`net` pruned to at most `ratio` of its parameters in `steps` rounds (channels re-ranked
     after each); `build(width)` makes the same net with `hidden_channels=width`. Returns the
     pruned net and its width."""
-    p = plan(net, net_cfg, build, ratio, round_to)
+    p = prune_plan(net, net_cfg, build, ratio, round_to)
     hidden, target, step = p["hidden"], p["target"], p["step"]
     done = set()
     for i in range(1, steps + 1):
