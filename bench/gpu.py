@@ -146,7 +146,7 @@ def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
     from litlab.config.machine import tensorrt_missing as missing
     from litlab.export.recipe import prepare_net
     from litlab.export.tensorrt import compile_fp16
-    from litlab.recipes.load import LoadedRun
+    from litlab.runs.rebuild import LoadedRun
 
     cfg = train_config(
         [

@@ -67,6 +67,50 @@ def test_utils_modules_have_several_users():
         assert len(users) >= 2, (name, users)
 
 
+def _public_definitions() -> tuple[dict, dict]:
+    """({top-level public function or class name: modules defining it}, {public class name:
+    modules defining one, at any depth}) over src/litlab. An import is no definition, so a
+    package re-exporting its own names is not counted."""
+    top, classes = {}, {}
+    for path in sorted((SRC / "litlab").rglob("*.py")):
+        module = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            definition = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            if definition and not node.name.startswith("_"):
+                top.setdefault(node.name, []).append(module)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                classes.setdefault(node.name, []).append(module)
+    return top, classes
+
+
+def test_one_name_one_definition():
+    """One word, one meaning (docs/glossary.md): no two public classes share a name, and no
+    public function or class is defined in two modules (a package's __init__ re-exporting
+    its own is an import, not a definition). A second `check` or `load` elsewhere gets the
+    name of what it checks or loads."""
+    top, classes = _public_definitions()
+    twice = {name: modules for name, modules in top.items() if len(modules) > 1}
+    assert twice == {}, "public names defined in more than one module: " + str(twice)
+    shared = {name: modules for name, modules in classes.items() if len(modules) > 1}
+    assert shared == {}, "public classes sharing a name: " + str(shared)
+
+
+def test_the_one_definition_scan_finds_what_it_is_for(tmp_path, monkeypatch):
+    """The scan can fail: two modules defining `load`, two classes named `Settings` (one nested
+    in a function), are found; a re-export is not."""
+    package = tmp_path / "litlab"
+    package.mkdir()
+    (package / "__init__.py").write_text("from litlab.a import load\n")
+    (package / "a.py").write_text("def load():\n    pass\n\nclass Settings:\n    pass\n")
+    (package / "b.py").write_text("def load():\n    pass\n\ndef f():\n    class Settings: ...\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    top, classes = _public_definitions()
+    assert top == {"load": ["litlab.a", "litlab.b"], "Settings": ["litlab.a"], "f": ["litlab.b"]}
+    assert classes == {"Settings": ["litlab.a", "litlab.b"]}
+
+
 def test_no_function_is_longer_than_80_lines():
     """Functions that read top to bottom: none in src/ longer than 80 lines (docstring in)."""
     long = []

@@ -1,6 +1,6 @@
 """A table of bad commands: each fails with exit code 2, one line that names the key, the bad
 value and what is valid, and leaves no run dir behind. Run in-process (the entry points'
-real `cli.run(main)`, argv and all) so the table costs seconds; a few run as subprocesses."""
+real `cli.run_main(main)`, argv and all) so the table costs seconds; a few run as subprocesses."""
 
 import logging
 import runpy

@@ -175,7 +175,7 @@ def test_a_malformed_checkpoint_is_one_line_and_writes_nothing(tiny, tmp_path, c
 
 def test_the_unmodified_copy_passes_the_same_checks(tiny, tmp_path):
     """The checks refuse the cases, not the run: an untouched copy loads and evaluates."""
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     ckpt = torch.load(tiny[1], weights_only=True)
     ckpt[C]["data"]["data_dir"] = ckpt[C]["paths"]["data_dir"]
@@ -201,7 +201,7 @@ def _with_old_names(tiny, tmp_path):
 
 
 def test_a_checkpoint_naming_the_modules_before_the_domains_moved_still_loads(tiny, tmp_path):
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     run = load_run(_with_old_names(tiny, tmp_path))
     assert type(run.model).__module__ == "litlab.domains.vision.module"
@@ -268,7 +268,7 @@ def test_finite_weights_that_overflow_export_no_nan_threshold(tiny, tmp_path):
 
 # ------------------------------------------------------------------ data folders
 def _load(path, **kw):
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     return load_run(path, data_dir=str(path.parent / "this_machines_data"), **kw)
 

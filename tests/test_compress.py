@@ -238,7 +238,7 @@ def test_pruned_net_is_smaller_evaluates_and_quantizes(tmp_path, cli, digits_ckp
     report = (run / "compress_report.md").read_text()
     assert report.startswith("# ") and "| prune |" in report
     from litlab.export.onnx import export_onnx
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     model = load_run(run / "1_prune.ckpt").model  # the exporter rebuilds the smaller net too
     assert prune.count_parameters(model.net)[0] == pruned["params"]
@@ -364,7 +364,7 @@ def test_a_resumed_step_takes_its_runs_settings_and_not_its_data_folders(compres
     """`ckpt_path=<its last.ckpt>` alone continues with the run's ratio, epochs and report;
     a data folder its data overrides name (a crafted or a colleague's file) is not taken:
     the data is read where this command says, nothing is created there."""
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     elsewhere = tmp_path / "elsewhere"
     run, last = _resume_file(

@@ -195,7 +195,7 @@ def test_graph_prune_then_quantize_as_a_user_runs_it(sbm_ckpt, tmp_path):
     """compress=[prune,quantize] on a GCN: half the parameters or fewer, the fine-tuned
     checkpoint is a plain GNN that eval.py reproduces, the int8 ONNX file holds the metric."""
     from litlab import api
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     rows = _compress(
         sbm_ckpt, tmp_path / "logs", "compress=[prune,quantize]", "compress.prune.ratio=0.5",

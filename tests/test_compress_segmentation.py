@@ -261,7 +261,7 @@ def test_a_segmentation_net_prunes_and_its_checkpoint_rebuilds(tiny_seg_ckpt, tm
     """The fast suite's segmentation cell: compress=prune on a UNet3D, as a user runs it
     (in-process, the command's config and run dir), judged by the test Dice."""
     from litlab import api
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     logs = tmp_path / "logs"
     args = [f"ckpt_path={tiny_seg_ckpt}", "compress.prune.ratio=0.5", *SHORT, *FAST]

@@ -187,7 +187,7 @@ def test_compact_summary_keeps_modules_with_parameters():
 def test_tuners_save_and_restore_their_checkpoint_with_weights_only_set():
     """Lightning's finders call `trainer.save_checkpoint(path)` and
     `_checkpoint_connector.restore(path)`; inside the tuning step both get the flag."""
-    from litlab.recipes.tuning import _explicit_weights_only
+    from litlab.runs.tuning import _explicit_weights_only
 
     calls = []
 

@@ -141,7 +141,7 @@ def test_default_distilled_student_is_a_quarter_of_the_teacher(overrides, tmp_pa
 def test_lr_suggestion_is_the_steepest_descent_before_the_minimum():
     """A curve that falls, bottoms out, then blows up with a sharp drop after its peak: the
     suggestion is in the falling range, not at the blow-up's edge."""
-    from litlab.recipes.tuning import steepest_descent
+    from litlab.runs.tuning import steepest_descent
 
     lrs = np.logspace(-6, 0, 100)
     x = np.log10(lrs)
@@ -154,7 +154,7 @@ def test_lr_suggestion_is_the_steepest_descent_before_the_minimum():
 
 
 def test_batch_size_choice_is_capped_and_stops_where_epochs_stop_getting_faster():
-    from litlab.recipes.tuning import choose_batch_size
+    from litlab.runs.tuning import choose_batch_size
 
     # seconds per step: flat up to 64 (per-sample cost falls), then proportional to the size
     seconds = {s: [1.0] + [0.01 * max(1, s / 64)] * 2 for s in (2, 4, 8, 16, 32, 64, 128, 256)}

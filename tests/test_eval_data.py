@@ -19,7 +19,7 @@ from helpers.masks import mask_folder
 
 from litlab import evaluate, train
 from litlab.errors import UserError
-from litlab.recipes.load import load_run
+from litlab.runs.rebuild import load_run
 
 QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
 SHORT = ["trainer.max_epochs=2", "trainer.limit_train_batches=3"]
@@ -96,7 +96,7 @@ def test_the_header_names_the_table_and_task_name_wins(tmp_path, monkeypatch):
 
     from litlab.config import data_paths
     from litlab.config.compose import compose
-    from litlab.recipes.report import header
+    from litlab.runs.summary import header
 
     monkeypatch.chdir(tmp_path)
     cfg = compose("train", ["experiment=diabetes", "data.path=my data/visits 2.csv"])

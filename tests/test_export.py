@@ -68,7 +68,7 @@ def test_int8_file_is_at_most_0_3x_and_its_ood_flags_are_the_full_precision_ones
     from litlab.export.onnx import read_metadata
     from litlab.export.recipe import prepare_net
     from litlab.export.verify import eager_predictor
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     report, out = digits_export
     sizes = {f: report["formats"][f]["size_bytes"] for f in ("onnx", "onnx_int8")}

@@ -132,7 +132,7 @@ def test_topk_error_feedback_loses_nothing_over_rounds():
         msg = _train_message(glob, rnd + 1)
         reply = mod(msg, ctx, lambda m, c, local=local: _reply(m, local, 5))
         total_update = total_update + compression.flat(local) - compression.flat(glob)
-        total_sent = total_sent + compression.decode_sent(
+        total_sent = total_sent + compression.decode_update(
             reply.content["arrays"], compression.sizes(glob)
         )
     residual = ctx.state[compression.RESIDUAL_KEY]["residual"].numpy()

@@ -40,7 +40,7 @@ def test_train_and_eval_print_a_header_and_save_the_config_tree(cli, tmp_path):
 
 
 def test_print_config_brings_the_tree_back(tmp_path, capsys):
-    from litlab.recipes import report
+    from litlab.runs import summary as report
 
     for shown in (False, True):
         cfg = compose("train", [f"extras.print_config={shown}"], output_dir=tmp_path / str(shown))

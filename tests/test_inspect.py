@@ -226,7 +226,7 @@ def test_lr_finder_says_when_the_data_gave_fewer_steps_and_keeps_the_lr(monkeypa
     import torch
     from lightning.pytorch import tuner as lightning_tuner
 
-    from litlab.recipes.tuning import LearningRateFinder
+    from litlab.runs.tuning import LearningRateFinder
 
     lrs = np.logspace(-6, 0, 30).tolist()
     curve = SimpleNamespace(results={"lr": lrs, "loss": np.linspace(2.3, 2.0, 30).tolist()})
@@ -274,7 +274,7 @@ def test_lr_finder_settings_that_cannot_give_a_curve_are_one_line(overrides, lin
 
 def test_tuning_is_refused_under_ddp():
     from litlab.errors import UserError
-    from litlab.recipes import tuning
+    from litlab.runs import tuning
 
     DDPStrategy = type("DDPStrategy", (), {})
     with pytest.raises(UserError, match="cannot run under DDPStrategy"):

@@ -128,7 +128,7 @@ def test_files_block_links_the_mlflow_run_page(tmp_path, capsys):
     the UI opens on MLflow 3's GenAI view, where litlab's runs do not show."""
     from omegaconf import OmegaConf
 
-    from litlab.recipes.report import summary
+    from litlab.runs.summary import summary
 
     (tmp_path / "mlflow_run_id.txt").write_text("0123abcd\n")
     cfg = OmegaConf.create(

@@ -55,7 +55,7 @@ def test_export_and_serve_without_the_extension(tiled_run, tmp_path):
 
     from litlab.domains.vision.data import DigitsDataModule
     from litlab.export.recipe import export_checkpoint
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     best = next((tiled_run["run"] / "checkpoints").glob("epoch_*.ckpt"))
     out = tmp_path / "export"

@@ -2,7 +2,7 @@
 output `report.html` that is not a file is refused in one line before the page is built; a run
 file the page cannot show says why (over its limit, not a regular file), never "absent" for a
 file that is there; GET /metadata holds what a client needs to call the model, not the run
-config with the training machine's paths. Tiny files, in process (report.write, TestClient)."""
+config with the training machine's paths. Tiny files, in process (report.write_report, TestClient)."""
 
 import json
 import os
@@ -13,7 +13,7 @@ from helpers.onnx_files import GOOD, crafted_model
 from helpers.refusals import refused
 
 from litlab import report
-from litlab.recipes.html_report import report as report_recipe
+from litlab.recipes.report import report as report_recipe
 
 
 def tiny_run(root):

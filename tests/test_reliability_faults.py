@@ -243,7 +243,7 @@ def test_crafted_checkpoint_runs_no_code_in_eval(tmp_path):
 )
 def test_load_run_refuses_targets_outside_the_allowlist(tmp_path, target):
     from litlab.errors import UserError
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     copied = _crafted_checkpoint(tmp_path / "evil.ckpt", target)
     with pytest.raises(UserError, match=f"data._target_={target}.*trust"):

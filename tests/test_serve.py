@@ -177,7 +177,7 @@ def test_volume_and_graph_requests(domain, tmp_path, shared_data):
     from fastapi.testclient import TestClient
 
     from litlab.export.recipe import export_checkpoint
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
     from litlab.serving.app import create_app
 
     data = shared_data("TUDataset").parent if domain == "gin" else None  # else generated

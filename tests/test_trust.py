@@ -86,7 +86,7 @@ def crafted(digits_run, tmp_path):
 
 
 def _load_run(path, out):
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     load_run(path)
 
@@ -164,7 +164,7 @@ def test_crafted_checkpoint_on_the_command_line(crafted, tmp_path, script, key, 
 @DIGITS
 def test_trusted_file_is_built_as_stored(digits_run, tmp_path):
     """trust=True is the explicit way to load a file one trusts: interpolations resolve."""
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     ckpt = torch.load(digits_run.best, weights_only=True)
     ckpt["litlab_config"]["data"]["batch_size"] = "${oc.decode:'17'}"
@@ -271,7 +271,7 @@ def test_resume_refuses_callback_states_that_name_files_elsewhere(digits_run, tm
 def test_a_split_file_the_checkpoint_names_is_never_created(digits_run, tmp_path):
     """A data file named by a checkpoint (a split file) is read when it is there, never
     written: a missing one is refused, naming the override that clears it."""
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     ckpt = torch.load(digits_run.best, weights_only=True)
     ckpt["litlab_config"]["data"]["split_file"] = str(tmp_path / "made" / "planted.json")

@@ -30,7 +30,7 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     from litlab.config.hydra_errors import composition_error
     from litlab.runs import run_dir, run_end
 
-    environment.load_dotenv_files()  # as `cli.run` does
+    environment.load_dotenv_files()  # as `cli.run_main` does
     try:
         cfg = compose(config_name, overrides)
     except (HydraException, ValueError) as err:

@@ -7,7 +7,7 @@
   validates and writes last.ckpt before stopping (callbacks/guards);
 - `ModelCheckpoint._last_global_step_saved`: whether last.ckpt is of this very step;
 - `fit_loop._data_fetcher`: the fetcher whose iterator a mid-epoch resume advances;
-- `Trainer._checkpoint_connector`: whose `restore` Lightning's finders call (recipes/tuning),
+- `Trainer._checkpoint_connector`: whose `restore` Lightning's finders call (runs/tuning),
   and whose `dump_checkpoint` writes a federated run's global model (federated/state);
 - `Trainer._signal_connector.received_sigterm`: read and set by the DDP SIGTERM handler
   (callbacks/guards);

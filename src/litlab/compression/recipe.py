@@ -106,8 +106,8 @@ def compress(cfg: DictConfig) -> list[dict]:
     import torch
 
     from litlab.compression import checks, report, steps
-    from litlab.recipes import report as run_report
-    from litlab.recipes.load import load_run
+    from litlab.runs import summary as run_report
+    from litlab.runs.rebuild import load_run
 
     run_report.apply_extras(cfg)  # the header: steps, threads, run dir
     out = Path(cfg.paths.output_dir)

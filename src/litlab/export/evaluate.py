@@ -35,9 +35,9 @@ def evaluate_file(cfg: DictConfig) -> RunResult:
     settings = validate.check(cfg, "eval")
     from litlab.checkpointing import exported
     from litlab.checkpointing.trust import ExportedFile
-    from litlab.recipes import report
     from litlab.recipes.evaluate import score
-    from litlab.recipes.load import rebuild
+    from litlab.runs import summary as report
+    from litlab.runs.rebuild import rebuild
 
     path = settings.model_path
     stored = exported.stored_run(path)

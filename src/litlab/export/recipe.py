@@ -160,7 +160,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     from litlab.export import report as reporting
     from litlab.export.judge import Judge
     from litlab.export.verify import eager_predictor
-    from litlab.recipes.load import load_run
+    from litlab.runs.rebuild import load_run
 
     for name in ("onnx_ir", "onnxscript", "onnxruntime"):  # their INFO lines: noise
         logging.getLogger(name).setLevel(logging.WARNING)

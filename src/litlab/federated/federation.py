@@ -77,7 +77,7 @@ def _data_and_model(cfg: DictConfig, f, ckpt, resumed):
 
     from litlab.config import build
     from litlab.federated import outputs, state
-    from litlab.recipes import report
+    from litlab.runs import summary as report
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build.datamodule(cfg)

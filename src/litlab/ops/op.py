@@ -15,7 +15,7 @@ instead of tracing into (or failing on) a compiled extension:
   and gradients of gradients, run the tiled kernel too), summed over broadcast batch axes.
 
 Inputs follow torch.matmul (1-D, 2-D, batched with broadcasting; any strides), one dtype, one
-device; `shapes.run` brings them to the kernels' 2-D / equal-batch 3-D form.
+device; `shapes.apply_kernel` brings them to the kernels' 2-D / equal-batch 3-D form.
 """
 
 import os

@@ -24,9 +24,9 @@ def evaluate_checkpoint(cfg: DictConfig) -> RunResult:
             f"model_path={settings.model_path}: an exported file is scored by src/eval.py or "
             "litlab.evaluate (litlab.export.evaluate), not by this checkpoint recipe"
         )
-    from litlab.recipes import report
-    from litlab.recipes.load import load_run
     from litlab.runs import first_forward
+    from litlab.runs import summary as report
+    from litlab.runs.rebuild import load_run
 
     report.apply_extras(cfg)
     overrides = OmegaConf.to_container(cfg.data_overrides, resolve=True)
@@ -46,8 +46,8 @@ def score(cfg: DictConfig, run, source: str, watch=None, label: str = "checkpoin
     write metrics.json and predictions.csv into the run dir. `source`: what was scored (a
     checkpoint, a model file: `label` says which); `watch`: a context around the test."""
     from litlab.config import build
-    from litlab.recipes import report
     from litlab.runs import predictions
+    from litlab.runs import summary as report
 
     trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
     evaluate_split = trainer.test if cfg.split == "test" else trainer.validate

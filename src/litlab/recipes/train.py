@@ -29,8 +29,8 @@ def train_and_test(cfg: DictConfig) -> RunResult:
 
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
-        from litlab.recipes import report, tuning
-        from litlab.runs import first_forward, split_file
+        from litlab.runs import first_forward, split_file, tuning
+        from litlab.runs import summary as report
         from litlab.runs.split_file import SplitFile
 
         report.apply_extras(cfg)

@@ -8,7 +8,7 @@ sweeper writes anything in it:
   (its PID and command); a dead process's lock is taken over. The workers of one Optuna study
   share it (docs/sweeps.md: several workers on one machine); nothing else does.
 - **Owned** (`check_owned`): the folder is new (absent or empty), or a litlab sweep made it: its
-  plan (`sweeps.plan.read`, read as data) says so, for this entry point and kind of sweep (a
+  plan (`sweeps.plan.read_plan`, read as data) says so, for this entry point and kind of sweep (a
   search: this study), and everything else in it is the sweep's: the files a sweep writes at
   its top (`SWEEP_FILES`), a launcher's folders (`LAUNCHER_DIRS`) and folders of its jobs (a
   job record or `.hydra/overrides.yaml` of one of the plan's jobs, or nothing yet). Anything

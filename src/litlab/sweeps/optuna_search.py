@@ -122,7 +122,7 @@ def _settings(opts, arguments: list[str]) -> tuple[dict, list[str], str]:
 
 def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
     """(study, its storage URL, the sampler's seed): created, or loaded to resume it when its
-    settings match this command's (study_settings.check), with the known-good params queued
+    settings match this command's (study_settings.check_study), with the known-good params queued
     and the trials of dead workers queued again."""
     import optuna
 

@@ -151,7 +151,7 @@ class SweepSummary(Callback):
 
 
 def load_records(sweep_dir: Path) -> list[dict]:
-    """Every job record under `sweep_dir` (`sweep_records.read`: a file that is no record
+    """Every job record under `sweep_dir` (`sweep_records.read_record`: a file that is no record
     counts as a job that left none). Each names its run dir where the record is now: a sweep
     dir moved elsewhere (and resumed there) names its jobs' folders, not where they were."""
     records = []

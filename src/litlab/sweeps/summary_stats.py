@@ -2,7 +2,7 @@
 sections of summary.md and of the printed summary that show them.
 
 Replicas (seeds, folds) of one configuration form a group; each group gets its mean, std and
-95% interval (`stats.describe`: Student's t, cut to the metric's range), and each group is
+95% interval (`stats.describe_values`: Student's t, cut to the metric's range), and each group is
 compared with the best one (by the objective's mean, in the objective's direction) by the test
 that fits the design (`stats.compare`: paired t on shared replicas, else Welch). The p-values
 of the groups compared with the best are Holm-adjusted, metric by metric; a group "differs"

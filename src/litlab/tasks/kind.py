@@ -76,7 +76,7 @@ class Kind(ABC):
 
     @abstractmethod
     def export_spec(self, run) -> Spec:
-        """The export Spec of a loaded run (`litlab.recipes.load.load_run`)."""
+        """The export Spec of a loaded run (`litlab.runs.rebuild.load_run`)."""
 
     @abstractmethod
     def check_inputs(self, inputs: dict) -> int | None:

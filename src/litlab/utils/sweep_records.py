@@ -11,7 +11,7 @@ import stat
 
 RECORD = "sweep_job.json"
 MAX_BYTES = 2**20  # a record is a few KiB: a larger file is not one
-# a run's final metrics (recipes.report.save_metrics): written when the run has ended
+# a run's final metrics (runs.summary.save_metrics): written when the run has ended
 FINISHED = "metrics.json"
 STATUSES = ("completed", "failed", "pruned", "incomplete", "running")
 

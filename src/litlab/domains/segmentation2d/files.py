@@ -75,7 +75,7 @@ def grey(path: Path, largest: int | None = None) -> np.ndarray:
 
 def labels(path: Path) -> np.ndarray:
     """A mask's values as stored (8-, 16-bit, float, palette indices, 1-bit as 0/1); one line
-    for a lossy file. Its values are checked by `nifti.check_labels`."""
+    for a lossy file. Its values are checked by `nifti.check_label_map`."""
 
     def read(img):
         compression = str(img.info.get("compression", "")).lower()

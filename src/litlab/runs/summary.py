@@ -1,0 +1,214 @@
+"""What a run tells its user: the config at start, hyperparameters to the loggers, and a
+summary at the end (metrics and where the checkpoint, logs and config are)."""
+
+import io
+import logging
+import warnings
+from pathlib import Path
+
+import rich
+import rich.console
+from omegaconf import DictConfig, OmegaConf
+
+from litlab.utils.distributed import is_rank_zero
+
+log = logging.getLogger(__name__)
+FIRST_KEYS = ("data", "model", "callbacks", "logger", "trainer", "paths", "extras")
+HEADER_GROUPS = (
+    "data",
+    "model",
+    "compress",
+    "trainer",
+    "logger",
+    "experiment",
+    "debug",
+    "hparams_search",
+)
+CONFIG_TREE = "config_tree.txt"
+
+
+def apply_extras(cfg: DictConfig) -> None:
+    """Warnings set-up, a short header, and the config tree: saved to <run dir>/config_tree.txt,
+    printed too with extras.print_config=true (rank 0 only). The console's set-up (what goes
+    to the log file only) is `litlab.console`'s, made before the task starts."""
+    if cfg.get("model") is None:  # eval.py: rebuilt from a checkpoint, training callbacks left out
+        warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`")
+    extras = cfg.get("extras") or {}
+    if extras.get("ignore_warnings"):
+        warnings.filterwarnings("ignore")
+    if not is_rank_zero():
+        return
+    out = Path(cfg.paths.output_dir) if cfg.get("paths") else None
+    tree = config_tree(cfg)
+    if out is not None and out.is_dir():
+        # force_jupyter=False: in a notebook rich would display the tree instead of writing it
+        console = rich.console.Console(
+            file=io.StringIO(), width=100, color_system=None, force_jupyter=False
+        )
+        console.print(tree)
+        text = "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())
+        (out / CONFIG_TREE).write_text(text + "\n")
+    if extras.get("print_config"):
+        rich.print(tree)
+    print(header(cfg, out), flush=True)
+
+
+def header(cfg: DictConfig, out: Path | None) -> str:
+    """What this run is, in a few lines: the chosen options, threads, where its files go."""
+    import os
+
+    from hydra.core.hydra_config import HydraConfig
+
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    shown = [f"{g}={choices[g]}" for g in HEADER_GROUPS if choices.get(g) not in (None, "null")]
+    lines = [f"{cfg.get('task_name', 'run')}: {' '.join(shown)}".rstrip()]
+    if cfg.get("ckpt_path"):
+        lines.append(f"  checkpoint  {cfg.ckpt_path}")
+    if cfg.get("model_path"):  # eval.py of an exported file
+        lines.append(f"  model       {cfg.model_path}")
+    table = OmegaConf.select(cfg, "data.path", default=None) if cfg.get("data") else None
+    if isinstance(table, str):  # a file of the user's (a table): which one, not the recipe's
+        lines.append(f"  data        {table}")
+    changed = cfg.get("data_overrides")
+    if changed:  # eval, export, compress: the checkpoint's data with these keys changed
+        keys = " ".join(f"{k}={v}" for k, v in changed.items())
+        lines.append(f"  data        the checkpoint's, with {keys} (data_overrides)")
+    lines.append(
+        f"  threads     {os.environ.get('OMP_NUM_THREADS', 'torch default')} "
+        f"(threads={cfg.get('threads', 'auto')})"
+    )
+    if out is not None:
+        lines.append(
+            f"  run dir     {out}  (config tree: {CONFIG_TREE}; extras.print_config=true prints it)"
+        )
+    return "\n".join(lines)
+
+
+def config_tree(cfg: DictConfig):
+    """The composed config as a rich tree, main groups first (not resolved: as composed)."""
+    import rich.syntax
+    import rich.tree
+
+    tree = rich.tree.Tree("CONFIG", style="dim", guide_style="dim")
+    keys = [k for k in FIRST_KEYS if k in cfg] + [k for k in cfg if k not in FIRST_KEYS]
+    for key in keys:
+        node = cfg[key]
+        text = OmegaConf.to_yaml(node, resolve=False) if isinstance(node, DictConfig) else str(node)
+        tree.add(key, style="dim").add(rich.syntax.Syntax(text, "yaml"))
+    return tree
+
+
+def log_hyperparameters(cfg: DictConfig, model, trainer) -> None:
+    """Send the whole resolved config and parameter counts to every logger."""
+    if not trainer.loggers:
+        return
+    hparams = OmegaConf.to_container(cfg, resolve=True)
+    hparams.pop("hydra", None)
+    hparams["model/params/total"] = sum(p.numel() for p in model.parameters())
+    hparams["model/params/trainable"] = sum(
+        p.numel() for p in model.parameters() if p.requires_grad
+    )
+    for logger in trainer.loggers:
+        logger.log_hyperparams(hparams)
+
+
+def best_checkpoint(trainer) -> str | None:
+    """Path of the best checkpoint (else last), or None when none was written. Any checkpoint
+    callback that selects (ModelCheckpoint with a monitor, JointModelCheckpoint) wins over
+    `last.ckpt`, whatever their order in the config."""
+    callbacks = trainer.checkpoint_callbacks
+    best = [cb.best_model_path for cb in callbacks if cb.best_model_path]
+    last = [cb.last_model_path for cb in callbacks if cb.last_model_path]
+    return (best or last or [None])[0]
+
+
+def resumed_metrics(trainer) -> dict[str, float]:
+    """The metrics stored in the checkpoint the fit resumed from (checkpointing.resume_state)."""
+    from litlab.checkpointing.resume_state import ResumeState
+
+    states = [c for c in trainer.callbacks if isinstance(c, ResumeState)]
+    return dict(states[0].resumed_metrics) if states else {}
+
+
+def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
+    """<output_dir>/metrics.json: the final metrics, read back by sweep summaries."""
+    import json
+
+    if is_rank_zero():
+        (Path(cfg.paths.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=2))
+
+
+def summary(
+    cfg: DictConfig, metrics: dict[str, float], checkpoint: str | None, label: str = "checkpoint"
+) -> None:
+    """Final lines of a run: metrics, then where everything is (`label`: what `checkpoint`
+    is, e.g. the model file eval.py scored)."""
+    import os
+
+    if not is_rank_zero():
+        return
+    out = Path(cfg.paths.output_dir)
+    lines = ["", "Results", *results_lines(metrics)]
+    lines += [
+        "Files",
+        f"  run dir          {out}",
+        f"  {label:<16} {checkpoint or '(none written)'}",
+        f"  logs             {out / (cfg.task_name + '.log')}",
+    ]
+    lines += [
+        f"  {name:<16} {out / name}"
+        for name in ("csv", "tensorboard", "wandb", "inspect")
+        if (out / name).exists()
+    ]
+    lines += [f"  profiler         {p}" for p in sorted((out / "profiler").glob("*.txt"))]
+    mlflow = OmegaConf.select(cfg, "logger.mlflow")
+    local = not (mlflow and mlflow.get("tracking_uri")) and not os.environ.get(
+        "MLFLOW_TRACKING_URI"
+    )
+    if mlflow is not None and local and mlflow.get("db"):
+        lines.append(
+            f"  mlflow ui        --backend-store-uri sqlite:///{Path(mlflow.db).resolve()}"
+        )
+        lines += _mlflow_run_page(out)
+    if (out / ".hydra" / "config.yaml").exists():
+        lines.append(f"  config           {out / '.hydra' / 'config.yaml'}")
+    print("\n".join(lines), flush=True)
+
+
+def _mlflow_run_page(out: Path) -> list[str]:
+    """The run's page in that UI: it opens on MLflow 3's GenAI home (no traces there), and
+    `#/runs/<id>` (a route of the installed UI) goes straight to the run."""
+    from litlab.loggers.run_ids import stored_id
+
+    run_id = stored_id(out, "mlflow")
+    return [f"  mlflow run       http://127.0.0.1:5000/#/runs/{run_id}"] if run_id else []
+
+
+def results_lines(metrics: dict[str, float]) -> list[str]:
+    """One line per split (`test  acc 0.9917  f1 0.9916  loss 0.0186`), splits in the order
+    test, val, train, then others; metrics without a split prefix are left out."""
+    by_split: dict[str, list[str]] = {}
+    for key, value in sorted(metrics.items()):
+        if "/" in key:
+            split, name = key.split("/", 1)
+            by_split.setdefault(split, []).append(f"{name} {value:.4f}")
+    order = {"test": 0, "val": 1, "train": 2}
+    splits = sorted(by_split, key=lambda s: (order.get(s, 3), s))
+    return [f"  {split:<6} " + "  ".join(by_split[split]) for split in splits]
+
+
+def record_provenance(cfg: DictConfig, datamodule, typed: dict | None = None) -> dict:
+    """Write provenance.json into the run dir (rank 0) and return what checkpoints carry: the
+    code and package versions (the data checksums and `typed`, the data paths as typed before
+    they were made absolute, stay in the file)."""
+    from litlab.checkpointing import provenance
+
+    record = provenance.collect(datamodule if is_rank_zero() else None)
+    if typed:
+        record[provenance.TYPED] = typed
+    if is_rank_zero() and cfg.get("paths"):
+        from hydra.core.hydra_config import HydraConfig
+
+        subdir = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
+        provenance.write_provenance(cfg.paths.output_dir, record, subdir)
+    return {k: record[k] for k in ("code", "packages")}
