@@ -2,7 +2,7 @@
 
 Two kinds of bad input reach a user:
 - Hydra composition errors (unknown group option, unknown key, bad override syntax), raised
-  before the run starts. Hydra prints them over several lines; `run` condenses them.
+  before the run starts. Hydra prints them over several lines; `run_main` condenses them.
 - `UserError`, raised by litlab code for a wrong value, a missing file, a model/data mismatch.
   `guard` prints it as one line and removes the run dir that Hydra created for nothing, unless
   the run has written a checkpoint since (`runs.run_end`: then it is kept, marked failed).

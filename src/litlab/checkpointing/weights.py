@@ -6,7 +6,7 @@ before anything is built from it or written:
 - `check_tensors` (every load, `checkpointing.load`): a mapping of str -> dense tensor whose
   floating values are all finite (checked in bounded slices: nothing larger than what
   `torch.load` already read is allocated);
-- `check_fits` (`load_run`, before `load_state_dict`): the keys and shapes of the model the
+- `check_tensors_fit` (`load_run`, before `load_state_dict`): the keys and shapes of the model the
   stored config builds, the first missing, unexpected or mismatched key named (a huge extra
   tensor is refused, never copied into the model).
 """

@@ -1,7 +1,7 @@
 """`torch.export` programs (`.pt2`) with the same dynamic axes and metadata as the ONNX file.
 
 The metadata is one JSON extra file (`metadata.json`) inside the archive; read it back with
-`read_metadata` (no need to deserialize the program)."""
+`read_pt2_metadata` (no need to deserialize the program)."""
 
 import json
 from collections.abc import Callable, Mapping

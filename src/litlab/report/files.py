@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from litlab.utils.files import file_kind
+from litlab.utils.files import file_type
 
 MAX_BYTES = 32 << 20  # any one file shown (a picture, a metrics CSV, a config)
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -47,7 +47,7 @@ def unread(root: Path, relative: str | Path) -> str:
         return "is absent"
     if base not in path.resolve().parents:
         return "is a link out of the folder reported on (not read)"
-    kind = file_kind(path)
+    kind = file_type(path)
     if kind is not None:
         return f"is not a regular file ({kind}; not read)"
     try:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from litlab.errors import UserError, one_line
-from litlab.utils.files import file_kind
+from litlab.utils.files import file_type
 
 log = logging.getLogger(__name__)
 REPORT = "report.html"
@@ -39,7 +39,7 @@ def kind_of(path: str | Path) -> str:
         raise UserError(f"path={_shown(path)} is neither a run dir nor a sweep dir; pass {VALID}")
     if not os.access(folder, os.W_OK):
         raise UserError(f"path={_shown(path)} is not writable: {REPORT} is written into it")
-    what = file_kind(folder / REPORT, follow=False)
+    what = file_type(folder / REPORT, follow=False)
     if what is not None:  # a folder would end the write; a pipe or a link would be replaced
         raise UserError(
             f"path={_shown(path)}: its {REPORT} is {what}, not a file; the page is written "

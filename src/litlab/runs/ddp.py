@@ -5,7 +5,7 @@ ends them together. The plumbing below is what Lightning + Hydra do not get righ
 Lightning's `ddp` strategy re-executes the entry script once per extra local rank, with the
 parent's `sys.argv` plus `hydra.run.dir=<hydra.run.dir>`. Under a multirun that re-runs the
 whole sweep in every child (a sampling sweeper even draws other hyperparameters), writes into
-the wrong folder, and under submitit re-executes submitit's own module. `install` replaces
+the wrong folder, and under submitit re-executes submitit's own module. `install_child_command` replaces
 that command: a child runs exactly its parent job's overrides, in the parent job's output dir.
 
 `early_ranks` starts trainer=ddp's other local ranks as soon as the config is composed, where
@@ -261,7 +261,7 @@ class _Run:
 
     def callback(self):
         """A Lightning callback for `build.trainer(..., extra_callbacks=[...])`: it makes DDP
-        children re-run this job (`install`), then at setup attaches and describes the ranks."""
+        children re-run this job (`install_child_command`), then at setup attaches and describes the ranks."""
         from litlab.runs.ddp_callback import DDPLifecycle
 
         install_child_command(self.script)

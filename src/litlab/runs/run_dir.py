@@ -203,7 +203,7 @@ def start(cfg: DictConfig, config_name: str) -> DictConfig:
     from litlab.compat.hydra import save_config
 
     check_location(cfg)
-    lock(cfg, config_name)  # released by `release(out)` when the run ends
+    lock(cfg, config_name)  # released by `release_run_dir(out)` when the run ends
     out = Path(OmegaConf.select(cfg, "hydra.run.dir")).resolve()
     with read_write(cfg.hydra), open_dict(cfg.hydra):
         cfg.hydra.runtime.output_dir = str(out)

@@ -83,7 +83,7 @@ class SweepLock(RunLock):
         )
 
 
-def sweeper_kind(config: DictConfig) -> str:
+def sweep_type(config: DictConfig) -> str:
     from litlab.runs.sweep_check import BASIC, GRID, OPTUNA
 
     target = (OmegaConf.select(config, "hydra.sweeper", default=None) or {}).get("_target_")
@@ -210,7 +210,7 @@ class SweepDir:
 
     def _read_config(self) -> None:
         config = self.config
-        self.kind = sweeper_kind(config)
+        self.kind = sweep_type(config)
         self.path = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir"))))
         search = self.kind == plan.SEARCH
         self.study = OmegaConf.select(config, "hydra.sweeper.study_name") if search else None

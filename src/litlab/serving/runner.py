@@ -74,7 +74,7 @@ class Runner:
         """The out-of-distribution score per item (None for exports without one)."""
         if self.ood is None:
             return None
-        with np.errstate(all="ignore"):  # an overflow shows as inf: told by `finite`
+        with np.errstate(all="ignore"):  # an overflow shows as inf: told by `check_finite`
             return self.ood_score(probs, x if self.ood_model is not None else None)
 
     def ood_fields(self, scores: np.ndarray | None) -> dict:

@@ -3,7 +3,7 @@ with `hydra.sweep.dir=<that dir>` resumes it.
 
 The run dir guard (`litlab.runs.sweep_dir`) writes `sweep_plan.json` (who made it, the entry
 point and kind of sweep, each job's overrides, the command that resumes it) once the folder is
-the sweep's, before the first job starts; `read` reads it back as data. A re-run into
+the sweep's, before the first job starts; `read_plan` reads it back as data. A re-run into
 that dir keeps what finished and runs only what is missing; it must therefore be the same
 sweep: a command whose jobs differ from the jobs on disk (`trainer.max_epochs=3` where they
 trained 2 epochs, another grid) would rank unlike jobs together, so it is refused in one line
@@ -279,7 +279,7 @@ def announce(config) -> None:
 
 def end(sweep_dir: Path, records: list[dict], stopped: bool, config) -> bool:
     """Print one line per failed job and, for a grid sweep that did not complete every job,
-    this sweep's own command (`resume_command`, made again, not read back), which runs what is
+    this sweep's own command (`sweep_resume_command`, made again, not read back), which runs what is
     missing. True when a job
     or trial failed: the command then exits non-zero after its summary, report and best params
     are written (a pruned trial is not a failure)."""

@@ -18,7 +18,7 @@ _KINDS = (
 )
 
 
-def file_kind(path: str | Path, follow: bool = True) -> str | None:
+def file_type(path: str | Path, follow: bool = True) -> str | None:
     """What `path` is when it exists and is no regular file: "a pipe", "a device", ... (links
     followed, or with `follow=False` "a link"); None for a regular file or nothing at all."""
     try:
@@ -34,6 +34,6 @@ def file_kind(path: str | Path, follow: bool = True) -> str | None:
 def check_regular(path: str | Path, named: str, valid: str) -> None:
     """One line when `path` exists and is no regular file: `named` names it (`ckpt_path=X`,
     `data.root=R: images/a.png`), `valid` says what it should be."""
-    kind = file_kind(path)
+    kind = file_type(path)
     if kind is not None:
         raise UserError(f"{named} is not a regular file ({kind}); {valid}")

@@ -1,6 +1,6 @@
 """The record each job of a sweep leaves in its run dir (`sweep_job.json`): what the summary,
 a resumed grid sweep and the report read back. A sweep dir may have been copied, edited or
-damaged, so a record is data: `checked` gives it the shape the summary writes, or None (the
+damaged, so a record is data: `checked_record` gives it the shape the summary writes, or None (the
 job then counts as one without a record: run again, and from its own last.ckpt if it has one).
 Plain Python only: the summary callback is built for every Hydra command."""
 
@@ -57,7 +57,7 @@ def read_json(path, limit: int = MAX_BYTES):
 
 
 def read_record(path) -> dict | None:
-    """The record at `path` (`checked`), or None when there is none or it is not a record."""
+    """The record at `path` (`checked_record`), or None when there is none or it is not a record."""
     return checked_record(read_json(path))
 
 
