@@ -12,7 +12,7 @@ Bad input raises `litlab.errors.UserError` with the line the CLI prints after `e
 from collections.abc import Sequence
 
 from litlab.errors import UserError
-from litlab.runs.result import RunResult
+from litlab.runs.run_end import RunResult
 
 
 def run(config_name: str, overrides: Sequence[str], recipe):

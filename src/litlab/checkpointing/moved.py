@@ -29,6 +29,9 @@ MOVED = {
     "litlab.data.slices": "litlab.domains.segmentation2d.data",
     "litlab.models.segmentation2d": "litlab.domains.segmentation2d.module",
     "litlab.models.nets.unet2d": "litlab.domains.segmentation2d.nets.unet2d",
+    "litlab.loggers.optional": "litlab.loggers",
+    "litlab.loggers.resumable_csv": "litlab.loggers",
+    "litlab.loggers.run_ids": "litlab.loggers",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

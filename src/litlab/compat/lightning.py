@@ -24,10 +24,10 @@
 - `lightning.fabric.utilities.logger._convert_params` / `_flatten_dict`: MLflow's params as
   Lightning logs them (loggers/mlflow); `MLFlowLogger._run_id` / `_initialized`;
 - `CSVLogger._fs` / `ExperimentWriter._fs`: the filesystem a resumed metrics.csv is read
-  from, and `CSVLogger._experiment`, the writer it makes once (loggers/resumable_csv);
+  from, and `CSVLogger._experiment`, the writer it makes once (loggers);
 - `ExperimentWriter._check_log_dir_exists` / `_record_new_keys`: overridden by
   `compat.lightning_csv.AppendingWriter`, which keeps a resumed run's metrics.csv
-  (loggers/resumable_csv);
+  (loggers);
 - `logger_connector.result._ResultMetric.to`: given a fast path while a litlab module fits or
   tests (`quick_result_moves`, installed by models/base).
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.errors import UserError, one_line
-from litlab.runs.result import RunResult
+from litlab.runs.run_end import RunResult
 
 #: the numpy type of each ONNX input type a net takes (others are fed as they come)
 TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64"}

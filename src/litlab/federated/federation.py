@@ -108,7 +108,7 @@ class Federation:
         from litlab.config import build
         from litlab.federated.rounds import ClientEvaluation
         from litlab.federated.server import CentralEvaluation, Recorded
-        from litlab.runs.split_file import NAME, SplitFile
+        from litlab.runs.predictions import NAME, SplitFile
 
         self.cfg, self.f, self.resumed = cfg, f, resumed
         self.out = Path(cfg.paths.output_dir)

@@ -16,7 +16,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from litlab.compat.lightning import mlflow_initialized, mlflow_run_id
-from litlab.loggers.run_ids import store_id, stored_id
+from litlab.loggers import store_id, stored_id
 
 
 def sqlite_uri(path) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.runs.result import RunResult
+from litlab.runs.run_end import RunResult
 
 
 def evaluate_checkpoint(cfg: DictConfig) -> RunResult:

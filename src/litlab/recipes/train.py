@@ -6,7 +6,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.config.resolvers import CODE_ROOT
-from litlab.runs.result import RunResult
+from litlab.runs.run_end import RunResult
 
 #: what DDP child ranks re-run (the same job, its overrides; see litlab.runs.ddp)
 ENTRY_POINT = CODE_ROOT / "src" / "train.py"
@@ -29,9 +29,10 @@ def train_and_test(cfg: DictConfig) -> RunResult:
 
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
-        from litlab.runs import first_forward, split_file, tuning
+        from litlab.runs import first_forward, tuning
+        from litlab.runs import predictions as split_file
         from litlab.runs import summary as report
-        from litlab.runs.split_file import SplitFile
+        from litlab.runs.predictions import SplitFile
 
         report.apply_extras(cfg)
         L.seed_everything(cfg.seed, workers=True)

@@ -18,19 +18,29 @@ most of it rank 1's start-up while rank 0 waited). Lightning then finds the rank
 the child ranks and fails when one failed. Plain Lightning does neither: rank 0, which hosts the
 rendezvous store, can exit while the other ranks' gloo threads still tear down against it (the
 likely cause of `terminate called without an active exception`; bench/ddp.py --stress).
-"""
+
+The Lightning side of `runs.ddp.lifecycle`: a callback that joins the Trainer to the ranks
+started early. A module-level class, so that `trainer=ddp_spawn` can pickle it to its workers.
+
+A rank whose peer died: one line of its own, not a traceback per rank.
+
+When a process of a multi-process job dies (a node lost, out of memory, `kill -9`), the others
+fail at their next collective with gloo's or NCCL's low-level error. `peer_lost` turns that
+error into `PeerLost`, which every rank prints (on another node it is the only line there)."""
 
 import contextlib
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
 from collections.abc import Mapping
 
-from litlab.errors import UserError
+from lightning.pytorch.callbacks import Callback
+
+from litlab.errors import UserError, one_line
 from litlab.runs import ddp_join, ddp_start
-from litlab.runs.ddp_peers import peer_lost
 from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
 log = logging.getLogger(__name__)
@@ -262,7 +272,7 @@ class _Run:
     def callback(self):
         """A Lightning callback for `build.trainer(..., extra_callbacks=[...])`: it makes DDP
         children re-run this job (`install_child_command`), then at setup attaches and describes the ranks."""
-        from litlab.runs.ddp_callback import DDPLifecycle
+        from litlab.runs.ddp import DDPLifecycle
 
         install_child_command(self.script)
         return DDPLifecycle(self, attach, describe_ranks)
@@ -295,3 +305,50 @@ def lifecycle(cfg, script):
             finish(run.trainer)  # all ranks end together; fails if a child rank failed
         else:
             _restore_env()
+
+
+# ---------------------------------------------------------- ddp callback
+class DDPLifecycle(Callback):
+    def __init__(self, run, attach, describe):
+        self.run = run  # the lifecycle's `_Run`: script, config, and the Trainer once joined
+        self.attach, self.describe = attach, describe  # runs.ddp's (passed in: no cycle)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.run.trainer is None:  # fit, then test: the ranks join once
+            self.run.trainer = trainer
+            self.attach(trainer)
+            self.describe(trainer, self.run.cfg.data.get("batch_size"))
+
+
+# ------------------------------------------------------------- ddp peers
+# what gloo/NCCL/the rendezvous store say when a peer process or node is gone
+PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Connection refused",
+    "NCCL communicator was aborted",
+)
+
+
+class PeerLost(UserError):
+    """Another rank of the job died or became unreachable: this rank stops with one line of its
+    own (every rank says it: on another node it is the only line there), exit code 1."""
+
+    exit_code = 1
+    every_rank = True
+
+
+def peer_lost(err: BaseException) -> PeerLost | None:
+    """The one-line error for a collective that failed because a peer is gone, else None."""
+    import torch.distributed as dist
+
+    dist_error = getattr(dist, "DistError", ())
+    if not (isinstance(err, dist_error) or any(s in str(err) for s in PEER_GONE)):
+        return None
+    reason = re.sub(r"^\[[^\]]*\]\s*", "", one_line(err, limit=400))[:160]  # no gloo file:line
+    return PeerLost(
+        f"DDP rank {rank()}: another process of this job stopped or cannot be reached "
+        f"({reason}); this rank stops too; the failed process's own log (its node's console) "
+        f"says why"
+    )

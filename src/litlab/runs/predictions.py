@@ -1,7 +1,15 @@
 """Per-sample predictions (what `predict_step` returns) gathered into one CSV, each row named
-by its source (the datamodule's `sources`: a CSV row, a file, a volume and slice, a node)."""
+by its source (the datamodule's `sources`: a CSV row, a file, a volume and slice, a node).
+
+`data_split.json`: which items of the data each split of a run holds, named by their
+sources (a CSV row or id, an image file, a volume, a node or graph index, a dataset index), so
+every prediction and every metric can be traced back to what it was computed on."""
 
 from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
+
+from litlab.data.splits import write_split
 
 
 def write_csv(batches: list, path: Path, sources: dict[str, list] | None = None) -> int:
@@ -33,3 +41,21 @@ def write_csv(batches: list, path: Path, sources: dict[str, list] | None = None)
     frame.to_csv(tmp, index=False, float_format="%.6g")
     tmp.replace(path)  # never a half-written predictions.csv
     return len(frame)
+
+
+# ------------------------------------------------------------ split file
+NAME = "data_split.json"
+
+
+class SplitFile(Callback):
+    """Writes the datamodule's `split_sources` once its splits are set up (rank 0; never over an
+    existing file: a resumed run's split is the one it started with, and 3D segmentation's
+    `data.split_file` may have written it already)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        sources = getattr(trainer.datamodule, "split_sources", None)
+        if sources and trainer.is_global_zero and not self.path.exists():
+            write_split(self.path, sources)

@@ -155,7 +155,8 @@ class Guard(Callback):
         """Also the sweep dir (its own, locked: sweep_dir) and every job of the sweep
         (sweep_check), before the sweeper writes anything."""
         from litlab.config import validate
-        from litlab.runs import launcher_check, sweep_check, sweep_dir
+        from litlab.runs import sweep_check, sweep_dir
+        from litlab.runs import sweep_check as launcher_check
 
         self._stop_on_error(lambda: check_location(config, multirun=True))
         self._stop_on_error(

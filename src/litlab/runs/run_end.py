@@ -22,12 +22,14 @@ and the error's message may point at them.
 Only rank 0 decides (DDP ranks > 0 run the same task in the same dir). A sweep job's dir is
 never removed (the sweep summary lists the job), and gets no resume command (a sweep job is
 resumed with its own overrides, which the summary shows).
-"""
+
+What a recipe returns: enough for a notebook or a sweep to go on without parsing logs."""
 
 import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from litlab.errors import DiskFull, UserError, disk_full, one_line
@@ -236,3 +238,11 @@ class RunEnd:
             Path(self.out, FAILED).write_text(json.dumps(record, indent=1) + "\n")
         except OSError:
             pass
+
+
+# ------------------------------------------------- what a recipe returns
+@dataclass
+class RunResult:
+    metrics: dict[str, float] = field(default_factory=dict)  # e.g. {"test/acc": 0.99, ...}
+    run_dir: Path | None = None  # logs/<task_name>/runs/<timestamp>/ (what the CLI writes)
+    best_checkpoint: str | None = None  # best by the model's monitor, else last; None if none

@@ -178,7 +178,7 @@ def summary(
 def _mlflow_run_page(out: Path) -> list[str]:
     """The run's page in that UI: it opens on MLflow 3's GenAI home (no traces there), and
     `#/runs/<id>` (a route of the installed UI) goes straight to the run."""
-    from litlab.loggers.run_ids import stored_id
+    from litlab.loggers import stored_id
 
     run_id = stored_id(out, "mlflow")
     return [f"  mlflow run       http://127.0.0.1:5000/#/runs/{run_id}"] if run_id else []

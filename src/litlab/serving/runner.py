@@ -103,7 +103,7 @@ class Runner:
         import torch
         from monai.inferers import sliding_window_inference
 
-        from litlab.utils.tensors import class_map
+        from litlab.tasks.outputs import class_map
 
         window = self.layout["sliding_window"]
         with torch.inference_mode():

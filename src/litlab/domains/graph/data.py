@@ -19,8 +19,6 @@ from typing import Annotated, Literal
 import lightning as L
 import torch
 
-from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
-
 # isort: split
 from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import DistributedSampler

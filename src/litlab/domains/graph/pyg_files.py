@@ -7,8 +7,6 @@ import os
 import urllib.error
 from pathlib import Path
 
-from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
-
 # isort: split
 from torch_geometric.datasets import Planetoid, TUDataset
 

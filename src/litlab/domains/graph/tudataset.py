@@ -12,8 +12,6 @@ from typing import Annotated
 import numpy as np
 import torch
 
-from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
-
 # isort: split
 from torch_geometric.loader import DataLoader
 

@@ -10,7 +10,7 @@ from torchmetrics.segmentation import DiceScore
 from litlab.bounds import NonNegFloat
 from litlab.models.base import LitModule
 from litlab.tasks import IMAGE_SEGMENTATION
-from litlab.utils.tensors import class_map
+from litlab.tasks.outputs import class_map
 
 
 class ItemDice(DiceScore):

@@ -18,7 +18,6 @@ from litlab.bounds import PosInt, Probability
 from litlab.compat.torch import version_counter
 from litlab.errors import UserError
 from litlab.ops import TiledLinear, tile_linears
-from litlab.utils import quiet_pyg  # noqa: F401  (before torch_geometric)
 
 # isort: split
 from torch_geometric.nn import MLP as PygMLP
