@@ -266,7 +266,7 @@ def test_commands_exit_2_with_one_line_and_no_run_dir(script, overrides, line, t
 
 def test_a_corrupt_study_database_is_one_line(tmp_path):
     from litlab.errors import UserError
-    from litlab.sweeps.storage import storage_for
+    from litlab.sweeps.optuna_search import storage_for
 
     corrupt = tmp_path / "study.db"
     corrupt.write_text("not a database " * 300)

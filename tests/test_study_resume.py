@@ -1,13 +1,13 @@
 """Resuming an Optuna study never mixes budgets silently: the non-searched overrides are stored
 with the study, and a command with other values is refused in one line
-(litlab.sweeps.study_settings)."""
+(litlab.sweeps.optuna_search)."""
 
 import logging
 
 import pytest
 
 from litlab.errors import UserError
-from litlab.sweeps import study_settings
+from litlab.sweeps import optuna_search as study_settings
 
 FAST = [
     "trainer.max_epochs=1",

@@ -250,7 +250,7 @@ def test_an_attribute_litlab_defines_is_read_without_importing_lightning_bases()
     source: a base of another package cannot declare it (issue 50: no Lightning import)."""
     from litlab.tasks.static import _ABSENT, _MISSING, _static, declared
 
-    progress = "litlab.callbacks.progress.ThrottledRichProgressBar"
+    progress = "litlab.callbacks.summary.ThrottledRichProgressBar"
     assert _static(progress, "inspects", outside=_ABSENT) is _ABSENT  # from the source alone
     assert _static(progress, "inspects") is _MISSING  # `kind`-style reads import it, as before
     assert declared(progress, "inspects") is None

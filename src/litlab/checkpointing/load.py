@@ -1,11 +1,24 @@
 """Loading checkpoints safely: `weights_only=True` always, and one clear line when a file is
 missing, truncated, corrupt, not a litlab checkpoint, or holds entries of the wrong structure
 (a state_dict that is not tensors, NaN weights, a stored config or provenance that is not a
-mapping): every command that reads a checkpoint reads it here, so each is refused alike."""
+mapping): every command that reads a checkpoint reads it here, so each is refused alike.
+
+A checkpoint's weights are data too: a file from elsewhere may hold a `state_dict` of the
+wrong structure (a list, strings, nested dicts), tensors of the wrong shape, keys another net
+has, or NaN/inf weights that would evaluate and export without a word. Each is one line here,
+before anything is built from it or written:
+
+- `check_tensors` (every load, `checkpointing.load`): a mapping of str -> dense tensor whose
+  floating values are all finite (checked in bounded slices: nothing larger than what
+  `torch.load` already read is allocated);
+- `check_tensors_fit` (`load_run`, before `load_state_dict`): the keys and shapes of the model the
+  stored config builds, the first missing, unexpected or mismatched key named (a huge extra
+  tensor is refused, never copied into the model)."""
 
 from pathlib import Path
 
 from litlab.checkpointing.run_config import CONFIG_KEY
+from litlab.checkpointing.trust import shown
 from litlab.errors import UserError, one_line
 from litlab.utils.files import check_regular
 
@@ -37,7 +50,7 @@ def load(path: str | Path, mmap: bool = False) -> dict:
 
 def check_entries(ckpt: dict, source: str) -> None:
     """The entries litlab reads from a checkpoint have the structure train.py writes."""
-    from litlab.checkpointing import moved, provenance, weights
+    from litlab.checkpointing import moved, provenance
     from litlab.checkpointing.trust import shown
 
     if not isinstance(ckpt[CONFIG_KEY], dict):
@@ -47,4 +60,87 @@ def check_entries(ckpt: dict, source: str) -> None:
         )
     moved.renamed(ckpt[CONFIG_KEY])  # a checkpoint from before the domains' move: new names
     provenance.check_record(ckpt.get(provenance.KEY), source)
-    weights.check_tensors(ckpt["state_dict"], source)
+    check_tensors(ckpt["state_dict"], source)
+
+
+# --------------------------------------------------------------- weights
+SLICE = 1 << 20  # elements checked at a time: isfinite's mask stays ~1 MB per tensor
+LEGACY = "_forward."  # older checkpoints' second copy of the net (models.base: dropped)
+
+
+def _refusal(source: str, what: str) -> UserError:
+    return UserError(f"ckpt_path={shown(str(source), 200)}: {what}")
+
+
+def check_tensors(state_dict, source: str) -> None:
+    """A mapping of parameter names to dense tensors, every floating one finite."""
+    import torch
+
+    if not isinstance(state_dict, dict):
+        raise _refusal(
+            source,
+            f"its state_dict is a {type(state_dict).__name__}, not a mapping of parameter "
+            "names to tensors (not a checkpoint written by litlab's train.py)",
+        )
+    for key, value in state_dict.items():
+        if not isinstance(key, str):
+            raise _refusal(source, f"its state_dict has the key {shown(key)} (names are strings)")
+        if not isinstance(value, torch.Tensor):
+            raise _refusal(
+                source,
+                f"its state_dict entry {shown(key)} is a {type(value).__name__}, not a tensor",
+            )
+        if value.layout != torch.strided or value.is_quantized or value.is_meta:
+            raise _refusal(
+                source, f"its state_dict entry {shown(key)} is not a dense tensor of values"
+            )
+    bad = next((k for k, v in state_dict.items() if not _finite(v)), None)
+    if bad is not None:
+        raise _refusal(
+            source,
+            f"the checkpoint's weights are not finite: {shown(bad)} holds NaN or inf (a diverged "
+            "run?); pick an earlier checkpoint of the run, or retrain",
+        )
+
+
+def _finite(t) -> bool:
+    import torch
+
+    if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
+        return True
+    if not t.is_contiguous():  # a crafted strided view: torch.load has read its storage
+        return bool(torch.isfinite(t).all())
+    flat = t.view(-1)
+    return all(bool(torch.isfinite(part).all()) for part in flat.split(SLICE))
+
+
+def without_legacy(state_dict: dict) -> dict:
+    """The state dict without the `_forward.*` copy older checkpoints hold (`net.*` has it)."""
+    return {k: v for k, v in state_dict.items() if not k.startswith(LEGACY)}
+
+
+def check_tensors_fit(state_dict: dict, model_state: dict, source: str) -> None:
+    """The checkpoint's tensors are the model's: the same keys, shapes and kinds of values."""
+    detail = None
+    for key, ours in model_state.items():  # a mismatched shape says most about the net held
+        theirs = state_dict.get(key)
+        if theirs is None:
+            continue
+        if tuple(theirs.shape) != tuple(ours.shape):
+            detail = f"{shown(key)} has shape {list(theirs.shape)} there, {list(ours.shape)} here"
+        elif ours.is_floating_point() and not theirs.is_floating_point():
+            detail = f"{shown(key)} holds {theirs.dtype} values there, {ours.dtype} here"
+        if detail is not None:
+            break
+    missing = next((k for k in model_state if k not in state_dict), None)
+    extra = next((k for k in state_dict if k not in model_state), None)
+    if detail is None and missing is not None:
+        detail = f"it lacks {shown(missing)}"
+    elif detail is None and extra is not None:
+        detail = f"it has the unexpected entry {shown(extra)}"
+    if detail is not None:
+        raise _refusal(
+            source,
+            f"its weights do not fit the model its stored config builds: {detail}; pass the "
+            "checkpoint file of that run as train.py wrote it",
+        )

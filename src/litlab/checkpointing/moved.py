@@ -32,6 +32,8 @@ MOVED = {
     "litlab.loggers.optional": "litlab.loggers",
     "litlab.loggers.resumable_csv": "litlab.loggers",
     "litlab.loggers.run_ids": "litlab.loggers",
+    "litlab.callbacks.progress": "litlab.callbacks.summary",
+    "litlab.callbacks.lr_monitor": "litlab.callbacks.summary",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -7,7 +7,7 @@
 - `Tensor._version`: the counter of in-place changes, by which a cached result of an
   unchanged tensor is reused (domains/graph/nets/gnn's sparse dropout);
 - `torch._check`: a condition torch.export may assume (tasks/graphs, ops/op);
-- an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/onnx);
+- an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/op);
 - `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._NormBase`: the bases of every
   convolution and batch or instance norm, whose channels compression resizes
   (compression/resize).

@@ -8,13 +8,17 @@ into a `loader_class` (torch's DataLoader; PyG's for graphs). `setup` also fills
 each split's items named by their source, in the order of the split's dataset (a run's
 data_split.json; eval.py's predictions.csv names its rows by them). Under DDP, Lightning adds the distributed sampler itself and
 `litlab.utils.distributed` makes the val/test shards unpadded, so no sample counts twice.
-"""
+
+What a datamodule will hold in memory, checked against the machine before it allocates: a
+setting that pads each image to a 60000 x 60000 canvas is refused in one line naming it, not
+met as the kernel's OOM kill (or minutes of swapping) in the middle of reading the data."""
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
 from litlab.bounds import PosInt, Workers
+from litlab.errors import UserError
 
 
 class SplitDataModule(L.LightningDataModule):
@@ -74,3 +78,31 @@ class SplitDataModule(L.LightningDataModule):
 
     def predict_dataloader(self):
         return self.loader(getattr(self, f"{self.predict_split}_set"), train=False)
+
+
+# ---------------------------------------------------------------- memory
+#: the share of this machine's memory a datamodule's arrays may take (the rest: the net, its
+#: activations, the loader's batches, the other processes)
+SHARE = 0.5
+
+
+def budget() -> int:
+    """Bytes the data may take here: SHARE of the physical memory."""
+    import psutil
+
+    return int(psutil.virtual_memory().total * SHARE)
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+def check_fits(nbytes: float, what: str, advice: str) -> None:
+    """One line when `what` (e.g. "data.image_size=60000 pads each of the 24 images to
+    60000x60000: they") needs more than the budget; `advice` says which setting to lower."""
+    limit = budget()
+    if nbytes > limit:
+        raise UserError(
+            f"{what} take {gib(nbytes)} in memory, more than {SHARE:.0%} of this machine's "
+            f"{gib(limit / SHARE)}; {advice}"
+        )

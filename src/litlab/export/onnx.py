@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from litlab.errors import one_line
-from litlab.ops import onnx as ops_onnx
+from litlab.ops import op as ops_onnx
 
 PROTOBUF_LIMIT = 2 * 1024**3 - 1024  # bytes a single-file ONNX can hold (protobuf limit)
 

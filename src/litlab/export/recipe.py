@@ -1,7 +1,10 @@
 """`python src/export.py ckpt_path=PATH`: rebuild the run, write each format, verify each one
-against the checkpoint (outputs and test metric), time them, and write the report."""
+against the checkpoint (outputs and test metric), time them, and write the report.
+
+export_report.md (for people) and export_report.json (for scripts)."""
 
 import hashlib
+import json
 import math
 import re
 from pathlib import Path
@@ -157,9 +160,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     import logging
 
     from litlab import tasks
-    from litlab.export import report as reporting
-    from litlab.export.judge import Judge
-    from litlab.export.verify import eager_predictor
+    from litlab.export.verify import Judge, eager_predictor
     from litlab.runs.rebuild import load_run
 
     for name in ("onnx_ir", "onnxscript", "onnxruntime"):  # their INFO lines: noise
@@ -204,7 +205,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
         "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
         "ood": {k: v for k, v in ood.items() if k not in ("model", "parts")},
     }
-    reporting.write_export_report(result, out)
+    write_export_report(result, out)
     print(f"run dir {out}  (report: export_report.md)")
     return result
 
@@ -252,3 +253,54 @@ def _latency(net, spec, out: Path, rows: dict, settings) -> tuple[dict, str]:
         unit = "whole input (graph or graph batch)"
     latency = measure_latency(net, onnx_files, make, sizes, budget_s=settings.latency.budget_s)
     return latency, unit
+
+
+# ---------------------------------------------------------------- report
+def report_markdown(r: dict) -> str:
+    lines = [
+        f"# Export report: {Path(r['checkpoint']).name}",
+        "",
+        (
+            f"kind `{r['kind']}`; checkpoint `{r['checkpoint']}` "
+            f"(sha256 `{r['metadata']['checkpoint_sha256'][:16]}...`); "
+            f"litlab {r['metadata']['litlab_version']}, torch {r['metadata']['torch_version']}"
+        ),
+        "",
+        f"## Formats (checkpoint {r['metric']}: {r['checkpoint_metric']:.4f})",
+        "",
+        (
+            f"| format | file | size (bytes) | {r['metric']} | max abs diff | max rel diff "
+            "| check | status |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for fmt, row in r["formats"].items():
+        if "metric" not in row:
+            lines.append(f"| {fmt} | {row['file']} | | | | | | FAILED: {row.get('error')} |")
+            continue
+        status = "ok" if row["ok"] else "FAILED"
+        if row.get("written") is False:
+            status = f"not written ({row['drop']:.4f} worse)"
+        lines.append(
+            f"| {fmt} | {'(none)' if row.get('written') is False else row['file']} | {row['size_bytes']:,} | {row['metric']:.4f} | "
+            f"{row['max_abs_diff']:.2e} | {row['max_rel_diff']:.2e} | {row['check']} | "
+            f"{status} |"
+        )
+    lines += [
+        "",
+        f"## Latency (ms, {r['threads']} thread(s); batch = {r['batch_unit']})",
+        "",
+        "| runtime | batch | p50 | p99 | runs |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {x['format']} | {x['batch']} | {x['p50_ms']:.3f} | {x['p99_ms']:.3f} | {x['runs']} |"
+        for x in r["latency"]
+    ]
+    lines += ["", "Timings on a shared machine are noisy; compare rows of one report only.", ""]
+    return "\n".join(lines)
+
+
+def write_export_report(result: dict, out: Path) -> None:
+    (out / "export_report.json").write_text(json.dumps(result, indent=2, default=str))
+    (out / "export_report.md").write_text(report_markdown(result))

@@ -7,7 +7,7 @@ through it as the model for your own op.
     y = matmul(x, w)                     # torch.matmul semantics, the op's kernels
     torch.ops.litlab.tiled_matmul(a, b)  # the op itself, same semantics
 
-Importing this package defines the op (`litlab.ops.onnx` has its ONNX translation); nothing is compiled until a
+Importing this package defines the op (`litlab.ops.op` has its ONNX translation); nothing is compiled until a
 kernel runs (see `build.py`).
 """
 

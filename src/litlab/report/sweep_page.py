@@ -6,7 +6,8 @@ varies, groups without replicas) is left out rather than shown empty."""
 
 from pathlib import Path
 
-from litlab.report import figures, files, groups, jobs, study
+from litlab.report import figures, files, groups, jobs
+from litlab.report import figures as study
 from litlab.report.page import Page
 
 SHOWN_METRICS = ("val/", "test/")

@@ -29,7 +29,7 @@ def load_run(
     as its run dir records (`litlab.checkpointing.data_folders`). Its weights, stored config
     and provenance are validated first (`checkpointing.load`, `config.checkpoints.check_stored`,
     `checkpointing.weights`): one line, not a traceback or a NaN model."""
-    from litlab.checkpointing import weights
+    from litlab.checkpointing import load as weights
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
 

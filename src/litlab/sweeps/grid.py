@@ -27,7 +27,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from litlab.sweeps.study_settings import MACHINE_LOCAL, override_settings
+from litlab.sweeps.optuna_search import MACHINE_LOCAL, override_settings
 
 SWEEP_RESUME = "LITLAB_SWEEP_RESUME"  # a job that continues its run dir's last.ckpt
 EXIT_SIGTERM = 128 + signal.SIGTERM

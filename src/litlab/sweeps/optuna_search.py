@@ -13,7 +13,19 @@ hydra-optuna-sweeper, which pins optuna < 3).
 - Seeded: the sampler's random state is reseeded from (seed, trial number) before each trial,
   so workers never draw the same random params and a trial's draw does not depend on which
   worker asked for it.
-"""
+
+Where an Optuna study lives: a SQLite file in the sweep dir (one machine), or a database
+server that workers on many machines share (PostgreSQL: docs/sweeps.md).
+
+A resumed Optuna study must train its new trials as its first trials were trained.
+
+The command's overrides that are not searched (`trainer.max_epochs=3`, `data.fold=2`, ...) are
+stored with the study (a user attribute) when it is created. A later command that resumes the
+study with other values would mix trials of different budgets and rank them together, with
+Optuna's "Using an existing study" as the only sign; it is refused in one line instead, unless
+resumed on purpose (`hydra.sweeper.strict_resume=false`). Keys that only say where files go or
+how much is printed (paths, hydra, extras, loggers, threads, progress bars) may differ, so
+workers on other machines can share a study."""
 
 import json
 import logging
@@ -26,8 +38,7 @@ from omegaconf import OmegaConf
 from litlab.compat import optuna as compat
 from litlab.compat.hydra import job_outcome
 from litlab.errors import UserError, one_line
-from litlab.sweeps import search_space, study_settings
-from litlab.sweeps.storage import hide_password, storage_for
+from litlab.sweeps import search_space
 from litlab.sweeps.summary_render import finite
 from litlab.utils import commands
 
@@ -122,7 +133,7 @@ def _settings(opts, arguments: list[str]) -> tuple[dict, list[str], str]:
 
 def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
     """(study, its storage URL, the sampler's seed): created, or loaded to resume it when its
-    settings match this command's (study_settings.check_study), with the known-good params queued
+    settings match this command's (check_study), with the known-good params queued
     and the trials of dead workers queued again."""
     import optuna
 
@@ -136,9 +147,7 @@ def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
         sampler=instantiate(sampler_spec),
         pruner=instantiate(opts.get("pruner")) or optuna.pruners.NopPruner(),
     )
-    study_settings.check_study(
-        study, fixed, strict=opts.get("strict_resume", True)
-    )  # no mixed budgets
+    check_study(study, fixed, strict=opts.get("strict_resume", True))  # no mixed budgets
     for params in opts.get("enqueue_trials") or []:  # known-good params to try first
         study.enqueue_trial(dict(params), skip_if_exists=True)
     requeue_interrupted(study)
@@ -297,3 +306,98 @@ def write_results(
         f"\n  {result['rerun']}",
         flush=True,
     )
+
+
+# --------------------------------------------------------------- storage
+def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None):
+    """RDB storage at `url`, or a SQLite file in the sweep dir; waits on a busy SQLite file."""
+    import time
+
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    url = url or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
+    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    heartbeat = (
+        {"heartbeat_interval": heartbeat_interval, "grace_period": 3 * heartbeat_interval}
+        if heartbeat_interval
+        else {}
+    )
+    for attempt in range(5):
+        try:
+            return url, optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except ModuleNotFoundError as err:  # e.g. mysql:// without its driver
+            raise UserError(
+                f"hydra.sweeper.storage={hide_password(url)}: its database driver is not "
+                f"installed ({err}); PostgreSQL URLs use psycopg (requirements.txt)"
+            ) from None
+        except SQLAlchemyError as err:  # workers started together race to create the tables
+            if attempt == 4:
+                raise UserError(
+                    f"hydra.sweeper.storage={hide_password(url)}: cannot use the study's "
+                    f"database ({one_line(err, limit=200)}); check that the server runs and "
+                    f"the URL (user, password, host, database) is right"
+                ) from None
+            time.sleep(0.5 * (attempt + 1))
+
+
+def hide_password(url: str) -> str:
+    """The URL with its password as `***`. Plain text, not a URL parser: a password holding an
+    unencoded `@` or `/` (not a valid URL, so any parser splits it wrongly and shows its rest)
+    is hidden whole, up to the last `@` before the query."""
+    head, sep, query = url.partition("?")
+    scheme, colon_slashes, rest = head.partition("://")
+    if not colon_slashes or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user, has_password, _ = credentials.partition(":")
+    return f"{scheme}://{user}{':***' if has_password else ''}@{host}{sep}{query}"
+
+
+# -------------------------------------------------------- study settings
+ATTR = "fixed_overrides"
+MACHINE_LOCAL = (
+    "paths.",
+    "hydra.",
+    "extras.",
+    "logger",
+    "threads",
+    "ddp_join_timeout",
+    "callbacks.rich_progress_bar",
+    "callbacks.model_summary",
+)
+
+
+def override_settings(overrides: list[str], skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """`["trainer.max_epochs=3", "~callbacks.x"]` -> `{"trainer.max_epochs": "3",
+    "callbacks.x": "(deleted)"}`, leaving out keys that start with one of `skip`."""
+    settings = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        name = key.lstrip("+~")
+        if not name.startswith(skip):
+            settings[name] = "(deleted)" if key.startswith("~") else value
+    return settings
+
+
+def check_study(study, fixed: list[str], strict: bool = True) -> None:
+    """Store the settings with a new study; compare them with a resumed one's (see above)."""
+    current = override_settings(fixed, skip=MACHINE_LOCAL)
+    stored = study.user_attrs.get(ATTR)
+    if stored is None:  # a new study (or one from before this check): these are its settings
+        study.set_user_attr(ATTR, current)
+        return
+    differ = sorted(k for k in stored.keys() | current.keys() if stored.get(k) != current.get(k))
+    if not differ:
+        return
+    changes = ", ".join(
+        f"{k}={stored.get(k, '(not set)')} then, {current.get(k, '(not set)')} now" for k in differ
+    )
+    name = study.study_name
+    if strict:
+        raise UserError(
+            f"study {name} was started with other settings ({changes}): its trials would not be "
+            f"comparable. Start a new study with hydra.sweeper.study_name={name}_2, rerun with "
+            "the study's settings, or mix them on purpose with hydra.sweeper.strict_resume=false"
+        )
+    log.warning("study %s resumed with other settings on purpose (%s)", name, changes)

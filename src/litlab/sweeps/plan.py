@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from litlab.errors import UserError, one_line
-from litlab.sweeps.study_settings import MACHINE_LOCAL, override_settings
+from litlab.sweeps.optuna_search import MACHINE_LOCAL, override_settings
 from litlab.utils import commands
 
 PLAN = "sweep_plan.json"
@@ -56,7 +56,7 @@ def without_password(override: str) -> str:
     key, sep, value = override.partition("=")
     if not sep or key.lstrip("+~") != "hydra.sweeper.storage" or "://" not in value:
         return override
-    from litlab.sweeps.storage import hide_password
+    from litlab.sweeps.optuna_search import hide_password
 
     return f"{key}={hide_password(value)}"
 

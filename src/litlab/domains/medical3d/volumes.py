@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from litlab.data import memory
+from litlab.data import base as memory
 from litlab.errors import UserError
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed, SegmentClasses
-from litlab.data import folds, memory
+from litlab.data import base as memory
+from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
 from litlab.domains.medical3d import nifti as N

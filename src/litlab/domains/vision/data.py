@@ -11,7 +11,8 @@ import torch
 from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
-from litlab.data import folds, memory
+from litlab.data import base as memory
+from litlab.data import folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
 from litlab.domains.vision.images import TensorImages, random_affine, read_image
