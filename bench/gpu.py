@@ -144,8 +144,8 @@ def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
     from litlab import tasks
     from litlab.config import build
     from litlab.config.machine import tensorrt_missing as missing
+    from litlab.export.pt2 import compile_fp16
     from litlab.export.recipe import prepare_net
-    from litlab.export.tensorrt import compile_fp16
     from litlab.runs.rebuild import LoadedRun
 
     cfg = train_config(

@@ -241,7 +241,7 @@ def test_bad_eval_command(overrides, words, fake, tmp_path, capfd):
     _check(code, err, words, tmp_path / "logs", "eval")
 
 
-# issue 34: every job of a sweep is checked before the first starts (runs/sweep_check):
+# issue 34: every job of a sweep is checked before the first starts (runs/sweep_dir):
 # (the sweep's overrides, words of the one line); nothing trained, no sweep dir
 SLOW = pytest.mark.slow  # more of the same mechanism: .ci/run's second stage
 SWEEPS = [

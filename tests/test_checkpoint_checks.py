@@ -443,7 +443,7 @@ def test_wandbs_own_links_out_of_its_earlier_runs_do_not_stop_a_resume(tmp_path)
     """wandb (offline too) links `wandb/offline-run-*/logs/debug-core.log` to ~/.cache/wandb and
     never writes into an earlier start's folder again (a resume makes a new one): that link is
     not a way out. The same folder, or `wandb` itself, linking out still is."""
-    from litlab.checkpointing.links import links_out
+    from litlab.checkpointing.atomic_io import links_out
 
     outside = tmp_path / "cache"
     outside.mkdir()

@@ -116,7 +116,7 @@ def test_a_crafted_resume_command_is_named_not_echoed_and_a_moved_sweeps_is_its_
 
 def test_a_resume_hint_with_a_path_is_one_shell_word(tmp_path):
     """`resume with ckpt_path=<run>` of a run dir whose path holds a space and a `$`."""
-    from litlab.checkpointing.links import check_links
+    from litlab.checkpointing.atomic_io import check_links
 
     run = tmp_path / "my runs $x" / "r"
     run.mkdir(parents=True)

@@ -126,7 +126,7 @@ def test_a_ratio_or_net_that_leaves_no_channels_is_one_line(args, ratio, expecte
 
 
 def test_an_int8_file_that_lost_too_much_is_removed_and_the_report_says_why(tmp_path):
-    from litlab.compression import report
+    from litlab.compression import recipe as report
 
     int8 = tmp_path / "2_quantize.onnx"
     int8.write_bytes(b"onnx")
@@ -137,7 +137,7 @@ def test_an_int8_file_that_lost_too_much_is_removed_and_the_report_says_why(tmp_
     ]
     from types import SimpleNamespace
 
-    from litlab.compression.checks import judge_int8
+    from litlab.compression.recipe import judge_int8
 
     graphs = SimpleNamespace(kind="node_classification")  # its kind allows 2%
     judge_int8(rows, "test/acc", 0.05, graphs)  # 0.77 is 96.3% of 0.80: within 5%, kept

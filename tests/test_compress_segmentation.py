@@ -9,7 +9,8 @@ import torch
 from helpers.nets import TinyResNet
 from helpers.refusals import refused
 
-from litlab.compression import distill, prune, resize
+from litlab.compression import distill, prune
+from litlab.compression import prune as resize
 from litlab.compression.recipe import compress
 from litlab.config.compose import compose
 from litlab.errors import UserError
@@ -98,7 +99,7 @@ def test_per_voxel_distillation_averages_each_voxels_class_scores():
 def test_an_int8_file_that_loses_more_dice_than_allowed_is_deleted_with_a_verdict(tmp_path):
     from types import SimpleNamespace
 
-    from litlab.compression.checks import judge_int8
+    from litlab.compression.recipe import judge_int8
 
     seg = SimpleNamespace(kind="volume_segmentation")
     for dice, kept in ((0.95, False), (0.985, True)):
@@ -131,7 +132,7 @@ def test_an_int8_file_is_judged_against_its_source_read_once_when_the_test_mirro
     from types import SimpleNamespace
 
     from litlab.compression import measure, recipe
-    from litlab.compression.checks import judge_int8
+    from litlab.compression.recipe import judge_int8
 
     seg = SimpleNamespace(kind="volume_segmentation")
     onnx = tmp_path / "1_quantize.onnx"

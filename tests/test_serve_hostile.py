@@ -237,7 +237,7 @@ def test_deadline_answers_503_with_retry_after():
     """max_request_s: a request still unanswered gets 503 + Retry-After (in-process ASGI)."""
     import asyncio
 
-    from litlab.serving.limits import Deadline
+    from litlab.serving.app import Deadline
 
     async def slow_app(scope, receive, send):
         await asyncio.sleep(5)

@@ -1,5 +1,5 @@
 """HTTP pipelining against the service as uvicorn runs it with litlab's protocol
-(litlab.serving.protocol), over a real socket on 127.0.0.1: every request received in full
+(litlab.serving.server), over a real socket on 127.0.0.1: every request received in full
 before the client's half-close is answered, in order, and the connection then closes."""
 
 import json

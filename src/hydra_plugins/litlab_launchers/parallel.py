@@ -65,7 +65,7 @@ class ParallelLauncher(Launcher):
         from omegaconf import OmegaConf
 
         from litlab.errors import UserError
-        from litlab.runs import sweep_check as launcher_check
+        from litlab.runs import sweep_dir as launcher_check
 
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
         given = OmegaConf.create({"n_jobs": self.n_jobs, "gpus_per_job": self.gpus_per_job})

@@ -3,13 +3,26 @@
 (`os.replace` is atomic on POSIX and Windows), so a reader sees the old file or the new one.
 Nor is a checkpoint written or deleted through a checkpoint folder that is a symbolic link out
 of its run dir (`<run>/checkpoints -> /elsewhere`): a resume refuses such a run dir before it
-starts (`links.check_links`), and a link made while a run goes is refused here."""
+starts (`links.check_links`), and a link made while a run goes is refused here.
 
+Nothing is written through a symbolic link that leaves a run dir. A resumed run
+(`ckpt_path=<run dir>` or `last`, a requeued job) writes its checkpoints, logs, CSV rows and
+config records into the folders of an existing run dir; one of them linking elsewhere
+(`checkpoints -> /other/folder`) would have new checkpoints written, and old ones rewritten
+or deleted, there. `check_links` refuses such a run dir in one line before Hydra writes into
+it (called with the run dir's location checks, `runs.run_dir.check_location`);
+`atomic_io` refuses a checkpoint folder that links out while a run goes."""
+
+import fnmatch
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from litlab.errors import UserError
+from litlab.utils.commands import override
 
 TMP_SUFFIX = ".tmp"
 
@@ -77,3 +90,61 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# ----------------------------------------------------------------- links
+# Folders a logger wrote for one of its earlier starts and never writes into again: wandb makes
+# a new `wandb/offline-run-<time>-<id>` (or `run-...`) at every start, resumed runs included,
+# and links its core log from inside it to `~/.cache/wandb/logs`. Such a folder is checked
+# itself (a link out is refused) but not entered: nothing is written through what it holds.
+SEALED = ("wandb/run-*", "wandb/offline-run-*")
+
+
+def _sealed(root: Path, folder: Path) -> bool:
+    relative = folder.relative_to(root).as_posix()
+    return any(fnmatch.fnmatchcase(relative, pattern) for pattern in SEALED)
+
+
+def links_out(run: Path) -> tuple[Path, Path | None] | None:
+    """(link, where it leads; None for a hard link) of the first way out of `run`, else None: a symbolic link inside
+    it whose target lies outside it, or a file hard-linked from elsewhere (it has more names
+    than the run dir holds). A resumed run writes its checkpoints, logs and config records into
+    its folders, and must never write (nor rewrite or delete old checkpoints) through one."""
+    root = Path(run).resolve()
+    names: dict[tuple, list] = {}  # (device, inode) -> [link count, paths in the run dir...]
+    for folder, dirs, files in os.walk(root):  # a linked folder is listed, never entered
+        for name in sorted([*dirs, *files]):
+            path = Path(folder) / name
+            try:
+                st = path.lstat()
+            except OSError:  # gone meanwhile
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = path.resolve()
+                except (OSError, RuntimeError):  # a loop of links: leads nowhere inside
+                    return path, Path(os.readlink(path))
+                if target != root and root not in target.parents:
+                    return path, target
+            elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                names.setdefault((st.st_dev, st.st_ino), [st.st_nlink]).append(path)
+        dirs[:] = [d for d in dirs if not _sealed(root, Path(folder) / d)]  # checked, not entered
+    for count, *paths in names.values():
+        if len(paths) < count:
+            return paths[0], None  # where its other names are is not known
+    return None
+
+
+def check_links(run: Path) -> None:
+    """One line when a run to resume holds a link out of it (`links_out`): checked with the
+    run dir's location (`runs.run_dir.check_location`), before Hydra writes into it."""
+    found = links_out(run)
+    if found is not None:
+        link, target = found
+        raise UserError(
+            f"cannot resume {run}: {link.relative_to(Path(run).resolve())} is "
+            + (f"a symbolic link to {target}" if target else "a hard link to a file elsewhere")
+            + ", outside the run dir, and litlab writes nothing through a link that "
+            f"leaves its run dir; replace the link with the folder's contents, or start a new "
+            f"run from its checkpoint: {override('ckpt_path', Path(run) / 'checkpoints' / 'last.ckpt')}"
+        )

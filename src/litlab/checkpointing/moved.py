@@ -34,6 +34,7 @@ MOVED = {
     "litlab.loggers.run_ids": "litlab.loggers",
     "litlab.callbacks.progress": "litlab.callbacks.summary",
     "litlab.callbacks.lr_monitor": "litlab.callbacks.summary",
+    "litlab.compression.resize": "litlab.compression.prune",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -65,7 +65,7 @@ NET_FUNCTIONS = (
     "litlab.domains.vision.nets.resnet.resnet18",
     "litlab.domains.medical3d.nets.resnet3d.resnet3d",
     "litlab.domains.medical3d.nets.unet3d.unet3d",
-    "litlab.compression.resize.resized_net",  # a pruned net: base_target is checked as a net
+    "litlab.compression.prune.resized_net",  # a pruned net: base_target is checked as a net
 )
 HYDRA_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
 MAX_DEPTH, MAX_NODES = 32, 200_000
@@ -239,7 +239,7 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
     kinds, functions = _kinds_at(path)
     key, target = f"{where}_target_", node["_target_"]
     why = target_refusal(target, kinds, functions)
-    if why is None and target == "litlab.compression.resize.resized_net":
+    if why is None and target == "litlab.compression.prune.resized_net":
         functions = tuple(f for f in NET_FUNCTIONS if f != target)
         key, target = f"{where}base_target", node.get("base_target")
         why = target_refusal(target, PARTS, functions)

@@ -6,7 +6,7 @@
   sweep summary and the Optuna sweeper record failed jobs and go on);
 - `BasicSweeper.split_arguments`: the jobs of a grid sweep, in Hydra's basic sweeper's order
   (litlab's grid sweeper runs them so: sweeps/grid; every job is checked before the first
-  starts: runs/sweep_check, which knows the basic sweeper by its `_target_`, `BASIC_SWEEPER`).
+  starts: runs/sweep_dir, which knows the basic sweeper by its `_target_`, `BASIC_SWEEPER`).
 - `hydra._internal.config_repository.ConfigRepository`: rebuilt over a code snapshot's
   configs (sweeps/snapshot).
 """

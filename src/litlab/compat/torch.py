@@ -10,7 +10,7 @@
 - an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/op);
 - `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._NormBase`: the bases of every
   convolution and batch or instance norm, whose channels compression resizes
-  (compression/resize).
+  (compression/prune).
 """
 
 import functools

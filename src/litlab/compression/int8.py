@@ -52,7 +52,7 @@ def quantize_graph_net(
 def graph_latency(model, dm, files: dict, budget_s: float) -> dict:
     """{"onnx_fp32_b1": ms, "onnx_b1": ms}: one whole input (the graph, or a test batch of
     graphs) per call, as export times graph nets."""
-    from litlab.export.latency import measure_latency
+    from litlab.export.verify import measure_latency
 
     spec = _spec(model, dm)
     rows = measure_latency(None, files, lambda b: spec.example, (1,), budget_s=budget_s)

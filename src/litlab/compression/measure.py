@@ -81,7 +81,7 @@ def file_metadata(run_cfg: dict, datamodule, input_names: list[str]) -> dict:
 
 def latency(net, onnx_files: dict, datamodule, batch_sizes, budget_s: float) -> dict:
     """{"eager_b1": ms, "onnx_b64": ms, ...}: median latency per format and batch size."""
-    from litlab.export.latency import measure_latency
+    from litlab.export.verify import measure_latency
 
     sample = example(datamodule, 1)[0]
     rows = measure_latency(

@@ -1,15 +1,23 @@
 """Pruning. Structured (Torch-Pruning): whole channels go, so tensors shrink and the net gets
 smaller and faster. Unstructured (Lightning's ModelPruning): single weights are zeroed; the
-tensors keep their shapes, so the file and the dense kernels stay as big and as slow."""
+tensors keep their shapes, so the file and the dense kernels stay as big and as slow.
+
+Rebuild a structurally pruned net from config, so eval.py, export and resume need nothing
+but the checkpoint: the pruned run config names the original net factory and the new shapes
+of the layers pruning changed, and `resized_net` builds the original, then resizes them.
+
+    net: {_target_: litlab.compression.prune.resized_net, base_target: <original factory>,
+          base_kwargs: {...}, shapes: {"layer1.0.conv1": [in, out, groups], "bn1": [n], ...}}"""
 
 import copy
+import inspect
 import math
 
+import torch
 from torch import nn
 
 from litlab.compat.torch import resizable_bases
 from litlab.compat.torch_pruning import first_known_channels, group_root
-from litlab.compression import resize
 from litlab.errors import UserError
 
 _CONVOLUTION = resizable_bases()[0]  # every convolution's base, transposed too
@@ -24,7 +32,7 @@ def count_parameters(net: nn.Module) -> tuple[int, int]:
 def _heads(net: nn.Module, num_classes: int | None) -> list[nn.Module]:
     """The output layers (their outputs are the classes): never pruned."""
     layers = [m for m in net.modules() if isinstance(m, (nn.Linear, _CONVOLUTION))]
-    heads = [m for m in layers if (resize.shape_of(m) or [0, 0])[1] == num_classes]
+    heads = [m for m in layers if (shape_of(m) or [0, 0])[1] == num_classes]
     return heads or layers[-1:]
 
 
@@ -50,7 +58,7 @@ def most_channels(net: nn.Module, round_to: int | None, num_classes) -> float:
     `round_to` above a layer's width, empties it."""
     heads = set(_heads(net, num_classes))
     widths = {
-        name: resize.shape_of(m)[1]
+        name: shape_of(m)[1]
         for name, m in net.named_modules()
         if isinstance(m, (nn.Linear, _CONVOLUTION)) and m not in heads
     }
@@ -113,8 +121,8 @@ def structured(
     num_classes: int | None = None,
 ) -> dict[str, list[int]]:
     """Prune `net` in place, in `steps` rounds, to at most `ratio` of its parameters; returns
-    the changed layer shapes (what `resize.resized_net` needs to rebuild it)."""
-    before = resize.all_shapes(net)
+    the changed layer shapes (what `resized_net` needs to rebuild it)."""
+    before = all_shapes(net)
     was_training = net.training
     net.eval()  # the dependency graph traces a forward; BN statistics must not move
     # (no torch.no_grad: the dependency graph is traced through autograd)
@@ -124,7 +132,7 @@ def structured(
         for _ in range(steps):
             pruner.step()
     net.train(was_training)
-    return resize.changed_shapes(before, net)
+    return changed_shapes(before, net)
 
 
 def copy_kept_channels(
@@ -137,7 +145,7 @@ def copy_kept_channels(
     False, and `student` untouched, where the pruned teacher does not have the student's tensor
     shapes or Torch-Pruning cannot trace the net."""
     net = copy.deepcopy(teacher).eval()  # traced, not trained: no statistics move
-    widths = {name: resize.shape_of(m) for name, m in student.named_modules()}
+    widths = {name: shape_of(m) for name, m in student.named_modules()}
     try:
         _prune_to(net, widths, example_inputs, norm)
     except Exception:  # noqa: BLE001 (a net it cannot trace: the student keeps its own start)
@@ -162,7 +170,7 @@ def _prune_to(net: nn.Module, widths: dict, example_inputs, norm: int) -> None:
         graph = tp.DependencyGraph().build_dependency(net, example_inputs)
         for group in graph.get_all_groups():
             root = group_root(group)
-            have, want = resize.shape_of(root), widths.get(names[root])
+            have, want = shape_of(root), widths.get(names[root])
             if want is None or len(want) != len(have) or want[1] >= have[1]:
                 continue
             order = torch.argsort(importance(group))  # least important first
@@ -171,11 +179,11 @@ def _prune_to(net: nn.Module, widths: dict, example_inputs, norm: int) -> None:
 
 def pruned_net_config(net_cfg: dict, shapes: dict[str, list[int]]) -> dict:
     """The stored net config of a pruned net: the original factory plus the new shapes."""
-    if net_cfg.get("_target_") == "litlab.compression.resize.resized_net":  # pruned twice
+    if net_cfg.get("_target_") == "litlab.compression.prune.resized_net":  # pruned twice
         return {**net_cfg, "shapes": {**net_cfg["shapes"], **shapes}}
     kwargs = {k: v for k, v in net_cfg.items() if k != "_target_"}
     return {
-        "_target_": "litlab.compression.resize.resized_net",
+        "_target_": "litlab.compression.prune.resized_net",
         "base_target": net_cfg["_target_"],
         "base_kwargs": kwargs,
         "shapes": shapes,
@@ -211,3 +219,78 @@ def unstructured_callback(ratio: float, epochs: int):
         make_pruning_permanent=True,
         verbose=0,
     )
+
+
+# ---------------------------------------------------------------- resize
+_ConvNd, _NormBase = resizable_bases()  # batch and instance norms
+
+RESIZABLE = (_ConvNd, nn.Linear, _NormBase)
+
+
+def shape_of(module: nn.Module) -> list[int] | None:
+    """The sizes that structured pruning changes in a layer (None: not a resizable layer)."""
+    if isinstance(module, _ConvNd):  # transposed too (a U-Net's up path)
+        return [module.in_channels, module.out_channels, module.groups]
+    if isinstance(module, nn.Linear):
+        return [module.in_features, module.out_features]
+    if isinstance(module, _NormBase):
+        return [module.num_features]
+    return None
+
+
+def changed_shapes(before: dict[str, list[int]], net: nn.Module) -> dict[str, list[int]]:
+    """{layer name: new shape} of the layers whose shape differs from `before`."""
+    return {
+        name: shape_of(m)
+        for name, m in net.named_modules()
+        if shape_of(m) is not None and shape_of(m) != before.get(name)
+    }
+
+
+def all_shapes(net: nn.Module) -> dict[str, list[int]]:
+    return {name: shape_of(m) for name, m in net.named_modules() if shape_of(m) is not None}
+
+
+def resize_(module: nn.Module, shape: list[int]) -> None:
+    """Give a layer new sizes in place, freshly initialized (a checkpoint then fills them)."""
+    if isinstance(module, _ConvNd):
+        module.in_channels, module.out_channels, module.groups = shape
+        size = (module.out_channels, module.in_channels // module.groups, *module.kernel_size)
+        if module.transposed:  # its weight is (in, out / groups, *kernel)
+            size = (module.in_channels, module.out_channels // module.groups, *module.kernel_size)
+        module.weight = nn.Parameter(torch.empty(size))
+        if module.bias is not None:
+            module.bias = nn.Parameter(torch.empty(module.out_channels))
+    elif isinstance(module, nn.Linear):
+        module.in_features, module.out_features = shape
+        module.weight = nn.Parameter(torch.empty(module.out_features, module.in_features))
+        if module.bias is not None:
+            module.bias = nn.Parameter(torch.empty(module.out_features))
+    elif isinstance(module, _NormBase):
+        module.num_features = n = shape[0]
+        if module.affine:
+            module.weight, module.bias = nn.Parameter(torch.empty(n)), nn.Parameter(torch.empty(n))
+        if module.track_running_stats:
+            module.running_mean, module.running_var = torch.zeros(n), torch.ones(n)
+    module.reset_parameters()
+
+
+def resized_net(base_target: str, base_kwargs: dict, shapes: dict[str, list[int]], **dims):
+    """The net `base_target(**base_kwargs, **dims)` with the layers in `shapes` resized.
+    `dims`: the datamodule's (in_channels, num_classes, a table's statistics, ...), of which
+    the base factory gets those it names, as the run's own net got them."""
+    import hydra
+
+    factory = hydra.utils.get_object(base_target)
+    accepted = inspect.signature(factory).parameters
+    net = factory(
+        **base_kwargs, **{k: v for k, v in dims.items() if k in accepted and v is not None}
+    )
+    modules = dict(net.named_modules())
+    for name, shape in shapes.items():
+        resize_(modules[name], list(shape))
+    return net
+
+
+#: the run's builder hands this factory every dim (litlab.config.build: `_accepted`)
+resized_net.passes_dims_on = True

@@ -1,10 +1,20 @@
 """The compress recipe: rebuild a run from its checkpoint, apply the chosen steps in order
-(prune, distill, quantize), and measure the original and every step into a report."""
+(prune, distill, quantize), and measure the original and every step into a report.
 
+compress_report.json (all numbers) and compress_report.md (the table a README can show).
+
+What a compression chain is judged by and what it refuses before it starts: the task
+kind's metric (`Kind.compress_metric`: segmentation's Dice, not the monitor), the int8
+file's allowed loss, and the bad settings of the first steps (a pruning ratio that would empty
+layers, a student larger than its teacher: `students.smaller_student`), found before the
+original is measured: its checkpoint is finished work, and a run dir holding one is kept."""
+
+import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from litlab import tasks
 from litlab.checkpointing.trust import shown
 from litlab.errors import UserError
 
@@ -28,7 +38,7 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     source checkpoint, data overrides, seed, trainer and report settings (where this command
     sets none; one it sets otherwise is refused), and which step resumes from which
     checkpoint. Callbacks and logger come from the command line, as with train.py."""
-    from litlab.checkpointing import links
+    from litlab.checkpointing import atomic_io as links
     from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
@@ -105,7 +115,7 @@ def compress(cfg: DictConfig) -> list[dict]:
     import lightning as L
     import torch
 
-    from litlab.compression import checks, report, steps
+    from litlab.compression import steps
     from litlab.runs import summary as run_report
     from litlab.runs.rebuild import load_run
 
@@ -115,7 +125,7 @@ def compress(cfg: DictConfig) -> list[dict]:
     run = load_run(cfg.ckpt_path, dict(cfg.data_overrides), trust=trust, data_dir=data_dir)
     L.seed_everything(cfg.seed, workers=True)
     dm = run.datamodule
-    metric = checks.judged_by(dm, run.config.model.monitor)
+    metric = judged_by(dm, run.config.model.monitor)
     context = {
         "source": str(cfg.ckpt_path),
         "steps": list(cfg.compress),
@@ -131,7 +141,7 @@ def compress(cfg: DictConfig) -> list[dict]:
         steps.check_teacher(teacher, stage.run_cfg, dm)  # before anything is measured
     if "prune" in cfg.compress and not resume:  # a ratio no graph net can reach: one line now
         steps.check_graph_prune(stage, cfg.compress.prune, dm)
-    checks.precheck(stage, teacher, cfg, dm)  # the first checkpoint makes a run dir to keep
+    precheck(stage, teacher, cfg, dm)  # the first checkpoint makes a run dir to keep
     rows = [_measure(stage, cfg, dm, out, 0, metric)]
     for index, name in enumerate(cfg.compress, start=1):
         step, done = cfg.compress[name], out / f"{index}_{name}.ckpt"
@@ -148,8 +158,8 @@ def compress(cfg: DictConfig) -> list[dict]:
         rows.append(_measure(stage, cfg, dm, out, index, metric))
         if stage.quantized:  # an int8 file that lost more than allowed is not kept
             read_once = _fp32_read_once(stage, dm, metric)
-            checks.judge_int8(rows, metric, step.get("max_drop"), dm, read_once)
-        report.write_compress_report(rows, metric, out, context)
+            judge_int8(rows, metric, step.get("max_drop"), dm, read_once)
+        write_compress_report(rows, metric, out, context)
     print((out / "compress_report.md").read_text(), flush=True)
     return rows
 
@@ -208,3 +218,132 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
         else {}
     )
     return measure.stage_row(stage.name, stage.model.net, ckpt, stage.onnx, value, metric, lat)
+
+
+# ---------------------------------------------------------------- report
+NOTE = (
+    "Unstructured pruning only zeroes weights: tensors keep their shapes, so the checkpoint, "
+    "the ONNX file and dense kernels stay as big and as slow (compare `nonzero_params` with "
+    "`params`); structured pruning removes channels, which shrinks both."
+)
+
+COLUMNS = [
+    ("stage", "stage"),
+    ("params", "params"),
+    ("nonzero_params", "non-zero"),
+    ("checkpoint_mb", "ckpt MB"),
+    ("onnx_mb", "ONNX MB"),
+]
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4f}" if value < 1 else f"{value:.2f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def markdown_table(rows: list[dict], metric: str) -> str:
+    """A markdown table: size, metric (and its share of the original's), latencies."""
+    lat = sorted(
+        {k for r in rows for k in r if k.startswith("latency_ms_")},
+        key=lambda k: (not k.startswith("latency_ms_eager"), int(k.rsplit("_b", 1)[1])),
+    )
+    head = (
+        [h for _, h in COLUMNS]
+        + [metric, "vs original"]
+        + [k.removeprefix("latency_ms_").replace("_b", " b") + " ms" for k in lat]
+    )
+    ref = rows[0].get(metric)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        share = r.get(metric) / ref if ref and r.get(metric) is not None else None
+        cells = (
+            [_cell(r.get(k)) for k, _ in COLUMNS]
+            + [_cell(r.get(metric)), f"{share:.1%}" if share is not None else "n/a"]
+            + [_cell(r.get(k)) for k in lat]
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_compress_report(rows: list[dict], metric: str, out: Path, context: dict) -> Path:
+    """Write both files (after every step, so an interrupted chain keeps what it measured)."""
+    (out / "compress_report.json").write_text(
+        json.dumps({"metric": metric, "stages": rows, **context}, indent=2)
+    )
+    md = [
+        f"# Compression report: {context.get('source', '')}",
+        "",
+        markdown_table(rows, metric),
+        "",
+        f"Latency: median ms per call on {context.get('threads', '?')} CPU thread(s); "
+        "`onnx` = ONNX Runtime." + (" " + NOTE if context.get("unstructured") else ""),
+        "",
+        *[f"**{r['stage']}**: {r['verdict']}\n" for r in rows if r.get("verdict")],
+    ]
+    (out / "compress_report.md").write_text("\n".join(md))
+    return out / "compress_report.md"
+
+
+# ---------------------------------------------------------------- checks
+def judged_by(datamodule, monitor: str) -> str:
+    """`test/<metric>`: the kind's compression metric, else the model's monitor's name."""
+    own = tasks.of(datamodule).compress_metric
+    return "test/" + (own or str(monitor).split("/", 1)[-1])
+
+
+def precheck(stage, teacher, cfg, dm) -> None:
+    """One line for what the chain's first structured pruning or its distillation would
+    refuse, before anything is written."""
+    from litlab.compression import measure, prune, steps
+
+    chain = list(cfg.compress)
+    first = cfg.compress[chain[0]]
+    # graphs are pruned by width: steps.check_graph_prune
+    graph = not tasks.of(dm).batched_tensor
+    if chain[0] == "prune" and first.method == "structured" and not graph:
+        tasks.of(dm).refuse_compression("prune_structured")
+        num_classes = dm.dims.get("num_classes")
+        example = (measure.example(dm),)
+        prune.check_reachable(
+            stage.model.net, example, float(first.ratio), first.round_to,
+            first.importance_norm, num_classes,
+        )  # fmt: skip
+    if "distill" in chain:
+        source = teacher or stage
+        steps.student_config(cfg.compress.distill, source.run_cfg["model"], stage.run_cfg, dm)
+
+
+def judge_int8(
+    rows: list[dict], metric: str, max_drop: float | None, dm, read_once: float | None = None
+) -> None:
+    """The int8 row against the stage it was quantized from: past the allowed share of its
+    metric (compress.quantize.max_drop, else the task kind's), the file is deleted and the
+    row's verdict says why; within it, the verdict says it is kept. `read_once`: that stage's
+    fp32 file read as the int8 file is, where its own test reads each input several times
+    (test-time mirroring, which no exported file does): the share is taken of it."""
+    allowed = max_drop if max_drop is not None else tasks.of(dm).quantize_max_drop
+    int8, source = rows[-1], rows[-2]
+    before, after = source.get(metric), int8.get(metric)
+    if before is None or after is None:
+        return
+    how = ""
+    if read_once is not None:
+        how = f" read once as the int8 file is (its own test, with mirrored reads: {before:.4f})"
+        before = read_once
+    kept = after >= (1 - allowed) * before
+    share = after / before if before else float("nan")
+    int8["verdict"] = (
+        f"int8 {'kept' if kept else 'not kept'}: {metric} {after:.4f} is {share:.1%} of "
+        f"the {source['stage']} stage's {before:.4f}{how} (allowed: >= {1 - allowed:.0%}, "
+        f"compress.quantize.max_drop={allowed:g})"
+    )
+    if not kept:
+        Path(int8["onnx"]).unlink(missing_ok=True)
+        int8["onnx"] = None
+        int8["verdict"] += (
+            f"; the file is deleted, {source['stage']}'s fp32 files are the ones to use"
+        )
+    print(int8["verdict"], flush=True)

@@ -186,9 +186,9 @@ def graph_structured(stage: Stage, run_cfg: dict, step, dm):
 def student_config(step, teacher_model_cfg: dict, run_cfg: dict, dm) -> dict:
     """The student's model config: a full model config (`_target_`) as given; else keys merged
     onto the teacher's (none: the teacher's own), narrowed until it has at most
-    `max_params_ratio` of the teacher's parameters (litlab.compression.students). One taken
+    `max_params_ratio` of the teacher's parameters (litlab.compression.distill). One taken
     as given may not have more parameters than its teacher (one line)."""
-    from litlab.compression.students import fitting_student, smaller_student
+    from litlab.compression.distill import fitting_student, smaller_student
 
     given = step.get("student")
     student = OmegaConf.to_container(given, resolve=True) if given is not None else {}

@@ -1,12 +1,24 @@
-"""Seeded, stratified index splits shared by the domains' datamodules."""
+"""Seeded, stratified index splits shared by the domains' datamodules.
+
+k-fold cross-validation, the same on every domain: `num_folds=K fold=i` makes fold i of a
+seeded stratified K-fold split the test set and carves the validation set from the other folds.
+
+Fold membership is a function of (seed, K, the items' labels in their stored order) only, so the
+K runs of `-m data.num_folds=K 'data.fold=range(K)'` see disjoint test folds that cover every
+item once. The checks here run twice: from the datamodules' `check_settings` (before anything is
+written, for every job of a sweep, with labels when they can be read cheaply) and again from
+`setup` with the labels actually read (data that had to be downloaded first)."""
 
 import json
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 
+from litlab.bounds import Ge
 from litlab.errors import UserError
+from litlab.tasks.units import dominant_structure
 
 
 def stratified_split(
@@ -89,3 +101,125 @@ def write_split(path: Path, sources: dict[str, list]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+# ----------------------------------------------------------------- folds
+#: `null` keeps a datamodule's own split; an integer K >= 2 asks for K-fold cross-validation
+NumFolds = Annotated[int | None, Ge(2), "null (the usual split) or an integer >= 2"]
+
+
+def check_fold(settings: dict, key: str) -> None:
+    """`fold` names one of the `num_folds` folds; a fold without k-fold is a mistake, not 0."""
+    folds, fold = settings.get("num_folds"), settings.get("fold", 0)
+    if folds is None:
+        if fold:
+            raise UserError(
+                f"{key}.fold={fold} needs k-fold cross-validation: set {key}.num_folds to an "
+                f"integer > {fold} (e.g. {key}.num_folds=5), or leave {key}.fold=0"
+            )
+        return
+    if not 0 <= fold < folds:
+        raise UserError(
+            f"{key}.fold={fold} is not valid; choose 0 to {folds - 1} ({key}.num_folds={folds})"
+        )
+
+
+def check_labels(labels, settings: dict, key: str, what: str, pool: str = "samples") -> None:
+    """Every test fold needs an item of each class: num_folds <= the smallest class."""
+    folds = settings.get("num_folds")
+    if folds is None or labels is None:
+        return
+    labels = np.asarray(labels).reshape(-1)
+    smallest = int(np.unique(labels, return_counts=True)[1].min()) if len(labels) else 0
+    if folds > smallest:
+        use = f"use 2 to {smallest}" if smallest >= 2 else "k-fold is not possible"
+        raise UserError(
+            f"{key}.num_folds={folds} is too many for {what} ({len(labels)} {pool}, "
+            f"smallest class {smallest}); {use}"
+        )
+
+
+def check_count(count: int, settings: dict, key: str, what: str, pool: str) -> None:
+    """Outside each test fold, at least 2 items are left: one to train on, one to validate."""
+    folds = settings.get("num_folds")
+    if folds is None:
+        return
+
+    def leaves_two(k: int) -> bool:  # the largest test fold has ceil(count / k) items
+        return count - -(-count // k) >= 2
+
+    if folds > count or not leaves_two(folds):
+        good = [k for k in range(2, count + 1) if leaves_two(k)]
+        valid = f"use 2 to {max(good)}" if good else "too few for any k-fold split"
+        raise UserError(
+            f"{key}.num_folds={folds} is too many for {what} ({count} {pool}): each test fold "
+            f"must leave 2 {pool} to train and validate on; {valid}"
+        )
+
+
+def fold_split(
+    labels, num_folds: int, fold: int, seed: int, val_fraction: float, pool: str = "samples"
+) -> dict[str, np.ndarray]:
+    """Indices {train, val, test}: fold `fold` tests; `val_fraction` of the other folds
+    (stratified) validates; the rest trains."""
+    labels = np.asarray(labels).reshape(-1)
+    rest, test = stratified_folds(labels, num_folds, fold, seed)
+    fit, val = stratified_split(
+        labels[rest], val_fraction, seed, "data.val_fraction", f"{pool} outside the test fold"
+    )
+    return {"train": np.sort(rest[fit]), "val": np.sort(rest[val]), "test": np.sort(test)}
+
+
+def settings_split(labels, h, what: str, pool: str) -> dict[str, np.ndarray]:
+    """`fold_split` by a datamodule's hparams, once the labels are read (data downloaded after
+    the settings were checked is checked here)."""
+    check_labels(labels, h, "data", what, pool)
+    return fold_split(labels, h.num_folds, h.fold, h.seed, h.val_fraction, pool)
+
+
+def volume_split(label_maps, h, what: str) -> dict[str, list[int]]:
+    """Segmentation volumes by fold, stratified by their dominant structures."""
+    check_count(len(label_maps), h, "data", what, "volumes")
+    strata = pooled_strata([dominant_structure(m) for m in label_maps], h.num_folds)
+    split = fold_split(strata, h.num_folds, h.fold, h.seed, h.val_fraction, "volumes")
+    return {k: v.tolist() for k, v in split.items()}
+
+
+def pooled_strata(strata, num_folds: int) -> np.ndarray:
+    """Strata with fewer members than folds cannot be spread over every fold: they join the
+    most common stratum (volumes are never refused for an unusual structure)."""
+    strata = np.asarray(strata).reshape(-1)
+    values, counts = np.unique(strata, return_counts=True)
+    common = values[counts.argmax()]
+    rare = values[counts < num_folds]
+    return np.where(np.isin(strata, rare), common, strata)
+
+
+class FoldSettings:
+    """The k-fold checks of a datamodule, before anything is written: `config.validate` calls
+    `check_settings` (through the targets' hook). A subclass tells what it knows without work:
+    `fold_count` (items) and `fold_labels` (their classes), None when only `setup` can tell."""
+
+    data_name = "the data"  # how error lines name it
+    fold_pool = "samples"  # what its items are
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> None:
+        cls.check_folds(settings, key, cls.fold_count(settings))
+
+    @classmethod
+    def check_folds(cls, settings: dict, key: str, count: int | None) -> None:
+        check_fold(settings, key)
+        if settings.get("num_folds") is None:
+            return
+        if count is not None:
+            check_count(count, settings, key, cls.data_name, cls.fold_pool)
+        check_labels(cls.fold_labels(settings), settings, key, cls.data_name, cls.fold_pool)
+
+    @classmethod
+    def fold_count(cls, settings: dict) -> int | None:
+        return None
+
+    @classmethod
+    def fold_labels(cls, settings: dict) -> list | None:
+        return None

@@ -128,7 +128,7 @@ def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
             op_types=tasks.of(spec).int8_op_types,
         )
     elif fmt == "tensorrt":
-        from litlab.export import tensorrt
+        from litlab.export import pt2 as tensorrt
 
         tensorrt.export_tensorrt(net, spec.example, path, meta)
 
@@ -240,7 +240,7 @@ def _export_format(fmt: str, net, spec, path: Path, meta, settings, judge) -> di
 
 def _latency(net, spec, out: Path, rows: dict, settings) -> tuple[dict, str]:
     """Latency of the eager net and of each verified ONNX file, and the unit of a batch."""
-    from litlab.export.latency import measure_latency
+    from litlab.export.verify import measure_latency
 
     onnx_files = {f: out / FILES[f] for f in ("onnx", "onnx_int8") if rows.get(f, {}).get("ok")}
     if spec.dynamic[spec.input_names[0]].get(0) == "batch":

@@ -54,7 +54,7 @@ def _own_settings(cfg: DictConfig) -> tuple[dict, dict]:
     """A resume continues the run as it was started (`python src/federate.py ckpt_path=<run
     dir>`, as printed on a stop): its checkpoint and round state, checked as data, and its
     settings taken into `cfg` where this command does not set them (`state.own_settings`)."""
-    from litlab.checkpointing import links
+    from litlab.checkpointing import atomic_io as links
     from litlab.federated import state
 
     path = Path(cfg.ckpt_path)

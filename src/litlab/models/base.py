@@ -106,7 +106,7 @@ class LitModule(L.LightningModule):
     def test_reads(self) -> int:
         """How many reads of each test input the test step averages (test-time augmentation):
         an exported file reads once, so an int8 file is judged against its fp32 source read
-        the same way when this is more than 1 (compression/checks.judge_int8)."""
+        the same way when this is more than 1 (compression/recipe.judge_int8)."""
         return 1
 
     def setup(self, stage: str) -> None:

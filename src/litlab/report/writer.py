@@ -57,11 +57,11 @@ def build(folder: Path, kind: str) -> str:
     shown = folder.resolve().name if Path(shown).is_absolute() else shown
     page = Page(f"litlab {kind} report: {folder.name}", f"{shown} (written {stamp})")
     if kind == "run":
-        from litlab.report.run_page import add_run
+        from litlab.report.page import add_run
 
         add_run(page, folder)
     else:
-        from litlab.report.sweep_page import add_sweep
+        from litlab.report.page import add_sweep
 
         add_sweep(page, folder)
     return page.html()

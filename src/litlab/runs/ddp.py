@@ -17,16 +17,7 @@ most of it rank 1's start-up while rank 0 waited). Lightning then finds the rank
 `finish` ends a run cleanly: it destroys the process group while all ranks are alive, waits for
 the child ranks and fails when one failed. Plain Lightning does neither: rank 0, which hosts the
 rendezvous store, can exit while the other ranks' gloo threads still tear down against it (the
-likely cause of `terminate called without an active exception`; bench/ddp.py --stress).
-
-The Lightning side of `runs.ddp.lifecycle`: a callback that joins the Trainer to the ranks
-started early. A module-level class, so that `trainer=ddp_spawn` can pickle it to its workers.
-
-A rank whose peer died: one line of its own, not a traceback per rank.
-
-When a process of a multi-process job dies (a node lost, out of memory, `kill -9`), the others
-fail at their next collective with gloo's or NCCL's low-level error. `peer_lost` turns that
-error into `PeerLost`, which every rank prints (on another node it is the only line there)."""
+likely cause of `terminate called without an active exception`; bench/ddp.py --stress)."""
 
 import contextlib
 import logging
@@ -36,8 +27,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
-
-from lightning.pytorch.callbacks import Callback
 
 from litlab.errors import UserError, one_line
 from litlab.runs import ddp_join, ddp_start
@@ -272,7 +261,7 @@ class _Run:
     def callback(self):
         """A Lightning callback for `build.trainer(..., extra_callbacks=[...])`: it makes DDP
         children re-run this job (`install_child_command`), then at setup attaches and describes the ranks."""
-        from litlab.runs.ddp import DDPLifecycle
+        from litlab.runs.ddp_callback import DDPLifecycle
 
         install_child_command(self.script)
         return DDPLifecycle(self, attach, describe_ranks)
@@ -305,19 +294,6 @@ def lifecycle(cfg, script):
             finish(run.trainer)  # all ranks end together; fails if a child rank failed
         else:
             _restore_env()
-
-
-# ---------------------------------------------------------- ddp callback
-class DDPLifecycle(Callback):
-    def __init__(self, run, attach, describe):
-        self.run = run  # the lifecycle's `_Run`: script, config, and the Trainer once joined
-        self.attach, self.describe = attach, describe  # runs.ddp's (passed in: no cycle)
-
-    def setup(self, trainer, pl_module, stage: str) -> None:
-        if self.run.trainer is None:  # fit, then test: the ranks join once
-            self.run.trainer = trainer
-            self.attach(trainer)
-            self.describe(trainer, self.run.cfg.data.get("batch_size"))
 
 
 # ------------------------------------------------------------- ddp peers

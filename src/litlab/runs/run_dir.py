@@ -64,7 +64,7 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
     if not multirun:
         _check_run_files(cfg, out, log_dir)
     if not multirun and Path(out).is_dir():  # a resumed run: nothing through a link out of it
-        from litlab.checkpointing.links import check_links
+        from litlab.checkpointing.atomic_io import check_links
 
         check_links(Path(out))
 
@@ -155,8 +155,9 @@ class Guard(Callback):
         """Also the sweep dir (its own, locked: sweep_dir) and every job of the sweep
         (sweep_check), before the sweeper writes anything."""
         from litlab.config import validate
-        from litlab.runs import sweep_check, sweep_dir
-        from litlab.runs import sweep_check as launcher_check
+        from litlab.runs import sweep_dir
+        from litlab.runs import sweep_dir as launcher_check
+        from litlab.runs import sweep_dir as sweep_check
 
         self._stop_on_error(lambda: check_location(config, multirun=True))
         self._stop_on_error(

@@ -1,21 +1,30 @@
 """Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first), with the
-connection limits of litlab.serving.protocol and the settings of litlab.config.entries.ServeSettings.
+connection limits of litlab.serving.server and the settings of litlab.config.entries.ServeSettings.
 
 SIGTERM and Ctrl-C stop accepting, answer every request already accepted (within
 drain_timeout_s), close the port and return normally (exit 0): uvicorn would re-raise the
-signal after its graceful shutdown, which kills the process with the signal's status."""
+signal after its graceful shutdown, which kills the process with the signal's status.
+
+uvicorn's httptools protocol with the connection limits it lacks, answered with the API's
+JSON error shape: a header size limit (431), a request-read timeout from the first byte to
+the last of each request (408: slowloris, bodies shorter than their Content-Length), an idle
+timeout from the connection's start (uvicorn's keep-alive timer starts only after a first
+response), pipelined requests answered after the client's half-close, a maximum of open connections (503 with Retry-After, then closed: file descriptors
+stay available), malformed HTTP as a JSON 400, and a drain that lets a request whose head is
+half received finish instead of resetting it."""
 
 import json
 import os
 from pathlib import Path
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from litlab.compat.uvicorn import forget_captured_signals
 from litlab.config.after_training import ServeSettings
 from litlab.errors import UserError
 
-PROTOCOL = "litlab.serving.protocol:GuardedProtocol"
+PROTOCOL = "litlab.serving.server:GuardedProtocol"
 
 
 class DrainingServer(uvicorn.Server):
@@ -95,3 +104,165 @@ def app_from_env():
 
     path, settings = json.loads(os.environ["LITLAB_SERVE"])
     return create_app(path, ServeSettings(**settings))
+
+
+# -------------------------------------------------------------- protocol
+def response(status: int, reason: str, message: str, retry_after: int | None = None) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    head = [
+        f"HTTP/1.1 {status} {reason}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *([f"retry-after: {retry_after}"] if retry_after is not None else []),
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    def __init__(self, config, server_state, app_state, _loop=None):
+        super().__init__(config, server_state, app_state, _loop)
+        self.limits = config.litlab_settings
+        self.head_bytes, self.head_size, self.reading_head = 0, 0, True
+        self.read_timer = None
+        self.draining = self.refused = False
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        limits = self.limits
+        if len(self.connections) > limits.max_connections:
+            self.refused = True
+            transport.write(
+                response(
+                    503,
+                    "Service Unavailable",
+                    f"The server holds its limit of {limits.max_connections} connections; "
+                    "retry later.",
+                    limits.retry_after_s,
+                )
+            )
+            if transport.can_write_eof():
+                transport.write_eof()  # the client reads the 503; its request is discarded
+            self.loop.call_later(1.0, transport.close)
+            return
+        # idle from the start: a connection that never sends a request is closed too
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
+        if self.reading_head:
+            self.head_bytes += len(data)
+        super().data_received(data)
+        if (
+            self.reading_head
+            and self.head_bytes > self.limits.max_header_bytes
+            and not self.transport.is_closing()
+        ):
+            self.too_big()
+
+    def too_big(self) -> None:
+        self.reject(
+            431,
+            "Request Header Fields Too Large",
+            f"The request line and headers are larger than the limit of "
+            f"{self.limits.max_header_bytes} bytes (serve setting max_header_bytes).",
+        )
+
+    def eof_received(self) -> bool | None:
+        """The client half-closed (sent all it will send): every request received in full
+        is still answered, in order, and the connection closes after the last answer
+        (returning None would let the transport close at once, dropping the pipelined ones)."""
+        if self.refused:
+            self.transport.close()
+            return None
+        cycle = self.cycle
+        if cycle is None or (cycle.response_complete and not self.pipeline):
+            return None  # nothing left to answer (a head still incomplete never will be)
+        cycle.keep_alive = False  # the last request received: close once it is answered
+        return True  # keep the transport open for the answers
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self.read_timer is None:
+            self.read_timer = self.loop.call_later(
+                self.limits.request_read_timeout_s, self.read_timeout
+            )
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self.head_size += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self.head_size += len(name) + len(value) + 4
+
+    def on_headers_complete(self) -> None:
+        too_big = self.head_size > self.limits.max_header_bytes
+        self.reading_head, self.head_bytes, self.head_size = False, 0, 0
+        if too_big:  # a head that arrived in one piece
+            self.too_big()
+            raise ValueError("headers too large")  # stops the parser; answered already
+        super().on_headers_complete()
+        if self.draining and self.cycle is not None:
+            self.cycle.keep_alive = False
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.reading_head = True
+        if self.read_timer is not None:
+            self.read_timer.cancel()
+            self.read_timer = None
+
+    def connection_lost(self, exc) -> None:
+        if self.read_timer is not None:
+            self.read_timer.cancel()
+            self.read_timer = None
+        super().connection_lost(exc)
+
+    def read_timeout(self) -> None:
+        self.read_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.reading_head and self.cycle.response_started:
+            self.transport.close()  # answered already (e.g. a 413 before the body)
+            return
+        self.reject(
+            408,
+            "Request Timeout",
+            f"The request was not received within {self.limits.request_read_timeout_s:g} s "
+            "(serve setting request_read_timeout_s).",
+        )
+
+    def reject(self, status: int, reason: str, message: str) -> None:
+        """Answer in the JSON error shape and close; a request being handled is abandoned."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            if self.cycle.response_started:
+                self.transport.close()
+                return
+            self.cycle.disconnected = True  # the app's own answer will not be written
+            self.cycle.message_event.set()
+        self.transport.write(response(status, reason, message))
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        if self.transport.is_closing():  # answered already (a 431 stops the parser so)
+            return
+        self.reject(
+            400,
+            "Bad Request",
+            "The request is not valid HTTP/1.1 (request line, header or chunk encoding).",
+        )
+
+    def shutdown(self) -> None:
+        """Graceful stop: idle connections close now; a request already begun (even one
+        whose head is still arriving) is answered, then its connection closes."""
+        self.draining = True
+        if self.refused:
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False
+        elif not (self.reading_head and self.head_bytes > 0):
+            self.transport.close()

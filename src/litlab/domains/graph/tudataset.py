@@ -16,7 +16,7 @@ import torch
 from torch_geometric.loader import DataLoader
 
 from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt, Workers
-from litlab.data import folds
+from litlab.data import splits as folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_folds, stratified_split
 from litlab.domains.graph.pyg_files import CachedTUDataset, read_pyg
@@ -31,7 +31,7 @@ class TUDataModule(SplitDataModule):
     Fold `fold` of a seeded stratified `num_folds`-fold split is the test set. `val_fraction`
     of the remaining graphs (stratified) validates; with `val_fraction: 0` the test fold is
     also the validation set: the protocol of Xu et al. (optimistic; see docs/graph.md).
-    `num_folds` means what it means on every datamodule (data/folds.py), but it defaults to 10
+    `num_folds` means what it means on every datamodule (data/splits.py), but it defaults to 10
     and is never null here: k-fold is the published protocol of these benchmarks.
     """
 

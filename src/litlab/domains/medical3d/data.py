@@ -17,7 +17,7 @@ from torch.utils.data import TensorDataset
 
 from litlab import bounds
 from litlab.bounds import Fraction, Ge, NonNegFloat, NonNegInt, PatchSize, PosInt, Seed
-from litlab.data import folds
+from litlab.data import splits as folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices, write_split
 from litlab.domains.medical3d import nifti as N

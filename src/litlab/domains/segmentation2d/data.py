@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed, SegmentClasses
 from litlab.data import base as memory
-from litlab.data import folds
+from litlab.data import splits as folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
 from litlab.domains.medical3d import nifti as N

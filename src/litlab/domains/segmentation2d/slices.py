@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from litlab.data import folds
+from litlab.data import splits as folds
 from litlab.data.splits import split_indices
 from litlab.errors import UserError
 

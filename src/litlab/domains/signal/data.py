@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
-from litlab.data import folds
+from litlab.data import splits as folds
 from litlab.data.base import SplitDataModule
 from litlab.errors import UserError
 from litlab.tasks.signal_classification import SignalClassification

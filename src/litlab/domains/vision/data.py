@@ -12,7 +12,7 @@ from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
 from litlab.data import base as memory
-from litlab.data import folds
+from litlab.data import splits as folds
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
 from litlab.domains.vision.images import TensorImages, random_affine, read_image
@@ -30,7 +30,7 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
     """Shared split/transform/loader logic; subclasses only say how to read their images.
 
     `num_folds=K fold=i` pools every labelled image (official test split included) and makes
-    fold i of a seeded stratified K-fold split the test set (data/folds.py).
+    fold i of a seeded stratified K-fold split the test set (data/splits.py).
     """
 
     kind = IMAGE_CLASSIFICATION
