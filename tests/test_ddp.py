@@ -299,8 +299,8 @@ def test_unreachable_rendezvous_address_is_one_line_not_a_30_minute_wait():
 
 
 def _meeting(tmp_path, **procs):
-    """Rank 0's and rank 1's sides of a one-machine job's start (litlab.runs.ddp_start)."""
-    from litlab.runs.ddp_start import Start
+    """Rank 0's and rank 1's sides of a one-machine job's start (litlab.runs.ddp)."""
+    from litlab.runs.ddp import Start
 
     return Start(tmp_path, 0, {int(r[1:]): p for r, p in procs.items()}), Start(tmp_path, 1)
 

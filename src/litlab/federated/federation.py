@@ -106,8 +106,7 @@ class Federation:
     def __init__(self, cfg: DictConfig, f, ckpt, resumed) -> None:
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
-        from litlab.federated.rounds import ClientEvaluation
-        from litlab.federated.server import CentralEvaluation, Recorded
+        from litlab.federated.server import CentralEvaluation, ClientEvaluation, Recorded
         from litlab.runs.predictions import NAME, SplitFile
 
         self.cfg, self.f, self.resumed = cfg, f, resumed
@@ -208,7 +207,7 @@ class Federation:
         """The rounds still to run, then the final metrics (metrics.json) and the summary."""
         from litlab.federated import outputs, processes, state
         from litlab.federated.client import make_client_app
-        from litlab.federated.rounds import run_rounds
+        from litlab.federated.server import run_rounds
 
         started, f, resumed = time.time(), self.f, self.resumed
         if self.start <= f.rounds:

@@ -7,7 +7,7 @@ Lightning passes to `init_process_group`), then fails with a C++ stack dump per 
 the join alone runs under `ddp_join_timeout`; once every rank has joined, the process group
 and its store get the collective timeout back (a long checkpoint write or test on rank 0
 must not fail the others at 5 minutes). The ranks of a one-machine job (trainer=ddp) first
-wait for each other as long as each shows signs of life (`litlab.runs.ddp_start`), so the
+wait for each other as long as each shows signs of life (`litlab.runs.ddp`), so the
 bound counts from a slow rank's last sign of life, not from the others' arrival. Under
 torchrun the wait for the other nodes happens in torchrun itself, before litlab starts
 (`--rdzv-conf=timeout=SECONDS`, docs/scale.md)."""
