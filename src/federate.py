@@ -16,7 +16,7 @@ from litlab import cli
 
 @cli.main("federate")
 def main(cfg: DictConfig) -> float | None:
-    from litlab.federated.recipe import federate
+    from litlab.federated.federation import federate
 
     return federate(cfg).get(cfg.get("optimized_metric"))  # the objective of sweepers
 

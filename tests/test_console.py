@@ -66,7 +66,7 @@ def test_console_filter_keeps_litlab_and_warnings_drops_library_info_and_depreca
         rec.__dict__.update(extra)
         return rec
 
-    assert keep(record("litlab.federated.recipe", logging.INFO, "round 1/3"))
+    assert keep(record("litlab.federated.federation", logging.INFO, "round 1/3"))
     assert keep(record("hydra.core.utils", logging.INFO, "#1 : seed=2"))
     assert keep(record("lightning.pytorch.x", logging.WARNING, "dataloader has few workers"))
     assert keep(record("py.warnings", logging.WARNING, "x", category=UserWarning))

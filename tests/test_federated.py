@@ -199,7 +199,7 @@ def test_fedprox_term_pulls_toward_the_global_weights():
     ],
 )
 def test_bad_federate_settings_are_one_line(tmp_path, override, message):
-    from litlab.federated.recipe import check_federated
+    from litlab.federated.federation import check_federated
 
     cfg = compose("federate", [override], output_dir=tmp_path)
     with pytest.raises(UserError) as err:
@@ -209,7 +209,7 @@ def test_bad_federate_settings_are_one_line(tmp_path, override, message):
 
 
 def test_local_epochs_auto_follows_the_task_kind(tmp_path):
-    from litlab.federated.recipe import check_federated
+    from litlab.federated.federation import check_federated
 
     for overrides, epochs in ((["data=mutag", "model=gin"], 5), (["model=gnn"], 20), ([], 1)):
         cfg = compose("federate", overrides, output_dir=tmp_path)
@@ -244,7 +244,7 @@ def test_an_experiment_made_for_train_federates_without_its_selection_callbacks(
     not validate, so federate leaves them out (the client Trainer refused them: checkpointing
     is off)."""
     from litlab.config import build
-    from litlab.federated.recipe import check_federated
+    from litlab.federated.federation import check_federated
 
     cfg = compose("federate", ["experiment=gat_cora"])
     assert "joint_checkpoint" in cfg.callbacks
@@ -258,7 +258,7 @@ def _stored(tmp_path, overrides):
     """The run config a federated run started with `overrides` stores in its checkpoints."""
     from omegaconf import OmegaConf, open_dict
 
-    from litlab.federated.recipe import check_federated
+    from litlab.federated.federation import check_federated
 
     cfg = compose("federate", overrides, output_dir=tmp_path / "run")
     check_federated(cfg)

@@ -1,4 +1,4 @@
-"""Whole federated runs through `litlab.federated.recipe.federate`, with the in-process engine
+"""Whole federated runs through `litlab.federated.federation.federate`, with the in-process engine
 of tests/federated_engine.py (the same server loop and ClientApp as the Ray simulation, minus
 Ray's start): stop and resume, client-side evaluation, and every domain learning. Ray's own
 process handling is tested in test_federated_ray.py."""
@@ -22,7 +22,7 @@ SMALL = [
 
 
 def _run(out, overrides, stop_in_round=None, small=True):
-    from litlab.federated.recipe import federate
+    from litlab.federated.federation import federate
 
     merged = dict(o.split("=", 1) for o in [*SMALL * small, *overrides])  # later ones win
     cfg = compose("federate", [f"{k}={v}" for k, v in merged.items()], output_dir=out)

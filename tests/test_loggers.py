@@ -106,7 +106,7 @@ def test_mlflow_logger_leaves_the_process_environment_as_it_was(tmp_path, monkey
     """Lightning's mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI: left set, the next run
     of the process (the Python API, a test worker) and its children would log into this run's
     store. A user's own MLFLOW_TRACKING_URI is kept as it was."""
-    from litlab.loggers.mlflow import LocalMLFlowLogger
+    from litlab.loggers import LocalMLFlowLogger
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     first = LocalMLFlowLogger("train", save_dir=str(tmp_path / "a" / "mlflow"))

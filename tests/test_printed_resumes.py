@@ -98,7 +98,7 @@ def _resumed(entry: str, run_dir, printed: list[str], steps: int):
 
 def _federate(kind_args: list[str], logs):
     """Stopped in round 2 of 3 (SIGTERM's line printed), then resumed as printed."""
-    from litlab.federated.recipe import federate
+    from litlab.federated.federation import federate
 
     given = [f"paths.log_dir={logs}", "extras.print_config=false"]
     given += ["federate.num_clients=2", "federate.rounds=3", "trainer.limit_train_batches=2"]

@@ -13,7 +13,7 @@ from helpers.runs import ROOT
 
 from litlab.compression.recipe import compress
 from litlab.export.recipe import export
-from litlab.federated.recipe import federate
+from litlab.federated.federation import federate
 from litlab.serving.server import serve as serve_settings
 
 

@@ -141,7 +141,7 @@ def test_last_checkpoint_is_always_there_and_takes_steps(tmp_path):
     every_n_train_steps=N adds a save every N steps; model_checkpoint keeps only the best."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from litlab.checkpointing.last import LastCheckpoint
+    from litlab.checkpointing.resume_state import LastCheckpoint
     from litlab.config import build
 
     def checkpoints(*overrides):

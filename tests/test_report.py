@@ -322,7 +322,7 @@ def test_a_failing_report_at_the_end_of_a_sweep_is_one_warning(tmp_path, caplog,
     def broken(folder, kind):
         raise RuntimeError("plotly broke\nsecond line")
 
-    monkeypatch.setattr("litlab.report.writer.build", broken)
+    monkeypatch.setattr("litlab.report.build", broken)
     assert report.write_quietly(sweep) is None
     assert [r.getMessage() for r in caplog.records] == [
         "the sweep's report.html was not written: RuntimeError: plotly broke"

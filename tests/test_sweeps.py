@@ -179,7 +179,7 @@ def test_search_configs_compose_and_search_existing_keys(name, tmp_path):
     """Every searched key exists in the composed config (else every trial would fail)."""
     from omegaconf import OmegaConf
 
-    from litlab.sweeps import search_space
+    from litlab.sweeps import optuna_search as search_space
 
     cfg = compose("train", [f"hparams_search={name}"], output_dir=tmp_path)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)
@@ -222,7 +222,7 @@ def test_interrupted_trials_are_requeued_once(tmp_path):
 def test_command_line_sweep_overrides_join_the_search_space():
     """`key=tag(log,interval(a,b))` on the command line becomes a log-uniform dimension; a plain
     `key=value` pins that key for every trial instead of being searched."""
-    from litlab.sweeps import search_space
+    from litlab.sweeps import optuna_search as search_space
 
     params = {"model.optimizer.lr": "interval(0.001,0.1)", "model.net.dropout": "choice(0.1,0.5)"}
     space, fixed = search_space.build_space(

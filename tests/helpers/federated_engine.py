@@ -1,4 +1,4 @@
-"""An in-process engine for `litlab.federated.recipe.federate(cfg, engine=...)`: the same
+"""An in-process engine for `litlab.federated.federation.federate(cfg, engine=...)`: the same
 server loop and ClientApp as the Ray simulation, with the clients called one after another
 in this process (no Ray start: seconds instead of a minute on a busy 2-core machine).
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
-from litlab.sweeps.launching import LaunchingSweeper
+from litlab.sweeps.grid import LaunchingSweeper
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.sweeps.launching import LaunchingSweeper
+from litlab.sweeps.grid import LaunchingSweeper
 
 
 @dataclass

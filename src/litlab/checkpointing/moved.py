@@ -1,6 +1,7 @@
 """Where litlab's own classes moved. A checkpoint written before each domain became one folder
-(`litlab.domains`) names its datamodule, module and net by their old module paths
-(`litlab.data.vision.DigitsDataModule`, `litlab.models.nets.cnn.SmallCNN`); its stored config's
+(`litlab.domains`), or before small modules joined the module of their concept,
+names its classes by their old module paths (`litlab.data.vision.DigitsDataModule`,
+`litlab.models.nets.cnn.SmallCNN`, `litlab.compression.resize.resized_net`); its stored config's
 `_target_` and `base_target` names are renamed by this fixed table when the checkpoint is read,
 before anything checks or builds them (litlab.checkpointing.trust still checks the new name).
 Only whole module paths litlab shipped are renamed: a file can name nothing new through it."""
@@ -35,6 +36,10 @@ MOVED = {
     "litlab.callbacks.progress": "litlab.callbacks.summary",
     "litlab.callbacks.lr_monitor": "litlab.callbacks.summary",
     "litlab.compression.resize": "litlab.compression.prune",
+    "litlab.loggers.mlflow": "litlab.loggers",
+    "litlab.callbacks.inspect.samples": "litlab.callbacks.inspect.base",
+    "litlab.checkpointing.last": "litlab.checkpointing.resume_state",
+    "litlab.recipes.tuning": "litlab.runs.tuning",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -20,14 +20,25 @@ It also stores the run's latest metrics (`metrics`: plain floats), which a resum
 nothing more (stopped during the test after fit) reports as the unbroken run does; and it
 flushes the loggers at each save, so the logs on disk are never behind the checkpoint.
 Plain lists and tensors only: the checkpoint still loads with `torch.load(weights_only=True)`.
-"""
+
+`last.ckpt` at the end of every epoch (and every N optimizer steps), whatever the metric did.
+
+Lightning 2.6's `ModelCheckpoint(save_last=True)` rewrites "last" only alongside a top-k save,
+so a run killed after epochs that did not improve the monitored metric resumed from the last
+improvement, and retrained the epochs since. This callback writes `last.ckpt` at each training
+epoch end (after validation, so the epoch's metrics and loop state are in it), and after every
+`every_n_train_steps` optimizer steps when that is > 0 (long epochs). The write is atomic (the
+trainer's `AtomicCheckpointIO`), so a kill during it leaves the previous file whole."""
 
 import random
 import warnings
 
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from litlab.bounds import NonNegInt
+from litlab.compat.lightning import save_last_checkpoint
 
 
 def torch_rng_state() -> tuple:
@@ -155,3 +166,36 @@ class ResumeState(Callback):
         # validation is over; the next epoch's loader draws its order after this (Lightning
         # skips on_train_epoch_start for an epoch resumed mid-way, so not there)
         self._epoch_rng = rng_state()
+
+
+# ------------------------------------------------------------------ last
+class LastCheckpoint(ModelCheckpoint):
+    def __init__(self, dirpath: str | None = None, every_n_train_steps: NonNegInt = 0):
+        # Lightning wants step and epoch triggers exclusive; the epoch save is ours anyway
+        super().__init__(
+            dirpath=dirpath,
+            monitor=None,
+            save_top_k=0,
+            save_last=True,
+            every_n_train_steps=every_n_train_steps or None,
+            every_n_epochs=None if every_n_train_steps else 1,
+            save_on_train_epoch_end=True,
+            enable_version_counter=False,
+        )
+
+    def _skip(self, trainer) -> bool:
+        from lightning.pytorch.trainer.states import TrainerFn
+
+        return (
+            bool(trainer.fast_dev_run)
+            or trainer.state.fn != TrainerFn.FITTING
+            or trainer.sanity_checking
+        )
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # also when a step save happened at this very step: the epoch-end state supersedes it
+        if not self._skip(trainer):
+            save_last_checkpoint(self, trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        """Nothing: the epoch's save comes at train epoch end, after validation."""

@@ -12,7 +12,7 @@
 - `Trainer._signal_connector.received_sigterm`: read and set by the DDP SIGTERM handler
   (callbacks/guards);
 - `ModelCheckpoint._save_last_checkpoint` / `_monitor_candidates`: last.ckpt at epoch end
-  (checkpointing/last);
+  (checkpointing/resume_state);
 - `LightningModule._device_mesh`: the mesh of ModelParallelStrategy (models/base, trainer=fsdp);
 - `LightningModule._trainer`: whether a module is attached to a Trainer (its `trainer`
   property raises when not: the graph module outside a fit, e.g. export);
@@ -22,7 +22,7 @@
 - `data_connector._get_distributed_sampler`: wrapped so that eval shards are not padded
   (utils/distributed);
 - `lightning.fabric.utilities.logger._convert_params` / `_flatten_dict`: MLflow's params as
-  Lightning logs them (loggers/mlflow); `MLFlowLogger._run_id` / `_initialized`;
+  Lightning logs them (loggers); `MLFlowLogger._run_id` / `_initialized`;
 - `CSVLogger._fs` / `ExperimentWriter._fs`: the filesystem a resumed metrics.csv is read
   from, and `CSVLogger._experiment`, the writer it makes once (loggers);
 - `ExperimentWriter._check_log_dir_exists` / `_record_new_keys`: overridden by

@@ -1,6 +1,6 @@
 """Federated learning on Flower: litlab's own LightningModules trained across simulated clients
 (FedAvg, FedProx, ...), with label-skewed partitions and compressed updates. See
-docs/federated.md; the recipe is `litlab.federated.recipe.federate`."""
+docs/federated.md; the recipe is `litlab.federated.federation.federate`."""
 
 import os
 

@@ -209,7 +209,7 @@ class RunEnd:
 
     def resume_line(self) -> str | None:
         """`resume: <command>` for a run stopped with a resumable checkpoint, else None
-        (federate.py says how to resume a stopped federation itself: federated/recipe.py)."""
+        (federate.py says how to resume a stopped federation itself: federated/federation.py)."""
         if self.out is None or self.config_name in OWN_STOP_LINE:
             return None
         command = self._resume_command()

@@ -314,7 +314,7 @@ def jobs(config: DictConfig, loader) -> list[tuple[str, list[str]]]:
 def _search_jobs(options: dict, arguments: list[str]) -> list[tuple[str, list[str]]]:
     """An Optuna search: its fixed overrides with each trial queued up front, and with every
     dimension of the space at its edges (low, high; each choice of a categorical one)."""
-    from litlab.sweeps import search_space
+    from litlab.sweeps import optuna_search as search_space
 
     space, fixed = search_space.build_space(options.get("params"), arguments)
     value = search_space.as_override_value

@@ -19,13 +19,19 @@ jobs in the same order and job numbers, plus what a long sweep needs.
 
 Skipping and resuming happen here, not in a launcher: jobs are launched in runs of consecutive
 job numbers (`initial_job_idx`), so any launcher names their dirs as it would have.
-"""
+
+What litlab's sweepers share with every Hydra sweeper: keep the context and build the
+configured launcher (`hydra/launcher=...`) once the sweep's config is known. Imported by
+Hydra's plugin scan for every command: only Hydra's own light modules here."""
 
 import signal
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
 
 from litlab.sweeps.optuna_search import MACHINE_LOCAL, override_settings
 
@@ -248,3 +254,22 @@ def run_grid(sweeper, arguments: list[str]) -> list:
                 print("fail_fast: a job failed, no further job is started", flush=True)
                 break
     return returns
+
+
+# ------------------------------------------------------------- launching
+class LaunchingSweeper(Sweeper):
+    config: DictConfig | None = None
+    launcher = None
+    hydra_context: HydraContext | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+        from litlab import console  # logging and re only
+
+        console.launch_lines(self.launcher)  # its lines without litlab's environment overrides

@@ -25,20 +25,35 @@ study with other values would mix trials of different budgets and rank them toge
 Optuna's "Using an existing study" as the only sign; it is refused in one line instead, unless
 resumed on purpose (`hydra.sweeper.strict_resume=false`). Keys that only say where files go or
 how much is printed (paths, hydra, extras, loggers, threads, progress bars) may differ, so
-workers on other machines can share a study."""
+workers on other machines can share a study.
+
+The search space of an Optuna search, from YAML or from the command line.
+
+YAML (`hydra.sweeper.params` of configs/hparams_search/*.yaml), one entry per config key:
+
+    model.optimizer.lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}
+    model.net.dropout: {type: float, low: 0.0, high: 0.5}
+    trainer.accumulate_grad_batches: {type: int, low: 1, high: 4}
+    data.batch_size: {type: categorical, choices: [32, 64, 128]}
+
+Hydra's sweep syntax works too, in YAML or as a plain override on the command line:
+`choice(32,64)`, `range(1,5)` (int), `interval(0.1,0.5)` (float),
+`tag(log,interval(1e-4,1e-1))` (log-float), `tag(int,interval(1,8))` (int).
+Sampled values reach the job as ordinary overrides (`key=value`), like Hydra's own sweepers."""
 
 import json
 import logging
 import os
+import re
 import socket
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
 from litlab.compat import optuna as compat
 from litlab.compat.hydra import job_outcome
 from litlab.errors import UserError, one_line
-from litlab.sweeps import search_space
 from litlab.sweeps.summary_render import finite
 from litlab.utils import commands
 
@@ -117,7 +132,7 @@ def requeue_interrupted(study) -> int:
 
 def _settings(opts, arguments: list[str]) -> tuple[dict, list[str], str]:
     """(search space, fixed overrides, direction), or one line saying what is wrong."""
-    space, fixed = search_space.build_space(opts.get("params"), arguments)
+    space, fixed = build_space(opts.get("params"), arguments)
     if not space:
         raise UserError(
             "the search space is empty: set hydra.sweeper.params (see "
@@ -190,7 +205,7 @@ class _Trials:
         import optuna
 
         reseed(self.study.sampler, self.seed, trial.number)
-        params = search_space.suggest(trial, self.space)
+        params = suggest(trial, self.space)
         ticket = {
             "study": self.study.study_name,
             "storage": self.url,
@@ -199,8 +214,8 @@ class _Trials:
         }
         overrides = [
             *self.fixed,
-            *(f"{k}={search_space.as_override_value(v)}" for k, v in params.items()),
-            f"++hydra.job.env_set.{ENV}={search_space.as_override_value(json.dumps(ticket))}",
+            *(f"{k}={as_override_value(v)}" for k, v in params.items()),
+            f"++hydra.job.env_set.{ENV}={as_override_value(json.dumps(ticket))}",
         ]
         result = self.sweeper.launcher.launch([overrides], initial_job_idx=trial.number)[0]
         trial.set_user_attr("run_dir", str(result.hydra_cfg.hydra.runtime.output_dir))
@@ -275,9 +290,7 @@ def write_results(
                 "best_trial": best.number,
                 "best_params": best.params,
                 "best_run_dir": best.user_attrs.get("run_dir"),
-                "best_overrides": [
-                    f"{k}={search_space.as_override_value(v)}" for k, v in best.params.items()
-                ],
+                "best_overrides": [f"{k}={as_override_value(v)}" for k, v in best.params.items()],
             }
         )
         result["rerun"] = commands.command(entry, [*fixed, *result["best_overrides"]])
@@ -401,3 +414,148 @@ def check_study(study, fixed: list[str], strict: bool = True) -> None:
             "the study's settings, or mix them on purpose with hydra.sweeper.strict_resume=false"
         )
     log.warning("study %s resumed with other settings on purpose (%s)", name, changes)
+
+
+# ---------------------------------------------------------- search space
+SIMPLE = re.compile(r"^[\w.\-/:@]+$")
+SPEC_KEYS = {"type", "low", "high", "log", "step", "choices"}
+
+
+def as_override_value(value: Any) -> str:
+    """A sampled value written as Hydra override syntax."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    if SIMPLE.match(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _flatten(params: dict, prefix: str = "") -> dict[str, Any]:
+    """`{model: {net: {dropout: spec}}}` (a command-line key) -> `{model.net.dropout: spec}`."""
+    flat = {}
+    for key, spec in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(spec, dict) and not SPEC_KEYS & set(spec):
+            flat.update(_flatten(spec, name + "."))
+        else:
+            flat[name] = spec
+    return flat
+
+
+def from_spec(name: str, spec: Any):
+    """One Optuna distribution from a YAML entry (dict, list of choices, or sweep string)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from litlab.errors import UserError
+
+    if isinstance(spec, str):
+        return from_override(f"{name}={spec}")
+    if isinstance(spec, list | tuple):
+        return CategoricalDistribution(list(spec))
+    if not isinstance(spec, dict):
+        raise UserError(
+            f"search space entry {name}: expected a dict such as "
+            f"{{type: float, low: 0.0, high: 1.0}}, a list of choices or "
+            f"interval(...)/choice(...), got {spec!r}"
+        )
+    kind = spec.get("type") or (
+        "categorical"
+        if "choices" in spec
+        else "int"
+        if all(isinstance(spec.get(k), int) for k in ("low", "high"))
+        else "float"
+    )
+    try:
+        if kind == "categorical":
+            return CategoricalDistribution(list(spec["choices"]))
+        if kind == "int":
+            return IntDistribution(
+                int(spec["low"]),
+                int(spec["high"]),
+                log=bool(spec.get("log")),
+                step=int(spec.get("step") or 1),
+            )
+        if kind == "float":
+            step = spec.get("step")
+            return FloatDistribution(
+                float(spec["low"]),
+                float(spec["high"]),
+                log=bool(spec.get("log")),
+                step=None if step is None else float(step),
+            )
+    except (KeyError, ValueError) as err:
+        raise UserError(f"search space entry {name}: {err} (spec {spec})") from err
+    raise UserError(
+        f"search space entry {name}: type {kind!r} is not valid; choose float, int or categorical"
+    )
+
+
+def from_override(text: str):
+    """One Optuna distribution from Hydra sweep syntax, e.g. `lr=tag(log,interval(1e-4,1))`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from litlab.errors import UserError
+
+    override = OverridesParser.create().parse_overrides([text])[0]
+    sweep = override.value()
+    if isinstance(sweep, ChoiceSweep):
+        return CategoricalDistribution(list(sweep.list))
+    if isinstance(sweep, RangeSweep):
+        if all(isinstance(v, int) for v in (sweep.start, sweep.stop, sweep.step)):
+            return IntDistribution(sweep.start, sweep.stop - 1, step=sweep.step)
+        return CategoricalDistribution(list(override.sweep_iterator()))
+    if isinstance(sweep, IntervalSweep):
+        if "int" in sweep.tags:
+            return IntDistribution(int(sweep.start), int(sweep.end), log="log" in sweep.tags)
+        return FloatDistribution(sweep.start, sweep.end, log="log" in sweep.tags)
+    raise UserError(
+        f"{text}: not a search dimension; use choice(...), range(...) or "
+        "interval(...) (optionally tag(log, ...))"
+    )
+
+
+def build_space(params: dict | None, arguments: list[str]) -> tuple[dict, list[str]]:
+    """(search space {key: distribution}, fixed overrides) from YAML params and the command line.
+
+    Command-line sweep overrides (`key=choice(...)`) join the search space; all other
+    overrides are passed unchanged to every trial (and pin a key of the YAML space).
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    space = {name: from_spec(name, spec) for name, spec in _flatten(params or {}).items()}
+    fixed = []
+    for text, override in zip(arguments, OverridesParser.create().parse_overrides(arguments)):
+        if override.is_sweep_override():
+            space[override.get_key_element()] = from_override(text)
+        else:
+            fixed.append(text)
+            space.pop(override.get_key_element().lstrip("+~"), None)  # pinned by the user
+    return space, fixed
+
+
+def suggest(trial, space: dict) -> dict[str, Any]:
+    """Sample every dimension of `space` for this trial."""
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    values = {}
+    for name, dist in space.items():
+        if isinstance(dist, FloatDistribution):
+            values[name] = trial.suggest_float(
+                name, dist.low, dist.high, log=dist.log, step=dist.step
+            )
+        elif isinstance(dist, IntDistribution):
+            values[name] = trial.suggest_int(
+                name, dist.low, dist.high, log=dist.log, step=dist.step
+            )
+        else:
+            values[name] = trial.suggest_categorical(name, dist.choices)
+    return values
