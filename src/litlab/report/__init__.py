@@ -15,7 +15,6 @@ from pathlib import Path
 from litlab.errors import UserError, one_line
 from litlab.utils.files import file_type
 
-
 # ---------------------------------------------------------------- writer
 log = logging.getLogger(__name__)
 REPORT = "report.html"
