@@ -1,4 +1,4 @@
-"""Federated partitions (litlab.federated.partition, the kinds' units: litlab.tasks.units): seeded, disjoint and complete,
+"""Federated partitions (litlab.federated.federation, the kinds' units: litlab.tasks.units): seeded, disjoint and complete,
 label-skewed as alpha says, held-out parts with each client's label mix, and what a client
 holds in every domain (items, whole volumes, induced node subgraphs)."""
 
@@ -8,7 +8,7 @@ import torch
 
 import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
 from litlab.errors import UserError
-from litlab.federated import partition
+from litlab.federated import federation as partition
 from litlab.tasks import units
 
 

@@ -387,9 +387,9 @@ def test_a_forked_job_imports_the_sweeps_code_snapshot(tmp_path):
 import litlab.sweeps.snapshot as snapshot, litlab.sweeps
 from litlab.utils.code_state import code_state
 code = snapshot.take({str(tmp_path)!r})
-assert "litlab.sweeps.summary_render" not in __import__("sys").modules
+assert "litlab.sweeps.summary_stats" not in __import__("sys").modules
 snapshot.import_from(code)
-import litlab.sweeps.summary_render as late
+import litlab.sweeps.summary_stats as late
 print(late.__file__)
 print(code_state()["snapshot"])
 print(code)
@@ -399,5 +399,5 @@ print(code)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     late, recorded, code = done.stdout.split()
-    assert late == f"{code}/src/litlab/sweeps/summary_render.py"
+    assert late == f"{code}/src/litlab/sweeps/summary_stats.py"
     assert recorded == code

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from litlab.config.after_training import ServeSettings
-from litlab.serving import images, inputs
+from litlab.serving import images
 from litlab.serving.runner import MicroBatcher, Runner
 from litlab.tasks.checks import BadRequest
 
@@ -66,9 +66,9 @@ class Predictor:
             )
         small = len(body) <= 64 << 10
         data = (
-            inputs.parse_json(body, s.max_json_depth)
+            images.parse_json(body, s.max_json_depth)
             if small
-            else await self.offload(inputs.parse_json, body, s.max_json_depth)
+            else await self.offload(images.parse_json, body, s.max_json_depth)
         )
         return await self.predict_json(data)
 

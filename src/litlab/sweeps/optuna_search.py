@@ -54,7 +54,7 @@ from omegaconf import OmegaConf
 from litlab.compat import optuna as compat
 from litlab.compat.hydra import job_outcome
 from litlab.errors import UserError, one_line
-from litlab.sweeps.summary_render import finite
+from litlab.sweeps.summary_stats import finite
 from litlab.utils import commands
 
 log = logging.getLogger(__name__)

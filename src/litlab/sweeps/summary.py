@@ -23,8 +23,7 @@ from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
 from litlab.sweeps import plan, summary_stats
 from litlab.sweeps.optuna_search import override_settings
-from litlab.sweeps.summary_render import finite, markdown, plot_summary
-from litlab.sweeps.summary_stats import marked_best, replica_groups
+from litlab.sweeps.summary_stats import finite, markdown, marked_best, plot_summary, replica_groups
 from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero
 from litlab.utils.sweep_records import RECORD
