@@ -13,7 +13,8 @@ import warnings
 import pytest
 from scipy import stats as scipy_stats
 
-from litlab.sweeps import stats, summary_stats
+from litlab.sweeps import summary_stats
+from litlab.sweeps import summary_stats as stats
 from litlab.sweeps.summary import write_summary
 
 # R's `sleep` data (Student, 1908): extra hours of sleep of the same 10 patients under two
