@@ -1,3 +1,4 @@
-"""The recipes: plain functions of a validated config, the Python API's and the entry points'
-(train, evaluate, tuning, the Results block and report pages, `load_run`). What every run shares
-whatever its recipe (its run dir, its end, DDP) is in litlab.runs."""
+"""The recipes, and nothing else: plain functions of a validated config that the entry points
+and the Python API call (`train.train_and_test`, `evaluate.evaluate_checkpoint`,
+`report.report`). What every run shares whatever its recipe (its run dir, its end, DDP, its
+summary, tuning, `load_run`) is in litlab.runs."""

@@ -16,7 +16,7 @@ import torch
 from torch_geometric.loader import DataLoader
 
 from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt, Workers
-from litlab.data import splits as folds
+from litlab.data import splits
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_folds, stratified_split
 from litlab.domains.graph.pyg_files import CachedTUDataset, read_pyg
@@ -60,7 +60,7 @@ class TUDataModule(SplitDataModule):
     def check_settings(cls, settings, key: str) -> None:
         """fold < num_folds <= the smallest class, from the raw labels when they are on disk
         (one integer a line; before any graph is read), else once the dataset is read."""
-        folds.check_fold(settings, key)
+        splits.check_fold(settings, key)
         name = str(settings["name"])
         raw = Path(str(settings["data_dir"])) / "TUDataset" / name / "raw"
         labels = raw / f"{name}_graph_labels.txt"
@@ -68,7 +68,7 @@ class TUDataModule(SplitDataModule):
             found = np.loadtxt(labels, ndmin=1) if labels.is_file() else None
         except ValueError:  # not a label file: PyG's reading says so, in setup
             found = None
-        folds.check_labels(found, settings, key, name, "graphs")
+        splits.check_labels(found, settings, key, name, "graphs")
 
     @cached_property
     def dataset(self):
@@ -86,7 +86,7 @@ class TUDataModule(SplitDataModule):
     def _check_folds(self, dataset) -> None:
         """Every test fold needs a graph of each class: num_folds <= the smallest class."""
         labels = dataset.y.view(-1).numpy()
-        folds.check_labels(labels, self.hparams, "data", self.hparams.name, "graphs")
+        splits.check_labels(labels, self.hparams, "data", self.hparams.name, "graphs")
 
     @property
     def dims(self) -> dict:

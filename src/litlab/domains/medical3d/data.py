@@ -17,7 +17,7 @@ from torch.utils.data import TensorDataset
 
 from litlab import bounds
 from litlab.bounds import Fraction, Ge, NonNegFloat, NonNegInt, PatchSize, PosInt, Seed
-from litlab.data import splits as folds
+from litlab.data import splits
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices, write_split
 from litlab.domains.medical3d import nifti as N
@@ -25,7 +25,7 @@ from litlab.domains.medical3d import volumes as V
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 
-class Medical3DDataModule(folds.FoldSettings, SplitDataModule):
+class Medical3DDataModule(splits.FoldSettings, SplitDataModule):
     """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP.
 
     `num_folds=K fold=i`: fold i of a seeded K-fold split of the volumes tests (stratified by
@@ -42,7 +42,7 @@ class Medical3DDataModule(folds.FoldSettings, SplitDataModule):
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
         seed: Seed = 42,
-        num_folds: folds.NumFolds = None,
+        num_folds: splits.NumFolds = None,
         fold: NonNegInt = 0,
         **kwargs,
     ):
@@ -96,7 +96,7 @@ class SegmentationDataModule(Medical3DDataModule):
         if h.num_folds is None:
             split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
         else:  # stratified by each volume's dominant structure; rare ones pooled
-            split = folds.volume_split([v["label"] for v in vols], h, self.data_name)
+            split = splits.volume_split([v["label"] for v in vols], h, self.data_name)
         names = self.names or [f"case_{i:04d}" for i in range(len(vols))]
         self.split_sources = {k: [names[i] for i in v] for k, v in split.items()}
         self._write_split()
@@ -253,7 +253,7 @@ class ClassificationDataModule(Medical3DDataModule):
         if h.num_folds is None:
             split = split_indices(len(labels), h.val_fraction, h.test_fraction, h.seed)
         else:
-            split = folds.settings_split(labels.numpy(), h, self.data_name, "volumes")
+            split = splits.settings_split(labels.numpy(), h, self.data_name, "volumes")
         self.split_sources = {k: [ids[i] for i in v] for k, v in split.items()}
         return {
             k: (images[torch.as_tensor(v)], labels[torch.as_tensor(v)]) for k, v in split.items()

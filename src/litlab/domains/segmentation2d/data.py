@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed, SegmentClasses
 from litlab.data import base as memory
-from litlab.data import splits as folds
+from litlab.data import splits
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import split_indices
 from litlab.domains.medical3d import nifti as N
@@ -51,7 +51,7 @@ class Items(Dataset):
         return self.items[index]
 
 
-class SliceDataModule(folds.FoldSettings, SplitDataModule):
+class SliceDataModule(splits.FoldSettings, SplitDataModule):
     """Subclasses return items (`load`): (images (S, C, H, W) in [0, 1], labels (S, H, W)) of
     `image_size` squares, and their names; `shapes` holds each item's (height, width) before
     padding."""
@@ -71,7 +71,7 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
-        num_folds: folds.NumFolds = None,
+        num_folds: splits.NumFolds = None,
         fold: NonNegInt = 0,
         seed: Seed = 42,
         **kwargs,
@@ -119,7 +119,7 @@ class SliceDataModule(folds.FoldSettings, SplitDataModule):
         h = self.hparams
         if h.num_folds is None:
             return split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
-        return folds.volume_split([y.numpy() for _, y in items], h, self.data_name)
+        return splits.volume_split([y.numpy() for _, y in items], h, self.data_name)
 
     def mask_files(self, split: str) -> list[list[str]]:
         """The predicted masks' PNG names of each item of `split` (slices.mask_names)."""
@@ -236,8 +236,8 @@ class MaskFolderDataModule(SliceDataModule):
         if groups is None:
             cls.check_folds(settings, key, len(pairs))
         else:  # the groups are what is split (and folded)
-            folds.check_fold(settings, key)
-            folds.check_count(len(set(groups)), settings, key, f"{key}.group's groups", "groups")
+            splits.check_fold(settings, key)
+            splits.check_count(len(set(groups)), settings, key, f"{key}.group's groups", "groups")
         return pairs
 
     def load(self):

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
-from litlab.data import splits as folds
+from litlab.data import splits
 from litlab.data.base import SplitDataModule
 from litlab.domains.table import values
 from litlab.errors import UserError
@@ -21,7 +21,7 @@ from litlab.tasks.regression import Regression
 STRATA = 5
 
 
-class TableDataModule(folds.FoldSettings, SplitDataModule):
+class TableDataModule(splits.FoldSettings, SplitDataModule):
     kind = Regression.name
     data_name, fold_pool = "the table", "rows"
     source_column = "row"
@@ -35,7 +35,7 @@ class TableDataModule(folds.FoldSettings, SplitDataModule):
         batch_size: PosInt = 64,
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
-        num_folds: folds.NumFolds = None,
+        num_folds: splits.NumFolds = None,
         fold: NonNegInt = 0,
         seed: Seed = 42,
         **kwargs,
@@ -88,7 +88,7 @@ class TableDataModule(folds.FoldSettings, SplitDataModule):
         h = self.hparams
         strata = np.digitize(self.y, np.quantile(self.y, np.linspace(0, 1, STRATA + 1)[1:-1]))
         if h.num_folds is not None:
-            return folds.settings_split(strata, h, self.data_name, self.fold_pool)
+            return splits.settings_split(strata, h, self.data_name, self.fold_pool)
         from litlab.data.splits import stratified_split
 
         rest, test = stratified_split(strata, h.test_fraction, h.seed, "data.test_fraction")

@@ -12,7 +12,7 @@ from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
 from litlab.data import base as memory
-from litlab.data import splits as folds
+from litlab.data import splits
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_split
 from litlab.domains.vision.images import TensorImages, random_affine, read_image
@@ -26,7 +26,7 @@ LEFT = "samples left after the test split (data.test_fraction)"
 BATCH_COPIES = 4
 
 
-class VisionDataModule(folds.FoldSettings, SplitDataModule):
+class VisionDataModule(splits.FoldSettings, SplitDataModule):
     """Shared split/transform/loader logic; subclasses only say how to read their images.
 
     `num_folds=K fold=i` pools every labelled image (official test split included) and makes
@@ -50,7 +50,7 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         seed: Seed = 42,
-        num_folds: folds.NumFolds = None,
+        num_folds: splits.NumFolds = None,
         fold: NonNegInt = 0,
         **kwargs,
     ):
@@ -115,7 +115,7 @@ class VisionDataModule(folds.FoldSettings, SplitDataModule):
         if test is not None:
             images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
             ids = [*ids, *test_ids]
-        split = folds.settings_split(labels.numpy(), self.hparams, self.data_name, "images")
+        split = splits.settings_split(labels.numpy(), self.hparams, self.data_name, "images")
         self.train_set, self.val_set, self.test_set = (
             TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
         )
@@ -280,7 +280,7 @@ class ImageFolderDataModule(VisionDataModule):
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set
         elif h.num_folds is not None:
-            split = folds.settings_split(train.targets, h, str(self.root), "images")
+            split = splits.settings_split(train.targets, h, str(self.root), "images")
             self.train_set, self.val_set, self.test_set = (
                 Subset(train, split[s].tolist()) for s in ("train", "val", "test")
             )
