@@ -358,7 +358,7 @@ def test_a_folder_named_only_by_the_file_is_still_refused(tiny, tmp_path):
 
 def test_a_run_dir_of_another_user_is_not_a_record(tiny, tmp_path, monkeypatch):
     """The record is only read from run dirs this user owns."""
-    from litlab.checkpointing import data_folders
+    from litlab.checkpointing import trust as data_folders
 
     _, ckpt2 = _copy_run(tiny, tmp_path)
     assert data_folders.user_chosen(ckpt2) == {"data.data_dir": str(tiny[2])}

@@ -120,7 +120,7 @@ def test_library_notices_of_graphs_resumes_and_sweeps_go_to_the_log_file(tmp_pat
 
     from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
-    from litlab.utils.fetching import fetching
+    from litlab.utils.files import fetching
 
     class Launcher:  # a launcher of this module: it logs through this module's logger
         pass

@@ -99,7 +99,7 @@ def test_int8_file_is_at_most_0_3x_and_its_ood_flags_are_the_full_precision_ones
 
 
 def test_dynamic_batch_axis(digits_export):
-    from litlab.export.pt2 import load_pt2
+    from litlab.export.onnx import load_pt2
     from litlab.export.verify import ort_session
 
     out = digits_export[1]
@@ -114,7 +114,8 @@ def test_dynamic_batch_axis(digits_export):
 def test_metadata_round_trip(digits_export, digits_ckpt):
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.export import onnx, pt2
+    from litlab.export import onnx
+    from litlab.export import onnx as pt2
     from litlab.export.recipe import sha256
 
     out = digits_export[1]

@@ -2,7 +2,7 @@
 torch.matmul on awkward shapes, strides and dtypes; refusing other dtypes in one line; correct
 gradients (both through the op); seen by opcheck, torch.compile(fullgraph=True), torch.export and
 the ONNX exporter (as a plain MatMul). The C++ kernel is built once per machine and source
-version (a per-user cache, see litlab/ops/build.py); the first test to need it waits for it."""
+version (a per-user cache, see litlab/ops/op.py); the first test to need it waits for it."""
 
 import shutil
 import subprocess
@@ -13,7 +13,8 @@ import torch
 from helpers.runs import ROOT
 
 from litlab.errors import UserError
-from litlab.ops import TiledLinear, build, matmul, tiled_matmul
+from litlab.ops import TiledLinear, matmul, tiled_matmul
+from litlab.ops import op as build
 
 OP = torch.ops.litlab.tiled_matmul.default
 

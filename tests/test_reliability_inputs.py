@@ -307,7 +307,7 @@ def test_a_split_smaller_than_the_classes_is_warned_about(caplog):
 
 
 def test_a_failed_download_leaves_no_folder_and_prints_nothing(tmp_path, capsys):
-    from litlab.utils.fetching import fetching
+    from litlab.utils.files import fetching
 
     raw = tmp_path / "data" / "MNIST" / "raw"
     with pytest.raises(OSError), fetching(raw):

@@ -178,7 +178,7 @@ def test_data_folders_are_this_machines():
     """A checkpoint's data folders move from its run's data dir to this command's (a
     colleague's checkpoint finds the data here; a file never chooses where litlab writes);
     one outside its run's data dir is refused unless this command names the folder."""
-    from litlab.checkpointing import data_folders
+    from litlab.checkpointing import trust as data_folders
 
     stored = {
         "paths": {"data_dir": "/their/data"},

@@ -108,7 +108,8 @@ def serving_metadata(spec, predict, meta: dict) -> None:
 
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
     from litlab import tasks
-    from litlab.export import onnx, pt2, quantize
+    from litlab.export import onnx, quantize
+    from litlab.export import onnx as pt2
 
     if fmt in ("onnx", "pt2"):
         write = onnx.export_onnx if fmt == "onnx" else pt2.export_pt2
@@ -128,7 +129,7 @@ def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
             op_types=tasks.of(spec).int8_op_types,
         )
     elif fmt == "tensorrt":
-        from litlab.export import pt2 as tensorrt
+        from litlab.export import onnx as tensorrt
 
         tensorrt.export_tensorrt(net, spec.example, path, meta)
 

@@ -35,7 +35,7 @@ def predictor(fmt: str, path: Path, input_names: list[str]) -> Callable[..., tor
 
         return run_onnx
     if fmt == "pt2":
-        from litlab.export.pt2 import load_pt2
+        from litlab.export.onnx import load_pt2
 
         module = load_pt2(path)[0]
         return lambda *inputs: module(*inputs).detach()

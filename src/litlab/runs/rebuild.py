@@ -26,7 +26,7 @@ def load_run(
     checked, unless `trust=True`: a crafted file cannot run code. Its data folders move to
     `data_dir` (this machine's; default: LITLAB_DATA_DIR or <project>/data), so a file never
     chooses where litlab writes, unless the user chose them on the command line of the run,
-    as its run dir records (`litlab.checkpointing.data_folders`). Its weights, stored config
+    as its run dir records (`litlab.checkpointing.trust`). Its weights, stored config
     and provenance are validated first (`checkpointing.load`, `config.checkpoints.check_stored`,
     `checkpointing.weights`): one line, not a traceback or a NaN model."""
     from litlab.checkpointing import load as weights
@@ -64,7 +64,7 @@ def rebuild(
     `source`: the file it came from, as messages name it (`trust.ExportedFile` for a model
     file); `written_by`: the checkpoints whose run dirs record the data folders the user
     chose. The returned run holds no checkpoint ({})."""
-    from litlab.checkpointing import data_folders
+    from litlab.checkpointing import trust as data_folders
     from litlab.checkpointing import trust as trusted
     from litlab.config import build, data_paths
     from litlab.config.checkpoints import check_stored

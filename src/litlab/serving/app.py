@@ -32,8 +32,7 @@ from starlette.requests import ClientDisconnect
 
 from litlab.config.after_training import ServeSettings
 from litlab.serving.metadata import for_clients
-from litlab.serving.predictor import Predictor
-from litlab.serving.runner import Runner
+from litlab.serving.runner import Predictor, Runner
 from litlab.tasks.checks import BadRequest
 
 PREDICT_BODY = {

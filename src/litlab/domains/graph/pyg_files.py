@@ -11,7 +11,7 @@ from pathlib import Path
 from torch_geometric.datasets import Planetoid, TUDataset
 
 from litlab.errors import UserError
-from litlab.utils.fetching import fetching
+from litlab.utils.files import fetching
 
 
 def pyg_cache(data_dir: Path, collection: str) -> Path:

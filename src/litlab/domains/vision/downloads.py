@@ -12,7 +12,7 @@ import torch
 
 from litlab.domains.vision.data import VisionDataModule, random_affine
 from litlab.errors import UserError
-from litlab.utils.fetching import fetching
+from litlab.utils.files import fetching
 
 log = logging.getLogger(__name__)
 
