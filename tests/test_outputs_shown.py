@@ -38,7 +38,7 @@ def test_a_report_html_that_is_no_file_is_refused_before_the_page_is_built(
         (tmp_path / "elsewhere.html").write_text("the user's")
         out.symlink_to(tmp_path / "elsewhere.html")
     inode = os.lstat(out).st_ino
-    monkeypatch.setattr(report.writer, "build", lambda *a: pytest.fail("the page was built"))
+    monkeypatch.setattr(report, "build", lambda *a: pytest.fail("the page was built"))
     line, _ = refused("report", [f"path={run}"], report_recipe, tmp_path / "logs")
     assert line == (
         f"path={run}: its report.html is {kind}, not a file; the page is written there as a "
