@@ -63,7 +63,7 @@ def test_every_run_dir_records_commit_versions_and_data(digits_run):
 
     import torch
 
-    from litlab.checkpointing import provenance
+    from litlab.checkpointing import run_config as provenance
 
     record = json.loads((digits_run.run / "provenance.json").read_text())
     head = subprocess.run(
@@ -89,7 +89,7 @@ def test_eval_says_in_one_line_when_the_code_differs(tmp_path, digits_run):
     """A checkpoint whose recorded code is not this code: eval.py says so once, and runs."""
     import torch
 
-    from litlab.checkpointing import provenance
+    from litlab.checkpointing import run_config as provenance
 
     ckpt = torch.load(digits_run.best, weights_only=True, map_location="cpu")
     ckpt[provenance.KEY]["code"].update(commit="0123456789abcdef", tree_sha256="f" * 64)

@@ -50,7 +50,8 @@ def load(path: str | Path, mmap: bool = False) -> dict:
 
 def check_entries(ckpt: dict, source: str) -> None:
     """The entries litlab reads from a checkpoint have the structure train.py writes."""
-    from litlab.checkpointing import moved, provenance
+    from litlab.checkpointing import moved
+    from litlab.checkpointing import run_config as provenance
     from litlab.checkpointing.trust import shown
 
     if not isinstance(ckpt[CONFIG_KEY], dict):

@@ -186,7 +186,7 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
                 None, {"onnx": stage.onnx}, dm, cfg.report.batch_sizes, cfg.report.budget_s
             )
         else:  # graphs: one whole input per call, the fp32 file against the int8 one
-            from litlab.compression.int8 import graph_latency
+            from litlab.compression.steps import graph_latency
 
             files = {"onnx_fp32": out / f"{index}_fp32.onnx", "onnx": stage.onnx}
             lat = graph_latency(stage.model, dm, files, cfg.report.budget_s)

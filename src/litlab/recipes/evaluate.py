@@ -32,7 +32,7 @@ def evaluate_checkpoint(cfg: DictConfig) -> RunResult:
     overrides = OmegaConf.to_container(cfg.data_overrides, resolve=True)
     trust = bool(cfg.get("trust_checkpoint"))
     run = load_run(cfg.ckpt_path, overrides, trust=trust, data_dir=cfg.paths.data_dir)
-    from litlab.checkpointing import provenance
+    from litlab.checkpointing import run_config as provenance
 
     note = provenance.code_note(run.checkpoint.get(provenance.KEY))
     if note:  # the checkpoint was trained by other code (a later commit, local edits)

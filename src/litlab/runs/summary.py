@@ -201,7 +201,7 @@ def record_provenance(cfg: DictConfig, datamodule, typed: dict | None = None) ->
     """Write provenance.json into the run dir (rank 0) and return what checkpoints carry: the
     code and package versions (the data checksums and `typed`, the data paths as typed before
     they were made absolute, stay in the file)."""
-    from litlab.checkpointing import provenance
+    from litlab.checkpointing import run_config as provenance
 
     record = provenance.collect(datamodule if is_rank_zero() else None)
     if typed:
