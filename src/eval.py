@@ -5,7 +5,7 @@ The checkpoint (or the file's metadata) carries the config of the run that wrote
 data split and the model are rebuilt exactly; the metrics equal the ones train.py printed for
 the same checkpoint. Outputs go to logs/eval/runs/<timestamp>/ (metrics.json, predictions.csv).
 The recipe is `litlab.export.evaluate.evaluate_entry` (also `litlab.evaluate([...])` from Python):
-`litlab.recipes.evaluate` for a checkpoint, the same steps with the file as the net for a model.
+`evaluate_checkpoint` for a checkpoint, the same steps with the file as the net for a model.
 """
 
 from omegaconf import DictConfig

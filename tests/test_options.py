@@ -125,7 +125,7 @@ def ema_run(tmp_path_factory):
 
 
 def evaluate(tmp_path, ckpt, *overrides) -> tuple[dict, pd.DataFrame]:
-    from litlab.recipes.evaluate import evaluate_checkpoint as run_eval
+    from litlab.export.evaluate import evaluate_checkpoint as run_eval
 
     out = tmp_path / "eval"
     metrics = run_eval(

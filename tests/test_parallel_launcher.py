@@ -384,7 +384,7 @@ def test_a_forked_job_imports_the_sweeps_code_snapshot(tmp_path):
     """After `snapshot.import_from`, a module the launcher had not imported comes from the
     snapshot (also through an already imported package), and provenance names the snapshot."""
     script = f"""
-import litlab.sweeps.snapshot as snapshot, litlab.sweeps
+import litlab.utils.code_state as snapshot, litlab.sweeps
 from litlab.utils.code_state import code_state
 code = snapshot.take({str(tmp_path)!r})
 assert "litlab.sweeps.summary_stats" not in __import__("sys").modules

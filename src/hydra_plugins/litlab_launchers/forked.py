@@ -123,7 +123,7 @@ def start(run, env: dict[str, str], output: Path, code: Path) -> ForkedJob:
 
 def _become_a_job(env: dict[str, str], output: Path, code: Path) -> None:
     from hydra_plugins.litlab_launchers.parallel_job import console_to
-    from litlab.sweeps import snapshot
+    from litlab.utils import code_state as snapshot
 
     os.setsid()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the launcher's stop handlers, as at exec

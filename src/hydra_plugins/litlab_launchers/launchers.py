@@ -1,5 +1,5 @@
 """`hydra/launcher=slurm` and `hydra/launcher=slurm_local`: submitit's launchers whose jobs run
-the code the sweep was submitted with (litlab.sweeps.snapshot), and whose `checkpoint` hook
+the code the sweep was submitted with (litlab.utils.code_state), and whose `checkpoint` hook
 (submitit calls it on preemption or before the time limit, after litlab's GracefulInterrupt
 wrote last.ckpt) resubmits the job unchanged: it starts again in the same job dir, where it
 resumes from last.ckpt (litlab.checkpointing.resume.requeued_checkpoint).
@@ -19,7 +19,7 @@ class _Snapshot:
     """Snapshot the code into the sweep dir before the first job is submitted."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
-        from litlab.sweeps import snapshot
+        from litlab.utils import code_state as snapshot
 
         code = snapshot.take(Path(str(self.config.hydra.sweep.dir)))
         snapshot.use(code, self.hydra_context.config_loader)

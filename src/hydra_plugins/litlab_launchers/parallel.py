@@ -13,7 +13,7 @@ passed on once to every running job (a job stops as it would in a sequential swe
 last.ckpt), no job starts after it, and the launcher exits as a stopped sequential sweep does
 (1 after Ctrl-C, 143 after SIGTERM).
 
-Jobs run the code the sweep started with (litlab.sweeps.snapshot, as the SLURM launchers): a
+Jobs run the code the sweep started with (litlab.utils.code_state, as the SLURM launchers): a
 job that starts an hour later imports src/ and composes configs/ again, and would otherwise
 pick up edits made meanwhile. Each job writes its own run dir (`console.log`: what it
 printed); the console gets one line per job start and end. The JobReturns (with each failure)
@@ -115,7 +115,7 @@ class ParallelLauncher(Launcher):
 
     def _snapshot(self, sweep_dir: Path) -> None:
         """Once per sweep: the Optuna sweeper launches batch after batch into one sweep dir."""
-        from litlab.sweeps import snapshot
+        from litlab.utils import code_state as snapshot
 
         if self.code is None:
             self.code = snapshot.take(sweep_dir)

@@ -10,7 +10,7 @@ checkpoint, so a result can be traced back and a queued job's code told apart fr
 - `code`: the git commit, whether the tree had uncommitted changes under src/ and configs/, the
   SHA-256 of that diff (untracked files included), and `tree_sha256`, a hash of every file of
   src/ and configs/ that does not need git. A run started from a code snapshot (a sweep sent to
-  a launcher that runs later: litlab.sweeps.snapshot) reports the state the snapshot was taken
+  a launcher that runs later: litlab.utils.code_state) reports the state the snapshot was taken
   from (its CODE.json) and the snapshot's folder.
 - `packages`: the versions of Python and of the libraries a result depends on.
 - `data`: SHA-256 of the files the datamodule reads (`source_files()`, else its `root`).

@@ -8,7 +8,7 @@
   (litlab's grid sweeper runs them so: sweeps/grid; every job is checked before the first
   starts: runs/sweep_dir, which knows the basic sweeper by its `_target_`, `BASIC_SWEEPER`).
 - `hydra._internal.config_repository.ConfigRepository`: rebuilt over a code snapshot's
-  configs (sweeps/snapshot).
+  configs (utils/code_state).
 """
 
 CHECKED_WITH = "1.3.8"
@@ -43,7 +43,7 @@ def grid_jobs(overrides) -> list[list[str]]:
 
 def config_repository(search_path):
     """Hydra's config repository over `search_path` (a loader's `repository` is rebuilt with it
-    when the search path changes: sweeps/snapshot)."""
+    when the search path changes: utils/code_state)."""
     from hydra._internal.config_repository import ConfigRepository
 
     return ConfigRepository(config_search_path=search_path)

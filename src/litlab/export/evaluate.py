@@ -1,11 +1,16 @@
-"""`python src/eval.py model_path=FILE`: an exported ONNX file (fp32 or int8) scored as its
-checkpoint is. The run is rebuilt from the config the file's metadata stores (its data split,
-its module with the module's loss and metrics; `checkpointing.exported` checks that metadata as
-a checkpoint's stored config is checked), the net's forward is the file under ONNX Runtime,
-and the checkpoint recipe's own test and predict steps run (`recipes.evaluate.score`): the
-same metric names and torchmetrics, the same predictions.csv. An fp32 file's figures equal its
-checkpoint's within float tolerance; an int8 file's are its own. The checkpoint may be gone."""
+"""eval.py's recipe (`python src/eval.py`, `litlab.evaluate`). A checkpoint (`ckpt_path`) is
+tested on the split it was trained with (rebuilt from the config stored inside it), writing
+metrics.json and predictions.csv (`evaluate_checkpoint`). An exported ONNX file
+(`model_path=FILE`, fp32 or int8) is scored as its checkpoint is: the run is rebuilt from the
+config the file's metadata stores (its data split, its module with the module's loss and
+metrics; `checkpointing.exported` checks that metadata as a checkpoint's stored config is
+checked), the net's forward is the file under ONNX Runtime, and the checkpoint's own test and
+predict steps run (`score`): the same metric names and torchmetrics, the same
+predictions.csv. An fp32 file's figures equal its checkpoint's within float tolerance; an int8
+file's are its own. The checkpoint may be gone."""
 
+import contextlib
+import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,12 +23,10 @@ TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)
 
 
 def evaluate_entry(cfg: DictConfig) -> RunResult:
-    """src/eval.py and `litlab.evaluate`: a checkpoint (`ckpt_path`, `recipes.evaluate`) or
+    """src/eval.py and `litlab.evaluate`: a checkpoint (`ckpt_path`, `evaluate_checkpoint`) or
     an exported file (`model_path`)."""
     if cfg.get("model_path") is None:
-        from litlab.recipes.evaluate import evaluate_checkpoint as checkpoint
-
-        return checkpoint(cfg)
+        return evaluate_checkpoint(cfg)
     return evaluate_file(cfg)
 
 
@@ -35,7 +38,6 @@ def evaluate_file(cfg: DictConfig) -> RunResult:
     settings = validate.check(cfg, "eval")
     from litlab.checkpointing import exported
     from litlab.checkpointing.trust import ExportedFile
-    from litlab.recipes.evaluate import score
     from litlab.runs import summary as report
     from litlab.runs.rebuild import rebuild
 
@@ -122,3 +124,60 @@ class OnnxForward:
                 f"{shapes}): {one_line(err, limit=300)}"
             ) from None
         return torch.from_numpy(out).to(inputs[0].device)
+
+
+# -------------------------------------------------------------- evaluate
+def evaluate_checkpoint(cfg: DictConfig) -> RunResult:
+    """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
+    from litlab.config import validate
+    from litlab.errors import UserError
+
+    # bad input fails here, in one line, before any data is read
+    settings = validate.check(cfg, "eval")
+    if settings.model_path is not None:
+        raise UserError(
+            f"model_path={settings.model_path}: an exported file is scored by src/eval.py or "
+            "litlab.evaluate (litlab.export.evaluate), not by this checkpoint recipe"
+        )
+    from litlab.runs import first_forward
+    from litlab.runs import summary as report
+    from litlab.runs.rebuild import load_run
+
+    report.apply_extras(cfg)
+    overrides = OmegaConf.to_container(cfg.data_overrides, resolve=True)
+    trust = bool(cfg.get("trust_checkpoint"))
+    run = load_run(cfg.ckpt_path, overrides, trust=trust, data_dir=cfg.paths.data_dir)
+    from litlab.checkpointing import run_config as provenance
+
+    note = provenance.code_note(run.checkpoint.get(provenance.KEY))
+    if note:  # the checkpoint was trained by other code (a later commit, local edits)
+        print(note, flush=True)
+    watch = first_forward.watched(run.model.net, run.config.model.net._target_)
+    return score(cfg, run, str(cfg.ckpt_path), watch)
+
+
+def score(cfg: DictConfig, run, source: str, watch=None, label: str = "checkpoint") -> RunResult:
+    """Test `run` (a `LoadedRun`) on `cfg.split` with the module's own steps and metrics and
+    write metrics.json and predictions.csv into the run dir. `source`: what was scored (a
+    checkpoint, a model file: `label` says which); `watch`: a context around the test."""
+    from litlab.config import build
+    from litlab.runs import predictions
+    from litlab.runs import summary as report
+
+    trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
+    evaluate_split = trainer.test if cfg.split == "test" else trainer.validate
+    # verbose=False: the Results block of report.summary says the same, once
+    with watch or contextlib.nullcontext():
+        metrics = evaluate_split(run.model, datamodule=run.datamodule, verbose=False)[0]
+    out = Path(cfg.paths.output_dir)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    if cfg.predictions:
+        run.datamodule.predict_split = cfg.split
+        run.model.output_dir = out  # segmentation's predicted masks: masks/ beside the rows
+        batches = trainer.predict(run.model, datamodule=run.datamodule)
+        # each row named by its source (a CSV row, a file, a volume and slice, a node)
+        sources = run.datamodule.sources(cfg.split)
+        rows = predictions.write_csv(batches, out / "predictions.csv", sources)
+        print(f"wrote {rows} predictions to {out / 'predictions.csv'}")
+    report.summary(cfg, metrics, source, label)
+    return RunResult(metrics, out, source if label == "checkpoint" else None)

@@ -4,4 +4,4 @@ stops, and `RunResult`), what it prints (`summary`), its predictions and data_sp
 (`predictions`), the DDP lifecycle of its ranks (`ddp`, `ddp_join`, `ddp_callback`), the first
 forward's shape check (`first_forward`), tuning before fit (`tuning`), a trained run rebuilt
 from its checkpoint (`rebuild`) and a sweep's folder and the checks of its jobs before the first
-starts (`sweep_dir`). The recipes (litlab.recipes: train, evaluate, report) run on it."""
+starts (`sweep_dir`). The recipes (litlab.recipes, and the packages' own) run on it."""
