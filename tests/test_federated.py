@@ -311,7 +311,7 @@ def test_a_resume_takes_the_runs_settings_unless_given_otherwise(case, tmp_path)
     as printed); a setting this command gives that differs is one line naming both values."""
     from omegaconf import OmegaConf
 
-    from litlab.checkpointing import run_settings
+    from litlab.checkpointing import resume as run_settings
     from litlab.federated import state
 
     started, given, expected = RESUMES[case]

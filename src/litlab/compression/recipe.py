@@ -77,7 +77,7 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
 def _own_settings(cfg: DictConfig, stored: dict, source: str) -> None:
     """The run's settings into `cfg` (`run_settings.adopt`), its source checkpoint as
     `ckpt_path`, all checked again as this command's own: a bad one is the file's, said so."""
-    from litlab.checkpointing import run_settings
+    from litlab.checkpointing import resume as run_settings
     from litlab.config import validate
 
     run_settings.adopt(cfg, stored, source, ROOTS, TARGETS, free=FREE)

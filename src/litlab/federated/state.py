@@ -198,7 +198,8 @@ def own_settings(cfg, ckpt: dict, source: str, run_dir: Path) -> list[str]:
     Returns the keys taken from the run."""
     from flwr.serverapp.strategy import Strategy  # noqa: F401  (imported: its subclasses match)
 
-    from litlab.checkpointing import run_settings, trust
+    from litlab.checkpointing import resume as run_settings
+    from litlab.checkpointing import trust
     from litlab.checkpointing import trust as data_folders
 
     stored = ckpt[CONFIG_KEY]
