@@ -68,10 +68,42 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
-    """The controller (not an xdist worker) stores the times the next run sorts by."""
+    """The controller (not an xdist worker) stores the times the next run sorts by, and fails
+    a whole `make test` whose worker time grew past its budget (helpers.budget)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     cache = getattr(session.config, "cache", None)
-    if _durations and cache is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+    if _durations and cache is not None:
         cache.set(DURATIONS_KEY, {**cache.get(DURATIONS_KEY, {}), **_durations})
+    from helpers.budget import over_budget
+
+    if _durations and is_whole_default_suite(session.config) and session.exitstatus == 0:
+        if over_budget(_durations) is not None:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """`make test` ends with its worker time against the budget (the 20 slowest checks are
+    listed above it by --durations=20)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _durations:
+        return
+    from helpers.budget import WORKER_BUDGET_S, over_budget
+
+    total = sum(_durations.values())
+    line = f"worker time {total:.0f} s over {len(_durations)} checks"
+    if is_whole_default_suite(config):
+        message = over_budget(_durations)
+        terminalreporter.write_line(message or f"{line} (budget {WORKER_BUDGET_S:.0f} s)")
+    else:
+        terminalreporter.write_line(f"{line} (a selection: no budget applies)")
+
+
+def is_whole_default_suite(config) -> bool:
+    """`make test` as written: every test file, the default marker expression, no -k."""
+    from helpers.budget import DEFAULT_MARKERS
+
+    args = [a for a in config.args if Path(a).resolve() != Path(__file__).parent.resolve()]
+    return not args and not config.option.keyword and config.option.markexpr == DEFAULT_MARKERS
 
 
 @pytest.fixture
