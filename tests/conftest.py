@@ -77,9 +77,9 @@ def pytest_sessionfinish(session):
         cache.set(DURATIONS_KEY, {**cache.get(DURATIONS_KEY, {}), **_durations})
     from helpers.budget import over_budget
 
-    if _durations and is_whole_default_suite(session.config) and session.exitstatus == 0:
-        if over_budget(_durations) is not None:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    whole = _durations and is_whole_default_suite(session.config)
+    if whole and session.exitstatus == 0 and over_budget(_durations) is not None:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, config):
