@@ -95,7 +95,9 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
     _add_routes(app, runner, predictor, settings, state, registry)
     paths = {"/health", "/metadata", "/metrics", "/predict"}
     body_limit = BodyLimit(app, settings.max_body_bytes)
-    guarded = Deadline(body_limit, settings.max_request_s, settings.retry_after_s)
+    guarded = Deadline(
+        body_limit, settings.max_request_s, settings.retry_after_s, settings.drain_timeout_s
+    )
     return Metrics(guarded, requests, latency, paths)
 
 
