@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from litlab.bounds import Fraction, Interval, MinLen, OptionalFraction, PosFloat, PosInt, Seed
-from litlab.config import checkpoints, machine
+from litlab.config import checkpoints, rules
 from litlab.config.models import Settings
 from litlab.errors import UserError
 
@@ -50,7 +50,7 @@ class ExportSettings(EntrySettings):
     def _formats(self):
         if len(set(self.formats)) != len(self.formats):
             raise UserError(f"formats={list(self.formats)} names a format twice; list each once")
-        if "tensorrt" in self.formats and (why := machine.tensorrt_missing()) is not None:
+        if "tensorrt" in self.formats and (why := rules.tensorrt_missing()) is not None:
             raise UserError(why)
         return self
 
