@@ -78,20 +78,12 @@ class ExportSettings(RebuiltSettings):
 
 # ------------------------------------------------------------------------------ serve.py
 KiB, MiB = 1 << 10, 1 << 20
-
-
 #: processes, ONNX Runtime threads and decode threads per worker; threads per core at most
 MAX_WORKERS = MAX_THREADS = MAX_DECODE_THREADS = 64
-
-
 THREADS_PER_CORE = 4
-
-
 #: the shortest timeout (seconds; 1e-300 would close every connection before its first byte)
 #: and the longest wait of any setting
 MIN_TIMEOUT_S, MAX_WAIT_S = 0.1, 3600
-
-
 Seconds = Annotated[float, Field(ge=MIN_TIMEOUT_S, le=MAX_WAIT_S)]
 
 

@@ -73,9 +73,7 @@ def check_required(cfg: DictConfig, entry: str) -> None:
 def choice(group: str) -> str:
     from hydra.core.hydra_config import HydraConfig
 
-    if HydraConfig.initialized():
-        return str(HydraConfig.get().runtime.choices.get(group))
-    return "?"
+    return str(HydraConfig.get().runtime.choices.get(group)) if HydraConfig.initialized() else "?"
 
 
 def target_of(path) -> str | None:
@@ -98,14 +96,6 @@ def data_options(kinds) -> list[str]:
         except Exception:  # a broken data config must not hide the real error
             continue
     return fits
-
-
-def incompatible(kinds, kind: str) -> str:
-    return (
-        f"model={choice('model')} ({', '.join(kinds)}) cannot train on "
-        f"data={choice('data')} ({kind}); data that fit this model: "
-        f"{', '.join(data_options(kinds))}"
-    )
 
 
 def check_monitor(c: dict) -> None:
@@ -192,7 +182,10 @@ def check_compatible(cfg: DictConfig) -> None:
     kind = tasks.kind_name_of_data(cfg.data._target_)
     fits = tasks.kinds_of_model(cfg.model._target_)
     if kind not in fits:
-        raise UserError(incompatible(fits, kind))
+        raise UserError(
+            f"model={choice('model')} ({', '.join(fits)}) cannot train on data={choice('data')} "
+            f"({kind}); data that fit this model: {', '.join(data_options(fits))}"
+        )
     fitting_callbacks(cfg, quiet=True)
 
 
