@@ -6,11 +6,10 @@ One line (`UserError`) each; `config.validate` and the entry settings call them.
 import re
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from litlab.config.messages import node_errors, refusal
 from litlab.config.models import import_target, signature
-from litlab.config.rules import stages
 from litlab.errors import UserError, closest
 
 
@@ -50,6 +49,7 @@ def check_stored(stored: dict, source: str, overridable: bool = False) -> None:
     the key, not deep inside a build, a loss or an export. `stored`: plain data (`trust.check`
     passed); `overridable`: the command takes `data_overrides`, and a bad data key says how."""
     from litlab.checkpointing.trust import named
+    from litlab.config.validate import stages
 
     where = f"{named(source)}: its stored config"
     for key in ("model", "data"):
@@ -102,6 +102,23 @@ def rebuilt_group_refusal(override: str, entry: str = "") -> str | None:
         f"{override}: {command} builds the data from the checkpoint's stored config (the "
         f"split it was trained on) and takes no data.* keys; change one with {how}"
     )
+
+
+def refuse_rebuilt_groups(cfg: DictConfig) -> None:
+    """A command that rebuilds its run from a checkpoint refuses `+data.*`/`+model.*` on its
+    command line (Hydra adds them; nothing would read them) in one line saying how to change
+    the data (`data_overrides`). A `data` node from a config file (configs/local) is left."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not any(group in cfg for group in REBUILT):
+        return
+    if not HydraConfig.initialized():  # a composed config handed to a recipe: no command line
+        group = next(g for g in REBUILT if g in cfg)
+        raise UserError(rebuilt_group_refusal(f"{group}=...") or group)
+    hydra = HydraConfig.get()
+    for override in hydra.overrides.task:
+        if line := rebuilt_group_refusal(str(override), hydra.job.config_name or ""):
+            raise UserError(line)
 
 
 def stored_config(path) -> dict:

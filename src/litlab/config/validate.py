@@ -20,10 +20,11 @@ before it found nothing:
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
+from litlab import tasks
 from litlab.config import rules
+from litlab.config.checkpoints import refuse_rebuilt_groups
 from litlab.config.entries import ENTRIES, OwnKeys, SweepSummarySettings
-from litlab.config.messages import refusal, validated
-from litlab.config.rules import stages
+from litlab.config.messages import node_errors, refusal, validated
 from litlab.errors import UserError, one_line
 
 #: how to fill a required key, by name
@@ -52,7 +53,7 @@ def check(cfg: DictConfig, entry: str = "entry"):
     model = ENTRIES.get(entry, OwnKeys)
     rules.check_required(cfg, entry)
     if "data_overrides" in model.model_fields:  # the run is rebuilt from a checkpoint
-        _no_rebuilt_groups(cfg)
+        refuse_rebuilt_groups(cfg)
     model.prepare(cfg)
     if "threads" not in model.model_fields:  # torch's threads (serve's are ONNX Runtime's)
         threads.check(cfg.get("threads", "auto"))
@@ -120,26 +121,6 @@ def _container(cfg: DictConfig, keys=None) -> tuple[dict, dict]:
         raise UserError(f"the config does not resolve: {one_line(err)}") from None
 
 
-def _no_rebuilt_groups(cfg: DictConfig) -> None:
-    """A command that rebuilds its run from a checkpoint refuses `+data.*`/`+model.*` on its
-    command line (Hydra adds them; nothing would read them) in one line saying how to change
-    the data (`data_overrides`). A `data` node from a config file (configs/local) is left."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from litlab.config.checkpoints import REBUILT, rebuilt_group_refusal
-
-    if not any(group in cfg for group in REBUILT):
-        return
-    if not HydraConfig.initialized():  # a composed config handed to a recipe: no command line
-        group = next(g for g in REBUILT if g in cfg)
-        raise UserError(rebuilt_group_refusal(f"{group}=...") or group)
-    hydra = HydraConfig.get()
-    for override in hydra.overrides.task:
-        line = rebuilt_group_refusal(str(override), hydra.job.config_name or "")
-        if line:
-            raise UserError(line)
-
-
 def _read_but_deleted(cfg: DictConfig, model) -> None:
     """One of the entry point's own keys was deleted and another key reads it: say which."""
     try:
@@ -158,3 +139,34 @@ def check_summary(config: DictConfig) -> None:
         values = OmegaConf.to_container(node, resolve=True)
         values.pop("_target_", None)
         _refuse(validated(SweepSummarySettings, values, SUMMARY)[1])
+
+
+def stages(cfg: DictConfig, c: dict, raw: dict, own=None):
+    """The errors of each stage after the settings (2 to 5 above), lazily: `c` is `cfg` plain
+    and resolved; `own` the entry point's settings (None: a checkpoint's stored config)."""
+    built = isinstance(c.get("model"), dict) and isinstance(c.get("data"), dict)
+    errors = node_errors("", c, raw, imported=False)  # what a target's name tells: no import
+    if built and not errors:
+        errors = _quiet(rules.check_compatible, cfg)
+        if own is not None and not errors:
+            errors = _quiet(own.check_kind, tasks.kind_of_data(c["data"]["_target_"]))
+    if isinstance(c.get("trainer"), dict) and not errors:  # what this machine certainly lacks
+        errors = _quiet(rules.check_impossible_here, c["trainer"])
+    yield errors + (_quiet(own.check_files_exist) if own is not None and not errors else [])
+    yield node_errors("", {k: v for k, v in c.items() if k != "data_overrides"}, raw)
+    checks = [(rules.check_optimizer, c.get("model")), (rules.check_monitor, c)] if built else []
+    if own is not None:
+        checks += [(rules.check_paths, c.get("data"))] * built + [(own.check_groups, c)]
+    if isinstance(c.get("trainer"), dict):
+        checks.append((rules.check_trainer, c["trainer"]))
+    yield [e for check_, arg in checks for e in _quiet(check_, arg)]
+    if own is not None:
+        yield _quiet(own.check_files)
+
+
+def _quiet(fn, *args) -> list[str]:
+    try:
+        fn(*args)
+    except UserError as err:
+        return [str(err)]
+    return []
