@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab.config.messages import node_errors, refusal
 from litlab.config.models import import_target, signature
+from litlab.config.rules import stages
 from litlab.errors import UserError, closest
 
 
@@ -49,7 +50,6 @@ def check_stored(stored: dict, source: str, overridable: bool = False) -> None:
     the key, not deep inside a build, a loss or an export. `stored`: plain data (`trust.check`
     passed); `overridable`: the command takes `data_overrides`, and a bad data key says how."""
     from litlab.checkpointing.trust import named
-    from litlab.config.validate import stages
 
     where = f"{named(source)}: its stored config"
     for key in ("model", "data"):

@@ -3,7 +3,7 @@ builds from are there; model against data by their declared kinds, and the callb
 apply to the data's kind; the monitored metric exists and is computed; there is something to
 train; the optimizer builds; the data folders exist; the Trainer's settings fit this machine
 (accelerator, strategy, devices, precision: Lightning's registries and torch are asked, last).
-`config.validate` runs them, with the nodes' models, in its order.
+`stages` runs them, with the nodes' models, in the order `config.validate` says.
 """
 
 import contextlib
@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab import tasks
 from litlab.config.compose import CONFIG_DIR
+from litlab.config.messages import node_errors
 from litlab.errors import UserError, closest, one_line
 from litlab.tasks import kind_name_of_data, static
 
@@ -341,3 +342,34 @@ def tensorrt_missing() -> str | None:
         + " and ".join(lacks)
         + "; formats onnx, pt2 and onnx_int8 work here"
     )
+
+
+def stages(cfg: DictConfig, c: dict, raw: dict, own=None):
+    """The errors of each stage after the settings (2 to 5 of `config.validate`), lazily: `c` is `cfg` plain
+    and resolved; `own` the entry point's settings (None: a checkpoint's stored config)."""
+    built = isinstance(c.get("model"), dict) and isinstance(c.get("data"), dict)
+    errors = node_errors("", c, raw, imported=False)  # what a target's name tells: no import
+    if built and not errors:
+        errors = _quiet(check_compatible, cfg)
+        if own is not None and not errors:
+            errors = _quiet(own.check_kind, tasks.kind_of_data(c["data"]["_target_"]))
+    if isinstance(c.get("trainer"), dict) and not errors:  # what this machine certainly lacks
+        errors = _quiet(check_impossible_here, c["trainer"])
+    yield errors + (_quiet(own.check_files_exist) if own is not None and not errors else [])
+    yield node_errors("", {k: v for k, v in c.items() if k != "data_overrides"}, raw)
+    checks = [(check_optimizer, c.get("model")), (check_monitor, c)] if built else []
+    if own is not None:
+        checks += [(check_paths, c.get("data"))] * built + [(own.check_groups, c)]
+    if isinstance(c.get("trainer"), dict):
+        checks.append((check_trainer, c["trainer"]))
+    yield [e for check_, arg in checks for e in _quiet(check_, arg)]
+    if own is not None:
+        yield _quiet(own.check_files)
+
+
+def _quiet(fn, *args) -> list[str]:
+    try:
+        fn(*args)
+    except UserError as err:
+        return [str(err)]
+    return []

@@ -20,11 +20,11 @@ before it found nothing:
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
-from litlab import tasks
 from litlab.config import rules
 from litlab.config.checkpoints import refuse_rebuilt_groups
 from litlab.config.entries import ENTRIES, OwnKeys, SweepSummarySettings
-from litlab.config.messages import node_errors, refusal, validated
+from litlab.config.messages import refusal, validated
+from litlab.config.rules import stages
 from litlab.errors import UserError, one_line
 
 #: how to fill a required key, by name
@@ -139,34 +139,3 @@ def check_summary(config: DictConfig) -> None:
         values = OmegaConf.to_container(node, resolve=True)
         values.pop("_target_", None)
         _refuse(validated(SweepSummarySettings, values, SUMMARY)[1])
-
-
-def stages(cfg: DictConfig, c: dict, raw: dict, own=None):
-    """The errors of each stage after the settings (2 to 5 above), lazily: `c` is `cfg` plain
-    and resolved; `own` the entry point's settings (None: a checkpoint's stored config)."""
-    built = isinstance(c.get("model"), dict) and isinstance(c.get("data"), dict)
-    errors = node_errors("", c, raw, imported=False)  # what a target's name tells: no import
-    if built and not errors:
-        errors = _quiet(rules.check_compatible, cfg)
-        if own is not None and not errors:
-            errors = _quiet(own.check_kind, tasks.kind_of_data(c["data"]["_target_"]))
-    if isinstance(c.get("trainer"), dict) and not errors:  # what this machine certainly lacks
-        errors = _quiet(rules.check_impossible_here, c["trainer"])
-    yield errors + (_quiet(own.check_files_exist) if own is not None and not errors else [])
-    yield node_errors("", {k: v for k, v in c.items() if k != "data_overrides"}, raw)
-    checks = [(rules.check_optimizer, c.get("model")), (rules.check_monitor, c)] if built else []
-    if own is not None:
-        checks += [(rules.check_paths, c.get("data"))] * built + [(own.check_groups, c)]
-    if isinstance(c.get("trainer"), dict):
-        checks.append((rules.check_trainer, c["trainer"]))
-    yield [e for check_, arg in checks for e in _quiet(check_, arg)]
-    if own is not None:
-        yield _quiet(own.check_files)
-
-
-def _quiet(fn, *args) -> list[str]:
-    try:
-        fn(*args)
-    except UserError as err:
-        return [str(err)]
-    return []
