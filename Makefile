@@ -41,7 +41,7 @@ train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`
 	$(PY) src/train.py $(ARGS)
 
 test: $(VENV)/.installed  ## set up, then run the test suite (not the `slow` ones)
-	$(PY) -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --dist loadgroup --durations=20 $(PYTEST_ARGS)
 
 notebook: $(VENV)/.installed notebook-copies  ## set up, then JupyterLab on copies of notebooks/ (kernel: this .venv; 127.0.0.1 only): make notebook PORT=8899 ARGS=--no-browser
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_COPIES) --ServerApp.ip=127.0.0.1 $(JUPYTER_PORT) $(JUPYTER_ROOT) $(ARGS)

@@ -143,7 +143,7 @@ def inference_rows(model_name: str, out: Path, iters: int = 50) -> list[tuple]:
 
     from litlab import tasks
     from litlab.config import build
-    from litlab.config.machine import tensorrt_missing as missing
+    from litlab.config.rules import tensorrt_missing as missing
     from litlab.export.onnx import compile_fp16
     from litlab.export.recipe import prepare_net
     from litlab.runs.rebuild import LoadedRun

@@ -68,10 +68,58 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
-    """The controller (not an xdist worker) stores the times the next run sorts by."""
+    """A worker reports the CPU seconds it and its finished subprocesses used; the controller
+    stores the times the next run sorts by, and fails a whole `make test` whose CPU time grew
+    past its budget (helpers.budget)."""
+    from helpers.budget import cpu_seconds, over_budget
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        session.config.workeroutput["cpu_s"] = cpu_seconds()  # read by pytest_testnodedown
+        return
     cache = getattr(session.config, "cache", None)
-    if _durations and cache is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+    if _durations and cache is not None:
         cache.set(DURATIONS_KEY, {**cache.get(DURATIONS_KEY, {}), **_durations})
+    _cpu.setdefault("controller", cpu_seconds())
+    whole = _durations and is_whole_default_suite(session.config)
+    if whole and session.exitstatus == 0 and over_budget(_cpu, _durations) is not None:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# CPU seconds per xdist worker (and the controller's own, which runs the tests without -n)
+_cpu: dict[str, float] = {}
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent with -p no:xdist
+def pytest_testnodedown(node, error):
+    """xdist's controller hook: a worker finished; keep the CPU time it reported."""
+    if "cpu_s" in getattr(node, "workeroutput", {}):
+        _cpu[node.gateway.id] = node.workeroutput["cpu_s"]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """`make test` ends with its CPU time against the budget (the 20 slowest checks are listed
+    above it by --durations=20)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _durations:
+        return
+    from helpers.budget import budget_s, over_budget
+
+    line = (
+        f"{len(_durations)} checks: {sum(_cpu.values()):.0f} CPU seconds, "
+        f"{sum(_durations.values()):.0f} worker seconds"
+    )
+    if is_whole_default_suite(config):
+        message = over_budget(_cpu, _durations)
+        terminalreporter.write_line(message or f"{line} (budget {budget_s():.0f} CPU seconds)")
+    else:
+        terminalreporter.write_line(f"{line} (a selection: no budget applies)")
+
+
+def is_whole_default_suite(config) -> bool:
+    """`make test` as written: every test file, the default marker expression, no -k."""
+    from helpers.budget import DEFAULT_MARKERS
+
+    args = [a for a in config.args if Path(a).resolve() != Path(__file__).parent.resolve()]
+    return not args and not config.option.keyword and config.option.markexpr == DEFAULT_MARKERS
 
 
 @pytest.fixture

@@ -349,6 +349,27 @@ def test_a_local_rank_without_signs_of_life_stops_the_wait_in_one_line(tmp_path)
     assert "node" not in message and "\n" not in message
 
 
+def test_a_local_rank_alive_but_stuck_in_its_start_ends_the_wait_at_the_limit(tmp_path):
+    """Rank 1's heartbeat goes on but it never gets ready (a deadlock in its start): the wait
+    that follows living ranks ends at the start's limit, in one line, not never."""
+    import time
+
+    from litlab.runs.ddp_join import JoinFailed
+
+    rank0, rank1 = _meeting(tmp_path)
+    rank0.limit_s = 2.0  # START_LIMIT_S is an hour
+    rank1.begin(1.0)
+    try:
+        with pytest.raises(JoinFailed) as failed:
+            rank0.wait(2, 1.0, lambda line: None)
+    finally:
+        rank1.stop()
+    assert 2.0 <= time.time() - rank0.begun < 10
+    message = str(failed.value)
+    assert message.startswith("DDP rank 0 of 2: rank(s) 1 of this machine still alive but not")
+    assert "past the 2 s a start may take" in message and "\n" not in message
+
+
 def test_a_local_rank_that_exits_before_the_join_ends_the_wait_at_once(tmp_path):
     """A child rank that failed while starting (its own error is on the console): rank 0
     says so at once with its exit code, not after ddp_join_timeout."""

@@ -155,8 +155,8 @@ def test_data_overrides_change_the_table_and_are_recorded(table_run, monkeypatch
             "+data_overrides.sep=tab",
             (
                 "unknown key data_overrides.sep (did you mean seed?): the checkpoint's data "
-                "(TableDataModule) has no 'sep'; valid: batch_size, fold, num_folds, num_workers, "
-                "path, persistent_workers, pin_memory, seed, test_fraction, val_fraction"
+                "(TableDataModule) has no 'sep'; valid: batch_size, fold, id_column, num_folds, "
+                "num_workers, path, persistent_workers, pin_memory, seed, test_fraction, val_fraction"
             ),
         ),
         (

@@ -54,7 +54,7 @@ def check(config, recipe, overrides, expected, fast, ckpts, tmp_path):
     message, seconds = refused(config, _fill(overrides, ckpts), recipe, tmp_path / "logs")
     assert expected in message, message
     if fast:
-        assert seconds < FAST_S, f"{seconds:.1f} s for a config error: {message}"
+        assert seconds < FAST_S, f"{seconds:.1f} CPU seconds for a config error: {message}"
 
 
 # (overrides, a part of the line, pure config error: refused within FAST_S)

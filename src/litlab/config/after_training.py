@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from litlab.bounds import Fraction, Interval, MinLen, OptionalFraction, PosFloat, PosInt, Seed
-from litlab.config import checkpoints, machine
+from litlab.config import checkpoints, rules
 from litlab.config.models import Settings
 from litlab.errors import UserError
 
@@ -21,6 +21,25 @@ class EntrySettings(Settings):
     tags: list[str] | None = None
 
 
+class RebuiltSettings(EntrySettings):
+    """A command that rebuilds its run from a checkpoint's stored config (eval, export,
+    compress): the file is there before anything is imported, and fit to rebuild from last."""
+
+    ckpt_path: str
+    #: keys of the stored data config to replace (checked against the data's own signature)
+    data_overrides: dict = {}
+    #: build whatever the checkpoint's stored config names (only for files you trust)
+    trust_checkpoint: bool = False
+
+    def check_files_exist(self) -> None:
+        checkpoints.check_checkpoint_exists(self.ckpt_path)
+
+    def check_files(self) -> None:
+        checkpoints.check_checkpoint(
+            self.ckpt_path, None, self.trust_checkpoint, dict(self.data_overrides)
+        )
+
+
 # ------------------------------------------------------------------------------ export.py
 class LatencySettings(Settings):
     #: batch sizes of the latency table (empty: no table)
@@ -29,13 +48,10 @@ class LatencySettings(Settings):
     budget_s: PosFloat = 3.0
 
 
-class ExportSettings(EntrySettings):
-    ckpt_path: str
+class ExportSettings(RebuiltSettings):
     formats: Annotated[list[Literal["onnx", "pt2", "onnx_int8", "tensorrt"]], MinLen(1)] = [
         "onnx", "pt2", "onnx_int8"
     ]  # fmt: skip
-    #: keys of the stored data config to replace (checked against the data's own signature)
-    data_overrides: dict = {}
     #: fp32 formats pass when max |eager - exported| <= rtol x max |eager|
     rtol: Annotated[PosFloat, "a relative tolerance > 0 (e.g. 1e-4)"] = 1e-4
     #: int8 is written when its test metric keeps all but this share of the checkpoint's
@@ -43,21 +59,14 @@ class ExportSettings(EntrySettings):
     int8_max_drop: Annotated[OptionalFraction, "a share in [0, 1), e.g. 0.01"] | None = None
     calibration_batches: PosInt = 16
     latency: LatencySettings = LatencySettings()
-    #: build whatever the checkpoint's stored config names (only for files you trust)
-    trust_checkpoint: bool = False
 
     @model_validator(mode="after")
     def _formats(self):
         if len(set(self.formats)) != len(self.formats):
             raise UserError(f"formats={list(self.formats)} names a format twice; list each once")
-        if "tensorrt" in self.formats and (why := machine.tensorrt_missing()) is not None:
+        if "tensorrt" in self.formats and (why := rules.tensorrt_missing()) is not None:
             raise UserError(why)
         return self
-
-    def check_files(self) -> None:
-        checkpoints.check_checkpoint_to_rebuild(
-            self.ckpt_path, self.trust_checkpoint, self.data_overrides
-        )
 
     def format_list(self) -> list[str]:
         """The formats to write, in order; int8 is quantized from the fp32 ONNX file."""
@@ -69,20 +78,12 @@ class ExportSettings(EntrySettings):
 
 # ------------------------------------------------------------------------------ serve.py
 KiB, MiB = 1 << 10, 1 << 20
-
-
 #: processes, ONNX Runtime threads and decode threads per worker; threads per core at most
 MAX_WORKERS = MAX_THREADS = MAX_DECODE_THREADS = 64
-
-
 THREADS_PER_CORE = 4
-
-
 #: the shortest timeout (seconds; 1e-300 would close every connection before its first byte)
 #: and the longest wait of any setting
 MIN_TIMEOUT_S, MAX_WAIT_S = 0.1, 3600
-
-
 Seconds = Annotated[float, Field(ge=MIN_TIMEOUT_S, le=MAX_WAIT_S)]
 
 
@@ -240,16 +241,12 @@ class CompressReportSettings(Settings):
     onnx: bool = True
 
 
-class CompressSettings(EntrySettings):
+class CompressSettings(RebuiltSettings):
     """Which steps fit the checkpoint's task kind is checked against the checkpoint before any
     data is read or the original model is tested."""
 
-    ckpt_path: str
-    data_overrides: dict = {}
     seed: Seed = 42
     compress: Steps
-    #: build whatever the checkpoints' stored configs name (only for files you trust)
-    trust_checkpoint: bool = False
     report: CompressReportSettings = CompressReportSettings()
 
     def run_view(self, cfg):
@@ -259,11 +256,8 @@ class CompressSettings(EntrySettings):
 
         from litlab.checkpointing.trust import merged
 
-        checkpoints.check_checkpoint_exists(self.ckpt_path)
-        # only allowed targets are imported; the data overrides fit the stored data
-        checkpoints.check_checkpoint(
-            self.ckpt_path, None, self.trust_checkpoint, dict(self.data_overrides)
-        )
+        self.check_files_exist()
+        super().check_files()  # only allowed targets are imported; the data overrides fit
         stored = merged(checkpoints.stored_config(self.ckpt_path), dict(self.data_overrides))
         view = cfg.copy()
         with open_dict(view):
@@ -290,7 +284,7 @@ class CompressSettings(EntrySettings):
 
     def check_files(self) -> None:
         """A teacher checkpoint is litlab's too; a distillation student can learn the
-        checkpoint's data (the data overrides were checked with the checkpoint: `run_view`)."""
+        checkpoint's data (the checkpoint and its data overrides were checked by `run_view`)."""
         distill = self.compress.distill
         if distill and distill.teacher is not None:
             checkpoints.check_checkpoint_exists(distill.teacher)

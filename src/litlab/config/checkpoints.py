@@ -6,7 +6,7 @@ One line (`UserError`) each; `config.validate` and the entry settings call them.
 import re
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from litlab.config.messages import node_errors, refusal
 from litlab.config.models import import_target, signature
@@ -17,12 +17,11 @@ from litlab.errors import UserError, closest
 def check_checkpoint(
     path, cfg_model: dict | None, trust: bool = True, data_overrides: dict | None = None
 ) -> None:
-    """The file exists, is a complete litlab checkpoint (weights_only), of this model, and
-    (unless trusted) names only targets litlab's own configs can name."""
+    """The file exists, is a complete litlab checkpoint (weights_only), and holds this model
+    (`cfg_model`: a run resumes from it) or a run this command can rebuild (`check_rebuilt`)."""
     from litlab.checkpointing import load as checkpoint
     from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check, merged
 
     p = Path(str(path))
     if p.is_dir():
@@ -34,17 +33,11 @@ def check_checkpoint(
             + (f" such as {p / 'checkpoints' / files[0]}" if files else "")
         )
     ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
-    stored = ckpt[CONFIG_KEY]
     check_callback_states(ckpt, str(path))  # a resume restores them: always
-    if not trust:  # as load_run will build it: with this command's data overrides
-        check(merged(stored, data_overrides), str(path))
-    if cfg_model is None and data_overrides:  # their keys and values, named as the command's
-        check_data_overrides(path, data_overrides, stored=stored.get("data"))
-    if not trust and cfg_model is None:  # eval, export, compress: the run is rebuilt from it
-        # as it will be built: a stored value this command overrides is not the file's fault
-        check_stored(merged(stored, data_overrides), str(path), data_overrides is not None)
-    theirs = (stored.get("model") or {}).get("_target_")
-    if cfg_model is not None and theirs != cfg_model.get("_target_"):
+    if cfg_model is None:  # eval, export, compress, serve: the run is rebuilt from it
+        return check_rebuilt(ckpt[CONFIG_KEY], str(path), path, trust, data_overrides)
+    theirs = (ckpt[CONFIG_KEY].get("model") or {}).get("_target_")
+    if theirs != cfg_model.get("_target_"):
         raise UserError(
             f"ckpt_path={path} holds a {theirs} model; this run builds "
             f"{cfg_model.get('_target_')}: pick the matching model=... or checkpoint"
@@ -111,6 +104,23 @@ def rebuilt_group_refusal(override: str, entry: str = "") -> str | None:
     )
 
 
+def refuse_rebuilt_groups(cfg: DictConfig) -> None:
+    """A command that rebuilds its run from a checkpoint refuses `+data.*`/`+model.*` on its
+    command line (Hydra adds them; nothing would read them) in one line saying how to change
+    the data (`data_overrides`). A `data` node from a config file (configs/local) is left."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not any(group in cfg for group in REBUILT):
+        return
+    if not HydraConfig.initialized():  # a composed config handed to a recipe: no command line
+        group = next(g for g in REBUILT if g in cfg)
+        raise UserError(rebuilt_group_refusal(f"{group}=...") or group)
+    hydra = HydraConfig.get()
+    for override in hydra.overrides.task:
+        if line := rebuilt_group_refusal(str(override), hydra.job.config_name or ""):
+            raise UserError(line)
+
+
 def stored_config(path) -> dict:
     """The run config inside a checkpoint (its tensors are not read)."""
     from litlab.checkpointing import load as checkpoint
@@ -146,12 +156,19 @@ def check_checkpoint_exists(path) -> None:
         raise UserError(f"ckpt_path={path}: no such checkpoint file")
 
 
-def check_checkpoint_to_rebuild(path, trust: bool, data_overrides: dict) -> None:
-    """A checkpoint an entry point rebuilds its run from (eval, export): it exists, is a
-    complete litlab checkpoint naming only allowed targets unless trusted, and the command's
-    data overrides fit the data it stores."""
-    check_checkpoint_exists(path)
-    check_checkpoint(path, None, trust, dict(data_overrides))
+def check_rebuilt(stored: dict, source, path, trust: bool, data_overrides: dict | None) -> None:
+    """A stored run config a command rebuilds its run from, as it will be built (with this
+    command's data overrides): it names only targets litlab's configs can name unless trusted,
+    the overrides fit its data, and its model and data pass a command line's checks (a stored
+    value this command overrides is not the file's fault)."""
+    from litlab.checkpointing.trust import check, merged
+
+    if not trust:
+        check(merged(stored, data_overrides), source)
+    if data_overrides:  # their keys and values, named as the command's
+        check_data_overrides(path, data_overrides, stored=stored.get("data"))
+    if not trust:
+        check_stored(merged(stored, data_overrides), source, data_overrides is not None)
 
 
 def check_exported_to_rebuild(path, trust: bool, data_overrides: dict) -> None:
@@ -160,16 +177,10 @@ def check_exported_to_rebuild(path, trust: bool, data_overrides: dict) -> None:
     command's data overrides, and of the task kind the file says."""
     from litlab import tasks
     from litlab.checkpointing import exported
-    from litlab.checkpointing.trust import ExportedFile, check, merged
+    from litlab.checkpointing.trust import ExportedFile
 
     run = exported.stored_run(path)
-    source, overrides = ExportedFile(path), dict(data_overrides)
-    if not trust:
-        check(merged(run.config, overrides), source)
-    if overrides:
-        check_data_overrides(path, overrides, stored=run.config.get("data"))
-    if not trust:
-        check_stored(merged(run.config, overrides), source, True)
+    check_rebuilt(run.config, ExportedFile(path), path, trust, dict(data_overrides))
     data = run.config.get("data") or {}
     theirs = tasks.kind_name_of_data(data.get("_target_"), "data") if "_target_" in data else None
     if theirs != run.kind:

@@ -26,6 +26,7 @@ from litlab.config.after_training import (
     CompressSettings,
     EntrySettings,
     ExportSettings,
+    RebuiltSettings,
     ServeSettings,
 )
 from litlab.config.models import Settings
@@ -64,7 +65,7 @@ class TrainSettings(OwnKeys):
             checkpoints.check_checkpoint(self.ckpt_path, c["model"])
 
 
-class EvalSettings(OwnKeys):
+class EvalSettings(RebuiltSettings, OwnKeys):
     """The model and data come from the checkpoint's stored config, or from the one an
     exported file's metadata holds (`model_path`: a model.onnx of src/export.py)."""
 
@@ -72,8 +73,6 @@ class EvalSettings(OwnKeys):
     predictions: bool = True
     ckpt_path: str | None = None
     model_path: str | None = None
-    trust_checkpoint: bool = False
-    data_overrides: dict = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_model(self):
@@ -94,16 +93,14 @@ class EvalSettings(OwnKeys):
             from litlab.checkpointing.exported import check_exists
 
             return check_exists(self.model_path)
-        checkpoints.check_checkpoint_exists(self.ckpt_path)
+        super().check_files_exist()
 
     def check_files(self) -> None:
         if self.model_path is not None:
             return checkpoints.check_exported_to_rebuild(
                 self.model_path, self.trust_checkpoint, self.data_overrides
             )
-        checkpoints.check_checkpoint_to_rebuild(
-            self.ckpt_path, self.trust_checkpoint, self.data_overrides
-        )
+        super().check_files()
 
 
 # ------------------------------------------------------------------------------ federate.py

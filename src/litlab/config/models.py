@@ -3,7 +3,7 @@ model of `config.entries`) and every node with a `_target_` (`node_model`: one m
 from its target's signature, as torchtune binds each component to its class; classes of other
 libraries take their annotations from `config.external`). pydantic judges types and bounds
 strictly (`lr=fast`, `dropout=true` are refused, never coerced; nan and inf for no float);
-this module turns each of its errors into the line a user reads:
+`config.messages` turns each of its errors into the line a user reads:
 `KEY=VALUE has the wrong type or value; valid: ...` or `unknown key KEY; did you mean ...?`.
 
 The checks come from the targets themselves, never from key names: a litlab class annotates

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
 from litlab.config import rules
+from litlab.config.checkpoints import refuse_rebuilt_groups
 from litlab.config.entries import ENTRIES, OwnKeys, SweepSummarySettings
 from litlab.config.messages import refusal, validated
 from litlab.config.rules import stages
@@ -52,7 +53,7 @@ def check(cfg: DictConfig, entry: str = "entry"):
     model = ENTRIES.get(entry, OwnKeys)
     rules.check_required(cfg, entry)
     if "data_overrides" in model.model_fields:  # the run is rebuilt from a checkpoint
-        _no_rebuilt_groups(cfg)
+        refuse_rebuilt_groups(cfg)
     model.prepare(cfg)
     if "threads" not in model.model_fields:  # torch's threads (serve's are ONNX Runtime's)
         threads.check(cfg.get("threads", "auto"))
@@ -118,26 +119,6 @@ def _container(cfg: DictConfig, keys=None) -> tuple[dict, dict]:
         ) from None
     except Exception as err:
         raise UserError(f"the config does not resolve: {one_line(err)}") from None
-
-
-def _no_rebuilt_groups(cfg: DictConfig) -> None:
-    """A command that rebuilds its run from a checkpoint refuses `+data.*`/`+model.*` on its
-    command line (Hydra adds them; nothing would read them) in one line saying how to change
-    the data (`data_overrides`). A `data` node from a config file (configs/local) is left."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from litlab.config.checkpoints import REBUILT, rebuilt_group_refusal
-
-    if not any(group in cfg for group in REBUILT):
-        return
-    if not HydraConfig.initialized():  # a composed config handed to a recipe: no command line
-        group = next(g for g in REBUILT if g in cfg)
-        raise UserError(rebuilt_group_refusal(f"{group}=...") or group)
-    hydra = HydraConfig.get()
-    for override in hydra.overrides.task:
-        line = rebuilt_group_refusal(str(override), hydra.job.config_name or "")
-        if line:
-            raise UserError(line)
 
 
 def _read_but_deleted(cfg: DictConfig, model) -> None:

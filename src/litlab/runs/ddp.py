@@ -30,8 +30,9 @@ makes (`LITLAB_DDP_START_DIR` tells its child ranks where): each touches `<rank>
 second from the moment its run begins (`begin`), and writes `<rank>.ready` when it reaches the
 join (`wait`). A rank enters torch's rendezvous only when every rank is ready; until then it
 waits for each missing one as long as that one's last sign of life is younger than
-`ddp_join_timeout`. A rank that exits before it is ready ends the wait at once. Imports
-nothing heavy: the ranks begin before torch is imported."""
+`ddp_join_timeout`. A rank that exits before it is ready ends the wait at once; one that
+stays alive but never gets ready (its heartbeat runs on, its start is deadlocked) ends it
+after START_LIMIT_S. Imports nothing heavy: the ranks begin before torch is imported."""
 
 import contextlib
 import logging
@@ -356,6 +357,9 @@ ENV = "LITLAB_DDP_START_DIR"
 BEAT_S = 1.0
 #: seconds of waiting for a local rank before the line that says so (at most half the timeout)
 NOTICE_S = 30.0
+#: seconds a start may take at most, however alive its ranks look: the slowest start seen on a
+#: loaded machine took 300 s; one that still has not reached the join after an hour is stuck
+START_LIMIT_S = 3600.0
 
 
 class Start:
@@ -367,6 +371,7 @@ class Start:
         self.begun = time.time()
         self._ready = threading.Event()
         self._beat_s = BEAT_S
+        self.limit_s = START_LIMIT_S
 
     def begin(self, timeout_s: float | None) -> "Start":
         """Show signs of life from now until this rank is ready (a daemon thread)."""
@@ -398,6 +403,8 @@ class Start:
             now = time.time()
             for r in missing:
                 self._check(r, world, now, timeout_s)
+            if now - self.begun > max(self.limit_s, timeout_s):
+                self._stuck(missing, world, now)
             if notice_at is not None and now >= notice_at:
                 say(self._waiting(missing, world, now, timeout_s))
                 notice_at = None
@@ -422,6 +429,16 @@ class Start:
                 f"on a busy machine); raise ddp_join_timeout (now {timeout_s:g} s), or run "
                 f"fewer processes at once (trainer.devices, other jobs on this machine)"
             )
+
+    def _stuck(self, missing: list[int], world: int, now: float) -> None:
+        from litlab.runs.ddp_join import JoinFailed
+
+        raise JoinFailed(
+            f"DDP rank {self.rank} of {world}: rank(s) {', '.join(map(str, missing))} of this "
+            f"machine still alive but not at the join after {now - self.begun:.0f} s, past the "
+            f"{self.limit_s:g} s a start may take (stuck while building its data or model: "
+            f"its own lines above, or py-spy dump --pid of it, say where)"
+        )
 
     def _last_sign(self, r: int, now: float) -> float:
         """When rank `r` last showed a sign of life: its heartbeat, or for a child rank that

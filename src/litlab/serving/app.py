@@ -101,7 +101,9 @@ def create_app(model_path: str | Path, settings: ServeSettings | None = None, **
     _add_routes(app, runner, predictor, settings, state, registry)
     paths = {"/health", "/metadata", "/metrics", "/predict"}
     body_limit = BodyLimit(app, settings.max_body_bytes)
-    guarded = Deadline(body_limit, settings.max_request_s, settings.retry_after_s)
+    guarded = Deadline(
+        body_limit, settings.max_request_s, settings.retry_after_s, settings.drain_timeout_s
+    )
     return Metrics(guarded, requests, latency, paths)
 
 
@@ -252,10 +254,13 @@ async def _send_error(send, status: int, message: str, retry_after: int | None =
 
 class Deadline:
     """ASGI middleware: a request still unanswered after `seconds` gets a 503 (its work is
-    cancelled; a decode already running in the pool finishes there, bounded by the pool)."""
+    cancelled; a decode already running in the pool finishes there, bounded by the pool).
+    So does one that a stopping server cancels when its drain (`drain_s`) runs out: uvicorn
+    would answer it with a plain-text 500, as if the request had found a bug."""
 
-    def __init__(self, app, seconds: float, retry_after: int):
+    def __init__(self, app, seconds: float, retry_after: int, drain_s: float | None = None):
         self.app, self.seconds, self.retry_after = app, seconds, retry_after
+        self.drain_s = drain_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -279,6 +284,17 @@ class Deadline:
                     "max_request_s); retry later or send less.",
                     self.retry_after,
                 )
+        except asyncio.CancelledError:  # only the server cancels a request's task
+            if started:
+                raise
+            drain = f" within drain_timeout_s={self.drain_s:g} s" if self.drain_s else ""
+            await _send_error(
+                send,
+                503,
+                f"The server stopped before this request was answered{drain}; retry it "
+                "when the service is back.",
+                self.retry_after,
+            )
 
 
 class BodyLimit:

@@ -1,0 +1,35 @@
+"""The suite's own budget (issue #49): a whole `make test` whose CPU time grows past
+tests/helpers/budget.py's figure fails, naming the slowest checks."""
+
+import subprocess
+import sys
+
+from helpers.budget import DEFAULT_MARKERS, budget_s, cpu_seconds, over_budget
+
+
+def test_a_suite_within_its_budget_passes_and_one_over_it_fails_naming_the_slowest():
+    durations = {f"tests/test_a.py::test_{i}": 1.0 for i in range(100)}
+    assert over_budget({"gw0": 300.0, "gw1": 300.0}, durations, budget=600.0) is None
+    slow = {**durations, "tests/test_b.py::test_new@digits": 30.0}
+    message = over_budget({"gw0": 300.0, "gw1": 330.0}, slow, budget=600.0)
+    assert message is not None and "\n" not in message
+    assert "used 630 CPU seconds, over its budget of 600" in message
+    assert "tests/test_b.py::test_new 30 s" in message  # the group suffix is not shown
+
+
+def test_cpu_seconds_count_the_subprocesses_a_check_waited_for():
+    before = cpu_seconds()
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    assert cpu_seconds() - before > 0.1
+
+
+def test_the_budget_applies_to_what_make_test_selects(monkeypatch):
+    """The markers pyproject gives `make test` are the ones the budget is checked under."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    addopts = tomllib.loads(pyproject.read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert f"-m '{DEFAULT_MARKERS}'" in addopts
+    monkeypatch.setenv("LITLAB_TEST_BUDGET_S", "123")
+    assert budget_s() == 123.0
