@@ -100,10 +100,10 @@ def test_unstructured_pruning_zeroes_weights_but_keeps_shapes():
 @pytest.mark.parametrize("ratio", [0, 1, 1.5, -0.2])
 def test_pruning_ratio_outside_0_1_is_one_line(ratio):
     from litlab.config.after_training import Steps
-    from litlab.config.messages import check
+    from litlab.config.messages import check_model
 
     with pytest.raises(UserError, match=r"compress.prune.ratio=.*keep in \(0, 1\)"):
-        check(Steps, {"prune": {"ratio": ratio}}, "compress")
+        check_model(Steps, {"prune": {"ratio": ratio}}, "compress")
 
 
 @pytest.mark.parametrize(
@@ -122,7 +122,7 @@ def test_every_compress_option_composes_and_chains_in_order(option, steps, tmp_p
 
     from litlab.compression.steps import training_config
     from litlab.config.after_training import Steps
-    from litlab.config.messages import check
+    from litlab.config.messages import check_model
 
     cfg = compose(
         "compress",
@@ -130,7 +130,7 @@ def test_every_compress_option_composes_and_chains_in_order(option, steps, tmp_p
         output_dir=tmp_path,
     )
     assert list(cfg.compress) == steps
-    assert check(Steps, OmegaConf.to_container(cfg.compress), "compress").order == steps
+    assert check_model(Steps, OmegaConf.to_container(cfg.compress), "compress").order == steps
     model = {"monitor": "val/acc", "monitor_mode": "max"}
     train = training_config(cfg, {"model": model, "data": {}}, 1)  # every interpolation resolves
     assert train.callbacks.model_checkpoint.dirpath == f"{tmp_path}/checkpoints"
@@ -172,12 +172,12 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, cli):
 
 def test_steps_after_quantize_or_unknown_steps_are_one_line():
     from litlab.config.after_training import Steps
-    from litlab.config.messages import check
+    from litlab.config.messages import check_model
 
     with pytest.raises(UserError, match="quantize must be the last step"):
-        check(Steps, {"quantize": {}, "prune": {}}, "compress")
+        check_model(Steps, {"quantize": {}, "prune": {}}, "compress")
     with pytest.raises(UserError, match="unknown key compress.shrink"):
-        check(Steps, {"shrink": {}}, "compress")
+        check_model(Steps, {"shrink": {}}, "compress")
 
 
 TEACHER = pytest.mark.xdist_group("teacher")  # one worker: digits_ckpt built once (loadgroup)

@@ -64,12 +64,12 @@ def test_int8_that_misses_its_tolerance_is_not_written(digits_run, tmp_path, cap
     negative bounds, so it is set past the check): the int8 file is reported not written and
     removed, the fp32 file stays, the export counts as ok (exit 0)."""
     from litlab.config.after_training import ExportSettings
-    from litlab.config.messages import check
+    from litlab.config.messages import check_model
     from litlab.export.recipe import run_export
 
     values = {"task_name": "export", "ckpt_path": str(digits_run.best), "formats": ["onnx_int8"]}
     values["latency"] = {"batch_sizes": [1], "budget_s": 0.1}
-    settings = check(ExportSettings, values).model_copy(update={"int8_max_drop": -1.0})
+    settings = check_model(ExportSettings, values).model_copy(update={"int8_max_drop": -1.0})
     out = tmp_path / "export"
     report = run_export(settings, out)
     assert "onnx_int8: not written: test/acc" in capsys.readouterr().out

@@ -240,7 +240,7 @@ def test_every_config_the_project_stores_passes_the_check(name, overrides, tmp_p
         if key.endswith("_file") and value:
             (tmp_path / value).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / value).touch()
-    trust.check(stored, "stored.ckpt")
+    trust.check_is_data(stored, "stored.ckpt")
     root = stored["data"].get("root")
     if root is None or Path(root).is_dir():  # a data root absent here is refused (one line)
         checkpoints.check_stored(stored, "stored.ckpt")  # what eval/export/compress rebuild

@@ -47,7 +47,7 @@ def limit() -> int:
     return max(os.cpu_count() or 1, cores())
 
 
-def check(setting) -> int | None:
+def check_threads(setting) -> int | None:
     """The count a `threads` setting names (None for auto or null), or one line: a positive
     integer up to `limit()`. Checked for every job of a sweep before the first starts."""
     if setting is None or str(setting).lower() in ("null", "none", "torch", "auto"):
@@ -67,7 +67,7 @@ def check(setting) -> int | None:
 
 def choose(setting, processes: int = 1) -> int | None:
     """Thread count for a `threads` setting: auto | N | null (None: torch decides)."""
-    count = check(setting)
+    count = check_threads(setting)
     if count is not None:
         return count
     if setting is None or str(setting).lower() != "auto":

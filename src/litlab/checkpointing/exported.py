@@ -5,7 +5,7 @@ file's metadata, so the file can be scored on the run's own split without the ch
 That metadata is data from elsewhere, as a checkpoint's stored config is: read here with
 bounds (no value over `MAX_VALUE_BYTES`, JSON only), its keys checked for type and size, and
 names in it only looked up among what litlab declares (a task kind by name): nothing it names
-is imported here. The stored config is then checked as a checkpoint's is (`trust.check`,
+is imported here. The stored config is then checked as a checkpoint's is (`trust.check_is_data`,
 `config.checkpoints.check_stored`) before anything is built from it. No torch at import."""
 
 import json

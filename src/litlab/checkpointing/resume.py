@@ -34,7 +34,7 @@ prints) must go on with 8 rounds, not the default 20. So the run config stored i
 file is the default of every key a recipe lets it set (`roots`); a key this command sets on
 its command line (Hydra's task overrides) that differs from the run is refused in one line
 naming both values; where things are (`paths`, `*_dir`, `*_file`) stays this command's. The
-stored config is data (`trust.check` first): a `_target_` it sets must be a kind the recipe
+stored config is data (`trust.check_is_data` first): a `_target_` it sets must be a kind the recipe
 builds there (`targets`), any other is refused."""
 
 import os
@@ -380,7 +380,7 @@ def _same_shape(path: tuple, theirs, ours, source: str) -> None:
 def _check_target(path: tuple, value, targets: dict, source: str) -> None:
     """A `_target_` taken from the file: only the kind the recipe builds at that node."""
     if not path or path[-1] != "_target_" or path[0] in ("data", "model"):
-        return  # data and model targets: trust.check has checked them where they sit
+        return  # data and model targets: trust.check_is_data has checked them where they sit
     kinds = targets.get(dotted(path[:-1]))
     why = "is not built from a resumed run's file" if kinds is None else None
     if why is None:
@@ -393,10 +393,10 @@ def _check_target(path: tuple, value, targets: dict, source: str) -> None:
 
 def _no_nested_target(path: tuple, value, source: str) -> None:
     """A list or subtree taken whole from the file holds no `_target_` outside data and model
-    (trust.check has checked those): nothing else it names is built."""
+    (trust.check_is_data has checked those): nothing else it names is built."""
     if path[0] in ("data", "model") or not isinstance(value, list | dict):
         return
-    stack = [value]  # bounded: trust.check refused deep or large trees
+    stack = [value]  # bounded: trust.check_is_data refused deep or large trees
     while stack:
         node = stack.pop()
         if isinstance(node, dict) and "_target_" in node:
@@ -427,7 +427,7 @@ def _set(cfg, path: tuple, value) -> None:
 def adopt(cfg, stored: dict, source: str, roots, targets: dict, free=(), started="") -> list:
     """Set in `cfg` every value of `stored` under `roots` that differs and this command does
     not set; refuse one it sets differently, and any difference outside `roots` and `free`
-    (paths: key tuples). `stored` passed `trust.check` (plain data). Returns the adopted
+    (paths: key tuples). `stored` passed `trust.check_is_data` (plain data). Returns the adopted
     keys, dotted."""
     from omegaconf import OmegaConf
 

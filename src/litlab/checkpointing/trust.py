@@ -218,7 +218,7 @@ def _kinds_at(path: str):
     return None
 
 
-def check(config, source: str) -> None:
+def check_is_data(config, source: str) -> None:
     """Refuse, in one line, a stored config that is not plain data or names what litlab does
     not build from a checkpoint (see the module docstring)."""
     if not isinstance(config, dict):
@@ -314,7 +314,7 @@ def checked(stored, source: str, overrides: dict | None = None, trust: bool = Fa
 
     config = merged(stored, overrides)
     if not trust:
-        check(config, source)
+        check_is_data(config, source)
     try:
         return OmegaConf.create(config)
     except Exception as err:  # noqa: BLE001  (a trusted file with values OmegaConf refuses)

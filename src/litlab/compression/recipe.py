@@ -42,19 +42,19 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check
+    from litlab.checkpointing.trust import check_is_data
 
     source = str(cfg.ckpt_path)
     ckpt = load(cfg.ckpt_path, mmap=True)  # one line if not litlab's
     stored = ckpt[CONFIG_KEY]
     if not cfg.get("trust_checkpoint"):  # its steps, model and source are built from it
-        check(stored, source)
+        check_is_data(stored, source)
     check_callback_states(ckpt, source)  # a resumed fine-tuning restores them
     if not isinstance(stored, dict) or stored.get("task_name") != "compress":
         return cfg, None
     if "compress_step" not in stored:
         return cfg, None
-    check(stored, source)  # a resume file is data, trusted or not: plain values
+    check_is_data(stored, source)  # a resume file is data, trusted or not: plain values
     links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
     resume = {"path": source, "step": stored["compress_step"], "model": stored.get("model")}
     _own_settings(cfg, stored, source)

@@ -188,7 +188,7 @@ class DistillSettings(Settings):
     #: null: the checkpoint teaches; a path: that run's model teaches this run's data
     teacher: str | None = None
     #: a model config (`_target_`, judged by its model) or keys merged onto the teacher's;
-    #: null: the teacher's own model, narrowed (litlab.compression.students)
+    #: null: the teacher's own model, narrowed (litlab.compression.distill)
     student: dict | None = None
     #: a student merged onto the teacher's model is narrowed to at most this share of the
     #: teacher's parameters (null: taken as given)

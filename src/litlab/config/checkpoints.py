@@ -47,7 +47,7 @@ def check_checkpoint(
 def check_stored(stored: dict, source: str, overridable: bool = False) -> None:
     """The model and data a checkpoint's stored config builds pass the checks a command line's
     do (stages 2 to 4 of `config.validate`), so a file from elsewhere fails in one line naming
-    the key, not deep inside a build, a loss or an export. `stored`: plain data (`trust.check`
+    the key, not deep inside a build, a loss or an export. `stored`: plain data (`trust.check_is_data`
     passed); `overridable`: the command takes `data_overrides`, and a bad data key says how."""
     from litlab.checkpointing.trust import named
 
@@ -161,10 +161,10 @@ def check_rebuilt(stored: dict, source, path, trust: bool, data_overrides: dict 
     command's data overrides): it names only targets litlab's configs can name unless trusted,
     the overrides fit its data, and its model and data pass a command line's checks (a stored
     value this command overrides is not the file's fault)."""
-    from litlab.checkpointing.trust import check, merged
+    from litlab.checkpointing.trust import check_is_data, merged
 
     if not trust:
-        check(merged(stored, data_overrides), source)
+        check_is_data(merged(stored, data_overrides), source)
     if data_overrides:  # their keys and values, named as the command's
         check_data_overrides(path, data_overrides, stored=stored.get("data"))
     if not trust:

@@ -213,7 +213,7 @@ class FederateCommandSettings(OwnKeys):
 
 # ------------------------------------------------------------------------------ report.py
 class ReportSettings(EntrySettings):
-    #: a run dir or a sweep dir (litlab.report.writer.VALID)
+    #: a run dir or a sweep dir (litlab.report.VALID)
     path: str = ""
 
     def check_files(self) -> None:

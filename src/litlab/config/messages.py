@@ -172,7 +172,7 @@ def validated(model: type[BaseModel], values: dict, prefix: str = "", raw=None):
         return None, messages(model, err, prefix, raw)
 
 
-def check(model: type[BaseModel], values: dict, prefix: str = ""):
+def check_model(model: type[BaseModel], values: dict, prefix: str = ""):
     """`values` (plain, resolved) as an instance of `model`, or one line (`refusal`)."""
     instance, errors = validated(model, values, prefix)
     if errors:

@@ -1,7 +1,7 @@
 """The one check of a composed config, before any data is read or anything printed: bad input
 costs one line (every error found, the first as it would read alone) and exit 2, in seconds.
 Every entry point (train, eval, export, serve, compress, federate, report) and every job of a
-sweep (runs/sweep_check) goes through `check`, in this order; a stage runs when the ones
+sweep (runs/sweep_dir) goes through `check`, in this order; a stage runs when the ones
 before it found nothing:
 
 1. the nodes the entry point builds from are there (`rules.check_required`), `threads`, no
@@ -56,7 +56,7 @@ def check(cfg: DictConfig, entry: str = "entry"):
         refuse_rebuilt_groups(cfg)
     model.prepare(cfg)
     if "threads" not in model.model_fields:  # torch's threads (serve's are ONNX Runtime's)
-        threads.check(cfg.get("threads", "auto"))
+        threads.check_threads(cfg.get("threads", "auto"))
     own_keys = [k for k in cfg if k not in (*GROUPS, "hydra") or k in model.model_fields]
     _refuse(_missing(cfg, own_keys))
     raw, plain = _container(cfg, own_keys)

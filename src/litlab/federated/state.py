@@ -203,7 +203,7 @@ def own_settings(cfg, ckpt: dict, source: str, run_dir: Path) -> list[str]:
     from litlab.checkpointing import trust as data_folders
 
     stored = ckpt[CONFIG_KEY]
-    trust.check(stored, source)  # plain data, only the kinds of targets built from a file
+    trust.check_is_data(stored, source)  # plain data, only the kinds of targets built from a file
     explicit = run_settings.explicit_keys() or []
     mine = tuple(k[1] for k in explicit if len(k) == 2 and k[0] == "data")
     stored = data_folders.here(stored, cfg.paths.data_dir, source, overridden=mine)

@@ -83,7 +83,9 @@ def rebuild(
 
         data_dir = os.environ.get("LITLAB_DATA_DIR") or str(PROJECT_ROOT / "data")
     if not trust:
-        trusted.check(stored, source)  # plain data first: its folders are then plain strings
+        trusted.check_is_data(
+            stored, source
+        )  # plain data first: its folders are then plain strings
         overridden = tuple(data_overrides or ())
         # folders the user typed when training on this machine (its run dir's record) stay
         chosen = data_folders.user_chosen(*written_by)

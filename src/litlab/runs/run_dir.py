@@ -152,21 +152,17 @@ class Guard(Callback):
         self._stop_on_error(lambda: (check_location(config), lock(config, str(config_name))))
 
     def on_multirun_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
-        """Also the sweep dir (its own, locked: sweep_dir) and every job of the sweep
-        (sweep_check), before the sweeper writes anything."""
+        """Also the launcher's settings, the sweep dir (its own, locked) and every job of the
+        sweep (litlab.runs.sweep_dir), before the sweeper writes anything."""
         from litlab.config import validate
         from litlab.runs import sweep_dir
-        from litlab.runs import sweep_dir as launcher_check
-        from litlab.runs import sweep_dir as sweep_check
 
         self._stop_on_error(lambda: check_location(config, multirun=True))
-        self._stop_on_error(
-            lambda: launcher_check.check_launcher(config)
-        )  # n_jobs: before the jobs
+        self._stop_on_error(lambda: sweep_dir.check_launcher(config))  # n_jobs: before the jobs
         self._stop_on_error(lambda: validate.check_summary(config))  # fail_fast, ...
         owned = sweep_dir.SweepDir(config, str(config_name))
         self._stop_on_error(owned.check)  # its own folder, the same jobs as on disk
-        self._stop_on_error(lambda: sweep_check.check_jobs(config, str(config_name)))
+        self._stop_on_error(lambda: sweep_dir.check_jobs(config, str(config_name)))
         self._stop_on_error(owned.claim, undo=owned.give_up)  # locked, checked again, marked
 
     def on_multirun_end(self, config: DictConfig, **kw) -> None:

@@ -18,7 +18,7 @@ sweeper writes anything in it:
   in it holds a link out of itself (`checkpointing.links.links_out`: checkpoints/, metrics,
   .hydra): a resumed job would write its files there.
 - **The same sweep**: a resume has the jobs of the plan (`sweeps.plan.check_resume`).
-These are checked before anything is written, then every job (`runs.sweep_check`); last
+These are checked before anything is written, then every job (`check_jobs` below); last
 `claim` locks the folder, checks it again under the lock (a sweep started meanwhile) and writes
 the plan: the folder is this sweep's from then on. A refusal leaves the folder as it was
 (`give_up`: a lock file or folders made for the lock go again).
