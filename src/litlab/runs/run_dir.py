@@ -149,7 +149,7 @@ class Guard(Callback):
     """Checks the run dir's location and locks it before Hydra makes it (see the docstring)."""
 
     def on_run_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
-        self._stop_on_error(lambda: (check_location(config), lock(config, str(config_name))))
+        stop_on_error(lambda: (check_location(config), lock(config, str(config_name))))
 
     def on_multirun_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
         """Also the sweep dir (its own, locked: sweep_dir) and every job of the sweep
@@ -157,13 +157,13 @@ class Guard(Callback):
         from litlab.config import validate
         from litlab.runs import launcher_check, sweep_check, sweep_dir
 
-        self._stop_on_error(lambda: check_location(config, multirun=True))
-        self._stop_on_error(lambda: launcher_check.check(config))  # n_jobs: before the jobs
-        self._stop_on_error(lambda: validate.check_summary(config))  # fail_fast, ...
+        stop_on_error(lambda: check_location(config, multirun=True))
+        stop_on_error(lambda: launcher_check.check(config))  # n_jobs: before the jobs
+        stop_on_error(lambda: validate.check_summary(config))  # fail_fast, ...
         owned = sweep_dir.SweepDir(config, str(config_name))
-        self._stop_on_error(owned.check)  # its own folder, the same jobs as on disk
-        self._stop_on_error(lambda: sweep_check.check_jobs(config, str(config_name)))
-        self._stop_on_error(owned.claim, undo=owned.give_up)  # locked, checked again, marked
+        stop_on_error(owned.check)  # its own folder, the same jobs as on disk
+        stop_on_error(lambda: sweep_check.check_jobs(config, str(config_name)))
+        stop_on_error(owned.claim, undo=owned.give_up)  # locked, checked again, marked
 
     def on_multirun_end(self, config: DictConfig, **kw) -> None:
         from litlab.runs import sweep_dir
@@ -173,23 +173,24 @@ class Guard(Callback):
     def on_run_end(self, config: DictConfig, **kw) -> None:
         release(OmegaConf.select(config, "hydra.run.dir"))
 
-    @staticmethod
-    def _stop_on_error(check, undo=None) -> None:
-        """Exit 2 with one line (Hydra would turn an exception into a warning and go on),
-        after `undo` (what the checks did so far)."""
-        from litlab.errors import one_line
 
-        try:
-            check()
-            return
-        except UserError as err:  # before the task: litlab.cli prints it as `error: ...`
-            line = str(err)
-        except Exception as err:  # noqa: BLE001  (unchecked is refused, not let through)
-            line = f"cannot check the run dir: {one_line(err)}"
-        if undo is not None:
-            undo()
-        print(line, file=sys.stderr)
-        raise SystemExit(2) from None
+
+def stop_on_error(check, undo=None) -> None:
+    """Exit 2 with one line (Hydra would turn an exception into a warning and go on), after
+    `undo` (what the checks did so far). Also a launcher's own checks (its code snapshot)."""
+    from litlab.errors import one_line
+
+    try:
+        check()
+        return
+    except UserError as err:  # before the task: litlab.cli prints it as `error: ...`
+        line = str(err)
+    except Exception as err:  # noqa: BLE001  (unchecked is refused, not let through)
+        line = f"cannot check the run dir: {one_line(err)}"
+    if undo is not None:
+        undo()
+    print(line, file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def start(cfg: DictConfig, config_name: str) -> DictConfig:

@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab.checkpointing.run_lock import RunLock
 from litlab.errors import UserError
-from litlab.sweeps import plan
+from litlab.sweeps import plan, snapshot
 from litlab.utils import commands, sweep_records
 
 LOCK = Path(".sweep.lock")
@@ -56,7 +56,7 @@ SWEEP_FILES = frozenset(
         "optuna.db-shm",
     }
 )
-LAUNCHER_DIRS = frozenset({"code", ".submitit"})  # the code snapshot; submitit's job files
+LAUNCHER_DIRS = frozenset({snapshot.SNAPSHOTS, ".submitit"})  # the code snapshot; submitit's job files
 TEMP = re.compile(r"\.[\w.-]+\.\d+\.tmp")  # a write cut short (`.summary.csv.<pid>.tmp`)
 NEW_FOLDER = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
 _held: dict[str, "SweepDir"] = {}  # sweep dir -> the claim this process holds on it
@@ -145,6 +145,8 @@ def _check_entry(path: Path, jobs: set | None) -> str | None:
         link, target = found
         where = f"a symbolic link to {target}" if target else "a hard link to a file elsewhere"
         return f"{link} is {where}, outside its folder"
+    if path.name == snapshot.SNAPSHOTS:  # code its jobs will import: as litlab wrote it
+        snapshot.check_folder(path)
     return None
 
 

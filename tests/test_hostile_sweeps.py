@@ -1,0 +1,175 @@
+"""Hostile cases on what a sweep reads back from its own folder (issue 46, second red team):
+its code snapshot (`code/<tree hash>/`, run by every job of a resumed sweep), its Optuna
+study's storage, and links and odd files anywhere in it. Each is refused in one line naming
+the file before a job starts, with nothing outside the sweep folder touched; or handled as
+documented. In process on folders laid out as a sweep leaves them, except where the console
+line or the exit code is what is checked."""
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from litlab.errors import UserError
+from litlab.sweeps import snapshot
+from litlab.utils.code_state import code_state
+
+
+def _project(tmp_path: Path) -> Path:
+    """A project folder with src/ and configs/ (no git: commit None), as `take` copies it."""
+    root = tmp_path / "project"
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "__init__.py").write_text("")
+    (root / "src" / "pkg" / "train.py").write_text("print('the real code')\n")
+    (root / "configs").mkdir()
+    (root / "configs" / "train.yaml").write_text("seed: 1\n")
+    return root
+
+
+@pytest.fixture
+def taken(tmp_path):
+    root = _project(tmp_path)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    return root, sweep, snapshot.take(sweep, root)
+
+
+def _refused(call, *words):
+    with pytest.raises(UserError) as err:
+        call()
+    line = str(err.value)
+    assert "\n" not in line and all(w in line for w in words), line
+    return line
+
+
+def test_a_snapshot_as_taken_is_reused_and_its_caches_cleared(taken):
+    root, sweep, code = taken
+    assert code.parent == sweep / "code" and (code / "src" / "pkg" / "train.py").is_file()
+    cache = code / "src" / "pkg" / "__pycache__"
+    cache.mkdir()
+    (cache / "train.cpython-311.pyc").write_bytes(b"crafted bytecode")  # Python would run it
+    assert snapshot.take(sweep, root) == code
+    assert not cache.exists()
+    snapshot.check_folder(sweep / "code", root)
+
+
+@pytest.mark.parametrize(
+    "alter, named",
+    [
+        (lambda c: (c / "src/pkg/train.py").write_text("import os; os.system('x')\n"), "train.py"),
+        (lambda c: (c / "src/pkg/evil.py").write_text("x = 1\n"), "evil.py"),
+        (lambda c: (c / "configs/train.yaml").unlink(), "train.yaml"),
+        (lambda c: (c / "src/sitecustomize.pyc").write_bytes(b"\0"), "sitecustomize.pyc"),
+        (lambda c: (c / "run.sh").write_text("rm -rf ~\n"), "run.sh"),
+        (lambda c: (c / "CODE.json").write_text("{not json"), "CODE.json"),
+        (lambda c: (c / "CODE.json").unlink(), "CODE.json"),
+        (lambda c: (c / "CODE.json").write_text('{"tree_sha256": "' + "0" * 64 + '"}'), "CODE.json"),
+        (lambda c: (c / "CODE.json").write_text("[1, 2]"), "CODE.json"),
+        (lambda c: os.mkfifo(c / "src/pkg/fifo.py"), "fifo.py"),
+    ],
+)
+def test_an_altered_snapshot_is_refused_naming_the_file(taken, alter, named):
+    root, sweep, code = taken
+    alter(code)
+    before = sorted(p.relative_to(code).as_posix() for p in code.rglob("*"))
+    _refused(lambda: snapshot.take(sweep, root), named, "hydra.sweep.dir")
+    _refused(lambda: snapshot.check_folder(sweep / "code", root), named)
+    assert sorted(p.relative_to(code).as_posix() for p in code.rglob("*")) == before
+
+
+def test_a_crafted_record_of_the_same_tree_elsewhere_is_refused(taken):
+    """CODE.json naming another project folder: the jobs would read data and write logs there."""
+    root, sweep, code = taken
+    record = json.loads((code / "CODE.json").read_text())
+    (code / "CODE.json").write_text(json.dumps({**record, "project_root": "/etc"}))
+    _refused(lambda: snapshot.take(sweep, root), "CODE.json", "project_root", "/etc")
+
+
+def test_a_snapshot_with_the_hash_of_crafted_code_is_refused(taken, tmp_path):
+    """A whole snapshot made elsewhere, its record consistent with its own (other) code, put
+    under the folder name of the code being launched."""
+    root, sweep, code = taken
+    other = _project(tmp_path / "other")
+    (other / "src" / "pkg" / "train.py").write_text("print('crafted')\n")
+    crafted = snapshot.take(tmp_path / "other-sweep", other)
+    record = json.loads((crafted / "CODE.json").read_text())
+    record["tree_sha256"] = code_state(root)["tree_sha256"]  # claims the launched code's hash
+    (crafted / "CODE.json").write_text(json.dumps({**record, "project_root": str(root)}))
+    os.rename(code, tmp_path / "moved-away")
+    os.rename(crafted, code)
+    _refused(lambda: snapshot.take(sweep, root), "train.py", "altered")
+
+
+@pytest.mark.parametrize("where", ["code", "snapshot", "file", "folder"])
+def test_links_in_or_to_a_snapshot_are_refused(taken, tmp_path, where):
+    root, sweep, code = taken
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("the user's")
+    if where == "code":
+        os.rename(sweep / "code", outside / "code")
+        (sweep / "code").symlink_to(outside / "code")
+    elif where == "snapshot":
+        os.rename(code, outside / code.name)
+        code.symlink_to(outside / code.name)
+    elif where == "file":  # same bytes, but it can change after the check
+        train = code / "src" / "pkg" / "train.py"
+        (outside / "train.py").write_bytes(train.read_bytes())
+        train.unlink()
+        train.symlink_to(outside / "train.py")
+    else:
+        os.rename(code / "configs", outside / "configs")
+        (code / "configs").symlink_to(outside / "configs")
+    _refused(lambda: snapshot.take(sweep, root), "symbolic link")
+    assert (outside / "keep.txt").read_text() == "the user's"
+
+
+def test_a_hard_linked_file_in_a_snapshot_is_refused(taken, tmp_path):
+    root, sweep, code = taken
+    os.link(code / "src" / "pkg" / "train.py", tmp_path / "other-name.py")
+    _refused(lambda: snapshot.take(sweep, root), "train.py", "hard link")
+
+
+def test_a_partial_copy_that_is_a_link_is_never_copied_through(tmp_path):
+    root = _project(tmp_path)
+    sweep, outside = tmp_path / "sweep", tmp_path / "outside"
+    (sweep / "code").mkdir(parents=True)
+    outside.mkdir()
+    name = code_state(root)["tree_sha256"][:12]
+    (sweep / "code" / f"{name}.partial-{os.getpid()}").symlink_to(outside)
+    code = snapshot.take(sweep, root)
+    assert os.listdir(outside) == [] and (code / "src" / "pkg" / "train.py").is_file()
+
+
+def test_the_same_code_committed_since_is_reused_with_a_true_record(taken):
+    root, sweep, code = taken
+    record = json.loads((code / "CODE.json").read_text())
+    (code / "CODE.json").write_text(json.dumps({**record, "commit": "0" * 40, "dirty": True}))
+    assert snapshot.take(sweep, root) == code
+    assert json.loads((code / "CODE.json").read_text())["commit"] is None  # the state launched
+
+
+def test_a_sweep_folder_with_an_altered_snapshot_is_refused_before_a_job(taken):
+    """The resume's own check (runs.sweep_dir.check_owned), before anything is written."""
+    from litlab.runs.sweep_dir import check_owned
+    from litlab.sweeps import plan
+    from litlab.utils import commands
+
+    root, sweep, code = taken
+    own = commands.command("train", ["seed=1", f"hydra.sweep.dir={sweep}"], multirun=True)
+    plan.write(sweep, [["seed=1"]], own)
+    check_owned(sweep, plan.GRID, "train")
+    (code / "src" / "pkg" / "__init__.py").write_text("import os\n")
+    _refused(lambda: check_owned(sweep, plan.GRID, "train"), "CODE.json", "tree_sha256")
+    (code / "src" / "pkg" / "__init__.py").write_text("")
+    (sweep / "code" / "notes.txt").write_text("mine")
+    _refused(lambda: check_owned(sweep, plan.GRID, "train"), "notes.txt", "not a folder")
+    (sweep / "code" / "notes.txt").unlink()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(code / "src" / "pkg" / "sock"))
+    try:
+        _refused(lambda: check_owned(sweep, plan.GRID, "train"), "sock", "not a regular file")
+    finally:
+        server.close()
