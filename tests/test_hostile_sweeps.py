@@ -173,3 +173,97 @@ def test_a_sweep_folder_with_an_altered_snapshot_is_refused_before_a_job(taken):
         _refused(lambda: check_owned(sweep, plan.GRID, "train"), "sock", "not a regular file")
     finally:
         server.close()
+
+
+# The Optuna study's storage: a SQLite file is written only when it is a study's (or new).
+
+
+def _sqlite(path: Path, *statements: str) -> Path:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        for statement in statements:
+            db.execute(statement)
+    return path
+
+
+def _check_storage(url):
+    from litlab.sweeps.storage import check_sqlite
+
+    check_sqlite(url)
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: p.write_text("my notes"), ("file is not a database",)),
+        (lambda p: p.write_bytes(b"SQLite format 3\0" + b"\xff" * 200), ("cannot be read",)),
+        (lambda p: _sqlite(p, "CREATE TABLE invoices (id INTEGER)"), ("another program", "invoices")),
+        (lambda p: p.mkdir(), ("not a regular file",)),
+        (lambda p: os.mkfifo(p), ("not a regular file",)),
+        (lambda p: p.symlink_to(_sqlite(p.with_name("real.db"))), ("symbolic link",)),
+        (lambda p: Path(f"{p}-journal").symlink_to(p.parent / "x"), ("-journal", "symbolic link")),
+    ],
+)
+def test_a_sqlite_storage_that_is_not_a_studys_is_refused_untouched(tmp_path, make, words):
+    db = tmp_path / "study.db"
+    make(db)
+    before = {p.name: (p.lstat().st_mtime_ns, p.lstat().st_size) for p in tmp_path.iterdir()}
+    _refused(lambda: _check_storage(f"sqlite:///{db}"), "hydra.sweeper.storage=", *words)
+    assert {p.name: (p.lstat().st_mtime_ns, p.lstat().st_size) for p in tmp_path.iterdir()} == before
+
+
+def test_a_new_empty_or_optuna_sqlite_storage_is_let_in(tmp_path):
+    import optuna
+
+    _check_storage(f"sqlite:///{tmp_path / 'new.db'}")
+    (tmp_path / "empty.db").write_bytes(b"")
+    _check_storage(f"sqlite:///{tmp_path / 'empty.db'}")
+    _check_storage(f"sqlite:///{_sqlite(tmp_path / 'blank.db')}")
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(study_name="s", storage=url)
+    _check_storage(url)
+    _check_storage("postgresql://u:pw@h/db")  # a server: checked when it connects
+
+
+def test_a_study_database_copied_from_another_sweep_is_refused(tmp_path):
+    import optuna
+
+    from litlab.sweeps import optuna_search, plan
+    from litlab.utils import commands
+
+    sweeps = []
+    for name in ("a", "b"):
+        sweep = tmp_path / name
+        sweep.mkdir()
+        own = commands.command("train", [f"hydra.sweep.dir={sweep}"], multirun=True)
+        plan.write(sweep, None, own, kind=plan.SEARCH, study="s")
+        sweeps.append(sweep)
+    first = plan.read(sweeps[0])["id"]
+    plan.write(sweeps[0], None, plan.read(sweeps[0])["resume"], kind=plan.SEARCH, study="s")
+    assert plan.read(sweeps[0])["id"] == first != plan.read(sweeps[1])["id"]  # kept on resume
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{sweeps[0] / 'optuna.db'}")
+    optuna_search._check_own_study(study, sweeps[0])
+    optuna_search._check_own_study(study, sweeps[0])  # its own, again
+    _refused(lambda: optuna_search._check_own_study(study, sweeps[1]), "optuna.db", "another sweep")
+
+
+def test_a_crafted_best_trial_makes_no_printed_command(tmp_path, capsys):
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from litlab.sweeps import optuna_search
+
+    study = optuna.create_study(study_name="s", direction="maximize")
+    trial = optuna.trial.create_trial(
+        params={"model._target_": 0.5, "x; rm -rf ~": 0.1},
+        distributions={
+            "model._target_": FloatDistribution(0, 1),
+            "x; rm -rf ~": FloatDistribution(0, 1),
+        },
+        value=1.0,
+    )
+    study.add_trial(trial)
+    optuna_search.write_results(study, tmp_path, "sqlite://", ["seed=1"])
+    out = capsys.readouterr().out
+    assert "_target_" not in out and "rm -rf" not in out and "train it again" not in out

@@ -33,6 +33,7 @@ from litlab.utils import commands
 
 log = logging.getLogger(__name__)
 ENV = "LITLAB_OPTUNA_TRIAL"
+SWEEP_ID = "sweep_id"  # the study's user attribute: the id of the sweep whose folder holds it
 DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
 
 
@@ -139,11 +140,33 @@ def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
         sampler=instantiate(sampler_spec),
         pruner=instantiate(opts.get("pruner")) or optuna.pruners.NopPruner(),
     )
+    if opts.get("storage") is None:  # the sweep dir's own optuna.db: this sweep's study
+        _check_own_study(study, sweep_dir)
     study_settings.check(study, fixed, strict=opts.get("strict_resume", True))  # no mixed budgets
     for params in opts.get("enqueue_trials") or []:  # known-good params to try first
         study.enqueue_trial(dict(params), skip_if_exists=True)
     requeue_interrupted(study)
     return study, url, sampler_spec.get("seed")
+
+
+def _check_own_study(study, sweep_dir: Path) -> None:
+    """The study in the sweep dir's optuna.db is this sweep's (its plan's id, recorded with the
+    study), not one copied in from another sweep, whose trials and run dirs are elsewhere."""
+    from litlab.sweeps import plan
+
+    own = (plan.read(sweep_dir) or {}).get("id")
+    if own is None:
+        return
+    stored = study.user_attrs.get(SWEEP_ID)
+    if stored is None:  # a new study (or one from before the id): it is this sweep's now
+        study.set_user_attr(SWEEP_ID, own)
+    elif stored != own:
+        raise UserError(
+            f"{sweep_dir / 'optuna.db'}: its study {study.study_name} is another sweep's (sweep "
+            f"id {str(stored)[:40]!r}, this sweep's {plan.PLAN} says {own}); a sweep resumes "
+            f"only its own study: move the file away, or give this sweep a new hydra.sweep.dir "
+            f"(or none: a new timestamped one)"
+        )
 
 
 class _Trials:
@@ -272,7 +295,12 @@ def write_results(
                 ],
             }
         )
-        result["rerun"] = commands.command(entry, [*fixed, *result["best_overrides"]])
+        rerun = commands.command(entry, [*fixed, *result["best_overrides"]])
+        try:  # the params are read from the study's database: data, printed only when sound
+            result["rerun"] = commands.printable(rerun, entry=entry, multirun=False)
+        except commands.Untrusted as why:
+            result["rerun"] = None
+            log.warning("the best trial's params make no command litlab prints (%s)", why)
     OmegaConf.save(OmegaConf.create(result), sweep_dir / "best_params.yaml")
     if completed:
         import matplotlib
@@ -293,8 +321,5 @@ def write_results(
         raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
     if not completed:
         return
-    print(
-        f"best {result['best_value']:.4f} (trial {result['best_trial']}); train it again with:"
-        f"\n  {result['rerun']}",
-        flush=True,
-    )
+    again = f"train it again with:\n  {result['rerun']}" if result["rerun"] else "its params: best_params.yaml"
+    print(f"best {result['best_value']:.4f} (trial {result['best_trial']}); {again}", flush=True)

@@ -16,6 +16,7 @@ so that it lists every job, and `failure_lines` says, at the end, what failed in
 
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -72,12 +73,25 @@ def write(
     """The plan that marks `sweep_dir` as this sweep's (`runs.sweep_dir`): who made it, the
     entry point and kind of sweep, a grid's jobs, a search's study, the resume command."""
     plan = {"made_by": MADE_BY, "kind": kind, "entry": entry, "jobs": jobs, "resume": command}
+    plan["id"] = _sweep_id(sweep_dir)
     if study is not None:
         plan["study"] = study
     path = Path(sweep_dir) / PLAN
     tmp = path.with_name(f".{PLAN}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(plan, indent=1) + "\n")
     tmp.replace(path)
+
+
+def _sweep_id(sweep_dir: Path) -> str:
+    """The sweep's id: kept from its plan (a resume), else new. Its study in its own optuna.db
+    records it (`sweeps.optuna_search`): a database copied from another sweep is told apart."""
+    import uuid
+
+    try:
+        old = (read(sweep_dir) or {}).get("id")
+    except UserError:
+        old = None
+    return old if isinstance(old, str) and re.fullmatch(r"[0-9a-f]{32}", old) else uuid.uuid4().hex
 
 
 def _untrusted(path: Path, why: str) -> UserError:
