@@ -65,7 +65,10 @@ def test_a_snapshot_as_taken_is_reused_and_its_caches_cleared(taken):
         (lambda c: (c / "run.sh").write_text("rm -rf ~\n"), "run.sh"),
         (lambda c: (c / "CODE.json").write_text("{not json"), "CODE.json"),
         (lambda c: (c / "CODE.json").unlink(), "CODE.json"),
-        (lambda c: (c / "CODE.json").write_text('{"tree_sha256": "' + "0" * 64 + '"}'), "CODE.json"),
+        (
+            lambda c: (c / "CODE.json").write_text('{"tree_sha256": "' + "0" * 64 + '"}'),
+            "CODE.json",
+        ),
         (lambda c: (c / "CODE.json").write_text("[1, 2]"), "CODE.json"),
         (lambda c: os.mkfifo(c / "src/pkg/fifo.py"), "fifo.py"),
     ],
@@ -157,7 +160,7 @@ def test_a_sweep_folder_with_an_altered_snapshot_is_refused_before_a_job(taken):
     from litlab.sweeps import plan
     from litlab.utils import commands
 
-    root, sweep, code = taken
+    _root, sweep, code = taken
     own = commands.command("train", ["seed=1", f"hydra.sweep.dir={sweep}"], multirun=True)
     plan.write(sweep, [["seed=1"]], own)
     check_owned(sweep, plan.GRID, "train")
@@ -198,7 +201,10 @@ def _check_storage(url):
     [
         (lambda p: p.write_text("my notes"), ("file is not a database",)),
         (lambda p: p.write_bytes(b"SQLite format 3\0" + b"\xff" * 200), ("cannot be read",)),
-        (lambda p: _sqlite(p, "CREATE TABLE invoices (id INTEGER)"), ("another program", "invoices")),
+        (
+            lambda p: _sqlite(p, "CREATE TABLE invoices (id INTEGER)"),
+            ("another program", "invoices"),
+        ),
         (lambda p: p.mkdir(), ("not a regular file",)),
         (lambda p: os.mkfifo(p), ("not a regular file",)),
         (lambda p: p.symlink_to(_sqlite(p.with_name("real.db"))), ("symbolic link",)),
@@ -210,7 +216,9 @@ def test_a_sqlite_storage_that_is_not_a_studys_is_refused_untouched(tmp_path, ma
     make(db)
     before = {p.name: (p.lstat().st_mtime_ns, p.lstat().st_size) for p in tmp_path.iterdir()}
     _refused(lambda: _check_storage(f"sqlite:///{db}"), "hydra.sweeper.storage=", *words)
-    assert {p.name: (p.lstat().st_mtime_ns, p.lstat().st_size) for p in tmp_path.iterdir()} == before
+    assert {
+        p.name: (p.lstat().st_mtime_ns, p.lstat().st_size) for p in tmp_path.iterdir()
+    } == before
 
 
 def test_a_new_empty_or_optuna_sqlite_storage_is_let_in(tmp_path):

@@ -174,7 +174,6 @@ class Guard(Callback):
         release(OmegaConf.select(config, "hydra.run.dir"))
 
 
-
 def stop_on_error(check, undo=None) -> None:
     """Exit 2 with one line (Hydra would turn an exception into a warning and go on), after
     `undo` (what the checks did so far). Also a launcher's own checks (its code snapshot)."""

@@ -56,7 +56,9 @@ SWEEP_FILES = frozenset(
         "optuna.db-shm",
     }
 )
-LAUNCHER_DIRS = frozenset({snapshot.SNAPSHOTS, ".submitit"})  # the code snapshot; submitit's job files
+LAUNCHER_DIRS = frozenset(
+    {snapshot.SNAPSHOTS, ".submitit"}
+)  # the code snapshot; submitit's job files
 TEMP = re.compile(r"\.[\w.-]+\.\d+\.tmp")  # a write cut short (`.summary.csv.<pid>.tmp`)
 NEW_FOLDER = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
 _held: dict[str, "SweepDir"] = {}  # sweep dir -> the claim this process holds on it

@@ -321,5 +321,9 @@ def write_results(
         raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
     if not completed:
         return
-    again = f"train it again with:\n  {result['rerun']}" if result["rerun"] else "its params: best_params.yaml"
+    again = (
+        f"train it again with:\n  {result['rerun']}"
+        if result["rerun"]
+        else "its params: best_params.yaml"
+    )
     print(f"best {result['best_value']:.4f} (trial {result['best_trial']}); {again}", flush=True)
