@@ -125,10 +125,12 @@ def import_from(snapshot: Path, root: Path = CODE_ROOT) -> None:
 
 
 def _refusal(path: Path, why: str) -> UserError:
+    """One line naming `path`, and the snapshot folder (or code/ itself) to move away."""
+    moved = next((p for p in (path, *path.parents) if p.parent.name == SNAPSHOTS), path)
     return UserError(
         f"{path}: {why}; a sweep's code snapshot is run only as litlab wrote it (its jobs would "
-        f"import it): move {path.parent if path.name != SNAPSHOTS else path} away, or give "
-        f"this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
+        f"import it): move {moved} away, or give this sweep a new hydra.sweep.dir (or none: a "
+        f"new timestamped one)"
     )
 
 
