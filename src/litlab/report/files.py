@@ -66,7 +66,7 @@ def read_json(root: Path, relative: str | Path) -> tuple[object, str | None]:
         return None, f"{relative} {unread(root, relative)}"
     try:
         return json.loads(text), None
-    except ValueError:
+    except (ValueError, RecursionError):  # a crafted deep nesting too
         return None, f"{relative} is not JSON"
 
 

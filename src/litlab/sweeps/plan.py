@@ -160,7 +160,7 @@ def read(sweep_dir: Path) -> dict | None:
         return None
     try:
         plan = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a crafted deep nesting too
         raise _untrusted(path, "it is not JSON") from None
     why = _shape(plan)
     if why is not None:

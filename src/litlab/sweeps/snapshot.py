@@ -172,7 +172,7 @@ def _record(snapshot: Path) -> dict:
         raise _refusal(path, f"it is over its limit of {MAX_RECORD} bytes")
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise _refusal(path, "it is not JSON") from None
     tree = record.get("tree_sha256") if isinstance(record, dict) else None
     if not isinstance(tree, str) or not re.fullmatch(r"[0-9a-f]{64}", tree):
