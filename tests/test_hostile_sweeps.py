@@ -275,3 +275,46 @@ def test_a_crafted_best_trial_makes_no_printed_command(tmp_path, capsys):
     optuna_search.write_results(study, tmp_path, "sqlite://", ["seed=1"])
     out = capsys.readouterr().out
     assert "_target_" not in out and "rm -rf" not in out and "train it again" not in out
+
+
+# What a sweep reads back as data: a plan nested past the recursion limit, stored commands.
+
+
+def test_a_plan_nested_past_the_recursion_limit_is_not_json_in_one_line(tmp_path):
+    from litlab.runs.sweep_dir import check_owned
+    from litlab.sweeps import plan
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / plan.PLAN).write_text("[" * 100_000 + "]" * 100_000)
+    _refused(lambda: check_owned(sweep, plan.GRID, "train"), plan.PLAN, "not JSON")
+
+
+@pytest.mark.parametrize(
+    "word",
+    [
+        "'+hydra.callbacks.x=${oc.create:\"{\\\\x5ftarget\\\\x5f: os.system}\"}'",
+        "'extras.print_config=${oc.decode:\"!!python/object\"}'",
+        "model._target_=os.system",
+        "+hydra.job.env_set.LD_PRELOAD=/tmp/x.so",
+        "'seed=1'$'\\n''rm -rf ~'",
+        "seed=1 ; rm -rf ~",
+        "seed=`id`",
+        "--config-dir=/tmp",
+    ],
+)
+def test_a_stored_command_that_builds_code_or_runs_shell_is_not_printed(word):
+    from litlab.utils import commands
+
+    with pytest.raises(commands.Untrusted):
+        commands.stored(f"python src/train.py -m {word}", entry="train", multirun=True)
+
+
+@pytest.mark.parametrize(
+    "word", ["seed=1", "'seed=$(id)'", "'paths.data_dir=${oc.env:HOME}/data'", "'x=a b'"]
+)
+def test_a_stored_command_of_plain_overrides_is_printed(word):
+    from litlab.utils import commands
+
+    text = f"python src/train.py -m {word}"
+    assert commands.printable(text, entry="train", multirun=True) == text
