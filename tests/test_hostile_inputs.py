@@ -162,3 +162,25 @@ def test_palette_bmp_and_16_bit_masks_of_whole_classes_are_let_in(masks, tmp_pat
     _save(label, root / "masks" / "001.bmp")
     _save(label.astype(np.uint16), root / "masks" / "002.png")
     assert len(_mask_check(root)) == 6
+
+
+@pytest.mark.parametrize(
+    "batch, side, refused", [(16, 64, False), (16, 4096, True), (64, 1024, True)]
+)
+def test_a_training_step_that_cannot_fit_in_memory_is_refused_before_it_runs(batch, side, refused):
+    """data.image_size=4096 passed every bound, then its first U-Net step was OOM-killed."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from litlab.domains.segmentation2d.module import check_step_memory
+    from litlab.domains.segmentation2d.nets.unet2d import unet2d
+
+    dm = SimpleNamespace(
+        hparams=SimpleNamespace(batch_size=batch), image_size=side, channels=1, shapes=[(32, 32)]
+    )
+    check = lambda: check_step_memory(unet2d(1, 3), dm, torch.device("cpu"))  # noqa: E731
+    if refused:
+        _refused(check, f"data.image_size={side}", f"data.batch_size={batch}", "largest item is 32")
+    else:
+        check()
