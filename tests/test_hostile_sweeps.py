@@ -318,3 +318,67 @@ def test_a_stored_command_of_plain_overrides_is_printed(word):
 
     text = f"python src/train.py -m {word}"
     assert commands.printable(text, entry="train", multirun=True) == text
+
+
+@pytest.mark.parametrize("lock", ["sweep", "run"])
+def test_a_lock_file_hard_linked_to_the_users_file_is_refused_untouched(tmp_path, lock):
+    """A folder holding only `.sweep.lock` counts as new; the lock is written in place, so a
+    hard link there would overwrite the user's file under its other name."""
+    from litlab.checkpointing.run_lock import RunLock
+    from litlab.runs.sweep_dir import SweepLock, check_owned
+    from litlab.sweeps import plan
+
+    folder, users = tmp_path / "sweep", tmp_path / "notes.txt"
+    folder.mkdir()
+    users.write_text("the user's")
+    cls = SweepLock if lock == "sweep" else RunLock
+    os.link(users, folder / cls.file)
+    if lock == "sweep":
+        assert check_owned(folder, plan.GRID, "train") is None  # new, but for its lock
+    _refused(lambda: cls(folder).acquire(), "hard link", str(cls.file))
+    assert users.read_text() == "the user's"
+
+
+@pytest.mark.parametrize("how", ["directory", "symlink", "fifo"])
+def test_a_lock_that_is_no_plain_file_is_refused(tmp_path, how):
+    from litlab.runs.sweep_dir import SweepLock
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    lock = folder / ".sweep.lock"
+    {
+        "directory": lock.mkdir,
+        "symlink": lambda: lock.symlink_to(tmp_path),
+        "fifo": lambda: os.mkfifo(lock),
+    }[how]()
+    _refused(lambda: SweepLock(folder).acquire(), ".sweep.lock")
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over_a_live_one_refused(tmp_path):
+    import subprocess
+    import sys
+
+    from litlab.runs.sweep_dir import SweepLock
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / ".sweep.lock").write_text("999999 host\npython src/train.py -m seed=1\n")
+    SweepLock(folder).acquire().release()  # no process holds the OS lock: taken over
+    code = (
+        "import sys, time; sys.path.insert(0, sys.argv[2]); "
+        "from litlab.runs.sweep_dir import SweepLock; "
+        "SweepLock(sys.argv[1], note='python src/train.py -m seed=1').acquire(); "
+        "print('held', flush=True); time.sleep(30)"
+    )
+    src = str(Path(snapshot.__file__).parents[2])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(folder), src], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _refused(
+            lambda: SweepLock(folder).acquire(), "in use by another sweep", f"PID {holder.pid}"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
