@@ -382,3 +382,51 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_a_live_one_refused(tmp_pat
     finally:
         holder.kill()
         holder.wait()
+
+
+# A single run's dir: the same rule as a sweep's folder.
+
+
+def test_a_run_into_a_folder_of_the_users_files_is_refused_untouched(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers.runs import ROOT
+
+    mine = tmp_path / "logs" / "mine"
+    (mine / "checkpoints").mkdir(parents=True)
+    (mine / "metrics.json").write_text("the user's")
+    (mine / "checkpoints" / "last.ckpt").write_bytes(b"the user's")
+    before = sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "src/train.py",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            f"hydra.run.dir={mine}",
+            "extras.print_config=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        proc.stderr.count("\n") == 1
+        and "no litlab run wrote (checkpoints, metrics.json" in proc.stderr
+    )
+    assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == before
+    assert (mine / "metrics.json").read_text() == "the user's"
+
+
+def test_a_run_dir_that_is_new_or_a_runs_own_is_let_in(tmp_path):
+    from litlab.runs.run_dir import _check_own_run
+
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / ".run.lock").write_text("1 host\n")
+    (tmp_path / "new" / "train.log").write_text("")
+    _check_own_run(tmp_path / "new")
+    (tmp_path / "run" / ".hydra").mkdir(parents=True)
+    (tmp_path / "run" / "metrics.json").write_text("{}")
+    _check_own_run(tmp_path / "run")

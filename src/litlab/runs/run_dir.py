@@ -66,7 +66,27 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
     if not multirun and Path(out).is_dir():  # a resumed run: nothing through a link out of it
         from litlab.checkpointing.links import check_links
 
+        _check_own_run(Path(out))
         check_links(Path(out))
+
+
+#: what marks a folder as a litlab run's (Hydra's record of its config; every run's provenance)
+RUN_MARKS = (".hydra", "provenance.json")
+
+
+def _check_own_run(out: Path) -> None:
+    """An existing `hydra.run.dir` is a run's own (a resume, a DDP rank joining rank 0's run)
+    or holds nothing yet but a lock or logs; a folder of the user's files is never written
+    into (its metrics.json, checkpoints/ would be replaced)."""
+    theirs = sorted(e for e in os.listdir(out) if e != ".run.lock" and not e.endswith(".log"))
+    if not theirs or any(os.path.lexists(out / mark) for mark in RUN_MARKS):
+        return
+    shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
+    raise UserError(
+        f"hydra.run.dir={out} holds files that no litlab run wrote ({shown}; no .hydra/ nor "
+        f"provenance.json): a run writes only into a new folder or its own run dir (to resume "
+        f"it); give a new hydra.run.dir (or none: a new timestamped one)"
+    )
 
 
 def _check_job_names(cfg: DictConfig) -> None:
