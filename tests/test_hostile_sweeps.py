@@ -430,3 +430,33 @@ def test_a_run_dir_that_is_new_or_a_runs_own_is_let_in(tmp_path):
     (tmp_path / "run" / ".hydra").mkdir(parents=True)
     (tmp_path / "run" / "metrics.json").write_text("{}")
     _check_own_run(tmp_path / "run")
+
+
+def test_a_search_into_another_programs_database_is_refused_before_its_folder(tmp_path):
+    import sqlite3
+    import subprocess
+    import sys
+
+    from helpers.runs import ROOT
+
+    app = _sqlite(tmp_path / "app.db", "CREATE TABLE invoices (id INTEGER)")
+    before = app.read_bytes()
+    sqlite3.connect(app).close()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "src/train.py",
+            "hydra.mode=MULTIRUN",
+            "hparams_search=digits_cnn",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            f"hydra.sweeper.storage=sqlite:///{app}",
+            "extras.print_config=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "another program (tables invoices)" in proc.stderr
+    assert app.read_bytes() == before and not (tmp_path / "logs").exists()

@@ -231,6 +231,11 @@ class SweepDir:
             self._read_config()
         self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
         own = check_owned(self.path, self.kind, self.entry, self.study)
+        if self.kind == plan.SEARCH:  # the study's database: one it may write, before the folder
+            from litlab.sweeps.storage import check_sqlite
+
+            url = OmegaConf.select(self.config, "hydra.sweeper.storage", default=None)
+            check_sqlite(str(url or f"sqlite:///{self.path / 'optuna.db'}"))
         if self.kind == plan.GRID:
             self.jobs = grid_jobs(self.config)
             if own is not None and self.jobs is not None:
