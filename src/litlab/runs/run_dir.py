@@ -81,6 +81,9 @@ def _check_own_run(out: Path) -> None:
     theirs = sorted(e for e in os.listdir(out) if e != ".run.lock" and not e.endswith(".log"))
     if not theirs or any(os.path.lexists(out / mark) for mark in RUN_MARKS):
         return
+    from litlab.checkpointing.run_lock import RunLock
+
+    RunLock(out).probe()  # a process working in it now is what the refusal names first
     shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
     raise UserError(
         f"hydra.run.dir={out} holds files that no litlab run wrote ({shown}; no .hydra/ nor "
