@@ -173,7 +173,7 @@ def test_a_training_step_that_cannot_fit_in_memory_is_refused_before_it_runs(bat
 
     import torch
 
-    from litlab.domains.segmentation2d.module import check_step_memory
+    from litlab.data.memory import check_step_memory
     from litlab.domains.segmentation2d.nets.unet2d import unet2d
 
     dm = SimpleNamespace(
@@ -184,3 +184,18 @@ def test_a_training_step_that_cannot_fit_in_memory_is_refused_before_it_runs(bat
         _refused(check, f"data.image_size={side}", f"data.batch_size={batch}", "largest item is 32")
     else:
         check()
+
+
+def test_counting_a_steps_memory_leaves_the_nets_own_hooks_alone():
+    """The meta copy carries the net's hooks (the first-forward watch): they never run for it."""
+    import torch
+
+    from litlab.data.memory import saved_bytes
+    from litlab.runs.first_forward import _Watch
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU())
+    watch = _Watch(net)
+    assert saved_bytes(net, (1, 1, 16, 16)) > 0
+    assert watch.shape == "?" and not watch.inside  # not run
+    net(torch.zeros(1, 1, 16, 16))
+    assert watch.shape == "[1, 1, 16, 16]"  # still watching the real first forward

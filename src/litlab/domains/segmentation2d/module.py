@@ -8,7 +8,6 @@ from torchmetrics import MetricCollection
 from torchmetrics.segmentation import DiceScore
 
 from litlab.bounds import NonNegFloat
-from litlab.errors import UserError
 from litlab.models.base import LitModule
 from litlab.tasks import IMAGE_SEGMENTATION
 from litlab.utils.tensors import class_map
@@ -56,13 +55,6 @@ class ImageSegmenter(LitModule):
             to_onehot_y=True, softmax=True, batch=True, lambda_dice=dice_weight,
             lambda_ce=ce_weight,
         )  # fmt: skip
-
-    def on_fit_start(self) -> None:
-        """One training step's memory, checked before the first one (`check_step_memory`)."""
-        super().on_fit_start()
-        dm = getattr(self.trainer, "datamodule", None)
-        if dm is not None and getattr(dm, "image_size", None) is not None:
-            check_step_memory(self.net, dm, self.device)
 
     def make_metrics(self) -> MetricCollection:
         metrics = {"dice": ItemDice(self.num_classes)}
@@ -126,59 +118,3 @@ class ImageSegmenter(LitModule):
         folder.mkdir(parents=True, exist_ok=True)
         for name, mask in zip(names, pred.to(torch.uint8).cpu().numpy()):
             Image.fromarray(crop_to(mask, shape)).save(folder / name)
-
-
-#: a training step's memory per byte of the activations autograd keeps (measured on the
-#: default U-Net on CPU: gradients, the loss's one-hot scores, the allocator's temporaries)
-STEP_FACTOR = 2.5
-
-
-def saved_bytes(net, shape: tuple) -> int | None:
-    """Bytes of the activations a training forward of `net` on an input of `shape` keeps for
-    the backward pass, counted on the meta device (nothing is allocated); None when the net
-    cannot run there."""
-    import copy
-
-    total = [0]
-
-    def pack(tensor):
-        total[0] += tensor.numel() * tensor.element_size()
-        return tensor
-
-    try:
-        meta = copy.deepcopy(net).to("meta").train()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            out = meta(torch.empty(shape, device="meta"))
-    except Exception:  # noqa: BLE001  (an op without a meta kernel: not checked here)
-        return None
-    return total[0] + out.numel() * out.element_size()
-
-
-def check_step_memory(net, dm, device: torch.device) -> None:
-    """One line when a training batch of `data.batch_size` items padded to `data.image_size`
-    needs more memory than the device has (a 4096 side trains a U-Net batch into the OOM
-    killer: hundreds of GiB of activations), naming both settings and the largest item."""
-    given, side = int(dm.hparams.batch_size), int(dm.image_size)
-    train = getattr(dm, "train_set", None)
-    batch = min(given, len(train)) if train is not None and len(train) else given
-    kept = saved_bytes(net, (1, int(getattr(dm, "channels", 1)), side, side))
-    if kept is None:
-        return
-    need = STEP_FACTOR * kept * batch
-    if device.type == "cuda":
-        have, where = torch.cuda.get_device_properties(device).total_memory, f"{device}"
-    else:
-        import psutil
-
-        have, where = psutil.virtual_memory().total, "this machine"
-    if need <= 0.9 * have:
-        return
-    largest = max((max(s) for s in getattr(dm, "shapes", []) or []), default=None)
-    holds = f" (the largest item is {largest} pixels)" if largest else ""
-    raise UserError(
-        f"a training batch of {batch} items (data.batch_size={given}) padded to "
-        f"data.image_size={side} needs about "
-        f"{need / 2**30:.1f} GiB for one training step of model.net, more than {where}'s "
-        f"{have / 2**30:.1f} GiB; lower data.image_size to the largest side of the items"
-        f"{holds} or data.batch_size"
-    )
