@@ -150,7 +150,10 @@ def _walk_files(snapshot: Path):
     for folder, dirs, files in os.walk(snapshot):  # a linked folder is listed, never entered
         for name in sorted([*dirs, *files]):
             path = Path(folder) / name
-            st = path.lstat()
+            try:
+                st = path.lstat()
+            except FileNotFoundError:  # a cache file another worker's job just replaced
+                continue
             if stat.S_ISLNK(st.st_mode):
                 raise _refusal(path, f"it is a symbolic link to {os.readlink(path)}")
             if stat.S_ISDIR(st.st_mode):
