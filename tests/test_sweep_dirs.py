@@ -225,7 +225,9 @@ def test_new_folders_and_the_sweeps_own_are_let_in(tmp_path):
     assert check_owned(tmp_path / "stale", plan.GRID, "train") is None
     sweep = _sweep(tmp_path / "sweep")
     (sweep / "1" / "checkpoints" / "best.ckpt").symlink_to("last.ckpt")  # inside: fine
-    (sweep / "code" / "abc").mkdir(parents=True)
+    from litlab.utils import code_state as snapshot
+
+    snapshot.take(sweep)  # the code its jobs import, as litlab wrote it
     (sweep / ".summary.csv.123.tmp").write_text("a write cut short")
     assert check_owned(sweep, plan.GRID, "train")["jobs"] == JOBS
     nested = _sweep(tmp_path / "nested", jobs=[])

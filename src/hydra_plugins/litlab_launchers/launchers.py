@@ -19,9 +19,12 @@ class _Snapshot:
     """Snapshot the code into the sweep dir before the first job is submitted."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
+        from litlab.runs.run_dir import stop_on_error
         from litlab.utils import code_state as snapshot
 
-        code = snapshot.take(Path(str(self.config.hydra.sweep.dir)))
+        taken = []  # a snapshot in the sweep dir that is not as litlab wrote it: one line, exit 2
+        stop_on_error(lambda: taken.append(snapshot.take(Path(str(self.config.hydra.sweep.dir)))))
+        code = taken[0]
         snapshot.use(code, self.hydra_context.config_loader)
         return super().launch(job_overrides, initial_job_idx)
 

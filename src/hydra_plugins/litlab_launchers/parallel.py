@@ -115,10 +115,11 @@ class ParallelLauncher(Launcher):
 
     def _snapshot(self, sweep_dir: Path) -> None:
         """Once per sweep: the Optuna sweeper launches batch after batch into one sweep dir."""
+        from litlab.runs.run_dir import stop_on_error
         from litlab.utils import code_state as snapshot
 
-        if self.code is None:
-            self.code = snapshot.take(sweep_dir)
+        if self.code is None:  # a snapshot in the sweep dir not as litlab wrote it: exit 2
+            stop_on_error(lambda: setattr(self, "code", snapshot.take(sweep_dir)))
             snapshot.use(self.code, self.hydra_context.config_loader)
 
     def _run_all(self, pending: list, returns: dict, tmp: Path) -> None:

@@ -6,8 +6,9 @@ the kernel drops it when its process dies, however it dies (kill -9, a node lost
 lock is taken over with no clean-up step, and the file only says who held it last (PID and
 host, for the refusal line). Where the filesystem has no flock, the PID in the file decides:
 a live process on this host keeps the run; a dead one's lock is taken over. The file is data
-(a crafted one: never opened through a link, nor if it is no regular file; its host shown only
-when it is a plain name). A sweep dir is locked alike (`runs.sweep_dir.SweepLock`).
+(a crafted one: never opened through a link, nor if it is no regular file or a hard link to
+another file, which writing the lock would overwrite; its host shown only when it is a plain
+name). A sweep dir is locked alike (`runs.sweep_dir.SweepLock`).
 
     lock = RunLock(run_dir).acquire()   # UserError naming the PID that holds it
     ...
@@ -86,10 +87,13 @@ class RunLock:
                 raise
             what = "a symbolic link" if err.errno == errno.ELOOP else "not a regular file"
             raise UserError(f"{self.path} is {what}; remove it (a lock is a plain file)") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device: never a lock
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:  # a FIFO, a device: never a lock
             os.close(fd)
+            what = "not a regular file" if not stat.S_ISREG(st.st_mode) else "a hard link"
             raise UserError(
-                f"{self.path} is not a regular file; remove it (a lock is a plain file)"
+                f"{self.path} is {what} (writing the lock would overwrite the file's other "
+                f"names); remove it (a lock is a plain file of its own)"
             )
         return fd
 

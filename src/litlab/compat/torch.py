@@ -10,7 +10,10 @@
 - an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/op);
 - `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._NormBase`: the bases of every
   convolution and batch or instance norm, whose channels compression resizes
-  (compression/prune).
+  (compression/prune);
+- a module's `_forward_hooks`, `_forward_pre_hooks`, `_backward_hooks`: emptied on a meta copy
+  of a net whose activations are counted (data/base), so that the hooks of the original
+  (the first-forward watch: runs/first_forward) do not run for the copy.
 """
 
 import functools
@@ -54,6 +57,17 @@ def resizable_bases() -> tuple[type, type]:
     from torch.nn.modules.conv import _ConvNd
 
     return _ConvNd, _NormBase
+
+
+HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+
+
+def drop_hooks(module) -> None:
+    """Empty the forward and backward hooks of `module` and its children (a copy's: the
+    original's hooks, copied with it, would run for it)."""
+    for child in module.modules():
+        for name in HOOK_DICTS:
+            getattr(child, name).clear()
 
 
 def wrap_init_process_group(wrapper) -> None:
@@ -101,6 +115,9 @@ def check_torch() -> None:
 
     if "self._opoverload" not in inspect.getsource(CustomOpDef):  # set when the op registers
         raise _fail("torch.library.CustomOpDef._opoverload")
+    module = torch.nn.Linear(1, 1)
+    if not all(isinstance(getattr(module, name, None), dict) for name in HOOK_DICTS):
+        raise _fail("torch.nn.Module._forward_hooks / _forward_pre_hooks / _backward_hooks")
     try:
         resizable_bases()
     except ImportError as err:

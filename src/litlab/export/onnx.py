@@ -181,7 +181,7 @@ def read_metadata(path) -> dict[str, object]:
     for key, value in props.items():
         try:
             out[key] = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # a crafted deep nesting: kept as text
             out[key] = value
     return out
 

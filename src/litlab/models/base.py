@@ -109,6 +109,14 @@ class LitModule(L.LightningModule):
         the same way when this is more than 1 (compression/recipe.judge_int8)."""
         return 1
 
+    def on_fit_start(self) -> None:
+        """A training step of images that cannot fit in memory: one line before it runs."""
+        dm = getattr(self.trainer, "datamodule", None)
+        if isinstance(getattr(dm, "image_size", None), int) and hasattr(dm, "hparams"):
+            from litlab.data.base import check_step_memory
+
+            check_step_memory(self.net, dm, self.device)
+
     def setup(self, stage: str) -> None:
         from litlab.compat.lightning import quick_result_moves
         from litlab.utils.distributed import unpad_eval_shards

@@ -81,6 +81,7 @@ def write_report(path: str | Path) -> Path:
     out = folder / REPORT
     tmp = folder / f".{REPORT}.{os.getpid()}.tmp"
     try:
+        tmp.unlink(missing_ok=True)  # a link left there would be written through
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out)  # a reader never sees half a page; an old one stays until then
     finally:

@@ -71,7 +71,7 @@ def read_json_under(root: Path, relative: str | Path) -> tuple[object, str | Non
         return None, f"{relative} {unread(root, relative)}"
     try:
         return json.loads(text), None
-    except ValueError:
+    except (ValueError, RecursionError):  # a crafted deep nesting too
         return None, f"{relative} is not JSON"
 
 

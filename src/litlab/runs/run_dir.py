@@ -66,7 +66,30 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
     if not multirun and Path(out).is_dir():  # a resumed run: nothing through a link out of it
         from litlab.checkpointing.atomic_io import check_links
 
+        _check_own_run(Path(out))
         check_links(Path(out))
+
+
+#: what marks a folder as a litlab run's (Hydra's record of its config; every run's provenance)
+RUN_MARKS = (".hydra", "provenance.json")
+
+
+def _check_own_run(out: Path) -> None:
+    """An existing `hydra.run.dir` is a run's own (a resume, a DDP rank joining rank 0's run)
+    or holds nothing yet but a lock or logs; a folder of the user's files is never written
+    into (its metrics.json, checkpoints/ would be replaced)."""
+    theirs = sorted(e for e in os.listdir(out) if e != ".run.lock" and not e.endswith(".log"))
+    if not theirs or any(os.path.lexists(out / mark) for mark in RUN_MARKS):
+        return
+    from litlab.checkpointing.run_lock import RunLock
+
+    RunLock(out).probe()  # a process working in it now is what the refusal names first
+    shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
+    raise UserError(
+        f"hydra.run.dir={out} holds files that no litlab run wrote ({shown}; no .hydra/ nor "
+        f"provenance.json): a run writes only into a new folder or its own run dir (to resume "
+        f"it); give a new hydra.run.dir (or none: a new timestamped one)"
+    )
 
 
 def _check_job_names(cfg: DictConfig) -> None:
@@ -149,7 +172,7 @@ class Guard(Callback):
     """Checks the run dir's location and locks it before Hydra makes it (see the docstring)."""
 
     def on_run_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
-        self._stop_on_error(lambda: (check_location(config), lock(config, str(config_name))))
+        stop_on_error(lambda: (check_location(config), lock(config, str(config_name))))
 
     def on_multirun_start(self, config: DictConfig, config_name: str | None = None, **kw) -> None:
         """Also the launcher's settings, the sweep dir (its own, locked) and every job of the
@@ -157,13 +180,13 @@ class Guard(Callback):
         from litlab.config import validate
         from litlab.runs import sweep_dir
 
-        self._stop_on_error(lambda: check_location(config, multirun=True))
-        self._stop_on_error(lambda: sweep_dir.check_launcher(config))  # n_jobs: before the jobs
-        self._stop_on_error(lambda: validate.check_summary(config))  # fail_fast, ...
+        stop_on_error(lambda: check_location(config, multirun=True))
+        stop_on_error(lambda: sweep_dir.check_launcher(config))  # n_jobs: before the jobs
+        stop_on_error(lambda: validate.check_summary(config))  # fail_fast, ...
         owned = sweep_dir.SweepDir(config, str(config_name))
-        self._stop_on_error(owned.check)  # its own folder, the same jobs as on disk
-        self._stop_on_error(lambda: sweep_dir.check_jobs(config, str(config_name)))
-        self._stop_on_error(owned.claim, undo=owned.give_up)  # locked, checked again, marked
+        stop_on_error(owned.check)  # its own folder, the same jobs as on disk
+        stop_on_error(lambda: sweep_dir.check_jobs(config, str(config_name)))
+        stop_on_error(owned.claim, undo=owned.give_up)  # locked, checked again, marked
 
     def on_multirun_end(self, config: DictConfig, **kw) -> None:
         from litlab.runs import sweep_dir
@@ -173,23 +196,23 @@ class Guard(Callback):
     def on_run_end(self, config: DictConfig, **kw) -> None:
         release_run_dir(OmegaConf.select(config, "hydra.run.dir"))
 
-    @staticmethod
-    def _stop_on_error(check, undo=None) -> None:
-        """Exit 2 with one line (Hydra would turn an exception into a warning and go on),
-        after `undo` (what the checks did so far)."""
-        from litlab.errors import one_line
 
-        try:
-            check()
-            return
-        except UserError as err:  # before the task: litlab.cli prints it as `error: ...`
-            line = str(err)
-        except Exception as err:  # noqa: BLE001  (unchecked is refused, not let through)
-            line = f"cannot check the run dir: {one_line(err)}"
-        if undo is not None:
-            undo()
-        print(line, file=sys.stderr)
-        raise SystemExit(2) from None
+def stop_on_error(check, undo=None) -> None:
+    """Exit 2 with one line (Hydra would turn an exception into a warning and go on), after
+    `undo` (what the checks did so far). Also a launcher's own checks (its code snapshot)."""
+    from litlab.errors import one_line
+
+    try:
+        check()
+        return
+    except UserError as err:  # before the task: litlab.cli prints it as `error: ...`
+        line = str(err)
+    except Exception as err:  # noqa: BLE001  (unchecked is refused, not let through)
+        line = f"cannot check the run dir: {one_line(err)}"
+    if undo is not None:
+        undo()
+    print(line, file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def start(cfg: DictConfig, config_name: str) -> DictConfig:

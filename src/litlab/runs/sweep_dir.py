@@ -50,6 +50,7 @@ from litlab.checkpointing.run_lock import RunLock
 from litlab.compat.hydra import BASIC_SWEEPER as BASIC  # hydra/sweeper=basic's own
 from litlab.errors import UserError
 from litlab.sweeps import plan
+from litlab.utils import code_state as snapshot
 from litlab.utils import commands, sweep_records
 
 LOCK = Path(".sweep.lock")
@@ -72,7 +73,9 @@ SWEEP_FILES = frozenset(
         "optuna.db-shm",
     }
 )
-LAUNCHER_DIRS = frozenset({"code", ".submitit"})  # the code snapshot; submitit's job files
+LAUNCHER_DIRS = frozenset(
+    {snapshot.SNAPSHOTS, ".submitit"}
+)  # the code snapshot; submitit's job files
 TEMP = re.compile(r"\.[\w.-]+\.\d+\.tmp")  # a write cut short (`.summary.csv.<pid>.tmp`)
 NEW_FOLDER = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
 _held: dict[str, "SweepDir"] = {}  # sweep dir -> the claim this process holds on it
@@ -161,6 +164,8 @@ def _check_entry(path: Path, jobs: set | None) -> str | None:
         link, target = found
         where = f"a symbolic link to {target}" if target else "a hard link to a file elsewhere"
         return f"{link} is {where}, outside its folder"
+    if path.name == snapshot.SNAPSHOTS:  # code its jobs will import: as litlab wrote it
+        snapshot.check_folder(path)
     return None
 
 
@@ -243,6 +248,11 @@ class SweepDir:
             self._read_config()
         self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
         own = check_owned(self.path, self.kind, self.entry, self.study)
+        if self.kind == plan.SEARCH:  # the study's database: one it may write, before the folder
+            from litlab.sweeps.optuna_search import check_sqlite
+
+            url = OmegaConf.select(self.config, "hydra.sweeper.storage", default=None)
+            check_sqlite(str(url or f"sqlite:///{self.path / 'optuna.db'}"))
         if self.kind == plan.GRID:
             self.jobs = grid_overrides(self.config)
             if own is not None and self.jobs is not None:

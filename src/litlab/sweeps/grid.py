@@ -33,7 +33,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.sweeps.optuna_search import MACHINE_LOCAL, override_settings
+from litlab.sweeps.plan import MACHINE_LOCAL, override_settings
 
 SWEEP_RESUME = "LITLAB_SWEEP_RESUME"  # a job that continues its run dir's last.ckpt
 EXIT_SIGTERM = 128 + signal.SIGTERM

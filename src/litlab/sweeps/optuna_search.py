@@ -15,7 +15,11 @@ hydra-optuna-sweeper, which pins optuna < 3).
   worker asked for it.
 
 Where an Optuna study lives: a SQLite file in the sweep dir (one machine), or a database
-server that workers on many machines share (PostgreSQL: docs/sweeps.md).
+server that workers on many machines share (PostgreSQL: docs/sweeps.md). A SQLite file is
+opened only when it is one the study may write (`check_sqlite`): a regular file (never through
+a link, nor its journal), new or empty, or a SQLite database that is an Optuna storage or has
+no tables yet. Any other file (the user's notes, another program's database, whose tables
+Optuna would add its own to) is refused in one line naming it.
 
 A resumed Optuna study must train its new trials as its first trials were trained.
 
@@ -46,6 +50,7 @@ import logging
 import os
 import re
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +59,13 @@ from omegaconf import OmegaConf
 from litlab.compat import optuna as compat
 from litlab.compat.hydra import job_outcome
 from litlab.errors import UserError, one_line
+from litlab.sweeps.plan import MACHINE_LOCAL, hide_password, override_settings
 from litlab.sweeps.summary_stats import finite
 from litlab.utils import commands
 
 log = logging.getLogger(__name__)
 ENV = "LITLAB_OPTUNA_TRIAL"
+SWEEP_ID = "sweep_id"  # the study's user attribute: the id of the sweep whose folder holds it
 DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
 
 
@@ -162,11 +169,33 @@ def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
         sampler=instantiate(sampler_spec),
         pruner=instantiate(opts.get("pruner")) or optuna.pruners.NopPruner(),
     )
+    if opts.get("storage") is None:  # the sweep dir's own optuna.db: this sweep's study
+        _check_own_study(study, sweep_dir)
     check_study(study, fixed, strict=opts.get("strict_resume", True))  # no mixed budgets
     for params in opts.get("enqueue_trials") or []:  # known-good params to try first
         study.enqueue_trial(dict(params), skip_if_exists=True)
     requeue_interrupted(study)
     return study, url, sampler_spec.get("seed")
+
+
+def _check_own_study(study, sweep_dir: Path) -> None:
+    """The study in the sweep dir's optuna.db is this sweep's (its plan's id, recorded with the
+    study), not one copied in from another sweep, whose trials and run dirs are elsewhere."""
+    from litlab.sweeps import plan
+
+    own = (plan.read_plan(sweep_dir) or {}).get("id")
+    if own is None:
+        return
+    stored = study.user_attrs.get(SWEEP_ID)
+    if stored is None:  # a new study (or one from before the id): it is this sweep's now
+        study.set_user_attr(SWEEP_ID, own)
+    elif stored != own:
+        raise UserError(
+            f"{sweep_dir / 'optuna.db'}: its study {study.study_name} is another sweep's (sweep "
+            f"id {str(stored)[:40]!r}, this sweep's {plan.PLAN} says {own}); a sweep resumes "
+            f"only its own study: move the file away, or give this sweep a new hydra.sweep.dir "
+            f"(or none: a new timestamped one)"
+        )
 
 
 class _Trials:
@@ -293,7 +322,12 @@ def write_results(
                 "best_overrides": [f"{k}={as_override_value(v)}" for k, v in best.params.items()],
             }
         )
-        result["rerun"] = commands.command(entry, [*fixed, *result["best_overrides"]])
+        rerun = commands.command(entry, [*fixed, *result["best_overrides"]])
+        try:  # the params are read from the study's database: data, printed only when sound
+            result["rerun"] = commands.printable(rerun, entry=entry, multirun=False)
+        except commands.Untrusted as why:
+            result["rerun"] = None
+            log.warning("the best trial's params make no command litlab prints (%s)", why)
     OmegaConf.save(OmegaConf.create(result), sweep_dir / "best_params.yaml")
     if completed:
         import matplotlib
@@ -314,11 +348,12 @@ def write_results(
         raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
     if not completed:
         return
-    print(
-        f"best {result['best_value']:.4f} (trial {result['best_trial']}); train it again with:"
-        f"\n  {result['rerun']}",
-        flush=True,
+    again = (
+        f"train it again with:\n  {result['rerun']}"
+        if result["rerun"]
+        else "its params: best_params.yaml"
     )
+    print(f"best {result['best_value']:.4f} (trial {result['best_trial']}); {again}", flush=True)
 
 
 # --------------------------------------------------------------- storage
@@ -330,6 +365,7 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
     from sqlalchemy.exc import SQLAlchemyError
 
     url = url or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
+    check_sqlite(url)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     heartbeat = (
         {"heartbeat_interval": heartbeat_interval, "grace_period": 3 * heartbeat_interval}
@@ -354,43 +390,73 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
             time.sleep(0.5 * (attempt + 1))
 
 
-def hide_password(url: str) -> str:
-    """The URL with its password as `***`. Plain text, not a URL parser: a password holding an
-    unencoded `@` or `/` (not a valid URL, so any parser splits it wrongly and shows its rest)
-    is hidden whole, up to the last `@` before the query."""
-    head, sep, query = url.partition("?")
-    scheme, colon_slashes, rest = head.partition("://")
-    if not colon_slashes or "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user, has_password, _ = credentials.partition(":")
-    return f"{scheme}://{user}{':***' if has_password else ''}@{host}{sep}{query}"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})  # in every Optuna storage
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a `sqlite:///<path>` URL (None: another database, or in memory)."""
+    if not url.startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(url).database
+    except Exception:  # noqa: BLE001  (a malformed URL: SQLAlchemy says so when it opens it)
+        return None
+    return Path(database) if database and database != ":memory:" else None
+
+
+def _tables(path: Path) -> set[str]:
+    import sqlite3
+
+    with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
+        return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def check_sqlite(url: str) -> None:
+    """One `UserError` naming the file unless the SQLite file of `url` is one an Optuna study
+    may be written into (see the module docstring); other URLs pass."""
+    path = _sqlite_path(url)
+    if path is None:
+        return
+    head = f"hydra.sweeper.storage={hide_password(url)}"
+    valid = "give a new file, or the database of an Optuna study"
+    for extra in ("", "-journal", "-wal", "-shm"):
+        file = Path(f"{path}{extra}")
+        try:
+            st = os.lstat(file)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise UserError(
+                f"{head}: {file} is a symbolic link to {os.readlink(file)}; a study's database "
+                f"is written only where it is, never through a link: {valid}"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{head}: {file} is not a regular file; {valid}")
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        magic = f.read(len(SQLITE_MAGIC))
+    if magic != SQLITE_MAGIC:
+        raise UserError(f"{head}: {path} file is not a database (SQLite); {valid}")
+    import sqlite3
+
+    try:
+        tables = _tables(path)
+    except sqlite3.Error as err:
+        raise UserError(f"{head}: {path} cannot be read as SQLite ({one_line(err)}); {valid}")
+    if tables and not OPTUNA_TABLES <= tables:
+        shown = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+        raise UserError(
+            f"{head}: {path} is the database of another program (tables {shown}), not of an "
+            f"Optuna study; Optuna would add its tables to it: {valid}"
+        )
 
 
 # -------------------------------------------------------- study settings
 ATTR = "fixed_overrides"
-MACHINE_LOCAL = (
-    "paths.",
-    "hydra.",
-    "extras.",
-    "logger",
-    "threads",
-    "ddp_join_timeout",
-    "callbacks.rich_progress_bar",
-    "callbacks.model_summary",
-)
-
-
-def override_settings(overrides: list[str], skip: tuple[str, ...] = ()) -> dict[str, str]:
-    """`["trainer.max_epochs=3", "~callbacks.x"]` -> `{"trainer.max_epochs": "3",
-    "callbacks.x": "(deleted)"}`, leaving out keys that start with one of `skip`."""
-    settings = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        name = key.lstrip("+~")
-        if not name.startswith(skip):
-            settings[name] = "(deleted)" if key.startswith("~") else value
-    return settings
 
 
 def check_study(study, fixed: list[str], strict: bool = True) -> None:

@@ -8,7 +8,7 @@ that dir keeps what finished and runs only what is missing; it must therefore be
 sweep: a command whose jobs differ from the jobs on disk (`trainer.max_epochs=3` where they
 trained 2 epochs, another grid) would rank unlike jobs together, so it is refused in one line
 before anything is written (as a resumed Optuna study is: `study_settings`). Keys that only say
-where files go or how much is printed (`study_settings.MACHINE_LOCAL`) may differ.
+where files go or how much is printed (`MACHINE_LOCAL` below) may differ.
 
 The plan also tells the summary of a stopped sweep which jobs never started ("not started"),
 so that it lists every job, and `failure_lines` says, at the end, what failed in one line each.
@@ -16,12 +16,12 @@ so that it lists every job, and `failure_lines` says, at the end, what failed in
 
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
 
 from litlab.errors import UserError, one_line
-from litlab.sweeps.optuna_search import MACHINE_LOCAL, override_settings
 from litlab.utils import commands
 
 PLAN = "sweep_plan.json"
@@ -30,6 +30,43 @@ MADE_BY = "litlab"  # the plan's `made_by`: a file of another tool is no plan of
 GRID, SEARCH, OTHER = "grid", "search", "sweep"  # its `kind`: whose jobs the folder holds
 MAX_BYTES = 64 * 2**20  # a grid of 100 000 jobs of long overrides stays below it
 SWEEP_DIR = "hydra.sweep.dir"
+
+
+MACHINE_LOCAL = (
+    "paths.",
+    "hydra.",
+    "extras.",
+    "logger",
+    "threads",
+    "ddp_join_timeout",
+    "callbacks.rich_progress_bar",
+    "callbacks.model_summary",
+)
+
+
+def override_settings(overrides: list[str], skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """`["trainer.max_epochs=3", "~callbacks.x"]` -> `{"trainer.max_epochs": "3",
+    "callbacks.x": "(deleted)"}`, leaving out keys that start with one of `skip`."""
+    settings = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        name = key.lstrip("+~")
+        if not name.startswith(skip):
+            settings[name] = "(deleted)" if key.startswith("~") else value
+    return settings
+
+
+def hide_password(url: str) -> str:
+    """The URL with its password as `***`. Plain text, not a URL parser: a password holding an
+    unencoded `@` or `/` (not a valid URL, so any parser splits it wrongly and shows its rest)
+    is hidden whole, up to the last `@` before the query."""
+    head, sep, query = url.partition("?")
+    scheme, colon_slashes, rest = head.partition("://")
+    if not colon_slashes or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user, has_password, _ = credentials.partition(":")
+    return f"{scheme}://{user}{':***' if has_password else ''}@{host}{sep}{query}"
 
 
 def sweep_resume_command(config) -> str:
@@ -56,8 +93,6 @@ def without_password(override: str) -> str:
     key, sep, value = override.partition("=")
     if not sep or key.lstrip("+~") != "hydra.sweeper.storage" or "://" not in value:
         return override
-    from litlab.sweeps.optuna_search import hide_password
-
     return f"{key}={hide_password(value)}"
 
 
@@ -72,12 +107,25 @@ def write_plan(
     """The plan that marks `sweep_dir` as this sweep's (`runs.sweep_dir`): who made it, the
     entry point and kind of sweep, a grid's jobs, a search's study, the resume command."""
     plan = {"made_by": MADE_BY, "kind": kind, "entry": entry, "jobs": jobs, "resume": command}
+    plan["id"] = _sweep_id(sweep_dir)
     if study is not None:
         plan["study"] = study
     path = Path(sweep_dir) / PLAN
     tmp = path.with_name(f".{PLAN}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(plan, indent=1) + "\n")
     tmp.replace(path)
+
+
+def _sweep_id(sweep_dir: Path) -> str:
+    """The sweep's id: kept from its plan (a resume), else new. Its study in its own optuna.db
+    records it (`sweeps.optuna_search`): a database copied from another sweep is told apart."""
+    import uuid
+
+    try:
+        old = (read_plan(sweep_dir) or {}).get("id")
+    except UserError:
+        old = None
+    return old if isinstance(old, str) and re.fullmatch(r"[0-9a-f]{32}", old) else uuid.uuid4().hex
 
 
 def _untrusted(path: Path, why: str) -> UserError:
@@ -146,7 +194,7 @@ def read_plan(sweep_dir: Path) -> dict | None:
         return None
     try:
         plan = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a crafted deep nesting too
         raise _untrusted(path, "it is not JSON") from None
     why = _shape(plan)
     if why is not None:

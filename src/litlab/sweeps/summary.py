@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
 from litlab.sweeps import plan, summary_stats
-from litlab.sweeps.optuna_search import override_settings
+from litlab.sweeps.plan import override_settings
 from litlab.sweeps.summary_stats import finite, markdown, marked_best, plot_summary, replica_groups
 from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero

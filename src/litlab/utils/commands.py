@@ -9,7 +9,8 @@ with: ...`), made in one place and read back from stored files in one place.
   a command `command` could have made (the same words, quoted the same way) of one of this
   project's entry points, with Hydra overrides only: no shell syntax (`;`, `$(`, a pipe, an
   unquoted `~`), no other program, no flag that reads configs from elsewhere, no `_target_`
-  (a class to build: code to run), no control or invisible characters. Anything else is
+  (a class to build: code to run) nor a YAML-parsing resolver (`oc.create`, `oc.decode`,
+  where `_target_` can be spelled in escapes), no control or invisible characters. Anything else is
   `Untrusted`, with the reason, for the caller's refusal to name.
 Plain Python only (a Hydra callback prints them for every sweep).
 """
@@ -28,6 +29,8 @@ OVERRIDE = re.compile(r"(?:\+\+|\+|~)?[A-Za-z_][\w.@/-]*(?:=.*)?", re.DOTALL)
 # to build, a config search path, a job's environment, shell lines a launcher runs first)
 CODE_KEYS = re.compile(r"^hydra\.(?:searchpath|job\.env_set|launcher\.setup)(?:\.|$)")
 CODE_WORD = "_target_"
+# resolvers that parse YAML, where `_target_` can be spelled in escapes (`"\x5ftarget_"`)
+YAML_RESOLVERS = re.compile(r"\boc\.(?:create|decode)\b")
 
 
 class Untrusted(ValueError):
@@ -84,6 +87,8 @@ def stored(text, entry: str | None = None, multirun: bool | None = None) -> list
             raise Untrusted(f"its command holds {word[:60]!r}, not a Hydra override")
         if CODE_KEYS.match(_key(word)) or CODE_WORD in word:
             raise Untrusted(f"its command sets {_key(word)[:60]}, which names code to run")
+        if YAML_RESOLVERS.search(word):
+            raise Untrusted(f"its command parses YAML in {_key(word)[:60]} (a class to build)")
     if rest.count(MULTIRUN) > 1:
         raise Untrusted(f"its command has {MULTIRUN} twice")
     return words

@@ -98,7 +98,7 @@ def label_names(root, num_classes: int, key: str = "data") -> list[str] | None:
     valid = f"valid: a name for each label 0 to {num_classes - 1} ({key}.num_classes={num_classes})"
     try:
         labels = json.loads(path.read_text()).get("labels")
-    except (ValueError, UnicodeDecodeError, AttributeError) as err:
+    except (ValueError, UnicodeDecodeError, AttributeError, RecursionError) as err:
         raise UserError(f"{path} is not a JSON object ({one_line(err)}); {valid}") from None
     if labels is None:
         return None

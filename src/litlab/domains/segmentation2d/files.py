@@ -45,6 +45,12 @@ def _read(path: Path, read, largest: int | None):
                     f"{path}: {height}x{width} is larger than data.image_size={largest}; set "
                     f"data.image_size={max(img.size)} or more"
                 )
+            frames = getattr(img, "n_frames", 1)
+            if frames != 1:  # an animated GIF, a multi-page TIFF: only the first would be read
+                raise UserError(
+                    f"{path} holds {frames} frames (pages); an image or mask file holds one 2D "
+                    "picture: save each frame as its own file"
+                )
             return read(img)
     except UserError:
         raise

@@ -180,8 +180,15 @@ def read_ids(path, id_column: str, key: str = "data") -> list[str]:
 
 
 def _header(path) -> list[str]:
-    with open(path) as f:
-        return [n.strip() for n in f.readline().split(",")]
+    """The names of the header row; one line for a file that is not UTF-8 text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [n.strip() for n in f.readline(1 << 24).split(",")]
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"data.path={path}: it is not UTF-8 text ({err.reason} at byte "
+            f"{err.start}); save the table as a UTF-8 CSV with a header row"
+        ) from None
 
 
 def _is_number(text: str) -> bool:
