@@ -31,6 +31,11 @@ class SplitDataModule(L.LightningDataModule):
     #: {split: [source of each item]} once set up, e.g. {"train": [0, 3, ...], ...}
     split_sources: dict[str, list] | None = None
 
+    def check_training_step(self, net, device) -> None:
+        """Called as fitting starts (`LitModule.on_fit_start`): data whose item size the user
+        sets (`data.image_size`) checks that one training step of `net` fits on `device`
+        (`check_step_memory`); data of fixed sizes has nothing to check."""
+
     def __init__(
         self,
         batch_size: PosInt = 32,
@@ -156,7 +161,7 @@ def check_step_memory(net, dm, device) -> None:
     """One line when a training batch of `data.batch_size` images of `data.image_size` needs
     more memory than the device has (a side of 4096 passes every bound, then a U-Net's first
     step is OOM-killed: hundreds of GiB of activations), naming both settings; called as
-    fitting starts (`models.base.LitModule.on_fit_start`) for data with an image size."""
+    fitting starts (`SplitDataModule.check_training_step`) for data with an image size."""
     import torch
 
     given, side = int(dm.hparams.batch_size), int(dm.image_size)

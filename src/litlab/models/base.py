@@ -110,12 +110,12 @@ class LitModule(L.LightningModule):
         return 1
 
     def on_fit_start(self) -> None:
-        """A training step of images that cannot fit in memory: one line before it runs."""
-        dm = getattr(self.trainer, "datamodule", None)
-        if isinstance(getattr(dm, "image_size", None), int) and hasattr(dm, "hparams"):
-            from litlab.data.base import check_step_memory
+        """A training step that cannot fit in memory (images of the user's data.image_size):
+        one line before it runs, from the datamodule that knows its items' size."""
+        from litlab.data.base import SplitDataModule
 
-            check_step_memory(self.net, dm, self.device)
+        if isinstance(self.trainer.datamodule, SplitDataModule):  # not loaders given to fit
+            self.trainer.datamodule.check_training_step(self.net, self.device)
 
     def setup(self, stage: str) -> None:
         from litlab.compat.lightning import quick_result_moves

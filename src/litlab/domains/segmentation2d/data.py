@@ -84,6 +84,9 @@ class SliceDataModule(splits.FoldSettings, SplitDataModule):
         self.slice_counts: list[int] = []
         self.split: dict[str, list[int]] = {}
 
+    def check_training_step(self, net, device) -> None:
+        memory.check_step_memory(net, self, device)  # data.image_size is the user's
+
     @property
     def dims(self) -> dict:
         """Also the side items are padded to: a net's strides must divide it (check_dims)."""

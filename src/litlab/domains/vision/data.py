@@ -196,6 +196,9 @@ class ImageFolderDataModule(VisionDataModule):
         self.classes = self.class_folders(self.root, "data")
         self.num_classes = len(self.classes)
 
+    def check_training_step(self, net, device) -> None:
+        memory.check_step_memory(net, self, device)  # data.image_size is the user's
+
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
         root = Path(str(settings["root"]))
