@@ -100,20 +100,20 @@ def test_the_splits_span_the_targets_and_folds_cover_every_row():
 
 
 def test_a_bad_table_is_refused_before_anything_is_written(tmp_path):
+    """The table is read before the run starts (in-process as train.py runs it: the refusal,
+    not the process, is checked here; train.py's exit 2 and one line: tests/test_bad_inputs.py)."""
+    from helpers.refusals import refused
+
     from litlab.domains.table.data import TableDataModule
+    from litlab.recipes.train import train
 
     with pytest.raises(UserError, match="data.path=.*none.csv is not a file"):
         TableDataModule.check_settings({"path": str(tmp_path / "none.csv")}, "data")
     text = tmp_path / "table.csv"
     text.write_text("a,b\n" + "1,x\n" * 20)
     logs = tmp_path / "logs"
-    proc = subprocess.run(
-        [sys.executable, "src/train.py", "experiment=diabetes", f"data.path={text}",
-         f"paths.log_dir={logs}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
-    assert "not a table of numbers" in proc.stderr
+    message, _ = refused("train", ["experiment=diabetes", f"data.path={text}"], train, logs)
+    assert "not a table of numbers" in message
     assert not list(logs.glob("*/runs/*"))
 
 
