@@ -1,9 +1,12 @@
-"""Paths, settings and helpers for tests that run litlab's commands (subprocesses) and read
-their run dirs; tests/conftest.py holds the fixtures built on them."""
+"""Paths, settings and helpers for tests that run litlab's commands (subprocesses, or in this
+process where the process is not what they check) and read their run dirs; tests/conftest.py
+holds the fixtures built on them."""
 
 import csv
+import logging
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +71,36 @@ def run_cli(
             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[int, str]:
+    """`python src/<script> overrides` inside this process (its real `cli.run(main)`, argv
+    and all, without a new interpreter's imports): (exit code, stderr)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
+    quiet = QUIET if script == "train.py" else QUIET_EVAL
+    saved, sys.argv = (
+        sys.argv,
+        [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *quiet, *overrides],
+    )
+    capfd.readouterr()
+    try:
+        runpy.run_path(str(ROOT / "src" / script), run_name="__main__")  # as `python src/...`
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    finally:
+        sys.argv = saved
+        GlobalHydra.instance().clear()
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                handler.close()
+                root.removeHandler(handler)
+        root.handlers[:], root.level = handlers, level
+    return code, capfd.readouterr().err
 
 
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
