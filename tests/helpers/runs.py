@@ -76,6 +76,12 @@ def run_cli(
 def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[int, str]:
     """`python src/<script> overrides` inside this process (its real `cli.run(main)`, argv
     and all, without a new interpreter's imports): (exit code, stderr)."""
+    code, _, err = command_in_process(script, overrides, log_dir, capfd)
+    return code, err
+
+
+def command_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[int, str, str]:
+    """`run_in_process`'s run: (exit code, stdout, stderr)."""
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
@@ -100,7 +106,8 @@ def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[i
                 handler.close()
                 root.removeHandler(handler)
         root.handlers[:], root.level = handlers, level
-    return code, capfd.readouterr().err
+    out, err = capfd.readouterr()
+    return code, out, err
 
 
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
