@@ -80,17 +80,20 @@ def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[i
     return code, err
 
 
-def command_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[int, str, str]:
-    """`run_in_process`'s run: (exit code, stdout, stderr)."""
+def command_in_process(
+    script: str, overrides: list[str], log_dir, capfd, quiet: bool = True
+) -> tuple[int, str, str]:
+    """`run_in_process`'s run: (exit code, stdout, stderr); `quiet=False`: without QUIET's
+    overrides, as a user types the command."""
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
-    quiet = QUIET if script == "train.py" else QUIET_EVAL
+    settings = (QUIET if script == "train.py" else QUIET_EVAL) if quiet else []
     saved, sys.argv = (
         sys.argv,
-        [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *quiet, *overrides],
+        [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *settings, *overrides],
     )
     capfd.readouterr()
     try:
