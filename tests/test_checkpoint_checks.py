@@ -32,12 +32,14 @@ pytestmark = pytest.mark.xdist_group("tiny_digits_elsewhere")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """(run dir, its checkpoint, the data folder typed on its command line)."""
+    """(run dir, its checkpoint, the data folder typed on its command line): train.py's command
+    (`cli.run(main)`, argv and all: Hydra makes and records the run dir) in this process."""
     base = tmp_path_factory.mktemp("tiny")
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
     logs = base / "logs"
-    run_cli("train.py", *TINY, f"data.data_dir={elsewhere}", log_dir=logs)
+    code, _, _ = command_in_process("train.py", [*TINY, f"data.data_dir={elsewhere}"], logs)
+    assert code == 0
     run = run_dirs(logs)[0]
     return run, next((run / "checkpoints").glob("epoch_*.ckpt")), elsewhere
 

@@ -81,10 +81,11 @@ def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[i
 
 
 def command_in_process(
-    script: str, overrides: list[str], log_dir, capfd, quiet: bool = True
+    script: str, overrides: list[str], log_dir, capfd=None, quiet: bool = True
 ) -> tuple[int, str, str]:
-    """`run_in_process`'s run: (exit code, stdout, stderr); `quiet=False`: without QUIET's
-    overrides, as a user types the command."""
+    """`run_in_process`'s run: (exit code, stdout, stderr); without `capfd` (a module
+    fixture's run) the output is left to pytest's capture and read as ''. `quiet=False`:
+    without QUIET's overrides, as a user types the command."""
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
@@ -95,7 +96,8 @@ def command_in_process(
         sys.argv,
         [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *settings, *overrides],
     )
-    capfd.readouterr()
+    if capfd is not None:
+        capfd.readouterr()
     try:
         runpy.run_path(str(ROOT / "src" / script), run_name="__main__")  # as `python src/...`
         code = 0
@@ -109,7 +111,7 @@ def command_in_process(
                 handler.close()
                 root.removeHandler(handler)
         root.handlers[:], root.level = handlers, level
-    out, err = capfd.readouterr()
+    out, err = capfd.readouterr() if capfd is not None else ("", "")
     return code, out, err
 
 
