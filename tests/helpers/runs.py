@@ -91,6 +91,7 @@ def command_in_process(
     GlobalHydra.instance().clear()
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
+    environ = dict(os.environ)  # the command exports PYTHONPATH and thread counts: put them back
     settings = (QUIET if script == "train.py" else QUIET_EVAL) if quiet else []
     saved, sys.argv = (
         sys.argv,
@@ -111,6 +112,8 @@ def command_in_process(
                 handler.close()
                 root.removeHandler(handler)
         root.handlers[:], root.level = handlers, level
+        os.environ.clear()
+        os.environ.update(environ)
     out, err = capfd.readouterr() if capfd is not None else ("", "")
     return code, out, err
 
