@@ -100,20 +100,20 @@ def test_the_splits_span_the_targets_and_folds_cover_every_row():
 
 
 def test_a_bad_table_is_refused_before_anything_is_written(tmp_path):
-    """The table is read before the run starts (in-process as train.py runs it: the refusal,
-    not the process, is checked here; train.py's exit 2 and one line: tests/test_bad_inputs.py)."""
-    from helpers.refusals import refused
-
+    """The table is read before the run starts: `litlab.train` (train.py's run in this
+    process) raises its one line and leaves no run dir (train.py's exit 2 and one line as a
+    process: tests/test_bad_inputs.py)."""
+    from litlab import train
     from litlab.domains.table.data import TableDataModule
-    from litlab.recipes.train import train
 
     with pytest.raises(UserError, match="data.path=.*none.csv is not a file"):
         TableDataModule.check_settings({"path": str(tmp_path / "none.csv")}, "data")
     text = tmp_path / "table.csv"
     text.write_text("a,b\n" + "1,x\n" * 20)
     logs = tmp_path / "logs"
-    message, _ = refused("train", ["experiment=diabetes", f"data.path={text}"], train, logs)
-    assert "not a table of numbers" in message
+    with pytest.raises(UserError, match="not a table of numbers") as err:
+        train(["experiment=diabetes", f"data.path={text}", f"paths.log_dir={logs}"])
+    assert "\n" not in str(err.value)
     assert not list(logs.glob("*/runs/*"))
 
 
