@@ -2,14 +2,12 @@
 value and what is valid, and leaves no run dir behind. Run in-process (the entry points'
 real `cli.run_main(main)`, argv and all) so the table costs seconds; a few run as subprocesses."""
 
-import logging
-import runpy
 import subprocess
 import sys
 import time
 
 import pytest
-from helpers.runs import QUIET, QUIET_EVAL, ROOT, run_dirs
+from helpers.runs import QUIET, ROOT, run_dirs, run_in_process
 
 FAKE_CKPT = "@fake"  # replaced by a file made by the `files` fixture
 
@@ -184,35 +182,6 @@ def fake(tmp_path):
     data = (folder / "not_litlab.ckpt").read_bytes()
     (folder / "truncated.ckpt").write_bytes(data[: len(data) // 2])
     return folder
-
-
-def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[int, str]:
-    """`python src/<script> overrides` inside this process: (exit code, stderr)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
-    quiet = QUIET if script == "train.py" else QUIET_EVAL
-    saved, sys.argv = (
-        sys.argv,
-        [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *quiet, *overrides],
-    )
-    capfd.readouterr()
-    try:
-        runpy.run_path(str(ROOT / "src" / script), run_name="__main__")  # as `python src/...`
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = saved
-        GlobalHydra.instance().clear()
-        for handler in root.handlers[:]:
-            if handler not in handlers:
-                handler.close()
-                root.removeHandler(handler)
-        root.handlers[:], root.level = handlers, level
-    return code, capfd.readouterr().err
 
 
 def _check(code, err, words, log_dir, task):

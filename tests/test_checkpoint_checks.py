@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 import torch
-from helpers.runs import fingerprint, run_cli, run_dirs
+from helpers.runs import command_in_process, fingerprint, run_cli, run_dirs
 
 from litlab.errors import UserError
 
@@ -32,12 +32,14 @@ pytestmark = pytest.mark.xdist_group("tiny_digits_elsewhere")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """(run dir, its checkpoint, the data folder typed on its command line)."""
+    """(run dir, its checkpoint, the data folder typed on its command line): train.py's command
+    (`cli.run(main)`, argv and all: Hydra makes and records the run dir) in this process."""
     base = tmp_path_factory.mktemp("tiny")
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
     logs = base / "logs"
-    run_cli("train.py", *TINY, f"data.data_dir={elsewhere}", log_dir=logs)
+    code, _, _ = command_in_process("train.py", [*TINY, f"data.data_dir={elsewhere}"], logs)
+    assert code == 0
     run = run_dirs(logs)[0]
     return run, next((run / "checkpoints").glob("epoch_*.ckpt")), elsewhere
 
@@ -240,17 +242,19 @@ def test_only_whole_moved_modules_are_renamed():
         pytest.param("eval.py", "label smoothing 5", marks=pytest.mark.slow),
     ],
 )
-def test_the_command_exits_2_with_one_line(tiny, tmp_path, script, case):
-    """As a user runs it: exit 2, one line on stderr, no run dir (export: no model file; the
-    NaN checkpoint used to export with an OOD threshold of nan and exit 0)."""
+def test_the_command_exits_2_with_one_line(tiny, tmp_path, script, case, capfd):
+    """As a user runs it (the command's `cli.run(main)`, argv and all, in this process: each
+    command as a process is in tests/test_refusals.py): exit 2, one line on stderr, no run dir
+    (export: no model file; the NaN checkpoint used to export with an OOD threshold of nan and
+    exit 0)."""
     path = _crafted(tiny, tmp_path, case)
     logs = tmp_path / "logs"
-    p = run_cli(script, f"ckpt_path={path}", log_dir=logs, check=False, quiet=False)
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert p.returncode == 2 and len(lines) == 1, p.stderr[-3000:]
+    code, out, err = command_in_process(script, [f"ckpt_path={path}"], logs, capfd, quiet=False)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, err[-3000:]
     assert lines[0].startswith("error: ") and CASES[case][1] in lines[0], lines
     assert not any(f.is_file() for f in logs.rglob("*")), "a run dir or file was left"
-    assert "nan" not in p.stdout
+    assert "nan" not in out
 
 
 @pytest.mark.slow  # an export through the OOD measurement (~5 s)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from helpers.nets import TinyResNet
-from helpers.runs import ROOT
+from helpers.runs import ROOT, run_in_process
 
 from litlab.compression import distill, prune
 from litlab.compression import prune as resize
@@ -155,12 +155,14 @@ def test_teacher_of_another_task_or_class_count_is_one_line():
         check_teacher(gcn, digits, SimpleNamespace(dims={"num_classes": 10}))
 
 
-def test_bad_inputs_exit_2_with_one_line(tmp_path, cli):
+def test_bad_inputs_exit_2_with_one_line(tmp_path, capfd):
+    """compress.py's command (`cli.run(main)`, argv and all) in this process: the refusal is
+    the point, not the interpreter (compress.py's subprocess: tests/test_refusals.py)."""
     foreign = tmp_path / "foreign.ckpt"
     torch.save({"state_dict": {}}, foreign)
-    proc = cli("compress.py", f"ckpt_path={foreign}", check=False)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+    code, err = run_in_process("compress.py", [f"ckpt_path={foreign}"], tmp_path / "logs", capfd)
+    assert code == 2
+    assert err.strip().splitlines() == [
         (
             f"error: ckpt_path={foreign} is not a checkpoint written by litlab's train.py "
             f"(no 'litlab_config' entry)"

@@ -14,7 +14,7 @@ from helpers.reliability import (
     run,
     train,
 )
-from helpers.runs import ROOT, run_cli, run_dirs
+from helpers.runs import ROOT, run_cli, run_dirs, run_in_process
 
 # no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the
 # "best" never improves again while the model learns
@@ -222,12 +222,14 @@ def _crafted_checkpoint(path, target="shutil.copy"):
     return path.parent / "copied"
 
 
-def test_crafted_checkpoint_runs_no_code_in_eval(tmp_path):
+def test_crafted_checkpoint_runs_no_code_in_eval(tmp_path, capfd):
+    """eval.py's command (`cli.run(main)`, argv and all) in this process: the refusal and its
+    exit code, without a new interpreter's imports (a subprocess per entry point elsewhere)."""
     copied = _crafted_checkpoint(tmp_path / "evil.ckpt")
-    p = run_cli("eval.py", f"ckpt_path={tmp_path / 'evil.ckpt'}", log_dir=tmp_path, check=False)
-    assert p.returncode == 2, p.stderr[-3000:]
-    assert p.stderr.count("\n") == 1 and "data._target_=shutil.copy" in p.stderr, p.stderr
-    assert "trust_checkpoint=true" in p.stderr
+    code, err = run_in_process("eval.py", [f"ckpt_path={tmp_path / 'evil.ckpt'}"], tmp_path, capfd)
+    assert code == 2, err[-3000:]
+    assert err.count("\n") == 1 and "data._target_=shutil.copy" in err, err
+    assert "trust_checkpoint=true" in err
     assert not copied.exists(), "the checkpoint ran code"
 
 

@@ -4,13 +4,10 @@ number of the metadata (finite, in the range of what it is), the graph's input a
 dtypes and ranks, its weights. Files here are crafted: a real 10-class model (one MatMul)
 under doctored metadata, dtypes, ranks or weights. The serve settings' bounds too."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from helpers.onnx_files import GOOD, OOD, crafted_model, deep, ood_entry
-from helpers.runs import ROOT
+from helpers.runs import command_in_process
 
 from litlab.errors import UserError
 
@@ -199,25 +196,24 @@ SLOW = pytest.mark.slow  # the same path as the first (Runner's UserError): one 
     ],
     ids=["metadata", "int64 input", "NaN config", "NaN weights"],
 )
-def test_serve_exits_2_before_listening(kwargs, words, tmp_path):
+def test_serve_exits_2_before_listening(kwargs, words, tmp_path, capfd, monkeypatch):
+    """serve.py's command (`cli.run(main)`, argv and all) in this process: the refusal is the
+    point (serve.py as a process that listens: tests/test_serve.py; its exit 2 as a process:
+    tests/test_refusals.py). A server that would start fails the check instead of listening."""
+    from litlab.serving import server
+
+    def listen(self):
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(server.DrainingServer, "run", listen)
     path = crafted_model(tmp_path / "model.onnx", **kwargs)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "src" / "serve.py"),
-            f"model_path={path}",
-            f"paths.log_dir={tmp_path / 'logs'}",
-            "extras.print_config=false",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    code, out, err = command_in_process(
+        "serve.py", [f"model_path={path}"], tmp_path / "logs", capfd
     )
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert code == 2, err[-2000:]
+    lines = [line for line in (out + err).splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], lines
-    assert "serving" not in proc.stdout
+    assert "serving" not in out
 
 
 SETTINGS = [  # overrides as typed on the command line, words of the line

@@ -139,9 +139,10 @@ def test_crafted_config_is_refused_without_side_effect(crafted, mechanism, entry
     assert not any(p.is_file() for p in out.rglob("*")), "something was written"
 
 
-# two subprocesses (each imports torch): eval.py's is in test_reliability_faults.py, and
-# export.py's route is serve.py's (a checkpoint is exported first). The slow stage's (11 s
-# each): every entry point meets every mechanism in process above, in make test
+# two subprocesses (each imports torch): eval.py's command (run in-process: its exit 2 and
+# one line) is in test_reliability_faults.py, and export.py's route is serve.py's (a
+# checkpoint is exported first). The slow stage's (11 s each): every entry point meets every
+# mechanism in process above, in make test
 SCRIPTS = [
     pytest.param("compress.py", "ckpt_path", "list item", marks=pytest.mark.slow),
     pytest.param("serve.py", "model_path", "resolver", marks=pytest.mark.slow),

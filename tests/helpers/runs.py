@@ -1,9 +1,12 @@
-"""Paths, settings and helpers for tests that run litlab's commands (subprocesses) and read
-their run dirs; tests/conftest.py holds the fixtures built on them."""
+"""Paths, settings and helpers for tests that run litlab's commands (subprocesses, or in this
+process where the process is not what they check) and read their run dirs; tests/conftest.py
+holds the fixtures built on them."""
 
 import csv
+import logging
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +71,51 @@ def run_cli(
             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[int, str]:
+    """`python src/<script> overrides` inside this process (its real `cli.run(main)`, argv
+    and all, without a new interpreter's imports): (exit code, stderr)."""
+    code, _, err = command_in_process(script, overrides, log_dir, capfd)
+    return code, err
+
+
+def command_in_process(
+    script: str, overrides: list[str], log_dir, capfd=None, quiet: bool = True
+) -> tuple[int, str, str]:
+    """`run_in_process`'s run: (exit code, stdout, stderr); without `capfd` (a module
+    fixture's run) the output is left to pytest's capture and read as ''. `quiet=False`:
+    without QUIET's overrides, as a user types the command."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # Hydra reconfigures logging: put it back
+    environ = dict(os.environ)  # the command exports PYTHONPATH and thread counts: put them back
+    settings = (QUIET if script == "train.py" else QUIET_EVAL) if quiet else []
+    saved, sys.argv = (
+        sys.argv,
+        [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *settings, *overrides],
+    )
+    if capfd is not None:
+        capfd.readouterr()
+    try:
+        runpy.run_path(str(ROOT / "src" / script), run_name="__main__")  # as `python src/...`
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    finally:
+        sys.argv = saved
+        GlobalHydra.instance().clear()
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                handler.close()
+                root.removeHandler(handler)
+        root.handlers[:], root.level = handlers, level
+        os.environ.clear()
+        os.environ.update(environ)
+    out, err = capfd.readouterr() if capfd is not None else ("", "")
+    return code, out, err
 
 
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
