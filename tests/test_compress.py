@@ -335,6 +335,7 @@ def compress_run(tmp_path_factory):
         cfg.data_overrides = {"batch_size": 32}
     stored = OmegaConf.to_container(training_config(cfg, run_cfg, 1), resolve=True)
     (run / "checkpoints").mkdir(parents=True)
+    (run / ".hydra").mkdir()  # as Hydra makes a run dir: a run's own, which a resume may use
     state = {"state_dict": model.state_dict(), "litlab_config": stored}
     torch.save(state, run / "checkpoints" / "last.ckpt")
     return run

@@ -123,7 +123,12 @@ def _replace(path, make):
 
 def _unix_socket(path):
     server = socket.socket(socket.AF_UNIX)
-    server.bind(str(path))
+    here = os.getcwd()
+    os.chdir(path.parent)  # a relative name: a socket's path holds 108 bytes at most
+    try:
+        server.bind(path.name)
+    finally:
+        os.chdir(here)
     server.close()  # the socket file stays
 
 
