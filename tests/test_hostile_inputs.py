@@ -9,17 +9,8 @@ import socket
 import numpy as np
 import pytest
 from helpers.masks import mask_folder
+from helpers.refusals import raises_one_line
 from PIL import Image
-
-from litlab.errors import UserError
-
-
-def _refused(call, *words):
-    with pytest.raises(UserError) as err:
-        call()
-    line = str(err.value)
-    assert "\n" not in line and all(w in line for w in words), line
-    return line
 
 
 def _table(path, rows=40, cell=None):
@@ -42,7 +33,7 @@ def _table_module(path):
 def test_a_table_that_is_not_utf8_is_refused_naming_it(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes(b"a,b,c,t\n" + "\xe9,1,2,3\n".encode("latin-1") * 20)
-    _refused(lambda: _table_module(path), str(path), "not UTF-8")
+    raises_one_line(lambda: _table_module(path), str(path), "not UTF-8")
 
 
 @pytest.mark.parametrize(
@@ -57,20 +48,20 @@ def test_a_table_that_is_not_utf8_is_refused_naming_it(tmp_path):
         ("1e-44", ("float32",)),
     ],
 )
-def test_table_cells_that_break_in_float32_are_refused(tmp_path, text, words):
+def test_table_cells_that_break_in_float32_areraises_one_line(tmp_path, text, words):
     column = 0
     path = _table(tmp_path / "t.csv", cell=(5, column, text))
     if text == "1e-44":  # a column of denormals: float32 cannot tell them apart
         path.write_text(
             "a,b,c,t\n" + "\n".join(f"{i * 1e-45},{i},{-i},{i % 3}" for i in range(40)) + "\n"
         )
-    _refused(lambda: _table_module(path), "data.path=", *words)
+    raises_one_line(lambda: _table_module(path), "data.path=", *words)
 
 
 def test_a_table_of_no_rows_or_a_constant_column_is_handled(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("a,b,c,t\n")
-    _refused(lambda: _table_module(empty), "0 rows", "at least 10 rows")
+    raises_one_line(lambda: _table_module(empty), "0 rows", "at least 10 rows")
     path = tmp_path / "t.csv"
     rng = np.random.default_rng(1)
     rows = [f"7,{rng.normal():.4f},{rng.normal():.4f},{rng.normal():.4f}" for _ in range(40)]
@@ -101,14 +92,14 @@ def test_a_mask_or_image_of_several_frames_is_refused_naming_it(masks, tmp_path)
     (root / "masks" / "000.png").unlink()
     frames = [Image.fromarray(label), Image.fromarray(np.full_like(label, 2))]
     frames[0].save(root / "masks" / "000.gif", save_all=True, append_images=frames[1:])
-    _refused(lambda: _mask_check(root), "000.gif", "2 frames")
+    raises_one_line(lambda: _mask_check(root), "000.gif", "2 frames")
     image = Image.open(root / "images" / "001.png")
     (root / "images" / "001.png").unlink()
     image.save(root / "images" / "001.tiff", save_all=True, append_images=[image])
     Image.open(root / "masks" / "001.png").save(root / "masks" / "001.tiff")
     (root / "masks" / "000.gif").unlink()
     frames[0].save(root / "masks" / "000.png")
-    _refused(lambda: _mask_check(root), "001.tiff", "2 frames")
+    raises_one_line(lambda: _mask_check(root), "001.tiff", "2 frames")
 
 
 def _save(array, path, **kw):
@@ -156,7 +147,7 @@ def _unix_socket(path):
 def test_bad_mask_folders_are_refused_naming_the_file(masks, tmp_path, alter, words):
     root = _copy(masks, tmp_path)
     alter(root, np.asarray(Image.open(root / "masks" / "000.png")))
-    _refused(lambda: _mask_check(root), *words)
+    raises_one_line(lambda: _mask_check(root), *words)
 
 
 def test_palette_bmp_and_16_bit_masks_of_whole_classes_are_let_in(masks, tmp_path):
@@ -186,7 +177,9 @@ def test_a_training_step_that_cannot_fit_in_memory_is_refused_before_it_runs(bat
     )
     check = lambda: check_step_memory(unet2d(1, 3), dm, torch.device("cpu"))  # noqa: E731
     if refused:
-        _refused(check, f"data.image_size={side}", f"data.batch_size={batch}", "largest item is 32")
+        raises_one_line(
+            check, f"data.image_size={side}", f"data.batch_size={batch}", "largest item is 32"
+        )
     else:
         check()
 

@@ -11,8 +11,8 @@ import socket
 from pathlib import Path
 
 import pytest
+from helpers.refusals import raises_one_line
 
-from litlab.errors import UserError
 from litlab.utils import code_state as snapshot
 from litlab.utils.code_state import code_state
 
@@ -34,14 +34,6 @@ def taken(tmp_path):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     return root, sweep, snapshot.take(sweep, root)
-
-
-def _refused(call, *words):
-    with pytest.raises(UserError) as err:
-        call()
-    line = str(err.value)
-    assert "\n" not in line and all(w in line for w in words), line
-    return line
 
 
 def test_a_snapshot_as_taken_is_reused_and_its_caches_cleared(taken):
@@ -77,20 +69,20 @@ def test_an_altered_snapshot_is_refused_naming_the_file(taken, alter, named):
     root, sweep, code = taken
     alter(code)
     before = sorted(p.relative_to(code).as_posix() for p in code.rglob("*"))
-    _refused(lambda: snapshot.take(sweep, root), named, "hydra.sweep.dir")
-    _refused(lambda: snapshot.check_folder(sweep / "code", root), named)
+    raises_one_line(lambda: snapshot.take(sweep, root), named, "hydra.sweep.dir")
+    raises_one_line(lambda: snapshot.check_folder(sweep / "code", root), named)
     assert sorted(p.relative_to(code).as_posix() for p in code.rglob("*")) == before
 
 
-def test_a_crafted_record_of_the_same_tree_elsewhere_is_refused(taken):
+def test_a_crafted_record_of_the_same_tree_elsewhere_israises_one_line(taken):
     """CODE.json naming another project folder: the jobs would read data and write logs there."""
     root, sweep, code = taken
     record = json.loads((code / "CODE.json").read_text())
     (code / "CODE.json").write_text(json.dumps({**record, "project_root": "/etc"}))
-    _refused(lambda: snapshot.take(sweep, root), "CODE.json", "project_root", "/etc")
+    raises_one_line(lambda: snapshot.take(sweep, root), "CODE.json", "project_root", "/etc")
 
 
-def test_a_snapshot_with_the_hash_of_crafted_code_is_refused(taken, tmp_path):
+def test_a_snapshot_with_the_hash_of_crafted_code_israises_one_line(taken, tmp_path):
     """A whole snapshot made elsewhere, its record consistent with its own (other) code, put
     under the folder name of the code being launched."""
     root, sweep, code = taken
@@ -102,11 +94,11 @@ def test_a_snapshot_with_the_hash_of_crafted_code_is_refused(taken, tmp_path):
     (crafted / "CODE.json").write_text(json.dumps({**record, "project_root": str(root)}))
     os.rename(code, tmp_path / "moved-away")
     os.rename(crafted, code)
-    _refused(lambda: snapshot.take(sweep, root), "train.py", "altered")
+    raises_one_line(lambda: snapshot.take(sweep, root), "train.py", "altered")
 
 
 @pytest.mark.parametrize("where", ["code", "snapshot", "file", "folder"])
-def test_links_in_or_to_a_snapshot_are_refused(taken, tmp_path, where):
+def test_links_in_or_to_a_snapshot_areraises_one_line(taken, tmp_path, where):
     root, sweep, code = taken
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -125,14 +117,14 @@ def test_links_in_or_to_a_snapshot_are_refused(taken, tmp_path, where):
     else:
         os.rename(code / "configs", outside / "configs")
         (code / "configs").symlink_to(outside / "configs")
-    _refused(lambda: snapshot.take(sweep, root), "symbolic link")
+    raises_one_line(lambda: snapshot.take(sweep, root), "symbolic link")
     assert (outside / "keep.txt").read_text() == "the user's"
 
 
-def test_a_hard_linked_file_in_a_snapshot_is_refused(taken, tmp_path):
+def test_a_hard_linked_file_in_a_snapshot_israises_one_line(taken, tmp_path):
     root, sweep, code = taken
     os.link(code / "src" / "pkg" / "train.py", tmp_path / "other-name.py")
-    _refused(lambda: snapshot.take(sweep, root), "train.py", "hard link")
+    raises_one_line(lambda: snapshot.take(sweep, root), "train.py", "hard link")
 
 
 def test_a_partial_copy_that_is_a_link_is_never_copied_through(tmp_path):
@@ -165,10 +157,10 @@ def test_a_sweep_folder_with_an_altered_snapshot_is_refused_before_a_job(taken):
     plan.write_plan(sweep, [["seed=1"]], own)
     check_owned(sweep, plan.GRID, "train")
     (code / "src" / "pkg" / "__init__.py").write_text("import os\n")
-    _refused(lambda: check_owned(sweep, plan.GRID, "train"), "CODE.json", "tree_sha256")
+    raises_one_line(lambda: check_owned(sweep, plan.GRID, "train"), "CODE.json", "tree_sha256")
     (code / "src" / "pkg" / "__init__.py").write_text("")
     (sweep / "code" / "notes.txt").write_text("mine")
-    _refused(lambda: check_owned(sweep, plan.GRID, "train"), "notes.txt", "not a folder")
+    raises_one_line(lambda: check_owned(sweep, plan.GRID, "train"), "notes.txt", "not a folder")
     (sweep / "code" / "notes.txt").unlink()
     server = socket.socket(socket.AF_UNIX)
     here = os.getcwd()
@@ -178,7 +170,9 @@ def test_a_sweep_folder_with_an_altered_snapshot_is_refused_before_a_job(taken):
     finally:
         os.chdir(here)
     try:
-        _refused(lambda: check_owned(sweep, plan.GRID, "train"), "sock", "not a regular file")
+        raises_one_line(
+            lambda: check_owned(sweep, plan.GRID, "train"), "sock", "not a regular file"
+        )
     finally:
         server.close()
 
@@ -220,7 +214,7 @@ def test_a_sqlite_storage_that_is_not_a_studys_is_refused_untouched(tmp_path, ma
     db = tmp_path / "study.db"
     make(db)
     before = {p.name: (p.lstat().st_mtime_ns, p.lstat().st_size) for p in tmp_path.iterdir()}
-    _refused(lambda: _check_storage(f"sqlite:///{db}"), "hydra.sweeper.storage=", *words)
+    raises_one_line(lambda: _check_storage(f"sqlite:///{db}"), "hydra.sweeper.storage=", *words)
     assert {
         p.name: (p.lstat().st_mtime_ns, p.lstat().st_size) for p in tmp_path.iterdir()
     } == before
@@ -239,7 +233,7 @@ def test_a_new_empty_or_optuna_sqlite_storage_is_let_in(tmp_path):
     _check_storage("postgresql://u:pw@h/db")  # a server: checked when it connects
 
 
-def test_a_study_database_copied_from_another_sweep_is_refused(tmp_path):
+def test_a_study_database_copied_from_another_sweep_israises_one_line(tmp_path):
     import optuna
 
     from litlab.sweeps import optuna_search, plan
@@ -262,7 +256,9 @@ def test_a_study_database_copied_from_another_sweep_is_refused(tmp_path):
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{sweeps[0] / 'optuna.db'}")
     optuna_search._check_own_study(study, sweeps[0])
     optuna_search._check_own_study(study, sweeps[0])  # its own, again
-    _refused(lambda: optuna_search._check_own_study(study, sweeps[1]), "optuna.db", "another sweep")
+    raises_one_line(
+        lambda: optuna_search._check_own_study(study, sweeps[1]), "optuna.db", "another sweep"
+    )
 
 
 def test_a_crafted_best_trial_makes_no_printed_command(tmp_path, capsys):
@@ -296,7 +292,7 @@ def test_a_plan_nested_past_the_recursion_limit_is_not_json_in_one_line(tmp_path
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / plan.PLAN).write_text("[" * 100_000 + "]" * 100_000)
-    _refused(lambda: check_owned(sweep, plan.GRID, "train"), plan.PLAN, "not JSON")
+    raises_one_line(lambda: check_owned(sweep, plan.GRID, "train"), plan.PLAN, "not JSON")
 
 
 @pytest.mark.parametrize(
@@ -344,12 +340,12 @@ def test_a_lock_file_hard_linked_to_the_users_file_is_refused_untouched(tmp_path
     os.link(users, folder / cls.file)
     if lock == "sweep":
         assert check_owned(folder, plan.GRID, "train") is None  # new, but for its lock
-    _refused(lambda: cls(folder).acquire(), "hard link", str(cls.file))
+    raises_one_line(lambda: cls(folder).acquire(), "hard link", str(cls.file))
     assert users.read_text() == "the user's"
 
 
 @pytest.mark.parametrize("how", ["directory", "symlink", "fifo"])
-def test_a_lock_that_is_no_plain_file_is_refused(tmp_path, how):
+def test_a_lock_that_is_no_plain_file_israises_one_line(tmp_path, how):
     from litlab.runs.sweep_dir import SweepLock
 
     folder = tmp_path / "sweep"
@@ -360,10 +356,10 @@ def test_a_lock_that_is_no_plain_file_is_refused(tmp_path, how):
         "symlink": lambda: lock.symlink_to(tmp_path),
         "fifo": lambda: os.mkfifo(lock),
     }[how]()
-    _refused(lambda: SweepLock(folder).acquire(), ".sweep.lock")
+    raises_one_line(lambda: SweepLock(folder).acquire(), ".sweep.lock")
 
 
-def test_a_stale_lock_of_a_dead_process_is_taken_over_a_live_one_refused(tmp_path):
+def test_a_stale_lock_of_a_dead_process_is_taken_over_a_live_oneraises_one_line(tmp_path):
     import subprocess
     import sys
 
@@ -385,7 +381,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_a_live_one_refused(tmp_pat
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        _refused(
+        raises_one_line(
             lambda: SweepLock(folder).acquire(), "in use by another sweep", f"PID {holder.pid}"
         )
     finally:

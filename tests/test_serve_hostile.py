@@ -162,19 +162,20 @@ def test_health_answers_while_large_images_decode(guarded):
     assert np.median(waits) < 0.1 and max(waits) < 1.0, waits
 
 
-def test_sigterm_answers_every_accepted_large_request(digits):
-    # a drain long enough for 8 large decodes on a loaded 2-core machine (what one that runs
-    # out says instead: the test below)
-    proc, url = start(digits["onnx"], digits["logs"], "drain_timeout_s=600")
+def _sigterm_during(digits, clients: int, images: int, *settings: str) -> list:
+    """`clients` requests of `images` large PNGs each sent to a server started with
+    `settings`, SIGTERM once all are accepted and decoding: the raw answers (the server exits
+    0)."""
+    proc, url = start(digits["onnx"], digits["logs"], *settings)
     port = int(url.rsplit(":", 1)[1])
-    files, kind = multipart([("big.png", big_png(3000, seed=i)) for i in range(2)])
+    files, kind = multipart([("big.png", big_png(3000, seed=i)) for i in range(images)])
     raw = post(port, files, kind)
-    answers = [None] * 8
+    answers = [None] * clients
 
     def client(i):
         answers[i] = exchange(port, raw, wait=120)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
     time.sleep(0.5)  # all sent and accepted; decoding in the pool
@@ -182,6 +183,13 @@ def test_sigterm_answers_every_accepted_large_request(digits):
     for t in threads:
         t.join(timeout=150)
     assert proc.wait(timeout=60) == 0
+    return answers
+
+
+def test_sigterm_answers_every_accepted_large_request(digits):
+    # a drain long enough for 8 large decodes on a loaded 2-core machine (what one that runs
+    # out says instead: the test below)
+    answers = _sigterm_during(digits, 8, 2, "drain_timeout_s=600")
     statuses = [parse(a)[0] if a else None for a in answers]
     assert statuses == [200] * 8, statuses
 
@@ -189,23 +197,7 @@ def test_sigterm_answers_every_accepted_large_request(digits):
 def test_requests_a_drain_cannot_finish_get_a_json_503_not_a_500(digits):
     """SIGTERM with large requests in flight and a drain of 0.5 s: uvicorn cancels what is
     left, which would be its plain-text 500; each is a JSON 503 that says why, or a 200."""
-    proc, url = start(digits["onnx"], digits["logs"], "drain_timeout_s=0.5", "threads=1")
-    port = int(url.rsplit(":", 1)[1])
-    files, kind = multipart([("big.png", big_png(3000, seed=i)) for i in range(3)])
-    raw = post(port, files, kind)
-    answers = [None] * 4
-
-    def client(i):
-        answers[i] = exchange(port, raw, wait=120)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    time.sleep(0.5)  # all sent and accepted; decoding in the pool
-    proc.send_signal(signal.SIGTERM)
-    for t in threads:
-        t.join(timeout=150)
-    assert proc.wait(timeout=60) == 0
+    answers = _sigterm_during(digits, 4, 3, "drain_timeout_s=0.5", "threads=1")
     statuses = [int(a.split()[1]) if a else None for a in answers]  # a 500 is plain text
     assert set(statuses) <= {200, 503}, answers
     stopped = [parse(a)[2] for a, status in zip(answers, statuses, strict=True) if status == 503]

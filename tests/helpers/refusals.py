@@ -49,3 +49,14 @@ def fake_checkpoint(path: Path, overrides: list[str] = ()) -> Path:
         stored["data"]["split_file"] = None
     torch.save({"state_dict": {}, CONFIG_KEY: stored}, path)
     return path
+
+
+def raises_one_line(call, *words) -> str:
+    """The `UserError` line `call()` raises: one line holding every one of `words`."""
+    import pytest
+
+    with pytest.raises(UserError) as err:
+        call()
+    line = str(err.value)
+    assert "\n" not in line and all(w in line for w in words), line
+    return line
