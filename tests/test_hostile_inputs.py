@@ -106,6 +106,10 @@ def _save(array, path, **kw):
     Image.fromarray(array).save(path, **kw)
 
 
+def _pair(root, name):
+    return [root / "images" / name, root / "masks" / name]
+
+
 def _replace(path, make):
     """`path` (an image or mask) made anew by `make(path)`: another format, a pipe, a link."""
     path.unlink()
@@ -142,6 +146,10 @@ def _unix_socket(path):
         ),
         (lambda r, lab: _replace(r / "masks/003.png", os.mkfifo), ("masks/003.png", "pipe")),
         (lambda r, lab: _replace(r / "images/004.png", _unix_socket), ("images/004.png", "socket")),
+        (  # a newline in a name: its own line in every message and CSV row that names it
+            lambda r, lab: [p.rename(p.with_name(f"0\n{p.name}")) for p in _pair(r, "005.png")],
+            ("control character", "0\\n005.png"),
+        ),
     ],
 )
 def test_bad_mask_folders_are_refused_naming_the_file(masks, tmp_path, alter, words):
