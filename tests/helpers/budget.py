@@ -1,7 +1,7 @@
 """The CPU budget of `make test` (issue #49): the CPU seconds of every pytest process and of
 the subprocesses they waited for (the entry points the checks run), summed over the xdist
 workers. Wall time depends on the cores and on what else runs; CPU time moves little with
-the load but grows when a check is added or slows down, so that is what is budgeted. A whole default run over it fails, naming the figure and
+the load (a quarter more on a machine twice as busy) but grows when a check is added or slows down, so that is what is budgeted. A whole default run over it fails, naming the figure and
 the slowest checks, so that the next check added comes with a trim (a session fixture, an
 in-process call) rather than a slower suite. LITLAB_TEST_BUDGET_S sets another figure (a
 slower CPU than CI's); the 180 s wall goal on CI's 2 cores is about 360 CPU seconds.
@@ -11,9 +11,10 @@ import os
 import resource
 
 # CPU seconds; raise it only with a measured reason in the commit that does. 2026-12-04, 2
-# cores: 866 for 1,730 checks (the slow stage running beside it); the rest is room for a
-# slower CPU than this one, so that the budget fails on growth, not on a machine.
-BUDGET_CPU_S = 1100.0
+# cores, 1,731 checks: 853 alone on the machine, 866 beside a helper's tests, 1,058 beside the
+# slow stage (two more busy processes: CPU time also grows with contention, less than wall
+# time). The figure leaves that much room, so that it fails on growth, not on a busy machine.
+BUDGET_CPU_S = 1300.0
 # pyproject's addopts: what `make test` selects
 DEFAULT_MARKERS = "not slow and not bench"
 
