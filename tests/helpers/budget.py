@@ -1,7 +1,8 @@
 """The CPU budget of `make test` (issue #49): the CPU seconds of every pytest process and of
 the subprocesses they waited for (the entry points the checks run), summed over the xdist
-workers. Wall time depends on the cores and on what else runs; CPU time moves little with
-the load (a quarter more on a machine twice as busy) but grows when a check is added or slows down, so that is what is budgeted. A whole default run over it fails, naming the figure and
+workers. Wall time depends on the cores and on what else runs; CPU time moves less with the
+load (a quarter more on a machine twice as busy) and grows when a check is added or slows
+down, so that is what is budgeted. A whole default run over it fails, naming the figure and
 the slowest checks, so that the next check added comes with a trim (a session fixture, an
 in-process call) rather than a slower suite. LITLAB_TEST_BUDGET_S sets another figure (a
 slower CPU than CI's); the 180 s wall goal on CI's 2 cores is about 360 CPU seconds.
