@@ -45,12 +45,12 @@ def file_type(path: str | Path, follow: bool = True) -> str | None:
 
 def check_regular(path: str | Path, named: str, valid: str) -> None:
     """One line when `path` exists and is no regular file: `named` names it (`ckpt_path=X`,
-    `data.root=R: images/a.png`), `valid` says what it should be. So is a file whose name
+    `data.root=R: images/a.png`), `valid` says what it should be. So is a file whose path
     holds a control character (a newline, a tab, an escape): every message, predictions.csv
     row and printed command that names it would be cut in two or rewrite the terminal."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in Path(path).name):
+    if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):  # its folders' names too
         raise UserError(
-            f"{str(path)!r}: its name holds a control character, which would cut the lines and "
+            f"{str(path)!r}: its path holds a control character, which would cut the lines and "
             f"CSV rows that name it in two; rename it ({valid})"
         )
     kind = file_type(path)
