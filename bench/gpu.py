@@ -2,6 +2,7 @@
 
     python bench/gpu.py                  # on a CUDA machine: ~2-3 minutes, a Markdown table
     python bench/gpu.py --epochs 2       # shorter
+    python bench/gpu.py --only bf16-true,ddp   # the settings whose names hold these words
 On a machine without CUDA the GPU rows are printed as skipped and only the CPU fp32 row runs
 (that is how the tests exercise this script). Each row builds the run exactly as
 `python src/train.py model=M trainer=gpu trainer.precision=P ...` does (same configs, same
@@ -210,8 +211,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="2 epochs of 4 batches (tests)")
+    parser.add_argument(
+        "--only", default="", help="comma-separated words: the settings whose names hold one"
+    )
     args = parser.parse_args()
     epochs, extra = (2, QUICK) if args.quick else (args.epochs, [])
+    only = [word for word in args.only.split(",") if word]
     import tempfile
 
     import torch
@@ -223,6 +228,8 @@ def main() -> int:
     rows, failures = [], 0
     for model_name in models:
         for name, overrides, needs_cuda in SETTINGS:
+            if only and not any(word in name for word in only):
+                continue
             if needs_cuda and not cuda:
                 rows.append((model_name, name, "skipped: no CUDA device", "", "", ""))
                 continue
@@ -248,6 +255,8 @@ def main() -> int:
                 failures += 1
                 rows.append(failed_row(model_name, name, err))
             print(f"  {rows[-1][0]} | {rows[-1][1]} | {rows[-1][2]}", flush=True)
+        if only and not any(word in "inference" for word in only):
+            continue
         if not cuda:
             rows.append(
                 (model_name, "inference TensorRT fp16", "skipped: no CUDA device", "", "", "")

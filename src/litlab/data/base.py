@@ -91,6 +91,29 @@ class SplitDataModule(L.LightningDataModule):
 SHARE = 0.5
 
 
+def compute_dtype(trainer) -> torch.dtype | None:
+    """The dtype the model's weights hold when it is not float32 (`bf16-true`, `16-true`,
+    `64-true`: Lightning casts the module), else None (32-true and the mixed precisions, where
+    autocast casts inside each op and a batch stays float32)."""
+    module = None if trainer is None else trainer.lightning_module
+    if module is None or module.dtype == torch.float32:
+        return None
+    return module.dtype
+
+
+def in_compute_dtype(trainer, batch):
+    """`batch` with its float tensors in the weights' dtype (`compute_dtype`), as Lightning's
+    precision plugin casts them (`convert_input`).
+
+    Lightning casts a batch before the transfer hooks, so what a hook makes float on the device
+    (uint8 images scaled to [0, 1], normalized with float32 statistics) would reach bf16
+    weights as float32 and fail in the first layer: each such hook returns its batch through
+    this."""
+    if compute_dtype(trainer) is None:
+        return batch
+    return trainer.precision_plugin.convert_input(batch)
+
+
 def budget() -> int:
     """Bytes the data may take here: SHARE of the physical memory."""
     import psutil

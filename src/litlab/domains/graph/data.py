@@ -11,6 +11,7 @@ between ranks); graph datasets are split between ranks, without the padding dupl
 Lightning's default sampler at evaluation, so every graph is counted exactly once.
 """
 
+import copy
 import logging
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +27,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 from litlab.bounds import Ge, Interval, NonNegInt, PosInt
+from litlab.data.base import compute_dtype
 from litlab.domains.graph.pyg_files import CachedPlanetoid, read_pyg
 from litlab.errors import UserError
 from litlab.tasks import NODE_CLASSIFICATION
@@ -58,7 +60,21 @@ def _the_graph(items: list) -> Data:
     return items[0]
 
 
-class NodeDataModule(L.LightningDataModule):
+class GraphsInComputeDtype:
+    """The transfer hook of the graph datamodules: under `bf16-true` (weights in any dtype but
+    float32) a graph's float tensors are cast to the weights' dtype, since Lightning's precision
+    plugin casts a batch's tensors but does not enter a PyG object. The cast is made on a
+    shallow copy: a node datamodule yields the dataset's own graph every step, which stays
+    float32 for eval, export and the next run."""
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        dtype = compute_dtype(self.trainer)
+        if dtype is None:
+            return batch
+        return copy.copy(batch).apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+
+class NodeDataModule(GraphsInComputeDtype, L.LightningDataModule):
     """One graph with boolean `train_mask`/`val_mask`/`test_mask`; each loader yields it whole.
 
     Its masks are the benchmark's protocol (Planetoid's public split, a few labelled nodes per

@@ -19,13 +19,14 @@ from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt, Workers
 from litlab.data import splits
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_folds, stratified_split
+from litlab.domains.graph.data import GraphsInComputeDtype
 from litlab.domains.graph.pyg_files import CachedTUDataset, read_pyg
 from litlab.tasks import GRAPH_CLASSIFICATION
 
 log = logging.getLogger(__name__)
 
 
-class TUDataModule(SplitDataModule):
+class TUDataModule(GraphsInComputeDtype, SplitDataModule):
     """TU Dortmund graph classification benchmarks (MUTAG, PROTEINS, ENZYMES...), mini-batched.
 
     Fold `fold` of a seeded stratified `num_folds`-fold split is the test set. `val_fraction`

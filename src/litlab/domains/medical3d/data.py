@@ -18,7 +18,7 @@ from torch.utils.data import TensorDataset
 from litlab import bounds
 from litlab.bounds import Fraction, Ge, NonNegFloat, NonNegInt, PatchSize, PosInt, Seed
 from litlab.data import splits
-from litlab.data.base import SplitDataModule
+from litlab.data.base import SplitDataModule, in_compute_dtype
 from litlab.data.splits import split_indices, write_split
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.medical3d import volumes as V
@@ -272,7 +272,7 @@ class ClassificationDataModule(Medical3DDataModule):
             for axis in (2, 3, 4):
                 flip = torch.rand(len(x), device=x.device) < 0.5
                 x = torch.where(flip.view(-1, 1, 1, 1, 1), x.flip(axis), x)
-        return x, y
+        return in_compute_dtype(self.trainer, (x, y))
 
 
 class PhantomClassificationDataModule(PhantomDataModule, ClassificationDataModule):

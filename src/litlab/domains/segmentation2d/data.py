@@ -21,7 +21,7 @@ from torch.utils.data import Dataset, TensorDataset
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed, SegmentClasses
 from litlab.data import base as memory
 from litlab.data import splits
-from litlab.data.base import SplitDataModule
+from litlab.data.base import SplitDataModule, in_compute_dtype
 from litlab.data.splits import split_indices
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.segmentation2d import files as F
@@ -151,7 +151,7 @@ class SliceDataModule(splits.FoldSettings, SplitDataModule):
             y = torch.where(flip[:, None, None], y.flip(-1), y)
         mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
-        return (x - mean) / std, y.long()
+        return in_compute_dtype(self.trainer, ((x - mean) / std, y.long()))
 
 
 class Hippocampus2DDataModule(SliceDataModule):

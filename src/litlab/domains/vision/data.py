@@ -13,7 +13,7 @@ from torchvision.transforms import v2
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
 from litlab.data import base as memory
 from litlab.data import splits
-from litlab.data.base import SplitDataModule
+from litlab.data.base import SplitDataModule, in_compute_dtype
 from litlab.data.splits import stratified_split
 from litlab.domains.vision.images import TensorImages, random_affine, read_image
 from litlab.errors import UserError
@@ -74,12 +74,13 @@ class VisionDataModule(splits.FoldSettings, SplitDataModule):
         """Scale, augment (training only) and normalize whole batches on the device: one
         vectorized op per batch instead of a Python transform per image."""
         x, y = batch
-        x = x.float() / 255.0 if x.dtype == torch.uint8 else x
+        # in float32 whatever Lightning cast the batch to; `in_compute_dtype` casts the result
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
         if self.hparams.augment and self.trainer is not None and self.trainer.training:
             x = self.augment(x)
         mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
-        return (x - mean) / std, y
+        return in_compute_dtype(self.trainer, ((x - mean) / std, y))
 
     def load(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple | None]:
         """Return ((train_images, train_labels), (test_images, test_labels) or None)."""
