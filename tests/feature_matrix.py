@@ -232,7 +232,9 @@ Trainings are short (epochs below), so metrics are those of short runs, not of t
 published recipes; `prune` is structured pruning to half the parameters
 (`compress.prune.ratio=0.5`). Regenerate: `.venv/bin/python tests/feature_matrix.py` (about 45
 minutes on 2 cores; the slow tests run the digits row and one row of each other task
-kind: `pytest -m slow tests/test_matrix.py`). A cell marked `not run` was not reached by the
+kind: `pytest -m slow tests/test_matrix.py`). Every cell runs with `OMP_NUM_THREADS=1`: one
+thread, so its figures do not depend on the machine's load (`threads=auto` reads it, and
+float sums in another order change the last digits, or a short run's best epoch). A cell marked `not run` was not reached by the
 run that wrote this page (rerun its row: `--rows NAME`); seconds are wall time on the
 machine named at the end, which tells more about its load than about litlab.
 
@@ -243,7 +245,7 @@ command prints its best checkpoint (`checkpoint  logs/train/runs/<time>/checkpoi
 step's checkpoint (`*_prune.ckpt`, `*_distill.ckpt`) is then read by `eval.py
 ckpt_path=<it>`. The runner adds only console settings (`extras.print_config=false`, and
 `callbacks.rich_progress_bar=null` where there is a callbacks group) and its own
-`paths.log_dir`. Rows on real data read it below `paths.data_dir` (default `data/`, or
+`paths.log_dir`; set `export OMP_NUM_THREADS=1` first to get its figures. Rows on real data read it below `paths.data_dir` (default `data/`, or
 `LITLAB_DATA_DIR`): copy the folder named in the row there (`cp -r ../shared/data/Planetoid
 data/`; the copy may stay read-only: PyG's processed files go to `data/cache/pyg/`), or pass
 `paths.data_dir=FOLDER` where it is. `tests/feature_matrix.py --commands --rows NAME` prints

@@ -322,4 +322,11 @@ def git_status() -> set[str]:
 
 
 def clean_env(data_dir: Path) -> dict:
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "LITLAB_DATA_DIR": str(data_dir)}
+    """The cells' environment: one torch thread each (`threads=auto` follows OMP_NUM_THREADS),
+    so a cell's figures are the same on an idle machine and beside another row."""
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "LITLAB_DATA_DIR": str(data_dir),
+        "OMP_NUM_THREADS": "1",
+    }
