@@ -84,14 +84,18 @@ def test_batch_size_finder_sets_the_batch_size_trained_with(cli, tmp_path):
         "train.py", "tune=batch_size", "tune.batch_size_find.max_trials=3", "trainer.max_epochs=1"
     )
     run = run_dirs(tmp_path / "logs")[-1]
-    found = json.loads((run / "tune" / "batch_size.json").read_text())["batch_size"]
-    assert found == 8  # three trials (2, 4, 8): none fails on this data
-    assert "Batch-size finder: batch_size=8" in proc.stdout
+    record = json.loads((run / "tune" / "batch_size.json").read_text())
+    found, epoch = record["batch_size"], {int(k): v for k, v in record["epoch_seconds"].items()}
+    assert sorted(epoch) == [2, 4, 8]  # three trials: none fails on this data
+    # the kept size follows from the measured epochs (the smallest within 10% of the fastest),
+    # so under load it may be 4 rather than 8: what must hold is that training used it
+    assert found == min(s for s, t in epoch.items() if t <= 1.1 * min(epoch.values()))
+    assert f"Batch-size finder: batch_size={found} " in proc.stdout
     from litlab.config import build
     from litlab.config.compose import compose
 
     dm = build.datamodule(compose("train", [], output_dir=tmp_path / "x"))
     dm.setup("fit")
-    batches = -(-len(dm.train_set) // 8)  # one epoch of batches of 8
+    batches = -(-len(dm.train_set) // found)  # one epoch of batches of the size found
     steps = [int(r["step"]) for r in read(run / "csv" / "metrics.csv") if r.get("train/loss")]
     assert steps[-1] in (batches - 1, batches)  # Lightning logs epoch ends at the last step
