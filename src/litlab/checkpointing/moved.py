@@ -40,6 +40,7 @@ MOVED = {
     "litlab.callbacks.inspect.samples": "litlab.callbacks.inspect.base",
     "litlab.checkpointing.last": "litlab.checkpointing.resume_state",
     "litlab.recipes.tuning": "litlab.runs.tuning",
+    "litlab.compat.lightning_csv": "litlab.compat.lightning",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
