@@ -41,6 +41,7 @@ MOVED = {
     "litlab.checkpointing.last": "litlab.checkpointing.resume_state",
     "litlab.recipes.tuning": "litlab.runs.tuning",
     "litlab.compat.lightning_csv": "litlab.compat.lightning",
+    "litlab.checkpointing.callback_states": "litlab.checkpointing.trust",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
