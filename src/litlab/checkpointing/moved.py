@@ -42,6 +42,7 @@ MOVED = {
     "litlab.recipes.tuning": "litlab.runs.tuning",
     "litlab.compat.lightning_csv": "litlab.compat.lightning",
     "litlab.checkpointing.callback_states": "litlab.checkpointing.trust",
+    "litlab.utils.plots": "litlab.tasks.figures",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -79,7 +79,7 @@ class SignalGrid(SamplesFigure):
     def draw(self, trainer):
         import torch
 
-        from litlab.utils.plots import figure
+        from litlab.tasks.figures import figure
 
         x, y, pred = (torch.cat(t) for t in zip(*self.held))
         cols = 4

@@ -7,7 +7,7 @@ import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from litlab.callbacks.inspect.base import TaskCallback, save_figure
-from litlab.utils.plots import figure
+from litlab.tasks.figures import figure
 
 
 class ConfusionMatrix(TaskCallback):

@@ -11,7 +11,7 @@ import torch
 
 from litlab.bounds import Ge, PosFloat, PosInt
 from litlab.callbacks.inspect.base import TaskCallback, flush, save_figure, tensorboards
-from litlab.utils.plots import figure
+from litlab.tasks.figures import figure
 
 
 class Embeddings(TaskCallback):

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from litlab.callbacks.inspect.base import TaskCallback, save_figure
-from litlab.utils.plots import mosaic
+from litlab.tasks.figures import mosaic
 
 ALPHA = 0.45  # the heatmap's weight over the input
 
