@@ -43,6 +43,7 @@ MOVED = {
     "litlab.compat.lightning_csv": "litlab.compat.lightning",
     "litlab.checkpointing.callback_states": "litlab.checkpointing.trust",
     "litlab.utils.plots": "litlab.tasks.figures",
+    "litlab.models.base": "litlab.models",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

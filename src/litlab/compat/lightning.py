@@ -13,7 +13,7 @@
   (callbacks/guards);
 - `ModelCheckpoint._save_last_checkpoint` / `_monitor_candidates`: last.ckpt at epoch end
   (checkpointing/resume_state);
-- `LightningModule._device_mesh`: the mesh of ModelParallelStrategy (models/base, trainer=fsdp);
+- `LightningModule._device_mesh`: the mesh of ModelParallelStrategy (models, trainer=fsdp);
 - `LightningModule._trainer`: whether a module is attached to a Trainer (its `trainer`
   property raises when not: the graph module outside a fit, e.g. export);
 - profilers' `_local_rank` and `_row_limit`; `Profiler._prepare_streams` / `_write_stream`,
@@ -28,7 +28,7 @@
 - `ExperimentWriter._check_log_dir_exists` / `_record_new_keys`: overridden by
   `AppendingWriter` (below), which keeps a resumed run's metrics.csv (loggers);
 - `logger_connector.result._ResultMetric.to`: given a fast path while a litlab module fits or
-  tests (`quick_result_moves`, installed by models/base).
+  tests (`quick_result_moves`, installed by models).
 """
 
 import csv
