@@ -44,7 +44,7 @@ def val_rows(run) -> list[int]:
 
 @pytest.mark.slow  # three 2-process runs: ~4-6 min on 2 loaded cores
 def test_fsdp_on_cpu_trains_stops_and_resumes_like_an_uninterrupted_run(tmp_path):
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     env = {**probe_env(), "OMP_NUM_THREADS": "1"}
     run_cli("train.py", *FSDP, log_dir=tmp_path / "whole", env=env, timeout=600)

@@ -46,7 +46,7 @@ def run(config_name: str, overrides: Sequence[str], recipe):
 def train(overrides: Sequence[str] = ()) -> RunResult:
     """Train and test as `python src/train.py *overrides` does; returns metrics, run dir and
     the best checkpoint."""
-    from litlab.recipes.train import train_and_test as recipe
+    from litlab.recipes import train_and_test as recipe
 
     return run("train", overrides, recipe)
 

@@ -44,6 +44,8 @@ MOVED = {
     "litlab.checkpointing.callback_states": "litlab.checkpointing.trust",
     "litlab.utils.plots": "litlab.tasks.figures",
     "litlab.models.base": "litlab.models",
+    "litlab.recipes.train": "litlab.recipes",
+    "litlab.recipes.report": "litlab.recipes",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
