@@ -334,7 +334,7 @@ def test_vanishing_gradient_is_named_in_one_warning_line(tmp_path, caplog):
     import torch
     from torch import nn
 
-    from litlab.callbacks.inspect.histograms import WeightGradHistograms
+    from litlab.callbacks.inspect import WeightGradHistograms
 
     net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4))
     for p in net.parameters():

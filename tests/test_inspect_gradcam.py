@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from litlab.callbacks.inspect.gradcam import gradcam
+from litlab.callbacks.inspect import gradcam
 
 
 class BrightSquares(L.LightningDataModule):

@@ -37,7 +37,7 @@ MOVED = {
     "litlab.callbacks.lr_monitor": "litlab.callbacks.summary",
     "litlab.compression.resize": "litlab.compression.prune",
     "litlab.loggers.mlflow": "litlab.loggers",
-    "litlab.callbacks.inspect.samples": "litlab.callbacks.inspect.base",
+    "litlab.callbacks.inspect.samples": "litlab.callbacks.inspect",
     "litlab.checkpointing.last": "litlab.checkpointing.resume_state",
     "litlab.recipes.tuning": "litlab.runs.tuning",
     "litlab.compat.lightning_csv": "litlab.compat.lightning",
@@ -46,6 +46,11 @@ MOVED = {
     "litlab.models.base": "litlab.models",
     "litlab.recipes.train": "litlab.recipes",
     "litlab.recipes.report": "litlab.recipes",
+    "litlab.callbacks.inspect.base": "litlab.callbacks.inspect",
+    "litlab.callbacks.inspect.confusion": "litlab.callbacks.inspect",
+    "litlab.callbacks.inspect.embeddings": "litlab.callbacks.inspect",
+    "litlab.callbacks.inspect.gradcam": "litlab.callbacks.inspect",
+    "litlab.callbacks.inspect.histograms": "litlab.callbacks.inspect",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
