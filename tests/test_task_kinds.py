@@ -201,8 +201,7 @@ def test_a_kinds_declarations_name_what_exists(name):
 
 def test_a_kind_registered_twice_or_lacking_a_method_is_one_line_naming_the_class():
     from litlab.errors import UserError
-    from litlab.tasks.kind import Kind, register_kind
-    from litlab.tasks.outputs import Classes
+    from litlab.tasks.kind import Classes, Kind, register_kind
     from litlab.tasks.tensors import TensorInputs
 
     before = dict(tasks.kinds())

@@ -51,6 +51,7 @@ MOVED = {
     "litlab.callbacks.inspect.embeddings": "litlab.callbacks.inspect",
     "litlab.callbacks.inspect.gradcam": "litlab.callbacks.inspect",
     "litlab.callbacks.inspect.histograms": "litlab.callbacks.inspect",
+    "litlab.tasks.outputs": "litlab.tasks.kind",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -6,8 +6,7 @@ the samples figure (`SignalGrid`) and the kind itself (`SignalClassification`)."
 
 from litlab.tasks import checks
 from litlab.tasks.figures import SamplesFigure
-from litlab.tasks.kind import Kind, register_kind
-from litlab.tasks.outputs import Classes
+from litlab.tasks.kind import Classes, Kind, register_kind
 from litlab.tasks.tensors import MeasuredInputs
 
 

@@ -10,7 +10,7 @@ from torchmetrics.segmentation import DiceScore
 from litlab.bounds import NonNegFloat
 from litlab.models import LitModule
 from litlab.tasks import IMAGE_SEGMENTATION
-from litlab.tasks.outputs import class_map
+from litlab.tasks.kind import class_map
 
 
 class ItemDice(DiceScore):
