@@ -52,6 +52,7 @@ MOVED = {
     "litlab.callbacks.inspect.gradcam": "litlab.callbacks.inspect",
     "litlab.callbacks.inspect.histograms": "litlab.callbacks.inspect",
     "litlab.tasks.outputs": "litlab.tasks.kind",
+    "litlab.config.hydra_errors": "litlab.config.compose",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -14,8 +14,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from litlab import tasks
-from litlab.config.compose import CONFIG_DIR
 from litlab.config.messages import node_errors
+from litlab.config.resolvers import CONFIG_DIR
 from litlab.errors import UserError, closest, one_line
 from litlab.tasks import kind_name_of_data, static
 

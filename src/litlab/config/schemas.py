@@ -12,9 +12,9 @@ import sys
 from omegaconf import OmegaConf
 
 from litlab.config.after_training import Steps
-from litlab.config.compose import CONFIG_DIR
 from litlab.config.entries import ENTRIES
 from litlab.config.models import node_model
+from litlab.config.resolvers import CONFIG_DIR
 from litlab.config.rules import target_of
 
 SCHEMA_DIR = CONFIG_DIR.parent / "schemas"
