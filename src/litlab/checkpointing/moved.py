@@ -53,6 +53,7 @@ MOVED = {
     "litlab.callbacks.inspect.histograms": "litlab.callbacks.inspect",
     "litlab.tasks.outputs": "litlab.tasks.kind",
     "litlab.config.hydra_errors": "litlab.config.compose",
+    "litlab.config.strategies": "litlab.config.build",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
