@@ -227,7 +227,7 @@ def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
 def test_every_net_gives_class_scores(conv, task):
     import torch
 
-    from litlab.domains.graph.nets.gnn import GNN
+    from litlab.domains.graph.nets import GNN
 
     net = GNN(
         5,
@@ -272,7 +272,7 @@ def test_gat_value_dropout_drops_projected_features_per_node_only_in_training(mo
     import torch
     from torch_geometric.nn import GATConv
 
-    from litlab.domains.graph.nets.gnn import _GATConv
+    from litlab.domains.graph.nets import _GATConv
 
     x, edge_index = torch.randn(40, 6), torch.randint(0, 40, (2, 120))
     torch.manual_seed(0)
@@ -304,7 +304,7 @@ def test_feature_dropout_positions_follow_the_tensor():
     must never reuse another tensor's (or a stale) positions."""
     import torch
 
-    from litlab.domains.graph.nets.gnn import _nonzero
+    from litlab.domains.graph.nets import _nonzero
 
     a, b = torch.zeros(5, 4), torch.zeros(5, 4)
     a[0, 1] = b[3, 2] = 1.0

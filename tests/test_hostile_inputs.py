@@ -178,7 +178,7 @@ def test_a_training_step_that_cannot_fit_in_memory_is_refused_before_it_runs(bat
     import torch
 
     from litlab.data.base import check_step_memory
-    from litlab.domains.segmentation2d.nets.unet2d import unet2d
+    from litlab.domains.segmentation2d.nets import unet2d
 
     dm = SimpleNamespace(
         hparams=SimpleNamespace(batch_size=batch), image_size=side, channels=1, shapes=[(32, 32)]

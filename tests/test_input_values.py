@@ -69,7 +69,7 @@ def _cell(value) -> str:
 
 def standardized(dm):
     """The training rows' features as the net sees them (its first op), float32."""
-    from litlab.domains.table.nets.mlp import TableMLP
+    from litlab.domains.table.nets import TableMLP
 
     net = TableMLP(**dm.dims)
     dm.setup()

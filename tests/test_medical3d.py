@@ -99,7 +99,7 @@ def test_phantoms_are_deterministic_and_vary_in_size():
 
 def test_sliding_window_output_matches_odd_input_shape():
     from litlab.domains.medical3d.module import VolumeSegmenter
-    from litlab.domains.medical3d.nets.unet3d import unet3d
+    from litlab.domains.medical3d.nets import unet3d
 
     net = unet3d(1, 3, channels=(4, 8), strides=(2,), num_res_units=0)
     model = VolumeSegmenter(net, torch.optim.Adam, num_classes=3, patch_size=(16, 16, 16))

@@ -169,7 +169,7 @@ def _segmenter(num_classes: int = 3):
     import torch
 
     from litlab.domains.segmentation2d.module import ImageSegmenter
-    from litlab.domains.segmentation2d.nets.unet2d import unet2d
+    from litlab.domains.segmentation2d.nets import unet2d
 
     torch.manual_seed(0)
     net = unet2d(1, num_classes, channels=[4, 8], strides=[2], num_res_units=0)

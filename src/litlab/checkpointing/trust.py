@@ -81,14 +81,15 @@ ROOTS = {
 # (trainer, callbacks, logger, ...) come from the command line of the run that loads it: their
 # stored targets are kept as text, never imported nor built
 BUILT = ("data", "model", "compress")
-# functions a stored config may call: the net factories defined in a domain's nets package
+# functions a stored config may call: the net factories defined in a domain's nets module
 # (litlab.domains.<domain>.nets: pure nn.Module builders that import no litlab module above them,
-# `make new-task`'s too) and, by exact name, the one that rebuilds a pruned net
-NETS_PACKAGE = re.compile(r"litlab\.domains\.[a-z][a-z0-9_]*\.nets\.[a-z][a-z0-9_]*")
+# `make new-task`'s too, and a nets/ package's modules, as copies made before nets.py had them)
+# and, by exact name, the one that rebuilds a pruned net
+NETS_PACKAGE = re.compile(r"litlab\.domains\.[a-z][a-z0-9_]*\.nets(\.[a-z][a-z0-9_]*)?")
 NET_FUNCTIONS = (
-    "litlab.domains.vision.nets.resnet.resnet18",
-    "litlab.domains.medical3d.nets.resnet3d.resnet3d",
-    "litlab.domains.medical3d.nets.unet3d.unet3d",
+    "litlab.domains.vision.nets.resnet18",
+    "litlab.domains.medical3d.nets.resnet3d",
+    "litlab.domains.medical3d.nets.unet3d",
     "litlab.compression.prune.resized_net",  # a pruned net: base_target is checked as a net
 )
 HYDRA_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")

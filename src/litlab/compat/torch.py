@@ -5,7 +5,7 @@
 - `distributed_c10d._get_default_store`: the rendezvous store, whose timeout goes back to the
   collectives' once every rank has joined;
 - `Tensor._version`: the counter of in-place changes, by which a cached result of an
-  unchanged tensor is reused (domains/graph/nets/gnn's sparse dropout);
+  unchanged tensor is reused (domains/graph/nets' sparse dropout);
 - `torch._check`: a condition torch.export may assume (tasks/graphs, ops/op);
 - an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/op);
 - `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._NormBase`: the bases of every

@@ -158,7 +158,7 @@ def own_pruning(net, net_cfg: dict):
     if getattr(net, "prune_plan", None) is None:
         raise UserError(
             f"compress.prune.method=structured prunes graph nets that prune themselves (e.g. "
-            f"litlab.domains.graph.nets.gnn.GNN); this checkpoint's net is "
+            f"litlab.domains.graph.nets.GNN); this checkpoint's net is "
             f"{net_cfg.get('_target_')}: use compress.prune.method=unstructured"
         )
     return net

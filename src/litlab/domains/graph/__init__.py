@@ -21,6 +21,6 @@ DOMAIN = Domain(
         "tudataset.TUDataModule",
     ),
     modules=("module.GNNClassifier",),
-    nets=("nets.gnn.GNN",),
-    template=Template("data.SBMDataModule", "nets.gnn.GNN", "sbm", "gnn", "test/acc", 0.7, 60),
+    nets=("nets.GNN",),
+    template=Template("data.SBMDataModule", "nets.GNN", "sbm", "gnn", "test/acc", 0.7, 60),
 )

@@ -11,10 +11,10 @@ DOMAIN = Domain(
         "medmnist3d.MedMNIST3DDataModule",
     ),
     modules=("module.VolumeSegmenter", "module.VolumeClassifier"),
-    nets=("nets.unet3d.unet3d", "nets.resnet3d.resnet3d"),
+    nets=("nets.unet3d", "nets.resnet3d"),
     template=Template(
         "data.PhantomSegmentationDataModule",
-        "nets.unet3d.unet3d",
+        "nets.unet3d",
         "phantom_seg",
         "unet3d",
         "test/dice",
