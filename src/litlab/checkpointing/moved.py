@@ -10,7 +10,7 @@ Only whole module paths litlab shipped are renamed: a file can name nothing new 
 MOVED = {
     "litlab.data.vision_downloads": "litlab.domains.vision.downloads",
     "litlab.data.vision": "litlab.domains.vision.data",
-    "litlab.data.images": "litlab.domains.vision.images",
+    "litlab.data.images": "litlab.domains.vision.data",
     "litlab.models.vision": "litlab.domains.vision.module",
     "litlab.models.nets.cnn": "litlab.domains.vision.nets",
     "litlab.models.nets.resnet": "litlab.domains.vision.nets",
@@ -62,6 +62,7 @@ MOVED = {
     "litlab.domains.graph.nets.prune": "litlab.domains.graph.prune",
     "litlab.domains.table.nets.mlp": "litlab.domains.table.nets",
     "litlab.domains.segmentation2d.nets.unet2d": "litlab.domains.segmentation2d.nets",
+    "litlab.domains.vision.images": "litlab.domains.vision.data",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
