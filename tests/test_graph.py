@@ -159,7 +159,7 @@ def test_a_read_only_raw_folder_is_read_and_nothing_is_written_in_it(
 
     from helpers.runs import fingerprint, require_shared
 
-    from litlab.domains.graph.pyg_files import pyg_cache
+    from litlab.domains.graph.data import pyg_cache
 
     data = tmp_path / "data"
     shutil.copytree(require_shared(f"{collection}/{name}"), data / collection / name)
@@ -188,8 +188,7 @@ def test_a_data_dir_where_no_cache_can_be_made_is_one_line(tmp_path, monkeypatch
     says where PyG's processed files go and what to point paths.data_dir at."""
     from pathlib import Path
 
-    from litlab.domains.graph.data import PlanetoidDataModule
-    from litlab.domains.graph.pyg_files import pyg_cache
+    from litlab.domains.graph.data import PlanetoidDataModule, pyg_cache
     from litlab.errors import UserError
 
     cache, mkdir = pyg_cache(tmp_path, "Planetoid"), Path.mkdir

@@ -63,6 +63,7 @@ MOVED = {
     "litlab.domains.table.nets.mlp": "litlab.domains.table.nets",
     "litlab.domains.segmentation2d.nets.unet2d": "litlab.domains.segmentation2d.nets",
     "litlab.domains.vision.images": "litlab.domains.vision.data",
+    "litlab.domains.graph.pyg_files": "litlab.domains.graph.data",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -19,8 +19,7 @@ from litlab.bounds import Ge, NonNegInt, OptionalFraction, PosInt, Workers
 from litlab.data import splits
 from litlab.data.base import SplitDataModule
 from litlab.data.splits import stratified_folds, stratified_split
-from litlab.domains.graph.data import GraphsInComputeDtype
-from litlab.domains.graph.pyg_files import CachedTUDataset, read_pyg
+from litlab.domains.graph.data import CachedTUDataset, GraphsInComputeDtype, read_pyg
 from litlab.tasks import GRAPH_CLASSIFICATION
 
 log = logging.getLogger(__name__)
