@@ -175,7 +175,7 @@ def test_medmnist3d_folds_pool_the_official_splits(tmp_path):
     pytest.importorskip("medmnist")
     from helpers.datafiles import write_medmnist_npz
 
-    from litlab.domains.medical3d.medmnist3d import MedMNIST3DDataModule
+    from litlab.domains.medical3d.data import MedMNIST3DDataModule
 
     write_medmnist_npz(tmp_path / "nodulemnist3d.npz")
     folds = []

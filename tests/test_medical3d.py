@@ -185,7 +185,7 @@ def test_nifti_loader_accepts_images_labels_folders_and_rejects_bad_labels(tmp_p
 
 
 def test_medmnist3d_reads_a_local_npz_through_the_package(tmp_path):
-    from litlab.domains.medical3d.medmnist3d import MedMNIST3DDataModule
+    from litlab.domains.medical3d.data import MedMNIST3DDataModule
     from litlab.errors import UserError
 
     write_medmnist_npz(tmp_path / "nodulemnist3d.npz")

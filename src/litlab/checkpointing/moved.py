@@ -15,7 +15,7 @@ MOVED = {
     "litlab.models.nets.cnn": "litlab.domains.vision.nets",
     "litlab.models.nets.resnet": "litlab.domains.vision.nets",
     "litlab.data.medical3d": "litlab.domains.medical3d.data",
-    "litlab.data.medmnist3d": "litlab.domains.medical3d.medmnist3d",
+    "litlab.data.medmnist3d": "litlab.domains.medical3d.data",
     "litlab.data.volumes": "litlab.domains.medical3d.volumes",
     "litlab.models.medical3d": "litlab.domains.medical3d.module",
     "litlab.models.nets.resnet3d": "litlab.domains.medical3d.nets",
@@ -64,6 +64,7 @@ MOVED = {
     "litlab.domains.segmentation2d.nets.unet2d": "litlab.domains.segmentation2d.nets",
     "litlab.domains.vision.images": "litlab.domains.vision.data",
     "litlab.domains.graph.pyg_files": "litlab.domains.graph.data",
+    "litlab.domains.medical3d.medmnist3d": "litlab.domains.medical3d.data",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -8,7 +8,7 @@ DOMAIN = Domain(
         "data.PhantomSegmentationDataModule",
         "data.NiftiDataModule",
         "data.PhantomClassificationDataModule",
-        "medmnist3d.MedMNIST3DDataModule",
+        "data.MedMNIST3DDataModule",
     ),
     modules=("module.VolumeSegmenter", "module.VolumeClassifier"),
     nets=("nets.unet3d", "nets.resnet3d"),
