@@ -193,7 +193,7 @@ def test_medmnist3d_folds_pool_the_official_splits(tmp_path):
 
 
 def test_tu_fold_count_is_refused_from_the_raw_labels_before_reading_graphs(shared_data):
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import TUDataModule
 
     data = shared_data("TUDataset/MUTAG").parents[1]
     settings = {"name": "MUTAG", "data_dir": str(data), "fold": 0, "num_folds": 64}

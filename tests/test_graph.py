@@ -26,8 +26,7 @@ def test_model_gnn_selects_graph_data_and_data_wins(tmp_path):
     assert cfg.data._target_ == "litlab.domains.graph.data.SBMDataModule"
     cfg = compose("train", ["model=gin", "data=mutag"], output_dir=tmp_path)
     assert (
-        cfg.data._target_ == "litlab.domains.graph.tudataset.TUDataModule"
-        and cfg.data.name == "MUTAG"
+        cfg.data._target_ == "litlab.domains.graph.data.TUDataModule" and cfg.data.name == "MUTAG"
     )
 
 
@@ -127,7 +126,7 @@ def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
 
 def test_folds_partition_mutag(shared_data):
     """Ten test folds cover every graph once; validation never overlaps the test fold."""
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import TUDataModule
 
     data = shared_data("TUDataset/MUTAG").parents[1]
     seen = []
@@ -145,7 +144,7 @@ def test_folds_partition_mutag(shared_data):
     ("module", "collection", "name"),
     [
         ("data.PlanetoidDataModule", "Planetoid", "Cora"),
-        ("tudataset.TUDataModule", "TUDataset", "MUTAG"),
+        ("data.TUDataModule", "TUDataset", "MUTAG"),
     ],
 )
 def test_a_read_only_raw_folder_is_read_and_nothing_is_written_in_it(
@@ -211,8 +210,7 @@ def test_a_data_dir_where_no_cache_can_be_made_is_one_line(tmp_path, monkeypatch
 
 
 def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
-    from litlab.domains.graph.data import PlanetoidDataModule
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import PlanetoidDataModule, TUDataModule
     from litlab.errors import UserError
 
     with pytest.raises(UserError, match="data.fold=10 is not valid; choose 0 to 9"):

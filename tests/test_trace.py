@@ -153,7 +153,7 @@ def test_nodes_and_phantom_volumes_name_rows_by_index(tmp_path):
 
 
 def test_graphs_name_rows_by_their_index_in_the_dataset(shared_data):
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import TUDataModule
 
     root = shared_data("TUDataset/MUTAG").parents[1]
     dm = TUDataModule(name="MUTAG", data_dir=str(root), fold=2)

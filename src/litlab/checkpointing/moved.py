@@ -21,7 +21,7 @@ MOVED = {
     "litlab.models.nets.resnet3d": "litlab.domains.medical3d.nets",
     "litlab.models.nets.unet3d": "litlab.domains.medical3d.nets",
     "litlab.data.graph": "litlab.domains.graph.data",
-    "litlab.data.tudataset": "litlab.domains.graph.tudataset",
+    "litlab.data.tudataset": "litlab.domains.graph.data",
     "litlab.models.graph": "litlab.domains.graph.module",
     "litlab.models.nets.gnn": "litlab.domains.graph.nets",
     "litlab.data.table": "litlab.domains.table.data",
@@ -65,6 +65,7 @@ MOVED = {
     "litlab.domains.vision.images": "litlab.domains.vision.data",
     "litlab.domains.graph.pyg_files": "litlab.domains.graph.data",
     "litlab.domains.medical3d.medmnist3d": "litlab.domains.medical3d.data",
+    "litlab.domains.graph.tudataset": "litlab.domains.graph.data",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -18,7 +18,7 @@ DOMAIN = Domain(
         "data.SBMDataModule",
         "data.PlanetoidDataModule",
         "data.KarateDataModule",
-        "tudataset.TUDataModule",
+        "data.TUDataModule",
     ),
     modules=("module.GNNClassifier",),
     nets=("nets.GNN",),
