@@ -44,7 +44,7 @@ ANNOTATED = [
     (["model=unet3d", "model.net.dropout=-0.1"], "a probability in [0, 1)"),
     (["model=resnet3d", "data=phantom_cls", "model.net.depth=11"], "10 | 18 | 34"),
 ]
-# bounds declared for the classes of other libraries (config.external.EXTERNAL), by class
+# bounds declared for the classes of other libraries (config.models.EXTERNAL), by class
 EXTERNAL = [
     (["model.scheduler.T_max=0"], "integer >= 1"),
     (

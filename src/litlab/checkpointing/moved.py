@@ -66,6 +66,7 @@ MOVED = {
     "litlab.domains.graph.pyg_files": "litlab.domains.graph.data",
     "litlab.domains.medical3d.medmnist3d": "litlab.domains.medical3d.data",
     "litlab.domains.graph.tudataset": "litlab.domains.graph.data",
+    "litlab.config.external": "litlab.config.models",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -25,7 +25,7 @@ FREE = ("hydra", "paths", "extras", "local")
 #: groups of `# @package _global_` files: a train config's keys
 GLOBAL = ("experiment", "debug", "hparams_search", "profiler")
 #: targets whose signatures are read (installed wherever litlab is); others (optional extras:
-#: loggers, SLURM, Flower) by what `config.external` knows of their name, so every machine
+#: loggers, SLURM, Flower) by what `config.models.EXTERNAL` knows of their name, so every machine
 #: writes the same schemas
 READ = ("litlab.", "torch.", "lightning.", "hydra_plugins.litlab")
 RESOLVED_LATER = {"type": "string", "pattern": r"^\?\?\?$|\$\{"}
