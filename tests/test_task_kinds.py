@@ -229,7 +229,7 @@ def test_a_kind_registered_twice_or_lacking_a_method_is_one_line_naming_the_clas
 
 def test_a_datamodule_of_another_kind_is_read_from_its_source():
     """Multiple inheritance and constants imported from litlab.tasks resolve statically."""
-    from litlab.tasks.static import _MISSING, _static
+    from litlab.tasks import _MISSING, _static
 
     seg = "litlab.domains.medical3d.data.PhantomSegmentationDataModule"
     assert _static(seg, "kind") == "volume_segmentation"
@@ -243,7 +243,7 @@ def test_a_datamodule_of_another_kind_is_read_from_its_source():
 def test_an_attribute_litlab_defines_is_read_without_importing_lightning_bases():
     """`inspects` of the default callbacks (litlab classes on Lightning's) comes from their
     source: a base of another package cannot declare it (issue 50: no Lightning import)."""
-    from litlab.tasks.static import _ABSENT, _MISSING, _static, declared
+    from litlab.tasks import _ABSENT, _MISSING, _static, declared
 
     progress = "litlab.callbacks.summary.ThrottledRichProgressBar"
     assert _static(progress, "inspects", outside=_ABSENT) is _ABSENT  # from the source alone

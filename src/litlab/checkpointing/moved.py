@@ -67,6 +67,7 @@ MOVED = {
     "litlab.domains.medical3d.medmnist3d": "litlab.domains.medical3d.data",
     "litlab.domains.graph.tudataset": "litlab.domains.graph.data",
     "litlab.config.external": "litlab.config.models",
+    "litlab.tasks.static": "litlab.tasks",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
