@@ -68,6 +68,7 @@ MOVED = {
     "litlab.domains.graph.tudataset": "litlab.domains.graph.data",
     "litlab.config.external": "litlab.config.models",
     "litlab.tasks.static": "litlab.tasks",
+    "litlab.profiling": "litlab.callbacks.summary",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

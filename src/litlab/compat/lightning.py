@@ -18,7 +18,7 @@
   property raises when not: the graph module outside a fit, e.g. export);
 - profilers' `_local_rank` and `_row_limit`; `Profiler._prepare_streams` / `_write_stream`,
   overridden by `PrintedReport` so that a report is printed too; `PyTorchProfiler._sort_by_key`,
-  the column its table sorts by (profiling);
+  the column its table sorts by (callbacks/summary);
 - `data_connector._get_distributed_sampler`: wrapped so that eval shards are not padded
   (utils/distributed);
 - `lightning.fabric.utilities.logger._convert_params` / `_flatten_dict`: MLflow's params as
