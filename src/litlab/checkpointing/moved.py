@@ -69,6 +69,7 @@ MOVED = {
     "litlab.config.external": "litlab.config.models",
     "litlab.tasks.static": "litlab.tasks",
     "litlab.profiling": "litlab.callbacks.summary",
+    "litlab.domains.segmentation2d.files": "litlab.domains.segmentation2d.slices",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -24,7 +24,6 @@ from litlab.data import splits
 from litlab.data.base import SplitDataModule, in_compute_dtype
 from litlab.data.splits import split_indices
 from litlab.domains.medical3d import nifti as N
-from litlab.domains.segmentation2d import files as F
 from litlab.domains.segmentation2d import slices as S
 from litlab.domains.segmentation2d.slices import pad_to
 from litlab.errors import UserError
@@ -211,7 +210,7 @@ class MaskFolderDataModule(SliceDataModule):
         images, masks = root / "images", root / "masks"
         if not images.is_dir() or not masks.is_dir():
             raise UserError(f"{key}.root={root} needs images/ and masks/ folders")
-        found = sorted(p for p in images.iterdir() if p.suffix.lower() in F.IMAGE_SUFFIXES)
+        found = sorted(p for p in images.iterdir() if p.suffix.lower() in S.IMAGE_SUFFIXES)
         if len(found) < 3:
             raise UserError(f"{key}.root={root}: {len(found)} images in images/; at least 3")
         pairs, classes = [], int(settings.get("num_classes", 3))
@@ -223,11 +222,11 @@ class MaskFolderDataModule(SliceDataModule):
             check_regular(
                 image, f"{key}.root={root}: images/{image.name}", "images/ holds image files"
             )
-            mask = F.mask_of(image, masks)
+            mask = S.mask_of(image, masks)
             if mask is None:
                 raise UserError(f"{image} has no mask: expected {masks / image.name}")
             check_regular(mask, f"{key}.root={root}: masks/{mask.name}", "masks/ holds image files")
-            shape, values = F.grey(image, size).shape, F.labels(mask)
+            shape, values = S.grey(image, size).shape, S.labels(mask)
             if tuple(values.shape) != tuple(shape):
                 raise UserError(
                     f"{mask} has shape {list(values.shape)}, its image {list(shape)}: a mask "
@@ -246,7 +245,7 @@ class MaskFolderDataModule(SliceDataModule):
     def load(self):
         items, self.shapes = [], []
         for image, mask in self.pairs:  # checked: whole labels below num_classes fit in 8 bits
-            x, y = F.grey(image), F.labels(mask).astype(np.uint8)
+            x, y = S.grey(image), S.labels(mask).astype(np.uint8)
             self.shapes.append(tuple(y.shape))
             x, y = pad_to(x[None, None], self.image_size), pad_to(y[None], self.image_size)
             items.append((torch.from_numpy(x), torch.from_numpy(y)))
