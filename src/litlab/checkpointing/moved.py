@@ -70,6 +70,7 @@ MOVED = {
     "litlab.tasks.static": "litlab.tasks",
     "litlab.profiling": "litlab.callbacks.summary",
     "litlab.domains.segmentation2d.files": "litlab.domains.segmentation2d.slices",
+    "litlab.runs.ddp_callback": "litlab.runs.ddp",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
