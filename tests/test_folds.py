@@ -130,7 +130,7 @@ def _write_nifti(root: Path, structures: list[int]) -> None:
 
 
 def test_nifti_folds_are_stratified_by_dominant_structure(tmp_path):
-    from litlab.data import splits as F
+    from litlab import data as F
     from litlab.domains.medical3d.data import NiftiDataModule
 
     structures = [1, 2] * 4 + [2]  # 4 volumes mostly label 1, 5 mostly label 2
@@ -215,7 +215,7 @@ def test_node_datasets_keep_their_fixed_split(name):
 
 
 def test_fold_without_num_folds_is_a_mistake():
-    from litlab.data import splits as F
+    from litlab import data as F
 
     F.check_fold({"num_folds": None, "fold": 0}, "data")
     with pytest.raises(UserError, match=r"^data.fold=2 needs k-fold .*data.num_folds=5"):

@@ -298,7 +298,7 @@ def test_an_unlabelled_training_image_is_refused_by_name(tmp_path):
 
 
 def test_a_split_smaller_than_the_classes_is_warned_about(caplog):
-    from litlab.data.splits import stratified_split
+    from litlab.data import stratified_split
 
     labels = [i % 10 for i in range(1000)]
     _, held = stratified_split(labels, 0.002, seed=0)

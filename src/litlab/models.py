@@ -114,7 +114,7 @@ class LitModule(L.LightningModule):
     def on_fit_start(self) -> None:
         """A training step that cannot fit in memory (images of the user's data.image_size):
         one line before it runs, from the datamodule that knows its items' size."""
-        from litlab.data.base import SplitDataModule
+        from litlab.data import SplitDataModule
 
         if isinstance(self.trainer.datamodule, SplitDataModule):  # not loaders given to fit
             self.trainer.datamodule.check_training_step(self.net, self.device)

@@ -71,6 +71,8 @@ MOVED = {
     "litlab.profiling": "litlab.callbacks.summary",
     "litlab.domains.segmentation2d.files": "litlab.domains.segmentation2d.slices",
     "litlab.runs.ddp_callback": "litlab.runs.ddp",
+    "litlab.data.base": "litlab.data",
+    "litlab.data.splits": "litlab.data",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")

@@ -12,7 +12,7 @@
   convolution and batch or instance norm, whose channels compression resizes
   (compression/prune);
 - a module's `_forward_hooks`, `_forward_pre_hooks`, `_backward_hooks`: emptied on a meta copy
-  of a net whose activations are counted (data/base), so that the hooks of the original
+  of a net whose activations are counted (litlab/data), so that the hooks of the original
   (the first-forward watch: runs/first_forward) do not run for the copy.
 """
 

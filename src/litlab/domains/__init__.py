@@ -1,6 +1,6 @@
 """The domains: what a researcher reads and changes, one folder each (a domain's datamodules,
 its LightningModule and its nets side by side, as a MONAI bundle or a torchtune model family
-keeps them), apart from the machinery they run on (litlab.data.base and litlab.models,
+keeps them), apart from the machinery they run on (litlab.data and litlab.models,
 recipes, checkpointing, export, serving). `make new-task NAME=x FROM=vision` copies one domain
 into `domains/x/` (docs/new_task.md).
 

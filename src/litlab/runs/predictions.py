@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
-from litlab.data.splits import write_split
+from litlab.data import write_split
 
 
 def write_csv(batches: list, path: Path, sources: dict[str, list] | None = None) -> int:

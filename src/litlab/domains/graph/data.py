@@ -42,9 +42,14 @@ from torch_geometric.datasets import Planetoid, TUDataset
 from torch_geometric.loader import DataLoader
 
 from litlab.bounds import Ge, Interval, NonNegInt, OptionalFraction, PosInt, Workers
-from litlab.data import splits
-from litlab.data.base import SplitDataModule, compute_dtype
-from litlab.data.splits import stratified_folds, stratified_split
+from litlab.data import (
+    SplitDataModule,
+    check_fold,
+    check_labels,
+    compute_dtype,
+    stratified_folds,
+    stratified_split,
+)
 from litlab.errors import UserError
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 from litlab.utils.files import fetching
@@ -352,7 +357,7 @@ class TUDataModule(GraphsInComputeDtype, SplitDataModule):
     Fold `fold` of a seeded stratified `num_folds`-fold split is the test set. `val_fraction`
     of the remaining graphs (stratified) validates; with `val_fraction: 0` the test fold is
     also the validation set: the protocol of Xu et al. (optimistic; see docs/graph.md).
-    `num_folds` means what it means on every datamodule (data/splits.py), but it defaults to 10
+    `num_folds` means what it means on every datamodule (litlab/data.py), but it defaults to 10
     and is never null here: k-fold is the published protocol of these benchmarks.
     """
 
@@ -381,7 +386,7 @@ class TUDataModule(GraphsInComputeDtype, SplitDataModule):
     def check_settings(cls, settings, key: str) -> None:
         """fold < num_folds <= the smallest class, from the raw labels when they are on disk
         (one integer a line; before any graph is read), else once the dataset is read."""
-        splits.check_fold(settings, key)
+        check_fold(settings, key)
         name = str(settings["name"])
         raw = Path(str(settings["data_dir"])) / "TUDataset" / name / "raw"
         labels = raw / f"{name}_graph_labels.txt"
@@ -389,7 +394,7 @@ class TUDataModule(GraphsInComputeDtype, SplitDataModule):
             found = np.loadtxt(labels, ndmin=1) if labels.is_file() else None
         except ValueError:  # not a label file: PyG's reading says so, in setup
             found = None
-        splits.check_labels(found, settings, key, name, "graphs")
+        check_labels(found, settings, key, name, "graphs")
 
     @cached_property
     def dataset(self):
@@ -407,7 +412,7 @@ class TUDataModule(GraphsInComputeDtype, SplitDataModule):
     def _check_folds(self, dataset) -> None:
         """Every test fold needs a graph of each class: num_folds <= the smallest class."""
         labels = dataset.y.view(-1).numpy()
-        splits.check_labels(labels, self.hparams, "data", self.hparams.name, "graphs")
+        check_labels(labels, self.hparams, "data", self.hparams.name, "graphs")
 
     @property
     def dims(self) -> dict:

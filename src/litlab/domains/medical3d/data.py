@@ -19,16 +19,23 @@ from torch.utils.data import TensorDataset
 
 from litlab import bounds
 from litlab.bounds import Fraction, Ge, NonNegFloat, NonNegInt, PatchSize, PosInt, Seed
-from litlab.data import splits
-from litlab.data.base import SplitDataModule, in_compute_dtype
-from litlab.data.splits import split_indices, write_split
+from litlab.data import (
+    FoldSettings,
+    NumFolds,
+    SplitDataModule,
+    in_compute_dtype,
+    settings_split,
+    split_indices,
+    volume_split,
+    write_split,
+)
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.medical3d import volumes as V
 from litlab.errors import UserError
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 
-class Medical3DDataModule(splits.FoldSettings, SplitDataModule):
+class Medical3DDataModule(FoldSettings, SplitDataModule):
     """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP.
 
     `num_folds=K fold=i`: fold i of a seeded K-fold split of the volumes tests (stratified by
@@ -45,7 +52,7 @@ class Medical3DDataModule(splits.FoldSettings, SplitDataModule):
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
         seed: Seed = 42,
-        num_folds: splits.NumFolds = None,
+        num_folds: NumFolds = None,
         fold: NonNegInt = 0,
         **kwargs,
     ):
@@ -99,7 +106,7 @@ class SegmentationDataModule(Medical3DDataModule):
         if h.num_folds is None:
             split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
         else:  # stratified by each volume's dominant structure; rare ones pooled
-            split = splits.volume_split([v["label"] for v in vols], h, self.data_name)
+            split = volume_split([v["label"] for v in vols], h, self.data_name)
         names = self.names or [f"case_{i:04d}" for i in range(len(vols))]
         self.split_sources = {k: [names[i] for i in v] for k, v in split.items()}
         self._write_split()
@@ -256,7 +263,7 @@ class ClassificationDataModule(Medical3DDataModule):
         if h.num_folds is None:
             split = split_indices(len(labels), h.val_fraction, h.test_fraction, h.seed)
         else:
-            split = splits.settings_split(labels.numpy(), h, self.data_name, "volumes")
+            split = settings_split(labels.numpy(), h, self.data_name, "volumes")
         self.split_sources = {k: [ids[i] for i in v] for k, v in split.items()}
         return {
             k: (images[torch.as_tensor(v)], labels[torch.as_tensor(v)]) for k, v in split.items()

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from litlab.data import splits
-from litlab.data.splits import split_indices
+from litlab.data import split_indices, volume_split
 from litlab.errors import UserError
 
 
@@ -115,7 +114,7 @@ def group_split(groups: list[str], label_maps, h) -> dict[str, list[int]]:
         split = split_indices(len(order), h.val_fraction, h.test_fraction, h.seed, "groups")
     else:
         maps = [np.concatenate([np.asarray(label_maps[i]).reshape(-1) for i in m]) for m in members]
-        split = splits.volume_split(maps, h, "data.group's groups")
+        split = volume_split(maps, h, "data.group's groups")
     return {k: sorted(i for g in v for i in members[g]) for k, v in split.items()}
 
 

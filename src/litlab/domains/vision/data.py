@@ -15,10 +15,16 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
-from litlab.data import base as memory
-from litlab.data import splits
-from litlab.data.base import SplitDataModule, in_compute_dtype
-from litlab.data.splits import stratified_split
+from litlab.data import (
+    FoldSettings,
+    NumFolds,
+    SplitDataModule,
+    check_fits,
+    check_step_memory,
+    in_compute_dtype,
+    settings_split,
+    stratified_split,
+)
 from litlab.errors import UserError, one_line
 from litlab.tasks import IMAGE_CLASSIFICATION
 from litlab.utils.files import check_regular
@@ -93,11 +99,11 @@ LEFT = "samples left after the test split (data.test_fraction)"
 BATCH_COPIES = 4
 
 
-class VisionDataModule(splits.FoldSettings, SplitDataModule):
+class VisionDataModule(FoldSettings, SplitDataModule):
     """Shared split/transform/loader logic; subclasses only say how to read their images.
 
     `num_folds=K fold=i` pools every labelled image (official test split included) and makes
-    fold i of a seeded stratified K-fold split the test set (data/splits.py).
+    fold i of a seeded stratified K-fold split the test set (litlab/data.py).
     """
 
     kind = IMAGE_CLASSIFICATION
@@ -117,7 +123,7 @@ class VisionDataModule(splits.FoldSettings, SplitDataModule):
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         seed: Seed = 42,
-        num_folds: splits.NumFolds = None,
+        num_folds: NumFolds = None,
         fold: NonNegInt = 0,
         **kwargs,
     ):
@@ -183,7 +189,7 @@ class VisionDataModule(splits.FoldSettings, SplitDataModule):
         if test is not None:
             images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
             ids = [*ids, *test_ids]
-        split = splits.settings_split(labels.numpy(), self.hparams, self.data_name, "images")
+        split = settings_split(labels.numpy(), self.hparams, self.data_name, "images")
         self.train_set, self.val_set, self.test_set = (
             TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
         )
@@ -265,7 +271,7 @@ class ImageFolderDataModule(VisionDataModule):
         self.num_classes = len(self.classes)
 
     def check_training_step(self, net, device) -> None:
-        memory.check_step_memory(net, self, device)  # data.image_size is the user's
+        check_step_memory(net, self, device)  # data.image_size is the user's
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
@@ -273,7 +279,7 @@ class ImageFolderDataModule(VisionDataModule):
         cls.class_folders(root, key)
         size, batch = int(settings.get("image_size", 64)), int(settings.get("batch_size", 128))
         channels = int(settings.get("channels", 3))
-        memory.check_fits(
+        check_fits(
             batch * channels * size * size * BATCH_COPIES * 4,
             f"{key}.image_size={size}: batches of {batch} images of {channels}x{size}x{size}",
             f"lower {key}.image_size or {key}.batch_size",
@@ -351,7 +357,7 @@ class ImageFolderDataModule(VisionDataModule):
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set
         elif h.num_folds is not None:
-            split = splits.settings_split(train.targets, h, str(self.root), "images")
+            split = settings_split(train.targets, h, str(self.root), "images")
             self.train_set, self.val_set, self.test_set = (
                 Subset(train, split[s].tolist()) for s in ("train", "val", "test")
             )
