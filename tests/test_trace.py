@@ -180,13 +180,13 @@ def _predict(dm, out):
     """eval.py's predict and write, on an untrained 2D U-Net, into `out`."""
     import lightning as L
 
-    from litlab.runs import predictions
+    from litlab.runs.summary import write_csv
 
     model = _segmenter(dm.num_classes)
     model.output_dir = out
     trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
     batches = trainer.predict(model, datamodule=dm)
-    predictions.write_csv(batches, out / "predictions.csv", dm.sources(dm.predict_split))
+    write_csv(batches, out / "predictions.csv", dm.sources(dm.predict_split))
     return pd.read_csv(out / "predictions.csv")
 
 

@@ -39,9 +39,8 @@ def train_and_test(cfg: DictConfig) -> RunResult:
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
         from litlab.runs import first_forward, tuning
-        from litlab.runs import predictions as split_file
         from litlab.runs import summary as report
-        from litlab.runs.predictions import SplitFile
+        from litlab.runs.summary import SplitFile
 
         report.apply_extras(cfg)
         L.seed_everything(cfg.seed, workers=True)
@@ -53,7 +52,7 @@ def train_and_test(cfg: DictConfig) -> RunResult:
         # load_run rebuild the run from it), the DDP ranks joining the Trainer
         stored = RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True), made_with)
         # and each item's split, by its source, in data_split.json once the data is split
-        split = SplitFile(Path(cfg.paths.output_dir) / split_file.NAME)
+        split = SplitFile(Path(cfg.paths.output_dir) / report.NAME)
         trainer = build.trainer(cfg, extra_callbacks=[stored, ranks.callback(), split])
         report.log_hyperparameters(cfg, model, trainer)
 

@@ -73,6 +73,7 @@ MOVED = {
     "litlab.runs.ddp_callback": "litlab.runs.ddp",
     "litlab.data.base": "litlab.data",
     "litlab.data.splits": "litlab.data",
+    "litlab.runs.predictions": "litlab.runs.summary",
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
