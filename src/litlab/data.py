@@ -232,6 +232,7 @@ def check_step_memory(net, dm, device) -> None:
     )
 
 
+# ---------------------------------------------------------------- splits
 def stratified_split(
     labels, fraction: float, seed: int, key: str = "split fraction", pool: str = "samples"
 ) -> tuple[np.ndarray, np.ndarray]:

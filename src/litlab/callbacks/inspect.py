@@ -151,6 +151,7 @@ class SamplePredictions(TaskCallback):
         save_figure(trainer, figure.draw(trainer), "samples", tight=getattr(figure, "tight", True))
 
 
+# ------------------------------------------------------------- confusion
 class ConfusionMatrix(TaskCallback):
     """Counts are torchmetrics' (synced across DDP ranks), so the test matrix sums to the test
     set and its diagonal over the total equals `test/acc`. Rows are true classes."""
@@ -292,6 +293,7 @@ def plot_confusion(counts: torch.Tensor, split: str):
     return fig
 
 
+# ------------------------------------------------------------ embeddings
 class Embeddings(TaskCallback):
     inspects = "embeddings"
 
@@ -383,6 +385,7 @@ def projector(trainer, feats: torch.Tensor, labels: torch.Tensor) -> None:
 ALPHA = 0.45  # the heatmap's weight over the input
 
 
+# --------------------------------------------------------------- gradcam
 def last_conv(net: nn.Module) -> nn.Module:
     convs = [m for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d))]
     if not convs:
@@ -466,6 +469,7 @@ def overlays(x: torch.Tensor, heat: torch.Tensor, y: torch.Tensor, pred: torch.T
     return mosaic(panels, labels, inches=1.6)
 
 
+# ------------------------------------------------------------ histograms
 def outliers(norms: dict[str, float], ratio: float) -> tuple[list[str], list[str], float]:
     """(vanishing, exploding) layer names against the median norm, and the median."""
     median = float(torch.tensor(list(norms.values())).median())

@@ -143,6 +143,7 @@ class LearningRateMonitor(_LightningMonitor):
 log = logging.getLogger(__name__)
 
 
+# ------------------------------------------------------------- profilers
 class PrintedSimpleProfiler(PrintedReport, SimpleProfiler):
     """Time per Lightning hook (mean, count, total, share of the run)."""
 

@@ -469,6 +469,7 @@ def _folders(record: Path, cwd: str = "") -> dict:
     return found
 
 
+# ------------------------------------------------------- callback states
 # the file paths of ModelCheckpoint's state (and the keys of its `best_k_models`)
 STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
 

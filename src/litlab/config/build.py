@@ -117,6 +117,7 @@ def trainer(cfg: DictConfig, extra_callbacks=()):
         return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
 
+# ------------------------------------------------------------ strategies
 def _on_gpu(accelerator: str) -> bool:
     if accelerator in ("gpu", "cuda"):
         return True

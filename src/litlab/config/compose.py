@@ -37,6 +37,7 @@ def compose(config_name: str = "train", overrides=(), output_dir: str | Path | N
     return cfg
 
 
+# ---------------------------------------------------------------- errors
 QUOTING = (
     "quote a value with spaces or other characters than letters, digits and _-./: "
     "'key=\"my value\"' (the outer quotes are for the shell)"

@@ -198,6 +198,7 @@ def import_target(target_name: str):
         raise UserError(f"._target_={target_name} cannot be imported: {one_line(err)}") from None
 
 
+# ------------------------------------------------------- other libraries
 _BATCHES = Annotated[
     Annotated[float, at.Interval(ge=0, le=1)] | NonNegInt,
     "a fraction in [0, 1] or a number of batches >= 0",

@@ -224,6 +224,7 @@ def record_provenance(cfg: DictConfig, datamodule, typed: dict | None = None) ->
     return {k: record[k] for k in ("code", "packages")}
 
 
+# ----------------------------------------------------------- predictions
 def write_csv(batches: list, path: Path, sources: dict[str, list] | None = None) -> int:
     """Concatenate predict_step's dicts of per-sample tensors (or lists of strings), put the
     source columns after `index` (the row's position in the split), and write them; returns

@@ -77,6 +77,7 @@ def kinds_of_model(target: str, key: str = "model") -> tuple[str, ...]:
     return tuple(class_attribute(target, "kinds", key))
 
 
+# ---------------------------------------------------------- static reads
 _MISSING = object()  # the source does not say: import the class
 _ABSENT = object()  # the source says the class and its bases do not declare it
 

@@ -226,6 +226,7 @@ def registered() -> dict[str, Kind]:
     return _REGISTRY
 
 
+# --------------------------------------------------------------- outputs
 class Classes:
     """Class scores out (per sample, per node, per graph): probabilities by softmax, the most
     probable class by name."""

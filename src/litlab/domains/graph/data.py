@@ -351,6 +351,7 @@ class KarateDataModule(NodeDataModule):
         return data
 
 
+# -------------------------------------------------- graph classification
 class TUDataModule(GraphsInComputeDtype, SplitDataModule):
     """TU Dortmund graph classification benchmarks (MUTAG, PROTEINS, ENZYMES...), mini-batched.
 

@@ -309,6 +309,7 @@ class PhantomClassificationDataModule(PhantomDataModule, ClassificationDataModul
         return self.split(torch.stack(images), torch.tensor(labels), ids)
 
 
+# -------------------------------------------------------------- medmnist
 class MedMNIST3DDataModule(ClassificationDataModule):
     """MedMNIST v2 3D sets (`flag`: organmnist3d, nodulemnist3d, adrenalmnist3d,
     fracturemnist3d, vesselmnist3d, synapsemnist3d) with their official splits, or k-fold

@@ -59,6 +59,7 @@ def _resnet3d_narrowed(net: dict, scale: float) -> dict:
 resnet3d.narrowed = _resnet3d_narrowed
 
 
+# ------------------------------------------------------------------ unet
 def unet3d(
     in_channels: int,
     num_classes: int,

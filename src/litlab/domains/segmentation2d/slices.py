@@ -118,6 +118,7 @@ def group_split(groups: list[str], label_maps, h) -> dict[str, list[int]]:
     return {k: sorted(i for g in v for i in members[g]) for k, v in split.items()}
 
 
+# ---------------------------------------------------------- mask folders
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 #: an image's mask is `masks/<its name>`, else `masks/<its stem><one of these>` (a photo's
 #: mask is a PNG beside a JPEG)

@@ -30,6 +30,7 @@ from litlab.tasks import IMAGE_CLASSIFICATION
 from litlab.utils.files import check_regular
 
 
+# ---------------------------------------------------------------- images
 def random_affine(
     x: torch.Tensor,
     degrees: float = 0.0,
@@ -93,6 +94,7 @@ def read_image(path: str, header_only: bool = False):
         ) from None
 
 
+# ----------------------------------------------------------- datamodules
 LEFT = "samples left after the test split (data.test_fraction)"
 #: float32 copies of a batch held at once (decoded, scaled, augmented, normalized) and the
 #: batches the loader prepares ahead

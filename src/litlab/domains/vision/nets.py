@@ -67,6 +67,7 @@ class SmallCNN(nn.Module):
         return self.head(self.features(x))
 
 
+# ---------------------------------------------------------------- resnet
 def resnet18(
     in_channels: int,
     num_classes: int,
