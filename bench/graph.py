@@ -68,7 +68,7 @@ class HandWritten:
         from torch_geometric.datasets import Planetoid
         from torch_geometric.transforms import NormalizeFeatures
 
-        from litlab.domains.graph.nets.gnn import GNN
+        from litlab.domains.graph.nets import GNN
 
         torch.manual_seed(0)
         self.data = Planetoid(str(data_dir / "Planetoid"), "Cora", transform=NormalizeFeatures())[0]
@@ -157,7 +157,7 @@ def plain_lightning_pairs(experiment: str, data_dir: Path, epochs: int, quick=Fa
     import torch
     import torch.nn.functional as F
 
-    from litlab.domains.graph.nets.gnn import GNN
+    from litlab.domains.graph.nets import GNN
 
     settings = dict(NETS[experiment])
     lr = settings.pop("lr")

@@ -32,7 +32,7 @@ class ManualLoop:
         import torch
 
         from litlab.domains.vision.data import DigitsDataModule
-        from litlab.domains.vision.nets.cnn import SmallCNN
+        from litlab.domains.vision.nets import SmallCNN
 
         self.dm = DigitsDataModule(batch_size=batch_size)
         self.dm.setup()
@@ -102,7 +102,7 @@ def plain_lightning_pairs(epochs: int, batch_size: int) -> list[tuple[float, flo
     import torch.nn.functional as F
 
     from litlab.domains.vision.data import DigitsDataModule
-    from litlab.domains.vision.nets.cnn import SmallCNN
+    from litlab.domains.vision.nets import SmallCNN
 
     class Minimal(L.LightningModule):
         def __init__(self, dims):

@@ -4,7 +4,7 @@ Writes <path>/report.html, one self-contained page (no network needed to open it
 its learning curves, final metrics, inspect pictures, config and provenance; for a sweep, its
 jobs, the objective per job, settings against the objective, Optuna's parameter importance
 (a search) and the comparison of groups of replicas. A sweep writes its own at the end.
-The recipe is `litlab.recipes.report.report` (docs/report.md).
+The recipe is `litlab.recipes.report` (docs/report.md).
 """
 
 from omegaconf import DictConfig
@@ -14,7 +14,7 @@ from litlab import cli
 
 @cli.main("report")
 def main(cfg: DictConfig) -> None:
-    from litlab.recipes.report import report
+    from litlab.recipes import report
 
     report(cfg)
 

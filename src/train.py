@@ -5,7 +5,7 @@
     python src/train.py experiment=NAME           # a combination from configs/experiment/
     python src/train.py -m model.optimizer.lr=1e-3,1e-2   # a sweep (multirun)
 
-The recipe is `litlab.recipes.train.train_and_test` (also `litlab.train([...])` from Python). Only Hydra
+The recipe is `litlab.recipes.train_and_test` (also `litlab.train([...])` from Python). Only Hydra
 and OmegaConf are imported before the command line is parsed: `--help` and `--cfg job` stay fast.
 """
 
@@ -16,7 +16,7 @@ from litlab import cli
 
 @cli.main("train")
 def main(cfg: DictConfig) -> float | None:
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     return train_and_test(cfg).metrics.get(cfg.get("optimized_metric"))  # the objective of sweepers
 

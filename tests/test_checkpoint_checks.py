@@ -193,7 +193,9 @@ def _with_old_names(tiny, tmp_path):
 
     ckpt = torch.load(tiny[1], weights_only=True)
     ckpt[C]["data"]["data_dir"] = ckpt[C]["paths"]["data_dir"]
-    old = {new: old for old, new in MOVED.items()}
+    old = {}
+    for before, now in MOVED.items():  # the first name each module had
+        old.setdefault(now, before)
     for node in (ckpt[C]["data"], ckpt[C]["model"], ckpt[C]["model"]["net"]):
         module, _, name = node["_target_"].rpartition(".")
         node["_target_"] = f"{old.get(module, module)}.{name}"
@@ -207,7 +209,7 @@ def test_a_checkpoint_naming_the_modules_before_the_domains_moved_still_loads(ti
 
     run = load_run(_with_old_names(tiny, tmp_path))
     assert type(run.model).__module__ == "litlab.domains.vision.module"
-    assert type(run.model.net).__module__ == "litlab.domains.vision.nets.cnn"
+    assert type(run.model.net).__module__ == "litlab.domains.vision.nets"
 
 
 def test_only_whole_moved_modules_are_renamed():
@@ -226,7 +228,7 @@ def test_only_whole_moved_modules_are_renamed():
         "model": {"_target_": "litlab.domains.vision.module.ImageClassifier"},
         "data": {"_target_": "litlab.data.visionx.Digits"},
         "net": {
-            "base_target": "litlab.domains.vision.nets.cnn.SmallCNN",
+            "base_target": "litlab.domains.vision.nets.SmallCNN",
             "x": [{"_target_": "os.system"}],
         },
         "deep": {"_target_": "litlab.data.vision.evil.Thing"},

@@ -13,7 +13,7 @@ from helpers.runs import ROOT, run_in_process
 from litlab.compression import distill, prune
 from litlab.compression import prune as resize
 from litlab.config.compose import compose
-from litlab.domains.vision.nets.cnn import SmallCNN
+from litlab.domains.vision.nets import SmallCNN
 from litlab.errors import UserError
 
 FAST = ["extras.print_config=false", "callbacks.rich_progress_bar=null", "report.budget_s=0.2"]
@@ -29,7 +29,7 @@ def test_a_student_just_over_the_bound_is_narrowed_just_under_it():
         a, b = model["net"]["channels"]
         return a * b + 100
 
-    net = {"_target_": "litlab.domains.vision.nets.cnn.SmallCNN"}
+    net = {"_target_": "litlab.domains.vision.nets.SmallCNN"}
     teacher = {"net": {**net, "channels": [32, 64]}}
     given = {"net": {**net, "channels": [16, 32]}}
     assert 0.25 < count(given) / count(teacher) < 0.3

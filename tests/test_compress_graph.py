@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from litlab.domains.graph.nets import prune as graph_prune
-from litlab.domains.graph.nets.gnn import GNN
+from litlab.domains.graph import prune as graph_prune
+from litlab.domains.graph.nets import GNN
 from litlab.errors import UserError
 
-GNN_TARGET = "litlab.domains.graph.nets.gnn.GNN"
+GNN_TARGET = "litlab.domains.graph.nets.GNN"
 NODE, GRAPH = "node_classification", "graph_classification"
 
 
@@ -293,7 +293,7 @@ def test_a_default_gnn_student_starts_from_its_teachers_strongest_channels():
     from litlab.compression.steps import Stage, inherit_channels
 
     torch.manual_seed(0)
-    cfg = {"_target_": "litlab.domains.graph.nets.gnn.GNN", "in_channels": 12, "num_classes": 3}
+    cfg = {"_target_": "litlab.domains.graph.nets.GNN", "in_channels": 12, "num_classes": 3}
     teacher_net = GNN(12, 3, hidden_channels=8, dropout=0.5)
     teacher = Stage(
         "original", torch.nn.Module(), {"model": {"net": {**cfg, "hidden_channels": 8}}}

@@ -26,7 +26,7 @@ SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=1", "report.onnx=f
 
 
 def _unet(channels=(8, 16, 32)):
-    from litlab.domains.medical3d.nets.unet3d import unet3d
+    from litlab.domains.medical3d.nets import unet3d
 
     torch.manual_seed(0)
     return unet3d(1, 3, channels=list(channels), strides=[2] * (len(channels) - 1), num_res_units=1)
@@ -47,7 +47,7 @@ def test_unet3d_channels_are_pruned_across_its_skip_connections_and_rebuilt():
     assert modules["model.2.0.conv"].out_channels == 3 and net(x).shape == (2, 3, 8, 8, 8)
     base = {"channels": [8, 16, 32], "strides": [2, 2], "num_res_units": 1}
     cfg = prune.pruned_net_config(
-        {"_target_": "litlab.domains.medical3d.nets.unet3d.unet3d", **base}, shapes
+        {"_target_": "litlab.domains.medical3d.nets.unet3d", **base}, shapes
     )
     assert json.loads(json.dumps(cfg)) == cfg  # plain values: weights_only checkpoints
     rebuilt = resize.resized_net(
@@ -356,6 +356,6 @@ def test_default_unet3d_student_keeps_90_percent_of_a_small_teacher_and_eval_rep
     assert student["params"] <= 0.25 * teacher["params"]
     assert student["test/dice"] >= 0.9 * teacher["test/dice"], stages
     stored = torch.load(run / "1_distill.ckpt", weights_only=True)["litlab_config"]
-    assert stored["model"]["net"]["_target_"] == "litlab.domains.medical3d.nets.unet3d.unet3d"
+    assert stored["model"]["net"]["_target_"] == "litlab.domains.medical3d.nets.unet3d"
     dice = _evaluated_dice(cli, logs, run / "1_distill.ckpt")
     assert dice == pytest.approx(student["test/dice"], abs=1e-4)

@@ -91,7 +91,7 @@ def test_multirun_ddp_gives_one_dir_per_job_and_identical_rank_params(ddp_sweep)
 def test_ddp_test_metrics_equal_single_process(ddp_sweep, tmp_path, job):
     """Same weights (each job's checkpoint), same split: the DDP job's test metrics equal one
     process's (here, in process), exactly for counts (no duplicates from sampler padding)."""
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     _, logs, _ = ddp_sweep
     run = next((logs / "train" / "multiruns").iterdir()) / job
@@ -193,7 +193,7 @@ def test_ddp_per_domain_metrics_equal_single_process(domain, tmp_path):
     (this one: no second interpreter start)."""
     from helpers.masks import mask_folder
 
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     masks = mask_folder(tmp_path / "masks", count=20) if "data=masks" in domain else None
     domain = [o.format(masks=masks) for o in domain]

@@ -43,7 +43,7 @@ def test_dirichlet_skew_follows_alpha():
 
 def test_partition_items_of_each_domain(shared_data):
     """Digits images, phantom volumes and whole MUTAG graphs: labels read, items partitioned."""
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import TUDataModule
     from litlab.domains.medical3d.data import PhantomClassificationDataModule
     from litlab.domains.vision.data import DigitsDataModule
 

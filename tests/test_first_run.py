@@ -80,7 +80,7 @@ def test_summary_csv_has_a_column_per_override_and_marks_logged_values(tmp_path)
 @pytest.mark.slow  # MONAI's import and a sliding-window pass: ~10 s of CPU
 def test_unet3d_predictions_use_the_case_ids_of_the_mask_files(tmp_path):
     from litlab.config import build
-    from litlab.runs import predictions
+    from litlab.runs.summary import write_csv
 
     cfg = compose(
         "train",
@@ -101,7 +101,7 @@ def test_unet3d_predictions_use_the_case_ids_of_the_mask_files(tmp_path):
     model.mask_dir = tmp_path / "masks"
     dm.setup("test")
     batches = [model.predict_step(b, i) for i, b in enumerate(dm.test_dataloader())]
-    predictions.write_csv(batches, tmp_path / "predictions.csv")
+    write_csv(batches, tmp_path / "predictions.csv")
     with open(tmp_path / "predictions.csv") as f:
         cases = [row["case"] for row in csv.DictReader(f)]
     masks = sorted(p.name.removesuffix(".nii.gz") for p in Path(tmp_path / "masks").iterdir())

@@ -130,7 +130,7 @@ def _write_nifti(root: Path, structures: list[int]) -> None:
 
 
 def test_nifti_folds_are_stratified_by_dominant_structure(tmp_path):
-    from litlab.data import splits as F
+    from litlab import data as F
     from litlab.domains.medical3d.data import NiftiDataModule
 
     structures = [1, 2] * 4 + [2]  # 4 volumes mostly label 1, 5 mostly label 2
@@ -175,7 +175,7 @@ def test_medmnist3d_folds_pool_the_official_splits(tmp_path):
     pytest.importorskip("medmnist")
     from helpers.datafiles import write_medmnist_npz
 
-    from litlab.domains.medical3d.medmnist3d import MedMNIST3DDataModule
+    from litlab.domains.medical3d.data import MedMNIST3DDataModule
 
     write_medmnist_npz(tmp_path / "nodulemnist3d.npz")
     folds = []
@@ -193,7 +193,7 @@ def test_medmnist3d_folds_pool_the_official_splits(tmp_path):
 
 
 def test_tu_fold_count_is_refused_from_the_raw_labels_before_reading_graphs(shared_data):
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import TUDataModule
 
     data = shared_data("TUDataset/MUTAG").parents[1]
     settings = {"name": "MUTAG", "data_dir": str(data), "fold": 0, "num_folds": 64}
@@ -215,7 +215,7 @@ def test_node_datasets_keep_their_fixed_split(name):
 
 
 def test_fold_without_num_folds_is_a_mistake():
-    from litlab.data import splits as F
+    from litlab import data as F
 
     F.check_fold({"num_folds": None, "fold": 0}, "data")
     with pytest.raises(UserError, match=r"^data.fold=2 needs k-fold .*data.num_folds=5"):

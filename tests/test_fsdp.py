@@ -1,5 +1,5 @@
 """trainer=fsdp on the CPU: 2 processes over gloo, torch's FSDP2 through Lightning's
-ModelParallelStrategy (torch 2.14's FSDP1 refuses a CPU: litlab/config/strategies.py). It
+ModelParallelStrategy (torch 2.14's FSDP1 refuses a CPU: litlab/config/build.py). It
 trains, stops on SIGTERM with last.ckpt, resumes to the same result as an uninterrupted run,
 and its one-file checkpoint tests alike in one process (eval.py, load_run)."""
 
@@ -26,7 +26,7 @@ def test_fsdp_on_a_cpu_is_fsdp2_over_two_gloo_processes(tmp_path):
     fp32, whole-file checkpoints; the GPU route keeps Lightning's FSDPStrategy."""
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
-    from litlab.config import build, strategies
+    from litlab.config import build
 
     cfg = compose("train", ["trainer=fsdp", *QUIET], output_dir=tmp_path)
     assert cfg.trainer.devices == 2 and cfg.trainer.precision == "32-true"
@@ -34,7 +34,7 @@ def test_fsdp_on_a_cpu_is_fsdp2_over_two_gloo_processes(tmp_path):
     assert isinstance(strategy, ModelParallelStrategy)
     assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (2, 1)
     assert not strategy._save_distributed_checkpoint
-    assert isinstance(strategies.fsdp(accelerator="gpu"), FSDPStrategy)
+    assert isinstance(build.fsdp(accelerator="gpu"), FSDPStrategy)
 
 
 def val_rows(run) -> list[int]:
@@ -44,7 +44,7 @@ def val_rows(run) -> list[int]:
 
 @pytest.mark.slow  # three 2-process runs: ~4-6 min on 2 loaded cores
 def test_fsdp_on_cpu_trains_stops_and_resumes_like_an_uninterrupted_run(tmp_path):
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     env = {**probe_env(), "OMP_NUM_THREADS": "1"}
     run_cli("train.py", *FSDP, log_dir=tmp_path / "whole", env=env, timeout=600)

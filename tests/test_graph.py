@@ -26,8 +26,7 @@ def test_model_gnn_selects_graph_data_and_data_wins(tmp_path):
     assert cfg.data._target_ == "litlab.domains.graph.data.SBMDataModule"
     cfg = compose("train", ["model=gin", "data=mutag"], output_dir=tmp_path)
     assert (
-        cfg.data._target_ == "litlab.domains.graph.tudataset.TUDataModule"
-        and cfg.data.name == "MUTAG"
+        cfg.data._target_ == "litlab.domains.graph.data.TUDataModule" and cfg.data.name == "MUTAG"
     )
 
 
@@ -127,7 +126,7 @@ def test_gin_mutag_folds_beat_the_majority_class(cli, shared_data, tmp_path):
 
 def test_folds_partition_mutag(shared_data):
     """Ten test folds cover every graph once; validation never overlaps the test fold."""
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import TUDataModule
 
     data = shared_data("TUDataset/MUTAG").parents[1]
     seen = []
@@ -145,7 +144,7 @@ def test_folds_partition_mutag(shared_data):
     ("module", "collection", "name"),
     [
         ("data.PlanetoidDataModule", "Planetoid", "Cora"),
-        ("tudataset.TUDataModule", "TUDataset", "MUTAG"),
+        ("data.TUDataModule", "TUDataset", "MUTAG"),
     ],
 )
 def test_a_read_only_raw_folder_is_read_and_nothing_is_written_in_it(
@@ -159,7 +158,7 @@ def test_a_read_only_raw_folder_is_read_and_nothing_is_written_in_it(
 
     from helpers.runs import fingerprint, require_shared
 
-    from litlab.domains.graph.pyg_files import pyg_cache
+    from litlab.domains.graph.data import pyg_cache
 
     data = tmp_path / "data"
     shutil.copytree(require_shared(f"{collection}/{name}"), data / collection / name)
@@ -188,8 +187,7 @@ def test_a_data_dir_where_no_cache_can_be_made_is_one_line(tmp_path, monkeypatch
     says where PyG's processed files go and what to point paths.data_dir at."""
     from pathlib import Path
 
-    from litlab.domains.graph.data import PlanetoidDataModule
-    from litlab.domains.graph.pyg_files import pyg_cache
+    from litlab.domains.graph.data import PlanetoidDataModule, pyg_cache
     from litlab.errors import UserError
 
     cache, mkdir = pyg_cache(tmp_path, "Planetoid"), Path.mkdir
@@ -212,8 +210,7 @@ def test_a_data_dir_where_no_cache_can_be_made_is_one_line(tmp_path, monkeypatch
 
 
 def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
-    from litlab.domains.graph.data import PlanetoidDataModule
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import PlanetoidDataModule, TUDataModule
     from litlab.errors import UserError
 
     with pytest.raises(UserError, match="data.fold=10 is not valid; choose 0 to 9"):
@@ -227,7 +224,7 @@ def test_bad_fold_and_missing_pubmed_are_user_errors(tmp_path):
 def test_every_net_gives_class_scores(conv, task):
     import torch
 
-    from litlab.domains.graph.nets.gnn import GNN
+    from litlab.domains.graph.nets import GNN
 
     net = GNN(
         5,
@@ -272,7 +269,7 @@ def test_gat_value_dropout_drops_projected_features_per_node_only_in_training(mo
     import torch
     from torch_geometric.nn import GATConv
 
-    from litlab.domains.graph.nets.gnn import _GATConv
+    from litlab.domains.graph.nets import _GATConv
 
     x, edge_index = torch.randn(40, 6), torch.randint(0, 40, (2, 120))
     torch.manual_seed(0)
@@ -304,7 +301,7 @@ def test_feature_dropout_positions_follow_the_tensor():
     must never reuse another tensor's (or a stale) positions."""
     import torch
 
-    from litlab.domains.graph.nets.gnn import _nonzero
+    from litlab.domains.graph.nets import _nonzero
 
     a, b = torch.zeros(5, 4), torch.zeros(5, 4)
     a[0, 1] = b[3, 2] = 1.0

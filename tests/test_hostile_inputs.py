@@ -177,8 +177,8 @@ def test_a_training_step_that_cannot_fit_in_memory_is_refused_before_it_runs(bat
 
     import torch
 
-    from litlab.data.base import check_step_memory
-    from litlab.domains.segmentation2d.nets.unet2d import unet2d
+    from litlab.data import check_step_memory
+    from litlab.domains.segmentation2d.nets import unet2d
 
     dm = SimpleNamespace(
         hparams=SimpleNamespace(batch_size=batch), image_size=side, channels=1, shapes=[(32, 32)]
@@ -196,7 +196,7 @@ def test_counting_a_steps_memory_leaves_the_nets_own_hooks_alone():
     """The meta copy carries the net's hooks (the first-forward watch): they never run for it."""
     import torch
 
-    from litlab.data.base import saved_bytes
+    from litlab.data import saved_bytes
     from litlab.runs.first_forward import _Watch
 
     net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU())

@@ -69,7 +69,7 @@ def _cell(value) -> str:
 
 def standardized(dm):
     """The training rows' features as the net sees them (its first op), float32."""
-    from litlab.domains.table.nets.mlp import TableMLP
+    from litlab.domains.table.nets import TableMLP
 
     net = TableMLP(**dm.dims)
     dm.setup()
@@ -358,7 +358,7 @@ def test_image_size_is_checked_against_the_nets_strides_before_training(tmp_path
 def test_what_the_data_would_take_in_memory_is_checked_against_the_machine(tmp_path, monkeypatch):
     from litlab.domains.vision.data import ImageFolderDataModule
 
-    monkeypatch.setattr("litlab.data.base.budget", lambda: 2**30)  # a machine of 2 GiB
+    monkeypatch.setattr("litlab.data.budget", lambda: 2**30)  # a machine of 2 GiB
     root = folder(tmp_path, count=24)
     assert mask_refusal(root, image_size=4096) == (
         "data.image_size=4096 pads each of the 24 images to 4096x4096: they take 3.8 GiB in "
@@ -419,7 +419,7 @@ def test_nifti_slices_that_would_not_fit_in_memory_are_refused_from_the_headers(
         for folder in ("imagesTr", "labelsTr"):
             volume = nib.Nifti1Image(np.zeros((8, 8, 5), np.float32), np.eye(4))
             nib.save(volume, tmp_path / folder / f"case_{i}.nii.gz")
-    monkeypatch.setattr("litlab.data.base.budget", lambda: 2**30)
+    monkeypatch.setattr("litlab.data.budget", lambda: 2**30)
     monkeypatch.setattr("litlab.domains.medical3d.nifti.read_nifti", lambda p: pytest.fail(p))
     dm = Hippocampus2DDataModule(str(tmp_path), image_size=4096)
     assert one_line(dm.load).startswith(

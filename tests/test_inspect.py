@@ -266,7 +266,7 @@ def test_lr_finder_settings_that_cannot_give_a_curve_are_one_line(overrides, lin
     search that could not say anything."""
     from helpers.refusals import refused
 
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     message, _ = refused("train", ["tune=lr", *overrides], train_and_test, tmp_path / "logs")
     assert line in message, message
@@ -334,7 +334,7 @@ def test_vanishing_gradient_is_named_in_one_warning_line(tmp_path, caplog):
     import torch
     from torch import nn
 
-    from litlab.callbacks.inspect.histograms import WeightGradHistograms
+    from litlab.callbacks.inspect import WeightGradHistograms
 
     net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4))
     for p in net.parameters():

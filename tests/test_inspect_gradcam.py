@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from litlab.callbacks.inspect.gradcam import gradcam
+from litlab.callbacks.inspect import gradcam
 
 
 class BrightSquares(L.LightningDataModule):
@@ -43,7 +43,7 @@ def inside_outside(heat: torch.Tensor, masks: torch.Tensor) -> tuple[float, floa
 
 def test_gradcam_2d_looks_at_the_bright_square():
     from litlab.domains.vision.module import ImageClassifier
-    from litlab.domains.vision.nets.cnn import SmallCNN
+    from litlab.domains.vision.nets import SmallCNN
 
     L.seed_everything(0)
     dm = BrightSquares()

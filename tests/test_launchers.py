@@ -18,7 +18,7 @@ LRS = (0.01, 0.1)
 @pytest.fixture(scope="module")
 def in_process(tmp_path_factory) -> dict[float, dict]:
     """The reference: each job's test metrics, trained here with the basic recipe."""
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     out = {}
     for lr in LRS:
@@ -101,7 +101,7 @@ def _ran_at_once(stdout: str, sweep, probes: list[dict], forked: bool) -> None:
 def test_ddp_spawn_metrics_equal_single_process(tmp_path):
     """`trainer=ddp_spawn`: 2 spawned CPU processes, one run dir, and its checkpoint tested by
     one process gives the metrics the spawned ranks logged (synced, unpadded)."""
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     run_cli("train.py", "trainer=ddp_spawn", *TINY, log_dir=tmp_path / "ddp", timeout=600)
     [run] = run_dirs(tmp_path / "ddp")

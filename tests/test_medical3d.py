@@ -54,7 +54,7 @@ def test_unet3d_on_phantoms_then_eval_writes_aligned_masks(cli, tmp_path, epochs
 
 @pytest.mark.slow  # make test's 5 minutes (343 s on the final tree of 2026-12-02): the slow stage runs it
 def test_resnet3d_classifies_phantoms_well_above_chance(tmp_path):
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     cfg = compose(
         "train",
@@ -99,7 +99,7 @@ def test_phantoms_are_deterministic_and_vary_in_size():
 
 def test_sliding_window_output_matches_odd_input_shape():
     from litlab.domains.medical3d.module import VolumeSegmenter
-    from litlab.domains.medical3d.nets.unet3d import unet3d
+    from litlab.domains.medical3d.nets import unet3d
 
     net = unet3d(1, 3, channels=(4, 8), strides=(2,), num_res_units=0)
     model = VolumeSegmenter(net, torch.optim.Adam, num_classes=3, patch_size=(16, 16, 16))
@@ -185,7 +185,7 @@ def test_nifti_loader_accepts_images_labels_folders_and_rejects_bad_labels(tmp_p
 
 
 def test_medmnist3d_reads_a_local_npz_through_the_package(tmp_path):
-    from litlab.domains.medical3d.medmnist3d import MedMNIST3DDataModule
+    from litlab.domains.medical3d.data import MedMNIST3DDataModule
     from litlab.errors import UserError
 
     write_medmnist_npz(tmp_path / "nodulemnist3d.npz")

@@ -40,9 +40,8 @@ def test_mixed_precision_casts_to_bf16():
 def test_nets_with_linear_impl_tiled_start_from_the_same_weights():
     """linear_impl=tiled on the nets of the vision and 3D domains: the classifier becomes a
     TiledLinear with the same parameters (names and, under one seed, values) and outputs."""
-    from litlab.domains.medical3d.nets.resnet3d import resnet3d
-    from litlab.domains.vision.nets.cnn import SmallCNN
-    from litlab.domains.vision.nets.resnet import resnet18
+    from litlab.domains.medical3d.nets import resnet3d
+    from litlab.domains.vision.nets import SmallCNN, resnet18
 
     cases = [
         (lambda **kw: SmallCNN(1, 10, 8, **kw), torch.randn(3, 1, 8, 8), "head.3"),
@@ -86,7 +85,7 @@ def test_gnn_with_linear_impl_tiled_runs_every_dense_product_through_the_op(conv
     classifier become TiledLinears with the same parameters; outputs equal the torch variant."""
     from torch_geometric.nn.dense.linear import Linear as PygLinear
 
-    from litlab.domains.graph.nets.gnn import GNN
+    from litlab.domains.graph.nets import GNN
 
     x, edges, batch = torch.randn(30, 12), torch.randint(0, 30, (2, 80)), torch.arange(30) // 10
     kw = {"conv": conv, "kind": task, "hidden_channels": 16, "heads": 2 if conv == "gat" else 1}

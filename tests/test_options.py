@@ -117,7 +117,7 @@ EMA_GROUP = pytest.mark.xdist_group("ema_run")
 @pytest.fixture(scope="module")
 def ema_run(tmp_path_factory):
     """A tiny digits run with model.ema_decay, trained in this process."""
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     out = tmp_path_factory.mktemp("ema_run")
     metrics = train_and_test(compose("train", EMA_RUN, output_dir=out)).metrics

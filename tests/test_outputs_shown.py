@@ -13,7 +13,7 @@ from helpers.onnx_files import GOOD, crafted_model
 from helpers.refusals import refused
 
 from litlab import report
-from litlab.recipes.report import report as report_recipe
+from litlab.recipes import report as report_recipe
 
 
 def tiny_run(root):

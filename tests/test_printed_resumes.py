@@ -62,7 +62,7 @@ CHEAP = ("table regression (diabetes)",)
 
 def _recipe(entry: str):
     if entry == "train":
-        from litlab.recipes.train import train_and_test
+        from litlab.recipes import train_and_test
 
         return train_and_test
     from litlab.compression.recipe import compress

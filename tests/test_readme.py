@@ -288,7 +288,7 @@ def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
     proc, _, _ = cli_cpu("model=resnet18", "--cfg", "job", log_dir=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfg = yaml.safe_load(proc.stdout)
-    assert cfg["model"]["net"]["_target_"] == "litlab.domains.vision.nets.resnet.resnet18"
+    assert cfg["model"]["net"]["_target_"] == "litlab.domains.vision.nets.resnet18"
     assert cfg["data"]["_target_"] == "litlab.domains.vision.data.DigitsDataModule"
     assert {"trainer", "callbacks", "logger", "paths", "seed"} <= set(cfg) and "hydra" not in cfg
     assert not (tmp_path / "train").exists(), "--cfg job ran something"

@@ -122,7 +122,7 @@ def test_the_kinds_metrics_are_in_the_targets_units():
     import torch
 
     from litlab.domains.table.module import Regressor
-    from litlab.domains.table.nets.mlp import TableMLP
+    from litlab.domains.table.nets import TableMLP
 
     net = TableMLP(2, [0.0, 0.0], [1.0, 1.0], [100.0], [50.0])
     module = Regressor(net, optimizer=None)

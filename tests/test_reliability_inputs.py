@@ -44,7 +44,7 @@ ANNOTATED = [
     (["model=unet3d", "model.net.dropout=-0.1"], "a probability in [0, 1)"),
     (["model=resnet3d", "data=phantom_cls", "model.net.depth=11"], "10 | 18 | 34"),
 ]
-# bounds declared for the classes of other libraries (config.external.EXTERNAL), by class
+# bounds declared for the classes of other libraries (config.models.EXTERNAL), by class
 EXTERNAL = [
     (["model.scheduler.T_max=0"], "integer >= 1"),
     (
@@ -298,7 +298,7 @@ def test_an_unlabelled_training_image_is_refused_by_name(tmp_path):
 
 
 def test_a_split_smaller_than_the_classes_is_warned_about(caplog):
-    from litlab.data.splits import stratified_split
+    from litlab.data import stratified_split
 
     labels = [i % 10 for i in range(1000)]
     _, held = stratified_split(labels, 0.002, seed=0)

@@ -18,7 +18,7 @@ from helpers.report_dirs import FOLDS, fake_sweep, fold_sweep, sweep_record
 from helpers.runs import ROOT
 
 from litlab import report
-from litlab.recipes.report import report as report_recipe
+from litlab.recipes import report as report_recipe
 
 HOSTILE = "</script><script>alert(1)</script>"
 

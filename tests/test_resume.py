@@ -71,7 +71,7 @@ def test_continue_a_finished_run_then_branch_from_its_file(tmp_path):
     """3 epochs; `ckpt_path=last trainer.max_epochs=4` trains one more in the same run dir
     (TensorBoard continues: 4 validations, steps increasing); `ckpt_path=<file>
     trainer.max_epochs=5` starts a new run dir from that state and leaves the first alone."""
-    from litlab.recipes.train import train_and_test as train_in_process
+    from litlab.recipes import train_and_test as train_in_process
 
     logs = tmp_path / "logs"
     run = logs / "train" / "runs" / "2026-01-01_00-00-00"  # the finished run (in this process)
@@ -100,7 +100,7 @@ def test_a_resume_lightning_refuses_leaves_the_finished_run_as_it_was(tmp_path):
     setting only when it meets the data, after the logger rewrote its files. One line, exit 2,
     and the run is as it was: same checkpoints, no failed.json, no resume command (it would
     repeat the refused setting), no record of the refused attempt."""
-    from litlab.recipes.train import train_and_test as train_in_process
+    from litlab.recipes import train_and_test as train_in_process
 
     logs = tmp_path / "logs"
     run = logs / "train" / "runs" / "2026-01-01_00-00-00"

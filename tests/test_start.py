@@ -84,13 +84,13 @@ def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
     after = _tree(root)
     added = set(after) - set(before)
     assert {k: after[k] for k in before} == before  # nothing outside the copies changed
-    # one domain folder each (its declaration, the datamodule, the net, the nets package), three
+    # one domain folder each (its declaration, the datamodule, the nets module), three
     # configs, a test: the LightningModule is the source domain's, used as it is
-    assert len(added) == 8 * len(domains)
+    assert len(added) == 7 * len(domains)
     assert {k for k in added if k.startswith("src/")} == {
         f"src/litlab/domains/my{d}/{f}"
         for d in domains
-        for f in ("__init__.py", "data.py", "nets/__init__.py", f"nets/my{d}.py")
+        for f in ("__init__.py", "data.py", "nets.py")
     }
     assert (
         "_target_: litlab.domains.vision.module.ImageClassifier\n"
@@ -101,7 +101,7 @@ def test_new_task_copies_every_domain_and_touches_nothing_else(tmp_path):
         in after["src/litlab/domains/myvision/data.py"].decode()
     )
     assert (
-        "_target_: litlab.domains.mygraph.nets.mygraph.MygraphNet"
+        "_target_: litlab.domains.mygraph.nets.MygraphNet"
         in after["configs/model/mygraph.yaml"].decode()
     )
     # every copy trains at once (one multirun over the experiments, one batch each)

@@ -180,10 +180,7 @@ def test_kinds_and_every_configs_task_are_read_without_torch():
 
 @pytest.mark.parametrize("name", sorted(tasks.kinds()))
 def test_a_kinds_declarations_name_what_exists(name):
-    import importlib
-    import pkgutil
-
-    import litlab.callbacks.inspect as inspect_package
+    import litlab.callbacks.inspect as inspect_module
 
     kind = tasks.get(name)
     assert isinstance(kind, tasks.Kind) and kind.name == name
@@ -193,8 +190,7 @@ def test_a_kinds_declarations_name_what_exists(name):
         assert callable(figure.collect) and callable(figure.draw)
     callbacks = {
         getattr(cls, "inspects", "")
-        for info in pkgutil.iter_modules(inspect_package.__path__)
-        for cls in vars(importlib.import_module(f"litlab.callbacks.inspect.{info.name}")).values()
+        for cls in vars(inspect_module).values()
         if isinstance(cls, type)
     }
     assert set(kind.inspect) <= callbacks, set(kind.inspect) - callbacks
@@ -205,8 +201,7 @@ def test_a_kinds_declarations_name_what_exists(name):
 
 def test_a_kind_registered_twice_or_lacking_a_method_is_one_line_naming_the_class():
     from litlab.errors import UserError
-    from litlab.tasks.kind import Kind, register_kind
-    from litlab.tasks.outputs import Classes
+    from litlab.tasks.kind import Classes, Kind, register_kind
     from litlab.tasks.tensors import TensorInputs
 
     before = dict(tasks.kinds())
@@ -234,7 +229,7 @@ def test_a_kind_registered_twice_or_lacking_a_method_is_one_line_naming_the_clas
 
 def test_a_datamodule_of_another_kind_is_read_from_its_source():
     """Multiple inheritance and constants imported from litlab.tasks resolve statically."""
-    from litlab.tasks.static import _MISSING, _static
+    from litlab.tasks import _MISSING, _static
 
     seg = "litlab.domains.medical3d.data.PhantomSegmentationDataModule"
     assert _static(seg, "kind") == "volume_segmentation"
@@ -248,11 +243,11 @@ def test_a_datamodule_of_another_kind_is_read_from_its_source():
 def test_an_attribute_litlab_defines_is_read_without_importing_lightning_bases():
     """`inspects` of the default callbacks (litlab classes on Lightning's) comes from their
     source: a base of another package cannot declare it (issue 50: no Lightning import)."""
-    from litlab.tasks.static import _ABSENT, _MISSING, _static, declared
+    from litlab.tasks import _ABSENT, _MISSING, _static, declared
 
     progress = "litlab.callbacks.summary.ThrottledRichProgressBar"
     assert _static(progress, "inspects", outside=_ABSENT) is _ABSENT  # from the source alone
     assert _static(progress, "inspects") is _MISSING  # `kind`-style reads import it, as before
     assert declared(progress, "inspects") is None
-    assert declared("litlab.callbacks.inspect.gradcam.GradCAM", "inspects") == "gradcam"
-    assert declared("litlab.callbacks.inspect.base.TaskCallback", "inspects") == ""
+    assert declared("litlab.callbacks.inspect.GradCAM", "inspects") == "gradcam"
+    assert declared("litlab.callbacks.inspect.TaskCallback", "inspects") == ""

@@ -153,7 +153,7 @@ def test_nodes_and_phantom_volumes_name_rows_by_index(tmp_path):
 
 
 def test_graphs_name_rows_by_their_index_in_the_dataset(shared_data):
-    from litlab.domains.graph.tudataset import TUDataModule
+    from litlab.domains.graph.data import TUDataModule
 
     root = shared_data("TUDataset/MUTAG").parents[1]
     dm = TUDataModule(name="MUTAG", data_dir=str(root), fold=2)
@@ -169,7 +169,7 @@ def _segmenter(num_classes: int = 3):
     import torch
 
     from litlab.domains.segmentation2d.module import ImageSegmenter
-    from litlab.domains.segmentation2d.nets.unet2d import unet2d
+    from litlab.domains.segmentation2d.nets import unet2d
 
     torch.manual_seed(0)
     net = unet2d(1, num_classes, channels=[4, 8], strides=[2], num_res_units=0)
@@ -180,13 +180,13 @@ def _predict(dm, out):
     """eval.py's predict and write, on an untrained 2D U-Net, into `out`."""
     import lightning as L
 
-    from litlab.runs import predictions
+    from litlab.runs.summary import write_csv
 
     model = _segmenter(dm.num_classes)
     model.output_dir = out
     trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
     batches = trainer.predict(model, datamodule=dm)
-    predictions.write_csv(batches, out / "predictions.csv", dm.sources(dm.predict_split))
+    write_csv(batches, out / "predictions.csv", dm.sources(dm.predict_split))
     return pd.read_csv(out / "predictions.csv")
 
 

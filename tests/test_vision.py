@@ -116,7 +116,7 @@ def test_every_vision_datamodule_runs(name, tmp_path, shared_data, monkeypatch):
     net with the datamodule's shape and classes, every image lands in a split, one batch of
     each stage gives metrics, and fast_dev_run writes no best checkpoint."""
     from litlab.config import build
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     overrides, net_class, dims, total = VISION_RUNS[name]
     if name == "mnist":  # the shared copy holds only the 10k test split: it is split in three
@@ -188,7 +188,7 @@ def test_default_recipe_learns_and_eval_reproduces_it(digits_run):
 def test_same_seed_gives_bit_identical_weights(tmp_path):
     """Two CPU runs with one seed end with exactly the same weights (and another seed not)."""
     from litlab.config.compose import compose
-    from litlab.recipes.train import train_and_test
+    from litlab.recipes import train_and_test
 
     def final_weights(seed: int, name: str):
         cfg = compose(

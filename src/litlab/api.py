@@ -26,8 +26,7 @@ def run(config_name: str, overrides: Sequence[str], recipe):
     from hydra.errors import HydraException
 
     from litlab import environment
-    from litlab.config.compose import compose
-    from litlab.config.hydra_errors import composition_error
+    from litlab.config.compose import compose, composition_error
     from litlab.runs import run_dir, run_end
 
     environment.load_dotenv_files()  # as `cli.run_main` does
@@ -46,7 +45,7 @@ def run(config_name: str, overrides: Sequence[str], recipe):
 def train(overrides: Sequence[str] = ()) -> RunResult:
     """Train and test as `python src/train.py *overrides` does; returns metrics, run dir and
     the best checkpoint."""
-    from litlab.recipes.train import train_and_test as recipe
+    from litlab.recipes import train_and_test as recipe
 
     return run("train", overrides, recipe)
 

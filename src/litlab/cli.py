@@ -19,7 +19,7 @@ import sys
 from litlab import environment
 from litlab.checkpointing import resume
 from litlab.config import (
-    hydra_errors,
+    compose,
     resolvers,  # noqa: F401  (registers the configs' resolvers: cheap)
 )
 from litlab.errors import UserError
@@ -95,7 +95,7 @@ def _composition_error(err: BaseException, text: str, config_name: str) -> str |
     if isinstance(err, ValueError):  # e.g. --cfg together with -m
         return str(err)
     if err.code not in (0, None) and text.strip():
-        return hydra_errors.composition_error(text, config_name, sys.argv[1:])
+        return compose.composition_error(text, config_name, sys.argv[1:])
     return None
 
 

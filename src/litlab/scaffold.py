@@ -2,7 +2,7 @@
 can be copied: what it copies is the folder's own declaration, `litlab.domains.Template`).
 
 A researcher's own task starts as a working copy of the closest domain, in a folder of its own
-(`src/litlab/domains/mytask/`): its datamodule (`data.py`) and net (`nets/mytask.py`) under new
+(`src/litlab/domains/mytask/`): its datamodule (`data.py`) and net (`nets.py`) under new
 names, then their `data`/`model`/`experiment` configs and a test. The model config names the
 source domain's LightningModule as it is (the task kind's loss, metrics and steps): a new task
 of an existing kind writes how its data is read and, if it wants, its net; nothing else.
@@ -79,7 +79,7 @@ def targets(name: str, root: Path) -> list[Path]:
     domain = root / "src" / "litlab" / "domains" / name
     return [
         domain / "data.py",
-        domain / "nets" / f"{name}.py",
+        domain / "nets.py",
         *(root / "configs" / group / f"{name}.yaml" for group in ("data", "model", "experiment")),
         root / "tests" / f"test_{name}.py",
     ]
@@ -100,7 +100,7 @@ def check_name(name: str, root: Path) -> None:
 
 
 def _split(package: str, path: str) -> tuple[str, str]:
-    """("litlab.domains.vision.nets.cnn", "SmallCNN") of "nets.cnn.SmallCNN"."""
+    """("litlab.domains.vision.nets", "SmallCNN") of "nets.SmallCNN"."""
     module, _, symbol = f"{package}.{path}".rpartition(".")
     return module, symbol
 
@@ -108,7 +108,7 @@ def _split(package: str, path: str) -> tuple[str, str]:
 def _net_copy(net: tuple[str, str], symbol: str) -> str:
     """A net of a nets module: the whole module (its helpers with it), the net renamed; a net
     beside other code (a domain's module.py): the net alone, its helpers imported."""
-    if ".nets." in net[0]:
+    if ".nets." in f"{net[0]}.":
         return re.sub(rf"\b{net[1]}\b", symbol, _source(net[0]))
     return copy_class(*net, symbol)
 
@@ -125,17 +125,16 @@ def copy_plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
     header = f'"""{C}: copied from litlab\'s {source} domain by `make new-task` (edit freely)."""\n'
     data_py, net_py, data_yaml, model_yaml, experiment_yaml, test_py = targets(name, root)
     mine = Template(
-        f"data.{C}DataModule", f"nets.{name}.{net_symbol}", name, name, t.metric, t.bar, t.epochs
+        f"data.{C}DataModule", f"nets.{net_symbol}", name, name, t.metric, t.bar, t.epochs
     )
     files = {
         data_py: header + copy_class(*data, f"{C}DataModule"),
         net_py: _net_copy(net, net_symbol),
         data_py.parent / "__init__.py": header + DECLARATION.format(t=mine),
-        net_py.parent / "__init__.py": f'"""{C}\'s nets: plain nn.Modules."""\n',
     }
     renamed = {
         ".".join(data): f"litlab.domains.{name}.data.{C}DataModule",
-        ".".join(net): f"litlab.domains.{name}.nets.{name}.{net_symbol}",
+        ".".join(net): f"litlab.domains.{name}.nets.{net_symbol}",
     }
     for group, old, path in (
         ("data", t.data_config, data_yaml),

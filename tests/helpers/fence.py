@@ -24,7 +24,7 @@ from pathlib import Path
 # cannot see defined (set through `__dict__`)
 NOT_FOREIGN = {
     "_exit": "os._exit: the standard library's documented immediate exit",
-    "_forward": "LitModule's own compiled-or-plain forward, set via __dict__ (models/base)",
+    "_forward": "LitModule's own compiled-or-plain forward, set via __dict__ (models)",
     "_target_": "Hydra's documented key of the class a config node instantiates",
     "_replace": "a namedtuple's documented copy-with-changes",
     "_asdict": "a namedtuple's documented conversion to a dict",

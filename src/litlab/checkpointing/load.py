@@ -66,7 +66,7 @@ def check_entries(ckpt: dict, source: str) -> None:
 
 # --------------------------------------------------------------- weights
 SLICE = 1 << 20  # elements checked at a time: isfinite's mask stays ~1 MB per tensor
-LEGACY = "_forward."  # older checkpoints' second copy of the net (models.base: dropped)
+LEGACY = "_forward."  # older checkpoints' second copy of the net (litlab.models: dropped)
 
 
 def _refusal(source: str, what: str) -> UserError:

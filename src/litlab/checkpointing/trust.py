@@ -36,7 +36,13 @@ only from a real run dir of this user (`user_chosen`): the checkpoint file is in
 link to elsewhere), the run dir, its record and the checkpoint are owned by this user, and the
 record says its run ran in this very folder (Hydra's `runtime.output_dir`). A folder named
 only by the file (a checkpoint from elsewhere, a crafted stored config, a file copied out of
-its run dir, a run dir copied or unpacked from elsewhere) is still moved or refused."""
+its run dir, a run dir copied or unpacked from elsewhere) is still moved or refused.
+
+What a resume takes from a checkpoint besides weights: callback states. Lightning restores
+`ModelCheckpoint`'s state on `fit(ckpt_path=...)` and later deletes the previous best and last
+files that state names, so a crafted state is a way to delete files: refused here
+(`check_callback_states`), before train.py or compress.py resumes from the file
+(`config.checkpoints.check_checkpoint`)."""
 
 import inspect
 import os
@@ -75,14 +81,15 @@ ROOTS = {
 # (trainer, callbacks, logger, ...) come from the command line of the run that loads it: their
 # stored targets are kept as text, never imported nor built
 BUILT = ("data", "model", "compress")
-# functions a stored config may call: the net factories defined in a domain's nets package
+# functions a stored config may call: the net factories defined in a domain's nets module
 # (litlab.domains.<domain>.nets: pure nn.Module builders that import no litlab module above them,
-# `make new-task`'s too) and, by exact name, the one that rebuilds a pruned net
-NETS_PACKAGE = re.compile(r"litlab\.domains\.[a-z][a-z0-9_]*\.nets\.[a-z][a-z0-9_]*")
+# `make new-task`'s too, and a nets/ package's modules, as copies made before nets.py had them)
+# and, by exact name, the one that rebuilds a pruned net
+NETS_PACKAGE = re.compile(r"litlab\.domains\.[a-z][a-z0-9_]*\.nets(\.[a-z][a-z0-9_]*)?")
 NET_FUNCTIONS = (
-    "litlab.domains.vision.nets.resnet.resnet18",
-    "litlab.domains.medical3d.nets.resnet3d.resnet3d",
-    "litlab.domains.medical3d.nets.unet3d.unet3d",
+    "litlab.domains.vision.nets.resnet18",
+    "litlab.domains.medical3d.nets.resnet3d",
+    "litlab.domains.medical3d.nets.unet3d",
     "litlab.compression.prune.resized_net",  # a pruned net: base_target is checked as a net
 )
 HYDRA_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
@@ -460,3 +467,36 @@ def _folders(record: Path, cwd: str = "") -> dict:
             relative = cwd and value and not os.path.isabs(value) and "${" not in value
             found[key] = os.path.normpath(os.path.join(cwd, value)) if relative else value
     return found
+
+
+# ------------------------------------------------------- callback states
+# the file paths of ModelCheckpoint's state (and the keys of its `best_k_models`)
+STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def check_callback_states(ckpt: dict, source: str) -> None:
+    """Refuse callback states naming files outside their own checkpoint folder: a resumed
+    ModelCheckpoint removes its previous best and last files, so a crafted `best_k_models`
+    entry (`<dirpath>/../../victim`, an s3:// URL) would delete that file."""
+    states = ckpt.get("callbacks") if isinstance(ckpt, dict) else None
+    for name, state in (states or {}).items() if isinstance(states, dict) else ():
+        if not isinstance(state, dict) or not isinstance(state.get("dirpath"), str | None):
+            continue
+        folder = str(state.get("dirpath") or "").rstrip("/")
+        best = state.get("best_k_models")
+        paths = [state.get(k) for k in STATE_PATHS] + list(best if isinstance(best, dict) else ())
+        for path in paths:
+            if path in (None, ""):
+                continue
+            text = str(path)
+            if not isinstance(path, str) or ".." in text.replace("\\", "/").split("/"):
+                ok = False
+            else:
+                ok = bool(folder) and text.startswith(folder + "/")
+            if not ok:
+                raise UserError(
+                    f"ckpt_path={shown(source, 200)}: its callback state "
+                    f"{shown(name.split('{')[0])} names the file {shown(text, 300)} outside "
+                    f"its checkpoint folder {shown(folder, 200)}; a resume would delete it: "
+                    f"refused (use a checkpoint litlab wrote)"
+                )

@@ -13,12 +13,12 @@
   (callbacks/guards);
 - `ModelCheckpoint._save_last_checkpoint` / `_monitor_candidates`: last.ckpt at epoch end
   (checkpointing/resume_state);
-- `LightningModule._device_mesh`: the mesh of ModelParallelStrategy (models/base, trainer=fsdp);
+- `LightningModule._device_mesh`: the mesh of ModelParallelStrategy (models, trainer=fsdp);
 - `LightningModule._trainer`: whether a module is attached to a Trainer (its `trainer`
   property raises when not: the graph module outside a fit, e.g. export);
 - profilers' `_local_rank` and `_row_limit`; `Profiler._prepare_streams` / `_write_stream`,
   overridden by `PrintedReport` so that a report is printed too; `PyTorchProfiler._sort_by_key`,
-  the column its table sorts by (profiling);
+  the column its table sorts by (callbacks/summary);
 - `data_connector._get_distributed_sampler`: wrapped so that eval shards are not padded
   (utils/distributed);
 - `lightning.fabric.utilities.logger._convert_params` / `_flatten_dict`: MLflow's params as
@@ -26,11 +26,14 @@
 - `CSVLogger._fs` / `ExperimentWriter._fs`: the filesystem a resumed metrics.csv is read
   from, and `CSVLogger._experiment`, the writer it makes once (loggers);
 - `ExperimentWriter._check_log_dir_exists` / `_record_new_keys`: overridden by
-  `compat.lightning_csv.AppendingWriter`, which keeps a resumed run's metrics.csv
-  (loggers);
+  `AppendingWriter` (below), which keeps a resumed run's metrics.csv (loggers);
 - `logger_connector.result._ResultMetric.to`: given a fast path while a litlab module fits or
-  tests (`quick_result_moves`, installed by models/base).
+  tests (`quick_result_moves`, installed by models).
 """
+
+import csv
+
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 CHECKED_WITH = "2.6.6"
 
@@ -310,3 +313,37 @@ def _check_more() -> None:
     source = inspect.getsource(MLFlowLogger.__init__)  # building one needs a tracking store
     if "self._run_id" not in source or "self._initialized" not in source:
         raise _fail("MLFlowLogger._run_id / _initialized")
+
+
+# Lightning's CSV ExperimentWriter, kept from deleting a resumed run's metrics.csv: its private
+# `_check_log_dir_exists` (which deletes the file) and `_record_new_keys` (which rewrites the
+# header from the keys it holds) are overridden here, behind the fence, and nowhere else.
+class AppendingWriter(ExperimentWriter):
+    """Keeps an existing metrics.csv and its columns, and appends to it."""
+
+    def _header(self) -> list[str]:
+        if not filesystem(self).isfile(self.metrics_file_path):
+            return []
+        with filesystem(self).open(self.metrics_file_path, "r", newline="") as f:
+            return next(csv.reader(f), [])
+
+    def _check_log_dir_exists(self) -> None:
+        self.metrics_keys = sorted(self._header())
+
+    def _record_new_keys(self) -> set[str]:
+        """Keys missing from the file's header (then it is rewritten). The header is re-read:
+        another copy of this writer may have grown it (under trainer=ddp_spawn the spawned
+        rank 0 writes the fit's metrics, then the test's copy starts from the parent's)."""
+        header = self._header()
+        self.metrics_keys = sorted(set(self.metrics_keys) | set(header))
+        super()._record_new_keys()
+        return set(self.metrics_keys) - set(header)
+
+
+def appending_experiment(logger) -> AppendingWriter:
+    """A CSVLogger's writer, made once (Lightning keeps it in `_experiment`): an
+    AppendingWriter in the logger's log dir."""
+    if logger._experiment is None:
+        filesystem(logger).makedirs(logger.root_dir, exist_ok=True)
+        logger._experiment = AppendingWriter(log_dir=logger.log_dir)
+    return logger._experiment

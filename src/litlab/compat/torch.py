@@ -5,14 +5,14 @@
 - `distributed_c10d._get_default_store`: the rendezvous store, whose timeout goes back to the
   collectives' once every rank has joined;
 - `Tensor._version`: the counter of in-place changes, by which a cached result of an
-  unchanged tensor is reused (domains/graph/nets/gnn's sparse dropout);
+  unchanged tensor is reused (domains/graph/nets' sparse dropout);
 - `torch._check`: a condition torch.export may assume (tasks/graphs, ops/op);
 - an op's `_opoverload`: the key of torch.onnx's custom translation table (ops/op);
 - `nn.modules.conv._ConvNd` and `nn.modules.batchnorm._NormBase`: the bases of every
   convolution and batch or instance norm, whose channels compression resizes
   (compression/prune);
 - a module's `_forward_hooks`, `_forward_pre_hooks`, `_backward_hooks`: emptied on a meta copy
-  of a net whose activations are counted (data/base), so that the hooks of the original
+  of a net whose activations are counted (litlab/data), so that the hooks of the original
   (the first-forward watch: runs/first_forward) do not run for the copy.
 """
 

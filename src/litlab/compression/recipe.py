@@ -39,10 +39,9 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     sets none; one it sets otherwise is refused), and which step resumes from which
     checkpoint. Callbacks and logger come from the command line, as with train.py."""
     from litlab.checkpointing import atomic_io as links
-    from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.load import load
     from litlab.checkpointing.run_config import CONFIG_KEY
-    from litlab.checkpointing.trust import check_is_data
+    from litlab.checkpointing.trust import check_callback_states, check_is_data
 
     source = str(cfg.ckpt_path)
     ckpt = load(cfg.ckpt_path, mmap=True)  # one line if not litlab's

@@ -62,7 +62,7 @@ def fit(module, train_cfg, dm, callbacks=(), resume: Path | None = None, best: b
     model's monitor) unless `best` is false."""
     from litlab.checkpointing.run_config import RunConfigInCheckpoint
     from litlab.config import build
-    from litlab.runs.predictions import NAME, SplitFile
+    from litlab.runs.summary import NAME, SplitFile
 
     # its checkpoints carry the step's config, as train.py's do (resume, eval.py, load_run);
     # data_split.json names the items of each split, as train.py's run dir does
@@ -158,7 +158,7 @@ def own_pruning(net, net_cfg: dict):
     if getattr(net, "prune_plan", None) is None:
         raise UserError(
             f"compress.prune.method=structured prunes graph nets that prune themselves (e.g. "
-            f"litlab.domains.graph.nets.gnn.GNN); this checkpoint's net is "
+            f"litlab.domains.graph.nets.GNN); this checkpoint's net is "
             f"{net_cfg.get('_target_')}: use compress.prune.method=unstructured"
         )
     return net

@@ -20,8 +20,8 @@ def check_checkpoint(
     """The file exists, is a complete litlab checkpoint (weights_only), and holds this model
     (`cfg_model`: a run resumes from it) or a run this command can rebuild (`check_rebuilt`)."""
     from litlab.checkpointing import load as checkpoint
-    from litlab.checkpointing.callback_states import check_callback_states
     from litlab.checkpointing.run_config import CONFIG_KEY
+    from litlab.checkpointing.trust import check_callback_states
 
     p = Path(str(path))
     if p.is_dir():

@@ -1,7 +1,7 @@
 """The models a config is judged by, all pydantic: an entry point's own keys (a `Settings`
 model of `config.entries`) and every node with a `_target_` (`node_model`: one model derived
 from its target's signature, as torchtune binds each component to its class; classes of other
-libraries take their annotations from `config.external`). pydantic judges types and bounds
+libraries take their annotations from `EXTERNAL`, below). pydantic judges types and bounds
 strictly (`lr=fast`, `dropout=true` are refused, never coerced; nan and inf for no float);
 `config.messages` turns each of its errors into the line a user reads:
 `KEY=VALUE has the wrong type or value; valid: ...` or `unknown key KEY; did you mean ...?`.
@@ -9,6 +9,12 @@ strictly (`lr=fast`, `dropout=true` are refused, never coerced; nan and inf for 
 The checks come from the targets themselves, never from key names: a litlab class annotates
 its parameters with `litlab.bounds` (a plain string in the metadata is the text shown), and a
 classmethod `check_settings(settings, key)` holds its rules across parameters.
+
+Bounds for the classes of other libraries (torch optimizers and schedulers, Lightning's
+Trainer and callbacks, Flower strategies), keyed by class and inherited by subclasses: the
+annotations those libraries would carry if they were stricter (`node_model` applies
+them). Every float is finite (`node_model`); rates and factors are bounded above, so
+`lr=1e30` or `momentum=2` fail before anything is built, not after the first step.
 """
 
 import collections.abc
@@ -18,6 +24,7 @@ import types
 import typing
 from typing import Annotated, ClassVar, Literal
 
+import annotated_types as at
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -28,7 +35,7 @@ from pydantic import (
     create_model,
 )
 
-from litlab.config.external import table
+from litlab.bounds import LearningRate, MinMax, NonNegFloat, NonNegInt, PosInt
 from litlab.errors import UserError, one_line
 
 STRICT = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
@@ -80,7 +87,7 @@ class OpenNode(Node):
 
 def signature(target) -> tuple[dict, dict, bool]:
     """(annotations, defaults, open_ended) of a class's constructor (following litlab's
-    **kwargs up the MRO) or a function's parameters; `config.external` overrides annotations."""
+    **kwargs up the MRO) or a function's parameters; `EXTERNAL` overrides annotations."""
     params, defaults, fns = {}, {}, [target]
     if inspect.isclass(target):
         fns = [c.__dict__["__init__"] for c in target.__mro__ if "__init__" in c.__dict__]
@@ -167,7 +174,7 @@ def _plain(value):
 @functools.lru_cache(maxsize=1024)
 def node_model(target_name: str, imported: bool = True) -> type[Node]:
     """The model of a node of `target_name`: its signature's parameters (`imported`), or only
-    what `config.external` knows by the name, without importing anything (a first pass)."""
+    what `EXTERNAL` knows by the name, without importing anything (a first pass)."""
     if imported:
         params, defaults, open_ended = signature(import_target(target_name))
     else:
@@ -189,3 +196,131 @@ def import_target(target_name: str):
         return hydra.utils.get_object(target_name)
     except Exception as err:
         raise UserError(f"._target_={target_name} cannot be imported: {one_line(err)}") from None
+
+
+# ------------------------------------------------------- other libraries
+_BATCHES = Annotated[
+    Annotated[float, at.Interval(ge=0, le=1)] | NonNegInt,
+    "a fraction in [0, 1] or a number of batches >= 0",
+]
+_EPOCHS = Annotated[PosInt | Literal[-1], "an integer >= 1 (or -1 for no limit)"]
+# null: Lightning's default (1000 epochs), or the entry's own (compress: per task kind)
+_MAX_EPOCHS = Annotated[
+    PosInt | Literal[-1] | None, "an integer >= 1, -1 for no limit, or null (the default)"
+]
+
+_UNIT = Annotated[float, at.Interval(ge=0, le=1)]
+_BELOW_ONE = Annotated[float, at.Interval(ge=0, lt=1)]
+_LR_FLOOR = Annotated[float, at.Interval(ge=0, le=10), "a learning rate in [0, 10]"]
+# val_check_interval: a fraction of the training epoch, or a number of batches
+_INTERVAL = Annotated[
+    Annotated[float, at.Interval(gt=0, le=1)] | PosInt,
+    "a fraction in (0, 1] or a number of batches >= 1",
+]
+
+# Bounds for the classes of other libraries, by "module.QualName" (no import needed here).
+EXTERNAL: dict[str, dict] = {
+    "torch.optim.optimizer.Optimizer": {
+        "lr": LearningRate,
+        # decoupled (AdamW) or L2 (SGD): above 1 it outweighs the loss
+        "weight_decay": _UNIT,
+        "momentum": _BELOW_ONE,
+        "dampening": _UNIT,
+        "betas": Annotated[
+            list[_BELOW_ONE] | tuple[_BELOW_ONE, ...],
+            at.MinLen(2),
+            at.MaxLen(2),
+            "two numbers in [0, 1) (e.g. [0.9, 0.999])",
+        ],
+        "eps": Annotated[float, at.Interval(gt=0, le=1)],
+        "alpha": _BELOW_ONE,  # RMSprop's smoothing
+        "rho": _UNIT,  # Adadelta
+        "lr_decay": _UNIT,  # Adagrad
+        "initial_accumulator_value": NonNegFloat,
+    },
+    "torch.optim.lr_scheduler.LRScheduler": {
+        "T_max": PosInt,
+        "step_size": PosInt,
+        # decay per step or epoch: above 1 the learning rate grows without bound
+        "gamma": Annotated[float, at.Interval(gt=0, le=1)],
+        "eta_min": _LR_FLOOR,
+        "T_0": PosInt,
+        "T_mult": PosInt,
+        "warmup_steps": NonNegInt,
+        "total_iters": PosInt,
+        "total_steps": PosInt | None,
+        "epochs": PosInt | None,
+        "steps_per_epoch": PosInt | None,
+        "milestones": Annotated[list[PosInt], at.MinLen(1)],
+        "max_lr": LearningRate | list[LearningRate],  # CyclicLR, OneCycleLR: one per group
+        "base_lr": _LR_FLOOR | list[_LR_FLOOR],
+        "start_factor": Annotated[float, at.Interval(gt=0, le=1)],
+        "end_factor": _UNIT,
+        "factor": Annotated[float, at.Interval(gt=0, lt=1)],
+        "pct_start": Annotated[float, at.Interval(gt=0, lt=1)],
+        "patience": NonNegInt,
+        "min_lr": _LR_FLOOR | list[_LR_FLOOR],
+        "cooldown": NonNegInt,
+        "threshold": NonNegFloat,
+    },
+    # ConstantLR's factor multiplies the lr for a while (0 allowed), unlike ReduceLROnPlateau's
+    "torch.optim.lr_scheduler.ConstantLR": {"factor": _UNIT},
+    "lightning.pytorch.trainer.trainer.Trainer": {
+        "max_epochs": _MAX_EPOCHS,
+        "max_steps": _EPOCHS,
+        "min_epochs": NonNegInt | None,
+        "limit_train_batches": _BATCHES,
+        "limit_val_batches": _BATCHES,
+        "limit_test_batches": _BATCHES,
+        "limit_predict_batches": _BATCHES,
+        "accumulate_grad_batches": PosInt,
+        "check_val_every_n_epoch": PosInt | None,
+        "log_every_n_steps": PosInt | None,
+        "gradient_clip_val": NonNegFloat | None,
+        "val_check_interval": _INTERVAL | None,
+        "overfit_batches": _BATCHES,
+        "min_steps": NonNegInt | None,
+        "gradient_clip_algorithm": Literal["value", "norm"] | None,
+        "num_sanity_val_steps": Annotated[
+            NonNegInt | Literal[-1], "an integer >= 0 (or -1 for all batches)"
+        ],
+        "num_nodes": PosInt,
+    },
+    "flwr.serverapp.strategy.fedprox.FedProx": {
+        "proximal_mu": Annotated[NonNegFloat, "a proximal weight >= 0 (0 is FedAvg)"],
+    },
+    "lightning.pytorch.callbacks.early_stopping.EarlyStopping": {
+        "mode": MinMax,
+        "patience": NonNegInt,
+        "min_delta": NonNegFloat,
+    },
+    "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint": {
+        "mode": MinMax,
+        "save_top_k": Annotated[int, at.Ge(-1)],
+        "every_n_train_steps": NonNegInt | None,
+        "every_n_epochs": NonNegInt | None,
+    },
+}
+
+
+# public names of EXTERNAL's classes, so their bounds are checked before torch is imported
+PUBLIC = {
+    "lightning.pytorch.Trainer": "lightning.pytorch.trainer.trainer.Trainer",
+    "lightning.pytorch.callbacks.EarlyStopping": "lightning.pytorch.callbacks.early_stopping.EarlyStopping",
+    "lightning.pytorch.callbacks.ModelCheckpoint": "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint",
+}
+OPTIMIZER, SCHEDULER = "torch.optim.optimizer.Optimizer", "torch.optim.lr_scheduler.LRScheduler"
+
+
+def table(names: list[str]) -> dict:
+    """The annotations EXTERNAL gives a class known by `names` (its MRO's "module.QualName"s,
+    or the target's name alone, before any import): subclasses' entries win."""
+    found = {}
+    for name in reversed(names):
+        name = PUBLIC.get(name, name)
+        if name.startswith("torch.optim.lr_scheduler."):
+            found.update(EXTERNAL[SCHEDULER])
+        elif name.startswith("torch.optim.") and name.count(".") == 2:
+            found.update(EXTERNAL[OPTIMIZER])
+        found.update(EXTERNAL.get(name, {}))
+    return found

@@ -12,6 +12,8 @@ from litlab.utils.code_state import CODE_ROOT, snapshot_origin
 # where data and logs live (paths.root_dir): the project folder, also for a sweep's job that
 # runs from a code snapshot (CODE_ROOT: the folder whose src/ and configs/ run)
 PROJECT_ROOT = snapshot_origin() or CODE_ROOT
+# the configs every entry point composes (`compose` in Python), of the code that runs
+CONFIG_DIR = CODE_ROOT / "configs"
 
 
 def wandb_offline() -> bool:

@@ -14,10 +14,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from litlab import tasks
-from litlab.config.compose import CONFIG_DIR
 from litlab.config.messages import node_errors
+from litlab.config.resolvers import CONFIG_DIR
 from litlab.errors import UserError, closest, one_line
-from litlab.tasks import kind_name_of_data, static
+from litlab.tasks import declared, kind_name_of_data
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def fitting_callbacks(cfg: DictConfig, quiet: bool = False) -> dict:
         inspects = None
         if isinstance(node, DictConfig) and str(node.get("_target_", "")).startswith("litlab."):
             with contextlib.suppress(UserError):  # not importable: its node's model says so
-                inspects = static.declared(node._target_, "inspects")
+                inspects = declared(node._target_, "inspects")
         if inspects and not kind.applies(inspects):
             if node.get("unfit") != "skip":
                 raise UserError(

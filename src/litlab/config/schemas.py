@@ -12,9 +12,9 @@ import sys
 from omegaconf import OmegaConf
 
 from litlab.config.after_training import Steps
-from litlab.config.compose import CONFIG_DIR
 from litlab.config.entries import ENTRIES
 from litlab.config.models import node_model
+from litlab.config.resolvers import CONFIG_DIR
 from litlab.config.rules import target_of
 
 SCHEMA_DIR = CONFIG_DIR.parent / "schemas"
@@ -25,7 +25,7 @@ FREE = ("hydra", "paths", "extras", "local")
 #: groups of `# @package _global_` files: a train config's keys
 GLOBAL = ("experiment", "debug", "hparams_search", "profiler")
 #: targets whose signatures are read (installed wherever litlab is); others (optional extras:
-#: loggers, SLURM, Flower) by what `config.external` knows of their name, so every machine
+#: loggers, SLURM, Flower) by what `config.models.EXTERNAL` knows of their name, so every machine
 #: writes the same schemas
 READ = ("litlab.", "torch.", "lightning.", "hydra_plugins.litlab")
 RESOLVED_LATER = {"type": "string", "pattern": r"^\?\?\?$|\$\{"}

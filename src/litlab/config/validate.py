@@ -7,7 +7,7 @@ before it found nothing:
 1. the nodes the entry point builds from are there (`rules.check_required`), `threads`, no
    key left `???`;
 2. what needs no import (about a second): its own keys as its settings model
-   (`config.entries`); what a target's name tells (`config.external`); model against data by
+   (`config.entries`); what a target's name tells (`config.models.EXTERNAL`); model against data by
    their declared kinds; the Trainer against what this machine certainly lacks (a GPU, fp16
    on a CPU); the files the settings name are there (`check_files_exist`);
 3. every `_target_` node as its target's model (`config.models.node_model`: the target is

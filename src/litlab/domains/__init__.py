@@ -1,11 +1,11 @@
 """The domains: what a researcher reads and changes, one folder each (a domain's datamodules,
 its LightningModule and its nets side by side, as a MONAI bundle or a torchtune model family
-keeps them), apart from the machinery they run on (litlab.data.base and litlab.models.base,
+keeps them), apart from the machinery they run on (litlab.data and litlab.models,
 recipes, checkpointing, export, serving). `make new-task NAME=x FROM=vision` copies one domain
 into `domains/x/` (docs/new_task.md).
 
 Each folder holds `data.py` (datamodules: read, split, `dims`), `module.py` (the
-LightningModule: loss, metrics, steps) and `nets/` (plain nn.Modules built from config plus the
+LightningModule: loss, metrics, steps) and `nets.py` (plain nn.Modules built from config plus the
 datamodule's dims: they import no litlab module above them, so a checkpoint may name them), and
 declares what it provides in its `__init__.py` (`DOMAIN`), as a MONAI bundle's metadata does:
 its datamodules, modules and nets (their kinds are their own `kind`/`kinds`), and what
@@ -29,7 +29,7 @@ class Template:
     imported from where they are), their configs, and the bar the copy's test checks."""
 
     data: str  # "data.DigitsDataModule"
-    net: str  # "nets.cnn.SmallCNN"
+    net: str  # "nets.SmallCNN"
     data_config: str  # configs/data/<name>.yaml
     model_config: str  # configs/model/<name>.yaml: names the LightningModule the copy uses
     metric: str  # the test metric the copied test checks...

@@ -161,7 +161,6 @@ def score(cfg: DictConfig, run, source: str, watch=None, label: str = "checkpoin
     write metrics.json and predictions.csv into the run dir. `source`: what was scored (a
     checkpoint, a model file: `label` says which); `watch`: a context around the test."""
     from litlab.config import build
-    from litlab.runs import predictions
     from litlab.runs import summary as report
 
     trainer = build.trainer(cfg)  # eval.yaml has no callbacks or logger groups: none of either
@@ -177,7 +176,7 @@ def score(cfg: DictConfig, run, source: str, watch=None, label: str = "checkpoin
         batches = trainer.predict(run.model, datamodule=run.datamodule)
         # each row named by its source (a CSV row, a file, a volume and slice, a node)
         sources = run.datamodule.sources(cfg.split)
-        rows = predictions.write_csv(batches, out / "predictions.csv", sources)
+        rows = report.write_csv(batches, out / "predictions.csv", sources)
         print(f"wrote {rows} predictions to {out / 'predictions.csv'}")
     report.summary(cfg, metrics, source, label)
     return RunResult(metrics, out, source if label == "checkpoint" else None)

@@ -125,7 +125,7 @@ class Federation:
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
         from litlab.federated.server import CentralEvaluation, ClientEvaluation, Recorded
-        from litlab.runs.predictions import NAME, SplitFile
+        from litlab.runs.summary import NAME, SplitFile
 
         self.cfg, self.f, self.resumed = cfg, f, resumed
         self.out = Path(cfg.paths.output_dir)

@@ -36,8 +36,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from litlab.compat.lightning import mlflow_initialized, mlflow_run_id
-from litlab.compat.lightning_csv import appending_experiment
+from litlab.compat.lightning import appending_experiment, mlflow_initialized, mlflow_run_id
 
 
 # -------------------------------------------------------------- optional

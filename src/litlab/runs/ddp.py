@@ -281,10 +281,33 @@ class _Run:
     def callback(self):
         """A Lightning callback for `build.trainer(..., extra_callbacks=[...])`: it makes DDP
         children re-run this job (`install_child_command`), then at setup attaches and describes the ranks."""
-        from litlab.runs.ddp_callback import DDPLifecycle
-
         install_child_command(self.script)
-        return DDPLifecycle(self, attach, describe_ranks)
+        return __getattr__("DDPLifecycle")(self, attach, describe_ranks)
+
+
+def __getattr__(name: str):
+    """`DDPLifecycle`, the Lightning side of `lifecycle`: a callback that joins the Trainer to
+    the ranks started early. A module-level class (named `litlab.runs.ddp.DDPLifecycle`), so that
+    `trainer=ddp_spawn` can pickle it to its workers; made on first use, so that this module,
+    imported before Hydra parses, does not import Lightning."""
+    if name != "DDPLifecycle":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from lightning.pytorch.callbacks import Callback
+
+    class DDPLifecycle(Callback):
+        def __init__(self, run, attach, describe):
+            self.run = run  # the lifecycle's `_Run`: script, config, and the Trainer once joined
+            self.attach, self.describe = attach, describe  # this module's (passed in)
+
+        def setup(self, trainer, pl_module, stage: str) -> None:
+            if self.run.trainer is None:  # fit, then test: the ranks join once
+                self.run.trainer = trainer
+                self.attach(trainer)
+                self.describe(trainer, self.run.cfg.data.get("batch_size"))
+
+    DDPLifecycle.__qualname__ = name  # pickled by reference, found again through this function
+    globals()[name] = DDPLifecycle  # made once: later look-ups find it without calling here
+    return DDPLifecycle
 
 
 @contextlib.contextmanager

@@ -389,7 +389,7 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
             except UserError as err:
                 raise UserError(f"{name}: {err}") from None
             except Exception as err:  # noqa: BLE001  (composition: Hydra's multi-line text)
-                from litlab.config.hydra_errors import condense
+                from litlab.config.compose import condense
 
                 raise UserError(f"{name}: {condense(str(err))}") from None
     finally:

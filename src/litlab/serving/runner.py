@@ -117,7 +117,7 @@ class Runner:
         import torch
         from monai.inferers import sliding_window_inference
 
-        from litlab.tasks.outputs import class_map
+        from litlab.tasks.kind import class_map
 
         window = self.layout["sliding_window"]
         with torch.inference_mode():

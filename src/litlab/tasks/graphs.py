@@ -7,8 +7,7 @@ from itertools import islice
 
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION, checks
 from litlab.tasks.figures import NodeAccuracy
-from litlab.tasks.kind import Kind, Spec, register_kind
-from litlab.tasks.outputs import Classes
+from litlab.tasks.kind import Classes, Kind, Spec, register_kind
 from litlab.tasks.tensors import FLOAT, INT64
 from litlab.tasks.units import ItemUnits, NodeUnits
 

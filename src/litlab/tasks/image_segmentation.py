@@ -4,8 +4,7 @@ scores per pixel, served as a label map) and its samples figure (`Overlays`)."""
 
 from litlab.tasks import IMAGE_SEGMENTATION
 from litlab.tasks.figures import SamplesFigure
-from litlab.tasks.kind import Kind, register_kind
-from litlab.tasks.outputs import PixelClasses
+from litlab.tasks.kind import Kind, PixelClasses, register_kind
 from litlab.tasks.tensors import ImageInputs
 
 

@@ -3,16 +3,30 @@ so a model/data mismatch or a feature that does not apply is refused at once) an
 are its behaviour, which every layer after training calls: export (`export_spec`), the service
 (`json`, `uploads`, `warm_up`, `check_inputs`, ...), federated clients (`units`), inspect
 (`samples_figure`). Shared behaviour comes from an input mixin (litlab.tasks.tensors,
-volumes, graphs: what goes in) and an output mixin (litlab.tasks.outputs: what comes out),
+volumes, graphs: what goes in) and an output mixin (below: what comes out),
 as PyG's layers subclass `MessagePassing`; `@register_kind` enters the class in the registry, as
-timm's `@register_model` does, and refuses a kind that lacks a method a layer needs."""
+timm's `@register_model` does, and refuses a kind that lacks a method a layer needs.
+
+Output mixins: what a net's output columns are, for the layers after training. The kinds of
+one output type share one mixin (`Classes`: class scores; `PixelClasses`: per pixel or voxel);
+a kind whose output is new writes its own in its module (litlab.tasks.regression.Values) and no
+other layer changes. What they answer is `Kind`'s output methods: `names`
+(under `names_key` in an export's metadata), `metric_input`, `prepare` and `answer` (the
+served answer, `confidence`: the out-of-distribution score reads class probabilities),
+`output_rank`, `strata` (federated partitions).
+
+numpy is imported by the methods that use it: a kind's declarations stay light."""
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from litlab.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
 
 #: compression steps (a kind lists those that apply to its nets)
 COMPRESSION_STEPS = ("prune_structured", "prune_unstructured", "distill", "quantize")
@@ -210,3 +224,65 @@ def register_kind(cls: type[Kind]) -> type[Kind]:
 
 def registered() -> dict[str, Kind]:
     return _REGISTRY
+
+
+# --------------------------------------------------------------- outputs
+class Classes:
+    """Class scores out (per sample, per node, per graph): probabilities by softmax, the most
+    probable class by name."""
+
+    names_key = "classes"
+    confidence = True
+
+    @staticmethod
+    def names(model, datamodule) -> list[str]:
+        names = getattr(datamodule, "class_names", None)
+        n = model.num_classes
+        return [str(c) for c in names] if names else [str(i) for i in range(n)]
+
+    @staticmethod
+    def metric_input(outputs):
+        return outputs.softmax(1)
+
+    @staticmethod
+    def output_rank(layout: dict) -> tuple[int, str]:
+        return 2, "class scores (items x classes)"
+
+    @staticmethod
+    def prepare(outputs):
+        """Row-wise softmax in float64; a row with inf or NaN becomes NaN (the service's
+        finiteness check names it), silently."""
+        import numpy as np
+
+        logits = outputs.astype(np.float64)
+        with np.errstate(all="ignore"):
+            z = np.exp(logits - logits.max(axis=1, keepdims=True))
+            return z / z.sum(axis=1, keepdims=True)
+
+    @staticmethod
+    def answer(names: list[str], probs) -> dict:
+        import numpy as np
+
+        ids = probs.argmax(1)
+        return {
+            "predictions": [names[i] for i in ids],
+            "class_ids": ids.tolist(),
+            "probabilities": np.round(probs, 6).tolist(),
+            "classes": names,
+        }
+
+
+class PixelClasses(Classes):
+    """Class scores per pixel or voxel (N, classes, *spatial): an output of the input's rank."""
+
+    @staticmethod
+    def output_rank(layout: dict) -> tuple[int, str]:
+        return len(layout["x"]["shape"]), "a mask's class scores"
+
+
+def class_map(scores: "torch.Tensor") -> "torch.Tensor":
+    """The class index of every pixel or voxel of class scores (N, C, ...): `argmax(1)`'s
+    answer (the first class among equal scores), computed by `max(1)`, which on a CPU is
+    10-15x faster for maps (a 2x3x40x56x40 batch: 1 ms against 15 ms, a tenth of a 3D U-Net's
+    training step): torch's argmax reduces a middle dimension element by element."""
+    return scores.max(1).indices

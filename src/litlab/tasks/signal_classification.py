@@ -6,8 +6,7 @@ the samples figure (`SignalGrid`) and the kind itself (`SignalClassification`)."
 
 from litlab.tasks import checks
 from litlab.tasks.figures import SamplesFigure
-from litlab.tasks.kind import Kind, register_kind
-from litlab.tasks.outputs import Classes
+from litlab.tasks.kind import Classes, Kind, register_kind
 from litlab.tasks.tensors import MeasuredInputs
 
 
@@ -79,7 +78,7 @@ class SignalGrid(SamplesFigure):
     def draw(self, trainer):
         import torch
 
-        from litlab.utils.plots import figure
+        from litlab.tasks.figures import figure
 
         x, y, pred = (torch.cat(t) for t in zip(*self.held))
         cols = 4

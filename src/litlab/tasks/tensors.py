@@ -11,8 +11,7 @@ from itertools import islice
 from litlab.bounds import MAX_IMAGE_SIDE
 from litlab.tasks import IMAGE_CLASSIFICATION, checks
 from litlab.tasks.figures import ImageGrid
-from litlab.tasks.kind import Kind, Spec, register_kind
-from litlab.tasks.outputs import Classes
+from litlab.tasks.kind import Classes, Kind, Spec, register_kind
 from litlab.tasks.units import ItemUnits
 
 FLOAT, INT64 = "tensor(float)", "tensor(int64)"

@@ -7,8 +7,7 @@ used."""
 from litlab.bounds import MAX_VOLUME_SIDE
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION, checks
 from litlab.tasks.figures import VolumeSlices
-from litlab.tasks.kind import Kind, Spec, register_kind
-from litlab.tasks.outputs import Classes, PixelClasses
+from litlab.tasks.kind import Classes, Kind, PixelClasses, Spec, register_kind
 from litlab.tasks.tensors import MeasuredInputs
 from litlab.tasks.units import VolumeUnits
 

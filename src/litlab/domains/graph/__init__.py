@@ -18,9 +18,9 @@ DOMAIN = Domain(
         "data.SBMDataModule",
         "data.PlanetoidDataModule",
         "data.KarateDataModule",
-        "tudataset.TUDataModule",
+        "data.TUDataModule",
     ),
     modules=("module.GNNClassifier",),
-    nets=("nets.gnn.GNN",),
-    template=Template("data.SBMDataModule", "nets.gnn.GNN", "sbm", "gnn", "test/acc", 0.7, 60),
+    nets=("nets.GNN",),
+    template=Template("data.SBMDataModule", "nets.GNN", "sbm", "gnn", "test/acc", 0.7, 60),
 )

@@ -4,33 +4,128 @@ classification on many.
 `sbm` (the default) is generated locally from a seed, so it needs no network. Planetoid and
 TUDataset keep PyG's real download code and also read raw files already in
 `<data_dir>/Planetoid/<name>/raw` or `<data_dir>/TUDataset/<name>/raw` (how the tests run offline).
-PyG's processed files go to `<data_dir>/cache/pyg/`, never beside the raw files (`pyg_files`).
+PyG's processed files go to `<data_dir>/cache/pyg/`, never beside the raw files (`read_pyg`).
+
+Where PyG's files of the Planetoid and TUDataset collections are read and written: raw files
+in `<data_dir>/<collection>/<name>/raw` (downloaded there when online), processed files in
+`<data_dir>/cache/pyg/<collection>`, a folder litlab owns: never beside the raw files, whose
+folder may be a read-only copy or a link to a shared one.
 
 DDP: a single graph is given whole to every rank (the module splits the nodes of each mask
 between ranks); graph datasets are split between ranks, without the padding duplicates of
 Lightning's default sampler at evaluation, so every graph is counted exactly once.
+
+Graph classification on the TU Dortmund benchmarks (MUTAG, PROTEINS, ENZYMES...): many small
+graphs, mini-batched by PyG's DataLoader, split into seeded stratified folds. PyG's real download
+code stays; raw files already in `<data_dir>/TUDataset/<name>/raw` are read as they are (offline),
+processed into `<data_dir>/cache/pyg/TUDataset` (`TUDataModule`).
+Under DDP the graphs are split between ranks, each counted exactly once at evaluation.
 """
 
 import copy
 import logging
+import os
+import urllib.error
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
 import lightning as L
+import numpy as np
 import torch
 
 # isort: split
 from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
+from torch_geometric.datasets import Planetoid, TUDataset
 from torch_geometric.loader import DataLoader
 
-from litlab.bounds import Ge, Interval, NonNegInt, PosInt
-from litlab.data.base import compute_dtype
-from litlab.domains.graph.pyg_files import CachedPlanetoid, read_pyg
+from litlab.bounds import Ge, Interval, NonNegInt, OptionalFraction, PosInt, Workers
+from litlab.data import (
+    SplitDataModule,
+    check_fold,
+    check_labels,
+    compute_dtype,
+    stratified_folds,
+    stratified_split,
+)
 from litlab.errors import UserError
-from litlab.tasks import NODE_CLASSIFICATION
+from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
+from litlab.utils.files import fetching
+
+
+def pyg_cache(data_dir: Path, collection: str) -> Path:
+    """Where PyG's processed files of a `collection` (Planetoid, TUDataset) go: a folder litlab
+    owns below the data dir (`<data_dir>/cache/pyg/Planetoid/Cora/processed`), never the raw
+    data's folder (`<data_dir>/Planetoid/Cora/raw`), which may be read-only."""
+    return Path(data_dir) / "cache" / "pyg" / collection
+
+
+class _ProcessedInCache:
+    """A PyG dataset whose processed files go to `self.cache`, in PyG's own layout below it
+    (`<name>/processed`, `<name>/geom-gcn/processed`...); its raw files stay where they are."""
+
+    cache: str
+
+    @property
+    def processed_dir(self) -> str:
+        return os.path.join(self.cache, os.path.relpath(super().processed_dir, self.root))
+
+
+class CachedPlanetoid(_ProcessedInCache, Planetoid):
+    def __init__(self, root: str, name: str, cache: str, **kwargs):
+        self.cache = cache  # before PyG's __init__, which processes
+        super().__init__(root, name, **kwargs)
+
+
+class CachedTUDataset(_ProcessedInCache, TUDataset):
+    def __init__(self, root: str, name: str, cache: str, **kwargs):
+        self.cache = cache
+        super().__init__(root, name, **kwargs)
+
+
+def _locked(cache: Path):
+    """An inter-process lock in the dataset's cache folder: DDP ranks may build `dims` at the
+    same time, and PyG writes processed files the first time a dataset is read."""
+    from filelock import FileLock
+
+    return FileLock(str(cache / ".litlab.lock"))
+
+
+def _make_cache(cache: Path, raw: Path) -> None:
+    """The cache folder, or one line: the data dir must be writable (its raw folders may be
+    read-only)."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"PyG's processed files of {raw.parent} go to {cache}, which cannot be created "
+            f"({err.strerror or err}); point paths.data_dir (or LITLAB_DATA_DIR) at a writable "
+            f"folder that holds a copy of {raw.parent.parent.name}/{raw.parent.name}/raw or a "
+            f"link to it (that folder itself may be read-only)"
+        ) from None
+
+
+def read_pyg(data_dir: Path, collection: str, name: str, raw_files: str, read):
+    """`read(root, cache)` (a PyG dataset of `<data_dir>/<collection>`, processed into
+    `cache`) under the cache's lock, downloading into `<root>/<name>/raw` when the files are
+    not there; a failed download is one line that says which files to copy where (how to run
+    offline), and leaves no folder it created."""
+    root, cache = Path(data_dir) / collection, pyg_cache(data_dir, collection)
+    try:
+        with fetching(root / name / "raw"), fetching(cache):
+            _make_cache(cache, root / name / "raw")
+            with _locked(cache):
+                return read(str(root), str(cache))
+    except (urllib.error.URLError, OSError) as err:
+        raise UserError(
+            f"{name} is not in {root / name / 'raw'} and downloading it failed ({err}); "
+            f"connect to the internet once, copy the {raw_files} files there, or pass "
+            f"paths.data_dir=FOLDER (or set LITLAB_DATA_DIR) where {collection}/{name} "
+            f"already is"
+        ) from err
+
 
 log = logging.getLogger(__name__)
 Probability01 = Annotated[float, Interval(ge=0, le=1)]
@@ -254,3 +349,97 @@ class KarateDataModule(NodeDataModule):
         data = KarateClub()[0]
         data.val_mask = data.test_mask = ~data.train_mask
         return data
+
+
+# -------------------------------------------------- graph classification
+class TUDataModule(GraphsInComputeDtype, SplitDataModule):
+    """TU Dortmund graph classification benchmarks (MUTAG, PROTEINS, ENZYMES...), mini-batched.
+
+    Fold `fold` of a seeded stratified `num_folds`-fold split is the test set. `val_fraction`
+    of the remaining graphs (stratified) validates; with `val_fraction: 0` the test fold is
+    also the validation set: the protocol of Xu et al. (optimistic; see docs/graph.md).
+    `num_folds` means what it means on every datamodule (litlab/data.py), but it defaults to 10
+    and is never null here: k-fold is the published protocol of these benchmarks.
+    """
+
+    kind = GRAPH_CLASSIFICATION
+    loader_class = DataLoader  # PyG's: batches of graphs
+    source_column = "graph"
+
+    def __init__(
+        self,
+        name: str = "MUTAG",
+        data_dir: str = "data",
+        batch_size: PosInt = 32,
+        fold: NonNegInt = 0,
+        num_folds: Annotated[int, Ge(2)] = 10,
+        val_fraction: OptionalFraction = 0.1,
+        use_node_attr: bool = False,
+        num_workers: Workers = 0,
+        seed: NonNegInt = 0,
+    ):
+        # PyG's batches are not pinned, its workers not kept
+        super().__init__(batch_size, num_workers, persistent_workers=False, pin_memory=False)
+        self.data_dir = Path(data_dir)
+        self.check_settings(self.hparams, "data")
+
+    @classmethod
+    def check_settings(cls, settings, key: str) -> None:
+        """fold < num_folds <= the smallest class, from the raw labels when they are on disk
+        (one integer a line; before any graph is read), else once the dataset is read."""
+        check_fold(settings, key)
+        name = str(settings["name"])
+        raw = Path(str(settings["data_dir"])) / "TUDataset" / name / "raw"
+        labels = raw / f"{name}_graph_labels.txt"
+        try:
+            found = np.loadtxt(labels, ndmin=1) if labels.is_file() else None
+        except ValueError:  # not a label file: PyG's reading says so, in setup
+            found = None
+        check_labels(found, settings, key, name, "graphs")
+
+    @cached_property
+    def dataset(self):
+        name = self.hparams.name
+        return read_pyg(
+            self.data_dir,
+            "TUDataset",
+            name,
+            f"{name}_*.txt",
+            lambda root, cache: CachedTUDataset(
+                root, name, cache, use_node_attr=self.hparams.use_node_attr
+            ),
+        )
+
+    def _check_folds(self, dataset) -> None:
+        """Every test fold needs a graph of each class: num_folds <= the smallest class."""
+        labels = dataset.y.view(-1).numpy()
+        check_labels(labels, self.hparams, "data", self.hparams.name, "graphs")
+
+    @property
+    def dims(self) -> dict:
+        self._check_folds(self.dataset)
+        return {
+            "in_channels": max(self.dataset.num_features, 1),
+            "num_classes": self.dataset.num_classes,
+            "kind": self.kind,
+        }
+
+    def prepare_data(self) -> None:
+        self.dataset  # noqa: B018  (downloads/processes once, on local rank 0)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        h, dataset = self.hparams, self.dataset
+        labels = dataset.y.numpy()
+        train, test = stratified_folds(labels, h.num_folds, h.fold, h.seed)
+        if h.val_fraction > 0:
+            fit, val = stratified_split(labels[train], h.val_fraction, h.seed, "data.val_fraction")
+            train, val = train[fit], train[val]
+        else:
+            val = test
+        self.train_set, self.val_set, self.test_set = (
+            dataset[torch.as_tensor(i)] for i in (train, val, test)
+        )
+        # each graph by its index in the dataset (with val_fraction 0, val is the test fold)
+        self.split_sources = {"train": train.tolist(), "val": val.tolist(), "test": test.tolist()}

@@ -17,7 +17,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from litlab import tasks
 from litlab.compat.lightning import attached_trainer
-from litlab.models.base import LitModule
+from litlab.models import LitModule
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION
 
 

@@ -1,11 +1,13 @@
 """3D medical datamodules: segmentation (generated phantoms, NIfTI folders in the Medical
-Segmentation Decathlon layout) and classification (generated phantoms; MedMNIST 3D is in
-medmnist3d.py).
+Segmentation Decathlon layout) and classification (generated phantoms; MedMNIST 3D).
 
 Segmentation trains on random patches (half centred on foreground) and evaluates whole volumes
 one at a time (sizes differ; the module runs sliding-window inference). Preprocessed volumes
 live in memory, shared copy-on-write with DataLoader workers; NIfTI folders are also cached on
 disk as one .npz, written atomically by one process.
+
+MedMNIST v2 3D classification sets through the `medmnist` package (its download path; a
+local `<flag>.npz` with the same keys is read as is): `MedMNIST3DDataModule`.
 """
 
 from pathlib import Path
@@ -17,15 +19,23 @@ from torch.utils.data import TensorDataset
 
 from litlab import bounds
 from litlab.bounds import Fraction, Ge, NonNegFloat, NonNegInt, PatchSize, PosInt, Seed
-from litlab.data import splits
-from litlab.data.base import SplitDataModule, in_compute_dtype
-from litlab.data.splits import split_indices, write_split
+from litlab.data import (
+    FoldSettings,
+    NumFolds,
+    SplitDataModule,
+    in_compute_dtype,
+    settings_split,
+    split_indices,
+    volume_split,
+    write_split,
+)
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.medical3d import volumes as V
+from litlab.errors import UserError
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 
 
-class Medical3DDataModule(splits.FoldSettings, SplitDataModule):
+class Medical3DDataModule(FoldSettings, SplitDataModule):
     """Loaders shared by the 3D datamodules; evaluation splits are never padded under DDP.
 
     `num_folds=K fold=i`: fold i of a seeded K-fold split of the volumes tests (stratified by
@@ -42,7 +52,7 @@ class Medical3DDataModule(splits.FoldSettings, SplitDataModule):
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
         seed: Seed = 42,
-        num_folds: splits.NumFolds = None,
+        num_folds: NumFolds = None,
         fold: NonNegInt = 0,
         **kwargs,
     ):
@@ -96,7 +106,7 @@ class SegmentationDataModule(Medical3DDataModule):
         if h.num_folds is None:
             split = split_indices(len(vols), h.val_fraction, h.test_fraction, h.seed)
         else:  # stratified by each volume's dominant structure; rare ones pooled
-            split = splits.volume_split([v["label"] for v in vols], h, self.data_name)
+            split = volume_split([v["label"] for v in vols], h, self.data_name)
         names = self.names or [f"case_{i:04d}" for i in range(len(vols))]
         self.split_sources = {k: [names[i] for i in v] for k, v in split.items()}
         self._write_split()
@@ -253,7 +263,7 @@ class ClassificationDataModule(Medical3DDataModule):
         if h.num_folds is None:
             split = split_indices(len(labels), h.val_fraction, h.test_fraction, h.seed)
         else:
-            split = splits.settings_split(labels.numpy(), h, self.data_name, "volumes")
+            split = settings_split(labels.numpy(), h, self.data_name, "volumes")
         self.split_sources = {k: [ids[i] for i in v] for k, v in split.items()}
         return {
             k: (images[torch.as_tensor(v)], labels[torch.as_tensor(v)]) for k, v in split.items()
@@ -297,3 +307,93 @@ class PhantomClassificationDataModule(PhantomDataModule, ClassificationDataModul
             labels.append(has_nodule)
             ids.append(f"case_{i:04d}")  # as the segmentation phantoms are named
         return self.split(torch.stack(images), torch.tensor(labels), ids)
+
+
+# -------------------------------------------------------------- medmnist
+class MedMNIST3DDataModule(ClassificationDataModule):
+    """MedMNIST v2 3D sets (`flag`: organmnist3d, nodulemnist3d, adrenalmnist3d,
+    fracturemnist3d, vesselmnist3d, synapsemnist3d) with their official splits, or k-fold
+    over all of them (`num_folds`). Downloads with the `medmnist` package when
+    `<data_dir>/<flag>[_64].npz` is absent."""
+
+    source_column = "sample"  # a volume's place in the official splits: "val/12"
+
+    def __init__(
+        self,
+        flag: str = "nodulemnist3d",
+        size: int = 28,
+        data_dir: str = "data",
+        download: bool = True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        info = self.check_settings({"flag": flag, "size": size}, "data")
+        self.flag, self.size, self.download = flag, size, download
+        self.data_dir = Path(data_dir)
+        self.info, self.num_classes = info, len(info["label"])
+        self.in_channels = info["n_channels"]
+
+    @classmethod
+    def check_settings(cls, settings: dict, key: str) -> dict:
+        """A single-label MedMNIST 3D set in a size it comes in (before anything is printed)."""
+        import medmnist
+
+        flag, size = settings["flag"], settings["size"]
+        if flag not in medmnist.INFO or not flag.endswith("3d"):
+            valid = ", ".join(k for k in medmnist.INFO if k.endswith("3d"))
+            raise UserError(f"{key}.flag={flag} is not a MedMNIST 3D set; valid: {valid}")
+        if size not in (28, 64):
+            raise UserError(f"{key}.size={size} is not available; valid: 28, 64")
+        info = medmnist.INFO[flag]
+        if info["task"] not in ("binary-class", "multi-class"):
+            raise UserError(f"{key}.flag={flag} is a {info['task']} task, not single-label")
+        cls.check_folds(settings, key, None)
+        return info
+
+    @classmethod
+    def fold_labels(cls, settings: dict):
+        """The labels of an `<flag>.npz` already on disk (not yet downloaded: setup checks)."""
+        size = settings.get("size", 28)
+        name = f"{settings['flag']}{'' if size == 28 else f'_{size}'}.npz"
+        path = Path(str(settings.get("data_dir", "data"))) / name
+        if not path.is_file():
+            return None
+        with np.load(path) as z:
+            return np.concatenate([z[f"{s}_labels"].reshape(-1) for s in ("train", "val", "test")])
+
+    @property
+    def npz_path(self) -> Path:
+        return self.data_dir / f"{self.flag}{'' if self.size == 28 else f'_{self.size}'}.npz"
+
+    def _dataset(self, split: str, download: bool):
+        import medmnist
+
+        cls = getattr(medmnist, self.info["python_class"])
+        try:
+            return cls(split=split, root=str(self.data_dir), download=download, size=self.size)
+        except RuntimeError as err:
+            raise UserError(
+                f"{self.npz_path} not found and the download "
+                f"{'failed' if download else 'is off'}: put it there"
+            ) from err
+
+    def prepare_data(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.npz_path.is_file():  # the package's md5 check would refuse local copies
+            self._dataset("train", download=self.download)
+
+    def load(self):
+        out = {}
+        for split in ("train", "val", "test"):
+            ds = self._dataset(split, download=False)
+            images = torch.as_tensor(np.asarray(ds.imgs))
+            images = images.unsqueeze(1) if images.ndim == 4 else images.permute(0, 4, 1, 2, 3)
+            out[split] = (images.contiguous(), torch.as_tensor(ds.labels).reshape(-1).long())
+        # each volume by its place in the official splits: "val/12" is the 13th of val
+        ids = {s: [f"{s}/{i}" for i in range(len(out[s][1]))] for s in out}
+        if self.hparams.num_folds is None:
+            self.split_sources = ids
+            return out
+        # k-fold: the official splits pooled in their order (train, val, test), then folded
+        pooled = [torch.cat([out[s][i] for s in ("train", "val", "test")]) for i in (0, 1)]
+        return self.split(*pooled, [i for s in ("train", "val", "test") for i in ids[s]])

@@ -17,9 +17,9 @@ from torchmetrics.functional.segmentation import dice_score
 from torchmetrics.segmentation import DiceScore
 
 from litlab.bounds import MaxLen, NonNegFloat, PosInt, Probability
-from litlab.models.base import Classifier, LitModule
+from litlab.models import Classifier, LitModule
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
-from litlab.tasks.outputs import class_map
+from litlab.tasks.kind import class_map
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from litlab.data import base as memory
+from litlab.data import check_fits
 from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def check_phantoms(settings: dict, key: str) -> None:
             f"{size - jitter} voxels; a nodule of radius {radius:g} needs at least {need}: "
             f"raise {key}.size or lower {key}.size_jitter"
         )
-    memory.check_fits(
+    check_fits(
         count * (size + jitter) ** 3 * 5,  # a float32 image and an 8-bit label per voxel
         f"{key}.num_volumes={count} phantoms of up to {size + jitter}^3 voxels",
         f"lower {key}.size or {key}.num_volumes",

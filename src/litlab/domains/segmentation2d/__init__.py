@@ -6,11 +6,11 @@ from litlab.domains import Domain, Template
 DOMAIN = Domain(
     datamodules=("data.Hippocampus2DDataModule", "data.MaskFolderDataModule"),
     modules=("module.ImageSegmenter",),
-    nets=("nets.unet2d.unet2d",),
+    nets=("nets.unet2d",),
     # its data is the Hippocampus volumes (or a mask folder): a copy trains on them
     template=Template(
         "data.Hippocampus2DDataModule",
-        "nets.unet2d.unet2d",
+        "nets.unet2d",
         "hippocampus2d",
         "unet2d",
         "test/dice",

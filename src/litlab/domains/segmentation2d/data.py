@@ -19,12 +19,19 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed, SegmentClasses
-from litlab.data import base as memory
-from litlab.data import splits
-from litlab.data.base import SplitDataModule, in_compute_dtype
-from litlab.data.splits import split_indices
+from litlab.data import (
+    FoldSettings,
+    NumFolds,
+    SplitDataModule,
+    check_count,
+    check_fits,
+    check_fold,
+    check_step_memory,
+    in_compute_dtype,
+    split_indices,
+    volume_split,
+)
 from litlab.domains.medical3d import nifti as N
-from litlab.domains.segmentation2d import files as F
 from litlab.domains.segmentation2d import slices as S
 from litlab.domains.segmentation2d.slices import pad_to
 from litlab.errors import UserError
@@ -51,7 +58,7 @@ class Items(Dataset):
         return self.items[index]
 
 
-class SliceDataModule(splits.FoldSettings, SplitDataModule):
+class SliceDataModule(FoldSettings, SplitDataModule):
     """Subclasses return items (`load`): (images (S, C, H, W) in [0, 1], labels (S, H, W)) of
     `image_size` squares, and their names; `shapes` holds each item's (height, width) before
     padding."""
@@ -71,7 +78,7 @@ class SliceDataModule(splits.FoldSettings, SplitDataModule):
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
-        num_folds: splits.NumFolds = None,
+        num_folds: NumFolds = None,
         fold: NonNegInt = 0,
         seed: Seed = 42,
         **kwargs,
@@ -85,7 +92,7 @@ class SliceDataModule(splits.FoldSettings, SplitDataModule):
         self.split: dict[str, list[int]] = {}
 
     def check_training_step(self, net, device) -> None:
-        memory.check_step_memory(net, self, device)  # data.image_size is the user's
+        check_step_memory(net, self, device)  # data.image_size is the user's
 
     @property
     def dims(self) -> dict:
@@ -122,7 +129,7 @@ class SliceDataModule(splits.FoldSettings, SplitDataModule):
         h = self.hparams
         if h.num_folds is None:
             return split_indices(len(items), h.val_fraction, h.test_fraction, h.seed)
-        return splits.volume_split([y.numpy() for _, y in items], h, self.data_name)
+        return volume_split([y.numpy() for _, y in items], h, self.data_name)
 
     def mask_files(self, split: str) -> list[list[str]]:
         """The predicted masks' PNG names of each item of `split` (slices.mask_names)."""
@@ -211,7 +218,7 @@ class MaskFolderDataModule(SliceDataModule):
         images, masks = root / "images", root / "masks"
         if not images.is_dir() or not masks.is_dir():
             raise UserError(f"{key}.root={root} needs images/ and masks/ folders")
-        found = sorted(p for p in images.iterdir() if p.suffix.lower() in F.IMAGE_SUFFIXES)
+        found = sorted(p for p in images.iterdir() if p.suffix.lower() in S.IMAGE_SUFFIXES)
         if len(found) < 3:
             raise UserError(f"{key}.root={root}: {len(found)} images in images/; at least 3")
         pairs, classes = [], int(settings.get("num_classes", 3))
@@ -223,11 +230,11 @@ class MaskFolderDataModule(SliceDataModule):
             check_regular(
                 image, f"{key}.root={root}: images/{image.name}", "images/ holds image files"
             )
-            mask = F.mask_of(image, masks)
+            mask = S.mask_of(image, masks)
             if mask is None:
                 raise UserError(f"{image} has no mask: expected {masks / image.name}")
             check_regular(mask, f"{key}.root={root}: masks/{mask.name}", "masks/ holds image files")
-            shape, values = F.grey(image, size).shape, F.labels(mask)
+            shape, values = S.grey(image, size).shape, S.labels(mask)
             if tuple(values.shape) != tuple(shape):
                 raise UserError(
                     f"{mask} has shape {list(values.shape)}, its image {list(shape)}: a mask "
@@ -239,14 +246,14 @@ class MaskFolderDataModule(SliceDataModule):
         if groups is None:
             cls.check_folds(settings, key, len(pairs))
         else:  # the groups are what is split (and folded)
-            splits.check_fold(settings, key)
-            splits.check_count(len(set(groups)), settings, key, f"{key}.group's groups", "groups")
+            check_fold(settings, key)
+            check_count(len(set(groups)), settings, key, f"{key}.group's groups", "groups")
         return pairs
 
     def load(self):
         items, self.shapes = [], []
         for image, mask in self.pairs:  # checked: whole labels below num_classes fit in 8 bits
-            x, y = F.grey(image), F.labels(mask).astype(np.uint8)
+            x, y = S.grey(image), S.labels(mask).astype(np.uint8)
             self.shapes.append(tuple(y.shape))
             x, y = pad_to(x[None, None], self.image_size), pad_to(y[None], self.image_size)
             items.append((torch.from_numpy(x), torch.from_numpy(y)))
@@ -264,7 +271,7 @@ class MaskFolderDataModule(SliceDataModule):
 def check_memory(items: int, size: int, what: str, channels: int = 1) -> None:
     """The padded items fit in memory: float32 intensities and 8-bit labels, held twice while
     the training slices are joined into one tensor."""
-    memory.check_fits(
+    check_fits(
         2 * items * size * size * (4 * channels + 1),
         f"{what} to {size}x{size}: they",
         "set data.image_size to the largest side of the items (it only needs to hold them)",

@@ -8,9 +8,9 @@ from torchmetrics import MetricCollection
 from torchmetrics.segmentation import DiceScore
 
 from litlab.bounds import NonNegFloat
-from litlab.models.base import LitModule
+from litlab.models import LitModule
 from litlab.tasks import IMAGE_SEGMENTATION
-from litlab.tasks.outputs import class_map
+from litlab.tasks.kind import class_map
 
 
 class ItemDice(DiceScore):

@@ -11,13 +11,12 @@ import torch
 from torch.utils.data import TensorDataset
 
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
-from litlab.data import splits
-from litlab.data.base import SplitDataModule
+from litlab.data import FoldSettings, NumFolds, SplitDataModule, settings_split
 from litlab.errors import UserError
 from litlab.tasks.signal_classification import SignalClassification
 
 
-class SignalDataModule(splits.FoldSettings, SplitDataModule):
+class SignalDataModule(FoldSettings, SplitDataModule):
     kind = SignalClassification.name
     data_name, fold_pool = "the signals", "signals"
 
@@ -27,7 +26,7 @@ class SignalDataModule(splits.FoldSettings, SplitDataModule):
         batch_size: PosInt = 64,
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
-        num_folds: splits.NumFolds = None,
+        num_folds: NumFolds = None,
         fold: NonNegInt = 0,
         seed: Seed = 42,
         **kwargs,
@@ -59,8 +58,8 @@ class SignalDataModule(splits.FoldSettings, SplitDataModule):
         """Signals by split, stratified by class (k-fold: fold `fold` tests)."""
         h = self.hparams
         if h.num_folds is not None:
-            return splits.settings_split(self.y, h, self.data_name, self.fold_pool)
-        from litlab.data.splits import stratified_split
+            return settings_split(self.y, h, self.data_name, self.fold_pool)
+        from litlab.data import stratified_split
 
         rest, test = stratified_split(self.y, h.test_fraction, h.seed, "data.test_fraction")
         fit, val = stratified_split(self.y[rest], h.val_fraction, h.seed, "data.val_fraction")

@@ -10,7 +10,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from litlab.bounds import MinLen, PosInt, Probability
-from litlab.models.base import Classifier
+from litlab.models import Classifier
 from litlab.tasks.signal_classification import SignalClassification
 
 

@@ -6,8 +6,8 @@ from litlab.domains import Domain, Template
 DOMAIN = Domain(
     datamodules=("data.TableDataModule",),
     modules=("module.Regressor",),
-    nets=("nets.mlp.TableMLP",),
+    nets=("nets.TableMLP",),
     template=Template(
-        "data.TableDataModule", "nets.mlp.TableMLP", "table", "regressor", "test/r2", 0.3, 30
+        "data.TableDataModule", "nets.TableMLP", "table", "regressor", "test/r2", 0.3, 30
     ),
 )

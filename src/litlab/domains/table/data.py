@@ -11,8 +11,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from litlab.bounds import Fraction, NonNegInt, PosInt, Seed
-from litlab.data import splits
-from litlab.data.base import SplitDataModule
+from litlab.data import FoldSettings, NumFolds, SplitDataModule, settings_split
 from litlab.domains.table import values
 from litlab.errors import UserError
 from litlab.tasks.regression import Regression
@@ -21,7 +20,7 @@ from litlab.tasks.regression import Regression
 STRATA = 5
 
 
-class TableDataModule(splits.FoldSettings, SplitDataModule):
+class TableDataModule(FoldSettings, SplitDataModule):
     kind = Regression.name
     data_name, fold_pool = "the table", "rows"
     source_column = "row"
@@ -35,7 +34,7 @@ class TableDataModule(splits.FoldSettings, SplitDataModule):
         batch_size: PosInt = 64,
         val_fraction: Fraction = 0.1,
         test_fraction: Fraction = 0.2,
-        num_folds: splits.NumFolds = None,
+        num_folds: NumFolds = None,
         fold: NonNegInt = 0,
         seed: Seed = 42,
         **kwargs,
@@ -88,8 +87,8 @@ class TableDataModule(splits.FoldSettings, SplitDataModule):
         h = self.hparams
         strata = np.digitize(self.y, np.quantile(self.y, np.linspace(0, 1, STRATA + 1)[1:-1]))
         if h.num_folds is not None:
-            return splits.settings_split(strata, h, self.data_name, self.fold_pool)
-        from litlab.data.splits import stratified_split
+            return settings_split(strata, h, self.data_name, self.fold_pool)
+        from litlab.data import stratified_split
 
         rest, test = stratified_split(strata, h.test_fraction, h.seed, "data.test_fraction")
         fit, val = stratified_split(strata[rest], h.val_fraction, h.seed, "data.val_fraction")

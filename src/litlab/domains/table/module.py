@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.regression import MeanAbsoluteError, MeanSquaredError, R2Score
 
-from litlab.models.base import LitModule
+from litlab.models import LitModule
 from litlab.tasks.regression import Regression
 
 

@@ -1,5 +1,5 @@
 """A table's values checked as the net will use them, not only as read: the net computes in
-float32 and standardizes each column by the training rows' mean and spread (nets/mlp.py), the
+float32 and standardizes each column by the training rows' mean and spread (nets.py), the
 metrics sum squared targets in float32. Read in float64, a value can be finite and still be
 lost there: beyond float32's range (1e39), overflowing once centred, or one of many values
 that differ by less than float32 resolves at their magnitude (int64 ids near 2^40 differ by

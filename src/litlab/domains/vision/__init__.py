@@ -12,8 +12,8 @@ DOMAIN = Domain(
         "downloads.CIFAR10DataModule",
     ),
     modules=("module.ImageClassifier",),
-    nets=("nets.cnn.SmallCNN", "nets.resnet.resnet18"),
+    nets=("nets.SmallCNN", "nets.resnet18"),
     template=Template(
-        "data.DigitsDataModule", "nets.cnn.SmallCNN", "digits", "cnn", "test/acc", 0.8, 3
+        "data.DigitsDataModule", "nets.SmallCNN", "digits", "cnn", "test/acc", 0.8, 3
     ),
 )

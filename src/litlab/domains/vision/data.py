@@ -2,35 +2,110 @@
 
 `digits` (the default) is real data shipped inside scikit-learn, so it needs no network. The
 datasets torchvision downloads (MNIST, Fashion-MNIST, CIFAR-10) are in `vision_downloads.py`.
+
+Images in memory and on disk, and the batch augmentation of the vision datamodules
+(`TensorImages`, `read_image`, `random_affine`).
 """
 
 from pathlib import Path
 from typing import Literal
 
 import torch
+from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
-from litlab.data import base as memory
-from litlab.data import splits
-from litlab.data.base import SplitDataModule, in_compute_dtype
-from litlab.data.splits import stratified_split
-from litlab.domains.vision.images import TensorImages, random_affine, read_image
-from litlab.errors import UserError
+from litlab.data import (
+    FoldSettings,
+    NumFolds,
+    SplitDataModule,
+    check_fits,
+    check_step_memory,
+    in_compute_dtype,
+    settings_split,
+    stratified_split,
+)
+from litlab.errors import UserError, one_line
 from litlab.tasks import IMAGE_CLASSIFICATION
 from litlab.utils.files import check_regular
 
+
+# ---------------------------------------------------------------- images
+def random_affine(
+    x: torch.Tensor,
+    degrees: float = 0.0,
+    translate: float = 0.0,
+    scale: tuple[float, float] = (1.0, 1.0),
+    hflip: bool = False,
+) -> torch.Tensor:
+    """A different random rotation/shift/scale (and flip) for every image of a batch.
+
+    `translate` is a fraction of the image size; empty borders are zero (black).
+    """
+    import torch.nn.functional as F
+
+    n = x.shape[0]
+
+    def uniform(lo, hi):
+        return torch.empty(n, device=x.device).uniform_(lo, hi)
+
+    angle = uniform(-degrees, degrees).deg2rad_()
+    zoom = uniform(*scale)
+    flip = torch.where(torch.rand(n, device=x.device) < 0.5, -1.0, 1.0) if hflip else 1.0
+    theta = torch.zeros(n, 2, 3, device=x.device)
+    theta[:, 0, 0] = angle.cos() / zoom * flip
+    theta[:, 0, 1] = -angle.sin() / zoom
+    theta[:, 1, 0] = angle.sin() / zoom * flip
+    theta[:, 1, 1] = angle.cos() / zoom
+    theta[:, :, 2] = torch.empty(n, 2, device=x.device).uniform_(-2 * translate, 2 * translate)
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+class TensorImages(Dataset):
+    """Images held in memory as a uint8/float tensor (N, C, H, W) with integer labels.
+
+    Items are returned as stored; scaling, augmentation and normalization happen per batch
+    (VisionDataModule.on_after_batch_transfer)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.images[i], self.labels[i]
+
+
+def read_image(path: str, header_only: bool = False):
+    """An image as RGB PIL (ImageFolder's loader), or one line naming the file it cannot read."""
+    from PIL import Image
+
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            if header_only:
+                return None
+            return img.convert("RGB")
+    except Exception as err:  # noqa: BLE001 (PIL raises many kinds; all mean a bad file)
+        raise UserError(
+            f"cannot read image {path}: {one_line(err)}; fix or remove the file"
+        ) from None
+
+
+# ----------------------------------------------------------- datamodules
 LEFT = "samples left after the test split (data.test_fraction)"
 #: float32 copies of a batch held at once (decoded, scaled, augmented, normalized) and the
 #: batches the loader prepares ahead
 BATCH_COPIES = 4
 
 
-class VisionDataModule(splits.FoldSettings, SplitDataModule):
+class VisionDataModule(FoldSettings, SplitDataModule):
     """Shared split/transform/loader logic; subclasses only say how to read their images.
 
     `num_folds=K fold=i` pools every labelled image (official test split included) and makes
-    fold i of a seeded stratified K-fold split the test set (data/splits.py).
+    fold i of a seeded stratified K-fold split the test set (litlab/data.py).
     """
 
     kind = IMAGE_CLASSIFICATION
@@ -50,7 +125,7 @@ class VisionDataModule(splits.FoldSettings, SplitDataModule):
         augment: bool = True,
         val_fraction: Fraction = 0.1,
         seed: Seed = 42,
-        num_folds: splits.NumFolds = None,
+        num_folds: NumFolds = None,
         fold: NonNegInt = 0,
         **kwargs,
     ):
@@ -116,7 +191,7 @@ class VisionDataModule(splits.FoldSettings, SplitDataModule):
         if test is not None:
             images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
             ids = [*ids, *test_ids]
-        split = splits.settings_split(labels.numpy(), self.hparams, self.data_name, "images")
+        split = settings_split(labels.numpy(), self.hparams, self.data_name, "images")
         self.train_set, self.val_set, self.test_set = (
             TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
         )
@@ -198,7 +273,7 @@ class ImageFolderDataModule(VisionDataModule):
         self.num_classes = len(self.classes)
 
     def check_training_step(self, net, device) -> None:
-        memory.check_step_memory(net, self, device)  # data.image_size is the user's
+        check_step_memory(net, self, device)  # data.image_size is the user's
 
     @classmethod
     def check_settings(cls, settings: dict, key: str) -> None:
@@ -206,7 +281,7 @@ class ImageFolderDataModule(VisionDataModule):
         cls.class_folders(root, key)
         size, batch = int(settings.get("image_size", 64)), int(settings.get("batch_size", 128))
         channels = int(settings.get("channels", 3))
-        memory.check_fits(
+        check_fits(
             batch * channels * size * size * BATCH_COPIES * 4,
             f"{key}.image_size={size}: batches of {batch} images of {channels}x{size}x{size}",
             f"lower {key}.image_size or {key}.batch_size",
@@ -284,7 +359,7 @@ class ImageFolderDataModule(VisionDataModule):
             self.val_set = self._folder("val") if has["val"] else Subset(train, val_idx)
             self.test_set = self._folder("test") if has["test"] else self.val_set
         elif h.num_folds is not None:
-            split = splits.settings_split(train.targets, h, str(self.root), "images")
+            split = settings_split(train.targets, h, str(self.root), "images")
             self.train_set, self.val_set, self.test_set = (
                 Subset(train, split[s].tolist()) for s in ("train", "val", "test")
             )

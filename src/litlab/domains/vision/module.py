@@ -9,7 +9,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from torchvision.transforms import v2
 
 from litlab.bounds import Interval, NonNegFloat, PosInt, Probability
-from litlab.models.base import Classifier
+from litlab.models import Classifier
 from litlab.tasks import IMAGE_CLASSIFICATION
 
 

@@ -1,4 +1,6 @@
-"""MONAI's U-Net in 2D: image sides must divide by the product of the strides (8 for the
+"""The segmentation2d domain's nets: plain nn.Modules built from config plus the datamodule's dims.
+
+MONAI's U-Net in 2D: image sides must divide by the product of the strides (8 for the
 default); the datamodules pad slices and images to `image_size` squares (64)."""
 
 from typing import Annotated
@@ -6,7 +8,7 @@ from typing import Annotated
 from torch import nn
 
 from litlab.bounds import MAX_IMAGE_SIDE, MinLen, NonNegInt, PosInt, Probability
-from litlab.domains.medical3d.nets.unet3d import monai_unet
+from litlab.domains.medical3d.nets import monai_unet
 from litlab.errors import UserError
 
 

@@ -1,4 +1,6 @@
-"""What every domain's LightningModule shares, written once.
+"""What every domain's LightningModule shares, written once: the LightningModule base every
+domain's module subclasses (`LitModule`, and `Classifier`); the domains' own modules and nets
+are in litlab.domains.
 
 - the net is an `nn.Module` built from config by the entry point (never a raw config here);
 - optimizer and scheduler arrive as partials from config and are built in
@@ -112,7 +114,7 @@ class LitModule(L.LightningModule):
     def on_fit_start(self) -> None:
         """A training step that cannot fit in memory (images of the user's data.image_size):
         one line before it runs, from the datamodule that knows its items' size."""
-        from litlab.data.base import SplitDataModule
+        from litlab.data import SplitDataModule
 
         if isinstance(self.trainer.datamodule, SplitDataModule):  # not loaders given to fit
             self.trainer.datamodule.check_training_step(self.net, self.device)

@@ -1,4 +1,6 @@
-"""Message-passing nets from PyG layers: GCN, GAT, GraphSAGE, GIN, and an MLP baseline that
+"""The graph domain's nets: plain nn.Modules built from config plus the datamodule's dims.
+
+Message-passing nets from PyG layers: GCN, GAT, GraphSAGE, GIN, and an MLP baseline that
 ignores the edges. One class, so every option (depth, width, heads, dropout, norm, residual,
 readout) works the same for each layer type.
 
@@ -221,20 +223,20 @@ class GNN(nn.Module):
         return {"hidden_channels": per_head * heads, "dropout": min(net.get("dropout", 0.0), 0.2)}
 
     # compress.prune.method=structured: a smaller hidden width holding the most important
-    # channels (nets/prune.py; Torch-Pruning's trace does not follow PyG's message passing)
+    # channels (prune.py; Torch-Pruning's trace does not follow PyG's message passing)
     def prune_plan(self, net_cfg: dict, build, ratio: float, round_to) -> dict:
-        from litlab.domains.graph.nets import prune
+        from litlab.domains.graph import prune
 
         return prune.prune_plan(self, net_cfg, build, ratio, round_to)
 
     def pruned(self, net_cfg: dict, build, ratio: float, steps: int, round_to, norm: int):
-        from litlab.domains.graph.nets import prune
+        from litlab.domains.graph import prune
 
         return prune.prune(self, net_cfg, build, ratio, steps, round_to, norm)
 
     def copy_kept(self, new: nn.Module, norm: int = 2) -> None:
         """Fill `new` (this GNN, narrower) with this one's most important channels."""
-        from litlab.domains.graph.nets import prune
+        from litlab.domains.graph import prune
 
         prune.copy_kept(self, new, norm)
 

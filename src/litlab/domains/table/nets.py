@@ -1,4 +1,6 @@
-"""A small MLP for table rows, in the table's own units at both ends: it standardizes the
+"""The table domain's nets: plain nn.Modules built from config plus the datamodule's dims.
+
+A small MLP for table rows, in the table's own units at both ends: it standardizes the
 features and undoes the targets' standardization itself (statistics of the training rows, stored
 as buffers), so an exported file takes raw rows and answers values a person can read."""
 

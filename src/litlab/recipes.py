@@ -1,5 +1,14 @@
-"""The training recipe as a plain function of a composed config: seed, data, model, trainer,
-fit, test, report. `src/train.py` calls it under Hydra; `litlab.train([...])` composes first."""
+"""The recipes, and nothing else: plain functions of a validated config that the entry points
+and the Python API call (`train_and_test`, `report`; eval.py's is
+litlab.export.evaluate, beside the exported files it also scores). What every run shares
+whatever its recipe (its run dir, its end, DDP, its summary, tuning, `load_run`) is in
+litlab.runs.
+
+The training recipe as a plain function of a composed config: seed, data, model, trainer,
+fit, test, report. `src/train.py` calls it under Hydra; `litlab.train([...])` composes first.
+
+The recipe of `python src/report.py path=DIR`: the folder is checked before any work
+(one line, exit 2, nothing written), then `litlab.report` writes DIR/report.html."""
 
 from pathlib import Path
 
@@ -30,9 +39,8 @@ def train_and_test(cfg: DictConfig) -> RunResult:
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
         from litlab.runs import first_forward, tuning
-        from litlab.runs import predictions as split_file
         from litlab.runs import summary as report
-        from litlab.runs.predictions import SplitFile
+        from litlab.runs.summary import SplitFile
 
         report.apply_extras(cfg)
         L.seed_everything(cfg.seed, workers=True)
@@ -44,7 +52,7 @@ def train_and_test(cfg: DictConfig) -> RunResult:
         # load_run rebuild the run from it), the DDP ranks joining the Trainer
         stored = RunConfigInCheckpoint(OmegaConf.to_container(cfg, resolve=True), made_with)
         # and each item's split, by its source, in data_split.json once the data is split
-        split = SplitFile(Path(cfg.paths.output_dir) / split_file.NAME)
+        split = SplitFile(Path(cfg.paths.output_dir) / report.NAME)
         trainer = build.trainer(cfg, extra_callbacks=[stored, ranks.callback(), split])
         report.log_hyperparameters(cfg, model, trainer)
 
@@ -80,3 +88,14 @@ def train_and_test(cfg: DictConfig) -> RunResult:
     report.save_metrics(cfg, metrics)
     report.summary(cfg, metrics, checkpoint)
     return RunResult(metrics, Path(cfg.paths.output_dir), checkpoint)
+
+
+def report(cfg: DictConfig):
+    """Check `path`, write its report.html, print where it is; returns its path."""
+    from litlab.config import validate
+    from litlab.report import write_report
+
+    settings = validate.check(cfg, "report")
+    out = write_report(settings.path)
+    print(f"report: {out}", flush=True)
+    return out

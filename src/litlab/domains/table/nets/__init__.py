@@ -1,1 +1,0 @@
-"""The table domain's nets: plain nn.Modules built from config plus the datamodule's dims."""
