@@ -35,7 +35,7 @@ def test_sweep_jobs_run_their_snapshot_and_resume_after_preemption(tmp_path):
     [snapshot] = (sweep / "code").iterdir()
     code = json.loads((snapshot / "CODE.json").read_text())
     assert code["project_root"] == str(ROOT) and code["tree_sha256"].startswith(snapshot.name)
-    assert (snapshot / "src" / "litlab" / "recipes" / "train.py").is_file()
+    assert (snapshot / "src" / "litlab" / "recipes.py").is_file()
     assert (snapshot / "configs" / "train.yaml").is_file()
 
     records = [json.loads(p.read_text()) for p in (tmp_path / "probes").glob("*.json")]

@@ -465,3 +465,22 @@ def test_a_search_into_another_programs_database_is_refused_before_its_folder(tm
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "another program (tables invoices)" in proc.stderr
     assert app.read_bytes() == before and not (tmp_path / "logs").exists()
+
+
+def test_a_study_whose_schema_another_worker_is_still_creating_is_a_study(tmp_path):
+    """Two workers sharing one study start together: the second may read the file while the
+    first has created only some of Optuna's tables (seen in the slow stage: 'the database of
+    another program (tables studies, ...)'). A part of Optuna's schema is a study; one table
+    that is not Optuna's is another program's."""
+    from litlab.errors import UserError
+    from litlab.sweeps.optuna_search import check_sqlite
+
+    partial = _sqlite(tmp_path / "partial.db", "CREATE TABLE studies (study_id INTEGER)")
+    check_sqlite(f"sqlite:///{partial}")
+    mixed = _sqlite(
+        tmp_path / "mixed.db",
+        "CREATE TABLE studies (study_id INTEGER)",
+        "CREATE TABLE invoices (id INTEGER)",
+    )
+    with pytest.raises(UserError, match=r"another program \(tables invoices\)"):
+        check_sqlite(f"sqlite:///{mixed}")

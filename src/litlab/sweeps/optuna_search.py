@@ -391,7 +391,26 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})  # in every Optuna storage
+# every table an Optuna storage makes (optuna 5.0's schema and its migrations' record): a file
+# holding only these is a study's, also a part of them, which is what a second worker sharing
+# the study reads while the first is still creating the schema
+OPTUNA_TABLES = frozenset(
+    {
+        "alembic_version",
+        "studies",
+        "study_directions",
+        "study_system_attributes",
+        "study_user_attributes",
+        "trial_heartbeats",
+        "trial_intermediate_values",
+        "trial_params",
+        "trial_system_attributes",
+        "trial_user_attributes",
+        "trial_values",
+        "trials",
+        "version_info",
+    }
+)
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -447,8 +466,8 @@ def check_sqlite(url: str) -> None:
         tables = _tables(path)
     except sqlite3.Error as err:
         raise UserError(f"{head}: {path} cannot be read as SQLite ({one_line(err)}); {valid}")
-    if tables and not OPTUNA_TABLES <= tables:
-        shown = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+    if foreign := tables - OPTUNA_TABLES:
+        shown = ", ".join(sorted(foreign)[:3]) + (", ..." if len(foreign) > 3 else "")
         raise UserError(
             f"{head}: {path} is the database of another program (tables {shown}), not of an "
             f"Optuna study; Optuna would add its tables to it: {valid}"
