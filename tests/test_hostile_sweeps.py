@@ -467,20 +467,32 @@ def test_a_search_into_another_programs_database_is_refused_before_its_folder(tm
     assert app.read_bytes() == before and not (tmp_path / "logs").exists()
 
 
-def test_a_study_whose_schema_another_worker_is_still_creating_is_a_study(tmp_path):
+def test_a_study_whose_schema_another_worker_is_still_creating_is_waited_for(tmp_path, monkeypatch):
     """Two workers sharing one study start together: the second may read the file while the
     first has created only some of Optuna's tables (seen in the slow stage: 'the database of
-    another program (tables studies, ...)'). A part of Optuna's schema is a study; one table
-    that is not Optuna's is another program's."""
-    from litlab.errors import UserError
-    from litlab.sweeps.optuna_search import check_sqlite
+    another program'). A part of Optuna's schema is read again until it is whole; one that
+    stays partial, or one table that is not Optuna's, is refused in one line."""
+    import threading
 
-    partial = _sqlite(tmp_path / "partial.db", "CREATE TABLE studies (study_id INTEGER)")
-    check_sqlite(f"sqlite:///{partial}")
+    from litlab.errors import UserError
+    from litlab.sweeps import optuna_search
+
+    monkeypatch.setattr(optuna_search, "SCHEMA_WAIT_S", 1.0)
+    made = _sqlite(tmp_path / "made.db", "CREATE TABLE studies (study_id INTEGER)")
+    rest = sorted(optuna_search.REQUIRED_TABLES - {"studies"})
+    finish = threading.Timer(
+        0.3, lambda: _sqlite(made, *(f"CREATE TABLE {t} (id INTEGER)" for t in rest))
+    )
+    finish.start()
+    optuna_search.check_sqlite(f"sqlite:///{made}")  # waited for the other worker
+    finish.join()
+    stuck = _sqlite(tmp_path / "stuck.db", "CREATE TABLE studies (study_id INTEGER)")
+    with pytest.raises(UserError, match="a part of an Optuna study's tables"):
+        optuna_search.check_sqlite(f"sqlite:///{stuck}")
     mixed = _sqlite(
         tmp_path / "mixed.db",
-        "CREATE TABLE studies (study_id INTEGER)",
+        "CREATE TABLE studies (x INTEGER)",
         "CREATE TABLE invoices (id INTEGER)",
     )
     with pytest.raises(UserError, match=r"another program \(tables invoices\)"):
-        check_sqlite(f"sqlite:///{mixed}")
+        optuna_search.check_sqlite(f"sqlite:///{mixed}")

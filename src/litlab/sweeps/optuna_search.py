@@ -391,9 +391,8 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# every table an Optuna storage makes (optuna 5.0's schema and its migrations' record): a file
-# holding only these is a study's, also a part of them, which is what a second worker sharing
-# the study reads while the first is still creating the schema
+# every table an Optuna storage makes (optuna 5.0's schema and its migrations' record); a
+# second worker sharing the study may read the file while the first is still creating them
 OPTUNA_TABLES = frozenset(
     {
         "alembic_version",
@@ -433,6 +432,26 @@ def _tables(path: Path) -> set[str]:
         return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
+SCHEMA_WAIT_S = 10.0  # how long a part of Optuna's schema may take to be completed
+REQUIRED_TABLES = OPTUNA_TABLES - {"alembic_version"}  # what a complete schema holds
+
+
+def _complete_tables(path: Path) -> set[str]:
+    """The file's tables once no other worker is creating Optuna's: a file holding a part of
+    them (and nothing else) is read again for up to `SCHEMA_WAIT_S`, since a worker sharing the
+    study creates them one by one as it starts."""
+    import time
+
+    deadline = time.monotonic() + SCHEMA_WAIT_S
+    tables = _tables(path)
+    while tables and tables <= OPTUNA_TABLES and not REQUIRED_TABLES <= tables:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+        tables = _tables(path)
+    return tables
+
+
 def check_sqlite(url: str) -> None:
     """One `UserError` naming the file unless the SQLite file of `url` is one an Optuna study
     may be written into (see the module docstring); other URLs pass."""
@@ -463,7 +482,7 @@ def check_sqlite(url: str) -> None:
     import sqlite3
 
     try:
-        tables = _tables(path)
+        tables = _complete_tables(path)
     except sqlite3.Error as err:
         raise UserError(f"{head}: {path} cannot be read as SQLite ({one_line(err)}); {valid}")
     if foreign := tables - OPTUNA_TABLES:
@@ -471,6 +490,11 @@ def check_sqlite(url: str) -> None:
         raise UserError(
             f"{head}: {path} is the database of another program (tables {shown}), not of an "
             f"Optuna study; Optuna would add its tables to it: {valid}"
+        )
+    if tables and (missing := REQUIRED_TABLES - tables):
+        raise UserError(
+            f"{head}: {path} holds a part of an Optuna study's tables ({len(missing)} of "
+            f"{len(REQUIRED_TABLES)} missing, still after {SCHEMA_WAIT_S:.0f} s): {valid}"
         )
 
 
