@@ -30,7 +30,7 @@ class Record(L.Callback):
         self.batches.append(batch)
 
 
-@pytest.mark.parametrize("model", ["cnn", "gnn"])
+@pytest.mark.parametrize("model", ["cnn", "gnn", "resnet3d"])
 def test_bf16_true_batches_reach_the_net_in_bf16_and_the_data_stays_float32(model, tmp_path):
     cfg = compose(
         "train",
