@@ -18,7 +18,7 @@ NOTEBOOK_COPIES := notebooks/.work
 PORT ?=
 JUPYTER_PORT := $(if $(PORT),--ServerApp.port=$(PORT) --ServerApp.port_retries=0)
 
-.PHONY: train test notebook notebook-copies bench doctor new-task schemas clean help
+.PHONY: train test coverage notebook notebook-copies bench doctor new-task schemas clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ --/'
@@ -42,6 +42,12 @@ train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`
 
 test: $(VENV)/.installed  ## set up, then run the test suite (not the `slow` ones)
 	$(PY) -m pytest -n auto --dist loadgroup --durations=20 $(PYTEST_ARGS)
+
+coverage: $(VENV)/.installed  ## `make test` under coverage.py (subprocesses included): line coverage of src/litlab
+	rm -f .coverage .coverage.*
+	LITLAB_TEST_BUDGET_S=100000 $(PY) -m coverage run -m pytest -n auto --dist loadgroup -q $(PYTEST_ARGS)
+	$(PY) -m coverage combine -q
+	$(PY) -m coverage report | tail -1
 
 notebook: $(VENV)/.installed notebook-copies  ## set up, then JupyterLab on copies of notebooks/ (kernel: this .venv; 127.0.0.1 only): make notebook PORT=8899 ARGS=--no-browser
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_COPIES) --ServerApp.ip=127.0.0.1 $(JUPYTER_PORT) $(JUPYTER_ROOT) $(ARGS)
@@ -74,4 +80,4 @@ new-task: $(VENV)/.installed  ## copy a domain into a new task: make new-task NA
 	PYTHONPATH=src $(PY) -m litlab.scaffold "$(NAME)" "$(FROM)"
 
 clean:  ## remove run outputs (keeps data/ and .venv)
-	rm -rf logs/* .pytest_cache
+	rm -rf logs/* .pytest_cache .coverage .coverage.*
