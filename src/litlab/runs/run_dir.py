@@ -54,7 +54,7 @@ def check_location(cfg: DictConfig, multirun: bool = False) -> None:
         )
     subdirs = [("hydra.output_subdir", OmegaConf.select(cfg, "hydra.output_subdir"))]
     if multirun:  # resolved as for the first job; the parts that differ per job below
-        subdirs.append(("hydra.sweep.subdir", _as_job(cfg, "hydra.sweep.subdir")))
+        subdirs.append(("hydra.sweep.subdir", _as_job(cfg, ["hydra.sweep.subdir"])[0]))
         _check_job_names(cfg)
     for key, sub in subdirs:
         if sub is not None and not _inside(Path(out) / str(sub), out):
@@ -110,8 +110,9 @@ def _check_job_names(cfg: DictConfig) -> None:
             )
 
 
-def _as_job(cfg: DictConfig, key: str, output_dir: str | None = None):
-    """`key` resolved as in the first job of the run (job number 0, its run dir)."""
+def _as_job(cfg: DictConfig, keys: list[str], output_dir: str | None = None) -> list:
+    """`keys` resolved as in the first job of the run (job number 0, its run dir): one copy
+    of the config for all of them (a copy costs as much as a composition's merge)."""
     from hydra.core.hydra_config import HydraConfig
 
     probe = copy.deepcopy(cfg)
@@ -122,18 +123,19 @@ def _as_job(cfg: DictConfig, key: str, output_dir: str | None = None):
     before = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(probe)  # what `${hydra:...}` reads
     try:
-        return OmegaConf.select(probe, key, default=None)
+        return [OmegaConf.select(probe, key, default=None) for key in keys]
     finally:
         HydraConfig.instance().cfg = before
 
 
 def _check_run_files(cfg: DictConfig, out: str, log_dir: str) -> None:
     """paths.output_dir and the job's log files, as they will resolve in the run `out`."""
-    files = [("paths.output_dir", _as_job(cfg, "paths.output_dir", out))]
     handlers = OmegaConf.select(cfg, "hydra.job_logging.handlers", default=None) or {}
-    keys = [f"hydra.job_logging.handlers.{name}.filename" for name in handlers]
-    files += [(key, _as_job(cfg, key, out)) for key in keys]
-    for key, path in files:
+    keys = [
+        "paths.output_dir",
+        *(f"hydra.job_logging.handlers.{name}.filename" for name in handlers),
+    ]
+    for key, path in zip(keys, _as_job(cfg, keys, out)):
         if path is not None and not _inside(str(path), log_dir):
             raise UserError(
                 f"{key}={path} is outside paths.log_dir={log_dir}: every run writes below "
