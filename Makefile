@@ -47,7 +47,7 @@ coverage: $(VENV)/.installed  ## `make test` under coverage.py (subprocesses inc
 	rm -f .coverage .coverage.*
 	LITLAB_TEST_BUDGET_S=100000 $(PY) -m coverage run -m pytest -n auto --dist loadgroup -q $(PYTEST_ARGS)
 	$(PY) -m coverage combine -q
-	$(PY) -m coverage report | tail -1
+	@echo "line coverage of src/litlab: $$($(PY) -m coverage report --format=total)% (per file: $(PY) -m coverage report)"
 
 notebook: $(VENV)/.installed notebook-copies  ## set up, then JupyterLab on copies of notebooks/ (kernel: this .venv; 127.0.0.1 only): make notebook PORT=8899 ARGS=--no-browser
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_COPIES) --ServerApp.ip=127.0.0.1 $(JUPYTER_PORT) $(JUPYTER_ROOT) $(ARGS)

@@ -132,6 +132,8 @@ NOT_RUN = {
     ". .venv/bin/activate": "set-up",
     "pip install -r requirements.txt": "set-up (make's .venv/.installed step)",
     "make bench": "benchmarks, not a check (BENCHMARKS.md)",
+    "make coverage": "the whole suite again under coverage.py; its settings count a subprocess's "
+    "lines (test_repo_basics.py::test_make_coverage_counts_the_code_a_subprocess_runs)",
     "pip install -e '.[dev,federated,mlflow,medmnist]'": "needs the package index (the extras "
     "it names are checked against the lock by test_packaging.py::test_dependencies_and_extras_are_the_lock)",
     "pip install --index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1": "needs PyTorch's own index (make's TORCH=cpu route is checked with make -n)",

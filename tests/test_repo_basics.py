@@ -209,3 +209,37 @@ def test_make_installs_cpu_torch_only_when_asked():
         text=True,
     )
     assert wrong.returncode != 0 and "TORCH=gpu is not known" in wrong.stderr
+
+
+def test_make_coverage_counts_the_code_a_subprocess_runs(tmp_path):
+    """`make coverage` (issue 49): with pyproject's [tool.coverage] settings, the lines an
+    entry point runs in a subprocess are measured too. The probe below never imports litlab
+    itself; only `python src/train.py` with a bad setting does, in its own process."""
+    import coverage
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import subprocess, sys\n"
+        "subprocess.run([sys.executable, 'src/train.py', 'trainer.max_epochs=abc'])\n"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")
+    }  # `make coverage`'s own
+    env["COVERAGE_FILE"] = str(tmp_path / ".coverage")
+    run = [sys.executable, "-m", "coverage"]
+    rcfile = f"--rcfile={ROOT / 'pyproject.toml'}"
+    subprocess.run(
+        [*run, "run", rcfile, str(probe)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    subprocess.run([*run, "combine", rcfile, "-q"], cwd=ROOT, env=env, check=True, timeout=60)
+    data = coverage.CoverageData(basename=str(tmp_path / ".coverage"))
+    data.read()
+    measured = {Path(f).relative_to(ROOT / "src").as_posix() for f in data.measured_files()}
+    assert "litlab/cli.py" in measured, sorted(measured)[:10]
+    assert data.lines(str(ROOT / "src" / "litlab" / "cli.py")), "no line of cli.py counted"
+    assert not list(ROOT.glob(".coverage*")), "data files were left in the project"
