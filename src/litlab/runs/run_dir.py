@@ -111,8 +111,8 @@ def _check_job_names(cfg: DictConfig) -> None:
 
 
 def _as_job(cfg: DictConfig, keys: list[str], output_dir: str | None = None) -> list:
-    """`keys` resolved as in the first job of the run (job number 0, its run dir): one copy
-    of the config for all of them (a copy costs as much as a composition's merge)."""
+    """`keys` resolved as in the first job of the run (job number 0, its run dir), all from
+    one copy of the config."""
     from hydra.core.hydra_config import HydraConfig
 
     probe = copy.deepcopy(cfg)
