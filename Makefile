@@ -5,8 +5,8 @@ PY := $(VENV)/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 # one pytest worker more than the cores: a worker that waits on a subprocess (a server, DDP
-# ranks, a sweep) leaves its core to the extra one (2 cores: 3 workers, 236-256 s against
-# 272-279 s with 2, and 294 s with 4; 2026-12-04)
+# ranks, a sweep) leaves its core to the extra one (2 cores, 2026-12-04: 3 workers took 235,
+# 256 and 270 s; 2 workers 272 and 279 s; 4 workers 294 s)
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(getattr(os, 'sched_getaffinity', lambda _: range(os.cpu_count() or 1))(0)) + 1)")
 # TORCH=cpu: torch and torchvision come from PyTorch's CPU wheel index (no CUDA libraries:
 # about 4 GB less in .venv); everything else, and the default (empty) route, from PyPI only.
