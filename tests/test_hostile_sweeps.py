@@ -474,12 +474,13 @@ def test_a_study_whose_schema_another_worker_is_still_creating_is_waited_for(tmp
     stays partial, or one table that is not Optuna's, is refused in one line."""
     import threading
 
+    from litlab.compat.optuna import storage_tables
     from litlab.errors import UserError
     from litlab.sweeps import optuna_search
 
     monkeypatch.setattr(optuna_search, "SCHEMA_WAIT_S", 1.0)
     made = _sqlite(tmp_path / "made.db", "CREATE TABLE studies (study_id INTEGER)")
-    rest = sorted(optuna_search.REQUIRED_TABLES - {"studies"})
+    rest = sorted(storage_tables() - {"studies"})  # the installed Optuna's own schema
     finish = threading.Timer(
         0.3, lambda: _sqlite(made, *(f"CREATE TABLE {t} (id INTEGER)" for t in rest))
     )

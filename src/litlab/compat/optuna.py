@@ -5,7 +5,10 @@
   named to the job that runs it by its storage id (sweeps/optuna_search);
 - a sampler's `_rng` (a `LazyRandomState`) and TPE's `_random_sampler`: reseeded from (seed,
   trial number) before each trial, so a seeded search draws the same trials whichever worker
-  asks (sweeps/optuna_search).
+  asks (sweeps/optuna_search);
+- `optuna.storages._rdb.models.BaseModel.metadata`: the tables an RDB storage creates, so a
+  SQLite file is known as a study's (or a part of one being created) by the installed Optuna's
+  own schema, not by a list copied from one version (sweeps/optuna_search.check_sqlite).
 """
 
 CHECKED_WITH = "5.0.0"
@@ -42,6 +45,17 @@ def reseed_sampler(sampler, seed: int) -> None:
             lazy.rng.seed(seed % 2**32)
 
 
+def storage_tables() -> frozenset[str]:
+    """The tables of a complete Optuna RDB storage (its SQLAlchemy models)."""
+    from optuna.storages._rdb import models
+
+    return frozenset(models.BaseModel.metadata.tables)
+
+
+# alembic's record of the schema's migrations, which Optuna stamps beside its own tables
+MIGRATIONS_TABLE = "alembic_version"
+
+
 def check_optuna() -> None:
     import optuna
 
@@ -55,6 +69,12 @@ def check_optuna() -> None:
     for name in ("set_trial_user_attr", "set_trial_state_values"):
         if not callable(getattr(study._storage, name, None)):
             raise _fail(f"BaseStorage.{name}")
+    try:
+        tables = storage_tables()
+    except (ImportError, AttributeError):
+        tables = frozenset()
+    if not {"studies", "trials"} <= tables:
+        raise _fail("optuna.storages._rdb.models.BaseModel.metadata")
     tpe = optuna.samplers.TPESampler(seed=0)
     if not hasattr(getattr(tpe, "_rng", None), "rng"):
         raise _fail("TPESampler._rng.rng")

@@ -51,6 +51,7 @@ import os
 import re
 import socket
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -359,8 +360,6 @@ def write_results(
 # --------------------------------------------------------------- storage
 def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None):
     """RDB storage at `url`, or a SQLite file in the sweep dir; waits on a busy SQLite file."""
-    import time
-
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -391,25 +390,6 @@ def storage_for(url: str | None, sweep_dir: Path, heartbeat_interval: int | None
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# every table an Optuna storage makes (optuna 5.0's schema and its migrations' record); a
-# second worker sharing the study may read the file while the first is still creating them
-OPTUNA_TABLES = frozenset(
-    {
-        "alembic_version",
-        "studies",
-        "study_directions",
-        "study_system_attributes",
-        "study_user_attributes",
-        "trial_heartbeats",
-        "trial_intermediate_values",
-        "trial_params",
-        "trial_system_attributes",
-        "trial_user_attributes",
-        "trial_values",
-        "trials",
-        "version_info",
-    }
-)
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -433,18 +413,16 @@ def _tables(path: Path) -> set[str]:
 
 
 SCHEMA_WAIT_S = 10.0  # how long a part of Optuna's schema may take to be completed
-REQUIRED_TABLES = OPTUNA_TABLES - {"alembic_version"}  # what a complete schema holds
 
 
-def _complete_tables(path: Path) -> set[str]:
-    """The file's tables once no other worker is creating Optuna's: a file holding a part of
-    them (and nothing else) is read again for up to `SCHEMA_WAIT_S`, since a worker sharing the
-    study creates them one by one as it starts."""
-    import time
-
+def _complete_tables(path: Path, required: frozenset[str]) -> set[str]:
+    """The file's tables once no other worker is creating Optuna's (`required`, and the
+    migrations' record): a file holding a part of them (and nothing else) is read again for up
+    to `SCHEMA_WAIT_S`, since a worker sharing the study creates them one by one as it starts."""
     deadline = time.monotonic() + SCHEMA_WAIT_S
     tables = _tables(path)
-    while tables and tables <= OPTUNA_TABLES and not REQUIRED_TABLES <= tables:
+    known = required | {compat.MIGRATIONS_TABLE}
+    while tables and tables <= known and not required <= tables:
         if time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -482,19 +460,19 @@ def check_sqlite(url: str) -> None:
     import sqlite3
 
     try:
-        tables = _complete_tables(path)
+        tables = _complete_tables(path, required := compat.storage_tables())
     except sqlite3.Error as err:
         raise UserError(f"{head}: {path} cannot be read as SQLite ({one_line(err)}); {valid}")
-    if foreign := tables - OPTUNA_TABLES:
+    if foreign := tables - required - {compat.MIGRATIONS_TABLE}:
         shown = ", ".join(sorted(foreign)[:3]) + (", ..." if len(foreign) > 3 else "")
         raise UserError(
             f"{head}: {path} is the database of another program (tables {shown}), not of an "
             f"Optuna study; Optuna would add its tables to it: {valid}"
         )
-    if tables and (missing := REQUIRED_TABLES - tables):
+    if tables and (missing := required - tables):
         raise UserError(
             f"{head}: {path} holds a part of an Optuna study's tables ({len(missing)} of "
-            f"{len(REQUIRED_TABLES)} missing, still after {SCHEMA_WAIT_S:.0f} s): {valid}"
+            f"{len(required)} missing, still after {SCHEMA_WAIT_S:.0f} s): {valid}"
         )
 
 
