@@ -40,6 +40,7 @@ class Row:
     needs: str | None = None  # a folder of the shared data (the row is skipped without it)
     federate: list[str] = field(default_factory=list)  # federate.py overrides of the row
     tune: list[str] = field(default_factory=list)  # the tune=lr cell's extra train.py overrides
+    export: list[str] = field(default_factory=list)  # the export cells' extra export.py overrides
 
     @property
     def federate_args(self) -> list[str]:
@@ -135,11 +136,13 @@ def rows(shared: Path) -> list[Row]:
 
 
 # --quick, the slow test's settings: the same commands with less timing and searching in them.
-# Compression reports time batch size 1 for 0.2 s and write no fp32 ONNX file (the int8 one is
-# still written and judged); federated clients train one local epoch; the lr finder searches 20
-# steps. Each cell still runs its feature end to end; only docs/matrix.md's figures need the
+# Compression reports and exports time batch size 1 for 0.2 s (a 3D row's default latency table,
+# batch 64 included, was ~10 of an export cell's 32 s alone) and compression writes no fp32 ONNX
+# file (the int8 one is still written and judged); federated clients train one local epoch; the
+# lr finder searches 20 steps. Each cell still runs its feature end to end; only docs/matrix.md's figures need the
 # full settings.
 QUICK_COMPRESS = ["report.onnx=false", "report.batch_sizes=[1]", "report.budget_s=0.2"]
+QUICK_EXPORT = ["latency.batch_sizes=[1]", "latency.budget_s=0.2"]
 
 
 def quick(row: Row) -> Row:
@@ -149,6 +152,7 @@ def quick(row: Row) -> Row:
         compress=[*compress, *QUICK_COMPRESS],
         federate=[*row.federate, "federate.local_epochs=1"],
         tune=[*row.tune, "tune.lr_find.num_training=20"],
+        export=[*row.export, *QUICK_EXPORT],
     )
 
 

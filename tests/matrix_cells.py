@@ -58,7 +58,7 @@ def command(column: str, row, ckpt: str = "$CKPT", onnx: str = "$ONNX", port="$P
     if column == "eval":
         return "eval.py", [f"ckpt_path={ckpt}"]
     if column.startswith("export "):
-        return "export.py", [f"ckpt_path={ckpt}", f"formats=[{column.split()[1]}]"]
+        return "export.py", [f"ckpt_path={ckpt}", f"formats=[{column.split()[1]}]", *row.export]
     if column == "serve":
         return "serve.py", [f"model_path={onnx}", f"port={port}"]
     if column in COMPRESS_STEPS:
