@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules (real data copies, CLI runs, the shared digits run) and the
 suite's xdist scheduling; plain helpers are in tests/helpers/."""
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -40,12 +41,15 @@ def pytest_collection_modifyitems(config, items):
         suffix = "@" + "_".join(sorted(names))
         if names and not item.nodeid.endswith(suffix):
             set_node_id(item, item.nodeid + suffix)
-    # Longest first (by the last run's times, in pytest's cache): the workers finish together
-    # instead of one running a long test at the end while the other idles. Every worker
-    # sorts the same way (the controller checks that all collected the same list).
+    # Longest first (by the last run's times in pytest's cache, else by tests/durations.json,
+    # as a fresh clone and CI have no cache): the workers finish together instead of one
+    # running a long test at the end while the others idle. Every worker sorts the same way
+    # (the controller checks that all collected the same list).
     # A group stays in one piece, in its order (its module fixtures are built once).
-    if os.environ.get("PYTEST_XDIST_WORKER") and getattr(config, "cache", None) is not None:
-        seconds, total, first = config.cache.get(DURATIONS_KEY, {}), {}, {}
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cache = getattr(config, "cache", None)
+        seconds = {**recorded_durations(), **(cache.get(DURATIONS_KEY, {}) if cache else {})}
+        total, first = {}, {}
         for i, item in enumerate(items):
             unit = _work_unit(item.nodeid)
             total[unit] = total.get(unit, 0.0) + seconds.get(item.nodeid, 0.0)
@@ -61,6 +65,22 @@ def _work_unit(nodeid: str) -> str:
 # seconds per test (setup + call + teardown) of the latest runs, kept in .pytest_cache
 DURATIONS_KEY = "litlab/durations"
 _durations: dict[str, float] = {}
+# the same, committed: checks of a second or more in `make test` and the slow stage, for a
+# checkout without a cache (refreshed by a run with LITLAB_SAVE_DURATIONS=1)
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
+SAVE_FROM_S = 1.0
+
+
+def recorded_durations() -> dict[str, float]:
+    return json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.is_file() else {}
+
+
+def save_durations(measured: dict[str, float]) -> None:
+    """Merge this run's checks of SAVE_FROM_S or more into DURATIONS_FILE (a check now
+    faster than that leaves it)."""
+    kept = {k: v for k, v in recorded_durations().items() if k not in measured}
+    kept |= {k: round(v, 1) for k, v in measured.items() if v >= SAVE_FROM_S}
+    DURATIONS_FILE.write_text(json.dumps(dict(sorted(kept.items())), indent=0) + "\n")
 
 
 def pytest_runtest_logreport(report):
@@ -79,6 +99,8 @@ def pytest_sessionfinish(session):
     cache = getattr(session.config, "cache", None)
     if _durations and cache is not None:
         cache.set(DURATIONS_KEY, {**cache.get(DURATIONS_KEY, {}), **_durations})
+    if _durations and os.environ.get("LITLAB_SAVE_DURATIONS") == "1":
+        save_durations(_durations)
     _cpu.setdefault("controller", cpu_seconds())
     whole = _durations and is_whole_default_suite(session.config)
     if whole and session.exitstatus == 0 and over_budget(_cpu, _durations) is not None:
