@@ -24,6 +24,14 @@ from helpers.runs import (
 )
 
 
+def pytest_configure(config):
+    """Keep the order the workers collect in (longest first, below): xdist's loadgroup
+    otherwise re-sorts its units by their number of tests, which sent the slow stage's
+    one-test units of several minutes (the matrix's kind rows) to its end."""
+    if hasattr(config.option, "loadscopereorder"):  # xdist's option (absent without xdist)
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """`--dist loadgroup`: give each test marked `xdist_group(NAME)` the node id suffix
