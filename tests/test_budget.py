@@ -33,3 +33,36 @@ def test_the_budget_applies_to_what_make_test_selects(monkeypatch):
     assert f"-m '{DEFAULT_MARKERS}'" in addopts
     monkeypatch.setenv("LITLAB_TEST_BUDGET_S", "123")
     assert budget_s() == 123.0
+
+
+def test_a_checkout_without_a_cache_orders_its_checks_by_the_committed_durations(pytestconfig):
+    """CI's fresh clone has no pytest cache: tests/durations.json gives its checks their
+    longest-first order (the slow stage's kind rows of several minutes among them), and
+    xdist's loadgroup keeps that order instead of sorting units by their number of tests."""
+    from pathlib import Path
+
+    import conftest
+
+    recorded = conftest.recorded_durations()
+    assert recorded and min(recorded.values()) >= conftest.SAVE_FROM_S
+    root = Path(__file__).parents[1]
+    assert all((root / nodeid.split("::")[0]).is_file() for nodeid in recorded)
+    assert any("test_one_row_per_task_kind_has_no_failed_cell[" in k for k in recorded)
+    if hasattr(pytestconfig.option, "loadscopereorder"):  # xdist loaded
+        assert pytestconfig.option.loadscopereorder is False
+
+
+def test_saving_durations_keeps_the_checks_of_a_second_or_more(tmp_path, monkeypatch):
+    import json
+
+    import conftest
+
+    monkeypatch.setattr(conftest, "DURATIONS_FILE", tmp_path / "durations.json")
+    conftest.DURATIONS_FILE.write_text(json.dumps({"t::a": 5.0, "t::b": 3.0, "t::c": 2.0}))
+    conftest.save_durations({"t::b": 0.2, "t::c": 4.04, "t::d": 1.5, "t::e": 0.9})
+    # b is now fast (it leaves), c took longer, d is new, e is too short to keep
+    assert json.loads(conftest.DURATIONS_FILE.read_text()) == {
+        "t::a": 5.0,
+        "t::c": 4.0,
+        "t::d": 1.5,
+    }
