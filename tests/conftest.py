@@ -1,7 +1,6 @@
 """Fixtures shared by the test modules (real data copies, CLI runs, the shared digits run) and the
 suite's xdist scheduling; plain helpers are in tests/helpers/."""
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -56,6 +55,8 @@ def pytest_collection_modifyitems(config, items):
     # A group stays in one piece, in its order (its module fixtures are built once).
     if os.environ.get("PYTEST_XDIST_WORKER"):
         cache = getattr(config, "cache", None)
+        from helpers.budget import recorded_durations
+
         seconds = {**recorded_durations(), **(cache.get(DURATIONS_KEY, {}) if cache else {})}
         total, first = {}, {}
         for i, item in enumerate(items):
@@ -73,22 +74,6 @@ def _work_unit(nodeid: str) -> str:
 # seconds per test (setup + call + teardown) of the latest runs, kept in .pytest_cache
 DURATIONS_KEY = "litlab/durations"
 _durations: dict[str, float] = {}
-# the same, committed: checks of a second or more in `make test` and the slow stage, for a
-# checkout without a cache (refreshed by a run with LITLAB_SAVE_DURATIONS=1)
-DURATIONS_FILE = Path(__file__).with_name("durations.json")
-SAVE_FROM_S = 1.0
-
-
-def recorded_durations() -> dict[str, float]:
-    return json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.is_file() else {}
-
-
-def save_durations(measured: dict[str, float]) -> None:
-    """Merge this run's checks of SAVE_FROM_S or more into DURATIONS_FILE (a check now
-    faster than that leaves it)."""
-    kept = {k: v for k, v in recorded_durations().items() if k not in measured}
-    kept |= {k: round(v, 1) for k, v in measured.items() if v >= SAVE_FROM_S}
-    DURATIONS_FILE.write_text(json.dumps(dict(sorted(kept.items())), indent=0) + "\n")
 
 
 def pytest_runtest_logreport(report):
@@ -108,6 +93,8 @@ def pytest_sessionfinish(session):
     if _durations and cache is not None:
         cache.set(DURATIONS_KEY, {**cache.get(DURATIONS_KEY, {}), **_durations})
     if _durations and os.environ.get("LITLAB_SAVE_DURATIONS") == "1":
+        from helpers.budget import save_durations
+
         save_durations(_durations)
     _cpu.setdefault("controller", cpu_seconds())
     whole = _durations and is_whole_default_suite(session.config)

@@ -4,7 +4,15 @@ tests/helpers/budget.py's figure fails, naming the slowest checks."""
 import subprocess
 import sys
 
-from helpers.budget import DEFAULT_MARKERS, budget_s, cpu_seconds, over_budget
+from helpers.budget import (
+    DEFAULT_MARKERS,
+    SAVE_FROM_S,
+    budget_s,
+    cpu_seconds,
+    over_budget,
+    recorded_durations,
+    save_durations,
+)
 
 
 def test_a_suite_within_its_budget_passes_and_one_over_it_fails_naming_the_slowest():
@@ -41,10 +49,8 @@ def test_a_checkout_without_a_cache_orders_its_checks_by_the_committed_durations
     xdist's loadgroup keeps that order instead of sorting units by their number of tests."""
     from pathlib import Path
 
-    import conftest
-
-    recorded = conftest.recorded_durations()
-    assert recorded and min(recorded.values()) >= conftest.SAVE_FROM_S
+    recorded = recorded_durations()
+    assert recorded and min(recorded.values()) >= SAVE_FROM_S
     root = Path(__file__).parents[1]
     assert all((root / nodeid.split("::")[0]).is_file() for nodeid in recorded)
     assert any("test_one_row_per_task_kind_has_no_failed_cell[" in k for k in recorded)
@@ -52,17 +58,11 @@ def test_a_checkout_without_a_cache_orders_its_checks_by_the_committed_durations
         assert pytestconfig.option.loadscopereorder is False
 
 
-def test_saving_durations_keeps_the_checks_of_a_second_or_more(tmp_path, monkeypatch):
+def test_saving_durations_keeps_the_checks_of_a_second_or_more(tmp_path):
     import json
 
-    import conftest
-
-    monkeypatch.setattr(conftest, "DURATIONS_FILE", tmp_path / "durations.json")
-    conftest.DURATIONS_FILE.write_text(json.dumps({"t::a": 5.0, "t::b": 3.0, "t::c": 2.0}))
-    conftest.save_durations({"t::b": 0.2, "t::c": 4.04, "t::d": 1.5, "t::e": 0.9})
+    path = tmp_path / "durations.json"
+    path.write_text(json.dumps({"t::a": 5.0, "t::b": 3.0, "t::c": 2.0}))
+    save_durations({"t::b": 0.2, "t::c": 4.04, "t::d": 1.5, "t::e": 0.9}, path)
     # b is now fast (it leaves), c took longer, d is new, e is too short to keep
-    assert json.loads(conftest.DURATIONS_FILE.read_text()) == {
-        "t::a": 5.0,
-        "t::c": 4.0,
-        "t::d": 1.5,
-    }
+    assert json.loads(path.read_text()) == {"t::a": 5.0, "t::c": 4.0, "t::d": 1.5}

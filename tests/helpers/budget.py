@@ -8,8 +8,10 @@ in-process call) rather than a slower suite. LITLAB_TEST_BUDGET_S sets another f
 slower CPU than CI's); the 180 s wall goal on CI's 2 cores is about 360 CPU seconds.
 """
 
+import json
 import os
 import resource
+from pathlib import Path
 
 # CPU seconds; raise it only with a measured reason in the commit that does. 2026-12-04, 2
 # cores, 1,731 checks: 853 alone on the machine, 866 beside a helper's tests, 1,058 beside the
@@ -18,6 +20,23 @@ import resource
 BUDGET_CPU_S = 1300.0
 # pyproject's addopts: what `make test` selects
 DEFAULT_MARKERS = "not slow and not bench"
+# seconds per check, committed: those of a second or more in `make test` and the slow stage,
+# by which a checkout without a pytest cache (CI's fresh clone) orders its checks longest
+# first (conftest.py); a run with LITLAB_SAVE_DURATIONS=1 refreshes it
+DURATIONS_FILE = Path(__file__).parents[1] / "durations.json"
+SAVE_FROM_S = 1.0
+
+
+def recorded_durations(path: Path = DURATIONS_FILE) -> dict[str, float]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def save_durations(measured: dict[str, float], path: Path = DURATIONS_FILE) -> None:
+    """Merge this run's checks of SAVE_FROM_S or more into `path` (a check now faster than
+    that leaves it)."""
+    kept = {k: v for k, v in recorded_durations(path).items() if k not in measured}
+    kept |= {k: round(v, 1) for k, v in measured.items() if v >= SAVE_FROM_S}
+    path.write_text(json.dumps(dict(sorted(kept.items())), indent=0) + "\n")
 
 
 def budget_s() -> float:
