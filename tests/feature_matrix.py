@@ -136,11 +136,11 @@ def rows(shared: Path) -> list[Row]:
 
 
 # --quick, the slow test's settings: the same commands with less timing and searching in them.
-# Compression reports and exports time batch size 1 for 0.2 s (a 3D row's default latency table,
-# batch 64 included, was ~10 of an export cell's 32 s alone) and compression writes no fp32 ONNX
-# file (the int8 one is still written and judged); federated clients train one local epoch; the
-# lr finder searches 20 steps. Each cell still runs its feature end to end; only docs/matrix.md's figures need the
-# full settings.
+# Compression reports and exports time batch size 1 for 0.2 s (a 3D row's default latency
+# table, batch 64 included, was ~10 of an export cell's 32 s alone) and compression writes no
+# fp32 ONNX file (the int8 one is still written and judged); federated clients train one local
+# epoch; the lr finder searches 20 steps. Each cell still runs its feature end to end; only
+# docs/matrix.md's figures need the full settings.
 QUICK_COMPRESS = ["report.onnx=false", "report.batch_sizes=[1]", "report.budget_s=0.2"]
 QUICK_EXPORT = ["latency.batch_sizes=[1]", "latency.budget_s=0.2"]
 
