@@ -246,3 +246,66 @@ def test_the_quick_move_is_installed_only_while_a_litlab_module_runs(tmp_path):
     trainer.fit(module, loader, loader)
     assert seen == [True, True, True]  # the sanity check, then each epoch
     assert _ResultMetric.to is original
+
+
+# ------------------------------------------------- one compose where hydra.mode cannot be set
+def _composes(monkeypatch, capfd, tmp_path, overrides, flags=()) -> tuple[int, str, int]:
+    """(exit code, stderr, number of Hydra composes) of `train.py overrides`, in process."""
+    from helpers.runs import run_in_process
+    from hydra._internal.hydra import Hydra
+
+    composes, compose = [], Hydra.compose_config
+    monkeypatch.setattr(
+        Hydra, "compose_config", lambda self, *a, **k: composes.append(1) or compose(self, *a, **k)
+    )
+    code, err = run_in_process("train.py", overrides, tmp_path / "logs", capfd, flags)
+    return code, err, len(composes)
+
+
+def test_a_command_composes_its_config_once_where_nothing_can_set_hydra_mode(
+    monkeypatch, capfd, tmp_path
+):
+    """Hydra's second compose (`get_mode`, only to read `hydra.mode`) is skipped for litlab's
+    configs; with `hydra.mode` in an override, Hydra's own `get_mode` composes and honours it."""
+    code, err, composes = _composes(monkeypatch, capfd, tmp_path, ["seed=-5"])
+    assert (code, composes) == (2, 1) and "seed=-5" in err, err
+    code, err, composes = _composes(
+        monkeypatch, capfd, tmp_path, ["hydra.mode=MULTIRUN", "seed=1,-5"]
+    )
+    assert (code, composes) == (2, 2), err
+    assert "job 1 of the sweep (seed=-5)" in err, err  # swept, as the mode says
+    assert not (tmp_path / "logs" / "train").exists()
+
+
+def test_a_config_file_that_sets_hydra_mode_is_still_read(monkeypatch, capfd, tmp_path):
+    """An experiment of the user's (`--config-dir`) that sets `hydra.mode: MULTIRUN` sweeps
+    without -m, as in Hydra: the file is seen and Hydra's own get_mode runs."""
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "multi.yaml").write_text(
+        "# @package _global_\nhydra:\n  mode: MULTIRUN\n"
+    )
+    flags = ("--config-dir", str(tmp_path / "mine"))
+    code, err, composes = _composes(
+        monkeypatch, capfd, tmp_path, ["experiment=multi", "seed=1,-5"], flags
+    )
+    assert (code, composes) == (2, 2), err
+    assert "job 1 of the sweep (seed=-5)" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "group", "may"),
+    [
+        ("model_checkpoint:\n  mode: ${model.monitor_mode}\n", "callbacks", False),
+        ("dp:\n  mode: none\n", "", False),
+        ("# @package _global_\nhydra:\n  mode: MULTIRUN\n", "experiment", True),
+        ("# @package _global_\nhydra: {mode: RUN}\n", "experiment", True),
+        ("mode: MULTIRUN\n", "hydra", True),  # a file of the hydra group
+        ("# @package hydra\nmode: ${oc.env:MODE}\n", "local", True),
+        ("defaults:\n  - mine@hydra: x\n", "", True),  # a config placed in the hydra package
+        ("run:\n  dir: ${hydra.mode}\n", "", True),
+        ("mode: [unclosed\n", "", True),  # what does not parse may
+        ("sweeper:\n  mode: grid\n", "hydra/sweeper", False),  # hydra.sweeper.mode
+    ],
+)
+def test_which_config_files_may_set_hydra_mode(text, group, may):
+    assert hydra._text_may_set_mode(text, group) is may

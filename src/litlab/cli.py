@@ -18,6 +18,7 @@ import sys
 
 from litlab import environment
 from litlab.checkpointing import resume
+from litlab.compat.hydra import skip_mode_compose
 from litlab.config import (
     compose,
     resolvers,  # noqa: F401  (registers the configs' resolvers: cheap)
@@ -61,6 +62,7 @@ def run_main(hydra_main) -> None:
     atexit.register(_freeze_at_exit)  # registered before the libraries' own: run after them
     environment.load_dotenv_files()  # before Hydra composes: the config reads some variables
     _export_package_path()
+    skip_mode_compose()  # one compose less where no config can set hydra.mode
     config_name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
     try:  # ckpt_path=last|<run dir> resumes one run: not with -m
         resume.refuse_in_multirun(config_name, sys.argv[1:])

@@ -73,19 +73,22 @@ def run_cli(
     return proc
 
 
-def run_in_process(script: str, overrides: list[str], log_dir, capfd) -> tuple[int, str]:
-    """`python src/<script> overrides` inside this process (its real `cli.run(main)`, argv
-    and all, without a new interpreter's imports): (exit code, stderr)."""
-    code, _, err = command_in_process(script, overrides, log_dir, capfd)
+def run_in_process(
+    script: str, overrides: list[str], log_dir, capfd, flags: tuple[str, ...] = ()
+) -> tuple[int, str]:
+    """`python src/<script> [flags] overrides` inside this process (its real
+    `cli.run(main)`, argv and all, without a new interpreter's imports): (exit code, stderr)."""
+    code, _, err = command_in_process(script, overrides, log_dir, capfd, flags=flags)
     return code, err
 
 
 def command_in_process(
-    script: str, overrides: list[str], log_dir, capfd=None, quiet: bool = True
+    script: str, overrides: list[str], log_dir, capfd=None, quiet: bool = True, flags=()
 ) -> tuple[int, str, str]:
     """`run_in_process`'s run: (exit code, stdout, stderr); without `capfd` (a module
     fixture's run) the output is left to pytest's capture and read as ''. `quiet=False`:
-    without QUIET's overrides, as a user types the command."""
+    without QUIET's overrides, as a user types the command. `flags` (Hydra's own, such as
+    `--config-dir DIR`) come before the overrides, as argparse wants them."""
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
@@ -95,7 +98,7 @@ def command_in_process(
     settings = (QUIET if script == "train.py" else QUIET_EVAL) if quiet else []
     saved, sys.argv = (
         sys.argv,
-        [str(ROOT / "src" / script), f"paths.log_dir={log_dir}", *settings, *overrides],
+        [str(ROOT / "src" / script), *flags, f"paths.log_dir={log_dir}", *settings, *overrides],
     )
     if capfd is not None:
         capfd.readouterr()

@@ -9,7 +9,11 @@
   starts: runs/sweep_dir, which knows the basic sweeper by its `_target_`, `BASIC_SWEEPER`).
 - `hydra._internal.config_repository.ConfigRepository`: rebuilt over a code snapshot's
   configs (utils/code_state).
+- `hydra._internal.hydra.Hydra.get_mode`, with the `repository.sources` of its config loader:
+  skipped where no config can set `hydra.mode` (`skip_mode_compose`).
 """
+
+import re
 
 CHECKED_WITH = "1.3.8"
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # hydra/sweeper=basic
@@ -49,6 +53,125 @@ def config_repository(search_path):
     return ConfigRepository(config_search_path=search_path)
 
 
+MODE_KEY = re.compile(r"\bmode\s*:|hydra\.mode|@hydra\b")  # worth a closer look
+PACKAGE = re.compile(r"^#\s*@package\s+(\S+)", re.MULTILINE)
+HYDRA_OWN_CONFIGS = "hydra.conf"  # pkg://hydra.conf: Hydra's own groups, none sets the mode
+
+
+def skip_mode_compose() -> None:
+    """Before every run Hydra composes the whole config once more (`Hydra.get_mode`) only to
+    read `hydra.mode`: about 40% of a refused command's CPU time. No litlab config sets the
+    mode, so Hydra's own `get_mode` runs only where an override or a config file in the search
+    path may set it; elsewhere the mode is None, as that compose would find (Hydra's default:
+    `-m` sweeps, no flag runs once)."""
+    from hydra._internal.hydra import Hydra
+
+    if getattr(Hydra.get_mode, "litlab_skips", False):
+        return
+    composing = Hydra.get_mode
+
+    def get_mode(self, config_name, overrides):
+        try:
+            may = _mode_may_be_set(self, overrides)
+        except AttributeError:  # another Hydra's loader: let it compose
+            may = True
+        return composing(self, config_name, overrides) if may else None
+
+    get_mode.litlab_skips = True
+    Hydra.get_mode = get_mode
+
+
+def _mode_may_be_set(hydra, overrides) -> bool:
+    """True unless neither an override, a config file of a `file://` search path, nor a stored
+    structured config can set `hydra.mode` (a search path of another kind: True)."""
+    from pathlib import Path
+
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key == "hydra" or key.startswith(("hydra.mode", "hydra.searchpath")):
+            return True
+    for source in hydra.config_loader.repository.sources:
+        kind = type(source).__name__
+        if kind == "StructuredConfigSource":
+            continue  # the stored nodes are checked below
+        if kind == "ImportlibResourcesConfigSource" and source.path == HYDRA_OWN_CONFIGS:
+            continue
+        if kind != "FileConfigSource":
+            return True
+        root = Path(source.path)
+        if any(_file_may_set_mode(path, root) for path in root.rglob("*.yaml")):
+            return True
+    return _stored_mode_set()
+
+
+_FILES_SEEN: dict[tuple, bool] = {}  # (path, mtime_ns, size) -> may set the mode
+
+
+def _file_may_set_mode(path, root) -> bool:
+    """Whether this YAML file can set `hydra.mode`: a `mode` key in the hydra package (a file
+    of the `hydra` group, or `# @package hydra`), or under a `hydra` key anywhere (a global
+    file's `hydra: {mode: ...}`); a file mentioning `hydra.mode` or placing a config `@hydra`,
+    or one that does not parse, may."""
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _FILES_SEEN:
+        _FILES_SEEN[key] = _text_may_set_mode(
+            path.read_text(encoding="utf-8", errors="replace"),
+            path.parent.relative_to(root).as_posix(),
+        )
+    return _FILES_SEEN[key]
+
+
+def _text_may_set_mode(text: str, group: str) -> bool:
+    import yaml
+
+    if not MODE_KEY.search(text):
+        return False
+    if "hydra.mode" in text or "@hydra" in text:
+        return True
+    try:
+        content = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return True
+    header = PACKAGE.search(text)
+    package = header.group(1) if header else "_group_"
+    in_hydra = package == "hydra" or (package == "_group_" and group == "hydra")
+    return (in_hydra and isinstance(content, dict) and "mode" in content) or _hydra_mode_in(content)
+
+
+def _hydra_mode_in(node) -> bool:
+    if isinstance(node, dict):
+        hydra = node.get("hydra")
+        if isinstance(hydra, dict) and "mode" in hydra:
+            return True
+        return any(_hydra_mode_in(value) for value in node.values())
+    if isinstance(node, list):
+        return any(_hydra_mode_in(value) for value in node)
+    return False
+
+
+def _stored_mode_set() -> bool:
+    """Whether a node of Hydra's ConfigStore (Hydra's schema, the sweepers' settings) sets
+    `hydra.mode`."""
+    from hydra.core.config_store import ConfigNode, ConfigStore
+    from omegaconf import OmegaConf
+
+    def walk(tree: dict):
+        for value in tree.values():
+            if isinstance(value, ConfigNode):
+                yield value
+            elif isinstance(value, dict):
+                yield from walk(value)
+
+    for node in walk(ConfigStore.instance().repo):
+        config = node.node
+        if not (node.package or "").endswith("hydra"):
+            config = config.get("hydra") if OmegaConf.is_dict(config) else None
+        if OmegaConf.is_dict(config) and config.get("mode") is not None:
+            return True
+    return False
+
+
 def check_hydra() -> None:
     from hydra.core import utils
     from hydra.core.utils import JobReturn
@@ -65,5 +188,8 @@ def check_hydra() -> None:
         raise _fail("BasicSweeper.split_arguments")
     try:
         from hydra._internal.config_repository import ConfigRepository  # noqa: F401
+        from hydra._internal.hydra import Hydra
     except ImportError as err:
-        raise _fail("hydra._internal.config_repository.ConfigRepository") from err
+        raise _fail(f"hydra's {err.name}") from err
+    if not callable(getattr(Hydra, "get_mode", None)):
+        raise _fail("Hydra.get_mode")
