@@ -130,7 +130,6 @@ class OnnxForward:
 def evaluate_checkpoint(cfg: DictConfig) -> RunResult:
     """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
     from litlab.config import validate
-    from litlab.errors import UserError
 
     # bad input fails here, in one line, before any data is read
     settings = validate.check(cfg, "eval")
