@@ -119,9 +119,8 @@ def load_model(path: Path):
         raise UserError(f"{path} is not a readable ONNX file ({type(err).__name__})") from None
 
 
-def read_checked(path: Path, session, model=None) -> dict:
+def read_checked(path: Path, session, model) -> dict:
     """The file's metadata, size-checked before decoding and checked against the session."""
-    model = load_model(path) if model is None else model
     meta = {}
     try:
         for p in model.metadata_props:

@@ -11,6 +11,7 @@ most INLINE_PIXELS in all) decode in place, where a thread hand-off would cost m
 sizes are checked from the headers (per image and per request) before any pixel is decoded."""
 
 import asyncio
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -279,12 +280,8 @@ class Predictor:
                 "(serve setting max_json_bytes; send images or volumes as files).",
                 413,
             )
-        small = len(body) <= 64 << 10
-        data = (
-            images.parse_json(body, s.max_json_depth)
-            if small
-            else await self.offload(images.parse_json, body, s.max_json_depth)
-        )
+        parse = functools.partial(images.parse_json, body, s.max_json_depth)
+        data = parse() if len(body) <= 64 << 10 else await self.offload(parse)  # small: in place
         return await self.predict_json(data)
 
     async def predict_json(self, data: dict) -> dict:

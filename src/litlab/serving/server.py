@@ -13,6 +13,7 @@ and a drain that lets a request whose head is half received finish instead of re
 
 import json
 import os
+from http import HTTPStatus
 from pathlib import Path
 
 import uvicorn
@@ -103,10 +104,10 @@ def app_from_env():
 
 
 # -------------------------------------------------------------- protocol
-def response(status: int, reason: str, message: str, retry_after: int | None = None) -> bytes:
+def response(status: int, message: str, retry_after: int | None = None) -> bytes:
     body = json.dumps({"error": message}).encode()
     head = [
-        f"HTTP/1.1 {status} {reason}",
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
         "content-type: application/json",
         f"content-length: {len(body)}",
         "connection: close",
@@ -128,15 +129,10 @@ class GuardedProtocol(HttpToolsProtocol):
         limits = self.limits
         if len(self.connections) > limits.max_connections:
             self.refused = True
-            transport.write(
-                response(
-                    503,
-                    "Service Unavailable",
-                    f"The server holds its limit of {limits.max_connections} connections; "
-                    "retry later.",
-                    limits.retry_after_s,
-                )
+            message = (
+                f"The server holds its limit of {limits.max_connections} connections; retry later."
             )
+            transport.write(response(503, message, limits.retry_after_s))
             if transport.can_write_eof():
                 transport.write_eof()  # the client reads the 503; its request is discarded
             self.loop.call_later(1.0, transport.close)
@@ -162,7 +158,6 @@ class GuardedProtocol(HttpToolsProtocol):
     def too_big(self) -> None:
         self.reject(
             431,
-            "Request Header Fields Too Large",
             f"The request line and headers are larger than the limit of "
             f"{self.limits.max_header_bytes} bytes (serve setting max_header_bytes).",
         )
@@ -228,12 +223,11 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         self.reject(
             408,
-            "Request Timeout",
             f"The request was not received within {self.limits.request_read_timeout_s:g} s "
             "(serve setting request_read_timeout_s).",
         )
 
-    def reject(self, status: int, reason: str, message: str) -> None:
+    def reject(self, status: int, message: str) -> None:
         """Answer in the JSON error shape and close; a request being handled is abandoned."""
         if self.cycle is not None and not self.cycle.response_complete:
             if self.cycle.response_started:
@@ -241,16 +235,14 @@ class GuardedProtocol(HttpToolsProtocol):
                 return
             self.cycle.disconnected = True  # the app's own answer will not be written
             self.cycle.message_event.set()
-        self.transport.write(response(status, reason, message))
+        self.transport.write(response(status, message))
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         if self.transport.is_closing():  # answered already (a 431 stops the parser so)
             return
         self.reject(
-            400,
-            "Bad Request",
-            "The request is not valid HTTP/1.1 (request line, header or chunk encoding).",
+            400, "The request is not valid HTTP/1.1 (request line, header or chunk encoding)."
         )
 
     def shutdown(self) -> None:
