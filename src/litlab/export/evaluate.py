@@ -94,14 +94,13 @@ class OnnxForward:
 
         self.path = path
         try:
-            session = ort_session(Path(path))  # threads: torch's, as eval.py's threads= set
+            self.session = ort_session(Path(path))  # threads: torch's, as eval.py's threads= set
         except Exception as err:  # noqa: BLE001 (ORT raises its own types on a bad graph)
             raise UserError(
                 f"model_path={path} cannot be loaded by ONNX Runtime: {one_line(err, limit=200)}"
             ) from None
-        self.session = session
-        self.names = [i.name for i in session.get_inputs()]
-        self.types = [TYPES.get(i.type) for i in session.get_inputs()]
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.types = [TYPES.get(i.type) for i in self.session.get_inputs()]
 
     def __call__(self, *inputs):
         import torch

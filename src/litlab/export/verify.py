@@ -91,9 +91,8 @@ class Judge:
         self.metric = model.hparams.monitor.split("/", 1)[1]
         self.higher_better = model.hparams.monitor_mode == "max"
         self.reference = test_metric(model, spec, eager, self.metric)
-        self.int8_max_drop = settings.int8_max_drop
-        if self.int8_max_drop is None:
-            self.int8_max_drop = tasks.of(spec).quantize_max_drop
+        drop = settings.int8_max_drop
+        self.int8_max_drop = tasks.of(spec).quantize_max_drop if drop is None else drop
 
     def verify(self, fmt: str, path: Path, row: dict) -> None:
         """The file's outputs and test metric against the checkpoint's, into `row`."""
