@@ -215,14 +215,12 @@ async def _predict_uploads(request: Request, predictor, limit: int):
         form = await request.form(max_files=limit, max_fields=limit)
     except ClientDisconnect:
         raise
-    except HTTPException as err:  # starlette's own limits (files, fields)
-        if "Too many" in str(err.detail):
+    except Exception as err:  # noqa: BLE001 (python-multipart's parse errors, starlette's limits)
+        if isinstance(err, HTTPException) and "Too many" in str(err.detail):  # files, fields
             raise BadRequest(
                 f"The request holds more than {limit} files or fields; the limit is {limit}.",
                 413,
             ) from None
-        raise BadRequest("The multipart body cannot be parsed.") from None
-    except Exception:  # noqa: BLE001 (python-multipart's parse errors)
         raise BadRequest("The multipart body cannot be parsed.") from None
     try:
         files = [v for _, v in form.multi_items() if hasattr(v, "read")]

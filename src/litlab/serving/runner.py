@@ -223,14 +223,11 @@ class MicroBatcher:
                     if not future.cancelled():
                         future.set_exception(err)
                 continue
-            start = 0
-            for x, future in items:
-                end = start + len(x)
+            bounds = np.cumsum([len(x) for x, _ in items])[:-1]  # each request's rows
+            each = np.split(scores, bounds) if scores is not None else [None] * len(items)
+            for (_, future), part, part_scores in zip(items, np.split(probs, bounds), each):
                 if not future.cancelled():
-                    future.set_result(
-                        (probs[start:end], None if scores is None else scores[start:end])
-                    )
-                start = end
+                    future.set_result((part, part_scores))
 
 
 # ------------------------------------------------------------- predictor
