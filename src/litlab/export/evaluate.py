@@ -1,13 +1,11 @@
-"""eval.py's recipe (`python src/eval.py`, `litlab.evaluate`). A checkpoint (`ckpt_path`) is
+"""eval.py's recipe (`python src/eval.py`, `litlab.evaluate`): a checkpoint (`ckpt_path`) is
 tested on the split it was trained with (rebuilt from the config stored inside it), writing
-metrics.json and predictions.csv (`evaluate_checkpoint`). An exported ONNX file
-(`model_path=FILE`, fp32 or int8) is scored as its checkpoint is: the run is rebuilt from the
-config the file's metadata stores (its data split, its module with the module's loss and
-metrics; `checkpointing.exported` checks that metadata as a checkpoint's stored config is
-checked), the net's forward is the file under ONNX Runtime, and the checkpoint's own test and
-predict steps run (`score`): the same metric names and torchmetrics, the same
-predictions.csv. An fp32 file's figures equal its checkpoint's within float tolerance; an int8
-file's are its own. The checkpoint may be gone."""
+metrics.json and predictions.csv. An exported ONNX file (`model_path=FILE`, fp32 or int8) is
+scored as its checkpoint is: the run is rebuilt from the config its metadata stores (checked as
+a checkpoint's is: `checkpointing.exported`), the net's forward is the file under ONNX Runtime,
+and the checkpoint's own test and predict steps run (`score`): the same metric names and
+torchmetrics, the same predictions.csv. An fp32 file's figures equal its checkpoint's within
+float tolerance; an int8 file's are its own. The checkpoint may be gone."""
 
 import contextlib
 import json

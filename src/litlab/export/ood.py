@@ -17,8 +17,7 @@ quantile, so at most 5% of test inputs exceed it); the fraction that does is sto
 Both distances are stored as a mean and a whitening matrix R (upper triangular, distance
 ||R (x - mean)||^2), packed compactly (`pack_model`, `LEVELS`); scales and threshold are
 measured with the model as stored, so the service's flags are the export's.
-Pure numpy: the service computes the same numbers on what it feeds the model.
-"""
+Pure numpy: the service computes the same numbers on what it feeds the model."""
 
 import base64
 import math

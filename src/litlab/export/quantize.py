@@ -1,8 +1,7 @@
 """int8 ONNX by ONNX Runtime static quantization (QDQ), calibrated on real training batches.
 
 Static (not dynamic) quantization: activations get fixed scales from calibration, so the
-convolutions run as int8 kernels. QDQ keeps the graph portable (TensorRT reads it too).
-"""
+convolutions run as int8 kernels. QDQ keeps the graph portable (TensorRT reads it too)."""
 
 import contextlib
 import logging
