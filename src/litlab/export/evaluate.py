@@ -1,13 +1,11 @@
-"""eval.py's recipe (`python src/eval.py`, `litlab.evaluate`). A checkpoint (`ckpt_path`) is
+"""eval.py's recipe (`python src/eval.py`, `litlab.evaluate`): a checkpoint (`ckpt_path`) is
 tested on the split it was trained with (rebuilt from the config stored inside it), writing
-metrics.json and predictions.csv (`evaluate_checkpoint`). An exported ONNX file
-(`model_path=FILE`, fp32 or int8) is scored as its checkpoint is: the run is rebuilt from the
-config the file's metadata stores (its data split, its module with the module's loss and
-metrics; `checkpointing.exported` checks that metadata as a checkpoint's stored config is
-checked), the net's forward is the file under ONNX Runtime, and the checkpoint's own test and
-predict steps run (`score`): the same metric names and torchmetrics, the same
-predictions.csv. An fp32 file's figures equal its checkpoint's within float tolerance; an int8
-file's are its own. The checkpoint may be gone."""
+metrics.json and predictions.csv. An exported ONNX file (`model_path=FILE`, fp32 or int8) is
+scored as its checkpoint is: the run is rebuilt from the config its metadata stores (checked as
+a checkpoint's is: `checkpointing.exported`), the net's forward is the file under ONNX Runtime,
+and the checkpoint's own test and predict steps run (`score`): the same metric names and
+torchmetrics, the same predictions.csv. An fp32 file's figures equal its checkpoint's within
+float tolerance; an int8 file's are its own. The checkpoint may be gone."""
 
 import contextlib
 import json
@@ -94,14 +92,13 @@ class OnnxForward:
 
         self.path = path
         try:
-            session = ort_session(Path(path))  # threads: torch's, as eval.py's threads= set
+            self.session = ort_session(Path(path))  # threads: torch's, as eval.py's threads= set
         except Exception as err:  # noqa: BLE001 (ORT raises its own types on a bad graph)
             raise UserError(
                 f"model_path={path} cannot be loaded by ONNX Runtime: {one_line(err, limit=200)}"
             ) from None
-        self.session = session
-        self.names = [i.name for i in session.get_inputs()]
-        self.types = [TYPES.get(i.type) for i in session.get_inputs()]
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.types = [TYPES.get(i.type) for i in self.session.get_inputs()]
 
     def __call__(self, *inputs):
         import torch
@@ -130,7 +127,6 @@ class OnnxForward:
 def evaluate_checkpoint(cfg: DictConfig) -> RunResult:
     """Metrics of `cfg.ckpt_path` on `cfg.split`; the checkpoint is read once (load_run)."""
     from litlab.config import validate
-    from litlab.errors import UserError
 
     # bad input fails here, in one line, before any data is read
     settings = validate.check(cfg, "eval")

@@ -3,15 +3,12 @@
 `torch.onnx.export(dynamo=True)` (torch.export based, the maintained exporter) is tried first;
 the legacy exporter is the fallback for nets torch.export cannot trace. Weights are embedded
 (no `.onnx.data` beside the file) whenever the model fits ONNX's 2 GB protobuf limit.
+`torch.export` programs (`.pt2`) get the same dynamic axes, and the metadata as one JSON extra
+file (`metadata.json`), read back without deserializing the program (`read_pt2_metadata`).
 
-`torch.export` programs (`.pt2`) with the same dynamic axes and metadata as the ONNX file.
-
-The metadata is one JSON extra file (`metadata.json`) inside the archive; read it back with
-`read_pt2_metadata` (no need to deserialize the program).
-
-TensorRT through Torch-TensorRT: needs a CUDA GPU and `torch_tensorrt`
-(requirements-gpu.txt). `config.rules.tensorrt_missing()` says in one line what this machine
-lacks (export.py refuses `formats=[tensorrt]` with it before anything is built)."""
+TensorRT through Torch-TensorRT needs a CUDA GPU and `torch_tensorrt` (requirements-gpu.txt):
+`config.rules.tensorrt_missing()` says in one line what this machine lacks (export.py refuses
+`formats=[tensorrt]` with it before anything is built)."""
 
 import json
 import math
@@ -46,14 +43,6 @@ def _dim_specs(dynamic: Mapping[str, Mapping[int, str]], names: Sequence[str]):
     )
 
 
-def _axis_names(dynamic: Mapping[str, Mapping[int, object]]) -> dict[str, dict[int, str]]:
-    """Names of the dynamic axes for the legacy exporter (a Dim becomes its name)."""
-    return {
-        k: {a: d if isinstance(d, str) else str(d) for a, d in axes.items()}
-        for k, axes in dynamic.items()
-    }
-
-
 def export_onnx(
     model: nn.Module,
     example_inputs: tuple,
@@ -76,21 +65,13 @@ def export_onnx(
     Example inputs should have a batch of at least 2 (a size-1 axis gets specialized)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    net = _net(model).eval()
+    net, args = _net(model).eval(), tuple(example_inputs)
+    names, outputs = list(input_names), list(output_names)
     dynamic = dict(dynamic) if dynamic is not None else {n: {0: "batch"} for n in input_names}
     errors = []
     for kind in ["dynamo", "legacy"] if exporter == "auto" else [exporter]:
         try:
-            _export(
-                kind,
-                net,
-                tuple(example_inputs),
-                path,
-                list(input_names),
-                list(output_names),
-                dynamic,
-                opset,
-            )
+            _export(kind, net, args, path, names, outputs, dynamic, opset)
             break
         except Exception as e:  # noqa: BLE001 (the exporters raise many types)
             errors.append(f"{kind}: {one_line(e, with_type=True, limit=300)}")
@@ -119,7 +100,8 @@ def _export(kind, net, args, path, input_names, output_names, dynamic, opset) ->
             program.save(str(path), external_data=False)
         else:
             ops_onnx.translations()  # registers the legacy exporter's symbolics too
-            axes = _axis_names(dynamic)
+            # names of the dynamic axes (a Dim becomes its name)
+            axes = {k: {a: str(d) for a, d in v.items()} for k, v in dynamic.items()}
             if any(a.get(0) == "batch" for a in axes.values()):
                 axes |= {o: {0: "batch"} for o in output_names}
             torch.onnx.export(
@@ -175,14 +157,12 @@ def read_metadata(path) -> dict[str, object]:
     """The file's `metadata_props`, JSON values decoded (a plain string stays a string)."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
-    props = {p.key: p.value for p in model.metadata_props}
     out = {}
-    for key, value in props.items():
+    for prop in onnx.load(str(path), load_external_data=False).metadata_props:
         try:
-            out[key] = json.loads(value)
+            out[prop.key] = json.loads(prop.value)
         except (ValueError, RecursionError):  # a crafted deep nesting: kept as text
-            out[key] = value
+            out[prop.key] = prop.value
     return out
 
 
@@ -244,8 +224,6 @@ def compile_fp16(net: torch.nn.Module, example_inputs: tuple, dynamic=None):
 
 def export_tensorrt(net, example_inputs: tuple, path, metadata: dict | None = None) -> Path:
     """Save a TensorRT-compiled program as `.ep` (torch_tensorrt.save), metadata beside it."""
-    import json
-
     import torch_tensorrt
 
     path = Path(path)

@@ -17,8 +17,7 @@ quantile, so at most 5% of test inputs exceed it); the fraction that does is sto
 Both distances are stored as a mean and a whitening matrix R (upper triangular, distance
 ||R (x - mean)||^2), packed compactly (`pack_model`, `LEVELS`); scales and threshold are
 measured with the model as stored, so the service's flags are the export's.
-Pure numpy: the service computes the same numbers on what it feeds the model.
-"""
+Pure numpy: the service computes the same numbers on what it feeds the model."""
 
 import base64
 import math
@@ -30,13 +29,10 @@ QUANTILE = 0.95
 PART_QUANTILE = 0.975
 MAX_COMPONENTS = 48
 #: how the whitening matrices R are stored: their upper triangles as integers in
-#: [-LEVELS, LEVELS] times a scale per column (the column's largest magnitude / LEVELS), the
-#: bytes zlib-compressed and in base64. Measured on the default digits CNN's test split (360
-#: digits, 17 flagged; the 17th and 18th scores 0.038 apart): 12 bits (LEVELS 2047) move a
-#: score by at most 4.0e-4 and change no flag, in 5.4 kB for the whole model where the PPCA's
-#: parameters took 70.5 kB of JSON decimals (int8 file 0.398x the fp32 one; bar 0.3x); R in
-#: float16 moved scores by 5.3e-4 in 5.5 kB before compression; the PPCA's components in int8
-#: change 6 flags, keeping 32 or fewer components changes 12 to 16.
+#: [-LEVELS, LEVELS] times a scale per column, zlib-compressed, in base64. On the digits CNN's
+#: test split 12 bits move a score by at most 4e-4 and change no flag, in 5.4 kB for the model
+#: (70.5 kB as JSON decimals); the alternatives measured (float16, int8 components, fewer
+#: components): BENCHMARKS.md, "Export and serving".
 LEVELS = 2047
 DTYPES = {"int16": "<i2", "float32": "<f4"}
 MAX_ARRAY_BYTES = 32 << 20  # a 4096 x 4096 triangle in int16 is 16 MB
@@ -141,19 +137,15 @@ def pack_model(params: dict) -> dict:
         scales[scales == 0] = 1.0
         stored[part] = {
             "mean": pack(fields["mean"]),
-            "whitening": pack(triangle(np.round(r / scales)), "int16"),
+            "whitening": pack(np.round(r / scales)[np.triu_indices(len(r))], "int16"),
             "column_scales": pack(scales),
         }
     return stored
 
 
-def triangle(square) -> np.ndarray:
-    square = np.asarray(square)
-    return square[np.triu_indices(len(square))]
-
-
 def square(values: np.ndarray) -> np.ndarray:
-    """`triangle`'s inverse (ValueError when the length is no triangle's)."""
+    """The square matrix of an upper triangle's values (ValueError when the length is no
+    triangle's)."""
     n = round((math.sqrt(8 * len(values) + 1) - 1) / 2)
     if n * (n + 1) // 2 != len(values):
         raise ValueError(f"has {len(values)} values; an upper triangle has n(n+1)/2")

@@ -1,8 +1,7 @@
 """int8 ONNX by ONNX Runtime static quantization (QDQ), calibrated on real training batches.
 
 Static (not dynamic) quantization: activations get fixed scales from calibration, so the
-convolutions run as int8 kernels. QDQ keeps the graph portable (TensorRT reads it too).
-"""
+convolutions run as int8 kernels. QDQ keeps the graph portable (TensorRT reads it too)."""
 
 import contextlib
 import logging
@@ -27,12 +26,10 @@ def _feeds(batch, input_names: list[str]) -> dict[str, np.ndarray]:
     }
 
 
-class _FromOnnxRuntime(logging.Filter):
+def _not_from_onnxruntime(record: logging.LogRecord) -> bool:
     """Drops ONNX Runtime's records (it logs on the root logger: "Axis 1 is out-of-range",
     "Created a copy of bias input", one per layer) from the console; the log file keeps them."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "onnxruntime" not in record.pathname
+    return "onnxruntime" not in record.pathname
 
 
 @contextlib.contextmanager
@@ -42,11 +39,10 @@ def scratch(folder: Path) -> Iterator[Path]:
     and into the system temp dir: both go to `folder` (the run dir's tmp/), removed after; the
     console handlers skip its log records meanwhile."""
     folder.mkdir(parents=True, exist_ok=True)
-    quiet = _FromOnnxRuntime()
     handlers = [h for h in logging.getLogger().handlers if not isinstance(h, logging.FileHandler)]
     previous = tempfile.tempdir
     for h in handlers:
-        h.addFilter(quiet)
+        h.addFilter(_not_from_onnxruntime)
     try:
         tempfile.tempdir = str(folder)
         with contextlib.chdir(folder), np.errstate(invalid="ignore", divide="ignore"):
@@ -54,7 +50,7 @@ def scratch(folder: Path) -> Iterator[Path]:
     finally:
         tempfile.tempdir = previous
         for h in handlers:
-            h.removeFilter(quiet)
+            h.removeFilter(_not_from_onnxruntime)
         shutil.rmtree(folder, ignore_errors=True)
 
 

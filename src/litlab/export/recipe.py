@@ -24,25 +24,9 @@ FILES = {
 FALLBACK = {"onnx": "pt2", "pt2": "onnx", "onnx_int8": "onnx"}
 
 
-def _torch():
-    """torch, imported when the run starts (the config is checked before)."""
-    import torch
-
-    return torch
-
-
 def sha256(path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def litlab_version() -> str:
-    import litlab
-
-    return getattr(litlab, "__version__", "unknown")
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def unsupported(fmt: str, err: Exception) -> str:
@@ -67,6 +51,9 @@ def prepare_net(model, kind):
 
 
 def metadata(run, spec, ckpt_path, metric: str) -> dict:
+    import torch  # imported when the run starts (the config is checked before)
+
+    import litlab
     from litlab import tasks
 
     return {
@@ -78,8 +65,8 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
         "config": OmegaConf.to_container(run.config, resolve=True),
         "checkpoint": str(ckpt_path),
         "checkpoint_sha256": sha256(ckpt_path),
-        "litlab_version": litlab_version(),
-        "torch_version": _torch().__version__,
+        "litlab_version": getattr(litlab, "__version__", "unknown"),
+        "torch_version": torch.__version__,
     }
 
 
@@ -109,10 +96,9 @@ def serving_metadata(spec, predict, meta: dict) -> None:
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
     from litlab import tasks
     from litlab.export import onnx, quantize
-    from litlab.export import onnx as pt2
 
     if fmt in ("onnx", "pt2"):
-        write = onnx.export_onnx if fmt == "onnx" else pt2.export_pt2
+        write = onnx.export_onnx if fmt == "onnx" else onnx.export_pt2
         write(
             net,
             spec.example,
@@ -129,9 +115,7 @@ def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
             op_types=tasks.of(spec).int8_op_types,
         )
     elif fmt == "tensorrt":
-        from litlab.export import onnx as tensorrt
-
-        tensorrt.export_tensorrt(net, spec.example, path, meta)
+        onnx.export_tensorrt(net, spec.example, path, meta)
 
 
 def export(cfg: DictConfig) -> dict:
@@ -159,6 +143,8 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
     `report["ok"]` is False when a format failed to export or to verify. `data_dir`: where
     the checkpoint's data is on this machine (`load_run`)."""
     import logging
+
+    import torch
 
     from litlab import tasks
     from litlab.export.verify import Judge, eager_predictor
@@ -201,7 +187,7 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
         "checkpoint_metric": judge.reference,
         "formats": rows,
         "latency": latency,
-        "threads": _torch().get_num_threads(),
+        "threads": torch.get_num_threads(),
         "batch_unit": batch_unit,
         "metadata": {k: v for k, v in meta.items() if k not in ("config", "ood")},
         "ood": {k: v for k, v in ood.items() if k not in ("model", "parts")},

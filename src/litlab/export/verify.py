@@ -1,13 +1,11 @@
 """Check an artifact against the checkpoint: the same outputs on held-out inputs, and the
-test-split metric recomputed through the artifact (ONNX Runtime, torch.export.load).
+test-split metric recomputed through the artifact (ONNX Runtime, torch.export.load); whether it
+may ship (`src/export.py`): fp32 files match the checkpoint, an int8 file keeps the test metric
+within the task kind's share.
 
-Whether an exported file may ship (`src/export.py`): fp32 files match the checkpoint, an
-int8 file keeps the test metric within the task kind's share.
-
-Latency of eager torch against ONNX Runtime sessions: p50/p99 per batch size.
-
-Same thread count for both (torch's intra-op threads = ORT's), inputs prepared beforehand, a
-warm-up first, so the rows compare the runtimes and not the setup."""
+Latency of eager torch against ONNX Runtime sessions, p50/p99 per batch size: the same thread
+count for both (torch's intra-op threads = ORT's), inputs prepared beforehand, a warm-up first,
+so the rows compare the runtimes and not the setup."""
 
 import time
 from collections.abc import Callable, Mapping
@@ -24,8 +22,6 @@ from litlab.tasks.kind import Spec
 def predictor(fmt: str, path: Path, input_names: list[str]) -> Callable[..., torch.Tensor]:
     """inputs (tensors) -> logits tensor, through the artifact's own runtime."""
     if fmt in ("onnx", "onnx_int8"):
-        from litlab.export.verify import ort_session
-
         session = ort_session(path)
         names = [i.name for i in session.get_inputs()]
 
@@ -90,20 +86,16 @@ class Judge:
 
     def __init__(self, model, spec, eager, settings: ExportSettings) -> None:
         from litlab import tasks
-        from litlab.export.verify import test_metric
 
         self.model, self.spec, self.eager, self.rtol = model, spec, eager, settings.rtol
         self.metric = model.hparams.monitor.split("/", 1)[1]
         self.higher_better = model.hparams.monitor_mode == "max"
         self.reference = test_metric(model, spec, eager, self.metric)
-        self.int8_max_drop = settings.int8_max_drop
-        if self.int8_max_drop is None:
-            self.int8_max_drop = tasks.of(spec).quantize_max_drop
+        drop = settings.int8_max_drop
+        self.int8_max_drop = tasks.of(spec).quantize_max_drop if drop is None else drop
 
     def verify(self, fmt: str, path: Path, row: dict) -> None:
         """The file's outputs and test metric against the checkpoint's, into `row`."""
-        from litlab.export.verify import max_diffs, predictor, test_metric
-
         predict = predictor(fmt, path, self.spec.input_names)
         row |= max_diffs(self.eager, predict, self.spec.held_out)
         row["metric"] = test_metric(self.model, self.spec, predict, self.metric)
@@ -181,16 +173,12 @@ def measure_latency(
         net = getattr(net, "net", net).eval()
     for batch in batch_sizes:
         inputs = tuple(make_inputs(batch))
-        if net is not None:
-            with torch.inference_mode():
-                p50, p99, n = _percentiles(lambda x=inputs: net(*x), iters, warmup, budget_s)
-            rows.append(
-                {"format": "eager", "batch": batch, "p50_ms": p50, "p99_ms": p99, "runs": n}
-            )
+        runs = {"eager": lambda x=inputs: net(*x)} if net is not None else {}
         for name, session in sessions.items():
             feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
-            p50, p99, n = _percentiles(
-                lambda s=session, f=feeds: s.run(None, f), iters, warmup, budget_s
-            )
+            runs[name] = lambda s=session, f=feeds: s.run(None, f)
+        for name, run in runs.items():
+            with torch.inference_mode():
+                p50, p99, n = _percentiles(run, iters, warmup, budget_s)
             rows.append({"format": name, "batch": batch, "p50_ms": p50, "p99_ms": p99, "runs": n})
     return rows

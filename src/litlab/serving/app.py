@@ -1,13 +1,11 @@
 """The FastAPI app: /health, /metadata, /predict, /metrics (prometheus-client), /docs.
 
 Every bad request gets a 4xx and one JSON sentence, {"error": ...}; no request can produce a
-500 (tests/test_serve_hostile.py fuzzes them). In front of the app (litlab.serving.app): a
-deadline per request, the body size limit (enforced before the body is read) and metrics.
-
-Pure ASGI layers in front of the app: request metrics (every response, the 413s of the body
-limit too; cheaper than Starlette's per-request middleware), a body size limit (413 before
-the body is read (Content-Length), or as soon as a streamed body passes the limit) and a
-deadline per request (503 with Retry-After when a request takes longer than max_request_s)."""
+500 (tests/test_serve_hostile.py fuzzes them). Pure ASGI layers in front of the app (cheaper
+than Starlette's per-request middleware): request metrics (every response, the 413s of the
+body limit too), a body size limit (413 before the body is read (Content-Length), or as soon
+as a streamed body passes the limit) and a deadline per request (503 with Retry-After when a
+request takes longer than max_request_s)."""
 
 import asyncio
 import gc
@@ -198,21 +196,17 @@ def _prediction(out, request_id: str) -> Response:
     PNG label map the client asked for with `Accept: image/png`) whose OOD verdict travels in
     headers."""
     headers = {"X-Request-ID": request_id}
-    if isinstance(out, tuple) and isinstance(out[1], dict) and "masks" in out[1]:
-        png, fields = out
-        if "ood_scores" in fields:
-            headers["X-OOD-Score"] = str(fields["ood_scores"][0])
-            headers["X-Out-Of-Distribution"] = str(fields["out_of_distribution"][0]).lower()
-        headers["Content-Disposition"] = 'attachment; filename="mask.png"'
-        return Response(png, media_type="image/png", headers=headers)
-    if isinstance(out, tuple):
-        mask, fields = out
-        if fields:
-            headers["X-OOD-Score"] = str(fields["ood_scores"][0])
-            headers["X-Out-Of-Distribution"] = str(fields["out_of_distribution"][0]).lower()
-        headers["Content-Disposition"] = 'attachment; filename="mask.nii.gz"'
-        return Response(mask, media_type="application/gzip", headers=headers)
-    return answer({"request_id": request_id, **out}, headers)
+    if not isinstance(out, tuple):
+        return answer({"request_id": request_id, **out}, headers)
+    body, fields = out  # fields: the PNG's answer (with its masks), or the volume's OOD fields
+    if "ood_scores" in fields:
+        headers["X-OOD-Score"] = str(fields["ood_scores"][0])
+        headers["X-Out-Of-Distribution"] = str(fields["out_of_distribution"][0]).lower()
+    name, media = (
+        ("mask.png", "image/png") if "masks" in fields else ("mask.nii.gz", "application/gzip")
+    )
+    headers["Content-Disposition"] = f'attachment; filename="{name}"'
+    return Response(body, media_type=media, headers=headers)
 
 
 async def _predict_uploads(request: Request, predictor, limit: int):
@@ -221,14 +215,12 @@ async def _predict_uploads(request: Request, predictor, limit: int):
         form = await request.form(max_files=limit, max_fields=limit)
     except ClientDisconnect:
         raise
-    except HTTPException as err:  # starlette's own limits (files, fields)
-        if "Too many" in str(err.detail):
+    except Exception as err:  # noqa: BLE001 (python-multipart's parse errors, starlette's limits)
+        if isinstance(err, HTTPException) and "Too many" in str(err.detail):  # files, fields
             raise BadRequest(
                 f"The request holds more than {limit} files or fields; the limit is {limit}.",
                 413,
             ) from None
-        raise BadRequest("The multipart body cannot be parsed.") from None
-    except Exception:  # noqa: BLE001 (python-multipart's parse errors)
         raise BadRequest("The multipart body cannot be parsed.") from None
     try:
         files = [v for _, v in form.multi_items() if hasattr(v, "read")]
@@ -276,25 +268,20 @@ class Deadline:
             async with asyncio.timeout(self.seconds):
                 return await self.app(scope, receive, watch)
         except TimeoutError:
-            if not started:
-                await _send_error(
-                    send,
-                    503,
-                    f"The request took longer than {self.seconds:g} s (serve setting "
-                    "max_request_s); retry later or send less.",
-                    self.retry_after,
-                )
+            message = (
+                f"The request took longer than {self.seconds:g} s (serve setting "
+                "max_request_s); retry later or send less."
+            )
         except asyncio.CancelledError:  # only the server cancels a request's task
             if started:
                 raise
             drain = f" within drain_timeout_s={self.drain_s:g} s" if self.drain_s else ""
-            await _send_error(
-                send,
-                503,
+            message = (
                 f"The server stopped before this request was answered{drain}; retry it "
-                "when the service is back.",
-                self.retry_after,
+                "when the service is back."
             )
+        if not started:
+            await _send_error(send, 503, message, self.retry_after)
 
 
 class BodyLimit:

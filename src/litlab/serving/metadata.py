@@ -1,27 +1,19 @@
-"""An exported file's litlab metadata is data from elsewhere: it is checked when the file is
-opened, before the server listens, and anything wrong is one `UserError` line (exit 2) saying
-what is wrong and what is valid. The service then trusts only what was checked here: the kind,
-class names (as many as the model's outputs), input shapes, normalization, image size,
-sliding-window settings and the out-of-distribution score's parameters. Which of these a file
-must hold is what its kind needs (`Kind.check_inputs`: image size and normalization, a
-volume's shape or sliding windows, sample or node features; `Kind.names_key`).
+"""An exported file's litlab metadata and ONNX graph are data from elsewhere: both are checked
+when the service opens the file, before it listens, and anything wrong is one `UserError` line
+(exit 2) saying what is wrong and what is valid. The service then trusts only what was checked.
 
-Every number is checked for what it is, not only for being a number: anywhere in the metadata
-(the run config too, which /metadata answers) finite and within 64 bits; a std, a scale or a
-variance above a floor (dividing by 1e-300 turns every answer into inf); sizes bounded so that
-one sample fits in memory. A file that passes answers finite numbers for finite inputs.
+Metadata: the kind, the output names (as many as the model's outputs) and what the kind needs
+(`Kind.check_inputs`: image size and normalization, a volume's shape or sliding windows, sample
+or node features). Every number is checked for what it is: anywhere (the run config too, which
+/metadata answers) finite and within 64 bits; a std, scale or variance above a floor (dividing
+by 1e-300 turns every answer into inf); sizes bounded so that one sample fits in memory; the
+out-of-distribution entry's scales and threshold in range and its packed model arrays of the
+declared shapes, finite and of a fitted model's size, so that no score can overflow.
 
-The out-of-distribution entry of an exported file's metadata (`litlab.export.ood`): its
-scales and threshold in range, and its packed model arrays of the declared shapes, finite and
-of a fitted model's size, so that no request's score can overflow or divide by zero.
-
-An ONNX file's graph is data from elsewhere too: when the service opens it (after its
-metadata), the graph must take what the service feeds for its task kind (float32 samples at
-the layout's rank and sizes; graphs: float32 node features, int64 edges and graph ids) and
-answer a float32 output of the rank its kind decodes (classes, values: 2; a mask:
-the input's), and its weights must hold no NaN. A file that differs would fail on every request
-(ONNX Runtime's own errors, or NaN in every answer); it is refused in one line, before the
-server listens."""
+Graph: it takes what the service feeds for its kind (float32 samples at the layout's rank and
+sizes; graphs: float32 node features, int64 edges and graph ids), answers a float32 output of
+the rank its kind decodes, and its weights hold no NaN: a file that differs would fail on every
+request (ONNX Runtime's errors, or NaN in every answer)."""
 
 import json
 import math
@@ -127,9 +119,8 @@ def load_model(path: Path):
         raise UserError(f"{path} is not a readable ONNX file ({type(err).__name__})") from None
 
 
-def read_checked(path: Path, session, model=None) -> dict:
+def read_checked(path: Path, session, model) -> dict:
     """The file's metadata, size-checked before decoding and checked against the session."""
-    model = load_model(path) if model is None else model
     meta = {}
     try:
         for p in model.metadata_props:
@@ -195,8 +186,6 @@ def check_ood(ood, channels: int | None) -> None:
 def _array(value, what: str, shape: tuple):
     """An array of the OOD model as `litlab.export.ood.pack` stores it, of finite numbers in
     `shape` (None: any length up to MAX_OOD_DIMS)."""
-    import numpy as np
-
     from litlab.export.ood import unpack
 
     try:
@@ -220,8 +209,6 @@ def _array(value, what: str, shape: tuple):
 def _whitening(part: dict, what: str, n: int) -> None:
     """An upper-triangular n x n whitening (`litlab.export.ood.pack_model`): its diagonal and
     its column scales positive (a distance)."""
-    import numpy as np
-
     array = _array(part.get("whitening"), f"{what}.whitening", (n * (n + 1) // 2,))
     diagonal = array[np.cumsum([0, *range(n, 1, -1)])] if n else array
     scales = _array(part.get("column_scales"), f"{what}.column_scales", (n,))

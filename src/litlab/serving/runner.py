@@ -1,19 +1,17 @@
 """The model behind the service: one ONNX Runtime session (thread-safe, shared by requests),
 optionally fed by a micro-batcher, and the answer its kind gives (`Kind.answer`: classes and
 probabilities, values) with the out-of-distribution scores (litlab.export.ood, with the
-parameters stored in the export). What the model takes is what its kind says.
+parameters stored in the export).
 
-Request bodies -> predictions for one model. Decoding and preprocessing run off the event
-loop in a bounded thread pool (`decode_threads`), so /health and small requests are answered
-while large images decode; tiny images (at most INLINE_PIXELS in all) decode in place, where
-a thread hand-off would cost more than the decode. Image sizes are checked from the headers
-(per image and per request) before any pixel is decoded.
-
-How a request is decoded is what the model's kind says (`Kind.json`, `Kind.uploads`: JSON
-samples, image or NIfTI uploads, graphs); this class holds what the kinds use: the decode
-pool, image and NIfTI decoding, the limits and the micro-batcher."""
+How a request is decoded is what the model's kind says (`Kind.json`, `Kind.uploads`); the
+Predictor holds what the kinds use: the decode pool, image and NIfTI decoding, the limits and
+the micro-batcher. Decoding runs off the event loop in a bounded thread pool (`decode_threads`)
+so that /health and small requests are answered while large images decode; tiny images (at
+most INLINE_PIXELS in all) decode in place, where a thread hand-off would cost more. Image
+sizes are checked from the headers (per image and per request) before any pixel is decoded."""
 
 import asyncio
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -51,7 +49,6 @@ class Runner:
         zeros: a file whose outputs disagree with its metadata stops here, before listening."""
         from litlab.export.verify import ort_session
         from litlab.serving import metadata
-        from litlab.serving import metadata as signature
 
         self.path = Path(model_path)
         try:
@@ -66,7 +63,7 @@ class Runner:
         self.names = self.meta[self.kind.names_key]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.layout = self.meta["inputs"]
-        signature.check_signature(self.path, model, self.session, self.kind, self.layout)
+        metadata.check_signature(self.path, model, self.session, self.kind, self.layout)
         del model
         self.ood = self.meta.get("ood")
         self.ood_model = self.ood.get("model") if self.ood else None
@@ -91,25 +88,25 @@ class Runner:
         with np.errstate(all="ignore"):  # an overflow shows as inf: told by `check_finite`
             return self.ood_score(probs, x if self.ood_model is not None else None)
 
-    def ood_fields(self, scores: np.ndarray | None) -> dict:
-        """`ood_scores` and `out_of_distribution` per item (absent for exports without them)."""
+    def ood_fields(self, probs: np.ndarray, x=None, scores=None) -> dict:
+        """`ood_scores` and `out_of_distribution` per item (absent for exports without them):
+        the scores given (computed for a whole micro-batch), or computed here from the prepared
+        outputs and the inputs `x`."""
+        scores = self.ood_scores(probs, x) if scores is None else scores
         if scores is None:
             return {}
+        check_finite(scores, SCORE_NOT_FINITE)
         return {
             "ood_scores": np.round(scores, 4).tolist(),
             "out_of_distribution": (scores > self.ood["threshold"]).tolist(),
         }
 
     def answer(self, outputs: np.ndarray | None, x=None, scores=None, prepared=None) -> dict:
-        """The answer of the kind (classes and probabilities, values); the OOD
-        scores given (computed for a whole micro-batch) or computed here from the prepared
-        outputs and the inputs `x`. `prepared`: outputs the micro-batcher prepared."""
+        """The answer of the kind (classes and probabilities, values) and its OOD fields.
+        `prepared`: outputs the micro-batcher prepared."""
         prepared = self.kind.prepare(outputs) if prepared is None else prepared
         check_finite(prepared, NOT_FINITE)
-        if scores is None:
-            scores = self.ood_scores(prepared, x)
-        check_finite(scores, SCORE_NOT_FINITE)
-        return {**self.kind.answer(self.names, prepared), **self.ood_fields(scores)}
+        return {**self.kind.answer(self.names, prepared), **self.ood_fields(prepared, x, scores)}
 
     def segment(self, volume: np.ndarray) -> tuple[np.ndarray, dict]:
         """Label volume (D, H, W) of a (C, D, H, W) volume (sliding windows, as in training),
@@ -130,11 +127,8 @@ class Runner:
                 mode=window["mode"],
             )
         check_finite(logits.numpy(), NOT_FINITE)
-        probs = logits.softmax(1).numpy()
         mask = class_map(logits)[0].numpy().astype(np.uint8)
-        scores = self.ood_scores(probs)
-        check_finite(scores, SCORE_NOT_FINITE)
-        return mask, self.ood_fields(scores)
+        return mask, self.ood_fields(logits.softmax(1).numpy())
 
     #: runs faster than this (measured at warm-up) happen on the event loop: a thread
     #: hand-off costs more than the run itself for small models
@@ -229,14 +223,11 @@ class MicroBatcher:
                     if not future.cancelled():
                         future.set_exception(err)
                 continue
-            start = 0
-            for x, future in items:
-                end = start + len(x)
+            bounds = np.cumsum([len(x) for x, _ in items])[:-1]  # each request's rows
+            each = np.split(scores, bounds) if scores is not None else [None] * len(items)
+            for (_, future), part, part_scores in zip(items, np.split(probs, bounds), each):
                 if not future.cancelled():
-                    future.set_result(
-                        (probs[start:end], None if scores is None else scores[start:end])
-                    )
-                start = end
+                    future.set_result((part, part_scores))
 
 
 # ------------------------------------------------------------- predictor
@@ -286,12 +277,8 @@ class Predictor:
                 "(serve setting max_json_bytes; send images or volumes as files).",
                 413,
             )
-        small = len(body) <= 64 << 10
-        data = (
-            images.parse_json(body, s.max_json_depth)
-            if small
-            else await self.offload(images.parse_json, body, s.max_json_depth)
-        )
+        parse = functools.partial(images.parse_json, body, s.max_json_depth)
+        data = parse() if len(body) <= 64 << 10 else await self.offload(parse)  # small: in place
         return await self.predict_json(data)
 
     async def predict_json(self, data: dict) -> dict:

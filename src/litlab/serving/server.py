@@ -1,20 +1,19 @@
 """Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first), with the
-connection limits of litlab.serving.server and the settings of litlab.config.entries.ServeSettings.
+settings of litlab.config.entries.ServeSettings. SIGTERM and Ctrl-C stop accepting, answer every
+request already accepted (within drain_timeout_s), close the port and exit 0 (uvicorn would
+re-raise the signal after its graceful shutdown, killing the process with its status).
 
-SIGTERM and Ctrl-C stop accepting, answer every request already accepted (within
-drain_timeout_s), close the port and return normally (exit 0): uvicorn would re-raise the
-signal after its graceful shutdown, which kills the process with the signal's status.
-
-uvicorn's httptools protocol with the connection limits it lacks, answered with the API's
-JSON error shape: a header size limit (431), a request-read timeout from the first byte to
-the last of each request (408: slowloris, bodies shorter than their Content-Length), an idle
-timeout from the connection's start (uvicorn's keep-alive timer starts only after a first
-response), pipelined requests answered after the client's half-close, a maximum of open connections (503 with Retry-After, then closed: file descriptors
-stay available), malformed HTTP as a JSON 400, and a drain that lets a request whose head is
-half received finish instead of resetting it."""
+uvicorn's httptools protocol gets the connection limits it lacks, answered with the API's JSON
+error shape: a header size limit (431), a request-read timeout from the first byte to the last
+of each request (408: slowloris, bodies shorter than their Content-Length), an idle timeout
+from the connection's start (uvicorn's keep-alive timer starts only after a first response),
+pipelined requests answered after the client's half-close, a maximum of open connections (503
+with Retry-After, then closed: file descriptors stay available), malformed HTTP as a JSON 400,
+and a drain that lets a request whose head is half received finish instead of resetting it."""
 
 import json
 import os
+from http import HTTPStatus
 from pathlib import Path
 
 import uvicorn
@@ -77,25 +76,23 @@ def serve(model_path, export_dir, settings: ServeSettings) -> None:
     from litlab.serving.app import create_app
     from litlab.serving.runner import Runner
 
-    path = model_file(model_path, export_dir)
-    s = settings
-    if s.workers != 1:  # processes of their own: each builds its app (uvicorn's supervisor)
-        from uvicorn.supervisors import Multiprocess
-
+    path, s = model_file(model_path, export_dir), settings
+    if s.workers == 1:
+        config, where = uvicorn_config(create_app(path, s), s), "docs: /docs"
+    else:  # processes of their own: each builds its app (uvicorn's supervisor)
         Runner(path, s.threads)  # the file is checked here, once, before anything listens
         os.environ["LITLAB_SERVE"] = json.dumps([str(path), s.model_dump()])
         config = uvicorn_config("litlab.serving.server:app_from_env", s, factory=True)
-        config.workers = s.workers
-        print(f"serving {path} on http://{s.host}:{s.port} ({s.workers} workers)", flush=True)
-        print(f"run dir {export_dir}  (log: serve.log)", flush=True)
-        server = DrainingServer(config)
-        Multiprocess(config, target=server.run, sockets=[config.bind_socket()]).run()
-        print("stopped", flush=True)
-        return
-    app = create_app(path, s)
-    print(f"serving {path} on http://{s.host}:{s.port} (docs: /docs)", flush=True)
+        config.workers, where = s.workers, f"{s.workers} workers"
+    print(f"serving {path} on http://{s.host}:{s.port} ({where})", flush=True)
     print(f"run dir {export_dir}  (log: serve.log)", flush=True)
-    DrainingServer(uvicorn_config(app, s)).run()
+    server = DrainingServer(config)
+    if s.workers == 1:
+        server.run()
+    else:
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, target=server.run, sockets=[config.bind_socket()]).run()
     print("stopped", flush=True)
 
 
@@ -107,10 +104,10 @@ def app_from_env():
 
 
 # -------------------------------------------------------------- protocol
-def response(status: int, reason: str, message: str, retry_after: int | None = None) -> bytes:
+def response(status: int, message: str, retry_after: int | None = None) -> bytes:
     body = json.dumps({"error": message}).encode()
     head = [
-        f"HTTP/1.1 {status} {reason}",
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
         "content-type: application/json",
         f"content-length: {len(body)}",
         "connection: close",
@@ -132,15 +129,10 @@ class GuardedProtocol(HttpToolsProtocol):
         limits = self.limits
         if len(self.connections) > limits.max_connections:
             self.refused = True
-            transport.write(
-                response(
-                    503,
-                    "Service Unavailable",
-                    f"The server holds its limit of {limits.max_connections} connections; "
-                    "retry later.",
-                    limits.retry_after_s,
-                )
+            message = (
+                f"The server holds its limit of {limits.max_connections} connections; retry later."
             )
+            transport.write(response(503, message, limits.retry_after_s))
             if transport.can_write_eof():
                 transport.write_eof()  # the client reads the 503; its request is discarded
             self.loop.call_later(1.0, transport.close)
@@ -166,7 +158,6 @@ class GuardedProtocol(HttpToolsProtocol):
     def too_big(self) -> None:
         self.reject(
             431,
-            "Request Header Fields Too Large",
             f"The request line and headers are larger than the limit of "
             f"{self.limits.max_header_bytes} bytes (serve setting max_header_bytes).",
         )
@@ -212,15 +203,16 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self.reading_head = True
-        if self.read_timer is not None:
-            self.read_timer.cancel()
-            self.read_timer = None
+        self.stop_read_timer()
 
     def connection_lost(self, exc) -> None:
+        self.stop_read_timer()
+        super().connection_lost(exc)
+
+    def stop_read_timer(self) -> None:
         if self.read_timer is not None:
             self.read_timer.cancel()
             self.read_timer = None
-        super().connection_lost(exc)
 
     def read_timeout(self) -> None:
         self.read_timer = None
@@ -231,12 +223,11 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         self.reject(
             408,
-            "Request Timeout",
             f"The request was not received within {self.limits.request_read_timeout_s:g} s "
             "(serve setting request_read_timeout_s).",
         )
 
-    def reject(self, status: int, reason: str, message: str) -> None:
+    def reject(self, status: int, message: str) -> None:
         """Answer in the JSON error shape and close; a request being handled is abandoned."""
         if self.cycle is not None and not self.cycle.response_complete:
             if self.cycle.response_started:
@@ -244,16 +235,14 @@ class GuardedProtocol(HttpToolsProtocol):
                 return
             self.cycle.disconnected = True  # the app's own answer will not be written
             self.cycle.message_event.set()
-        self.transport.write(response(status, reason, message))
+        self.transport.write(response(status, message))
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         if self.transport.is_closing():  # answered already (a 431 stops the parser so)
             return
         self.reject(
-            400,
-            "Bad Request",
-            "The request is not valid HTTP/1.1 (request line, header or chunk encoding).",
+            400, "The request is not valid HTTP/1.1 (request line, header or chunk encoding)."
         )
 
     def shutdown(self) -> None:
