@@ -1,49 +1,34 @@
 """The Optuna search behind `python src/train.py -m hparams_search=NAME` (current Optuna, not
 hydra-optuna-sweeper, which pins optuna < 3).
 
-- Each trial is one Hydra job: the sweeper samples the params and passes them as ordinary
-  overrides (`model.optimizer.lr=0.0031`), so a DDP child rank that re-executes the job with
-  its overrides trains the same params. Only the trial's id travels in an environment variable
+- Each trial is one Hydra job: the sampled params reach it as ordinary overrides
+  (`model.optimizer.lr=0.0031`), so a DDP child rank that re-executes the job with its
+  overrides trains the same params. Only the trial's id travels in an environment variable
   (`LITLAB_OPTUNA_TRIAL`, via `hydra.job.env_set`): rank 0 reports to the study, the other ranks
   only follow its pruning decision (litlab.callbacks.optuna_pruning).
-- Storage: a SQLite file in the sweep dir by default, or any database URL. The study is the
-  unit of resumption: the same command (same study name) continues it, and several workers on
-  one storage share it. `n_trials` is the study's total: completed, pruned, raised and running
-  trials count; trials cut short by a kill or Ctrl-C do not and are re-queued with their params.
+- Storage: a SQLite file in the sweep dir by default, or a database URL that workers on many
+  machines share (PostgreSQL: docs/sweeps.md). The study is the unit of resumption: the same
+  command (same study name) continues it. `n_trials` is the study's total: completed, pruned,
+  raised and running trials count; trials cut short by a kill or Ctrl-C do not and are
+  re-queued with their params. A SQLite file is opened only when the study may write it
+  (`check_sqlite`): a regular file (never through a link, nor its journal), new or empty, or a
+  database that is an Optuna storage or has no tables yet; the user's notes or another
+  program's database (whose tables Optuna would add its own to) is refused in one line.
 - Seeded: the sampler's random state is reseeded from (seed, trial number) before each trial,
   so workers never draw the same random params and a trial's draw does not depend on which
   worker asked for it.
+- A resumed study trains its new trials as its first ones were trained: the command's
+  overrides that are not searched (`trainer.max_epochs=3`) are stored with the study, and a
+  resume with other values (trials of different budgets ranked together, with Optuna's "Using
+  an existing study" as the only sign) is refused in one line unless resumed on purpose
+  (`hydra.sweeper.strict_resume=false`). Keys that only say where files go or how much is
+  printed (`plan.MACHINE_LOCAL`) may differ, so workers on other machines can share a study.
 
-Where an Optuna study lives: a SQLite file in the sweep dir (one machine), or a database
-server that workers on many machines share (PostgreSQL: docs/sweeps.md). A SQLite file is
-opened only when it is one the study may write (`check_sqlite`): a regular file (never through
-a link, nor its journal), new or empty, or a SQLite database that is an Optuna storage or has
-no tables yet. Any other file (the user's notes, another program's database, whose tables
-Optuna would add its own to) is refused in one line naming it.
-
-A resumed Optuna study must train its new trials as its first trials were trained.
-
-The command's overrides that are not searched (`trainer.max_epochs=3`, `data.fold=2`, ...) are
-stored with the study (a user attribute) when it is created. A later command that resumes the
-study with other values would mix trials of different budgets and rank them together, with
-Optuna's "Using an existing study" as the only sign; it is refused in one line instead, unless
-resumed on purpose (`hydra.sweeper.strict_resume=false`). Keys that only say where files go or
-how much is printed (paths, hydra, extras, loggers, threads, progress bars) may differ, so
-workers on other machines can share a study.
-
-The search space of an Optuna search, from YAML or from the command line.
-
-YAML (`hydra.sweeper.params` of configs/hparams_search/*.yaml), one entry per config key:
-
-    model.optimizer.lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}
-    model.net.dropout: {type: float, low: 0.0, high: 0.5}
-    trainer.accumulate_grad_batches: {type: int, low: 1, high: 4}
-    data.batch_size: {type: categorical, choices: [32, 64, 128]}
-
-Hydra's sweep syntax works too, in YAML or as a plain override on the command line:
-`choice(32,64)`, `range(1,5)` (int), `interval(0.1,0.5)` (float),
-`tag(log,interval(1e-4,1e-1))` (log-float), `tag(int,interval(1,8))` (int).
-Sampled values reach the job as ordinary overrides (`key=value`), like Hydra's own sweepers."""
+The search space: `hydra.sweeper.params` of configs/hparams_search/*.yaml, one entry per key
+(`model.optimizer.lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}`, `{type: int, ...}`,
+`{type: categorical, choices: [32, 64, 128]}`), or Hydra's sweep syntax, in YAML or on the
+command line: `choice(32,64)`, `range(1,5)` (int), `interval(0.1,0.5)` (float),
+`tag(log,interval(1e-4,1e-1))` (log-float), `tag(int,interval(1,8))` (int)."""
 
 import json
 import logging
@@ -96,19 +81,10 @@ def counts(trial) -> bool:
     return trial.state == TrialState.FAIL and "error" in trial.user_attrs
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def requeue_interrupted(study) -> int:
     """Trials left RUNNING by a dead process of this host, or failed by Ctrl-C: mark them
     interrupted (they stop counting) and queue their params again."""
+    import psutil
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
@@ -122,7 +98,7 @@ def requeue_interrupted(study) -> int:
             trial.state == TrialState.RUNNING
             and worker_host == host
             and pid.isdigit()
-            and not _alive(int(pid))
+            and not psutil.pid_exists(int(pid))
         )
         cut = trial.state == TrialState.FAIL and not {"error", "surplus"} & attrs.keys()
         if trial.number in retried or not (dead or cut):
@@ -540,8 +516,6 @@ def from_spec(name: str, spec: Any):
     """One Optuna distribution from a YAML entry (dict, list of choices, or sweep string)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from litlab.errors import UserError
-
     if isinstance(spec, str):
         return from_override(f"{name}={spec}")
     if isinstance(spec, list | tuple):
@@ -552,31 +526,21 @@ def from_spec(name: str, spec: Any):
             f"{{type: float, low: 0.0, high: 1.0}}, a list of choices or "
             f"interval(...)/choice(...), got {spec!r}"
         )
-    kind = spec.get("type") or (
-        "categorical"
-        if "choices" in spec
-        else "int"
-        if all(isinstance(spec.get(k), int) for k in ("low", "high"))
-        else "float"
-    )
+    kind = spec.get("type")
+    if not kind:
+        ints = all(isinstance(spec.get(k), int) for k in ("low", "high"))
+        kind = "categorical" if "choices" in spec else "int" if ints else "float"
+    log, step = bool(spec.get("log")), spec.get("step")
     try:
         if kind == "categorical":
             return CategoricalDistribution(list(spec["choices"]))
         if kind == "int":
             return IntDistribution(
-                int(spec["low"]),
-                int(spec["high"]),
-                log=bool(spec.get("log")),
-                step=int(spec.get("step") or 1),
+                int(spec["low"]), int(spec["high"]), log=log, step=int(step or 1)
             )
         if kind == "float":
-            step = spec.get("step")
-            return FloatDistribution(
-                float(spec["low"]),
-                float(spec["high"]),
-                log=bool(spec.get("log")),
-                step=None if step is None else float(step),
-            )
+            step = None if step is None else float(step)
+            return FloatDistribution(float(spec["low"]), float(spec["high"]), log=log, step=step)
     except (KeyError, ValueError) as err:
         raise UserError(f"search space entry {name}: {err} (spec {spec})") from err
     raise UserError(
@@ -589,8 +553,6 @@ def from_override(text: str):
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    from litlab.errors import UserError
 
     override = OverridesParser.create().parse_overrides([text])[0]
     sweep = override.value()
@@ -631,18 +593,13 @@ def build_space(params: dict | None, arguments: list[str]) -> tuple[dict, list[s
 
 def suggest(trial, space: dict) -> dict[str, Any]:
     """Sample every dimension of `space` for this trial."""
-    from optuna.distributions import FloatDistribution, IntDistribution
+    from optuna.distributions import CategoricalDistribution, IntDistribution
 
     values = {}
     for name, dist in space.items():
-        if isinstance(dist, FloatDistribution):
-            values[name] = trial.suggest_float(
-                name, dist.low, dist.high, log=dist.log, step=dist.step
-            )
-        elif isinstance(dist, IntDistribution):
-            values[name] = trial.suggest_int(
-                name, dist.low, dist.high, log=dist.log, step=dist.step
-            )
-        else:
+        if isinstance(dist, CategoricalDistribution):
             values[name] = trial.suggest_categorical(name, dist.choices)
+        else:
+            pick = trial.suggest_int if isinstance(dist, IntDistribution) else trial.suggest_float
+            values[name] = pick(name, dist.low, dist.high, log=dist.log, step=dist.step)
     return values
