@@ -11,6 +11,7 @@ every prediction and every metric can be traced back to what it was computed on.
 
 import io
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -65,8 +66,6 @@ def apply_extras(cfg: DictConfig) -> None:
 
 def header(cfg: DictConfig, out: Path | None) -> str:
     """What this run is, in a few lines: the chosen options, threads, where its files go."""
-    import os
-
     from hydra.core.hydra_config import HydraConfig
 
     choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
@@ -153,8 +152,6 @@ def summary(
 ) -> None:
     """Final lines of a run: metrics, then where everything is (`label`: what `checkpoint`
     is, e.g. the model file eval.py scored)."""
-    import os
-
     if not is_rank_zero():
         return
     out = Path(cfg.paths.output_dir)

@@ -35,16 +35,21 @@ import logging
 import os
 import re
 import socket
+import sqlite3
 import stat
 import time
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from litlab.compat import optuna as compat
 from litlab.compat.hydra import job_outcome
 from litlab.errors import UserError, one_line
+from litlab.sweeps import plan
 from litlab.sweeps.plan import MACHINE_LOCAL, hide_password, override_settings
 from litlab.sweeps.summary_stats import finite
 from litlab.utils import commands
@@ -158,8 +163,6 @@ def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
 def _check_own_study(study, sweep_dir: Path) -> None:
     """The study in the sweep dir's optuna.db is this sweep's (its plan's id, recorded with the
     study), not one copied in from another sweep, whose trials and run dirs are elsewhere."""
-    from litlab.sweeps import plan
-
     own = (plan.read_plan(sweep_dir) or {}).get("id")
     if own is None:
         return
@@ -274,9 +277,6 @@ def write_results(
 ) -> None:
     """best_params.yaml and optimization_history.png in the sweep dir; raise if none completed.
     Its `rerun` command trains the best trial again with `python src/<entry>.py`."""
-    import warnings
-    from collections import Counter
-
     from optuna.trial import TrialState
 
     trials = [t for t in study.get_trials(deepcopy=False) if "surplus" not in t.user_attrs]
@@ -382,8 +382,6 @@ def _sqlite_path(url: str) -> Path | None:
 
 
 def _tables(path: Path) -> set[str]:
-    import sqlite3
-
     with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
         return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
@@ -433,8 +431,6 @@ def check_sqlite(url: str) -> None:
         magic = f.read(len(SQLITE_MAGIC))
     if magic != SQLITE_MAGIC:
         raise UserError(f"{head}: {path} file is not a database (SQLite); {valid}")
-    import sqlite3
-
     try:
         tables = _complete_tables(path, required := compat.storage_tables())
     except sqlite3.Error as err:
@@ -550,7 +546,6 @@ def from_spec(name: str, spec: Any):
 
 def from_override(text: str):
     """One Optuna distribution from Hydra sweep syntax, e.g. `lr=tag(log,interval(1e-4,1))`."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
@@ -578,8 +573,6 @@ def build_space(params: dict | None, arguments: list[str]) -> tuple[dict, list[s
     Command-line sweep overrides (`key=choice(...)`) join the search space; all other
     overrides are passed unchanged to every trial (and pin a key of the YAML space).
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     space = {name: from_spec(name, spec) for name, spec in _flatten(params or {}).items()}
     fixed = []
     for text, override in zip(arguments, OverridesParser.create().parse_overrides(arguments)):

@@ -19,7 +19,10 @@ import os
 import re
 import stat
 import sys
+import uuid
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from litlab.errors import UserError, one_line
 from litlab.utils import commands
@@ -72,8 +75,6 @@ def hide_password(url: str) -> str:
 def sweep_resume_command(config) -> str:
     """`python src/<entry>.py -m <the user's overrides> hydra.sweep.dir=<this sweep's dir>`:
     the command that resumes this sweep, as the user would type it (quoted for the shell)."""
-    from omegaconf import OmegaConf
-
     hydra = config.hydra
     task = [str(o) for o in hydra.overrides.task]
     own = [
@@ -119,8 +120,6 @@ def write_plan(
 def _sweep_id(sweep_dir: Path) -> str:
     """The sweep's id: kept from its plan (a resume), else new. Its study in its own optuna.db
     records it (`sweeps.optuna_search`): a database copied from another sweep is told apart."""
-    import uuid
-
     try:
         old = (read_plan(sweep_dir) or {}).get("id")
     except UserError:
@@ -319,24 +318,19 @@ def failure_lines(records: list[dict]) -> list[str]:
 
 def announce(config) -> None:
     """Where the sweep writes and how to resume it, printed when it starts."""
-    from omegaconf import OmegaConf
-
     where = os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir")))
     print(f"sweep dir: {where}\nresume it with: {sweep_resume_command(config)}", flush=True)
 
 
 def end(sweep_dir: Path, records: list[dict], stopped: bool, config) -> bool:
     """Print one line per failed job and, for a grid sweep that did not complete every job,
-    this sweep's own command (`sweep_resume_command`, made again, not read back), which runs what is
-    missing. True when a job
-    or trial failed: the command then exits non-zero after its summary, report and best params
-    are written (a pruned trial is not a failure)."""
+    this sweep's own command (`sweep_resume_command`, made again, not read back), which runs
+    what is missing. True when a job or trial failed: the command then exits non-zero after its
+    summary, report and best params are written (a pruned trial is not a failure)."""
     lines = failure_lines(records)
     if lines:
         print(f"\n{len(lines)} failed job(s):", *lines, sep="\n", file=sys.stderr, flush=True)
-    if (
-        load_plan(sweep_dir) is None
-    ):  # a search: its failed trials are listed above, no "rest" to run
+    if load_plan(sweep_dir) is None:  # a search: its failed trials are listed above, no "rest"
         return bool(lines)
     done = sum(r["status"] == "completed" for r in records)
     if done < len(records):

@@ -10,6 +10,7 @@ that resumes the sweep. Imports stay light: Hydra builds this callback for every
 """
 
 import atexit
+import csv
 import json
 import os
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.compat.hydra import job_outcome
@@ -30,17 +32,14 @@ from litlab.utils.sweep_records import RECORD
 
 
 def _is_multirun(config: DictConfig) -> bool:
-    from hydra.types import RunMode
-
     return OmegaConf.select(config, "hydra.mode") == RunMode.MULTIRUN and is_rank_zero()
 
 
 def _select(config: DictConfig, key: str, default=None):
     try:
-        value = OmegaConf.select(config, key, default=default)
+        return OmegaConf.select(config, key, default=default)
     except Exception:  # noqa: BLE001  (an interpolation that cannot resolve here)
         return default
-    return value
 
 
 def job_objective_mode(config: DictConfig) -> str:
@@ -180,14 +179,6 @@ def best_index(records: list[dict]) -> int | None:
     return min(scored, key=lambda s: (sign * s[0], s[1]))[1]
 
 
-def group_statistics(groups: dict[str, list[dict]], records: list[dict], objective: str, shown):
-    """Each replica group's statistics and its difference with the best group, on the
-    objective and the val/test metrics (`summary_stats.compute`; written by `summary_stats`)."""
-    mode = next((r["mode"] for r in records if r["status"] == "completed"), "max")
-    metrics = list(dict.fromkeys([objective, *shown]))
-    return summary_stats.compute(records, groups, metrics, objective, mode)
-
-
 def metric_column(metric: str) -> str:
     """Column of a final logged value: train/val/test metrics keep their names; anything else
     (e.g. LearningRateMonitor's `lr-AdamW`, the last learning rate of the schedule) is
@@ -206,46 +197,36 @@ def write_summary(
     sweep_dir: Path, records: list[dict], replica_keys=("seed", "fold"), plot: bool = True
 ) -> list[dict]:
     """Write summary.csv/.md/.png and summary_stats.csv into `sweep_dir`, print the table."""
-    import csv
-
     groups = replica_groups(records, replica_keys)
     objective = next((r["objective_name"] for r in records if r["objective_name"]), "objective")
     every_metric = sorted({k for r in records for k in r["metrics"]})
     shown = [m for m in every_metric if m.startswith(("val/", "test/"))]
-    stats = group_statistics(groups, records, objective, shown)
+    # each replica group's statistics and its difference with the best group, on the
+    # objective and the val/test metrics
+    mode = next((r["mode"] for r in records if r["status"] == "completed"), "max")
+    metrics = list(dict.fromkeys([objective, *shown]))
+    stats = summary_stats.compute(records, groups, metrics, objective, mode)
     best = marked_best(records, groups, stats["best_group"], best_index(records))
     shared, varying = _varying(records)
     settings = [override_settings(r["overrides"]) for r in records]
     keys = list(dict.fromkeys(k for job in settings for k in job))  # in the order first given
-    rows = []
-    for i, r in enumerate(records):
-        rows.append(
-            {
-                "job": r["job"],
-                "best": "*" if i in best else "",
-                "status": r["status"],
-                "objective": r["objective"],
-                **{k: settings[i].get(k, "") for k in keys},
-                **{metric_column(m): r["metrics"].get(m) for m in every_metric},
-                "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
-                "overrides": " ".join(r["overrides"]),
-                "varying": varying[i],
-                "run_dir": r["run_dir"],
-                "error": r["error"],
-            }
-        )
-    header = [
-        "job",
-        "best",
-        "status",
-        "objective",
-        *keys,
-        *map(metric_column, every_metric),
-        "wall_s",
-        "overrides",
-        "run_dir",
-        "error",
+    rows = [
+        {
+            "job": r["job"],
+            "best": "*" if i in best else "",
+            "status": r["status"],
+            "objective": r["objective"],
+            **{k: settings[i].get(k, "") for k in keys},
+            **{metric_column(m): r["metrics"].get(m) for m in every_metric},
+            "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
+            "overrides": " ".join(r["overrides"]),
+            "varying": varying[i],
+            "run_dir": r["run_dir"],
+            "error": r["error"],
+        }
+        for i, r in enumerate(records)
     ]
+    header = [column for column in rows[0] if column != "varying"]  # varying: summary.md's
     with open(sweep_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
@@ -255,28 +236,16 @@ def write_summary(
         rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying", "error"]
     )
     marked = "jobs of the best group marked *" if stats["best_group"] else "best job marked *"
-    head = [
-        (
-            f"objective: {objective} ({marked}); overrides of every job: "
-            f"{' '.join(shared) or '(none)'}"
-        )
-    ]
-    text = [
-        f"# Sweep summary: {sweep_dir}",
-        "",
-        *head,
-        "",
-        table,
-        "",
-        summary_stats.text(stats, heading="## "),
-    ]
-    (sweep_dir / "summary.md").write_text("\n".join(text) + "\n")
+    common = " ".join(shared) or "(none)"
+    head = f"objective: {objective} ({marked}); overrides of every job: {common}"
+    text = [f"# Sweep summary: {sweep_dir}", head, table, summary_stats.text(stats, heading="## ")]
+    (sweep_dir / "summary.md").write_text("\n\n".join(text) + "\n")
     if plot:
         plot_summary(records, best, stats, sweep_dir / "summary.png")
     failed = sum(r["status"] in ("failed", "incomplete") for r in records)
     print(
         f"\nSweep summary ({len(records)} jobs, {failed} failed or incomplete): "
-        f"{sweep_dir / 'summary.md'}\n{head[0]}\n{table}\n\n"
+        f"{sweep_dir / 'summary.md'}\n{head}\n{table}\n\n"
         f"{summary_stats.text(stats, heading='')}",
         flush=True,
     )
