@@ -57,32 +57,17 @@ log = logging.getLogger(__name__)
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
 # the job's hydra overrides that a child must not repeat (it is a single run, not a sweep)
 SWEEP_KEYS = (
-    "hydra/launcher",
-    "hydra/sweeper",
-    "hydra.launcher",
-    "hydra.sweeper",
-    "hydra.sweep",
-    "hydra.run",
-    "hydra.mode",
-    "hydra.output_subdir",
+    *("hydra/launcher", "hydra/sweeper", "hydra.launcher", "hydra.sweeper", "hydra.sweep"),
+    *("hydra.run", "hydra.mode", "hydra.output_subdir"),
 )
 
 # set when something else starts the ranks (torchrun, SLURM, MPI, LSF) or we are a child rank
 STARTED_ELSEWHERE = (
-    "LOCAL_RANK",
-    "RANK",
-    "WORLD_SIZE",
-    "SLURM_NTASKS",
-    "TORCHELASTIC_RUN_ID",
-    "OMPI_COMM_WORLD_SIZE",
-    "PMI_SIZE",
-    "LSB_JOBID",
+    *("LOCAL_RANK", "RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"),  # torchrun, a child rank
+    *("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID"),  # SLURM, MPI, LSF
 )
-DDP = (
-    "ddp",
-    "lightning.pytorch.strategies.DDPStrategy",
-    "lightning.pytorch.strategies.ddp.DDPStrategy",
-)
+STRATEGIES = "lightning.pytorch.strategies"
+DDP = ("ddp", f"{STRATEGIES}.DDPStrategy", f"{STRATEGIES}.ddp.DDPStrategy")
 
 _state: dict = {}
 
@@ -334,11 +319,8 @@ def lifecycle(cfg, script):
 # ------------------------------------------------------------- ddp peers
 # what gloo/NCCL/the rendezvous store say when a peer process or node is gone
 PEER_GONE = (
-    "Connection closed by peer",
-    "Connection reset by peer",
-    "Broken pipe",
-    "Connection refused",
-    "NCCL communicator was aborted",
+    *("Connection closed by peer", "Connection reset by peer", "Broken pipe"),
+    *("Connection refused", "NCCL communicator was aborted"),
 )
 
 

@@ -20,6 +20,7 @@ import re
 import sys
 import tempfile
 import threading
+import types
 
 from litlab.console import FILE_ONLY
 from litlab.errors import UserError, one_line
@@ -164,11 +165,6 @@ def _failure(
     )
 
 
-class _Console:
-    def __init__(self, fd: int):
-        self.fd, self.failed = fd, False
-
-
 @contextlib.contextmanager
 def _native_stderr_captured():
     """While the ranks join, what torch's C++ side prints to stderr (a stack dump per failed
@@ -176,7 +172,7 @@ def _native_stderr_captured():
     line says it); after a join it is printed as it was. Yields the real console's fd."""
     sys.stderr.flush()
     real = os.dup(2)
-    console = _Console(real)
+    console = types.SimpleNamespace(fd=real, failed=False)  # `failed`: set by the join
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
         try:

@@ -21,8 +21,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from litlab.checkpointing.run_lock import RunLock
+from litlab.checkpointing.resume import RESUMABLE_CONFIGS
+from litlab.checkpointing.run_lock import LOCK_FILE, RunLock
 from litlab.errors import UserError, one_line
+from litlab.utils.distributed import is_rank_zero
 
 PLAIN_NAME = re.compile(r"[\w.-]+")
 _held: dict[str, object] = {}  # run dir -> the RunLock this process holds on it
@@ -30,8 +32,7 @@ _STARTED = time.time() - 1  # the CLI imports this module before Hydra writes an
 
 
 def _inside(path, folder) -> bool:
-    path, folder = Path(path).resolve(), Path(folder).resolve()
-    return path == folder or folder in path.parents
+    return Path(path).resolve().is_relative_to(Path(folder).resolve())
 
 
 def check_location(cfg: DictConfig, multirun: bool = False) -> None:
@@ -143,9 +144,6 @@ def _check_run_files(cfg: DictConfig, out: str, log_dir: str) -> None:
 
 def lock(cfg: DictConfig, config_name: str):
     """The RunLock of a train/compress run's dir (rank 0 holds it for the DDP ranks), else None."""
-    from litlab.checkpointing.resume import RESUMABLE_CONFIGS
-    from litlab.utils.distributed import is_rank_zero
-
     if config_name not in RESUMABLE_CONFIGS or not is_rank_zero():
         return None
     out = str(Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).resolve())
@@ -239,8 +237,6 @@ def start(cfg: DictConfig, config_name: str) -> DictConfig:
 
 def only_hydra_files(path) -> bool:
     """True while a run dir holds nothing but what Hydra wrote before the task started."""
-    from litlab.checkpointing.run_lock import LOCK_FILE
-
     entries = os.listdir(path) if os.path.isdir(path) else []
     return all(e in (".hydra", str(LOCK_FILE)) or e.endswith(".log") for e in entries)
 

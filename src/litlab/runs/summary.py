@@ -10,6 +10,7 @@ sources (a CSV row or id, an image file, a volume, a node or graph index, a data
 every prediction and every metric can be traced back to what it was computed on."""
 
 import io
+import json
 import logging
 import os
 import warnings
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import rich
 import rich.console
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,14 +28,8 @@ from litlab.utils.distributed import is_rank_zero
 log = logging.getLogger(__name__)
 FIRST_KEYS = ("data", "model", "callbacks", "logger", "trainer", "paths", "extras")
 HEADER_GROUPS = (
-    "data",
-    "model",
-    "compress",
-    "trainer",
-    "logger",
-    "experiment",
-    "debug",
-    "hparams_search",
+    *("data", "model", "compress", "trainer", "logger"),
+    *("experiment", "debug", "hparams_search"),
 )
 CONFIG_TREE = "config_tree.txt"
 
@@ -66,8 +62,6 @@ def apply_extras(cfg: DictConfig) -> None:
 
 def header(cfg: DictConfig, out: Path | None) -> str:
     """What this run is, in a few lines: the chosen options, threads, where its files go."""
-    from hydra.core.hydra_config import HydraConfig
-
     choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
     shown = [f"{g}={choices[g]}" for g in HEADER_GROUPS if choices.get(g) not in (None, "null")]
     lines = [f"{cfg.get('task_name', 'run')}: {' '.join(shown)}".rstrip()]
@@ -141,8 +135,6 @@ def resumed_metrics(trainer) -> dict[str, float]:
 
 def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
     """<output_dir>/metrics.json: the final metrics, read back by sweep summaries."""
-    import json
-
     if is_rank_zero():
         (Path(cfg.paths.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=2))
 
@@ -214,8 +206,6 @@ def record_provenance(cfg: DictConfig, datamodule, typed: dict | None = None) ->
     if typed:
         record[provenance.TYPED] = typed
     if is_rank_zero() and cfg.get("paths"):
-        from hydra.core.hydra_config import HydraConfig
-
         subdir = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
         provenance.write_provenance(cfg.paths.output_dir, record, subdir)
     return {k: record[k] for k in ("code", "packages")}

@@ -45,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from litlab.checkpointing.run_lock import RunLock
 from litlab.compat.hydra import BASIC_SWEEPER as BASIC  # hydra/sweeper=basic's own
 from litlab.errors import UserError
-from litlab.sweeps import plan
+from litlab.sweeps import optuna_search, plan
 from litlab.sweeps.grid import grid, overrides_of, settings_key
 from litlab.sweeps.summary import load_records
 from litlab.utils import code_state as snapshot
@@ -222,10 +222,8 @@ class SweepDir:
         self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
         own = check_owned(self.path, self.kind, self.entry, self.study)
         if self.kind == plan.SEARCH:  # the study's database: one it may write, before the folder
-            from litlab.sweeps.optuna_search import check_sqlite
-
             url = OmegaConf.select(self.config, "hydra.sweeper.storage", default=None)
-            check_sqlite(str(url or f"sqlite:///{self.path / 'optuna.db'}"))
+            optuna_search.check_sqlite(str(url or f"sqlite:///{self.path / 'optuna.db'}"))
         if self.kind == plan.GRID:
             self.jobs = grid_overrides(self.config)
             if own is not None and self.jobs is not None:
@@ -235,11 +233,7 @@ class SweepDir:
         """Lock the folder (made if new), check it again under the lock (another sweep may
         have started since `check`), and write the plan: the folder is this sweep's now."""
         _check_path(self.path)
-        missing = []
-        folder = self.path
-        while not os.path.lexists(folder):
-            missing.append(folder)
-            folder = folder.parent
+        missing = [p for p in (self.path, *self.path.parents) if not os.path.lexists(p)]
         for folder in reversed(missing):
             folder.mkdir()
             self._made.append(folder)
@@ -279,12 +273,12 @@ def jobs(config: DictConfig, loader) -> list[tuple[str, list[str]]]:
     """(what the job is, its overrides) for each job the sweeper knows up front (else none)."""
     sweeper = OmegaConf.select(config, "hydra.sweeper", default=None) or {}
     arguments = [str(o) for o in config.hydra.overrides.task]
-    target = sweeper.get("_target_")
-    if target in (BASIC, GRID):
+    kind = sweep_type(config)
+    if kind == plan.GRID:
         return [
             (f"job {i} of the sweep", job) for i, job in enumerate(grid(config, loader, arguments))
         ]
-    if target == OPTUNA:
+    if kind == plan.SEARCH:
         return _search_jobs(OmegaConf.to_container(sweeper, resolve=False), arguments)
     return []
 
@@ -292,10 +286,8 @@ def jobs(config: DictConfig, loader) -> list[tuple[str, list[str]]]:
 def _search_jobs(options: dict, arguments: list[str]) -> list[tuple[str, list[str]]]:
     """An Optuna search: its fixed overrides with each trial queued up front, and with every
     dimension of the space at its edges (low, high; each choice of a categorical one)."""
-    from litlab.sweeps import optuna_search as search_space
-
-    space, fixed = search_space.build_space(options.get("params"), arguments)
-    value = search_space.as_override_value
+    space, fixed = optuna_search.build_space(options.get("params"), arguments)
+    value = optuna_search.as_override_value
     queued = [  # Optuna uses a queued value only for a dimension of the space
         (f"queued trial {i} of the search", fixed + [f"{k}={value(t[k])}" for k in space if k in t])
         for i, t in enumerate(options.get("enqueue_trials") or [])

@@ -36,14 +36,8 @@ SWEEP_DIR = "hydra.sweep.dir"
 
 
 MACHINE_LOCAL = (
-    "paths.",
-    "hydra.",
-    "extras.",
-    "logger",
-    "threads",
-    "ddp_join_timeout",
-    "callbacks.rich_progress_bar",
-    "callbacks.model_summary",
+    *("paths.", "hydra.", "extras.", "logger", "threads", "ddp_join_timeout"),
+    *("callbacks.rich_progress_bar", "callbacks.model_summary"),
 )
 
 

@@ -160,10 +160,9 @@ def load_records(sweep_dir: Path) -> list[dict]:
             continue
         if record is not None:
             record["run_dir"] = os.path.abspath(path.parent)
+            if record["status"] == "running":  # now: killed (or runs in another worker)
+                record["status"] = "incomplete"
             records.append(record)
-    for record in records:  # a job still "running" now was killed (or runs in another worker)
-        if record["status"] == "running":
-            record["status"] = "incomplete"
     return sorted(records, key=lambda r: (r["job"], r["run_dir"]))
 
 
