@@ -301,10 +301,8 @@ def lifecycle(cfg, script):
         try:
             yield run
         except Exception as err:
-            lost = (
-                peer_lost(err) if run.trainer is not None and run.trainer.world_size > 1 else None
-            )
-            if lost is None:
+            several = run.trainer is not None and run.trainer.world_size > 1
+            if not several or (lost := peer_lost(err)) is None:
                 raise
             raise lost from None
         finally:

@@ -125,9 +125,7 @@ def _say_now(line: str) -> None:
     sys.stderr.flush()
 
 
-def _failure(
-    err, rank: int, world: int, address: str, timeout_s: float, local: bool = False
-) -> JoinFailed:
+def _failure(err, rank: int, world: int, address: str, timeout_s: float, local: bool) -> JoinFailed:
     """The one line for a join that failed: who is missing, what to do (`local`: every rank
     runs on this machine and had started)."""
     text = one_line(err, limit=300)

@@ -61,7 +61,6 @@ SWEEP_FILES = frozenset(
 # the code snapshot; submitit's job files
 LAUNCHER_DIRS = frozenset({snapshot.SNAPSHOTS, ".submitit"})
 TEMP = re.compile(r"\.[\w.-]+\.\d+\.tmp")  # a write cut short (`.summary.csv.<pid>.tmp`)
-NEW_FOLDER = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
 _held: dict[str, "SweepDir"] = {}  # sweep dir -> the claim this process holds on it
 
 
@@ -157,7 +156,7 @@ def _check_path(sweep_dir: Path) -> None:
             f"sweep writes nothing through a link; give the folder's own path"
         )
     if sweep_dir.exists() and not sweep_dir.is_dir():
-        raise UserError(f"hydra.sweep.dir={sweep_dir} is a file, not a folder; {NEW_FOLDER}")
+        raise UserError(f"hydra.sweep.dir={sweep_dir} is a file, not a folder; {plan.NEW_FOLDER}")
 
 
 def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | None:
@@ -174,14 +173,14 @@ def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | No
         raise UserError(
             f"hydra.sweep.dir={sweep_dir} holds files that no litlab sweep wrote ({shown}; no "
             f"{plan.PLAN}): a sweep writes only into a new folder or one that a litlab sweep "
-            f"made, and never over the files of another; {NEW_FOLDER}"
+            f"made, and never over the files of another; {plan.NEW_FOLDER}"
         )
     theirs = _describe(own["kind"], own["entry"], own.get("study"))
     mine = _describe(kind, entry, study)
     if theirs != mine:
         raise UserError(
             f"hydra.sweep.dir={sweep_dir} holds {theirs} (its {plan.PLAN}), not {mine}; "
-            f"{NEW_FOLDER}"
+            f"{plan.NEW_FOLDER}"
         )
     jobs = None if own.get("jobs") is None else {settings_key(j) for j in own["jobs"]}
     for name in entries:
@@ -189,7 +188,7 @@ def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | No
         if why is not None:
             raise UserError(
                 f"hydra.sweep.dir={sweep_dir}: {why}; litlab writes into a sweep's folder only "
-                f"what is its own, never through a link: move it away, or {NEW_FOLDER}"
+                f"what is its own, never through a link: move it away, or {plan.NEW_FOLDER}"
             )
     return own
 

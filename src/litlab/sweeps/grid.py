@@ -22,7 +22,8 @@ job numbers (`initial_job_idx`), so any launcher names their dirs as it would ha
 
 What litlab's sweepers share with every Hydra sweeper: keep the context and build the
 configured launcher (`hydra/launcher=...`) once the sweep's config is known. Imported by
-Hydra's plugin scan for every command: only Hydra's own light modules here."""
+Hydra's plugin scan for every command: only light modules here (Hydra's, and litlab's sweep
+summary, which Hydra builds as a callback for every run anyway)."""
 
 import signal
 import time

@@ -36,7 +36,6 @@ import os
 import re
 import socket
 import sqlite3
-import stat
 import time
 import warnings
 from collections import Counter
@@ -68,13 +67,6 @@ def instantiate(spec: dict | None, **extra):
     import hydra
 
     return hydra.utils.instantiate(spec, **extra) if spec else None
-
-
-def reseed(sampler, seed: int | None, number: int) -> None:
-    """Reseed the sampler's random state from (seed, trial number) (TPE, random, GP, CMA-ES)."""
-    if seed is None:
-        return
-    compat.reseed_sampler(sampler, int(seed) * 100_003 + number)
 
 
 def counts(trial) -> bool:
@@ -173,8 +165,7 @@ def _check_own_study(study, sweep_dir: Path) -> None:
         raise UserError(
             f"{sweep_dir / 'optuna.db'}: its study {study.study_name} is another sweep's (sweep "
             f"id {str(stored)[:40]!r}, this sweep's {plan.PLAN} says {own}); a sweep resumes "
-            f"only its own study: move the file away, or give this sweep a new hydra.sweep.dir "
-            f"(or none: a new timestamped one)"
+            f"only its own study: move the file away, or {plan.NEW_FOLDER}"
         )
 
 
@@ -213,7 +204,8 @@ class _Trials:
     def run_trial(self, trial) -> float:
         import optuna
 
-        reseed(self.study.sampler, self.seed, trial.number)
+        if self.seed is not None:  # the sampler's random state from (seed, trial number)
+            compat.reseed_sampler(self.study.sampler, int(self.seed) * 100_003 + trial.number)
         params = suggest(trial, self.space)
         ticket = {
             "study": self.study.study_name,
@@ -321,15 +313,13 @@ def write_results(
         f"\nOptuna study {study.study_name}: {dict(states)} -> {sweep_dir / 'best_params.yaml'}",
         flush=True,
     )
-    if not completed and final:
-        raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
     if not completed:
+        if final:
+            raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
         return
-    again = (
-        f"train it again with:\n  {result['rerun']}"
-        if result["rerun"]
-        else "its params: best_params.yaml"
-    )
+    again = "its params: best_params.yaml"
+    if result["rerun"]:
+        again = f"train it again with:\n  {result['rerun']}"
     print(f"best {result['best_value']:.4f} (trial {result['best_trial']}); {again}", flush=True)
 
 
@@ -414,16 +404,12 @@ def check_sqlite(url: str) -> None:
     valid = "give a new file, or the database of an Optuna study"
     for extra in ("", "-journal", "-wal", "-shm"):
         file = Path(f"{path}{extra}")
-        try:
-            st = os.lstat(file)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if stat.S_ISLNK(st.st_mode):
+        if file.is_symlink():
             raise UserError(
                 f"{head}: {file} is a symbolic link to {os.readlink(file)}; a study's database "
                 f"is written only where it is, never through a link: {valid}"
             )
-        if not stat.S_ISREG(st.st_mode):
+        if file.exists() and not file.is_file():
             raise UserError(f"{head}: {file} is not a regular file; {valid}")
     if not path.is_file() or path.stat().st_size == 0:
         return

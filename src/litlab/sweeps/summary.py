@@ -6,8 +6,7 @@ the summary covers every job of the sweep dir: jobs of a resumed study, of a sec
 of a launcher that runs jobs in other processes; a grid sweep's jobs that never started are
 listed too (`plan`). It ends with one line per failed job; a stopped sweep (SIGTERM, Ctrl-C)
 skips `on_multirun_end`, so the summary is also written at interpreter exit, with the command
-that resumes the sweep. Imports stay light: Hydra builds this callback for every run.
-"""
+that resumes the sweep. Imports stay light: Hydra builds this callback for every run."""
 
 import atexit
 import csv
@@ -28,7 +27,6 @@ from litlab.sweeps.plan import override_settings
 from litlab.sweeps.summary_stats import finite, markdown, marked_best, plot_summary, replica_groups
 from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero
-from litlab.utils.sweep_records import RECORD
 
 
 def _is_multirun(config: DictConfig) -> bool:
@@ -97,7 +95,7 @@ class SweepSummary(Callback):
         if _is_multirun(config):
             out = Path(config.hydra.runtime.output_dir)
             self._started[str(out)] = time.time()
-            write_json(out / RECORD, self._record(config, status="running"))
+            write_json(out / sweep_records.RECORD, self._record(config, status="running"))
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs: Any) -> None:
         if not _is_multirun(config):
@@ -116,7 +114,7 @@ class SweepSummary(Callback):
         metrics_file = out / "metrics.json"
         if metrics_file.is_file():
             record["metrics"] = json.loads(metrics_file.read_text())
-        write_json(out / RECORD, record)
+        write_json(out / sweep_records.RECORD, record)
 
     def _record(self, config: DictConfig, **fields) -> dict:
         return {
@@ -153,7 +151,7 @@ def load_records(sweep_dir: Path) -> list[dict]:
     counts as a job that left none). Each names its run dir where the record is now: a sweep
     dir moved elsewhere (and resumed there) names its jobs' folders, not where they were."""
     records = []
-    for path in sweep_dir.rglob(RECORD):
+    for path in sweep_dir.rglob(sweep_records.RECORD):
         try:
             record = sweep_records.read_record(path)
         except sweep_records.NotAFile:

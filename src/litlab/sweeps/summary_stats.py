@@ -204,12 +204,10 @@ def compare(values: list[tuple[str, float]], reference: list[tuple[str, float]])
     if len(shared) >= 2:
         mine, theirs = dict(values), dict(reference)
         left = [r for r in ids if r not in shared] + [r for r in ref_ids if r not in shared]
-        note = ""
-        if left:
-            note = f"paired on the {len(shared)} replicas both groups have; left out: " + ", ".join(
-                left
-            )
-        return paired([mine[r] for r in shared], [theirs[r] for r in shared], note)
+        note = f"paired on the {len(shared)} replicas both groups have; left out: " if left else ""
+        return paired(
+            [mine[r] for r in shared], [theirs[r] for r in shared], note + ", ".join(left)
+        )
     if not unique:
         why = "Welch: a replica (seed, fold) repeats or is unnamed, so pairs cannot be matched"
     elif shared:
