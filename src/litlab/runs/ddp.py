@@ -139,9 +139,8 @@ def _check_reachable(address: str) -> None:
     except OSError as err:
         raise UserError(
             f"trainer=ddp: its processes cannot reach each other at {address} "
-            f"({err.strerror or err}); bring the network interface up (for "
-            f"127.0.0.1: ip link set lo up) or train in one process "
-            f"(trainer=cpu)"
+            f"({err.strerror or err}); bring the network interface up (for 127.0.0.1: ip link "
+            f"set lo up) or train in one process (trainer=cpu)"
         ) from None
 
 

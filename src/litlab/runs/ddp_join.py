@@ -47,7 +47,7 @@ def arm(timeout_s: float | None) -> None:
 
 def meet(start) -> None:
     """This run's ranks all run on this machine: before the join, they wait for each other
-    at `start` (a `ddp_start.Start`; None: no such wait), whose heartbeat begins now."""
+    at `start` (a `ddp.Start`; None: no such wait), whose heartbeat begins now."""
     _armed["start"] = start
     if start is not None:
         start.begin(_armed.get("timeout_s"))

@@ -42,10 +42,12 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from litlab import threads
 from litlab.checkpointing.run_lock import RunLock
 from litlab.compat.hydra import BASIC_SWEEPER as BASIC  # hydra/sweeper=basic's own
+from litlab.config.resolvers import certainly_no_gpu
 from litlab.errors import UserError
-from litlab.sweeps import optuna_search, plan
+from litlab.sweeps import optuna_search, parallel_slots, plan
 from litlab.sweeps.grid import grid, overrides_of, settings_key
 from litlab.sweeps.summary import load_records
 from litlab.utils import code_state as snapshot
@@ -365,27 +367,18 @@ PARALLEL = "hydra_plugins.litlab_launchers.parallel.ParallelLauncher"
 
 def machine_gpus() -> list[str]:
     """The GPUs this process may hand out (no torch import on a machine without any)."""
-    from litlab.config.resolvers import certainly_no_gpu
-    from litlab.sweeps.parallel_slots import visible_gpus
-
     if certainly_no_gpu():
         return []
     import torch
 
-    return visible_gpus(torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    count = torch.cuda.device_count()
+    return parallel_slots.visible_gpus(count, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def slots(launcher: DictConfig) -> list:
     """The launcher's slots on this machine, or a UserError naming what is valid."""
-    from litlab import threads
-    from litlab.sweeps.parallel_slots import plan
-
-    return plan(
-        launcher.get("n_jobs", 2),
-        launcher.get("gpus_per_job", "auto"),
-        machine_gpus(),
-        threads.free_cores(),
-    )
+    n_jobs, gpus_per_job = launcher.get("n_jobs", 2), launcher.get("gpus_per_job", "auto")
+    return parallel_slots.plan(n_jobs, gpus_per_job, machine_gpus(), threads.free_cores())
 
 
 def check_launcher(config: DictConfig) -> None:

@@ -203,15 +203,11 @@ def record_deaths(sweep_dir: Path, first: int, results) -> None:
     failed = {first + i: r for i, r in enumerate(results) if r.status.name == "FAILED"}
     if not failed:
         return
-    for path in sweep_dir.rglob(sweep_records.RECORD):
-        try:
-            record = sweep_records.read_record(path)
-        except sweep_records.NotAFile:
-            continue
-        if record is not None and record["job"] in failed and record["status"] == "running":
+    for record in load_records(sweep_dir):  # a record left `running` is read as incomplete
+        if record["job"] in failed and record["status"] == "incomplete":
             error = job_outcome(failed[record["job"]])
             record.update(status="failed", error=one_line(error, with_type=True, limit=300))
-            write_json(path, record)
+            write_json(Path(record["run_dir"]) / sweep_records.RECORD, record)
 
 
 def run_grid(sweeper, arguments: list[str]) -> list:

@@ -335,12 +335,11 @@ def compute(
     comparisons = []
     for metric in metrics if best else ():
         reference = _pairs(groups[best], metric, objective)
-        family = []
-        for name, members in groups.items():
-            values = _pairs(members, metric, objective)
-            if name != best and values and reference:
-                family.append({"group": name, "best_group": best, "metric": metric})
-                family[-1].update(compare(values, reference))
+        family = [
+            {"group": name, "best_group": best, "metric": metric, **compare(values, reference)}
+            for name, members in groups.items()
+            if name != best and reference and (values := _pairs(members, metric, objective))
+        ]
         _judge(family, mode if metric == objective else None)
         comparisons += family
     return {
