@@ -213,14 +213,10 @@ def describe_ranks(trainer, batch_size: int | None) -> None:
         return
     tag_log_lines(trainer.global_rank)
     if batch_size and trainer.global_rank == 0:
-        accumulate = trainer.accumulate_grad_batches
+        world, accumulate = trainer.world_size, trainer.accumulate_grad_batches
         log.info(
-            "DDP: %d processes x batch_size %d x accumulate_grad_batches %d = %d samples "
-            "per optimizer step",
-            trainer.world_size,
-            batch_size,
-            accumulate,
-            trainer.world_size * batch_size * accumulate,
+            f"DDP: {world} processes x batch_size {batch_size} x accumulate_grad_batches "
+            f"{accumulate} = {world * batch_size * accumulate} samples per optimizer step"
         )
 
 

@@ -282,15 +282,13 @@ def write_results(
     }
     if completed:
         best = study.best_trial
-        result.update(
-            {
-                "best_value": best.value,
-                "best_trial": best.number,
-                "best_params": best.params,
-                "best_run_dir": best.user_attrs.get("run_dir"),
-                "best_overrides": [f"{k}={as_override_value(v)}" for k, v in best.params.items()],
-            }
-        )
+        result |= {
+            "best_value": best.value,
+            "best_trial": best.number,
+            "best_params": best.params,
+            "best_run_dir": best.user_attrs.get("run_dir"),
+            "best_overrides": [f"{k}={as_override_value(v)}" for k, v in best.params.items()],
+        }
         rerun = commands.command(entry, [*fixed, *result["best_overrides"]])
         try:  # the params are read from the study's database: data, printed only when sound
             result["rerun"] = commands.printable(rerun, entry=entry, multirun=False)
