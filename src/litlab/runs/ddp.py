@@ -5,8 +5,9 @@ ends them together. The plumbing below is what Lightning + Hydra do not get righ
 Lightning's `ddp` strategy re-executes the entry script once per extra local rank, with the
 parent's `sys.argv` plus `hydra.run.dir=<hydra.run.dir>`. Under a multirun that re-runs the
 whole sweep in every child (a sampling sweeper even draws other hyperparameters), writes into
-the wrong folder, and under submitit re-executes submitit's own module. `install_child_command` replaces
-that command: a child runs exactly its parent job's overrides, in the parent job's output dir.
+the wrong folder, and under submitit re-executes submitit's own module.
+`install_child_command` replaces that command: a child runs exactly its parent job's overrides,
+in the parent job's output dir.
 
 `early_ranks` starts trainer=ddp's other local ranks as soon as the config is composed, where
 Lightning starts them at `trainer.fit`: they import torch and build the job alongside rank 0
@@ -19,20 +20,19 @@ the child ranks and fails when one failed. Plain Lightning does neither: rank 0,
 rendezvous store, can exit while the other ranks' gloo threads still tear down against it (the
 likely cause of `terminate called without an active exception`; bench/ddp.py --stress).
 
-The local ranks of `trainer=ddp` wait for each other while they start, however long that
-takes, as long as each shows signs of life.
-
-Every rank of a one-machine job imports torch and builds its data and model before it joins
-the others. On a loaded machine that took one rank over 300 s while the others had long been
-waiting in torch's rendezvous, whose timeout runs from the moment a rank enters it: the job was
-lost, with advice for several machines. Here the ranks first meet in a folder that rank 0
-makes (`LITLAB_DDP_START_DIR` tells its child ranks where): each touches `<rank>.alive` every
-second from the moment its run begins (`begin`), and writes `<rank>.ready` when it reaches the
-join (`wait`). A rank enters torch's rendezvous only when every rank is ready; until then it
-waits for each missing one as long as that one's last sign of life is younger than
-`ddp_join_timeout`. A rank that exits before it is ready ends the wait at once; one that
-stays alive but never gets ready (its heartbeat runs on, its start is deadlocked) ends it
-after START_LIMIT_S. Imports nothing heavy: the ranks begin before torch is imported."""
+The local ranks of `trainer=ddp` wait for each other while they start, however long that takes,
+as long as each shows signs of life. Every rank of a one-machine job imports torch and builds
+its data and model before it joins the others. On a loaded machine that took one rank over
+300 s while the others had long been waiting in torch's rendezvous, whose timeout runs from the
+moment a rank enters it: the job was lost, with advice for several machines. Here the ranks
+first meet in a folder that rank 0 makes (`LITLAB_DDP_START_DIR` tells its child ranks where):
+each touches `<rank>.alive` every second from the moment its run begins (`begin`), and writes
+`<rank>.ready` when it reaches the join (`wait`). A rank enters torch's rendezvous only when
+every rank is ready; until then it waits for each missing one as long as that one's last sign
+of life is younger than `ddp_join_timeout`. A rank that exits before it is ready ends the wait
+at once; one that stays alive but never gets ready (its heartbeat runs on, its start is
+deadlocked) ends it after START_LIMIT_S. Imports nothing heavy: the ranks begin before torch is
+imported."""
 
 import contextlib
 import logging
@@ -50,6 +50,7 @@ from pathlib import Path
 
 from litlab.errors import UserError, one_line
 from litlab.runs import ddp_join
+from litlab.sweeps.parallel_slots import free_port
 from litlab.utils.distributed import quiet_rank_console, rank, tag_log_lines
 
 log = logging.getLogger(__name__)
@@ -57,32 +58,17 @@ log = logging.getLogger(__name__)
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
 # the job's hydra overrides that a child must not repeat (it is a single run, not a sweep)
 SWEEP_KEYS = (
-    "hydra/launcher",
-    "hydra/sweeper",
-    "hydra.launcher",
-    "hydra.sweeper",
-    "hydra.sweep",
-    "hydra.run",
-    "hydra.mode",
-    "hydra.output_subdir",
+    *("hydra/launcher", "hydra/sweeper", "hydra.launcher", "hydra.sweeper", "hydra.sweep"),
+    *("hydra.run", "hydra.mode", "hydra.output_subdir"),
 )
 
 # set when something else starts the ranks (torchrun, SLURM, MPI, LSF) or we are a child rank
 STARTED_ELSEWHERE = (
-    "LOCAL_RANK",
-    "RANK",
-    "WORLD_SIZE",
-    "SLURM_NTASKS",
-    "TORCHELASTIC_RUN_ID",
-    "OMPI_COMM_WORLD_SIZE",
-    "PMI_SIZE",
-    "LSB_JOBID",
+    *("LOCAL_RANK", "RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"),  # torchrun, a child rank
+    *("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID"),  # SLURM, MPI, LSF
 )
-DDP = (
-    "ddp",
-    "lightning.pytorch.strategies.DDPStrategy",
-    "lightning.pytorch.strategies.ddp.DDPStrategy",
-)
+STRATEGIES = "lightning.pytorch.strategies"
+DDP = ("ddp", f"{STRATEGIES}.DDPStrategy", f"{STRATEGIES}.ddp.DDPStrategy")
 
 _state: dict = {}
 
@@ -142,16 +128,9 @@ def ddp_processes(trainer_cfg) -> int:
     return 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def _check_reachable(address: str) -> None:
     """The ranks meet over TCP at MASTER_ADDR: say so in one line when they cannot, instead of
     waiting out the 30-minute rendezvous timeout (e.g. loopback down inside `unshare -n`)."""
-
     try:
         with socket.socket() as server, socket.socket() as client:
             server.bind((address, 0))
@@ -161,9 +140,8 @@ def _check_reachable(address: str) -> None:
     except OSError as err:
         raise UserError(
             f"trainer=ddp: its processes cannot reach each other at {address} "
-            f"({err.strerror or err}); bring the network interface up (for "
-            f"127.0.0.1: ip link set lo up) or train in one process "
-            f"(trainer=cpu)"
+            f"({err.strerror or err}); bring the network interface up (for 127.0.0.1: ip link "
+            f"set lo up) or train in one process (trainer=cpu)"
         ) from None
 
 
@@ -180,7 +158,7 @@ def early_ranks(cfg, script: str):
         _check_reachable(os.environ.get("MASTER_ADDR", "127.0.0.1"))
         _remember(script)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("MASTER_PORT", str(free_port(set())))
         os.environ.update(NODE_RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(n))
         start = host()  # the ranks wait for each other there while they start
         ddp_join.meet(start)
@@ -236,14 +214,10 @@ def describe_ranks(trainer, batch_size: int | None) -> None:
         return
     tag_log_lines(trainer.global_rank)
     if batch_size and trainer.global_rank == 0:
-        accumulate = trainer.accumulate_grad_batches
+        world, accumulate = trainer.world_size, trainer.accumulate_grad_batches
         log.info(
-            "DDP: %d processes x batch_size %d x accumulate_grad_batches %d = %d samples "
-            "per optimizer step",
-            trainer.world_size,
-            batch_size,
-            accumulate,
-            trainer.world_size * batch_size * accumulate,
+            f"DDP: {world} processes x batch_size {batch_size} x accumulate_grad_batches "
+            f"{accumulate} = {world * batch_size * accumulate} samples per optimizer step"
         )
 
 
@@ -282,7 +256,7 @@ class _Run:
         """A Lightning callback for `build.trainer(..., extra_callbacks=[...])`: it makes DDP
         children re-run this job (`install_child_command`), then at setup attaches and describes the ranks."""
         install_child_command(self.script)
-        return __getattr__("DDPLifecycle")(self, attach, describe_ranks)
+        return __getattr__("DDPLifecycle")(self)
 
 
 def __getattr__(name: str):
@@ -295,15 +269,14 @@ def __getattr__(name: str):
     from lightning.pytorch.callbacks import Callback
 
     class DDPLifecycle(Callback):
-        def __init__(self, run, attach, describe):
+        def __init__(self, run):
             self.run = run  # the lifecycle's `_Run`: script, config, and the Trainer once joined
-            self.attach, self.describe = attach, describe  # this module's (passed in)
 
         def setup(self, trainer, pl_module, stage: str) -> None:
             if self.run.trainer is None:  # fit, then test: the ranks join once
                 self.run.trainer = trainer
-                self.attach(trainer)
-                self.describe(trainer, self.run.cfg.data.get("batch_size"))
+                attach(trainer)
+                describe_ranks(trainer, self.run.cfg.data.get("batch_size"))
 
     DDPLifecycle.__qualname__ = name  # pickled by reference, found again through this function
     globals()[name] = DDPLifecycle  # made once: later look-ups find it without calling here
@@ -324,10 +297,8 @@ def lifecycle(cfg, script):
         try:
             yield run
         except Exception as err:
-            lost = (
-                peer_lost(err) if run.trainer is not None and run.trainer.world_size > 1 else None
-            )
-            if lost is None:
+            several = run.trainer is not None and run.trainer.world_size > 1
+            if not several or (lost := peer_lost(err)) is None:
                 raise
             raise lost from None
         finally:
@@ -342,11 +313,8 @@ def lifecycle(cfg, script):
 # ------------------------------------------------------------- ddp peers
 # what gloo/NCCL/the rendezvous store say when a peer process or node is gone
 PEER_GONE = (
-    "Connection closed by peer",
-    "Connection reset by peer",
-    "Broken pipe",
-    "Connection refused",
-    "NCCL communicator was aborted",
+    *("Connection closed by peer", "Connection reset by peer", "Broken pipe"),
+    *("Connection refused", "NCCL communicator was aborted"),
 )
 
 
@@ -434,19 +402,17 @@ class Start:
             time.sleep(min(0.2, timeout_s / 10))
 
     def _check(self, r: int, world: int, now: float, timeout_s: float) -> None:
-        from litlab.runs.ddp_join import JoinFailed
-
         who = f"DDP rank {self.rank} of {world}"
         proc = self.procs.get(r)
         code = proc.poll() if proc is not None else None
         if code is not None:
-            raise JoinFailed(
+            raise ddp_join.JoinFailed(
                 f"{who}: rank {r} on this machine stopped (exit code {code}) before it joined; "
                 f"its own lines above say why"
             )
         silent = now - self._last_sign(r, now)
         if silent > timeout_s:
-            raise JoinFailed(
+            raise ddp_join.JoinFailed(
                 f"{who}: rank {r} on this machine showed no sign of life for {silent:.0f} s "
                 f"while it started (it has not reached the join: stopped, swapped out or stuck "
                 f"on a busy machine); raise ddp_join_timeout (now {timeout_s:g} s), or run "
@@ -454,9 +420,7 @@ class Start:
             )
 
     def _stuck(self, missing: list[int], world: int, now: float) -> None:
-        from litlab.runs.ddp_join import JoinFailed
-
-        raise JoinFailed(
+        raise ddp_join.JoinFailed(
             f"DDP rank {self.rank} of {world}: rank(s) {', '.join(map(str, missing))} of this "
             f"machine still alive but not at the join after {now - self.begun:.0f} s, past the "
             f"{self.limit_s:g} s a start may take (stuck while building its data or model: "
@@ -490,8 +454,6 @@ def host() -> Start:
 
 def child() -> Start | None:
     """A child rank's side of the meeting its rank 0 hosts, or None (not started by one)."""
-    from litlab.utils.distributed import rank
-
     folder = os.environ.get(ENV)
     return Start(Path(folder), rank()) if folder and rank() > 0 else None
 

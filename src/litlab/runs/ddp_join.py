@@ -20,6 +20,7 @@ import re
 import sys
 import tempfile
 import threading
+import types
 
 from litlab.console import FILE_ONLY
 from litlab.errors import UserError, one_line
@@ -46,7 +47,7 @@ def arm(timeout_s: float | None) -> None:
 
 def meet(start) -> None:
     """This run's ranks all run on this machine: before the join, they wait for each other
-    at `start` (a `ddp_start.Start`; None: no such wait), whose heartbeat begins now."""
+    at `start` (a `ddp.Start`; None: no such wait), whose heartbeat begins now."""
     _armed["start"] = start
     if start is not None:
         start.begin(_armed.get("timeout_s"))
@@ -124,9 +125,7 @@ def _say_now(line: str) -> None:
     sys.stderr.flush()
 
 
-def _failure(
-    err, rank: int, world: int, address: str, timeout_s: float, local: bool = False
-) -> JoinFailed:
+def _failure(err, rank: int, world: int, address: str, timeout_s: float, local: bool) -> JoinFailed:
     """The one line for a join that failed: who is missing, what to do (`local`: every rank
     runs on this machine and had started)."""
     text = one_line(err, limit=300)
@@ -164,11 +163,6 @@ def _failure(
     )
 
 
-class _Console:
-    def __init__(self, fd: int):
-        self.fd, self.failed = fd, False
-
-
 @contextlib.contextmanager
 def _native_stderr_captured():
     """While the ranks join, what torch's C++ side prints to stderr (a stack dump per failed
@@ -176,7 +170,7 @@ def _native_stderr_captured():
     line says it); after a join it is printed as it was. Yields the real console's fd."""
     sys.stderr.flush()
     real = os.dup(2)
-    console = _Console(real)
+    console = types.SimpleNamespace(fd=real, failed=False)  # `failed`: set by the join
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
         try:

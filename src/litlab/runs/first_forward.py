@@ -6,31 +6,23 @@ forward that works (no cost per step after it). An error raised in the datamodul
 `prepare_data`/`setup` (called by Lightning inside fit) names `data` and its target."""
 
 import contextlib
+import traceback
 
 from litlab.errors import UserError, one_line
 
 
 def _shapes(args) -> str:
-    shapes = []
-    for a in args:
-        shape = getattr(a, "shape", None)
-        if shape is not None:
-            shapes.append(str(list(shape)))
+    shapes = [str(list(a.shape)) for a in args if getattr(a, "shape", None) is not None]
     return " and ".join(shapes) or "?"
 
 
 def _in_data_setup(err: BaseException, datamodule) -> bool:
     """The error was raised inside `datamodule.prepare_data` or `setup`."""
-    tb = err.__traceback__
-    while tb is not None:
-        frame = tb.tb_frame
-        if (
-            frame.f_code.co_name in ("prepare_data", "setup")
-            and frame.f_locals.get("self") is datamodule
-        ):
-            return True
-        tb = tb.tb_next
-    return False
+    return any(
+        frame.f_code.co_name in ("prepare_data", "setup")
+        and frame.f_locals.get("self") is datamodule
+        for frame, _ in traceback.walk_tb(err.__traceback__)
+    )
 
 
 class _Watch:

@@ -1,10 +1,13 @@
 """Rebuild a trained run from its checkpoint alone: the stored config gives the exact data split
 and net; the weights are loaded weights-only. eval, export, serve and compress start here."""
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from litlab.errors import one_line
 
 
 @dataclass
@@ -64,8 +67,7 @@ def rebuild(
     `source`: the file it came from, as messages name it (`trust.ExportedFile` for a model
     file); `written_by`: the checkpoints whose run dirs record the data folders the user
     chose. The returned run holds no checkpoint ({})."""
-    from litlab.checkpointing import trust as data_folders
-    from litlab.checkpointing import trust as trusted
+    from litlab.checkpointing import trust as trusted  # `trust` is the argument
     from litlab.config import build, data_paths
     from litlab.config.checkpoints import check_stored
 
@@ -77,19 +79,16 @@ def rebuild(
             }
         )  # relative files and folders: from this folder, also in a checkpoint made from it
     if data_dir is None:  # as configs/paths/default.yaml says: LITLAB_DATA_DIR or <project>/data
-        import os
-
         from litlab.config.resolvers import PROJECT_ROOT
 
         data_dir = os.environ.get("LITLAB_DATA_DIR") or str(PROJECT_ROOT / "data")
     if not trust:
-        trusted.check_is_data(
-            stored, source
-        )  # plain data first: its folders are then plain strings
+        # plain data first: its folders are then plain strings
+        trusted.check_is_data(stored, source)
         overridden = tuple(data_overrides or ())
         # folders the user typed when training on this machine (its run dir's record) stay
-        chosen = data_folders.user_chosen(*written_by)
-        stored = data_folders.here(stored, data_dir, source, overridden, chosen)
+        chosen = trusted.user_chosen(*written_by)
+        stored = trusted.here(stored, data_dir, source, overridden, chosen)
     cfg = trusted.checked(stored, source, data_overrides, trust=trust)
     check_stored(_plain(cfg, source), source)  # as a command line's model and data are
     datamodule = build.datamodule(cfg)
@@ -101,7 +100,6 @@ def rebuild(
 def _plain(cfg: DictConfig, source: str) -> dict:
     """The config to build, resolved (a trusted file may interpolate): one line if it cannot."""
     from litlab.checkpointing.trust import untrusted_refusal
-    from litlab.errors import one_line
 
     try:
         return OmegaConf.to_container(cfg, resolve=True)

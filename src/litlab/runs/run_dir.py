@@ -17,10 +17,14 @@ import sys
 import time
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from litlab.errors import UserError
+from litlab.checkpointing.resume import RESUMABLE_CONFIGS
+from litlab.checkpointing.run_lock import LOCK_FILE, RunLock
+from litlab.errors import UserError, one_line
+from litlab.utils.distributed import is_rank_zero
 
 PLAIN_NAME = re.compile(r"[\w.-]+")
 _held: dict[str, object] = {}  # run dir -> the RunLock this process holds on it
@@ -28,8 +32,7 @@ _STARTED = time.time() - 1  # the CLI imports this module before Hydra writes an
 
 
 def _inside(path, folder) -> bool:
-    path, folder = Path(path).resolve(), Path(folder).resolve()
-    return path == folder or folder in path.parents
+    return Path(path).resolve().is_relative_to(Path(folder).resolve())
 
 
 def check_location(cfg: DictConfig, multirun: bool = False) -> None:
@@ -81,8 +84,6 @@ def _check_own_run(out: Path) -> None:
     theirs = sorted(e for e in os.listdir(out) if e != ".run.lock" and not e.endswith(".log"))
     if not theirs or any(os.path.lexists(out / mark) for mark in RUN_MARKS):
         return
-    from litlab.checkpointing.run_lock import RunLock
-
     RunLock(out).probe()  # a process working in it now is what the refusal names first
     shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
     raise UserError(
@@ -113,8 +114,6 @@ def _check_job_names(cfg: DictConfig) -> None:
 def _as_job(cfg: DictConfig, keys: list[str], output_dir: str | None = None) -> list:
     """`keys` resolved as in the first job of the run (job number 0, its run dir), all from
     one copy of the config."""
-    from hydra.core.hydra_config import HydraConfig
-
     probe = copy.deepcopy(cfg)
     with read_write(probe.hydra), open_dict(probe.hydra):
         probe.hydra.job.num, probe.hydra.job.id = 0, "0"
@@ -145,10 +144,6 @@ def _check_run_files(cfg: DictConfig, out: str, log_dir: str) -> None:
 
 def lock(cfg: DictConfig, config_name: str):
     """The RunLock of a train/compress run's dir (rank 0 holds it for the DDP ranks), else None."""
-    from litlab.checkpointing.resume import RESUMABLE_CONFIGS
-    from litlab.checkpointing.run_lock import RunLock
-    from litlab.utils.distributed import is_rank_zero
-
     if config_name not in RESUMABLE_CONFIGS or not is_rank_zero():
         return None
     out = str(Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).resolve())
@@ -156,8 +151,6 @@ def lock(cfg: DictConfig, config_name: str):
         try:
             _held[out] = RunLock(out).acquire()
         except OSError as err:  # as Hydra's own mkdir would fail a moment later
-            from litlab.errors import one_line
-
             raise UserError(
                 f"cannot create the run dir (check paths.log_dir / hydra.run.dir): {one_line(err)}"
             ) from None
@@ -202,8 +195,6 @@ class Guard(Callback):
 def stop_on_error(check, undo=None) -> None:
     """Exit 2 with one line (Hydra would turn an exception into a warning and go on), after
     `undo` (what the checks did so far). Also a launcher's own checks (its code snapshot)."""
-    from litlab.errors import one_line
-
     try:
         check()
         return
@@ -220,7 +211,6 @@ def stop_on_error(check, undo=None) -> None:
 def start(cfg: DictConfig, config_name: str) -> DictConfig:
     """Create `hydra.run.dir` with `.hydra/` and the log file, as `@hydra.main` does; returns
     the task's config (without its `hydra` node, as a `@hydra.main` task receives it)."""
-    from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import configure_log
 
     from litlab.compat.hydra import save_config
@@ -247,8 +237,6 @@ def start(cfg: DictConfig, config_name: str) -> DictConfig:
 
 def only_hydra_files(path) -> bool:
     """True while a run dir holds nothing but what Hydra wrote before the task started."""
-    from litlab.checkpointing.run_lock import LOCK_FILE
-
     entries = os.listdir(path) if os.path.isdir(path) else []
     return all(e in (".hydra", str(LOCK_FILE)) or e.endswith(".log") for e in entries)
 

@@ -32,9 +32,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from litlab import console, environment, threads
+from litlab.checkpointing.resume import RESUMABLE_CONFIGS, checkpoint_of
+from litlab.checkpointing.run_lock import LOCK_FILE
 from litlab.errors import DiskFull, UserError, disk_full, one_line
 from litlab.runs import run_dir
 from litlab.utils import commands
+from litlab.utils.distributed import is_rank_zero
 
 FAILED = "failed.json"  # in a run dir: what stopped it, and how to resume it
 BAD_INPUT = 2
@@ -44,8 +48,6 @@ OWN_STOP_LINE = ("federate",)  # entry points whose recipe prints a stop's resum
 def _own_files(out) -> dict[str, tuple[int, int]]:
     """(size, mtime) of the files the task writes: not Hydra's, the log file, the lock or
     `failed.json`. A change between start and error means the run wrote into its dir."""
-    from litlab.checkpointing.run_lock import LOCK_FILE
-
     found = {}
     for root, dirs, files in os.walk(out):  # symlinks to folders are not followed
         rel = os.path.relpath(root, out)
@@ -83,8 +85,6 @@ def as_user_error(caught: BaseException, out) -> UserError | None:
     """The one-line error a task's exception stands for, if any: a missing optional extra, a
     setting Lightning refuses when it meets the data (`limit_train_batches=0.01` of 21
     batches), or a full disk (torch wraps it in a RuntimeError); None for the others."""
-    from litlab import environment
-
     if isinstance(caught, (UserError, ModuleNotFoundError)):
         extra = environment.missing_extra(caught)
         return UserError(extra) if extra is not None else None
@@ -149,9 +149,6 @@ class RunEnd:
     """The run dir `out` as its task starts (see the module docstring); `out` None: no run dir."""
 
     def __init__(self, out, config_name: str, overrides=(), sweep: bool = False):
-        from litlab.checkpointing.resume import RESUMABLE_CONFIGS
-        from litlab.utils.distributed import is_rank_zero
-
         self.run_dir = out  # every rank's; `out` is rank 0's alone (it decides the dir's end)
         self.out = str(out) if out is not None and is_rank_zero() else None
         self.resumable = config_name in RESUMABLE_CONFIGS and not sweep
@@ -164,8 +161,6 @@ class RunEnd:
         threads from free cores before the task imports torch, its exception the one-line
         error it stands for (`call`); then the dir is removed or kept (`failed`) or its earlier
         failure record cleared (`finished`), and the exception goes on to the route."""
-        from litlab import console, threads
-
         console.setup(console.verbose_requested())
         try:
             threads.apply(cfg)
@@ -221,8 +216,6 @@ class RunEnd:
             Path(self.out, FAILED).unlink(missing_ok=True)
 
     def _resume_command(self) -> str | None:
-        from litlab.checkpointing.resume import checkpoint_of
-
         if not self.resumable or not checkpoint_of(Path(self.out)).is_file():
             return None
         return resume_command(self.config_name, self.overrides, self.out)

@@ -10,29 +10,31 @@ sources (a CSV row or id, an image file, a volume, a node or graph index, a data
 every prediction and every metric can be traced back to what it was computed on."""
 
 import io
+import json
 import logging
+import os
 import warnings
 from pathlib import Path
 
 import rich
 import rich.console
+import rich.syntax
+import rich.tree
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from litlab.checkpointing import run_config as provenance
+from litlab.checkpointing.resume_state import ResumeState
 from litlab.data import write_split
+from litlab.loggers import stored_id
 from litlab.utils.distributed import is_rank_zero
 
 log = logging.getLogger(__name__)
 FIRST_KEYS = ("data", "model", "callbacks", "logger", "trainer", "paths", "extras")
 HEADER_GROUPS = (
-    "data",
-    "model",
-    "compress",
-    "trainer",
-    "logger",
-    "experiment",
-    "debug",
-    "hparams_search",
+    *("data", "model", "compress", "trainer", "logger"),
+    *("experiment", "debug", "hparams_search"),
 )
 CONFIG_TREE = "config_tree.txt"
 
@@ -65,10 +67,6 @@ def apply_extras(cfg: DictConfig) -> None:
 
 def header(cfg: DictConfig, out: Path | None) -> str:
     """What this run is, in a few lines: the chosen options, threads, where its files go."""
-    import os
-
-    from hydra.core.hydra_config import HydraConfig
-
     choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
     shown = [f"{g}={choices[g]}" for g in HEADER_GROUPS if choices.get(g) not in (None, "null")]
     lines = [f"{cfg.get('task_name', 'run')}: {' '.join(shown)}".rstrip()]
@@ -96,9 +94,6 @@ def header(cfg: DictConfig, out: Path | None) -> str:
 
 def config_tree(cfg: DictConfig):
     """The composed config as a rich tree, main groups first (not resolved: as composed)."""
-    import rich.syntax
-    import rich.tree
-
     tree = rich.tree.Tree("CONFIG", style="dim", guide_style="dim")
     keys = [k for k in FIRST_KEYS if k in cfg] + [k for k in cfg if k not in FIRST_KEYS]
     for key in keys:
@@ -114,10 +109,9 @@ def log_hyperparameters(cfg: DictConfig, model, trainer) -> None:
         return
     hparams = OmegaConf.to_container(cfg, resolve=True)
     hparams.pop("hydra", None)
-    hparams["model/params/total"] = sum(p.numel() for p in model.parameters())
-    hparams["model/params/trainable"] = sum(
-        p.numel() for p in model.parameters() if p.requires_grad
-    )
+    params = list(model.parameters())
+    hparams["model/params/total"] = sum(p.numel() for p in params)
+    hparams["model/params/trainable"] = sum(p.numel() for p in params if p.requires_grad)
     for logger in trainer.loggers:
         logger.log_hyperparams(hparams)
 
@@ -134,16 +128,12 @@ def best_checkpoint(trainer) -> str | None:
 
 def resumed_metrics(trainer) -> dict[str, float]:
     """The metrics stored in the checkpoint the fit resumed from (checkpointing.resume_state)."""
-    from litlab.checkpointing.resume_state import ResumeState
-
     states = [c for c in trainer.callbacks if isinstance(c, ResumeState)]
     return dict(states[0].resumed_metrics) if states else {}
 
 
 def save_metrics(cfg: DictConfig, metrics: dict[str, float]) -> None:
     """<output_dir>/metrics.json: the final metrics, read back by sweep summaries."""
-    import json
-
     if is_rank_zero():
         (Path(cfg.paths.output_dir) / "metrics.json").write_text(json.dumps(metrics, indent=2))
 
@@ -153,8 +143,6 @@ def summary(
 ) -> None:
     """Final lines of a run: metrics, then where everything is (`label`: what `checkpoint`
     is, e.g. the model file eval.py scored)."""
-    import os
-
     if not is_rank_zero():
         return
     out = Path(cfg.paths.output_dir)
@@ -188,8 +176,6 @@ def summary(
 def _mlflow_run_page(out: Path) -> list[str]:
     """The run's page in that UI: it opens on MLflow 3's GenAI home (no traces there), and
     `#/runs/<id>` (a route of the installed UI) goes straight to the run."""
-    from litlab.loggers import stored_id
-
     run_id = stored_id(out, "mlflow")
     return [f"  mlflow run       http://127.0.0.1:5000/#/runs/{run_id}"] if run_id else []
 
@@ -211,14 +197,10 @@ def record_provenance(cfg: DictConfig, datamodule, typed: dict | None = None) ->
     """Write provenance.json into the run dir (rank 0) and return what checkpoints carry: the
     code and package versions (the data checksums and `typed`, the data paths as typed before
     they were made absolute, stay in the file)."""
-    from litlab.checkpointing import run_config as provenance
-
     record = provenance.collect(datamodule if is_rank_zero() else None)
     if typed:
         record[provenance.TYPED] = typed
     if is_rank_zero() and cfg.get("paths"):
-        from hydra.core.hydra_config import HydraConfig
-
         subdir = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
         provenance.write_provenance(cfg.paths.output_dir, record, subdir)
     return {k: record[k] for k in ("code", "packages")}

@@ -1,7 +1,8 @@
-"""A sweep writes only into a folder of its own, and one sweep at a time.
+"""A sweep writes only into a folder of its own, one sweep at a time, and every job of it is
+checked before the first one starts.
 
-`hydra.sweep.dir` is claimed when a sweep starts (`run_dir.Guard.on_multirun_start`), before the
-sweeper writes anything in it:
+`hydra.sweep.dir` is claimed when a sweep starts (`run_dir.Guard.on_multirun_start`), before
+Hydra's sweeper writes anything in it:
 
 - **Locked** (`SweepLock`: `<sweep dir>/.sweep.lock`, an OS file lock as a run dir's RunLock): a
   second sweep into the folder while one runs is refused in one line naming the running one
@@ -18,66 +19,50 @@ sweeper writes anything in it:
   in it holds a link out of itself (`checkpointing.links.links_out`: checkpoints/, metrics,
   .hydra): a resumed job would write its files there.
 - **The same sweep**: a resume has the jobs of the plan (`sweeps.plan.check_resume`).
-These are checked before anything is written, then every job (`check_jobs` below); last
-`claim` locks the folder, checks it again under the lock (a sweep started meanwhile) and writes
-the plan: the folder is this sweep's from then on. A refusal leaves the folder as it was
-(`give_up`: a lock file or folders made for the lock go again).
+- **Every job valid** (`check_jobs`): a bad value in the third job of `-m seed=1,2,-5` costs
+  one line naming that job's overrides and exit 2, not two trained jobs and a failed third.
+  Each job's config is composed as the launcher will compose it (Hydra's basic sweeper's grid,
+  or the Optuna search's fixed overrides with each trial queued up front and with its space at
+  its edges) and checked as its entry point checks it, with `${hydra:...}` resolving as in
+  that job (one composition and one validation per job; torch is imported once).
+- **The launcher's settings** (`hydra/launcher=parallel`, `check_launcher`) first of all: a
+  wrong `hydra.launcher.n_jobs` costs one line in a second. The launcher plans its slots with
+  the same function (hydra_plugins/litlab_launchers/parallel.py).
 
-Every job of a sweep, checked before the first one starts (`Guard.on_multirun_start`, before
-Hydra's sweeper makes the sweep dir): a bad value in the third job of `-m seed=1,2,-5` costs
-one line naming that job's overrides and exit 2, not two trained jobs and a failed third.
-
-Each job's config is composed as the launcher will compose it (`load_sweep_config` on the
-sweep's overrides: Hydra's basic sweeper's grid, or the Optuna search's fixed overrides with
-each trial queued up front and with its space at its edges) and checked as its entry point checks it
-(`config.validate.check`), with `${hydra:...}` resolving as in that job. Nothing is
-written; the cost is one composition and one validation per job (torch is imported once, as
-the first job would import it).
-
-The parallel launcher's settings (`hydra/launcher=parallel`), checked first when a sweep
-starts (`run_dir.Guard.on_multirun_start`, before every job is composed and checked): a wrong
-`hydra.launcher.n_jobs` costs one line in a second, and nothing is written. The launcher plans
-its slots with the same function (hydra_plugins/litlab_launchers/parallel.py)."""
+Nothing is written until the last step: `claim` locks the folder, checks it again under the
+lock (a sweep started meanwhile) and writes the plan. A refusal leaves the folder as it was
+(`give_up`: a lock file or folders made for the lock go again)."""
 
 import os
 import re
 import stat
 from pathlib import Path
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from litlab import threads
 from litlab.checkpointing.run_lock import RunLock
 from litlab.compat.hydra import BASIC_SWEEPER as BASIC  # hydra/sweeper=basic's own
+from litlab.config.resolvers import certainly_no_gpu
 from litlab.errors import UserError
-from litlab.sweeps import plan
+from litlab.sweeps import optuna_search, parallel_slots, plan
+from litlab.sweeps.grid import grid, overrides_of, settings_key
+from litlab.sweeps.summary import load_records
 from litlab.utils import code_state as snapshot
 from litlab.utils import commands, sweep_records
 
 LOCK = Path(".sweep.lock")
 SWEEP_FILES = frozenset(
-    {
-        plan.PLAN,
-        str(LOCK),
-        "multirun.yaml",
-        "summary.csv",
-        "summary.md",
-        "summary.png",
-        "summary_stats.csv",
-        "summary_stats.json",
-        "report.html",
-        "best_params.yaml",
-        "optimization_history.png",
-        "optuna.db",
-        "optuna.db-journal",
-        "optuna.db-wal",
-        "optuna.db-shm",
-    }
+    {plan.PLAN, str(LOCK), "multirun.yaml", "report.html", "summary_stats.json"}
+    | {f"summary{ext}" for ext in (".csv", ".md", ".png")}
+    | {"summary_stats.csv", "best_params.yaml", "optimization_history.png"}
+    | {f"optuna.db{ext}" for ext in ("", "-journal", "-wal", "-shm")}  # and SQLite's own files
 )
-LAUNCHER_DIRS = frozenset(
-    {snapshot.SNAPSHOTS, ".submitit"}
-)  # the code snapshot; submitit's job files
+# the code snapshot; submitit's job files
+LAUNCHER_DIRS = frozenset({snapshot.SNAPSHOTS, ".submitit"})
 TEMP = re.compile(r"\.[\w.-]+\.\d+\.tmp")  # a write cut short (`.summary.csv.<pid>.tmp`)
-NEW_FOLDER = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
 _held: dict[str, "SweepDir"] = {}  # sweep dir -> the claim this process holds on it
 
 
@@ -103,8 +88,6 @@ class SweepLock(RunLock):
 
 
 def sweep_type(config: DictConfig) -> str:
-    from litlab.runs.sweep_dir import BASIC, GRID, OPTUNA
-
     target = (OmegaConf.select(config, "hydra.sweeper", default=None) or {}).get("_target_")
     return {BASIC: plan.GRID, GRID: plan.GRID, OPTUNA: plan.SEARCH}.get(target, plan.OTHER)
 
@@ -123,8 +106,6 @@ def _own_job(folder: Path, jobs: set | None, depth: int = 0) -> bool:
     """Whether `folder` holds nothing (or only logs), or one of the sweep's jobs (its record
     or its `.hydra/overrides.yaml`: settings in `jobs`, any job when None), or only such
     folders (a `hydra.sweep.subdir` with a `/`)."""
-    from litlab.sweeps.grid import overrides_of, settings_key
-
     entries = os.listdir(folder)
     if _only_logs(folder, entries):
         return True
@@ -177,7 +158,7 @@ def _check_path(sweep_dir: Path) -> None:
             f"sweep writes nothing through a link; give the folder's own path"
         )
     if sweep_dir.exists() and not sweep_dir.is_dir():
-        raise UserError(f"hydra.sweep.dir={sweep_dir} is a file, not a folder; {NEW_FOLDER}")
+        raise UserError(f"hydra.sweep.dir={sweep_dir} is a file, not a folder; {plan.NEW_FOLDER}")
 
 
 def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | None:
@@ -194,26 +175,22 @@ def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | No
         raise UserError(
             f"hydra.sweep.dir={sweep_dir} holds files that no litlab sweep wrote ({shown}; no "
             f"{plan.PLAN}): a sweep writes only into a new folder or one that a litlab sweep "
-            f"made, and never over the files of another; {NEW_FOLDER}"
+            f"made, and never over the files of another; {plan.NEW_FOLDER}"
         )
-    theirs, mine = (
-        _describe(own["kind"], own["entry"], own.get("study")),
-        _describe(kind, entry, study),
-    )
+    theirs = _describe(own["kind"], own["entry"], own.get("study"))
+    mine = _describe(kind, entry, study)
     if theirs != mine:
         raise UserError(
             f"hydra.sweep.dir={sweep_dir} holds {theirs} (its {plan.PLAN}), not {mine}; "
-            f"{NEW_FOLDER}"
+            f"{plan.NEW_FOLDER}"
         )
-    from litlab.sweeps.grid import settings_key
-
     jobs = None if own.get("jobs") is None else {settings_key(j) for j in own["jobs"]}
     for name in entries:
         why = _check_entry(sweep_dir / name, jobs)
         if why is not None:
             raise UserError(
                 f"hydra.sweep.dir={sweep_dir}: {why}; litlab writes into a sweep's folder only "
-                f"what is its own, never through a link: move it away, or {NEW_FOLDER}"
+                f"what is its own, never through a link: move it away, or {plan.NEW_FOLDER}"
             )
     return own
 
@@ -241,18 +218,13 @@ class SweepDir:
     def check(self) -> None:
         """Read only: no sweep runs in the folder now, it is this sweep's (`check_owned`), and
         a resume is the same sweep."""
-        from litlab.runs.sweep_dir import grid_overrides
-        from litlab.sweeps.summary import load_records
-
         if self.lock is None:
             self._read_config()
         self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
         own = check_owned(self.path, self.kind, self.entry, self.study)
         if self.kind == plan.SEARCH:  # the study's database: one it may write, before the folder
-            from litlab.sweeps.optuna_search import check_sqlite
-
             url = OmegaConf.select(self.config, "hydra.sweeper.storage", default=None)
-            check_sqlite(str(url or f"sqlite:///{self.path / 'optuna.db'}"))
+            optuna_search.check_sqlite(str(url or f"sqlite:///{self.path / 'optuna.db'}"))
         if self.kind == plan.GRID:
             self.jobs = grid_overrides(self.config)
             if own is not None and self.jobs is not None:
@@ -262,11 +234,7 @@ class SweepDir:
         """Lock the folder (made if new), check it again under the lock (another sweep may
         have started since `check`), and write the plan: the folder is this sweep's now."""
         _check_path(self.path)
-        missing = []
-        folder = self.path
-        while not os.path.lexists(folder):
-            missing.append(folder)
-            folder = folder.parent
+        missing = [p for p in (self.path, *self.path.parents) if not os.path.lexists(p)]
         for folder in reversed(missing):
             folder.mkdir()
             self._made.append(folder)
@@ -306,17 +274,12 @@ def jobs(config: DictConfig, loader) -> list[tuple[str, list[str]]]:
     """(what the job is, its overrides) for each job the sweeper knows up front (else none)."""
     sweeper = OmegaConf.select(config, "hydra.sweeper", default=None) or {}
     arguments = [str(o) for o in config.hydra.overrides.task]
-    target = sweeper.get("_target_")
-    if target in (BASIC, GRID):
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        from litlab.compat.hydra import grid_jobs
-
-        params = sweeper.get("params") or {}
-        given = [f"{k}={v}" for k, v in params.items()] + arguments
-        grid = grid_jobs(OverridesParser.create(config_loader=loader).parse_overrides(given))
-        return [(f"job {i} of the sweep", job) for i, job in enumerate(grid)]
-    if target == OPTUNA:
+    kind = sweep_type(config)
+    if kind == plan.GRID:
+        return [
+            (f"job {i} of the sweep", job) for i, job in enumerate(grid(config, loader, arguments))
+        ]
+    if kind == plan.SEARCH:
         return _search_jobs(OmegaConf.to_container(sweeper, resolve=False), arguments)
     return []
 
@@ -324,10 +287,8 @@ def jobs(config: DictConfig, loader) -> list[tuple[str, list[str]]]:
 def _search_jobs(options: dict, arguments: list[str]) -> list[tuple[str, list[str]]]:
     """An Optuna search: its fixed overrides with each trial queued up front, and with every
     dimension of the space at its edges (low, high; each choice of a categorical one)."""
-    from litlab.sweeps import optuna_search as search_space
-
-    space, fixed = search_space.build_space(options.get("params"), arguments)
-    value = search_space.as_override_value
+    space, fixed = optuna_search.build_space(options.get("params"), arguments)
+    value = optuna_search.as_override_value
     queued = [  # Optuna uses a queued value only for a dimension of the space
         (f"queued trial {i} of the search", fixed + [f"{k}={value(t[k])}" for k in space if k in t])
         for i, t in enumerate(options.get("enqueue_trials") or [])
@@ -353,8 +314,6 @@ def _varying(all_jobs: list[tuple[str, list[str]]], job: list[str]) -> list[str]
 def _as_job(loader, config: DictConfig, overrides: list[str], num: int) -> DictConfig:
     """The job's config as the launcher composes it, registered as the current HydraConfig
     (the caller restores the sweep's); returned without its `hydra` node, as the task sees it."""
-    from hydra.core.hydra_config import HydraConfig
-
     job = loader.load_sweep_config(config, list(overrides))
     with read_write(job.hydra), open_dict(job.hydra):
         job.hydra.job.num, job.hydra.job.id = num, f"{num}"
@@ -368,9 +327,6 @@ def _as_job(loader, config: DictConfig, overrides: list[str], num: int) -> DictC
 
 def check_jobs(config: DictConfig, config_name: str) -> None:
     """Compose and validate every job of the sweep; one `UserError` naming the first bad job."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-
     from litlab.config import validate
 
     loader = GlobalHydra.instance().config_loader()
@@ -399,8 +355,6 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
 def grid_overrides(config: DictConfig) -> list[list[str]] | None:
     """Every job's overrides of a grid sweep (None: overrides the sweeper cannot split, which
     it says itself when it starts)."""
-    from hydra.core.global_hydra import GlobalHydra
-
     try:
         return [overrides for _, overrides in jobs(config, GlobalHydra.instance().config_loader())]
     except Exception:  # noqa: BLE001  (overrides the sweeper cannot split: it says so itself)
@@ -413,27 +367,18 @@ PARALLEL = "hydra_plugins.litlab_launchers.parallel.ParallelLauncher"
 
 def machine_gpus() -> list[str]:
     """The GPUs this process may hand out (no torch import on a machine without any)."""
-    from litlab.config.resolvers import certainly_no_gpu
-    from litlab.sweeps.parallel_slots import visible_gpus
-
     if certainly_no_gpu():
         return []
     import torch
 
-    return visible_gpus(torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    count = torch.cuda.device_count()
+    return parallel_slots.visible_gpus(count, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def slots(launcher: DictConfig) -> list:
     """The launcher's slots on this machine, or a UserError naming what is valid."""
-    from litlab import threads
-    from litlab.sweeps.parallel_slots import plan
-
-    return plan(
-        launcher.get("n_jobs", 2),
-        launcher.get("gpus_per_job", "auto"),
-        machine_gpus(),
-        threads.free_cores(),
-    )
+    n_jobs, gpus_per_job = launcher.get("n_jobs", 2), launcher.get("gpus_per_job", "auto")
+    return parallel_slots.plan(n_jobs, gpus_per_job, machine_gpus(), threads.free_cores())
 
 
 def check_launcher(config: DictConfig) -> None:

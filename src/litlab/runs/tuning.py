@@ -15,6 +15,9 @@ import dataclasses
 import functools
 import json
 import logging
+import math
+import statistics
+import time
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
@@ -106,14 +109,10 @@ def _lightning_args(finder, mode: str) -> dict:
     return args
 
 
-def _config_lr(model) -> str:
-    lr = model.optimizer
-    lr = getattr(lr, "keywords", {}).get("lr")
-    return f"{lr:.4g}" if isinstance(lr, int | float) else "the optimizer's default"
-
-
 def _keep_config_lr(model, why: str) -> None:
-    log.warning(f"LR finder: {why}; keeping the config's lr {_config_lr(model)}")
+    lr = getattr(model.optimizer, "keywords", {}).get("lr")  # a partial from the config
+    kept = f"{lr:.4g}" if isinstance(lr, int | float) else "the optimizer's default"
+    log.warning(f"LR finder: {why}; keeping the config's lr {kept}")
 
 
 MIN_STEPS = 20  # the fewest a curve is read from (`steepest_descent` skips 5, smooths over 5)
@@ -196,8 +195,6 @@ def step_times(model):
     """{batch size: [seconds per training step]} while inside. Lightning's scaler runs its
     trials without the trainer's callbacks, so the module's own batch hooks are wrapped (on
     the instance; the class's methods come back on exit)."""
-    import time
-
     from lightning.pytorch.utilities.parsing import lightning_getattr
 
     seconds: dict[int, list[float]] = {}
@@ -224,8 +221,6 @@ def choose_batch_size(seconds: dict[int, list[float]], n_train: int, slack: floa
     """(size, epoch seconds by size): the smallest size whose estimated epoch time (steps x
     median step time, the first step of each size left out as warm-up) is within `slack` of
     the fastest. Larger batches than that make epochs no faster, only fewer steps."""
-    import statistics
-
     epoch = {
         size: -(-n_train // size) * statistics.median(times[1:] or times)
         for size, times in sorted(seconds.items())
@@ -251,8 +246,6 @@ class BatchSizeFinder:
     config_key: ClassVar[tuple[str, ...]] = ("data", "batch_size")
 
     def __call__(self, trainer, model, datamodule) -> int | None:
-        import math
-
         from lightning.fabric.utilities.exceptions import MisconfigurationException
         from lightning.pytorch.tuner import Tuner
         from lightning.pytorch.utilities.parsing import lightning_setattr
@@ -266,14 +259,11 @@ class BatchSizeFinder:
         n_train = len(datamodule.train_set)
         cap = max(self.init_val, n_train // self.min_steps_per_epoch)
         trials = min(self.max_trials, int(math.log2(cap / self.init_val)) + 1)
-        args = {
-            k: v for k, v in _lightning_args(self, "search").items() if k != "min_steps_per_epoch"
-        }
+        args = _lightning_args(self, "search") | {"max_trials": trials}
+        del args["min_steps_per_epoch"]  # litlab's own cap, not Lightning's
         try:
             with step_times(model) as seconds:
-                largest = Tuner(trainer).scale_batch_size(
-                    model, datamodule=datamodule, **(args | {"max_trials": trials})
-                )
+                largest = Tuner(trainer).scale_batch_size(model, datamodule=datamodule, **args)
         except MisconfigurationException as err:  # e.g. full-graph data have no batch_size
             raise UserError(f"tune=batch_size cannot run here: {one_line(err)}") from None
         size, epoch = choose_batch_size({k: v for k, v in seconds.items() if k <= cap}, n_train)
@@ -329,27 +319,18 @@ def steepest_descent(
 
 def plot_lr_curve(results: dict, best: int, top: int, bottom: int, path: Path) -> None:
     """The loss against the lr (log axis), the falling range shaded, the suggestion marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     lrs, losses = results["lr"], results["loss"]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     ax.plot(lrs, losses)
     ax.axvspan(lrs[top], lrs[bottom], color="tab:green", alpha=0.1, label="loss still falling")
-    ax.plot(
-        lrs[best],
-        losses[best],
-        "o",
-        color="tab:red",
-        markersize=9,
-        label=f"suggested lr {lrs[best]:.3g} (steepest descent)",
-    )
+    label = f"suggested lr {lrs[best]:.3g} (steepest descent)"
+    ax.plot(lrs[best], losses[best], "o", color="tab:red", markersize=9, label=label)
     ax.set(xscale="log", xlabel="learning rate", ylabel="training loss (smoothed)")
     ax.legend()
     fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
 
 
 @contextlib.contextmanager

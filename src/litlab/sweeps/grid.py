@@ -22,18 +22,25 @@ job numbers (`initial_job_idx`), so any launcher names their dirs as it would ha
 
 What litlab's sweepers share with every Hydra sweeper: keep the context and build the
 configured launcher (`hydra/launcher=...`) once the sweep's config is known. Imported by
-Hydra's plugin scan for every command: only Hydra's own light modules here."""
+Hydra's plugin scan for every command: only light modules here (Hydra's, and litlab's sweep
+summary, which Hydra builds as a callback for every run anyway)."""
 
 import signal
 import time
 from pathlib import Path
 
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from litlab.compat.hydra import grid_jobs, job_outcome
+from litlab.errors import one_line
 from litlab.sweeps.plan import MACHINE_LOCAL, override_settings
+from litlab.sweeps.summary import job_objective_mode, load_records, write_json
+from litlab.utils import sweep_records
 
 SWEEP_RESUME = "LITLAB_SWEEP_RESUME"  # a job that continues its run dir's last.ckpt
 EXIT_SIGTERM = 128 + signal.SIGTERM
@@ -41,18 +48,13 @@ EXIT_SIGTERM = 128 + signal.SIGTERM
 
 def grid(config, loader, arguments: list[str]) -> list[list[str]]:
     """Every job's overrides, in Hydra's basic sweeper's order (`hydra.sweeper.params` first)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from litlab.compat.hydra import grid_jobs
-
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
     given = [f"{k}={v}" for k, v in params.items()] + list(arguments)
     return grid_jobs(OverridesParser.create(config_loader=loader).parse_overrides(given))
 
 
 def _same(record: dict, job: list[str]) -> bool:
-    mine = override_settings(job, skip=MACHINE_LOCAL)
-    return override_settings(record.get("overrides", []), skip=MACHINE_LOCAL) == mine
+    return settings_key(record.get("overrides", [])) == settings_key(job)
 
 
 def _again(config, ran_before: bool) -> list[str]:
@@ -111,13 +113,11 @@ def _batch_size(sweeper, fail_fast: bool, count: int) -> int:
 def overrides_of(run_dir: Path) -> list[str] | None:
     """A run dir's `.hydra/overrides.yaml`, read as data (a list of strings; a regular file of
     at most 1 MiB), or None."""
-    import yaml
-
-    from litlab.utils.sweep_records import NotAFile, read_bytes
-
     try:
-        overrides = yaml.safe_load(read_bytes(run_dir / ".hydra" / "overrides.yaml") or b"")
-    except (NotAFile, OSError, UnicodeDecodeError, yaml.YAMLError):
+        overrides = yaml.safe_load(
+            sweep_records.read_bytes(run_dir / ".hydra" / "overrides.yaml") or b""
+        )
+    except (sweep_records.NotAFile, OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     if isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
         return overrides
@@ -156,18 +156,15 @@ def _finished_without_record(
     """A job that finished (its run dir holds metrics.json) but whose record is missing or
     damaged: its record is written again from its metrics, so that it is kept, not trained
     over its own checkpoints. None for any other job."""
-    from litlab.sweeps.summary import job_objective_mode, write_json
-    from litlab.utils.sweep_records import FINISHED, RECORD, NotAFile, checked_record, read_json
-
     out = _job_dir(sweep_dir, num, job, run_dirs)
     try:
-        metrics = read_json(out / FINISHED)
-    except NotAFile:
+        metrics = sweep_records.read_json(out / sweep_records.FINISHED)
+    except sweep_records.NotAFile:
         return None
     if not isinstance(metrics, dict):
         return None
     name = OmegaConf.select(config, "optimized_metric", default=None)
-    record = checked_record(
+    record = sweep_records.checked_record(
         {
             "job": num,
             "status": "completed",
@@ -179,14 +176,12 @@ def _finished_without_record(
             "objective": metrics.get(name) if isinstance(name, str) else None,
         }
     )
-    write_json(out / RECORD, record)
+    write_json(out / sweep_records.RECORD, record)
     return record
 
 
 def pending(config, sweep_dir: Path, jobs: list[list[str]]) -> tuple[list, list[int]]:
     """(jobs to launch with their numbers, numbers of completed jobs kept)."""
-    from litlab.sweeps.summary import load_records
-
     records = {int(r["job"]): r for r in load_records(sweep_dir)}
     run_dirs = _run_dirs(sweep_dir) if sweep_dir.is_dir() else {}
     todo, kept = [], []
@@ -205,23 +200,14 @@ def record_deaths(sweep_dir: Path, first: int, results) -> None:
     launcher's failed JobReturn says how it ended, and the record says so too, so that the
     summary lists it as failed, with that line, and the sweep exits non-zero. (A job stopped
     with the sweep never gets here: the launcher's stop ends the sweep first.)"""
-    from litlab.compat.hydra import job_outcome
-    from litlab.errors import one_line
-    from litlab.sweeps.summary import write_json
-    from litlab.utils.sweep_records import RECORD, NotAFile, read_record
-
     failed = {first + i: r for i, r in enumerate(results) if r.status.name == "FAILED"}
     if not failed:
         return
-    for path in sweep_dir.rglob(RECORD):
-        try:
-            record = read_record(path)
-        except NotAFile:
-            continue
-        if record is not None and record["job"] in failed and record["status"] == "running":
+    for record in load_records(sweep_dir):  # a record left `running` is read as incomplete
+        if record["job"] in failed and record["status"] == "incomplete":
             error = job_outcome(failed[record["job"]])
             record.update(status="failed", error=one_line(error, with_type=True, limit=300))
-            write_json(path, record)
+            write_json(Path(record["run_dir"]) / sweep_records.RECORD, record)
 
 
 def run_grid(sweeper, arguments: list[str]) -> list:

@@ -1,65 +1,54 @@
 """The Optuna search behind `python src/train.py -m hparams_search=NAME` (current Optuna, not
 hydra-optuna-sweeper, which pins optuna < 3).
 
-- Each trial is one Hydra job: the sweeper samples the params and passes them as ordinary
-  overrides (`model.optimizer.lr=0.0031`), so a DDP child rank that re-executes the job with
-  its overrides trains the same params. Only the trial's id travels in an environment variable
+- Each trial is one Hydra job: the sampled params reach it as ordinary overrides
+  (`model.optimizer.lr=0.0031`), so a DDP child rank that re-executes the job with its
+  overrides trains the same params. Only the trial's id travels in an environment variable
   (`LITLAB_OPTUNA_TRIAL`, via `hydra.job.env_set`): rank 0 reports to the study, the other ranks
   only follow its pruning decision (litlab.callbacks.optuna_pruning).
-- Storage: a SQLite file in the sweep dir by default, or any database URL. The study is the
-  unit of resumption: the same command (same study name) continues it, and several workers on
-  one storage share it. `n_trials` is the study's total: completed, pruned, raised and running
-  trials count; trials cut short by a kill or Ctrl-C do not and are re-queued with their params.
+- Storage: a SQLite file in the sweep dir by default, or a database URL that workers on many
+  machines share (PostgreSQL: docs/sweeps.md). The study is the unit of resumption: the same
+  command (same study name) continues it. `n_trials` is the study's total: completed, pruned,
+  raised and running trials count; trials cut short by a kill or Ctrl-C do not and are
+  re-queued with their params. A SQLite file is opened only when the study may write it
+  (`check_sqlite`): a regular file (never through a link, nor its journal), new or empty, or a
+  database that is an Optuna storage or has no tables yet; the user's notes or another
+  program's database (whose tables Optuna would add its own to) is refused in one line.
 - Seeded: the sampler's random state is reseeded from (seed, trial number) before each trial,
   so workers never draw the same random params and a trial's draw does not depend on which
   worker asked for it.
+- A resumed study trains its new trials as its first ones were trained: the command's
+  overrides that are not searched (`trainer.max_epochs=3`) are stored with the study, and a
+  resume with other values (trials of different budgets ranked together, with Optuna's "Using
+  an existing study" as the only sign) is refused in one line unless resumed on purpose
+  (`hydra.sweeper.strict_resume=false`). Keys that only say where files go or how much is
+  printed (`plan.MACHINE_LOCAL`) may differ, so workers on other machines can share a study.
 
-Where an Optuna study lives: a SQLite file in the sweep dir (one machine), or a database
-server that workers on many machines share (PostgreSQL: docs/sweeps.md). A SQLite file is
-opened only when it is one the study may write (`check_sqlite`): a regular file (never through
-a link, nor its journal), new or empty, or a SQLite database that is an Optuna storage or has
-no tables yet. Any other file (the user's notes, another program's database, whose tables
-Optuna would add its own to) is refused in one line naming it.
-
-A resumed Optuna study must train its new trials as its first trials were trained.
-
-The command's overrides that are not searched (`trainer.max_epochs=3`, `data.fold=2`, ...) are
-stored with the study (a user attribute) when it is created. A later command that resumes the
-study with other values would mix trials of different budgets and rank them together, with
-Optuna's "Using an existing study" as the only sign; it is refused in one line instead, unless
-resumed on purpose (`hydra.sweeper.strict_resume=false`). Keys that only say where files go or
-how much is printed (paths, hydra, extras, loggers, threads, progress bars) may differ, so
-workers on other machines can share a study.
-
-The search space of an Optuna search, from YAML or from the command line.
-
-YAML (`hydra.sweeper.params` of configs/hparams_search/*.yaml), one entry per config key:
-
-    model.optimizer.lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}
-    model.net.dropout: {type: float, low: 0.0, high: 0.5}
-    trainer.accumulate_grad_batches: {type: int, low: 1, high: 4}
-    data.batch_size: {type: categorical, choices: [32, 64, 128]}
-
-Hydra's sweep syntax works too, in YAML or as a plain override on the command line:
-`choice(32,64)`, `range(1,5)` (int), `interval(0.1,0.5)` (float),
-`tag(log,interval(1e-4,1e-1))` (log-float), `tag(int,interval(1,8))` (int).
-Sampled values reach the job as ordinary overrides (`key=value`), like Hydra's own sweepers."""
+The search space: `hydra.sweeper.params` of configs/hparams_search/*.yaml, one entry per key
+(`model.optimizer.lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}`, `{type: int, ...}`,
+`{type: categorical, choices: [32, 64, 128]}`), or Hydra's sweep syntax, in YAML or on the
+command line: `choice(32,64)`, `range(1,5)` (int), `interval(0.1,0.5)` (float),
+`tag(log,interval(1e-4,1e-1))` (log-float), `tag(int,interval(1,8))` (int)."""
 
 import json
 import logging
 import os
 import re
 import socket
-import stat
+import sqlite3
 import time
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from litlab.compat import optuna as compat
 from litlab.compat.hydra import job_outcome
 from litlab.errors import UserError, one_line
+from litlab.sweeps import plan
 from litlab.sweeps.plan import MACHINE_LOCAL, hide_password, override_settings
 from litlab.sweeps.summary_stats import finite
 from litlab.utils import commands
@@ -80,13 +69,6 @@ def instantiate(spec: dict | None, **extra):
     return hydra.utils.instantiate(spec, **extra) if spec else None
 
 
-def reseed(sampler, seed: int | None, number: int) -> None:
-    """Reseed the sampler's random state from (seed, trial number) (TPE, random, GP, CMA-ES)."""
-    if seed is None:
-        return
-    compat.reseed_sampler(sampler, int(seed) * 100_003 + number)
-
-
 def counts(trial) -> bool:
     """Whether a trial uses the study's budget (interrupted and surplus trials do not)."""
     from optuna.trial import TrialState
@@ -96,19 +78,10 @@ def counts(trial) -> bool:
     return trial.state == TrialState.FAIL and "error" in trial.user_attrs
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def requeue_interrupted(study) -> int:
     """Trials left RUNNING by a dead process of this host, or failed by Ctrl-C: mark them
     interrupted (they stop counting) and queue their params again."""
+    import psutil
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
@@ -122,7 +95,7 @@ def requeue_interrupted(study) -> int:
             trial.state == TrialState.RUNNING
             and worker_host == host
             and pid.isdigit()
-            and not _alive(int(pid))
+            and not psutil.pid_exists(int(pid))
         )
         cut = trial.state == TrialState.FAIL and not {"error", "surplus"} & attrs.keys()
         if trial.number in retried or not (dead or cut):
@@ -182,8 +155,6 @@ def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
 def _check_own_study(study, sweep_dir: Path) -> None:
     """The study in the sweep dir's optuna.db is this sweep's (its plan's id, recorded with the
     study), not one copied in from another sweep, whose trials and run dirs are elsewhere."""
-    from litlab.sweeps import plan
-
     own = (plan.read_plan(sweep_dir) or {}).get("id")
     if own is None:
         return
@@ -194,8 +165,7 @@ def _check_own_study(study, sweep_dir: Path) -> None:
         raise UserError(
             f"{sweep_dir / 'optuna.db'}: its study {study.study_name} is another sweep's (sweep "
             f"id {str(stored)[:40]!r}, this sweep's {plan.PLAN} says {own}); a sweep resumes "
-            f"only its own study: move the file away, or give this sweep a new hydra.sweep.dir "
-            f"(or none: a new timestamped one)"
+            f"only its own study: move the file away, or {plan.NEW_FOLDER}"
         )
 
 
@@ -234,7 +204,8 @@ class _Trials:
     def run_trial(self, trial) -> float:
         import optuna
 
-        reseed(self.study.sampler, self.seed, trial.number)
+        if self.seed is not None:  # the sampler's random state from (seed, trial number)
+            compat.reseed_sampler(self.study.sampler, int(self.seed) * 100_003 + trial.number)
         params = suggest(trial, self.space)
         ticket = {
             "study": self.study.study_name,
@@ -298,9 +269,6 @@ def write_results(
 ) -> None:
     """best_params.yaml and optimization_history.png in the sweep dir; raise if none completed.
     Its `rerun` command trains the best trial again with `python src/<entry>.py`."""
-    import warnings
-    from collections import Counter
-
     from optuna.trial import TrialState
 
     trials = [t for t in study.get_trials(deepcopy=False) if "surplus" not in t.user_attrs]
@@ -314,15 +282,13 @@ def write_results(
     }
     if completed:
         best = study.best_trial
-        result.update(
-            {
-                "best_value": best.value,
-                "best_trial": best.number,
-                "best_params": best.params,
-                "best_run_dir": best.user_attrs.get("run_dir"),
-                "best_overrides": [f"{k}={as_override_value(v)}" for k, v in best.params.items()],
-            }
-        )
+        result |= {
+            "best_value": best.value,
+            "best_trial": best.number,
+            "best_params": best.params,
+            "best_run_dir": best.user_attrs.get("run_dir"),
+            "best_overrides": [f"{k}={as_override_value(v)}" for k, v in best.params.items()],
+        }
         rerun = commands.command(entry, [*fixed, *result["best_overrides"]])
         try:  # the params are read from the study's database: data, printed only when sound
             result["rerun"] = commands.printable(rerun, entry=entry, multirun=False)
@@ -345,15 +311,13 @@ def write_results(
         f"\nOptuna study {study.study_name}: {dict(states)} -> {sweep_dir / 'best_params.yaml'}",
         flush=True,
     )
-    if not completed and final:
-        raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
     if not completed:
+        if final:
+            raise RuntimeError(f"no trial of study {study.study_name} completed (see summary.md)")
         return
-    again = (
-        f"train it again with:\n  {result['rerun']}"
-        if result["rerun"]
-        else "its params: best_params.yaml"
-    )
+    again = "its params: best_params.yaml"
+    if result["rerun"]:
+        again = f"train it again with:\n  {result['rerun']}"
     print(f"best {result['best_value']:.4f} (trial {result['best_trial']}); {again}", flush=True)
 
 
@@ -406,8 +370,6 @@ def _sqlite_path(url: str) -> Path | None:
 
 
 def _tables(path: Path) -> set[str]:
-    import sqlite3
-
     with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
         return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
@@ -440,16 +402,12 @@ def check_sqlite(url: str) -> None:
     valid = "give a new file, or the database of an Optuna study"
     for extra in ("", "-journal", "-wal", "-shm"):
         file = Path(f"{path}{extra}")
-        try:
-            st = os.lstat(file)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if stat.S_ISLNK(st.st_mode):
+        if file.is_symlink():
             raise UserError(
                 f"{head}: {file} is a symbolic link to {os.readlink(file)}; a study's database "
                 f"is written only where it is, never through a link: {valid}"
             )
-        if not stat.S_ISREG(st.st_mode):
+        if file.exists() and not file.is_file():
             raise UserError(f"{head}: {file} is not a regular file; {valid}")
     if not path.is_file() or path.stat().st_size == 0:
         return
@@ -457,8 +415,6 @@ def check_sqlite(url: str) -> None:
         magic = f.read(len(SQLITE_MAGIC))
     if magic != SQLITE_MAGIC:
         raise UserError(f"{head}: {path} file is not a database (SQLite); {valid}")
-    import sqlite3
-
     try:
         tables = _complete_tables(path, required := compat.storage_tables())
     except sqlite3.Error as err:
@@ -540,8 +496,6 @@ def from_spec(name: str, spec: Any):
     """One Optuna distribution from a YAML entry (dict, list of choices, or sweep string)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from litlab.errors import UserError
-
     if isinstance(spec, str):
         return from_override(f"{name}={spec}")
     if isinstance(spec, list | tuple):
@@ -552,31 +506,21 @@ def from_spec(name: str, spec: Any):
             f"{{type: float, low: 0.0, high: 1.0}}, a list of choices or "
             f"interval(...)/choice(...), got {spec!r}"
         )
-    kind = spec.get("type") or (
-        "categorical"
-        if "choices" in spec
-        else "int"
-        if all(isinstance(spec.get(k), int) for k in ("low", "high"))
-        else "float"
-    )
+    kind = spec.get("type")
+    if not kind:
+        ints = all(isinstance(spec.get(k), int) for k in ("low", "high"))
+        kind = "categorical" if "choices" in spec else "int" if ints else "float"
+    log, step = bool(spec.get("log")), spec.get("step")
     try:
         if kind == "categorical":
             return CategoricalDistribution(list(spec["choices"]))
         if kind == "int":
             return IntDistribution(
-                int(spec["low"]),
-                int(spec["high"]),
-                log=bool(spec.get("log")),
-                step=int(spec.get("step") or 1),
+                int(spec["low"]), int(spec["high"]), log=log, step=int(step or 1)
             )
         if kind == "float":
-            step = spec.get("step")
-            return FloatDistribution(
-                float(spec["low"]),
-                float(spec["high"]),
-                log=bool(spec.get("log")),
-                step=None if step is None else float(step),
-            )
+            step = None if step is None else float(step)
+            return FloatDistribution(float(spec["low"]), float(spec["high"]), log=log, step=step)
     except (KeyError, ValueError) as err:
         raise UserError(f"search space entry {name}: {err} (spec {spec})") from err
     raise UserError(
@@ -586,11 +530,8 @@ def from_spec(name: str, spec: Any):
 
 def from_override(text: str):
     """One Optuna distribution from Hydra sweep syntax, e.g. `lr=tag(log,interval(1e-4,1))`."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    from litlab.errors import UserError
 
     override = OverridesParser.create().parse_overrides([text])[0]
     sweep = override.value()
@@ -616,8 +557,6 @@ def build_space(params: dict | None, arguments: list[str]) -> tuple[dict, list[s
     Command-line sweep overrides (`key=choice(...)`) join the search space; all other
     overrides are passed unchanged to every trial (and pin a key of the YAML space).
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     space = {name: from_spec(name, spec) for name, spec in _flatten(params or {}).items()}
     fixed = []
     for text, override in zip(arguments, OverridesParser.create().parse_overrides(arguments)):
@@ -631,18 +570,13 @@ def build_space(params: dict | None, arguments: list[str]) -> tuple[dict, list[s
 
 def suggest(trial, space: dict) -> dict[str, Any]:
     """Sample every dimension of `space` for this trial."""
-    from optuna.distributions import FloatDistribution, IntDistribution
+    from optuna.distributions import CategoricalDistribution, IntDistribution
 
     values = {}
     for name, dist in space.items():
-        if isinstance(dist, FloatDistribution):
-            values[name] = trial.suggest_float(
-                name, dist.low, dist.high, log=dist.log, step=dist.step
-            )
-        elif isinstance(dist, IntDistribution):
-            values[name] = trial.suggest_int(
-                name, dist.low, dist.high, log=dist.log, step=dist.step
-            )
-        else:
+        if isinstance(dist, CategoricalDistribution):
             values[name] = trial.suggest_categorical(name, dist.choices)
+        else:
+            pick = trial.suggest_int if isinstance(dist, IntDistribution) else trial.suggest_float
+            values[name] = pick(name, dist.low, dist.high, log=dist.log, step=dist.step)
     return values

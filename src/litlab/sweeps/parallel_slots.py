@@ -90,11 +90,8 @@ def plan(n_jobs, gpus_per_job, gpus: list[str], free_cores: int) -> list[Slot]:
             f"for a free GPU set)"
         )
     cores = max(1, free_cores // jobs)
-    slots = []
-    for i in range(jobs):
-        own = tuple(gpus[i * per_job : (i + 1) * per_job]) if gpus else None
-        slots.append(Slot(index=i, gpus=own, cores=cores))
-    return slots
+    own = [tuple(gpus[i * per_job : (i + 1) * per_job]) if gpus else None for i in range(jobs)]
+    return [Slot(index=i, gpus=own[i], cores=cores) for i in range(jobs)]
 
 
 def free_port(taken: set[int]) -> int:

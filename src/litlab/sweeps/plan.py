@@ -7,19 +7,21 @@ the sweep's, before the first job starts; `read_plan` reads it back as data. A r
 that dir keeps what finished and runs only what is missing; it must therefore be the same
 sweep: a command whose jobs differ from the jobs on disk (`trainer.max_epochs=3` where they
 trained 2 epochs, another grid) would rank unlike jobs together, so it is refused in one line
-before anything is written (as a resumed Optuna study is: `study_settings`). Keys that only say
-where files go or how much is printed (`MACHINE_LOCAL` below) may differ.
+before anything is written (as a resumed Optuna study is: `optuna_search.check_study`). Keys
+that only say where files go or how much is printed (`MACHINE_LOCAL` below) may differ.
 
 The plan also tells the summary of a stopped sweep which jobs never started ("not started"),
-so that it lists every job, and `failure_lines` says, at the end, what failed in one line each.
-"""
+so that it lists every job, and `failure_lines` says, at the end, what failed in one line each."""
 
 import json
 import os
 import re
 import stat
 import sys
+import uuid
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from litlab.errors import UserError, one_line
 from litlab.utils import commands
@@ -30,17 +32,12 @@ MADE_BY = "litlab"  # the plan's `made_by`: a file of another tool is no plan of
 GRID, SEARCH, OTHER = "grid", "search", "sweep"  # its `kind`: whose jobs the folder holds
 MAX_BYTES = 64 * 2**20  # a grid of 100 000 jobs of long overrides stays below it
 SWEEP_DIR = "hydra.sweep.dir"
+NEW_FOLDER = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
 
 
 MACHINE_LOCAL = (
-    "paths.",
-    "hydra.",
-    "extras.",
-    "logger",
-    "threads",
-    "ddp_join_timeout",
-    "callbacks.rich_progress_bar",
-    "callbacks.model_summary",
+    *("paths.", "hydra.", "extras.", "logger", "threads", "ddp_join_timeout"),
+    *("callbacks.rich_progress_bar", "callbacks.model_summary"),
 )
 
 
@@ -72,8 +69,6 @@ def hide_password(url: str) -> str:
 def sweep_resume_command(config) -> str:
     """`python src/<entry>.py -m <the user's overrides> hydra.sweep.dir=<this sweep's dir>`:
     the command that resumes this sweep, as the user would type it (quoted for the shell)."""
-    from omegaconf import OmegaConf
-
     hydra = config.hydra
     task = [str(o) for o in hydra.overrides.task]
     own = [
@@ -119,8 +114,6 @@ def write_plan(
 def _sweep_id(sweep_dir: Path) -> str:
     """The sweep's id: kept from its plan (a resume), else new. Its study in its own optuna.db
     records it (`sweeps.optuna_search`): a database copied from another sweep is told apart."""
-    import uuid
-
     try:
         old = (read_plan(sweep_dir) or {}).get("id")
     except UserError:
@@ -131,8 +124,7 @@ def _sweep_id(sweep_dir: Path) -> str:
 def _untrusted(path: Path, why: str) -> UserError:
     return UserError(
         f"{path} is not a sweep plan litlab can trust ({why}); a sweep writes only into a new "
-        f"folder or one that a litlab sweep made: give this sweep a new hydra.sweep.dir (or "
-        f"none: a new timestamped one)"
+        f"folder or one that a litlab sweep made: {NEW_FOLDER}"
     )
 
 
@@ -261,16 +253,15 @@ def check_resume(sweep_dir: Path, jobs: list[list[str]], records: list[dict]) ->
         f"hydra.sweep.dir={sweep_dir} holds a sweep with other settings ({'; '.join(changes)}): "
         f"its jobs and this command's would not be comparable"
     )
-    new = "give this sweep a new hydra.sweep.dir (or none: a new timestamped one)"
     own = load_plan(sweep_dir)
     try:
         again = f"its own command ({stored_resume(sweep_dir, own)})" if own else None
     except commands.Untrusted as why:  # never echoed: crafted text is no advice
         raise UserError(
             f"{head}, and its plan {Path(sweep_dir) / PLAN} is not trustworthy ({why}), so its "
-            f"command is not repeated here; {new}"
+            f"command is not repeated here; {NEW_FOLDER}"
         ) from None
-    raise UserError(f"{head}. Resume it with {again or 'its own overrides'}, or {new}")
+    raise UserError(f"{head}. Resume it with {again or 'its own overrides'}, or {NEW_FOLDER}")
 
 
 def with_not_started(sweep_dir: Path, records: list[dict]) -> list[dict]:
@@ -319,24 +310,19 @@ def failure_lines(records: list[dict]) -> list[str]:
 
 def announce(config) -> None:
     """Where the sweep writes and how to resume it, printed when it starts."""
-    from omegaconf import OmegaConf
-
     where = os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir")))
     print(f"sweep dir: {where}\nresume it with: {sweep_resume_command(config)}", flush=True)
 
 
 def end(sweep_dir: Path, records: list[dict], stopped: bool, config) -> bool:
     """Print one line per failed job and, for a grid sweep that did not complete every job,
-    this sweep's own command (`sweep_resume_command`, made again, not read back), which runs what is
-    missing. True when a job
-    or trial failed: the command then exits non-zero after its summary, report and best params
-    are written (a pruned trial is not a failure)."""
+    this sweep's own command (`sweep_resume_command`, made again, not read back), which runs
+    what is missing. True when a job or trial failed: the command then exits non-zero after its
+    summary, report and best params are written (a pruned trial is not a failure)."""
     lines = failure_lines(records)
     if lines:
         print(f"\n{len(lines)} failed job(s):", *lines, sep="\n", file=sys.stderr, flush=True)
-    if (
-        load_plan(sweep_dir) is None
-    ):  # a search: its failed trials are listed above, no "rest" to run
+    if load_plan(sweep_dir) is None:  # a search: its failed trials are listed above, no "rest"
         return bool(lines)
     done = sum(r["status"] == "completed" for r in records)
     if done < len(records):

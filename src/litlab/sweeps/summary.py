@@ -6,10 +6,10 @@ the summary covers every job of the sweep dir: jobs of a resumed study, of a sec
 of a launcher that runs jobs in other processes; a grid sweep's jobs that never started are
 listed too (`plan`). It ends with one line per failed job; a stopped sweep (SIGTERM, Ctrl-C)
 skips `on_multirun_end`, so the summary is also written at interpreter exit, with the command
-that resumes the sweep. Imports stay light: Hydra builds this callback for every run.
-"""
+that resumes the sweep. Imports stay light: Hydra builds this callback for every run."""
 
 import atexit
+import csv
 import json
 import os
 import time
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from litlab.compat.hydra import job_outcome
@@ -26,21 +27,17 @@ from litlab.sweeps.plan import override_settings
 from litlab.sweeps.summary_stats import finite, markdown, marked_best, plot_summary, replica_groups
 from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero
-from litlab.utils.sweep_records import RECORD
 
 
 def _is_multirun(config: DictConfig) -> bool:
-    from hydra.types import RunMode
-
     return OmegaConf.select(config, "hydra.mode") == RunMode.MULTIRUN and is_rank_zero()
 
 
 def _select(config: DictConfig, key: str, default=None):
     try:
-        value = OmegaConf.select(config, key, default=default)
+        return OmegaConf.select(config, key, default=default)
     except Exception:  # noqa: BLE001  (an interpolation that cannot resolve here)
         return default
-    return value
 
 
 def job_objective_mode(config: DictConfig) -> str:
@@ -98,7 +95,7 @@ class SweepSummary(Callback):
         if _is_multirun(config):
             out = Path(config.hydra.runtime.output_dir)
             self._started[str(out)] = time.time()
-            write_json(out / RECORD, self._record(config, status="running"))
+            write_json(out / sweep_records.RECORD, self._record(config, status="running"))
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs: Any) -> None:
         if not _is_multirun(config):
@@ -117,7 +114,7 @@ class SweepSummary(Callback):
         metrics_file = out / "metrics.json"
         if metrics_file.is_file():
             record["metrics"] = json.loads(metrics_file.read_text())
-        write_json(out / RECORD, record)
+        write_json(out / sweep_records.RECORD, record)
 
     def _record(self, config: DictConfig, **fields) -> dict:
         return {
@@ -154,17 +151,16 @@ def load_records(sweep_dir: Path) -> list[dict]:
     counts as a job that left none). Each names its run dir where the record is now: a sweep
     dir moved elsewhere (and resumed there) names its jobs' folders, not where they were."""
     records = []
-    for path in sweep_dir.rglob(RECORD):
+    for path in sweep_dir.rglob(sweep_records.RECORD):
         try:
             record = sweep_records.read_record(path)
         except sweep_records.NotAFile:
             continue
         if record is not None:
             record["run_dir"] = os.path.abspath(path.parent)
+            if record["status"] == "running":  # now: killed (or runs in another worker)
+                record["status"] = "incomplete"
             records.append(record)
-    for record in records:  # a job still "running" now was killed (or runs in another worker)
-        if record["status"] == "running":
-            record["status"] = "incomplete"
     return sorted(records, key=lambda r: (r["job"], r["run_dir"]))
 
 
@@ -178,14 +174,6 @@ def best_index(records: list[dict]) -> int | None:
         return None
     sign = -1 if str(records[scored[0][1]]["mode"]).startswith("max") else 1
     return min(scored, key=lambda s: (sign * s[0], s[1]))[1]
-
-
-def group_statistics(groups: dict[str, list[dict]], records: list[dict], objective: str, shown):
-    """Each replica group's statistics and its difference with the best group, on the
-    objective and the val/test metrics (`summary_stats.compute`; written by `summary_stats`)."""
-    mode = next((r["mode"] for r in records if r["status"] == "completed"), "max")
-    metrics = list(dict.fromkeys([objective, *shown]))
-    return summary_stats.compute(records, groups, metrics, objective, mode)
 
 
 def metric_column(metric: str) -> str:
@@ -206,46 +194,36 @@ def write_summary(
     sweep_dir: Path, records: list[dict], replica_keys=("seed", "fold"), plot: bool = True
 ) -> list[dict]:
     """Write summary.csv/.md/.png and summary_stats.csv into `sweep_dir`, print the table."""
-    import csv
-
     groups = replica_groups(records, replica_keys)
     objective = next((r["objective_name"] for r in records if r["objective_name"]), "objective")
     every_metric = sorted({k for r in records for k in r["metrics"]})
     shown = [m for m in every_metric if m.startswith(("val/", "test/"))]
-    stats = group_statistics(groups, records, objective, shown)
+    # each replica group's statistics and its difference with the best group, on the
+    # objective and the val/test metrics
+    mode = next((r["mode"] for r in records if r["status"] == "completed"), "max")
+    metrics = list(dict.fromkeys([objective, *shown]))
+    stats = summary_stats.compute(records, groups, metrics, objective, mode)
     best = marked_best(records, groups, stats["best_group"], best_index(records))
     shared, varying = _varying(records)
     settings = [override_settings(r["overrides"]) for r in records]
     keys = list(dict.fromkeys(k for job in settings for k in job))  # in the order first given
-    rows = []
-    for i, r in enumerate(records):
-        rows.append(
-            {
-                "job": r["job"],
-                "best": "*" if i in best else "",
-                "status": r["status"],
-                "objective": r["objective"],
-                **{k: settings[i].get(k, "") for k in keys},
-                **{metric_column(m): r["metrics"].get(m) for m in every_metric},
-                "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
-                "overrides": " ".join(r["overrides"]),
-                "varying": varying[i],
-                "run_dir": r["run_dir"],
-                "error": r["error"],
-            }
-        )
-    header = [
-        "job",
-        "best",
-        "status",
-        "objective",
-        *keys,
-        *map(metric_column, every_metric),
-        "wall_s",
-        "overrides",
-        "run_dir",
-        "error",
+    rows = [
+        {
+            "job": r["job"],
+            "best": "*" if i in best else "",
+            "status": r["status"],
+            "objective": r["objective"],
+            **{k: settings[i].get(k, "") for k in keys},
+            **{metric_column(m): r["metrics"].get(m) for m in every_metric},
+            "wall_s": None if r["wall_s"] is None else f"{r['wall_s']:.1f}",
+            "overrides": " ".join(r["overrides"]),
+            "varying": varying[i],
+            "run_dir": r["run_dir"],
+            "error": r["error"],
+        }
+        for i, r in enumerate(records)
     ]
+    header = [column for column in rows[0] if column != "varying"]  # varying: summary.md's
     with open(sweep_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
@@ -255,28 +233,16 @@ def write_summary(
         rows, ["job", "best", "status", "objective", *shown, "wall_s", "varying", "error"]
     )
     marked = "jobs of the best group marked *" if stats["best_group"] else "best job marked *"
-    head = [
-        (
-            f"objective: {objective} ({marked}); overrides of every job: "
-            f"{' '.join(shared) or '(none)'}"
-        )
-    ]
-    text = [
-        f"# Sweep summary: {sweep_dir}",
-        "",
-        *head,
-        "",
-        table,
-        "",
-        summary_stats.text(stats, heading="## "),
-    ]
-    (sweep_dir / "summary.md").write_text("\n".join(text) + "\n")
+    common = " ".join(shared) or "(none)"
+    head = f"objective: {objective} ({marked}); overrides of every job: {common}"
+    text = [f"# Sweep summary: {sweep_dir}", head, table, summary_stats.text(stats, heading="## ")]
+    (sweep_dir / "summary.md").write_text("\n\n".join(text) + "\n")
     if plot:
         plot_summary(records, best, stats, sweep_dir / "summary.png")
     failed = sum(r["status"] in ("failed", "incomplete") for r in records)
     print(
         f"\nSweep summary ({len(records)} jobs, {failed} failed or incomplete): "
-        f"{sweep_dir / 'summary.md'}\n{head[0]}\n{table}\n\n"
+        f"{sweep_dir / 'summary.md'}\n{head}\n{table}\n\n"
         f"{summary_stats.text(stats, heading='')}",
         flush=True,
     )

@@ -1,47 +1,35 @@
-"""The statistics of a sweep summary: summary_stats.csv and summary_stats.json, and the
-sections of summary.md and of the printed summary that show them.
+"""The statistics of a sweep summary (summary_stats.csv and .json, the sections of summary.md
+and of the printed summary that show them) and its plot (summary.png). Column names:
+docs/sweeps.md.
 
-Replicas (seeds, folds) of one configuration form a group; each group gets its mean, std and
-95% interval (`describe_values`: Student's t, cut to the metric's range), and each group is
-compared with the best one (by the objective's mean, in the objective's direction) by the test
-that fits the design (`compare`: paired t on shared replicas, else Welch). The p-values
-of the groups compared with the best are Holm-adjusted, metric by metric; a group "differs"
-when its adjusted p is below 0.05 and is "within noise" otherwise: the replicas cannot tell it
-from the best. Pooling jobs of different configurations means nothing, so there is no
-"all jobs" row unless the sweep is one configuration. Column names: docs/sweeps.md.
+Replicas (seeds, folds) of one configuration form a group: jobs whose overrides differ only in
+a replica key; each job's replica overrides (`data.fold=3`) name the fold or seed it ran. A mean
+over a few replicas means little without its spread, so each group gets its mean, std and 95%
+interval (`describe_values`: Student's t, cut to the metric's range: the mean of values in a
+range lies in it, so the cut part holds no possible mean and the coverage stays what t gives).
+Two configurations only differ when their gap is larger than the replica-to-replica noise, so
+each group is compared with the best one (by the objective's mean, in its direction) by the
+test that fits the design (`compare`):
 
-Replicas of a sweep's configurations: jobs whose overrides differ only in a replica key
-(seed, fold) form a group, and each job's replica overrides (`data.fold=3`) name the fold or
-seed it ran, which matches jobs of different groups for a paired comparison.
-
-The sweep summary's files for people: summary.md tables and its plot (summary.png: the
-groups' means with their intervals and replicas, or the objective per job when the sweep has
-no groups to compare). matplotlib is imported only when the plot is drawn.
-
-Statistics of replicas (seeds, folds) for the sweep summary: pure functions of floats.
-
-A mean over a few seeds or folds means little without its spread, and two configurations are
-only "different" when their gap is larger than the replica-to-replica noise. So every group
-gets an interval of its mean, and every comparison the test that fits the design:
-
-- **paired t** on the per-replica differences when the two groups ran the same replicas (the
-  same folds, the same seeds): fold 3 is hard for every configuration, and pairing removes that
-  shared part of the noise; the Wilcoxon signed-rank test goes alongside from 6 pairs (with
-  fewer, its smallest two-sided p-value, 2/2^n, is above 0.05: it could never say "differs");
+- **paired t** on the per-replica differences when both groups ran the same replicas: fold 3
+  is hard for every configuration, and pairing removes that shared part of the noise; the
+  Wilcoxon signed-rank test goes alongside from 6 pairs (with fewer, its smallest two-sided
+  p-value, 2/2^n, is above 0.05: it could never say "differs");
 - **Welch's t** when the replicas cannot be matched (fewer than 2 shared, or one repeats).
 
-A group's interval is Student's t interval of the mean, cut to the metric's range (an
-accuracy in [0, 1], a loss >= 0, r2 <= 1): the mean of values in a range lies in that range,
-so the cut part holds no possible mean and the coverage stays what t gives. `ci_method` says
-whether a row was cut. Undefined parts are None with a `note`, never NaN and never a warning.
+The p-values are Holm-adjusted, metric by metric; a group "differs" when its adjusted p is
+below 0.05 and is "within noise" otherwise. Pooling jobs of different configurations means
+nothing, so there is no "all jobs" row unless the sweep is one configuration. Undefined parts
+are None with a `note`, never NaN and never a warning.
 
-scipy is imported inside the functions: the summary callback is built for every Hydra run,
-including `--help`, and must stay light until it writes a summary."""
+scipy and matplotlib are imported inside the functions: the summary callback is built for
+every Hydra run, including `--help`, and must stay light until it writes a summary."""
 
 import csv
 import json
 import math
 import statistics
+import textwrap
 from pathlib import Path
 
 # ----------------------------------------------------------------- stats
@@ -114,15 +102,8 @@ def describe_values(values: list[float], bounds=(None, None)) -> dict:
         raise ValueError("describe() needs at least one value")
     n, mean = len(values), statistics.fmean(values)
     if n < 2:
-        return {
-            "n": 1,
-            "mean": mean,
-            "std": None,
-            "ci95_low": None,
-            "ci95_high": None,
-            "ci_method": None,
-            "note": NO_INTERVAL,
-        }
+        spread = dict.fromkeys(("std", "ci95_low", "ci95_high", "ci_method"))
+        return {"n": 1, "mean": mean, **spread, "note": NO_INTERVAL}
     std = 0.0 if min(values) == max(values) else statistics.stdev(values)
     half = _t_quantile(n - 1) * std / math.sqrt(n)
     floor, ceiling = bounds
@@ -150,17 +131,8 @@ def welch_dof(var_a: float, n_a: int, var_b: float, n_b: int) -> float:
 
 
 def _empty(diff: float, test: str | None, note: str) -> dict:
-    return {
-        "test": test,
-        "n_pairs": None,
-        "diff": diff,
-        "diff_ci95_low": None,
-        "diff_ci95_high": None,
-        "dof": None,
-        "p": None,
-        "wilcoxon_p": None,
-        "note": note,
-    }
+    keys = ("test", "n_pairs", "diff", "diff_ci95_low", "diff_ci95_high", "dof", "p", "wilcoxon_p")
+    return dict.fromkeys(keys) | {"test": test, "diff": diff, "note": note}
 
 
 def welch(values: list[float], reference: list[float], note: str = "") -> dict:
@@ -232,12 +204,10 @@ def compare(values: list[tuple[str, float]], reference: list[tuple[str, float]])
     if len(shared) >= 2:
         mine, theirs = dict(values), dict(reference)
         left = [r for r in ids if r not in shared] + [r for r in ref_ids if r not in shared]
-        note = ""
-        if left:
-            note = f"paired on the {len(shared)} replicas both groups have; left out: " + ", ".join(
-                left
-            )
-        return paired([mine[r] for r in shared], [theirs[r] for r in shared], note)
+        note = f"paired on the {len(shared)} replicas both groups have; left out: " if left else ""
+        return paired(
+            [mine[r] for r in shared], [theirs[r] for r in shared], note + ", ".join(left)
+        )
     if not unique:
         why = "Welch: a replica (seed, fold) repeats or is unnamed, so pairs cannot be matched"
     elif shared:
@@ -320,16 +290,12 @@ def replicas_of(members: list[dict], metric: str, objective: str) -> list[dict]:
     return out
 
 
-def values_of(members: list[dict], metric: str, objective: str) -> list[float]:
-    return [r["value"] for r in replicas_of(members, metric, objective)]
-
-
 def best_group(groups: dict[str, list[dict]], objective: str, mode: str) -> str | None:
     """The group with the best mean objective (the first one on a tie)."""
     means = {
         g: statistics.fmean(v)
         for g, m in groups.items()
-        if (v := values_of(m, objective, objective))
+        if (v := [r["value"] for r in replicas_of(m, objective, objective)])
     }
     if not means:
         return None
@@ -369,12 +335,11 @@ def compute(
     comparisons = []
     for metric in metrics if best else ():
         reference = _pairs(groups[best], metric, objective)
-        family = []
-        for name, members in groups.items():
-            values = _pairs(members, metric, objective)
-            if name != best and values and reference:
-                family.append({"group": name, "best_group": best, "metric": metric})
-                family[-1].update(compare(values, reference))
+        family = [
+            {"group": name, "best_group": best, "metric": metric, **compare(values, reference)}
+            for name, members in groups.items()
+            if name != best and reference and (values := _pairs(members, metric, objective))
+        ]
         _judge(family, mode if metric == objective else None)
         comparisons += family
     return {
@@ -448,11 +413,17 @@ def p_text(value) -> str:
     return "" if value is None else (f"{value:.1e}" if value < 1e-3 else f"{value:.3f}")
 
 
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a markdown table (cells escaped by the caller)."""
+    return [_md_row(header), "|" + "---|" * len(header), *map(_md_row, rows)]
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def _groups_table(summary: dict) -> list[str]:
-    lines = [
-        "| group | metric | n | mean ± std | 95% CI | interval |",
-        "|---|---|---|---|---|---|",
-    ]
+    rows = []
     for r in summary["groups"]:
         best = " *" if r["group"] == summary["best_group"] else ""
         spread = "" if r["std"] is None else f" ± {r['std']:.4f}"
@@ -465,18 +436,13 @@ def _groups_table(summary: dict) -> list[str]:
             interval,
             r["ci_method"] or "",
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows.append(cells)
+    header = ["group", "metric", "n", "mean ± std", "95% CI", "interval"]
+    return _md_table(header, rows)
 
 
 def _comparisons_table(summary: dict) -> list[str]:
-    lines = [
-        (
-            "| group | metric | test | diff | 95% CI of diff | p | Holm p | Wilcoxon p | verdict "
-            "| note |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for c in summary["comparisons"]:
         interval = (
             ""
@@ -496,8 +462,9 @@ def _comparisons_table(summary: dict) -> list[str]:
             c["verdict"],
             _md(c["note"]),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows.append(cells)
+    header = ["group", "metric", "test", "diff", "95% CI of diff", "p", "Holm p", "Wilcoxon p"]
+    return _md_table([*header, "verdict", "note"], rows)
 
 
 def objective_line(summary: dict) -> str:
@@ -587,9 +554,7 @@ def _cell(value) -> str:
 
 def markdown(rows: list[dict], columns: list[str]) -> str:
     names = ["overrides" if c == "varying" else c for c in columns]
-    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
+    return "\n".join(_md_table(names, [[_cell(row[c]) for c in columns] for row in rows]))
 
 
 def replica_offsets(rows: list[dict], width: float = 0.3) -> dict[str, float]:
@@ -647,7 +612,9 @@ def _groups_figure(plt, rows: list[dict], stats: dict):
     for name, points in joined.items():
         if name and len(points) > 1:
             ax.plot(*zip(*points), "-", color="tab:gray", linewidth=0.6, alpha=0.4)
-    labels = [f"{_wrap(r['group'])}\n(n={r['n']})" for r in rows]
+    # a long group name on lines of 28 characters, broken between overrides only
+    wrap = textwrap.TextWrapper(28, break_long_words=False, break_on_hyphens=False).fill
+    labels = [f"{wrap(str(r['group']))}\n(n={r['n']})" for r in rows]
     ax.set_xticks(range(len(rows)), labels, fontsize=8)
     ax.set_xlim(-0.6, len(rows) - 0.4)
     ax.set_ylabel(stats["objective"])
@@ -657,15 +624,6 @@ def _groups_figure(plt, rows: list[dict], stats: dict):
         fontsize=9,
     )
     return fig
-
-
-def _wrap(text: str, width: int = 28) -> str:
-    words, lines = str(text).split(), [""]
-    for word in words:
-        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
-            lines.append("")
-        lines[-1] = f"{lines[-1]} {word}".strip()
-    return "\n".join(lines)
 
 
 def _jobs_figure(plt, records: list[dict], best: set[int], objective: str):
