@@ -5,38 +5,27 @@ train.yaml and compress.yaml set
 
     hydra.run.dir: ${resume_run_dir:${oc.select:ckpt_path,null},${paths.log_dir},${task_name},<new dir>}
 
-which Hydra resolves once, from the config it composed (nothing is composed twice):
+which Hydra resolves once: `last` is the newest logs/<task_name>/runs/* holding
+checkpoints/last.ckpt that trained the composed model on the composed data, a run dir is that
+run, anything else a new timestamped run dir. So logs and new checkpoints continue in the same
+folder; the resumed run's config goes to `.hydra/resume-<time>/` (the original is kept). The
+recipe then turns the value into the checkpoint file (`resolve_checkpoint`), or refuses it in
+one line. A checkpoint *file* keeps Lightning's meaning: resume from it in a new run dir.
 
-    ckpt_path=last        -> the newest logs/<task_name>/runs/* holding checkpoints/last.ckpt
-                             that trained the composed model on the composed data
-    ckpt_path=<run dir>   -> that run
-    anything else         -> a new timestamped run dir
+Scheduler jobs (SLURM, torchrun, submitit) resume in place with no argument: a job's run dir
+is named by its job id (`job_run_dir`, the same on every node and on a requeue), the id is
+written into it (`mark_job`), and a dir holding that id and an unfinished last.ckpt is a
+restarted job (`requeued_checkpoint`). A finished run (metrics.json written) is never
+continued. Imports os, pathlib and omegaconf only (cheap, before Hydra runs).
 
-so CSV, TensorBoard, the log file and new checkpoints continue in the same folder. The resumed
-run's config is saved in `.hydra/resume-<time>/` (`resume_output_subdir`; the original
-`.hydra/config.yaml` is kept). The recipe then turns the value into the checkpoint file
-(`resolve_checkpoint`), or refuses it in one line. A checkpoint *file* keeps Lightning's meaning:
-resume from it in a new run dir.
+A resume takes the run's own settings (`adopt`): `federate.py federate.rounds=8` stopped, then
+`ckpt_path=<run dir>` must go on with 8 rounds, not the default 20. So the stored run config
+is the default of every key a recipe lets it set (`roots`); a key this command's overrides set
+otherwise is refused in one line naming both values; where things are (`paths`, `*_dir`,
+`*_file`) stays this command's. The stored config is data (`trust.check_is_data` first): a
+`_target_` it sets must be a kind the recipe builds there (`targets`)."""
 
-Scheduler jobs (SLURM, torchrun, submitit) resume in place with no argument: a job's run is
-named by its job id (`job_run_dir`: runs/slurm-<SLURM_JOB_ID>, the same on every node and on a
-requeue), the id is written into the run dir when it starts (`mark_job`), and a run whose dir
-already holds that id and an unfinished last.ckpt is a restarted job (`requeued_checkpoint`):
-it continues from there, as after `ckpt_path=last`. A finished run (metrics.json written) is
-never continued: the same job id then starts a new timestamped run (e.g. a second run in one
-salloc session). Imports os, pathlib and omegaconf only (cheap, before Hydra runs).
-
-A resume takes the run's own settings: what a resumed federated run or compress step
-computes comes from the run it continues, not from this command's defaults.
-
-`python src/federate.py federate.rounds=8` stopped, then `ckpt_path=<run dir>` (the command it
-prints) must go on with 8 rounds, not the default 20. So the run config stored in the resume
-file is the default of every key a recipe lets it set (`roots`); a key this command sets on
-its command line (Hydra's task overrides) that differs from the run is refused in one line
-naming both values; where things are (`paths`, `*_dir`, `*_file`) stays this command's. The
-stored config is data (`trust.check_is_data` first): a `_target_` it sets must be a kind the recipe
-builds there (`targets`), any other is refused."""
-
+import itertools
 import os
 import re
 import time
@@ -46,6 +35,7 @@ from omegaconf import OmegaConf
 
 from litlab.checkpointing import trust
 from litlab.errors import UserError
+from litlab.utils.distributed import rank  # as the launcher set it, before any process group
 from litlab.utils.sweep_records import FINISHED  # a run's end: its metrics file
 
 LAST = "last"
@@ -78,17 +68,10 @@ def job_run_dir(log_dir, task_name) -> Path | None:
     return None if (path / FINISHED).is_file() else path
 
 
-def global_rank() -> int:
-    """This process's rank as the launcher set it, before any process group exists."""
-    from litlab.utils.distributed import rank
-
-    return rank()
-
-
 def mark_job(output_dir) -> None:
     """Record the scheduler job in its run dir (rank 0), which `requeued_checkpoint` reads."""
     job = cluster_job()
-    if job is not None and global_rank() == 0:
+    if job is not None and rank() == 0:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         (Path(output_dir) / JOB_FILE).write_text(job + "\n")
 
@@ -100,12 +83,10 @@ def requeued_checkpoint(output_dir) -> Path | None:
     job = cluster_job()
     if job is None or output_dir is None:  # not a scheduler job, or no run dir (composed only)
         return None
-    out = Path(output_dir)
-    marker = out / JOB_FILE
+    marker = Path(output_dir) / JOB_FILE
     if not marker.is_file() or marker.read_text().strip() != job:
         return None
-    last = checkpoint_of(out)
-    return last if last.is_file() and not (out / FINISHED).is_file() else None
+    return _unfinished(output_dir)
 
 
 def swept_checkpoint(output_dir) -> Path | None:
@@ -113,8 +94,13 @@ def swept_checkpoint(output_dir) -> Path | None:
     (`LITLAB_SWEEP_RESUME=1`, set for the job by litlab.sweeps.grid) and it did not finish."""
     if os.environ.get("LITLAB_SWEEP_RESUME") != "1" or output_dir is None:
         return None
-    last = checkpoint_of(Path(output_dir))
-    return last if last.is_file() and not (Path(output_dir) / FINISHED).is_file() else None
+    return _unfinished(output_dir)
+
+
+def _unfinished(run_dir) -> Path | None:
+    """The run dir's last.ckpt, unless there is none or the run finished."""
+    last = checkpoint_of(run_dir)
+    return last if last.is_file() and not (Path(run_dir) / FINISHED).is_file() else None
 
 
 def checkpoint_of(run_dir: Path) -> Path:
@@ -196,7 +182,7 @@ def _run_dir(ckpt_path, log_dir, task_name, new_dir, model=None, data=None) -> s
 def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str | None:
     """.hydra of a new run; .hydra/resume-<time> of a resumed one; none on ranks > 0 of a job
     (rank 0 writes the run's config once)."""
-    if global_rank() > 0:
+    if rank() > 0:
         return None
     job_dir = job_run_dir(log_dir, task_name)
     resumed = run_to_resume(ckpt_path, log_dir, task_name, model, data) or (
@@ -221,7 +207,7 @@ def resolve_checkpoint(cfg) -> None:
     if requeued is not None and (
         cfg.ckpt_path is None or Path(str(cfg.ckpt_path)).resolve() != requeued.resolve()
     ):
-        if global_rank() == 0:
+        if rank() == 0:
             restart = os.environ.get("SLURM_RESTART_COUNT")
             again = f" (restart {restart})" if restart else ""
             who = cluster_job() or "sweep job"
@@ -253,12 +239,15 @@ def _checkpoint_file(ckpt_path, log_dir, task_name, model=None, data=None):
     refuse_empty(ckpt_path)
     value = str(ckpt_path)
     run = run_to_resume(value, log_dir, task_name, model, data)
+
+    def passed_over() -> str:  # the newest runs `last` did not take, and why
+        newer = itertools.takewhile(lambda p: p != run, resumable_runs(log_dir, task_name))
+        return ", ".join([f"{p.name} ({why_not(p, model, data)})" for p in newer][:3])
+
     if run is None and value == LAST:
         runs = Path(log_dir) / str(task_name) / "runs"
-        rejected = [
-            f"{p.name} ({why_not(p, model, data)})" for p in resumable_runs(log_dir, task_name)
-        ]
-        seen = f"; newest rejected: {', '.join(rejected[:3])}" if rejected else ""
+        rejected = passed_over()
+        seen = f"; newest rejected: {rejected}" if rejected else ""
         raise UserError(
             f"ckpt_path=last: no run of task '{task_name}' in {runs} with checkpoints/last.ckpt "
             f"that this command's model and data can resume{seen}; pass its overrides, or "
@@ -272,15 +261,8 @@ def _checkpoint_file(ckpt_path, log_dir, task_name, model=None, data=None):
     if run is None:
         return ckpt_path
     if is_rank_zero():  # DDP ranks > 0 resolve it alike, silently
-        skipped = []
-        if value == LAST:
-            for p in resumable_runs(log_dir, task_name):
-                if p == run:
-                    break
-                skipped.append(f"{p.name} ({why_not(p, model, data)})")
-        note = (
-            f"; skipped newer runs of other settings: {', '.join(skipped[:3])}" if skipped else ""
-        )
+        skipped = passed_over() if value == LAST else ""
+        note = f"; skipped newer runs of other settings: {skipped}" if skipped else ""
         print(f"resuming {run} from {checkpoint_of(run).name}{note}", flush=True)
     return str(checkpoint_of(run))
 
@@ -396,16 +378,10 @@ def _no_nested_target(path: tuple, value, source: str) -> None:
     (trust.check_is_data has checked those): nothing else it names is built."""
     if path[0] in ("data", "model") or not isinstance(value, list | dict):
         return
-    stack = [value]  # bounded: trust.check_is_data refused deep or large trees
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict) and "_target_" in node:
-            raise trust.untrusted_refusal(
-                source,
-                f"names a _target_ in {dotted(path)}, which is not built from a resumed run's file",
-            )
-        stack.extend(
-            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    if any(isinstance(node, dict) and "_target_" in node for _, node, _ in trust.walk(value)):
+        raise trust.untrusted_refusal(
+            source,
+            f"names a _target_ in {dotted(path)}, which is not built from a resumed run's file",
         )
 
 

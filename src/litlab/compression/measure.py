@@ -79,14 +79,12 @@ def file_metadata(run_cfg: dict, datamodule, input_names: list[str]) -> dict:
     return {"kind": tasks.of(datamodule).name, "input_names": input_names, "config": run_cfg}
 
 
-def latency(net, onnx_files: dict, datamodule, batch_sizes, budget_s: float) -> dict:
-    """{"eager_b1": ms, "onnx_b64": ms, ...}: median latency per format and batch size."""
+def latency(net, onnx_files: dict, inputs, batch_sizes, budget_s: float) -> dict:
+    """{"eager_b1": ms, "onnx_b64": ms, ...}: median latency per format and batch size
+    (`inputs`: one sample, or batch size -> the inputs, as `measure_latency` takes them)."""
     from litlab.export.verify import measure_latency
 
-    sample = example(datamodule, 1)[0]
-    rows = measure_latency(
-        net, onnx_files, sample, batch_sizes=tuple(batch_sizes), budget_s=budget_s
-    )
+    rows = measure_latency(net, onnx_files, inputs, tuple(batch_sizes), budget_s=budget_s)
     return {f"{r['format']}_b{r['batch']}": round(r["p50_ms"], 3) for r in rows}
 
 

@@ -79,6 +79,7 @@ def fit(module, train_cfg, dm, callbacks=(), resume: Path | None = None, best: b
 
 
 def _fine_tune_optimizer(run_cfg: dict, lr, epochs: int) -> None:
+    """The stage's optimizer for a fine-tuning of `epochs`: a given `lr`, the schedule's span."""
     model = run_cfg["model"]
     if lr is not None:
         model["optimizer"]["lr"] = lr
@@ -99,20 +100,10 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
             model = graph_structured(stage, run_cfg, step, dm)
         else:
             tasks.of(dm).refuse_compression("prune_structured")
-            net = stage.model.net
-            prune.check_reachable(  # after another step: that step's net
-                net, (measure.example(dm),), ratio, step.round_to, step.importance_norm,
-                dm.dims.get("num_classes"),
-            )  # fmt: skip
-            shapes = prune.structured(
-                net,
-                (measure.example(dm),),
-                ratio,
-                step.steps,
-                step.round_to,
-                step.importance_norm,
-                dm.dims.get("num_classes"),
-            )
+            net, example = stage.model.net, (measure.example(dm),)
+            options = (step.round_to, step.importance_norm, dm.dims.get("num_classes"))
+            prune.check_reachable(net, example, ratio, *options)  # after another step: its net
+            shapes = prune.structured(net, example, ratio, step.steps, *options)
             run_cfg["model"]["net"] = prune.pruned_net_config(run_cfg["model"]["net"], shapes)
             model = rebuild_student(run_cfg, dm)
             prune.check_rebuilds(net, model.net)
@@ -245,8 +236,7 @@ def distill_step(
     optimizer = run_cfg["model"].get("optimizer") or {}  # a model config without one: as is
     if step.get("student") is None and "lr" in optimizer:  # the default student: the kind's lr
         optimizer["lr"] *= tasks.of(dm).distill_lr_factor
-    if (run_cfg["model"].get("scheduler") or {}).get("T_max") is not None:
-        run_cfg["model"]["scheduler"]["T_max"] = cfg.trainer.max_epochs
+    _fine_tune_optimizer(run_cfg, None, cfg.trainer.max_epochs)
     student = rebuild_student(run_cfg, dm)
     if step.get("student") is None:
         inherit_channels(teacher, student, run_cfg, dm)
@@ -355,8 +345,5 @@ def quantize_graph_net(
 def graph_latency(model, dm, files: dict, budget_s: float) -> dict:
     """{"onnx_fp32_b1": ms, "onnx_b1": ms}: one whole input (the graph, or a test batch of
     graphs) per call, as export times graph nets."""
-    from litlab.export.verify import measure_latency
-
     spec = _spec(model, dm)
-    rows = measure_latency(None, files, lambda b: spec.example, (1,), budget_s=budget_s)
-    return {f"{r['format']}_b{r['batch']}": round(r["p50_ms"], 3) for r in rows}
+    return measure.latency(None, files, lambda b: spec.example, (1,), budget_s)

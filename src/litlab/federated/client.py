@@ -9,6 +9,7 @@ LitModule trains under it unchanged.
 
 import logging
 import math
+from functools import partial
 
 import torch
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
@@ -88,11 +89,9 @@ def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_
     model = build.model(cfg, datamodule)
     load_arrays(model, msg.content["arrays"])
     mu = float(msg.content["config"].get("proximal-mu", 0.0))
-    extra = (
-        [ProximalTerm(mu, {k: p.detach().clone() for k, p in model.named_parameters()})]
-        if mu > 0
-        else []
-    )
+    extra = []
+    if mu > 0:  # FedProx: the global weights this round started from
+        extra.append(ProximalTerm(mu, {k: p.detach().clone() for k, p in model.named_parameters()}))
     trainer = build.trainer(cfg, extra_callbacks=extra)
     trainer.fit(model, datamodule=datamodule)
     loss = trainer.callback_metrics.get("train/loss")
@@ -120,6 +119,16 @@ def evaluate_client(config: dict, parts: dict, msg: Message, partition_id: int):
     return RecordDict({"metrics": MetricRecord(metrics)})
 
 
+def _reply(work, msg: Message, context) -> Message:
+    """`work(msg, partition_id)`'s content as the reply to `msg`."""
+    partition_id = int(context.node_config["partition-id"])
+    try:
+        content = work(msg, partition_id)
+    except Exception as err:  # the server records which client failed, and why
+        raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
+    return Message(content, reply_to=msg)
+
+
 def make_client_app(config: dict, parts: dict, fail: list, mods: list) -> ClientApp:
     """A ClientApp over the resolved run config (plain dicts: it travels to Ray workers);
     `parts` = {"train": [[unit ids] per client], "heldout": [[unit ids] per client]}."""
@@ -127,21 +136,11 @@ def make_client_app(config: dict, parts: dict, fail: list, mods: list) -> Client
 
     @app.train()
     def train(msg: Message, context) -> Message:
-        partition_id = int(context.node_config["partition-id"])
-        try:
-            content = train_client(config, parts, fail, msg, partition_id)
-        except Exception as err:  # the server records which client failed, and why
-            raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
-        return Message(content, reply_to=msg)
+        return _reply(partial(train_client, config, parts, fail), msg, context)
 
     @app.evaluate()
     def evaluate(msg: Message, context) -> Message:
-        partition_id = int(context.node_config["partition-id"])
-        try:
-            content = evaluate_client(config, parts, msg, partition_id)
-        except Exception as err:
-            raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
-        return Message(content, reply_to=msg)
+        return _reply(partial(evaluate_client, config, parts), msg, context)
 
     @app.query()
     def query(msg: Message, context) -> Message:

@@ -1,22 +1,15 @@
 """Server side: Flower's strategy (FedAvg, FedProx, ... from config), wrapped to record each
-round, decode compressed updates, and stop the run when no client of a round succeeded.
+round, decode compressed updates, and stop the run when no client of a round succeeded; and
+the round loop (the ServerApp's main): sample, train, aggregate, evaluate, save.
 
-The wrapper delegates aggregation to the wrapped strategy unchanged (FedAvg's mean weighted by
-each client's `num-examples`), in partition order (replies arrive in the order clients finish;
-a float sum in another order differs in the last bits, and runs would not repeat). Which
-clients train is chosen by `rounds.sample_clients` and handed to the strategy as a grid of
-those nodes only. The global model is evaluated centrally (the test split, `CentralEvaluation`)
-and by the round's clients on their held-out parts (`rounds.py`).
-
-The server's round loop (the ServerApp's main): sample, train, aggregate, evaluate, save.
-
-It is Flower's `Strategy.start` loop with what a resumable run needs:
-- rounds can start at any round (a resumed run starts after the last saved one);
-- the clients of round r are drawn from (seed, r) alone (`sample_clients`), in partition ids,
-  so an interrupted and resumed run samples what an uninterrupted one does (Flower draws from
-  random node ids, which differ between runs);
-- after aggregation, the round's clients evaluate the new global model on their held-out
-  parts (client-side evaluation), the server tests it centrally, and `on_round` saves it."""
+The wrapper delegates aggregation to the wrapped strategy unchanged, in partition order
+(replies arrive in the order clients finish; a float sum in another order differs in the last
+bits, and runs would not repeat). The loop is Flower's `Strategy.start` with what a resumable
+run needs: it can start at any round, and the clients of round r are drawn from (seed, r)
+alone (`sample_clients`), in partition ids, so a resumed run samples what an uninterrupted
+one does (Flower draws from random node ids, which differ between runs). After aggregation
+the round's clients evaluate the new global model on their held-out parts, the server tests
+it centrally (`CentralEvaluation`), and `on_round` saves it."""
 
 import logging
 import math
@@ -167,11 +160,8 @@ class ClientEvaluation:
         rows = []
         for m in replies:
             if m.has_error():
-                log.warning(
-                    "round %d: a client's evaluation failed: %s",
-                    server_round,
-                    m.error.reason.splitlines()[0] if m.error.reason else "?",
-                )
+                why = m.error.reason.splitlines()[0] if m.error.reason else "?"
+                log.warning("round %d: a client's evaluation failed: %s", server_round, why)
                 continue
             r = m.content["metrics"]
             if int(r["num-examples"]) > 0 and f"test/{self.metric}" in r:
