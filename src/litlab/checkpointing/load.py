@@ -115,23 +115,20 @@ def without_legacy(state_dict: dict) -> dict:
 
 def check_tensors_fit(state_dict: dict, model_state: dict, source: str) -> None:
     """The checkpoint's tensors are the model's: the same keys, shapes and kinds of values."""
-    detail = None
-    for key, ours in model_state.items():  # a mismatched shape says most about the net held
-        theirs = state_dict.get(key)
-        if theirs is None:
-            continue
-        if tuple(theirs.shape) != tuple(ours.shape):
-            detail = f"{shown(key)} has shape {list(theirs.shape)} there, {list(ours.shape)} here"
-        elif ours.is_floating_point() and not theirs.is_floating_point():
-            detail = f"{shown(key)} holds {theirs.dtype} values there, {ours.dtype} here"
-        if detail is not None:
-            break
-    missing = next((k for k in model_state if k not in state_dict), None)
-    extra = next((k for k in state_dict if k not in model_state), None)
-    if detail is None and missing is not None:
-        detail = f"it lacks {shown(missing)}"
-    elif detail is None and extra is not None:
-        detail = f"it has the unexpected entry {shown(extra)}"
+
+    def problems():  # a mismatched shape first: it says most about the net held
+        for key, ours in model_state.items():
+            theirs = state_dict.get(key)
+            if theirs is not None and tuple(theirs.shape) != tuple(ours.shape):
+                yield f"{shown(key)} has shape {list(theirs.shape)} there, {list(ours.shape)} here"
+            elif theirs is not None and ours.is_floating_point() and not theirs.is_floating_point():
+                yield f"{shown(key)} holds {theirs.dtype} values there, {ours.dtype} here"
+        yield from (f"it lacks {shown(k)}" for k in model_state if k not in state_dict)
+        yield from (
+            f"it has the unexpected entry {shown(k)}" for k in state_dict if k not in model_state
+        )
+
+    detail = next(problems(), None)
     if detail is not None:
         raise _refusal(
             source,

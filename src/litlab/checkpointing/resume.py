@@ -107,15 +107,16 @@ def checkpoint_of(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / "last.ckpt"
 
 
+#: what a resumed run must share with this command besides each node's class: the model's net
+#: (not the optimizer or schedule, which a resume may change), the data's set name
+IDENTITY = {"model": "net", "data": "name"}
+
+
 def _identity(key: str, node) -> dict:
-    """What a resumed run must share with this command: the model's class and net (not the
-    optimizer or schedule, which a resume may change), the data's class and set name."""
     if node is None:
         return {}
     plain = OmegaConf.to_container(node, resolve=False) if not isinstance(node, dict) else node
-    if key == "model":
-        return {"_target_": plain.get("_target_"), "net": plain.get("net")}
-    return {"_target_": plain.get("_target_"), "name": plain.get("name")}
+    return {"_target_": plain.get("_target_"), IDENTITY[key]: plain.get(IDENTITY[key])}
 
 
 def _short(value) -> str:
@@ -141,7 +142,7 @@ def why_not(run: Path, model=None, data=None) -> str | None:
             continue
         if ours.get("_target_") != theirs.get("_target_"):
             return f"{key} {_short(theirs.get('_target_'))}, not {_short(ours.get('_target_'))}"
-        sub = "net" if key == "model" else "name"
+        sub = IDENTITY[key]
         a, b = ours.get(sub) or {}, theirs.get(sub) or {}
         if isinstance(a, dict) and isinstance(b, dict):
             k = next(k for k in sorted({*a, *b}) if a.get(k) != b.get(k))
@@ -280,12 +281,8 @@ def refuse_in_multirun(config_name: str, args: list[str]) -> None:
             )
 
 
-def register_resolvers() -> None:
-    OmegaConf.register_new_resolver("resume_run_dir", _run_dir, replace=True)
-    OmegaConf.register_new_resolver("resume_output_subdir", _output_subdir, replace=True)
-
-
-register_resolvers()
+OmegaConf.register_new_resolver("resume_run_dir", _run_dir, replace=True)
+OmegaConf.register_new_resolver("resume_output_subdir", _output_subdir, replace=True)
 
 
 # ---------------------------------------------------------- run settings

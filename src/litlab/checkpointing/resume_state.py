@@ -103,13 +103,8 @@ class ResumeState(Callback):
         if not in_flight and not 0 < done < t.num_training_batches:
             return boundary  # between epochs: the next loader draws from `rng`
         # a batch in flight was already augmented: keep the state from before it
-        rng = rng_state(self._after_batch_rng if in_flight else None)
-        return {
-            **boundary,
-            "rng": rng if done else None,
-            "epoch_rng": self._epoch_rng,
-            "skip": done,
-        }
+        rng = rng_state(self._after_batch_rng if in_flight else None) if done else None
+        return {**boundary, "rng": rng, "epoch_rng": self._epoch_rng, "skip": done}
 
     def load_state_dict(self, state_dict: dict) -> None:
         # called while the checkpoint is restored, before the train loader draws its order

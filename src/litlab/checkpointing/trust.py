@@ -27,10 +27,11 @@ and last files it names, so a crafted state is a way to delete files: refused
 import inspect
 import os
 import re
+import stat
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 
-from litlab.errors import UserError
+from litlab.errors import UserError, one_line
 
 # a stored target may import a module only from these packages (importing runs its top level)
 IMPORT_ROOTS = (
@@ -269,8 +270,6 @@ def _check_value(key: str, value, source: str) -> None:
 def _check_file(key: str, value, source: str) -> None:
     """A data file a checkpoint names (a split file) is read if it is there, never created: a
     file the checkpoint chose is not written anywhere."""
-    from pathlib import Path
-
     if value is not None and not (isinstance(value, str) and Path(value).is_file()):
         raise UserError(
             f"{named(source)}: its stored config names {key}={shown(value)}, "
@@ -304,8 +303,6 @@ def checked(stored, source: str, overrides: dict | None = None, trust: bool = Fa
     try:
         return OmegaConf.create(config)
     except Exception as err:  # noqa: BLE001  (a trusted file with values OmegaConf refuses)
-        from litlab.errors import one_line
-
         raise untrusted_refusal(source, f"cannot be read as a config: {one_line(err)}") from None
 
 
@@ -320,8 +317,6 @@ def here(config: dict, data_dir, source: str, overridden=(), chosen=None) -> dic
     refused, unless this command names it (`overridden`: its data_overrides) or the user
     chose it for the run that wrote the file (`chosen`: `{"data.data_dir": "/elsewhere"}`,
     kept as is)."""
-    from pathlib import PurePath
-
     data, paths, chosen = config.get("data"), config.get("paths"), chosen or {}
     if not isinstance(data, dict):
         return config
@@ -333,11 +328,8 @@ def here(config: dict, data_dir, source: str, overridden=(), chosen=None) -> dic
         if key in overridden or _is_chosen(chosen.get(f"data.{key}"), value):
             continue  # this command names the folder, or the user did for the run
         inside = isinstance(theirs, str) and isinstance(value, str)
-        if inside:
-            try:
-                rel = PurePath(value).relative_to(theirs)
-            except ValueError:
-                inside = False
+        inside = inside and PurePath(value).is_relative_to(theirs)
+        rel = PurePath(value).relative_to(theirs) if inside else None
         if not inside or ".." in rel.parts:
             raise untrusted_refusal(
                 source,
@@ -412,8 +404,6 @@ def _own_run_dir(ckpt_path) -> Path | None:
 
 def _owned(path: Path) -> bool:
     """Owned by this user (not writable by others); where there are no uids (Windows): True."""
-    import stat
-
     if not hasattr(os, "getuid"):
         return True
     try:

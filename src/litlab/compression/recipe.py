@@ -1,12 +1,10 @@
 """The compress recipe: rebuild a run from its checkpoint, apply the chosen steps in order
-(prune, distill, quantize), and measure the original and every step into a report.
+(prune, distill, quantize), and measure the original and every step into a report
+(compress_report.json: all numbers; compress_report.md: the table a README can show).
 
-compress_report.json (all numbers) and compress_report.md (the table a README can show).
-
-What a compression chain is judged by and what it refuses before it starts: the task
-kind's metric (`Kind.compress_metric`: segmentation's Dice, not the monitor), the int8
-file's allowed loss, and the bad settings of the first steps (a pruning ratio that would empty
-layers, a student larger than its teacher: `students.smaller_student`), found before the
+A chain is judged by the task kind's metric (`Kind.compress_metric`: segmentation's Dice, not
+the monitor) and the int8 file's allowed loss. The bad settings of the first steps (a pruning
+ratio that would empty layers, a student larger than its teacher) are refused before the
 original is measured: its checkpoint is finished work, and a run dir holding one is kept."""
 
 import json
@@ -49,10 +47,8 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     if not cfg.get("trust_checkpoint"):  # its steps, model and source are built from it
         check_is_data(stored, source)
     check_callback_states(ckpt, source)  # a resumed fine-tuning restores them
-    if not isinstance(stored, dict) or stored.get("task_name") != "compress":
-        return cfg, None
-    if "compress_step" not in stored:
-        return cfg, None
+    if stored.get("task_name") != "compress" or "compress_step" not in stored:
+        return cfg, None  # (`load` refused a stored config that is no mapping)
     check_is_data(stored, source)  # a resume file is data, trusted or not: plain values
     links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
     resume = {"path": source, "step": stored["compress_step"], "model": stored.get("model")}
@@ -199,7 +195,7 @@ def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
     elif stage.quantized:  # graphs: one whole input per call, the fp32 file against the int8 one
         files = {"onnx_fp32": out / f"{index}_fp32.onnx", **files}
         lat = steps.graph_latency(stage.model, dm, files, cfg.report.budget_s)
-    return measure.stage_row(stage.name, stage.model.net, ckpt, stage.onnx, value, metric, lat)
+    return measure.stage_row(stage, ckpt, value, metric, lat)
 
 
 # ---------------------------------------------------------------- report

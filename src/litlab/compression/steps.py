@@ -1,14 +1,9 @@
 """The steps a compression chain is made of. Each takes the current `Stage` (a model with the
 run config that rebuilds it) and returns the next; trainings run in Lightning with the
 compress command's trainer, callbacks and logger, so they checkpoint and resume like train.py.
-
-compress=quantize beyond plain tensor nets, and its verdict.
-
 Graph nets are exported and quantized as `src/export.py formats=[onnx_int8]` does it: the
-export Spec of the task kind (inputs, dynamic node/edge/graph axes, calibration graphs from the
-training split), graph caches dropped and pooling sized symbolically (`prepare_net`), and only
-the op types the kind quantizes well (`Kind.int8_op_types`: the dense layers). The int8
-file is then judged by the kind's own test metric (`checks.judge_int8`)."""
+kind's export Spec (inputs, dynamic axes, calibration graphs), graph caches dropped and
+pooling sized symbolically (`prepare_net`), only the op types the kind quantizes well."""
 
 import copy
 import logging
@@ -279,67 +274,52 @@ def inherit_channels(teacher: Stage, student, run_cfg: dict, dm=None) -> None:
 
 
 def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
+    """The stage's net as an int8 ONNX file, quantized as src/export.py quantizes its kind."""
     from litlab.export.quantize import quantize_int8
 
-    tasks.of(dm).refuse_compression("quantize")
-    if not tasks.of(dm).batched_tensor:  # as export.py quantizes graphs
-        from litlab.compression.steps import quantize_graph_net
-
-        _, q = quantize_graph_net(stage.model, dm, step, out, index, stage.run_cfg)
-        return Stage("quantize", stage.model, stage.run_cfg, onnx=q, quantized=True)
-    fp32 = stage.onnx or measure.export_measured(
-        stage.model, dm, out / f"{index}_fp32.onnx", stage.run_cfg
-    )
-    batches = measure.calibration(dm, step.calibration_batches)
+    kind, fp32 = tasks.of(dm), out / f"{index}_fp32.onnx"
+    kind.refuse_compression("quantize")
+    if kind.batched_tensor:
+        source = stage.onnx or measure.export_measured(stage.model, dm, fp32, stage.run_cfg)
+        batches = measure.calibration(dm, step.calibration_batches)
+    else:  # as export.py quantizes graphs
+        spec = _spec(stage.model, dm)
+        source = _export_graph_net(stage.model, spec, dm, fp32, stage.run_cfg)
+        batches = spec.calibration(step.calibration_batches)
     q = quantize_int8(
-        fp32,
+        source,
         batches,
         out / f"{index}_quantize.onnx",
         per_channel=step.per_channel,
-        op_types=tasks.of(dm).int8_op_types,  # as src/export.py quantizes this kind
+        op_types=kind.int8_op_types,  # as src/export.py quantizes this kind
     )
+    read_once = Path(source) if kind.batched_tensor else None  # see recipe._fp32_read_once
     return Stage(
-        "quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True, source_onnx=fp32
+        "quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True, source_onnx=read_once
     )
 
 
 # ------------------------------------------------------------------ int8
 def _spec(model, dm):
-    from litlab import tasks
-
     return tasks.of(dm).export_spec(SimpleNamespace(model=model, datamodule=dm))
 
 
-def quantize_graph_net(
-    model, dm, step, out: Path, index: int, run_cfg: dict | None = None
-) -> tuple[Path, Path]:
-    """(fp32 ONNX, int8 ONNX) of a graph net, both next to the run's checkpoints; `run_cfg`:
-    the run they score on, named in their metadata (eval.py model_path=)."""
-    from litlab import tasks
+def _export_graph_net(model, spec, dm, path: Path, run_cfg: dict) -> Path:
+    """A graph net's fp32 ONNX file beside the run's checkpoints, with the run it scores on
+    named in its metadata (eval.py model_path=)."""
     from litlab.compression.measure import file_metadata
     from litlab.export.onnx import export_onnx
-    from litlab.export.quantize import quantize_int8
     from litlab.export.recipe import prepare_net
 
-    spec = _spec(model, dm)
     copied = SimpleNamespace(net=copy.deepcopy(model.net))  # the model keeps its cache
-    net = prepare_net(copied, tasks.of(dm))
-    fp32 = export_onnx(
-        net,
+    return export_onnx(
+        prepare_net(copied, tasks.of(dm)),
         spec.example,
-        out / f"{index}_fp32.onnx",
+        path,
         input_names=spec.input_names,
         dynamic=spec.dynamic,
-        metadata=file_metadata(run_cfg, dm, spec.input_names) if run_cfg is not None else None,
+        metadata=file_metadata(run_cfg, dm, spec.input_names),
     )
-    int8 = quantize_int8(
-        fp32,
-        spec.calibration(step.calibration_batches),
-        out / f"{index}_quantize.onnx",
-        per_channel=step.per_channel,
-        op_types=tasks.of(dm).int8_op_types,
-    )
-    return Path(fp32), Path(int8)
 
 
 def graph_latency(model, dm, files: dict, budget_s: float) -> dict:

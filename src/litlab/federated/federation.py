@@ -96,9 +96,7 @@ def _data_and_model(cfg: DictConfig, f, ckpt, resumed):
     datamodule.prepare_data()
     datamodule.setup("fit")
     parts, counts = partitions_of(datamodule, f)
-    if resumed is not None and resumed["partitions"] != state.digest(
-        parts["train"] + parts["heldout"]
-    ):
+    if resumed is not None and resumed["partitions"] != state.digest(parts):
         raise UserError(
             f"ckpt_path={cfg.ckpt_path}: the partitions differ from the run's "
             "(its data changed?); resuming would not continue the same run"
@@ -129,10 +127,8 @@ class Federation:
         self.clients = ClientEvaluation(self.metric, mode) if f.client_eval else None
         # the global checkpoint carries the run config, as train.py's do (eval.py, load_run);
         # data_split.json names the items of each split (clients share the training items)
-        split = SplitFile(self.out / NAME)
-        self.trainer = build.trainer(
-            cfg, extra_callbacks=[RunConfigInCheckpoint(self.config), split]
-        )
+        callbacks = [RunConfigInCheckpoint(self.config), SplitFile(self.out / NAME)]
+        self.trainer = build.trainer(cfg, extra_callbacks=callbacks)
         self.central = CentralEvaluation(model, datamodule, self.trainer)
         self.start, self.saved = 1, None  # the first round to run; the last one on disk
         if resumed is not None:
@@ -184,7 +180,7 @@ class Federation:
                     "rounds": self.recorded.rounds,
                     "central": self.central.results,
                     "clients": self.clients.results if self.clients else {},
-                    "partitions": state.digest(self.parts["train"] + self.parts["heldout"]),
+                    "partitions": state.digest(self.parts),
                     "rng": state.global_rng_state(),
                 },
             )

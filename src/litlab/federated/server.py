@@ -105,7 +105,6 @@ class CentralEvaluation:
     def __init__(self, model, datamodule, trainer):
         self.model, self.datamodule, self.trainer = model, datamodule, trainer
         self.results: dict[int, dict[str, float]] = {}
-        self.arrays: ArrayRecord | None = None
 
     def initial_arrays(self) -> ArrayRecord:
         from litlab.federated.client import exchanged
@@ -116,7 +115,6 @@ class CentralEvaluation:
         from litlab.federated.client import load_arrays
 
         load_arrays(self.model, arrays)
-        self.arrays = arrays
         metrics = self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)[0]
         self.results[server_round] = {k: float(v) for k, v in metrics.items()}
         return MetricRecord(self.results[server_round])

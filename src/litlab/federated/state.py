@@ -81,9 +81,10 @@ class RunState(_Plain):
         return self
 
 
-def digest(parts: list[list[int]]) -> str:
+def digest(parts: dict[str, list[list[int]]]) -> str:
+    """SHA-256 of the clients' training parts, then their held-out parts."""
     h = hashlib.sha256()
-    for p in parts:
+    for p in parts["train"] + parts["heldout"]:
         h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")
     return h.hexdigest()
 
