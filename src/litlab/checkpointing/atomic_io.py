@@ -72,7 +72,7 @@ def _refuse_linked_folder(path: Path) -> None:
         target = folder.resolve()
     except (OSError, RuntimeError):  # a loop of links
         target = Path(os.readlink(folder))
-    if target != run and run not in target.parents:
+    if not target.is_relative_to(run):
         raise UserError(
             f"{folder} is a symbolic link to {target}, outside its run dir {run}: litlab writes "
             f"and deletes no checkpoint through a link that leaves the run dir; replace the "
@@ -105,9 +105,10 @@ def _sealed(root: Path, folder: Path) -> bool:
 
 def links_out(run: Path) -> tuple[Path, Path | None] | None:
     """(link, where it leads; None for a hard link) of the first way out of `run`, else None:
-    a symbolic link inside it whose target lies outside it, or a file hard-linked from elsewhere (it has more names
-    than the run dir holds). A resumed run writes its checkpoints, logs and config records into
-    its folders, and must never write (nor rewrite or delete old checkpoints) through one."""
+    a symbolic link inside it whose target lies outside it, or a file hard-linked from
+    elsewhere (it has more names than the run dir holds). A resumed run writes its checkpoints,
+    logs and config records into its folders, and must never write (nor rewrite or delete old
+    checkpoints) through one."""
     root = Path(run).resolve()
     names: dict[tuple, list] = {}  # (device, inode) -> [link count, paths in the run dir...]
     for folder, dirs, files in os.walk(root):  # a linked folder is listed, never entered
@@ -122,7 +123,7 @@ def links_out(run: Path) -> tuple[Path, Path | None] | None:
                     target = path.resolve()
                 except (OSError, RuntimeError):  # a loop of links: leads nowhere inside
                     return path, Path(os.readlink(path))
-                if target != root and root not in target.parents:
+                if not target.is_relative_to(root):
                     return path, target
             elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                 names.setdefault((st.st_dev, st.st_ino), [st.st_nlink]).append(path)

@@ -157,20 +157,15 @@ def resumable_runs(log_dir: Path, task_name: str) -> list[Path]:
     return sorted((p for p in runs if checkpoint_of(p).is_file()), reverse=True)
 
 
-def latest_run(log_dir: Path, task_name: str, model=None, data=None) -> Path | None:
-    """The newest run dir of the task with a last.ckpt that this model and data can resume."""
-    return next(
-        (p for p in resumable_runs(log_dir, task_name) if why_not(p, model, data) is None), None
-    )
-
-
 def run_to_resume(ckpt_path, log_dir, task_name, model=None, data=None) -> Path | None:
-    """The run dir that `ckpt_path` names (`last`, or a run dir with a last.ckpt), else None."""
+    """The run dir that `ckpt_path` names, else None: for `last`, the newest run dir of the task
+    with a last.ckpt that this model and data can resume."""
     if ckpt_path is None or _names_nothing(ckpt_path):  # not the working directory
         return None
     value = str(ckpt_path)
     if value == LAST:
-        return latest_run(Path(log_dir), str(task_name), model, data)
+        runs = resumable_runs(Path(log_dir), str(task_name))
+        return next((p for p in runs if why_not(p, model, data) is None), None)
     path = Path(value)
     return path.resolve() if path.is_dir() and checkpoint_of(path).is_file() else None
 
@@ -197,10 +192,8 @@ def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str 
 def resolve_checkpoint(cfg) -> None:
     """Sets `cfg.ckpt_path` to the file it names: last.ckpt of the run that `last` or a run dir
     names; a file (or None) stays. One line when `last` finds no run or a folder is not a run.
-    A restarted scheduler job continues its own last.ckpt whatever ckpt_path says (the first
-    run may have started from a file: the requeued one goes on from where it stopped).
-    A job of a resumed grid sweep continues its own last.ckpt alike (`swept_checkpoint`).
-    The first thing the train and compress recipes do."""
+    A restarted scheduler job, or a job of a resumed grid sweep, continues its own last.ckpt
+    whatever ckpt_path says (the first run may have started from a file)."""
     cfg.ckpt_path = _checkpoint_file(
         cfg.get("ckpt_path"), cfg.paths.log_dir, cfg.task_name, cfg.get("model"), cfg.get("data")
     )
@@ -299,9 +292,7 @@ def explicit_keys() -> list[tuple[str, ...]] | None:
         return None
     keys = []
     for text in HydraConfig.get().overrides.task:
-        key = str(text).split("=", 1)[0].lstrip("+~")
-        if "@" in key:
-            key = key.split("@", 1)[1]
+        key = str(text).split("=", 1)[0].lstrip("+~").split("@", 1)[-1]  # `x@a.b`: a.b
         path = tuple(key.replace("/", ".").split("."))
         keys.append(() if path[0] == "experiment" else path)
     return keys

@@ -198,12 +198,9 @@ SCALARS = (str, int, float, bool, type(None))
 
 def _kinds_at(path: str):
     """(kinds, functions) allowed at `path`; None where nothing is built from the file."""
-    top = path.split(".")[0].split("[")[0]
     if path in ROOTS:
         return ROOTS[path], ()
-    if top in BUILT:
-        return PARTS, NET_FUNCTIONS
-    return None
+    return (PARTS, NET_FUNCTIONS) if path.split(".")[0].split("[")[0] in BUILT else None
 
 
 def check_is_data(config, source: str) -> None:

@@ -280,14 +280,11 @@ def precheck(stage, teacher, cfg, dm) -> None:
     chain = list(cfg.compress)
     first = cfg.compress[chain[0]]
     # graphs are pruned by width: steps.check_graph_prune
-    graph = not tasks.of(dm).batched_tensor
-    if chain[0] == "prune" and first.method == "structured" and not graph:
+    if chain[0] == "prune" and first.method == "structured" and tasks.of(dm).batched_tensor:
         tasks.of(dm).refuse_compression("prune_structured")
-        num_classes = dm.dims.get("num_classes")
-        example = (measure.example(dm),)
         prune.check_reachable(
-            stage.model.net, example, float(first.ratio), first.round_to,
-            first.importance_norm, num_classes,
+            stage.model.net, (measure.example(dm),), float(first.ratio), first.round_to,
+            first.importance_norm, dm.dims.get("num_classes"),
         )  # fmt: skip
     if "distill" in chain:
         source = teacher or stage
