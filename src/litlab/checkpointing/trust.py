@@ -170,7 +170,7 @@ def target_refusal(name, kinds, functions=NET_FUNCTIONS) -> str | None:
     return None
 
 
-def walk(config: dict):
+def config_nodes(config: dict):
     """(key path, node, depth) of every dict and list in the tree, depth-first, iteratively
     (a crafted deep nesting yields `TooBig` and ends, not a RecursionError)."""
     stack = [("", config, 0)]
@@ -212,7 +212,7 @@ def check_is_data(config, source: str) -> None:
         raise untrusted_refusal(
             source, "has a 'hydra' node (Hydra's own settings are never stored)"
         )
-    for path, node, _ in walk(config):
+    for path, node, _ in config_nodes(config):
         if isinstance(node, TooBig):
             raise untrusted_refusal(
                 source, f"is nested deeper than {MAX_DEPTH} or over {MAX_NODES} nodes"

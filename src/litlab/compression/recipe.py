@@ -51,22 +51,20 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
         return cfg, None  # (`load` refused a stored config that is no mapping)
     check_is_data(stored, source)  # a resume file is data, trusted or not: plain values
     links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
-    resume = {"path": source, "step": stored["compress_step"], "model": stored.get("model")}
+    step, model = stored["compress_step"], stored.get("model")
     _own_settings(cfg, stored, source)
-    if not (
-        type(resume["step"]) is int and 1 <= resume["step"] <= len(cfg.compress)
-    ) or not isinstance(resume["model"], dict):
+    if type(step) is not int or not 1 <= step <= len(cfg.compress) or not isinstance(model, dict):
         raise UserError(
-            f"ckpt_path={shown(source, 200)}: its compress_step={shown(resume['step'])} is not "
+            f"ckpt_path={shown(source, 200)}: its compress_step={shown(step)} is not "
             f"a step of its chain {list(cfg.compress)}, or it holds no model; it is not a "
             "checkpoint compress.py wrote"
         )
     print(
-        f"resuming step {resume['step']} ({list(cfg.compress)[resume['step'] - 1]}) of the "
-        f"compress run of {cfg.ckpt_path}",
+        f"resuming step {step} ({list(cfg.compress)[step - 1]}) of the compress run of "
+        f"{cfg.ckpt_path}",
         flush=True,
     )
-    return cfg, resume
+    return cfg, {"path": source, "step": step, "model": model}
 
 
 def _own_settings(cfg: DictConfig, stored: dict, source: str) -> None:

@@ -277,22 +277,6 @@ def _without_selection(cfg: DictConfig) -> None:
         log.info("federate: callbacks %s left out (clients do not validate)", ", ".join(dropped))
 
 
-def _own_settings(cfg: DictConfig) -> tuple[dict, dict]:
-    """A resume continues the run as it was started (`python src/federate.py ckpt_path=<run
-    dir>`, as printed on a stop): its checkpoint and round state, checked as data, and its
-    settings taken into `cfg` where this command does not set them (`state.own_settings`)."""
-    from litlab.checkpointing import atomic_io as links
-    from litlab.federated import state
-
-    path = Path(cfg.ckpt_path)
-    links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
-    ckpt, resumed = state.load_resumed(path)
-    taken = state.own_settings(cfg, ckpt, str(path), path.parents[1])
-    if taken:
-        log.info("federate: from the run to resume: %s", ", ".join(taken))
-    return ckpt, resumed
-
-
 def _check_taken(cfg: DictConfig, resumed: dict):
     """The settings taken from the run, checked as this command's own (the command's were,
     before): a bad one is the file's, said so in one line."""
@@ -315,6 +299,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     `processes.simulate` (Flower's Ray simulation) unless a test passes an in-process one."""
     from litlab.checkpointing import resume
     from litlab.config import data_paths
+    from litlab.federated import state
 
     # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt
     resume.resolve_checkpoint(cfg)
@@ -322,11 +307,12 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     if typed:
         log.info("federate: data paths made absolute (as typed: %s)", typed)
     f = check_federated(cfg)
-    ckpt, resumed = (None, None) if cfg.get("ckpt_path") is None else _own_settings(cfg)
-    if resumed is not None:
+    ckpt, resumed = None, None
+    if cfg.get("ckpt_path") is not None:
+        ckpt, resumed, taken = state.own_settings(cfg)
+        if taken:
+            log.info("federate: from the run to resume: %s", ", ".join(taken))
         f = _check_taken(cfg, resumed)
-    from litlab.federated.federation import Federation
-
     return Federation(cfg, f, ckpt, resumed).run(engine)
 
 

@@ -173,20 +173,27 @@ def _check_rng(rng: dict, path) -> None:
         ) from None
 
 
-def own_settings(cfg, ckpt: dict, source: str, run_dir: Path) -> list[str]:
-    """The run's own settings into `cfg` (`resume.adopt`): its stored config is checked as data
-    first, its data folders moved to this command's data dir (`trust.here`). Returns the keys
-    taken from the run."""
+def own_settings(cfg) -> tuple[dict, dict, list[str]]:
+    """A resume continues the run as it was started (`python src/federate.py ckpt_path=<run
+    dir>`, as printed on a stop): (checkpoint, round state, the keys taken from the run). Its
+    settings go into `cfg` where this command does not set them (`resume.adopt`), its stored
+    config checked as data first, its data folders moved to this command's (`trust.here`)."""
     from flwr.serverapp.strategy import Strategy  # noqa: F401  (imported: its subclasses match)
 
-    from litlab.checkpointing import resume, trust
+    from litlab.checkpointing import atomic_io, resume, trust
 
+    path = Path(cfg.ckpt_path)
+    source = str(path)
+    atomic_io.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
+    ckpt, resumed = load_resumed(path)
     stored = ckpt[CONFIG_KEY]
     trust.check_is_data(stored, source)  # plain data, only the kinds of targets built from a file
     explicit = resume.explicit_keys() or []
     mine = tuple(k[1] for k in explicit if len(k) == 2 and k[0] == "data")
     stored = trust.here(stored, cfg.paths.data_dir, source, overridden=mine)
-    return resume.adopt(cfg, stored, source, ROOTS, TARGETS, free=FREE, started=_started(run_dir))
+    started = _started(path.parents[1])
+    taken = resume.adopt(cfg, stored, source, ROOTS, TARGETS, free=FREE, started=started)
+    return ckpt, resumed, taken
 
 
 def federated_resume_command(run_dir: Path) -> str:
