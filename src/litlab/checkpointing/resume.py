@@ -366,9 +366,8 @@ def _no_nested_target(path: tuple, value, source: str) -> None:
     (trust.check_is_data has checked those): nothing else it names is built."""
     if path[0] in ("data", "model") or not isinstance(value, list | dict):
         return
-    if any(
-        isinstance(node, dict) and "_target_" in node for _, node, _ in trust.config_nodes(value)
-    ):
+    nodes = (node for _, node, _ in trust.config_nodes(value))
+    if any(isinstance(node, dict) and "_target_" in node for node in nodes):
         raise trust.untrusted_refusal(
             source,
             f"names a _target_ in {dotted(path)}, which is not built from a resumed run's file",

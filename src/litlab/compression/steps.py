@@ -9,6 +9,7 @@ import copy
 import logging
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -127,15 +128,10 @@ def candidate(run_cfg: dict, model_cfg: dict, dm):
         quiet.setLevel(level)
 
 
-def _gnn_builder(run_cfg: dict, dm):
-    """width -> the run's GNN with `hidden_channels=width` (fresh weights)."""
-    net_cfg = run_cfg["model"]["net"]
-
-    def build(width: int):
-        model_cfg = {**run_cfg["model"], "net": {**net_cfg, "hidden_channels": width}}
-        return candidate(run_cfg, model_cfg, dm).net.eval()
-
-    return build
+def _gnn(run_cfg: dict, dm, width: int):
+    """The run's GNN with `hidden_channels=width` (fresh weights)."""
+    model_cfg = {**run_cfg["model"], "net": {**run_cfg["model"]["net"], "hidden_channels": width}}
+    return candidate(run_cfg, model_cfg, dm).net.eval()
 
 
 def own_pruning(net, net_cfg: dict):
@@ -155,7 +151,7 @@ def check_graph_prune(stage: Stage, step, dm) -> None:
     if its ratio would leave the hidden layers without channels (or the net has none)."""
     if step.method == "structured" and not tasks.of(dm).batched_tensor:
         net_cfg = stage.run_cfg["model"]["net"]
-        build = _gnn_builder(stage.run_cfg, dm)
+        build = partial(_gnn, stage.run_cfg, dm)
         net = own_pruning(stage.model.net, net_cfg)
         net.prune_plan(net_cfg, build, float(step.ratio), step.round_to)
 
@@ -166,7 +162,7 @@ def graph_structured(stage: Stage, run_cfg: dict, step, dm):
     net_cfg = run_cfg["model"]["net"]
     net, width = own_pruning(stage.model.net.eval(), net_cfg).pruned(
         net_cfg,
-        _gnn_builder(run_cfg, dm),
+        partial(_gnn, run_cfg, dm),
         float(step.ratio),
         step.steps,
         step.round_to,
@@ -191,18 +187,15 @@ def student_config(step, teacher_model_cfg: dict, run_cfg: dict, dm) -> dict:
     if "_target_" not in student:
         student = OmegaConf.to_container(OmegaConf.merge(teacher_model_cfg, student), resolve=True)
         if ratio is not None:
-            return fitting_student(teacher_model_cfg, student, _counter(run_cfg, dm), ratio)
-    smaller_student(student, teacher_model_cfg, _counter(run_cfg, dm))  # as given: no wider
+            count = partial(_parameters, run_cfg, dm)
+            return fitting_student(teacher_model_cfg, student, count, ratio)
+    smaller_student(student, teacher_model_cfg, partial(_parameters, run_cfg, dm))  # no wider
     return student
 
 
-def _counter(run_cfg: dict, dm):
-    """model config -> the parameters of its model, built for this data."""
-
-    def count(model_cfg: dict) -> int:
-        return sum(p.numel() for p in candidate(run_cfg, model_cfg, dm).parameters())
-
-    return count
+def _parameters(run_cfg: dict, dm, model_cfg: dict) -> int:
+    """The parameters of the model `model_cfg` builds for this data."""
+    return sum(p.numel() for p in candidate(run_cfg, model_cfg, dm).parameters())
 
 
 def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:

@@ -1,11 +1,9 @@
 """The Flower ClientApp: one client trains litlab's own LightningModule on its partition.
 
-Each Ray worker builds the datamodule once (cached per process), then for every message it
-gets: the model from the run config (`litlab.config.build`), the global weights loaded into
-it, and a Lightning Trainer built from the same config as train.py's, fit for `local_epochs`
-on the client's partition only. FedProx's proximal term enters as a gradient callback, so any
-LitModule trains under it unchanged.
-"""
+Each Ray worker builds the datamodule once (cached per process); for every message it builds
+the model from the run config, loads the global weights and fits a Trainer built as train.py's
+for `local_epochs` on the client's partition only. FedProx's proximal term enters as a
+gradient callback, so any LitModule trains under it unchanged."""
 
 import logging
 import math
