@@ -69,14 +69,6 @@ def partitions_of(datamodule, f) -> tuple[dict, dict]:
     return {"train": [p.tolist() for p in train], "heldout": [p.tolist() for p in heldout]}, counts
 
 
-def _quiet_libraries(verbose: bool) -> None:
-    if not verbose:
-        # Flower logs each failed client's traceback; litlab logs one line per failure
-        logging.getLogger("flwr").setLevel(logging.CRITICAL)
-        for name in ("alembic", "lightning.pytorch", "lightning.fabric"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-
-
 def _data_and_model(cfg: DictConfig, f, ckpt, resumed):
     """(datamodule set up for fit, model, client partitions): a data/model mismatch, weights
     that do not fit, or partitions other than the resumed run's are one line, before any
@@ -117,7 +109,10 @@ class Federation:
 
         self.cfg, self.f, self.resumed = cfg, f, resumed
         self.out = Path(cfg.paths.output_dir)
-        _quiet_libraries(f.verbose)
+        if not f.verbose:  # Flower logs each failed client's traceback; litlab logs one line
+            logging.getLogger("flwr").setLevel(logging.CRITICAL)
+            for name in ("alembic", "lightning.pytorch", "lightning.fabric"):
+                logging.getLogger(name).setLevel(logging.WARNING)
         datamodule, model, self.parts = _data_and_model(cfg, f, ckpt, resumed)
         self.config = OmegaConf.to_container(cfg, resolve=True)
         strategy, self.mods = strategy_of(cfg)
