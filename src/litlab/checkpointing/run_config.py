@@ -14,6 +14,7 @@ result can be traced back and a queued job's code told apart from today's. Check
 `code` and `packages` (key `litlab_provenance`); eval.py compares them with the code it runs
 (`code_note`). Standard library only; git is optional."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -68,10 +69,8 @@ HASH_LIMIT = 2 * 1024**3  # data bytes hashed per run; larger sets record sizes 
 def package_versions() -> dict:
     versions = {"python": platform.python_version()}
     for name in PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return versions
 
 
