@@ -5,12 +5,11 @@ train.yaml and compress.yaml set
 
     hydra.run.dir: ${resume_run_dir:${oc.select:ckpt_path,null},${paths.log_dir},${task_name},<new dir>}
 
-which Hydra resolves once: `last` is the newest logs/<task_name>/runs/* holding
-checkpoints/last.ckpt that trained the composed model on the composed data, a run dir is that
-run, anything else a new timestamped run dir. So logs and new checkpoints continue in the same
-folder; the resumed run's config goes to `.hydra/resume-<time>/` (the original is kept). The
-recipe then turns the value into the checkpoint file (`resolve_checkpoint`), or refuses it in
-one line. A checkpoint *file* keeps Lightning's meaning: resume from it in a new run dir.
+which Hydra resolves once: `last` is the newest run dir of the task whose last.ckpt trained
+the composed model on the composed data, a run dir is that run, anything else a new one. So
+logs and checkpoints continue in the same folder (its config in `.hydra/resume-<time>/`); the
+recipe then turns the value into the file (`resolve_checkpoint`), or refuses it in one line.
+A checkpoint *file* keeps Lightning's meaning: resume from it in a new run dir.
 
 Scheduler jobs (SLURM, torchrun, submitit) resume in place with no argument: a job's run dir
 is named by its job id (`job_run_dir`, the same on every node and on a requeue), the id is
@@ -181,10 +180,8 @@ def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str 
     if rank() > 0:
         return None
     job_dir = job_run_dir(log_dir, task_name)
-    resumed = run_to_resume(ckpt_path, log_dir, task_name, model, data) or (
-        job_dir if job_dir is not None and (job_dir / ".hydra").is_dir() else None
-    )
-    if resumed is None:
+    job_started = job_dir is not None and (job_dir / ".hydra").is_dir()
+    if not job_started and run_to_resume(ckpt_path, log_dir, task_name, model, data) is None:
         return ".hydra"
     return f".hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
 

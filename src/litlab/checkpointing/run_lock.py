@@ -53,9 +53,8 @@ class RunLock:
     def holder(self) -> tuple[int, str] | None:
         """(PID, host) written by the last process that held the lock, if any (a host that is
         not a plain host name reads as `?`)."""
-        lines = self._read()
         try:
-            pid, host = lines[0].split()[:2]
+            pid, host = self._read()[0].split()[:2]
             return int(pid), host if HOST.fullmatch(host) else "?"
         except (IndexError, ValueError):
             return None

@@ -139,12 +139,10 @@ def structured(
 def copy_kept_channels(
     teacher: nn.Module, student: nn.Module, example_inputs, norm: int = 2
 ) -> bool:
-    """Fill `student` (the teacher's net with fewer channels per layer: the same layer names)
-    with the teacher's most important channels: each channel group of the teacher (the layers
-    Torch-Pruning's dependency graph couples, as structured pruning removes them) keeps the
-    channels of largest L`norm` magnitude, as many as the student's layer of the same name has.
-    False, and `student` untouched, where the pruned teacher does not have the student's tensor
-    shapes or Torch-Pruning cannot trace the net."""
+    """Fill `student` (the teacher's net with fewer channels per layer) with the teacher's most
+    important channels: each channel group Torch-Pruning couples keeps the channels of largest
+    L`norm` magnitude, as many as the student's layer of the same name has. False, and
+    `student` untouched, where the shapes do not match or Torch-Pruning cannot trace the net."""
     net = copy.deepcopy(teacher).eval()  # traced, not trained: no statistics move
     widths = {name: shape_of(m) for name, m in student.named_modules()}
     try:

@@ -222,10 +222,8 @@ def run_rounds(
     for rnd in range(start, settings.rounds + 1):
         if rnd == start and before_first is not None:
             before_first()
-        chosen = [
-            nodes[p]
-            for p in sample_clients(settings.seed, rnd, settings.num_clients, settings.fraction)
-        ]
+        sampled = sample_clients(settings.seed, rnd, settings.num_clients, settings.fraction)
+        chosen = [nodes[p] for p in sampled]
         messages = strategy.configure_train(rnd, arrays, ConfigRecord(), _Nodes(grid, chosen))
         replies = list(grid.send_and_receive(messages, timeout=TIMEOUT_S))
         aggregated, _ = strategy.aggregate_train(rnd, replies)
