@@ -1,9 +1,6 @@
 """Atomic checkpoint writes: a `kill -9` or a power cut during a save never leaves a truncated
 `last.ckpt`. The file is written beside its target, flushed to disk, then renamed over it
 (`os.replace` is atomic on POSIX and Windows), so a reader sees the old file or the new one.
-Nor is a checkpoint written or deleted through a checkpoint folder that is a symbolic link out
-of its run dir (`<run>/checkpoints -> /elsewhere`): a resume refuses such a run dir before it
-starts (`links.check_links`), and a link made while a run goes is refused here.
 
 Nothing is written through a symbolic link that leaves a run dir. A resumed run
 (`ckpt_path=<run dir>` or `last`, a requeued job) writes its checkpoints, logs, CSV rows and
@@ -11,8 +8,9 @@ config records into the folders of an existing run dir; one of them linking else
 (`checkpoints -> /other/folder`) would have new checkpoints written, and old ones rewritten
 or deleted, there. `check_links` refuses such a run dir in one line before Hydra writes into
 it (called with the run dir's location checks, `runs.run_dir.check_location`);
-`atomic_io` refuses a checkpoint folder that links out while a run goes."""
+`AtomicCheckpointIO` refuses a checkpoint folder that links out while a run goes."""
 
+import contextlib
 import fnmatch
 import os
 import stat
@@ -38,25 +36,31 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path = Path(path)
         _refuse_linked_folder(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in path.parent.glob(f".{path.name}.*{TMP_SUFFIX}"):  # left by a killed save
-            stale.unlink(missing_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)  # make the rename itself durable
+        write_atomic(path, lambda f: torch.save(checkpoint, f))
 
     def remove_checkpoint(self, path) -> None:
         """Lightning deletes the previous best/last files: never through a linked folder."""
         if "://" not in str(path):
             _refuse_linked_folder(Path(path))
         super().remove_checkpoint(path)
+
+
+def write_atomic(path: Path, write) -> None:
+    """`write(file)` into a temp file beside `path`, flushed to disk, then renamed over it: a
+    reader (or a kill) sees the old file or the new one."""
+    for stale in path.parent.glob(f".{path.name}.*{TMP_SUFFIX}"):  # left by a killed write
+        stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)  # make the rename itself durable
 
 
 def _refuse_linked_folder(path: Path) -> None:
@@ -68,10 +72,7 @@ def _refuse_linked_folder(path: Path) -> None:
         target = folder.resolve()
     except (OSError, RuntimeError):  # a loop of links
         target = Path(os.readlink(folder))
-    if target != run and run not in target.parents:
-        from litlab.errors import UserError
-        from litlab.utils.commands import override
-
+    if not target.is_relative_to(run):
         raise UserError(
             f"{folder} is a symbolic link to {target}, outside its run dir {run}: litlab writes "
             f"and deletes no checkpoint through a link that leaves the run dir; replace the "
@@ -84,12 +85,9 @@ def _fsync_dir(folder: Path) -> None:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:  # e.g. Windows cannot open folders
         return
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    os.close(fd)
 
 
 # ----------------------------------------------------------------- links
@@ -106,10 +104,11 @@ def _sealed(root: Path, folder: Path) -> bool:
 
 
 def links_out(run: Path) -> tuple[Path, Path | None] | None:
-    """(link, where it leads; None for a hard link) of the first way out of `run`, else None: a symbolic link inside
-    it whose target lies outside it, or a file hard-linked from elsewhere (it has more names
-    than the run dir holds). A resumed run writes its checkpoints, logs and config records into
-    its folders, and must never write (nor rewrite or delete old checkpoints) through one."""
+    """(link, where it leads; None for a hard link) of the first way out of `run`, else None:
+    a symbolic link inside it whose target lies outside it, or a file hard-linked from
+    elsewhere (it has more names than the run dir holds). A resumed run writes its checkpoints,
+    logs and config records into its folders, and must never write (nor rewrite or delete old
+    checkpoints) through one."""
     root = Path(run).resolve()
     names: dict[tuple, list] = {}  # (device, inode) -> [link count, paths in the run dir...]
     for folder, dirs, files in os.walk(root):  # a linked folder is listed, never entered
@@ -124,7 +123,7 @@ def links_out(run: Path) -> tuple[Path, Path | None] | None:
                     target = path.resolve()
                 except (OSError, RuntimeError):  # a loop of links: leads nowhere inside
                     return path, Path(os.readlink(path))
-                if target != root and root not in target.parents:
+                if not target.is_relative_to(root):
                     return path, target
             elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                 names.setdefault((st.st_dev, st.st_ino), [st.st_nlink]).append(path)

@@ -1,12 +1,10 @@
 """The run an exported ONNX file names (`eval.py model_path=`): src/export.py stores the run's
 resolved config, its task kind, the net's input names and the checkpoint it came from in the
 file's metadata, so the file can be scored on the run's own split without the checkpoint.
-
-That metadata is data from elsewhere, as a checkpoint's stored config is: read here with
-bounds (no value over `MAX_VALUE_BYTES`, JSON only), its keys checked for type and size, and
-names in it only looked up among what litlab declares (a task kind by name): nothing it names
-is imported here. The stored config is then checked as a checkpoint's is (`trust.check_is_data`,
-`config.checkpoints.check_stored`) before anything is built from it. No torch at import."""
+That metadata is data from elsewhere: read with bounds (JSON only, no value over
+`MAX_VALUE_BYTES`), its keys checked for type and size, a task kind only looked up by name
+among litlab's, and the stored config checked as a checkpoint's is before anything is built
+from it. No torch at import."""
 
 import json
 from dataclasses import dataclass

@@ -1,19 +1,14 @@
 """Loading checkpoints safely: `weights_only=True` always, and one clear line when a file is
-missing, truncated, corrupt, not a litlab checkpoint, or holds entries of the wrong structure
-(a state_dict that is not tensors, NaN weights, a stored config or provenance that is not a
-mapping): every command that reads a checkpoint reads it here, so each is refused alike.
+missing, truncated, corrupt, not a litlab checkpoint, or holds entries of the wrong structure:
+every command that reads a checkpoint reads it here, so each is refused alike.
 
 A checkpoint's weights are data too: a file from elsewhere may hold a `state_dict` of the
-wrong structure (a list, strings, nested dicts), tensors of the wrong shape, keys another net
-has, or NaN/inf weights that would evaluate and export without a word. Each is one line here,
-before anything is built from it or written:
-
-- `check_tensors` (every load, `checkpointing.load`): a mapping of str -> dense tensor whose
-  floating values are all finite (checked in bounded slices: nothing larger than what
-  `torch.load` already read is allocated);
-- `check_tensors_fit` (`load_run`, before `load_state_dict`): the keys and shapes of the model the
-  stored config builds, the first missing, unexpected or mismatched key named (a huge extra
-  tensor is refused, never copied into the model)."""
+wrong structure, tensors of the wrong shape, keys another net has, or NaN/inf weights that
+would evaluate and export without a word. Each is one line, before anything is built from it
+or written: `check_tensors` (every load: str -> dense tensor, floating values all finite,
+checked in bounded slices so nothing larger than what `torch.load` read is allocated) and
+`check_tensors_fit` (`load_run`, before `load_state_dict`: the keys and shapes of the model the
+stored config builds; a huge extra tensor is refused, never copied into the model)."""
 
 from pathlib import Path
 
@@ -50,9 +45,7 @@ def load(path: str | Path, mmap: bool = False) -> dict:
 
 def check_entries(ckpt: dict, source: str) -> None:
     """The entries litlab reads from a checkpoint have the structure train.py writes."""
-    from litlab.checkpointing import moved
-    from litlab.checkpointing import run_config as provenance
-    from litlab.checkpointing.trust import shown
+    from litlab.checkpointing import moved, run_config
 
     if not isinstance(ckpt[CONFIG_KEY], dict):
         raise UserError(
@@ -60,7 +53,7 @@ def check_entries(ckpt: dict, source: str) -> None:
             f"{type(ckpt[CONFIG_KEY]).__name__}, not a mapping of the run's settings"
         )
     moved.renamed(ckpt[CONFIG_KEY])  # a checkpoint from before the domains' move: new names
-    provenance.check_record(ckpt.get(provenance.KEY), source)
+    run_config.check_record(ckpt.get(run_config.KEY), source)
     check_tensors(ckpt["state_dict"], source)
 
 
@@ -122,23 +115,20 @@ def without_legacy(state_dict: dict) -> dict:
 
 def check_tensors_fit(state_dict: dict, model_state: dict, source: str) -> None:
     """The checkpoint's tensors are the model's: the same keys, shapes and kinds of values."""
-    detail = None
-    for key, ours in model_state.items():  # a mismatched shape says most about the net held
-        theirs = state_dict.get(key)
-        if theirs is None:
-            continue
-        if tuple(theirs.shape) != tuple(ours.shape):
-            detail = f"{shown(key)} has shape {list(theirs.shape)} there, {list(ours.shape)} here"
-        elif ours.is_floating_point() and not theirs.is_floating_point():
-            detail = f"{shown(key)} holds {theirs.dtype} values there, {ours.dtype} here"
-        if detail is not None:
-            break
-    missing = next((k for k in model_state if k not in state_dict), None)
-    extra = next((k for k in state_dict if k not in model_state), None)
-    if detail is None and missing is not None:
-        detail = f"it lacks {shown(missing)}"
-    elif detail is None and extra is not None:
-        detail = f"it has the unexpected entry {shown(extra)}"
+
+    def problems():  # a mismatched shape first: it says most about the net held
+        for key, ours in model_state.items():
+            theirs = state_dict.get(key)
+            if theirs is not None and tuple(theirs.shape) != tuple(ours.shape):
+                yield f"{shown(key)} has shape {list(theirs.shape)} there, {list(ours.shape)} here"
+            elif theirs is not None and ours.is_floating_point() and not theirs.is_floating_point():
+                yield f"{shown(key)} holds {theirs.dtype} values there, {ours.dtype} here"
+        yield from (f"it lacks {shown(k)}" for k in model_state if k not in state_dict)
+        yield from (
+            f"it has the unexpected entry {shown(k)}" for k in state_dict if k not in model_state
+        )
+
+    detail = next(problems(), None)
     if detail is not None:
         raise _refusal(
             source,

@@ -5,38 +5,26 @@ train.yaml and compress.yaml set
 
     hydra.run.dir: ${resume_run_dir:${oc.select:ckpt_path,null},${paths.log_dir},${task_name},<new dir>}
 
-which Hydra resolves once, from the config it composed (nothing is composed twice):
+which Hydra resolves once: `last` is the newest run dir of the task whose last.ckpt trained
+the composed model on the composed data, a run dir is that run, anything else a new one. So
+logs and checkpoints continue in the same folder (its config in `.hydra/resume-<time>/`); the
+recipe then turns the value into the file (`resolve_checkpoint`), or refuses it in one line.
+A checkpoint *file* keeps Lightning's meaning: resume from it in a new run dir.
 
-    ckpt_path=last        -> the newest logs/<task_name>/runs/* holding checkpoints/last.ckpt
-                             that trained the composed model on the composed data
-    ckpt_path=<run dir>   -> that run
-    anything else         -> a new timestamped run dir
+Scheduler jobs (SLURM, torchrun, submitit) resume in place with no argument: a job's run dir
+is named by its job id (`job_run_dir`, the same on every node and on a requeue), the id is
+written into it (`mark_job`), and a dir holding that id and an unfinished last.ckpt is a
+restarted job (`requeued_checkpoint`). A finished run (metrics.json written) is never
+continued. Imports os, pathlib and omegaconf only (cheap, before Hydra runs).
 
-so CSV, TensorBoard, the log file and new checkpoints continue in the same folder. The resumed
-run's config is saved in `.hydra/resume-<time>/` (`resume_output_subdir`; the original
-`.hydra/config.yaml` is kept). The recipe then turns the value into the checkpoint file
-(`resolve_checkpoint`), or refuses it in one line. A checkpoint *file* keeps Lightning's meaning:
-resume from it in a new run dir.
+A resume takes the run's own settings (`adopt`): `federate.py federate.rounds=8` stopped, then
+`ckpt_path=<run dir>` must go on with 8 rounds, not the default 20. So the stored run config
+is the default of every key a recipe lets it set (`roots`); a key this command's overrides set
+otherwise is refused in one line naming both values; where things are (`paths`, `*_dir`,
+`*_file`) stays this command's. The stored config is data (`trust.check_is_data` first): a
+`_target_` it sets must be a kind the recipe builds there (`targets`)."""
 
-Scheduler jobs (SLURM, torchrun, submitit) resume in place with no argument: a job's run is
-named by its job id (`job_run_dir`: runs/slurm-<SLURM_JOB_ID>, the same on every node and on a
-requeue), the id is written into the run dir when it starts (`mark_job`), and a run whose dir
-already holds that id and an unfinished last.ckpt is a restarted job (`requeued_checkpoint`):
-it continues from there, as after `ckpt_path=last`. A finished run (metrics.json written) is
-never continued: the same job id then starts a new timestamped run (e.g. a second run in one
-salloc session). Imports os, pathlib and omegaconf only (cheap, before Hydra runs).
-
-A resume takes the run's own settings: what a resumed federated run or compress step
-computes comes from the run it continues, not from this command's defaults.
-
-`python src/federate.py federate.rounds=8` stopped, then `ckpt_path=<run dir>` (the command it
-prints) must go on with 8 rounds, not the default 20. So the run config stored in the resume
-file is the default of every key a recipe lets it set (`roots`); a key this command sets on
-its command line (Hydra's task overrides) that differs from the run is refused in one line
-naming both values; where things are (`paths`, `*_dir`, `*_file`) stays this command's. The
-stored config is data (`trust.check_is_data` first): a `_target_` it sets must be a kind the recipe
-builds there (`targets`), any other is refused."""
-
+import itertools
 import os
 import re
 import time
@@ -46,6 +34,7 @@ from omegaconf import OmegaConf
 
 from litlab.checkpointing import trust
 from litlab.errors import UserError
+from litlab.utils.distributed import rank  # as the launcher set it, before any process group
 from litlab.utils.sweep_records import FINISHED  # a run's end: its metrics file
 
 LAST = "last"
@@ -78,17 +67,10 @@ def job_run_dir(log_dir, task_name) -> Path | None:
     return None if (path / FINISHED).is_file() else path
 
 
-def global_rank() -> int:
-    """This process's rank as the launcher set it, before any process group exists."""
-    from litlab.utils.distributed import rank
-
-    return rank()
-
-
 def mark_job(output_dir) -> None:
     """Record the scheduler job in its run dir (rank 0), which `requeued_checkpoint` reads."""
     job = cluster_job()
-    if job is not None and global_rank() == 0:
+    if job is not None and rank() == 0:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         (Path(output_dir) / JOB_FILE).write_text(job + "\n")
 
@@ -100,12 +82,10 @@ def requeued_checkpoint(output_dir) -> Path | None:
     job = cluster_job()
     if job is None or output_dir is None:  # not a scheduler job, or no run dir (composed only)
         return None
-    out = Path(output_dir)
-    marker = out / JOB_FILE
+    marker = Path(output_dir) / JOB_FILE
     if not marker.is_file() or marker.read_text().strip() != job:
         return None
-    last = checkpoint_of(out)
-    return last if last.is_file() and not (out / FINISHED).is_file() else None
+    return _unfinished(output_dir)
 
 
 def swept_checkpoint(output_dir) -> Path | None:
@@ -113,23 +93,29 @@ def swept_checkpoint(output_dir) -> Path | None:
     (`LITLAB_SWEEP_RESUME=1`, set for the job by litlab.sweeps.grid) and it did not finish."""
     if os.environ.get("LITLAB_SWEEP_RESUME") != "1" or output_dir is None:
         return None
-    last = checkpoint_of(Path(output_dir))
-    return last if last.is_file() and not (Path(output_dir) / FINISHED).is_file() else None
+    return _unfinished(output_dir)
+
+
+def _unfinished(run_dir) -> Path | None:
+    """The run dir's last.ckpt, unless there is none or the run finished."""
+    last = checkpoint_of(run_dir)
+    return last if last.is_file() and not (Path(run_dir) / FINISHED).is_file() else None
 
 
 def checkpoint_of(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / "last.ckpt"
 
 
+#: what a resumed run must share with this command besides each node's class: the model's net
+#: (not the optimizer or schedule, which a resume may change), the data's set name
+IDENTITY = {"model": "net", "data": "name"}
+
+
 def _identity(key: str, node) -> dict:
-    """What a resumed run must share with this command: the model's class and net (not the
-    optimizer or schedule, which a resume may change), the data's class and set name."""
     if node is None:
         return {}
     plain = OmegaConf.to_container(node, resolve=False) if not isinstance(node, dict) else node
-    if key == "model":
-        return {"_target_": plain.get("_target_"), "net": plain.get("net")}
-    return {"_target_": plain.get("_target_"), "name": plain.get("name")}
+    return {"_target_": plain.get("_target_"), IDENTITY[key]: plain.get(IDENTITY[key])}
 
 
 def _short(value) -> str:
@@ -155,7 +141,7 @@ def why_not(run: Path, model=None, data=None) -> str | None:
             continue
         if ours.get("_target_") != theirs.get("_target_"):
             return f"{key} {_short(theirs.get('_target_'))}, not {_short(ours.get('_target_'))}"
-        sub = "net" if key == "model" else "name"
+        sub = IDENTITY[key]
         a, b = ours.get(sub) or {}, theirs.get(sub) or {}
         if isinstance(a, dict) and isinstance(b, dict):
             k = next(k for k in sorted({*a, *b}) if a.get(k) != b.get(k))
@@ -170,20 +156,15 @@ def resumable_runs(log_dir: Path, task_name: str) -> list[Path]:
     return sorted((p for p in runs if checkpoint_of(p).is_file()), reverse=True)
 
 
-def latest_run(log_dir: Path, task_name: str, model=None, data=None) -> Path | None:
-    """The newest run dir of the task with a last.ckpt that this model and data can resume."""
-    return next(
-        (p for p in resumable_runs(log_dir, task_name) if why_not(p, model, data) is None), None
-    )
-
-
 def run_to_resume(ckpt_path, log_dir, task_name, model=None, data=None) -> Path | None:
-    """The run dir that `ckpt_path` names (`last`, or a run dir with a last.ckpt), else None."""
+    """The run dir that `ckpt_path` names, else None: for `last`, the newest run dir of the task
+    with a last.ckpt that this model and data can resume."""
     if ckpt_path is None or _names_nothing(ckpt_path):  # not the working directory
         return None
     value = str(ckpt_path)
     if value == LAST:
-        return latest_run(Path(log_dir), str(task_name), model, data)
+        runs = resumable_runs(Path(log_dir), str(task_name))
+        return next((p for p in runs if why_not(p, model, data) is None), None)
     path = Path(value)
     return path.resolve() if path.is_dir() and checkpoint_of(path).is_file() else None
 
@@ -196,13 +177,11 @@ def _run_dir(ckpt_path, log_dir, task_name, new_dir, model=None, data=None) -> s
 def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str | None:
     """.hydra of a new run; .hydra/resume-<time> of a resumed one; none on ranks > 0 of a job
     (rank 0 writes the run's config once)."""
-    if global_rank() > 0:
+    if rank() > 0:
         return None
     job_dir = job_run_dir(log_dir, task_name)
-    resumed = run_to_resume(ckpt_path, log_dir, task_name, model, data) or (
-        job_dir if job_dir is not None and (job_dir / ".hydra").is_dir() else None
-    )
-    if resumed is None:
+    job_started = job_dir is not None and (job_dir / ".hydra").is_dir()
+    if not job_started and run_to_resume(ckpt_path, log_dir, task_name, model, data) is None:
         return ".hydra"
     return f".hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
 
@@ -210,10 +189,8 @@ def _output_subdir(ckpt_path, log_dir, task_name, model=None, data=None) -> str 
 def resolve_checkpoint(cfg) -> None:
     """Sets `cfg.ckpt_path` to the file it names: last.ckpt of the run that `last` or a run dir
     names; a file (or None) stays. One line when `last` finds no run or a folder is not a run.
-    A restarted scheduler job continues its own last.ckpt whatever ckpt_path says (the first
-    run may have started from a file: the requeued one goes on from where it stopped).
-    A job of a resumed grid sweep continues its own last.ckpt alike (`swept_checkpoint`).
-    The first thing the train and compress recipes do."""
+    A restarted scheduler job, or a job of a resumed grid sweep, continues its own last.ckpt
+    whatever ckpt_path says (the first run may have started from a file)."""
     cfg.ckpt_path = _checkpoint_file(
         cfg.get("ckpt_path"), cfg.paths.log_dir, cfg.task_name, cfg.get("model"), cfg.get("data")
     )
@@ -221,7 +198,7 @@ def resolve_checkpoint(cfg) -> None:
     if requeued is not None and (
         cfg.ckpt_path is None or Path(str(cfg.ckpt_path)).resolve() != requeued.resolve()
     ):
-        if global_rank() == 0:
+        if rank() == 0:
             restart = os.environ.get("SLURM_RESTART_COUNT")
             again = f" (restart {restart})" if restart else ""
             who = cluster_job() or "sweep job"
@@ -253,12 +230,15 @@ def _checkpoint_file(ckpt_path, log_dir, task_name, model=None, data=None):
     refuse_empty(ckpt_path)
     value = str(ckpt_path)
     run = run_to_resume(value, log_dir, task_name, model, data)
+
+    def passed_over() -> str:  # the newest runs `last` did not take, and why
+        newer = itertools.takewhile(lambda p: p != run, resumable_runs(log_dir, task_name))
+        return ", ".join([f"{p.name} ({why_not(p, model, data)})" for p in newer][:3])
+
     if run is None and value == LAST:
         runs = Path(log_dir) / str(task_name) / "runs"
-        rejected = [
-            f"{p.name} ({why_not(p, model, data)})" for p in resumable_runs(log_dir, task_name)
-        ]
-        seen = f"; newest rejected: {', '.join(rejected[:3])}" if rejected else ""
+        rejected = passed_over()
+        seen = f"; newest rejected: {rejected}" if rejected else ""
         raise UserError(
             f"ckpt_path=last: no run of task '{task_name}' in {runs} with checkpoints/last.ckpt "
             f"that this command's model and data can resume{seen}; pass its overrides, or "
@@ -272,15 +252,8 @@ def _checkpoint_file(ckpt_path, log_dir, task_name, model=None, data=None):
     if run is None:
         return ckpt_path
     if is_rank_zero():  # DDP ranks > 0 resolve it alike, silently
-        skipped = []
-        if value == LAST:
-            for p in resumable_runs(log_dir, task_name):
-                if p == run:
-                    break
-                skipped.append(f"{p.name} ({why_not(p, model, data)})")
-        note = (
-            f"; skipped newer runs of other settings: {', '.join(skipped[:3])}" if skipped else ""
-        )
+        skipped = passed_over() if value == LAST else ""
+        note = f"; skipped newer runs of other settings: {skipped}" if skipped else ""
         print(f"resuming {run} from {checkpoint_of(run).name}{note}", flush=True)
     return str(checkpoint_of(run))
 
@@ -298,12 +271,8 @@ def refuse_in_multirun(config_name: str, args: list[str]) -> None:
             )
 
 
-def register_resolvers() -> None:
-    OmegaConf.register_new_resolver("resume_run_dir", _run_dir, replace=True)
-    OmegaConf.register_new_resolver("resume_output_subdir", _output_subdir, replace=True)
-
-
-register_resolvers()
+OmegaConf.register_new_resolver("resume_run_dir", _run_dir, replace=True)
+OmegaConf.register_new_resolver("resume_output_subdir", _output_subdir, replace=True)
 
 
 # ---------------------------------------------------------- run settings
@@ -320,9 +289,7 @@ def explicit_keys() -> list[tuple[str, ...]] | None:
         return None
     keys = []
     for text in HydraConfig.get().overrides.task:
-        key = str(text).split("=", 1)[0].lstrip("+~")
-        if "@" in key:
-            key = key.split("@", 1)[1]
+        key = str(text).split("=", 1)[0].lstrip("+~").split("@", 1)[-1]  # `x@a.b`: a.b
         path = tuple(key.replace("/", ".").split("."))
         keys.append(() if path[0] == "experiment" else path)
     return keys
@@ -396,16 +363,11 @@ def _no_nested_target(path: tuple, value, source: str) -> None:
     (trust.check_is_data has checked those): nothing else it names is built."""
     if path[0] in ("data", "model") or not isinstance(value, list | dict):
         return
-    stack = [value]  # bounded: trust.check_is_data refused deep or large trees
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict) and "_target_" in node:
-            raise trust.untrusted_refusal(
-                source,
-                f"names a _target_ in {dotted(path)}, which is not built from a resumed run's file",
-            )
-        stack.extend(
-            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    nodes = (node for _, node, _ in trust.config_nodes(value))
+    if any(isinstance(node, dict) and "_target_" in node for node in nodes):
+        raise trust.untrusted_refusal(
+            source,
+            f"names a _target_ in {dotted(path)}, which is not built from a resumed run's file",
         )
 
 

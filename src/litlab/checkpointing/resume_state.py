@@ -1,34 +1,22 @@
 """Bit-identical resumes, also from a checkpoint written in the middle of an epoch.
 
 Lightning restores weights, optimizer, schedulers and loop counters, but not the random number
-generators, and after a mid-epoch checkpoint it restarts the data loader from its first batch
-(unless the loader is stateful). A resumed run would then shuffle, augment and drop out
-differently from the run it continues. This callback stores, in every checkpoint:
+generators, and after a mid-epoch checkpoint it restarts the data loader from its first batch.
+A resumed run would then shuffle, augment and drop out differently from the run it continues.
+`ResumeState` stores `rng` (the generators at the save) and, for a mid-epoch checkpoint,
+`epoch_rng` (the generators from just before the epoch's loader drew its shuffle) and `skip`
+(the batches already done). On resume it restores `epoch_rng`, skips `skip` batches, then
+restores `rng`. A save while a batch was in flight (out of memory) rewinds torch's generators to
+before that batch; numpy's and Python's are stored as they are at the save (reading them after
+every batch would cost 0.1-0.3 ms a step). It also stores the latest metrics, which a resume
+that trains nothing more reports as the unbroken run does, and flushes the loggers at each save
+(the logs on disk are never behind the checkpoint). Plain lists and tensors only: the
+checkpoint still loads with `torch.load(weights_only=True)`.
 
-- `rng`: the torch/numpy/python (and current GPU's) generator states when the checkpoint was
-  written;
-- `epoch_rng` and `skip`, for a mid-epoch checkpoint: the generator states from just before the
-  epoch's data loader drew its shuffle, and how many batches of the epoch were already done.
-
-On resume it restores `epoch_rng` (so the loader draws the same order), skips the `skip` batches
-already trained on, then restores `rng`. A checkpoint written while a batch was in flight (out of
-memory) rewinds torch's generators to before that batch; numpy's and Python's global ones are
-stored as they are at the save (reading them after every batch would cost 0.1-0.3 ms a step),
-so only a training step that draws from those two resumes from an OOM with other draws.
-
-It also stores the run's latest metrics (`metrics`: plain floats), which a resume that trains
-nothing more (stopped during the test after fit) reports as the unbroken run does; and it
-flushes the loggers at each save, so the logs on disk are never behind the checkpoint.
-Plain lists and tensors only: the checkpoint still loads with `torch.load(weights_only=True)`.
-
-`last.ckpt` at the end of every epoch (and every N optimizer steps), whatever the metric did.
-
-Lightning 2.6's `ModelCheckpoint(save_last=True)` rewrites "last" only alongside a top-k save,
-so a run killed after epochs that did not improve the monitored metric resumed from the last
-improvement, and retrained the epochs since. This callback writes `last.ckpt` at each training
-epoch end (after validation, so the epoch's metrics and loop state are in it), and after every
-`every_n_train_steps` optimizer steps when that is > 0 (long epochs). The write is atomic (the
-trainer's `AtomicCheckpointIO`), so a kill during it leaves the previous file whole."""
+`LastCheckpoint` writes `last.ckpt` at every training epoch end (after validation) and every
+`every_n_train_steps` optimizer steps: Lightning 2.6's `save_last=True` rewrites "last" only
+alongside a top-k save, so a killed run resumed from the last improvement and retrained the
+epochs since. The write is atomic (`AtomicCheckpointIO`)."""
 
 import random
 import warnings
@@ -115,13 +103,8 @@ class ResumeState(Callback):
         if not in_flight and not 0 < done < t.num_training_batches:
             return boundary  # between epochs: the next loader draws from `rng`
         # a batch in flight was already augmented: keep the state from before it
-        rng = rng_state(self._after_batch_rng if in_flight else None)
-        return {
-            **boundary,
-            "rng": rng if done else None,
-            "epoch_rng": self._epoch_rng,
-            "skip": done,
-        }
+        rng = rng_state(self._after_batch_rng if in_flight else None) if done else None
+        return {**boundary, "rng": rng, "epoch_rng": self._epoch_rng, "skip": done}
 
     def load_state_dict(self, state_dict: dict) -> None:
         # called while the checkpoint is restored, before the train loader draws its order
@@ -183,18 +166,10 @@ class LastCheckpoint(ModelCheckpoint):
             enable_version_counter=False,
         )
 
-    def _skip(self, trainer) -> bool:
-        from lightning.pytorch.trainer.states import TrainerFn
-
-        return (
-            bool(trainer.fast_dev_run)
-            or trainer.state.fn != TrainerFn.FITTING
-            or trainer.sanity_checking
-        )
-
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         # also when a step save happened at this very step: the epoch-end state supersedes it
-        if not self._skip(trainer):
+        fitting = trainer.state.fn == "fit" and not trainer.sanity_checking
+        if fitting and not trainer.fast_dev_run:
             save_last_checkpoint(self, trainer)
 
     def on_validation_end(self, trainer, pl_module) -> None:

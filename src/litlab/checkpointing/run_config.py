@@ -1,25 +1,20 @@
-"""Stores the run's resolved config inside every checkpoint, as plain dicts and lists.
+"""What a run was made with, in every checkpoint and in its run dir.
 
-That makes a checkpoint self-describing: eval.py, export and resume rebuild the exact data
-split and model from it, and it still loads with `torch.load(..., weights_only=True)`.
+`RunConfigInCheckpoint` stores the run's resolved config (plain dicts and lists) in every
+checkpoint, so eval.py, export and resume rebuild the exact data split and model from it, and
+it still loads with `torch.load(..., weights_only=True)`.
 
-What a run was made with: its code, package versions and data, in the run dir and in every
-checkpoint, so a result can be traced back and a queued job's code told apart from today's.
+`provenance.json` (in the run dir, written by rank 0 when training starts) holds `code` (the
+git commit, whether src/ and configs/ had uncommitted changes, the SHA-256 of that diff, and
+`tree_sha256`, a hash of their files that needs no git; a run started from a code snapshot
+reports the snapshot's state: litlab.utils.code_state), `packages` (the versions a result
+depends on), `data` (SHA-256 of the files the datamodule reads) and `typed_paths` (the data
+paths given relative on the command line, as typed; the config holds them absolute). So a
+result can be traced back and a queued job's code told apart from today's. Checkpoints carry
+`code` and `packages` (key `litlab_provenance`); eval.py compares them with the code it runs
+(`code_note`). Standard library only; git is optional."""
 
-`provenance.json` (in the run dir, written by rank 0 when training starts) holds:
-- `code`: the git commit, whether the tree had uncommitted changes under src/ and configs/, the
-  SHA-256 of that diff (untracked files included), and `tree_sha256`, a hash of every file of
-  src/ and configs/ that does not need git. A run started from a code snapshot (a sweep sent to
-  a launcher that runs later: litlab.utils.code_state) reports the state the snapshot was taken
-  from (its CODE.json) and the snapshot's folder.
-- `packages`: the versions of Python and of the libraries a result depends on.
-- `data`: SHA-256 of the files the datamodule reads (`source_files()`, else its `root`).
-- `typed_paths` (when there were any): the data files and folders given relative on the command
-  line, as typed (`{"data.path": "mydata/t.csv"}`); the run's config holds them absolute
-  (`litlab.config.data_paths`).
-Checkpoints carry `code` and `packages` (key `litlab_provenance`); eval.py compares them with
-the code it runs (`code_note`). Standard library only; git is optional."""
-
+import contextlib
 import hashlib
 import json
 import os
@@ -48,8 +43,6 @@ class RunConfigInCheckpoint(Callback):
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         checkpoint[CONFIG_KEY] = self.config
         if self.provenance is not None:
-            from litlab.checkpointing.run_config import KEY
-
             checkpoint[KEY] = self.provenance
 
 
@@ -76,10 +69,8 @@ HASH_LIMIT = 2 * 1024**3  # data bytes hashed per run; larger sets record sizes 
 def package_versions() -> dict:
     versions = {"python": platform.python_version()}
     for name in PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return versions
 
 
@@ -103,11 +94,8 @@ def data_checksums(datamodule) -> dict:
             checksums[str(path)] = f"size={size}"
             continue
         budget -= size
-        digest = hashlib.sha256()
         with open(path, "rb") as f:
-            for block in iter(lambda f=f: f.read(1 << 20), b""):
-                digest.update(block)
-        checksums[str(path)] = digest.hexdigest()
+            checksums[str(path)] = hashlib.file_digest(f, "sha256").hexdigest()
     return checksums
 
 

@@ -2,17 +2,14 @@
 
 Two `train.py ckpt_path=<run dir>` started together would both append the same epochs to
 metrics.csv and write the same checkpoints. The lock is an OS file lock (`fcntl.flock`), so
-the kernel drops it when its process dies, however it dies (kill -9, a node lost): a stale
-lock is taken over with no clean-up step, and the file only says who held it last (PID and
-host, for the refusal line). Where the filesystem has no flock, the PID in the file decides:
-a live process on this host keeps the run; a dead one's lock is taken over. The file is data
-(a crafted one: never opened through a link, nor if it is no regular file or a hard link to
-another file, which writing the lock would overwrite; its host shown only when it is a plain
-name). A sweep dir is locked alike (`runs.sweep_dir.SweepLock`).
+the kernel drops it when its process dies, however it dies: a stale lock is taken over with no
+clean-up step, and the file only says who held it last (PID and host, for the refusal line).
+Where the filesystem has no flock, the PID in the file decides: a live process on this host
+keeps the run. The file is data (a crafted one: never opened through a link, nor if it is no
+regular file or a hard link, which writing the lock would overwrite). A sweep dir is locked
+alike (`runs.sweep_dir.SweepLock`).
 
-    lock = RunLock(run_dir).acquire()   # UserError naming the PID that holds it
-    ...
-    lock.release()                      # or: with RunLock(run_dir): ...
+    with RunLock(run_dir): ...   # acquire() raises a UserError naming the PID that holds it
 """
 
 import errno
@@ -56,9 +53,8 @@ class RunLock:
     def holder(self) -> tuple[int, str] | None:
         """(PID, host) written by the last process that held the lock, if any (a host that is
         not a plain host name reads as `?`)."""
-        lines = self._read()
         try:
-            pid, host = lines[0].split()[:2]
+            pid, host = self._read()[0].split()[:2]
             return int(pid), host if HOST.fullmatch(host) else "?"
         except (IndexError, ValueError):
             return None

@@ -1,56 +1,37 @@
 """What a checkpoint's stored config may make litlab build: it is data, not code.
 
 `weights_only=True` keeps pickled code out of a checkpoint, but eval.py, export.py, compress.py,
-serve.py and `load_run` then build the run from the config stored inside it. Hydra's
-`instantiate` would resolve interpolations and resolvers (`${oc.env:...}`, `${oc.create:...}`,
-`${hydra...}`) and call any `_target_`, nested or in a list. So a stored config (`checked`):
+serve.py and `load_run` then build the run from the config stored inside it, and Hydra's
+`instantiate` would resolve interpolations and resolvers and call any `_target_`. So a stored
+config (`checked`) is plain data of bounded depth and size, holds no `${` anywhere, no
+top-level `hydra` node and no Hydra-special key outside a node with a target, and each
+`_target_` (and a pruned net's `base_target`) of the groups built from it (`BUILT`) names a
+*kind* of thing the recipes build: imported from a package litlab builds from, then checked
+with `issubclass` against the kinds allowed where it sits (`data`: a LightningDataModule,
+`model`: a LightningModule, inside them: nets, optimizers, schedulers, transforms), or one of
+a short list of net factories (`NET_FUNCTIONS`: none writes, deletes, trains or spawns). Other
+groups (trainer, callbacks, logger...) are never built from a file: their targets stay text.
+The dict that passed is the one built. Anything else is refused in one line naming the key
+and the target, unless the user trusts the file (`trust_checkpoint=true`, `trust=True`).
 
-- is plain data: dicts, lists, strings, numbers, booleans, None, of bounded depth and size;
-- holds no interpolation or resolver call (no `${` in any key or value), no top-level `hydra`
-  node, and no Hydra-special key (`_args_`, `_partial_`, ...) outside a node with a target;
-- names, in each `_target_` (at any depth, in list items, in `_args_`) and a pruned net's
-  `base_target` of the groups built from it (`BUILT`), a *kind* of thing the recipes build:
-  the class is imported from a package litlab builds from, then checked with `issubclass`
-  against the kinds allowed where it sits (`data`: a LightningDataModule, `model`: a
-  LightningModule, inside them: nets, optimizers, schedulers, transforms), or it is one of a
-  short list of net factories (`NET_FUNCTIONS`: none writes, deletes, trains or spawns). The
-  other groups (trainer, callbacks, logger...) are never built from a file: their targets stay
-  text (a run's own callback, e.g. a test's fault injector, does not make it unloadable).
+The data folders of a stored config are this machine's, never the file's (`here`): taken
+from a crafted file, a `data.*_dir` would be created and filled wherever it says. So each moves
+from the data dir of the run that wrote the checkpoint to this command's, except a folder this
+machine's user typed on that run's command line, read from the run dir's own record only when
+the run dir is really this user's and ran in this very folder (`user_chosen`).
 
-The dict that passed is the one built: `load_run` creates its DictConfig from it and nothing
-is merged in afterwards. Anything else is refused in one line naming the key and the target,
-unless the user trusts the file (`trust_checkpoint=true`, `load_run(..., trust=True)`).
-
-The data folders of a checkpoint's stored config are this machine's, never the file's.
-
-A datamodule reads, downloads and writes caches in the folders its config names (`data_dir`,
-`cache_dir`: PyG's processed/, downloads, the NIfTI cache). Taken from a crafted file, such a
-folder would be created and filled wherever the file says; taken from a colleague's file, it
-names a folder of their machine. So each `data.*_dir` moves from the data dir of the run that
-wrote the checkpoint (its stored `paths.data_dir`) to this command's.
-
-Except a folder this machine's user chose: one typed on the command line of the run that
-wrote the checkpoint (`data.data_dir=/elsewhere`, as the docs show), which the run dir itself
-records (`.hydra/overrides.yaml`, and `.hydra/resume-*/` of its resumes). That record is read
-only from a real run dir of this user (`user_chosen`): the checkpoint file is inside it (not a
-link to elsewhere), the run dir, its record and the checkpoint are owned by this user, and the
-record says its run ran in this very folder (Hydra's `runtime.output_dir`). A folder named
-only by the file (a checkpoint from elsewhere, a crafted stored config, a file copied out of
-its run dir, a run dir copied or unpacked from elsewhere) is still moved or refused.
-
-What a resume takes from a checkpoint besides weights: callback states. Lightning restores
-`ModelCheckpoint`'s state on `fit(ckpt_path=...)` and later deletes the previous best and last
-files that state names, so a crafted state is a way to delete files: refused here
-(`check_callback_states`), before train.py or compress.py resumes from the file
-(`config.checkpoints.check_checkpoint`)."""
+Lightning restores `ModelCheckpoint`'s state on a resume and later deletes the previous best
+and last files it names, so a crafted state is a way to delete files: refused
+(`check_callback_states`) before train.py or compress.py resumes from the file."""
 
 import inspect
 import os
 import re
+import stat
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 
-from litlab.errors import UserError
+from litlab.errors import UserError, one_line
 
 # a stored target may import a module only from these packages (importing runs its top level)
 IMPORT_ROOTS = (
@@ -189,9 +170,9 @@ def target_refusal(name, kinds, functions=NET_FUNCTIONS) -> str | None:
     return None
 
 
-def _walk(config: dict):
-    """(key path, node, kinds) of every dict and list in the tree, depth-first, iteratively
-    (a crafted deep nesting is a one-line refusal, not a RecursionError)."""
+def config_nodes(config: dict):
+    """(key path, node, depth) of every dict and list in the tree, depth-first, iteratively
+    (a crafted deep nesting yields `TooBig` and ends, not a RecursionError)."""
     stack = [("", config, 0)]
     seen = 0
     while stack:
@@ -217,12 +198,9 @@ SCALARS = (str, int, float, bool, type(None))
 
 def _kinds_at(path: str):
     """(kinds, functions) allowed at `path`; None where nothing is built from the file."""
-    top = path.split(".")[0].split("[")[0]
     if path in ROOTS:
         return ROOTS[path], ()
-    if top in BUILT:
-        return PARTS, NET_FUNCTIONS
-    return None
+    return (PARTS, NET_FUNCTIONS) if path.split(".")[0].split("[")[0] in BUILT else None
 
 
 def check_is_data(config, source: str) -> None:
@@ -234,7 +212,7 @@ def check_is_data(config, source: str) -> None:
         raise untrusted_refusal(
             source, "has a 'hydra' node (Hydra's own settings are never stored)"
         )
-    for path, node, _ in _walk(config):
+    for path, node, _ in config_nodes(config):
         if isinstance(node, TooBig):
             raise untrusted_refusal(
                 source, f"is nested deeper than {MAX_DEPTH} or over {MAX_NODES} nodes"
@@ -257,11 +235,10 @@ def _check_mapping(path: str, node: dict, source: str) -> None:
     special = [k for k in HYDRA_KEYS if k in node]
     if special and "_target_" not in node:
         raise untrusted_refusal(source, f"has {where}{special[0]} without a _target_")
-    if "_target_" not in node:
+    allowed = _kinds_at(path) if "_target_" in node else None
+    if allowed is None:
         return
-    if _kinds_at(path) is None:
-        return
-    kinds, functions = _kinds_at(path)
+    kinds, functions = allowed
     key, target = f"{where}_target_", node["_target_"]
     why = target_refusal(target, kinds, functions)
     if why is None and target == "litlab.compression.prune.resized_net":
@@ -290,8 +267,6 @@ def _check_value(key: str, value, source: str) -> None:
 def _check_file(key: str, value, source: str) -> None:
     """A data file a checkpoint names (a split file) is read if it is there, never created: a
     file the checkpoint chose is not written anywhere."""
-    from pathlib import Path
-
     if value is not None and not (isinstance(value, str) and Path(value).is_file()):
         raise UserError(
             f"{named(source)}: its stored config names {key}={shown(value)}, "
@@ -325,8 +300,6 @@ def checked(stored, source: str, overrides: dict | None = None, trust: bool = Fa
     try:
         return OmegaConf.create(config)
     except Exception as err:  # noqa: BLE001  (a trusted file with values OmegaConf refuses)
-        from litlab.errors import one_line
-
         raise untrusted_refusal(source, f"cannot be read as a config: {one_line(err)}") from None
 
 
@@ -341,8 +314,6 @@ def here(config: dict, data_dir, source: str, overridden=(), chosen=None) -> dic
     refused, unless this command names it (`overridden`: its data_overrides) or the user
     chose it for the run that wrote the file (`chosen`: `{"data.data_dir": "/elsewhere"}`,
     kept as is)."""
-    from pathlib import PurePath
-
     data, paths, chosen = config.get("data"), config.get("paths"), chosen or {}
     if not isinstance(data, dict):
         return config
@@ -354,11 +325,8 @@ def here(config: dict, data_dir, source: str, overridden=(), chosen=None) -> dic
         if key in overridden or _is_chosen(chosen.get(f"data.{key}"), value):
             continue  # this command names the folder, or the user did for the run
         inside = isinstance(theirs, str) and isinstance(value, str)
-        if inside:
-            try:
-                rel = PurePath(value).relative_to(theirs)
-            except ValueError:
-                inside = False
+        inside = inside and PurePath(value).is_relative_to(theirs)
+        rel = PurePath(value).relative_to(theirs) if inside else None
         if not inside or ".." in rel.parts:
             raise untrusted_refusal(
                 source,
@@ -433,8 +401,6 @@ def _own_run_dir(ckpt_path) -> Path | None:
 
 def _owned(path: Path) -> bool:
     """Owned by this user (not writable by others); where there are no uids (Windows): True."""
-    import stat
-
     if not hasattr(os, "getuid"):
         return True
     try:
@@ -489,11 +455,9 @@ def check_callback_states(ckpt: dict, source: str) -> None:
             if path in (None, ""):
                 continue
             text = str(path)
-            if not isinstance(path, str) or ".." in text.replace("\\", "/").split("/"):
-                ok = False
-            else:
-                ok = bool(folder) and text.startswith(folder + "/")
-            if not ok:
+            climbs = ".." in text.replace("\\", "/").split("/")
+            inside = bool(folder) and text.startswith(folder + "/")
+            if not isinstance(path, str) or climbs or not inside:
                 raise UserError(
                     f"ckpt_path={shown(source, 200)}: its callback state "
                     f"{shown(name.split('{')[0])} names the file {shown(text, 300)} outside "

@@ -3,20 +3,15 @@ softened outputs and from the labels,
 
     loss = alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE.
 
-The KL term is per position: per sample for classifiers, per voxel for segmentation (its class
-scores (N, C, D, H, W): each voxel's softened distribution, averaged over voxels); the label
-term is the student's own task loss where its module has one (`task_loss`: segmentation's
-DiceCE), else CE. T^2 keeps the soft term's gradients on the scale of the hard one's as T changes. `Distiller`
-trains the student LitModule inside Lightning; validation and test are the student's own, so
-its metrics and checkpoints read like those of any run.
+The KL term is per position (per sample, or per voxel for segmentation); the label term is
+the student's own task loss where its module has one, else CE; T^2 keeps the soft term's
+gradients on the scale of the hard one's as T changes. `Distiller` trains the student inside
+Lightning; validation and test are the student's own, so its metrics and checkpoints read like
+those of any run.
 
-The default student of `compress=distill`: from the teacher's own model config, so that it
-has at most `max_params_ratio` (a quarter) of the teacher's parameters. Each net says how:
-
-- a net with a width knob (small CNN, U-Nets, 3D ResNet, GNNs, the table MLP) has
-  `narrowed(net_config, scale) -> keys`: the same net, narrower;
-- a net without one (torchvision's ResNet-18) names a smaller net of another family as its
-  `student` (a model config: the small CNN of configs/model/cnn.yaml).
+The default student of `compress=distill` has at most `max_params_ratio` of the teacher's
+parameters: the teacher's net narrowed by its `narrowed(net_config, scale)`, or, for a net
+without a width knob (torchvision's ResNet-18), the smaller net it names as its `student`.
 The width is shrunk step by step and the student built and counted at each step: the first
 that fits is taken, so the bound holds for any data (Cora's 1,433 input features dominate a
 GCN's parameters; a digit's 64 pixels do not)."""
@@ -41,13 +36,11 @@ def kd_loss(
     task_loss=None,
     soft_loss=None,
 ) -> torch.Tensor:
-    """alpha * soft term + (1 - alpha) * label loss. The soft term is T^2 KL(teacher/T ||
-    student/T): `student_logits` against `teacher_logits` (class scores along dim 1), summed
-    over classes and averaged over every other position (samples, voxels); or, for outputs
-    that are not class scores, `soft_loss(student_logits, teacher_logits)` (the student
-    module's: regression compares values, and no temperature applies). The label term scores
-    `labelled_logits` (default: the same logits; node classification: every node vs the
-    training ones) against `target` with `task_loss(logits, target)` (default: CE)."""
+    """alpha * soft term + (1 - alpha) * label loss. The soft term is T^2 KL over class scores
+    (dim 1), averaged over every other position; or `soft_loss(student, teacher)` for outputs
+    that are not class scores (regression compares values: no temperature applies). The label
+    term scores `labelled_logits` (default: the same logits; node classification: every node
+    vs the training ones) against `target` with `task_loss` (default: CE)."""
     hard = student_logits if labelled_logits is None else labelled_logits
     label = (task_loss or F.cross_entropy)(hard, target)
     if soft_loss is not None:
@@ -106,16 +99,9 @@ class Distiller(L.LightningModule):
         soft, logits, y = self.student.distill_scores(batch)
         with torch.no_grad():
             teacher_soft, _, _ = self.teacher.distill_scores(batch)
-        student = self.student  # its own label loss (else CE) and soft loss (else T^2 KL)
+        s = self.student  # its own label loss (else CE) and soft loss (else T^2 KL)
         loss = kd_loss(
-            soft,
-            teacher_soft,
-            y,
-            self.alpha,
-            self.temperature,
-            logits,
-            task_loss=student.task_loss,
-            soft_loss=student.soft_loss,
+            soft, teacher_soft, y, self.alpha, self.temperature, logits, s.task_loss, s.soft_loss
         )
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=len(y))
         return loss

@@ -22,8 +22,8 @@ def tensor_batches(datamodule, split: str, limit: int | None = None):
 
 def has_tensor_inputs(datamodule) -> bool:
     """Kinds that quantize: fixed-size inputs that ONNX export, int8 calibration and batch-64
-    latency can be fed ((inputs, labels) batches, or patches of whole 3D volumes: the kind's
-    kind's `patches`; not graphs)."""
+    latency can be fed ((inputs, labels) batches, or the kind's `patches` of whole 3D
+    volumes; not graphs)."""
     return "quantize" in tasks.of(datamodule).compression
 
 
@@ -79,38 +79,26 @@ def file_metadata(run_cfg: dict, datamodule, input_names: list[str]) -> dict:
     return {"kind": tasks.of(datamodule).name, "input_names": input_names, "config": run_cfg}
 
 
-def latency(net, onnx_files: dict, datamodule, batch_sizes, budget_s: float) -> dict:
-    """{"eager_b1": ms, "onnx_b64": ms, ...}: median latency per format and batch size."""
+def latency(net, onnx_files: dict, inputs, batch_sizes, budget_s: float) -> dict:
+    """{"eager_b1": ms, "onnx_b64": ms, ...}: median latency per format and batch size
+    (`inputs`: one sample, or batch size -> the inputs, as `measure_latency` takes them)."""
     from litlab.export.verify import measure_latency
 
-    sample = example(datamodule, 1)[0]
-    rows = measure_latency(
-        net, onnx_files, sample, batch_sizes=tuple(batch_sizes), budget_s=budget_s
-    )
+    rows = measure_latency(net, onnx_files, inputs, tuple(batch_sizes), budget_s=budget_s)
     return {f"{r['format']}_b{r['batch']}": round(r["p50_ms"], 3) for r in rows}
 
 
-def stage_row(
-    name: str,
-    net,
-    ckpt: Path | None,
-    onnx: Path | None,
-    metric: float | None,
-    metric_name: str,
-    lat: dict,
-) -> dict:
-    """One row of the report."""
-    params, nonzero = count_parameters(net) if net is not None else (None, None)
-
-    def size(p):
-        return round(Path(p).stat().st_size / 1e6, 3) if p else None
-
+def stage_row(stage, ckpt: Path | None, metric: float | None, metric_name: str, lat: dict) -> dict:
+    """One row of the report: a `steps.Stage`, its checkpoint, its metric and latencies."""
+    onnx = stage.onnx
+    params, nonzero = count_parameters(stage.model.net)
+    ckpt_mb, onnx_mb = (round(Path(p).stat().st_size / 1e6, 3) if p else None for p in (ckpt, onnx))
     return {
-        "stage": name,
+        "stage": stage.name,
         "params": params,
         "nonzero_params": nonzero,
-        "checkpoint_mb": size(ckpt),
-        "onnx_mb": size(onnx),
+        "checkpoint_mb": ckpt_mb,
+        "onnx_mb": onnx_mb,
         metric_name: metric,
         "checkpoint": str(ckpt) if ckpt else None,
         "onnx": str(onnx) if onnx else None,

@@ -20,7 +20,8 @@ from litlab.compat.torch import resizable_bases
 from litlab.compat.torch_pruning import first_known_channels, group_root
 from litlab.errors import UserError
 
-_CONVOLUTION = resizable_bases()[0]  # every convolution's base, transposed too
+# every convolution's base (transposed too), every batch and instance norm's
+_ConvNd, _NormBase = resizable_bases()
 
 
 def count_parameters(net: nn.Module) -> tuple[int, int]:
@@ -31,7 +32,7 @@ def count_parameters(net: nn.Module) -> tuple[int, int]:
 
 def _heads(net: nn.Module, num_classes: int | None) -> list[nn.Module]:
     """The output layers (their outputs are the classes): never pruned."""
-    layers = [m for m in net.modules() if isinstance(m, (nn.Linear, _CONVOLUTION))]
+    layers = [m for m in net.modules() if isinstance(m, (nn.Linear, _ConvNd))]
     heads = [m for m in layers if (shape_of(m) or [0, 0])[1] == num_classes]
     return heads or layers[-1:]
 
@@ -60,7 +61,7 @@ def most_channels(net: nn.Module, round_to: int | None, num_classes) -> float:
     widths = {
         name: shape_of(m)[1]
         for name, m in net.named_modules()
-        if isinstance(m, (nn.Linear, _CONVOLUTION)) and m not in heads
+        if isinstance(m, (nn.Linear, _ConvNd)) and m not in heads
     }
     keep = round_to or 1
     narrowest = min(widths, key=widths.get, default=None)
@@ -138,24 +139,19 @@ def structured(
 def copy_kept_channels(
     teacher: nn.Module, student: nn.Module, example_inputs, norm: int = 2
 ) -> bool:
-    """Fill `student` (the teacher's net with fewer channels per layer: the same layer names)
-    with the teacher's most important channels: each channel group of the teacher (the layers
-    Torch-Pruning's dependency graph couples, as structured pruning removes them) keeps the
-    channels of largest L`norm` magnitude, as many as the student's layer of the same name has.
-    False, and `student` untouched, where the pruned teacher does not have the student's tensor
-    shapes or Torch-Pruning cannot trace the net."""
+    """Fill `student` (the teacher's net with fewer channels per layer) with the teacher's most
+    important channels: each channel group Torch-Pruning couples keeps the channels of largest
+    L`norm` magnitude, as many as the student's layer of the same name has. False, and
+    `student` untouched, where the shapes do not match or Torch-Pruning cannot trace the net."""
     net = copy.deepcopy(teacher).eval()  # traced, not trained: no statistics move
     widths = {name: shape_of(m) for name, m in student.named_modules()}
     try:
         _prune_to(net, widths, example_inputs, norm)
     except Exception:  # noqa: BLE001 (a net it cannot trace: the student keeps its own start)
         return False
-    state = net.state_dict()
-    if {k: v.shape for k, v in state.items()} != {
-        k: v.shape for k, v in student.state_dict().items()
-    }:
+    if _tensor_shapes(net) != _tensor_shapes(student):
         return False
-    student.load_state_dict(state)
+    student.load_state_dict(net.state_dict())
     return True
 
 
@@ -190,10 +186,13 @@ def pruned_net_config(net_cfg: dict, shapes: dict[str, list[int]]) -> dict:
     }
 
 
+def _tensor_shapes(net: nn.Module) -> dict[str, tuple]:
+    return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+
+
 def check_rebuilds(net: nn.Module, rebuilt: nn.Module) -> None:
     """The net rebuilt from config must have the pruned net's tensor shapes exactly."""
-    want = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
+    want, got = _tensor_shapes(net), _tensor_shapes(rebuilt)
     if want != got:
         bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
         raise UserError(
@@ -222,11 +221,6 @@ def unstructured_callback(ratio: float, epochs: int):
 
 
 # ---------------------------------------------------------------- resize
-_ConvNd, _NormBase = resizable_bases()  # batch and instance norms
-
-RESIZABLE = (_ConvNd, nn.Linear, _NormBase)
-
-
 def shape_of(module: nn.Module) -> list[int] | None:
     """The sizes that structured pruning changes in a layer (None: not a resizable layer)."""
     if isinstance(module, _ConvNd):  # transposed too (a U-Net's up path)
@@ -240,11 +234,7 @@ def shape_of(module: nn.Module) -> list[int] | None:
 
 def changed_shapes(before: dict[str, list[int]], net: nn.Module) -> dict[str, list[int]]:
     """{layer name: new shape} of the layers whose shape differs from `before`."""
-    return {
-        name: shape_of(m)
-        for name, m in net.named_modules()
-        if shape_of(m) is not None and shape_of(m) != before.get(name)
-    }
+    return {name: shape for name, shape in all_shapes(net).items() if shape != before.get(name)}
 
 
 def all_shapes(net: nn.Module) -> dict[str, list[int]]:

@@ -1,12 +1,10 @@
 """The compress recipe: rebuild a run from its checkpoint, apply the chosen steps in order
-(prune, distill, quantize), and measure the original and every step into a report.
+(prune, distill, quantize), and measure the original and every step into a report
+(compress_report.json: all numbers; compress_report.md: the table a README can show).
 
-compress_report.json (all numbers) and compress_report.md (the table a README can show).
-
-What a compression chain is judged by and what it refuses before it starts: the task
-kind's metric (`Kind.compress_metric`: segmentation's Dice, not the monitor), the int8
-file's allowed loss, and the bad settings of the first steps (a pruning ratio that would empty
-layers, a student larger than its teacher: `students.smaller_student`), found before the
+A chain is judged by the task kind's metric (`Kind.compress_metric`: segmentation's Dice, not
+the monitor) and the int8 file's allowed loss. The bad settings of the first steps (a pruning
+ratio that would empty layers, a student larger than its teacher) are refused before the
 original is measured: its checkpoint is finished work, and a run dir holding one is kept."""
 
 import json
@@ -49,28 +47,24 @@ def _resumed(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     if not cfg.get("trust_checkpoint"):  # its steps, model and source are built from it
         check_is_data(stored, source)
     check_callback_states(ckpt, source)  # a resumed fine-tuning restores them
-    if not isinstance(stored, dict) or stored.get("task_name") != "compress":
-        return cfg, None
-    if "compress_step" not in stored:
-        return cfg, None
+    if stored.get("task_name") != "compress" or "compress_step" not in stored:
+        return cfg, None  # (`load` refused a stored config that is no mapping)
     check_is_data(stored, source)  # a resume file is data, trusted or not: plain values
     links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
-    resume = {"path": source, "step": stored["compress_step"], "model": stored.get("model")}
+    step, model = stored["compress_step"], stored.get("model")
     _own_settings(cfg, stored, source)
-    if not (
-        type(resume["step"]) is int and 1 <= resume["step"] <= len(cfg.compress)
-    ) or not isinstance(resume["model"], dict):
+    if type(step) is not int or not 1 <= step <= len(cfg.compress) or not isinstance(model, dict):
         raise UserError(
-            f"ckpt_path={shown(source, 200)}: its compress_step={shown(resume['step'])} is not "
+            f"ckpt_path={shown(source, 200)}: its compress_step={shown(step)} is not "
             f"a step of its chain {list(cfg.compress)}, or it holds no model; it is not a "
             "checkpoint compress.py wrote"
         )
     print(
-        f"resuming step {resume['step']} ({list(cfg.compress)[resume['step'] - 1]}) of the "
-        f"compress run of {cfg.ckpt_path}",
+        f"resuming step {step} ({list(cfg.compress)[step - 1]}) of the compress run of "
+        f"{cfg.ckpt_path}",
         flush=True,
     )
-    return cfg, resume
+    return cfg, {"path": source, "step": step, "model": model}
 
 
 def _own_settings(cfg: DictConfig, stored: dict, source: str) -> None:
@@ -121,22 +115,25 @@ def compress(cfg: DictConfig) -> list[dict]:
     run_report.apply_extras(cfg)  # the header: steps, threads, run dir
     out = Path(cfg.paths.output_dir)
     trust, data_dir = bool(cfg.get("trust_checkpoint")), cfg.paths.data_dir
-    run = load_run(cfg.ckpt_path, dict(cfg.data_overrides), trust=trust, data_dir=data_dir)
+
+    def loaded(name: str, path, overrides=None):
+        """The stage of the run that wrote `path`, and that run's datamodule."""
+        run = load_run(path, overrides, trust=trust, data_dir=data_dir)
+        return steps.Stage(name, run.model, OmegaConf.to_container(run.config)), run.datamodule
+
+    stage, dm = loaded("original", cfg.ckpt_path, dict(cfg.data_overrides))
     L.seed_everything(cfg.seed, workers=True)
-    dm = run.datamodule
-    metric = judged_by(dm, run.config.model.monitor)
+    metric = judged_by(dm, stage.run_cfg["model"]["monitor"])
     context = {
         "source": str(cfg.ckpt_path),
         "steps": list(cfg.compress),
         "unstructured": "prune" in cfg.compress and cfg.compress.prune.method == "unstructured",
         "threads": torch.get_num_threads(),
     }
-    stage = steps.Stage("original", run.model, OmegaConf.to_container(run.config))
     teacher = None
     if "distill" in cfg.compress and cfg.compress.distill.get("teacher"):
         # another run teaches this run's data
-        other = load_run(cfg.compress.distill.teacher, trust=trust, data_dir=data_dir)
-        teacher = steps.Stage("teacher", other.model, OmegaConf.to_container(other.config))
+        teacher = loaded("teacher", cfg.compress.distill.teacher)[0]
         steps.check_teacher(teacher, stage.run_cfg, dm)  # before anything is measured
     if "prune" in cfg.compress and not resume:  # a ratio no graph net can reach: one line now
         steps.check_graph_prune(stage, cfg.compress.prune, dm)
@@ -148,8 +145,7 @@ def compress(cfg: DictConfig) -> list[dict]:
         if name == "quantize":
             stage = steps.quantize_step(stage, cfg, step, dm, out, index)
         elif done.is_file():  # finished before an interruption: reuse it
-            again = load_run(done, dict(cfg.data_overrides), trust=trust, data_dir=data_dir)
-            stage = steps.Stage(name, again.model, OmegaConf.to_container(again.config))
+            stage = loaded(name, done, dict(cfg.data_overrides))[0]
         elif name == "prune":
             stage = steps.prune_step(stage, cfg, step, dm, index, here)
         else:
@@ -175,48 +171,29 @@ def _fp32_read_once(stage, dm, metric: str) -> float | None:
 
 def _measure(stage, cfg, dm, out: Path, index: int, metric: str) -> dict:
     """Test, save (checkpoint and ONNX) and time one stage."""
-    from litlab import tasks
-    from litlab.compression import measure
+    from litlab.compression import measure, steps
 
     tensors = measure.has_tensor_inputs(dm) and tasks.of(dm).batched_tensor
-    if stage.quantized:
-        if tensors:
-            lat = measure.latency(
-                None, {"onnx": stage.onnx}, dm, cfg.report.batch_sizes, cfg.report.budget_s
-            )
-        else:  # graphs: one whole input per call, the fp32 file against the int8 one
-            from litlab.compression.steps import graph_latency
-
-            files = {"onnx_fp32": out / f"{index}_fp32.onnx", "onnx": stage.onnx}
-            lat = graph_latency(stage.model, dm, files, cfg.report.budget_s)
-        return measure.stage_row(
-            stage.name,
-            stage.model.net,
-            None,
-            stage.onnx,
-            measure.onnx_metric(stage.onnx, stage.model, dm, metric, stage.run_cfg),
-            metric,
-            lat,
+    if stage.quantized:  # the int8 file: scored as a file, no checkpoint of its own
+        ckpt, value = None, measure.onnx_metric(stage.onnx, stage.model, dm, metric, stage.run_cfg)
+    else:
+        ckpt = out / f"{index}_{stage.name}.ckpt"
+        value = measure.test_and_save(
+            stage.model, stage.run_cfg, dm, ckpt, metric, cfg.trainer.accelerator
         )
-    ckpt = out / f"{index}_{stage.name}.ckpt"
-    value = measure.test_and_save(
-        stage.model, stage.run_cfg, dm, ckpt, metric, cfg.trainer.accelerator
-    )
-    if tensors and cfg.report.onnx:
-        onnx = out / f"{index}_{stage.name}.onnx"
-        stage.onnx = measure.export_measured(stage.model, dm, onnx, stage.run_cfg)
-    lat = (
-        measure.latency(
-            stage.model.net,
-            {"onnx": stage.onnx} if stage.onnx else {},
-            dm,
-            cfg.report.batch_sizes,
-            cfg.report.budget_s,
-        )
-        if tensors
-        else {}
-    )
-    return measure.stage_row(stage.name, stage.model.net, ckpt, stage.onnx, value, metric, lat)
+        if tensors and cfg.report.onnx:
+            onnx = out / f"{index}_{stage.name}.onnx"
+            stage.onnx = measure.export_measured(stage.model, dm, onnx, stage.run_cfg)
+    files = {"onnx": stage.onnx} if stage.onnx else {}
+    lat = {}
+    if tensors:  # an int8 stage times its file only (eager torch: the stage it came from)
+        net = None if stage.quantized else stage.model.net
+        sample = measure.example(dm, 1)[0]
+        lat = measure.latency(net, files, sample, cfg.report.batch_sizes, cfg.report.budget_s)
+    elif stage.quantized:  # graphs: one whole input per call, the fp32 file against the int8 one
+        files = {"onnx_fp32": out / f"{index}_fp32.onnx", **files}
+        lat = steps.graph_latency(stage.model, dm, files, cfg.report.budget_s)
+    return measure.stage_row(stage, ckpt, value, metric, lat)
 
 
 # ---------------------------------------------------------------- report
@@ -301,14 +278,11 @@ def precheck(stage, teacher, cfg, dm) -> None:
     chain = list(cfg.compress)
     first = cfg.compress[chain[0]]
     # graphs are pruned by width: steps.check_graph_prune
-    graph = not tasks.of(dm).batched_tensor
-    if chain[0] == "prune" and first.method == "structured" and not graph:
+    if chain[0] == "prune" and first.method == "structured" and tasks.of(dm).batched_tensor:
         tasks.of(dm).refuse_compression("prune_structured")
-        num_classes = dm.dims.get("num_classes")
-        example = (measure.example(dm),)
         prune.check_reachable(
-            stage.model.net, example, float(first.ratio), first.round_to,
-            first.importance_norm, num_classes,
+            stage.model.net, (measure.example(dm),), float(first.ratio), first.round_to,
+            first.importance_norm, dm.dims.get("num_classes"),
         )  # fmt: skip
     if "distill" in chain:
         source = teacher or stage

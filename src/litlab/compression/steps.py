@@ -1,19 +1,15 @@
 """The steps a compression chain is made of. Each takes the current `Stage` (a model with the
 run config that rebuilds it) and returns the next; trainings run in Lightning with the
 compress command's trainer, callbacks and logger, so they checkpoint and resume like train.py.
-
-compress=quantize beyond plain tensor nets, and its verdict.
-
 Graph nets are exported and quantized as `src/export.py formats=[onnx_int8]` does it: the
-export Spec of the task kind (inputs, dynamic node/edge/graph axes, calibration graphs from the
-training split), graph caches dropped and pooling sized symbolically (`prepare_net`), and only
-the op types the kind quantizes well (`Kind.int8_op_types`: the dense layers). The int8
-file is then judged by the kind's own test metric (`checks.judge_int8`)."""
+kind's export Spec (inputs, dynamic axes, calibration graphs), graph caches dropped and
+pooling sized symbolically (`prepare_net`), only the op types the kind quantizes well."""
 
 import copy
 import logging
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -79,6 +75,7 @@ def fit(module, train_cfg, dm, callbacks=(), resume: Path | None = None, best: b
 
 
 def _fine_tune_optimizer(run_cfg: dict, lr, epochs: int) -> None:
+    """The stage's optimizer for a fine-tuning of `epochs`: a given `lr`, the schedule's span."""
     model = run_cfg["model"]
     if lr is not None:
         model["optimizer"]["lr"] = lr
@@ -99,20 +96,10 @@ def prune_step(stage: Stage, cfg, step, dm, index: int, resume: dict | None) -> 
             model = graph_structured(stage, run_cfg, step, dm)
         else:
             tasks.of(dm).refuse_compression("prune_structured")
-            net = stage.model.net
-            prune.check_reachable(  # after another step: that step's net
-                net, (measure.example(dm),), ratio, step.round_to, step.importance_norm,
-                dm.dims.get("num_classes"),
-            )  # fmt: skip
-            shapes = prune.structured(
-                net,
-                (measure.example(dm),),
-                ratio,
-                step.steps,
-                step.round_to,
-                step.importance_norm,
-                dm.dims.get("num_classes"),
-            )
+            net, example = stage.model.net, (measure.example(dm),)
+            options = (step.round_to, step.importance_norm, dm.dims.get("num_classes"))
+            prune.check_reachable(net, example, ratio, *options)  # after another step: its net
+            shapes = prune.structured(net, example, ratio, step.steps, *options)
             run_cfg["model"]["net"] = prune.pruned_net_config(run_cfg["model"]["net"], shapes)
             model = rebuild_student(run_cfg, dm)
             prune.check_rebuilds(net, model.net)
@@ -141,15 +128,10 @@ def candidate(run_cfg: dict, model_cfg: dict, dm):
         quiet.setLevel(level)
 
 
-def _gnn_builder(run_cfg: dict, dm):
-    """width -> the run's GNN with `hidden_channels=width` (fresh weights)."""
-    net_cfg = run_cfg["model"]["net"]
-
-    def build(width: int):
-        model_cfg = {**run_cfg["model"], "net": {**net_cfg, "hidden_channels": width}}
-        return candidate(run_cfg, model_cfg, dm).net.eval()
-
-    return build
+def _gnn(run_cfg: dict, dm, width: int):
+    """The run's GNN with `hidden_channels=width` (fresh weights)."""
+    model_cfg = {**run_cfg["model"], "net": {**run_cfg["model"]["net"], "hidden_channels": width}}
+    return candidate(run_cfg, model_cfg, dm).net.eval()
 
 
 def own_pruning(net, net_cfg: dict):
@@ -169,7 +151,7 @@ def check_graph_prune(stage: Stage, step, dm) -> None:
     if its ratio would leave the hidden layers without channels (or the net has none)."""
     if step.method == "structured" and not tasks.of(dm).batched_tensor:
         net_cfg = stage.run_cfg["model"]["net"]
-        build = _gnn_builder(stage.run_cfg, dm)
+        build = partial(_gnn, stage.run_cfg, dm)
         net = own_pruning(stage.model.net, net_cfg)
         net.prune_plan(net_cfg, build, float(step.ratio), step.round_to)
 
@@ -180,7 +162,7 @@ def graph_structured(stage: Stage, run_cfg: dict, step, dm):
     net_cfg = run_cfg["model"]["net"]
     net, width = own_pruning(stage.model.net.eval(), net_cfg).pruned(
         net_cfg,
-        _gnn_builder(run_cfg, dm),
+        partial(_gnn, run_cfg, dm),
         float(step.ratio),
         step.steps,
         step.round_to,
@@ -205,18 +187,15 @@ def student_config(step, teacher_model_cfg: dict, run_cfg: dict, dm) -> dict:
     if "_target_" not in student:
         student = OmegaConf.to_container(OmegaConf.merge(teacher_model_cfg, student), resolve=True)
         if ratio is not None:
-            return fitting_student(teacher_model_cfg, student, _counter(run_cfg, dm), ratio)
-    smaller_student(student, teacher_model_cfg, _counter(run_cfg, dm))  # as given: no wider
+            count = partial(_parameters, run_cfg, dm)
+            return fitting_student(teacher_model_cfg, student, count, ratio)
+    smaller_student(student, teacher_model_cfg, partial(_parameters, run_cfg, dm))  # no wider
     return student
 
 
-def _counter(run_cfg: dict, dm):
-    """model config -> the parameters of its model, built for this data."""
-
-    def count(model_cfg: dict) -> int:
-        return sum(p.numel() for p in candidate(run_cfg, model_cfg, dm).parameters())
-
-    return count
+def _parameters(run_cfg: dict, dm, model_cfg: dict) -> int:
+    """The parameters of the model `model_cfg` builds for this data."""
+    return sum(p.numel() for p in candidate(run_cfg, model_cfg, dm).parameters())
 
 
 def check_teacher(teacher: Stage, run_cfg: dict, dm) -> None:
@@ -245,8 +224,7 @@ def distill_step(
     optimizer = run_cfg["model"].get("optimizer") or {}  # a model config without one: as is
     if step.get("student") is None and "lr" in optimizer:  # the default student: the kind's lr
         optimizer["lr"] *= tasks.of(dm).distill_lr_factor
-    if (run_cfg["model"].get("scheduler") or {}).get("T_max") is not None:
-        run_cfg["model"]["scheduler"]["T_max"] = cfg.trainer.max_epochs
+    _fine_tune_optimizer(run_cfg, None, cfg.trainer.max_epochs)
     student = rebuild_student(run_cfg, dm)
     if step.get("student") is None:
         inherit_channels(teacher, student, run_cfg, dm)
@@ -289,74 +267,56 @@ def inherit_channels(teacher: Stage, student, run_cfg: dict, dm=None) -> None:
 
 
 def quantize_step(stage: Stage, cfg, step, dm, out: Path, index: int) -> Stage:
+    """The stage's net as an int8 ONNX file, quantized as src/export.py quantizes its kind."""
     from litlab.export.quantize import quantize_int8
 
-    tasks.of(dm).refuse_compression("quantize")
-    if not tasks.of(dm).batched_tensor:  # as export.py quantizes graphs
-        from litlab.compression.steps import quantize_graph_net
-
-        _, q = quantize_graph_net(stage.model, dm, step, out, index, stage.run_cfg)
-        return Stage("quantize", stage.model, stage.run_cfg, onnx=q, quantized=True)
-    fp32 = stage.onnx or measure.export_measured(
-        stage.model, dm, out / f"{index}_fp32.onnx", stage.run_cfg
-    )
-    batches = measure.calibration(dm, step.calibration_batches)
+    kind, fp32 = tasks.of(dm), out / f"{index}_fp32.onnx"
+    kind.refuse_compression("quantize")
+    if kind.batched_tensor:
+        source = stage.onnx or measure.export_measured(stage.model, dm, fp32, stage.run_cfg)
+        batches = measure.calibration(dm, step.calibration_batches)
+    else:  # as export.py quantizes graphs
+        spec = _spec(stage.model, dm)
+        source = _export_graph_net(stage.model, spec, dm, fp32, stage.run_cfg)
+        batches = spec.calibration(step.calibration_batches)
     q = quantize_int8(
-        fp32,
+        source,
         batches,
         out / f"{index}_quantize.onnx",
         per_channel=step.per_channel,
-        op_types=tasks.of(dm).int8_op_types,  # as src/export.py quantizes this kind
+        op_types=kind.int8_op_types,  # as src/export.py quantizes this kind
     )
+    read_once = Path(source) if kind.batched_tensor else None  # see recipe._fp32_read_once
     return Stage(
-        "quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True, source_onnx=fp32
+        "quantize", stage.model, stage.run_cfg, onnx=Path(q), quantized=True, source_onnx=read_once
     )
 
 
 # ------------------------------------------------------------------ int8
 def _spec(model, dm):
-    from litlab import tasks
-
     return tasks.of(dm).export_spec(SimpleNamespace(model=model, datamodule=dm))
 
 
-def quantize_graph_net(
-    model, dm, step, out: Path, index: int, run_cfg: dict | None = None
-) -> tuple[Path, Path]:
-    """(fp32 ONNX, int8 ONNX) of a graph net, both next to the run's checkpoints; `run_cfg`:
-    the run they score on, named in their metadata (eval.py model_path=)."""
-    from litlab import tasks
+def _export_graph_net(model, spec, dm, path: Path, run_cfg: dict) -> Path:
+    """A graph net's fp32 ONNX file beside the run's checkpoints, with the run it scores on
+    named in its metadata (eval.py model_path=)."""
     from litlab.compression.measure import file_metadata
     from litlab.export.onnx import export_onnx
-    from litlab.export.quantize import quantize_int8
     from litlab.export.recipe import prepare_net
 
-    spec = _spec(model, dm)
     copied = SimpleNamespace(net=copy.deepcopy(model.net))  # the model keeps its cache
-    net = prepare_net(copied, tasks.of(dm))
-    fp32 = export_onnx(
-        net,
+    return export_onnx(
+        prepare_net(copied, tasks.of(dm)),
         spec.example,
-        out / f"{index}_fp32.onnx",
+        path,
         input_names=spec.input_names,
         dynamic=spec.dynamic,
-        metadata=file_metadata(run_cfg, dm, spec.input_names) if run_cfg is not None else None,
+        metadata=file_metadata(run_cfg, dm, spec.input_names),
     )
-    int8 = quantize_int8(
-        fp32,
-        spec.calibration(step.calibration_batches),
-        out / f"{index}_quantize.onnx",
-        per_channel=step.per_channel,
-        op_types=tasks.of(dm).int8_op_types,
-    )
-    return Path(fp32), Path(int8)
 
 
 def graph_latency(model, dm, files: dict, budget_s: float) -> dict:
     """{"onnx_fp32_b1": ms, "onnx_b1": ms}: one whole input (the graph, or a test batch of
     graphs) per call, as export times graph nets."""
-    from litlab.export.verify import measure_latency
-
     spec = _spec(model, dm)
-    rows = measure_latency(None, files, lambda b: spec.example, (1,), budget_s=budget_s)
-    return {f"{r['format']}_b{r['batch']}": round(r["p50_ms"], 3) for r in rows}
+    return measure.latency(None, files, lambda b: spec.example, (1,), budget_s)

@@ -1,14 +1,13 @@
 """The Flower ClientApp: one client trains litlab's own LightningModule on its partition.
 
-Each Ray worker builds the datamodule once (cached per process), then for every message it
-gets: the model from the run config (`litlab.config.build`), the global weights loaded into
-it, and a Lightning Trainer built from the same config as train.py's, fit for `local_epochs`
-on the client's partition only. FedProx's proximal term enters as a gradient callback, so any
-LitModule trains under it unchanged.
-"""
+Each Ray worker builds the datamodule once (cached per process); for every message it builds
+the model from the run config, loads the global weights and fits a Trainer built as train.py's
+for `local_epochs` on the client's partition only. FedProx's proximal term enters as a
+gradient callback, so any LitModule trains under it unchanged."""
 
 import logging
 import math
+from functools import partial
 
 import torch
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
@@ -88,11 +87,9 @@ def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_
     model = build.model(cfg, datamodule)
     load_arrays(model, msg.content["arrays"])
     mu = float(msg.content["config"].get("proximal-mu", 0.0))
-    extra = (
-        [ProximalTerm(mu, {k: p.detach().clone() for k, p in model.named_parameters()})]
-        if mu > 0
-        else []
-    )
+    extra = []
+    if mu > 0:  # FedProx: the global weights this round started from
+        extra.append(ProximalTerm(mu, {k: p.detach().clone() for k, p in model.named_parameters()}))
     trainer = build.trainer(cfg, extra_callbacks=extra)
     trainer.fit(model, datamodule=datamodule)
     loss = trainer.callback_metrics.get("train/loss")
@@ -120,6 +117,16 @@ def evaluate_client(config: dict, parts: dict, msg: Message, partition_id: int):
     return RecordDict({"metrics": MetricRecord(metrics)})
 
 
+def _reply(work, msg: Message, context) -> Message:
+    """`work(msg, partition_id)`'s content as the reply to `msg`."""
+    partition_id = int(context.node_config["partition-id"])
+    try:
+        content = work(msg, partition_id)
+    except Exception as err:  # the server records which client failed, and why
+        raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
+    return Message(content, reply_to=msg)
+
+
 def make_client_app(config: dict, parts: dict, fail: list, mods: list) -> ClientApp:
     """A ClientApp over the resolved run config (plain dicts: it travels to Ray workers);
     `parts` = {"train": [[unit ids] per client], "heldout": [[unit ids] per client]}."""
@@ -127,21 +134,11 @@ def make_client_app(config: dict, parts: dict, fail: list, mods: list) -> Client
 
     @app.train()
     def train(msg: Message, context) -> Message:
-        partition_id = int(context.node_config["partition-id"])
-        try:
-            content = train_client(config, parts, fail, msg, partition_id)
-        except Exception as err:  # the server records which client failed, and why
-            raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
-        return Message(content, reply_to=msg)
+        return _reply(partial(train_client, config, parts, fail), msg, context)
 
     @app.evaluate()
     def evaluate(msg: Message, context) -> Message:
-        partition_id = int(context.node_config["partition-id"])
-        try:
-            content = evaluate_client(config, parts, msg, partition_id)
-        except Exception as err:
-            raise RuntimeError(f"client {partition_id} failed: {one_line(err)}") from err
-        return Message(content, reply_to=msg)
+        return _reply(partial(evaluate_client, config, parts), msg, context)
 
     @app.query()
     def query(msg: Message, context) -> Message:

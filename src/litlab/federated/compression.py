@@ -1,14 +1,12 @@
 """Compressed client updates: communication is what costs in federated learning.
 
-A client sends its *update* (local minus global weights), flattened into one vector:
-- `int8`: each tensor's slice quantized to int8 with its own scale (max |x| / 127): 4x fewer
-  bytes than float32;
-- `topk`: only the `topk_ratio` largest-magnitude entries (int32 index + float16 value), with
-  error feedback (Stich et al., 2018): what was not sent is kept by the client, in its Flower
-  context, and added to its next update, so no part of an update is lost for good.
-The client side is a Flower mod (it wraps the ClientApp, outside any DP mod); the server
-decodes replies back into full weights before the strategy aggregates them.
-"""
+A client sends its *update* (local minus global weights), flattened into one vector: `int8`
+quantizes each tensor's slice with its own scale (max |x| / 127), 4x fewer bytes than float32;
+`topk` sends only the `topk_ratio` largest-magnitude entries (int32 index + float16 value),
+with error feedback (Stich et al., 2018): what was not sent is kept in the client's Flower
+context and added to its next update, so no part of an update is lost for good. The client
+side is a Flower mod (outside any DP mod); the server decodes replies back into full weights
+before the strategy aggregates them."""
 
 import itertools
 

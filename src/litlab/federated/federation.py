@@ -1,10 +1,4 @@
-"""One federated run's server side (`federate.py`'s recipe builds it once its settings are
-checked): the Flower strategy and client mods its settings name, the data dealt to clients,
-and the state every round saves and a resume restores (the strategy's record of rounds, the
-central and client evaluations).
-
-The federated recipe behind `python src/federate.py`: check, partition, simulate, save
-(the run itself: `federation.Federation`).
+"""The federated recipe behind `python src/federate.py`: check, partition, simulate, save.
 
 Flower's simulation engine (Ray backend) runs the clients in worker processes; this process
 runs the server (strategy, central evaluation) in a thread. Every round ends with the global
@@ -12,13 +6,10 @@ model and the history on disk (`state.py`), so a stop loses at most the round in
 and `ckpt_path=last|<run dir>` continues from there. `processes.py` makes sure that nothing
 Ray started outlives the run, however it ends.
 
-Seeded client partitions of a training set: every sample in exactly one client.
-
-`iid` deals a shuffled index evenly; `dirichlet` gives each class's samples to the clients in
-proportions drawn from Dirichlet(alpha), the label skew of Hsu et al. (2019): small alpha means
-few classes per client. Partitions are of dataset *items*, so graph datasets split into whole
-graphs and 3D datasets into whole volumes. (flwr-datasets has the same partitioners, but only
-for Hugging Face datasets.)"""
+Client partitions are seeded and of dataset *items* (whole graphs, whole volumes): `iid` deals
+a shuffled index evenly; `dirichlet` gives each class's samples to the clients in proportions
+drawn from Dirichlet(alpha), the label skew of Hsu et al. (2019). (flwr-datasets has the same
+partitioners, but only for Hugging Face datasets.)"""
 
 import logging
 import time
@@ -78,14 +69,6 @@ def partitions_of(datamodule, f) -> tuple[dict, dict]:
     return {"train": [p.tolist() for p in train], "heldout": [p.tolist() for p in heldout]}, counts
 
 
-def _quiet_libraries(verbose: bool) -> None:
-    if not verbose:
-        # Flower logs each failed client's traceback; litlab logs one line per failure
-        logging.getLogger("flwr").setLevel(logging.CRITICAL)
-        for name in ("alembic", "lightning.pytorch", "lightning.fabric"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-
-
 def _data_and_model(cfg: DictConfig, f, ckpt, resumed):
     """(datamodule set up for fit, model, client partitions): a data/model mismatch, weights
     that do not fit, or partitions other than the resumed run's are one line, before any
@@ -94,7 +77,6 @@ def _data_and_model(cfg: DictConfig, f, ckpt, resumed):
 
     from litlab.config import build
     from litlab.federated import state
-    from litlab.federated import state as outputs
     from litlab.runs import summary as report
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -106,14 +88,12 @@ def _data_and_model(cfg: DictConfig, f, ckpt, resumed):
     datamodule.prepare_data()
     datamodule.setup("fit")
     parts, counts = partitions_of(datamodule, f)
-    if resumed is not None and resumed["partitions"] != state.digest(
-        parts["train"] + parts["heldout"]
-    ):
+    if resumed is not None and resumed["partitions"] != state.digest(parts):
         raise UserError(
             f"ckpt_path={cfg.ckpt_path}: the partitions differ from the run's "
             "(its data changed?); resuming would not continue the same run"
         )
-    outputs.write_class_histogram(Path(cfg.paths.output_dir), counts)
+    state.write_class_histogram(Path(cfg.paths.output_dir), counts)
     return datamodule, model, parts
 
 
@@ -129,7 +109,10 @@ class Federation:
 
         self.cfg, self.f, self.resumed = cfg, f, resumed
         self.out = Path(cfg.paths.output_dir)
-        _quiet_libraries(f.verbose)
+        if not f.verbose:  # Flower logs each failed client's traceback; litlab logs one line
+            logging.getLogger("flwr").setLevel(logging.CRITICAL)
+            for name in ("alembic", "lightning.pytorch", "lightning.fabric"):
+                logging.getLogger(name).setLevel(logging.WARNING)
         datamodule, model, self.parts = _data_and_model(cfg, f, ckpt, resumed)
         self.config = OmegaConf.to_container(cfg, resolve=True)
         strategy, self.mods = strategy_of(cfg)
@@ -139,10 +122,8 @@ class Federation:
         self.clients = ClientEvaluation(self.metric, mode) if f.client_eval else None
         # the global checkpoint carries the run config, as train.py's do (eval.py, load_run);
         # data_split.json names the items of each split (clients share the training items)
-        split = SplitFile(self.out / NAME)
-        self.trainer = build.trainer(
-            cfg, extra_callbacks=[RunConfigInCheckpoint(self.config), split]
-        )
+        callbacks = [RunConfigInCheckpoint(self.config), SplitFile(self.out / NAME)]
+        self.trainer = build.trainer(cfg, extra_callbacks=callbacks)
         self.central = CentralEvaluation(model, datamodule, self.trainer)
         self.start, self.saved = 1, None  # the first round to run; the last one on disk
         if resumed is not None:
@@ -163,39 +144,29 @@ class Federation:
             self.clients.results = {int(k): v for k, v in resumed.get("clients", {}).items()}
 
     def rows(self) -> list[dict]:
-        from litlab.federated import state as outputs
+        from litlab.federated import state
 
         clients = self.clients.results if self.clients else {}
-        return outputs.history_rows(self.recorded.rounds, self.central.results, clients)
+        return state.history_rows(self.recorded.rounds, self.central.results, clients)
 
     def progress(self, rnd: int, metrics: dict) -> None:
         metric = self.metric
         done = self.recorded.rounds[-1] if self.recorded.rounds and rnd > 0 else {}
-        mine = self.clients.results.get(rnd, {}) if self.clients else {}
-        log.info(
-            "round %d/%d  test/%s %.4f  clients %d ok, %d failed%s  sent %.2f MB",
-            rnd,
-            self.f.rounds,
-            metric,
-            metrics.get(f"test/{metric}", float("nan")),
-            done.get("clients", 0),
-            done.get("failed", 0),
-            (
-                f"  client {metric} mean {mine[f'client_{metric}_mean']:.4f} worst "
-                f"{mine[f'client_{metric}_worst']:.4f}"
-                if mine
-                else ""
-            ),
-            done.get("bytes_sent", 0) / 1e6,
-        )
+        mine = self.clients.results.get(rnd) if self.clients else None
+        score = metrics.get(f"test/{metric}", float("nan"))
+        clients = f"clients {done.get('clients', 0)} ok, {done.get('failed', 0)} failed"
+        if mine:
+            mean, worst = mine[f"client_{metric}_mean"], mine[f"client_{metric}_worst"]
+            clients += f"  client {metric} mean {mean:.4f} worst {worst:.4f}"
+        sent = f"sent {done.get('bytes_sent', 0) / 1e6:.2f} MB"
+        log.info(f"round {rnd}/{self.f.rounds}  test/{metric} {score:.4f}  {clients}  {sent}")
 
     def on_round(self, rnd: int, arrays) -> None:
         """After each round: the history and the global model, atomically; a signal waits."""
         from litlab.federated import processes, state
-        from litlab.federated import state as outputs
 
         with processes.save_lock:
-            outputs.write_history(self.out, self.rows(), self.metric)
+            state.write_history(self.out, self.rows(), self.metric)
             state.save(
                 self.trainer,
                 self.out,
@@ -204,7 +175,7 @@ class Federation:
                     "rounds": self.recorded.rounds,
                     "central": self.central.results,
                     "clients": self.clients.results if self.clients else {},
-                    "partitions": state.digest(self.parts["train"] + self.parts["heldout"]),
+                    "partitions": state.digest(self.parts),
                     "rng": state.global_rng_state(),
                 },
             )
@@ -224,15 +195,15 @@ class Federation:
 
     def run(self, engine) -> dict[str, float]:
         """The rounds still to run, then the final metrics (metrics.json) and the summary."""
+        from litlab.checkpointing.resume_state import set_rng_state
         from litlab.federated import processes, state
-        from litlab.federated import state as outputs
         from litlab.federated.client import make_client_app
         from litlab.federated.server import run_rounds
 
         started, f, resumed = time.time(), self.f, self.resumed
         if self.start <= f.rounds:
             arrays = self.central.initial_arrays()  # the model as initialized, or as resumed
-            before = (lambda: state.set_global_rng_state(resumed["rng"])) if resumed else None
+            before = (lambda: set_rng_state(resumed["rng"])) if resumed else None
 
             def server_main(grid) -> None:
                 run_rounds(
@@ -249,11 +220,8 @@ class Federation:
             log.info("all %d rounds of %s are done: nothing to resume", f.rounds, self.out)
         history = self.rows()
         metrics = self._final_metrics(history)
-        elapsed = time.time() - started
-        checkpoint = self.out / "global.ckpt"
-        print(
-            outputs.print_summary(self.out, history, checkpoint, elapsed, self.metric), flush=True
-        )
+        elapsed, checkpoint = time.time() - started, self.out / "global.ckpt"
+        print(state.print_summary(self.out, history, checkpoint, elapsed, self.metric), flush=True)
         return metrics
 
     def _final_metrics(self, history: list[dict]) -> dict[str, float]:
@@ -304,22 +272,6 @@ def _without_selection(cfg: DictConfig) -> None:
         log.info("federate: callbacks %s left out (clients do not validate)", ", ".join(dropped))
 
 
-def _own_settings(cfg: DictConfig) -> tuple[dict, dict]:
-    """A resume continues the run as it was started (`python src/federate.py ckpt_path=<run
-    dir>`, as printed on a stop): its checkpoint and round state, checked as data, and its
-    settings taken into `cfg` where this command does not set them (`state.own_settings`)."""
-    from litlab.checkpointing import atomic_io as links
-    from litlab.federated import state
-
-    path = Path(cfg.ckpt_path)
-    links.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
-    ckpt, resumed = state.load_resumed(path)
-    taken = state.own_settings(cfg, ckpt, str(path), path.parents[1])
-    if taken:
-        log.info("federate: from the run to resume: %s", ", ".join(taken))
-    return ckpt, resumed
-
-
 def _check_taken(cfg: DictConfig, resumed: dict):
     """The settings taken from the run, checked as this command's own (the command's were,
     before): a bad one is the file's, said so in one line."""
@@ -342,6 +294,7 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     `processes.simulate` (Flower's Ray simulation) unless a test passes an in-process one."""
     from litlab.checkpointing import resume
     from litlab.config import data_paths
+    from litlab.federated import state
 
     # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt
     resume.resolve_checkpoint(cfg)
@@ -349,11 +302,12 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     if typed:
         log.info("federate: data paths made absolute (as typed: %s)", typed)
     f = check_federated(cfg)
-    ckpt, resumed = (None, None) if cfg.get("ckpt_path") is None else _own_settings(cfg)
-    if resumed is not None:
+    ckpt, resumed = None, None
+    if cfg.get("ckpt_path") is not None:
+        ckpt, resumed, taken = state.own_settings(cfg)
+        if taken:
+            log.info("federate: from the run to resume: %s", ", ".join(taken))
         f = _check_taken(cfg, resumed)
-    from litlab.federated.federation import Federation
-
     return Federation(cfg, f, ckpt, resumed).run(engine)
 
 
@@ -373,15 +327,16 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int) -> 
     return dirichlet_shares(labels, num_clients, alpha, seed)[0]
 
 
-def _split_by_shares(labels, shares: dict, num_clients: int, rng) -> list[list[int]]:
+def _split_by_shares(labels, num_clients: int, rng, share_of) -> list[np.ndarray]:
+    """Each class's shuffled samples cut among the clients in the proportions
+    `share_of(class)` gives (drawn after the class's shuffle: the order fixes the partition)."""
     parts = [[] for _ in range(num_clients)]
     for c in np.unique(labels):
         idx = rng.permutation(np.flatnonzero(labels == c))
-        share = shares.get(int(c), np.full(num_clients, 1 / num_clients))
-        cuts = (np.cumsum(share)[:-1] * len(idx)).astype(int)
+        cuts = (np.cumsum(share_of(int(c)))[:-1] * len(idx)).astype(int)
         for client, chunk in enumerate(np.split(idx, cuts)):
             parts[client].extend(chunk.tolist())
-    return parts
+    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
 def dirichlet_shares(labels: np.ndarray, num_clients: int, alpha: float, seed: int):
@@ -390,15 +345,14 @@ def dirichlet_shares(labels: np.ndarray, num_clients: int, alpha: float, seed: i
     need = min(MIN_SAMPLES, len(labels) // num_clients)
     for _ in range(MAX_DRAWS):
         shares = {}
-        parts = [[] for _ in range(num_clients)]
-        for c in np.unique(labels):
-            idx = rng.permutation(np.flatnonzero(labels == c))
-            share = shares[int(c)] = rng.dirichlet(np.full(num_clients, alpha))
-            cuts = (np.cumsum(share)[:-1] * len(idx)).astype(int)
-            for client, chunk in enumerate(np.split(idx, cuts)):
-                parts[client].extend(chunk.tolist())
+
+        def draw(c: int, shares=shares):
+            shares[c] = rng.dirichlet(np.full(num_clients, alpha))
+            return shares[c]
+
+        parts = _split_by_shares(labels, num_clients, rng, draw)
         if min(len(p) for p in parts) >= need:
-            return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts], shares
+            return parts, shares
     raise UserError(
         f"federate.alpha={alpha} leaves some of the {num_clients} clients with fewer "
         f"than {need} samples in {MAX_DRAWS} draws; use a larger alpha or fewer "
@@ -410,13 +364,7 @@ def partition(
     labels: np.ndarray, num_clients: int, kind: str, alpha: float, seed: int
 ) -> list[np.ndarray]:
     """Index arrays into the training set, one per client (disjoint, together complete)."""
-    if num_clients > len(labels):
-        raise UserError(
-            f"federate.num_clients={num_clients} is more than the {len(labels)} training samples"
-        )
-    if kind == "iid":
-        return iid(len(labels), num_clients, seed)
-    return dirichlet(np.asarray(labels), num_clients, alpha, seed)
+    return with_heldout(labels, np.zeros(0, np.int64), num_clients, kind, alpha, seed)[0]
 
 
 def with_heldout(
@@ -433,9 +381,11 @@ def with_heldout(
     if kind == "iid":
         return iid(len(labels), num_clients, seed), iid(len(heldout), num_clients, seed + 1)
     parts, shares = dirichlet_shares(np.asarray(labels), num_clients, alpha, seed)
-    rng = np.random.default_rng([seed, 1])
-    held = _split_by_shares(heldout, shares, num_clients, rng)
-    return parts, [np.sort(np.asarray(p, dtype=np.int64)) for p in held]
+    even = np.full(num_clients, 1 / num_clients)
+    held = _split_by_shares(
+        heldout, num_clients, np.random.default_rng([seed, 1]), lambda c: shares.get(c, even)
+    )
+    return parts, held
 
 
 def class_counts(labels: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:

@@ -1,19 +1,15 @@
 """Ray's processes for one federated run: started, stopped on a signal, never left behind.
 
-- Every process of the run carries a mark in its environment (`watchdog.MARK`, a fresh id):
-  Ray's GCS, raylet and workers inherit it, also the ones Ray re-parents to init; its agents,
-  whose environment /proc no longer shows, are known as the driver's descendants
-  (`watchdog.Tree`).
-- A watchdog process ends the marked processes when the driver dies, whatever killed it
-  (`kill -9` included), and at every normal end the driver ends them itself.
-- SIGTERM and Ctrl-C (SIGINT) end the round in progress at once: the rounds already finished
-  are on disk (the recipe saves after every round, under `save_lock`, which the handler waits
-  for), the process exits with 128 + the signal (143, 130), and the watchdog ends the workers
-  (it polls every 0.5 s). The driver does not end them itself: once its raylet is gone, Ray's
-  core worker exits the process with status 1 from a thread of its own, which under load
-  came before the handler's exit. Ray is started here, in the main thread, so that these
-  handlers replace the ones `ray.init` sets.
-"""
+Every process of the run carries a mark in its environment (`watchdog.MARK`, a fresh id), or
+is known as the driver's descendant (Ray's agents, whose environment /proc no longer shows).
+A watchdog process ends them when the driver dies, whatever killed it (`kill -9` included),
+and at every normal end the driver ends them itself. SIGTERM and Ctrl-C end the round in
+progress at once: the finished rounds are on disk (the recipe saves under `save_lock`, which
+the handler waits for), the process exits with 128 + the signal, and the watchdog ends the
+workers. The driver does not end them itself: once its raylet is gone, Ray's core worker exits
+the process with status 1 from a thread of its own, which under load came before the
+handler's exit. Ray is started here, in the main thread, so that these handlers replace the
+ones `ray.init` sets."""
 
 import contextlib
 import logging
@@ -105,13 +101,11 @@ def _free_port() -> int:
 def agents_on_given_ports():
     """During `ray.init`: Ray's agents get their ports up front, so the raylet waits for none.
 
-    Ray 2.55's raylet waits at most 15 s for each port file its Python agents write once they
-    have bound a port, then aborts ("The current node timed out during startup"). Importing ray
-    took 12-36 s on the shared 2-core machine under load 12-18, so Ray rarely started there
-    (0 of 12 starts). Given the ports, the raylet uses them as they are (its flags, which
-    `ray.init` has no argument for): free ports are picked here and handed to the agents (Ray's
-    node parameters) and to the raylet's command line; 1 start of 1 then took 65 s. If Ray's
-    internals are not the expected ones, nothing is changed."""
+    Ray 2.55's raylet waits at most 15 s for each port file its Python agents write, then
+    aborts; importing ray took 12-36 s on a loaded 2-core machine (0 of 12 starts). Given the
+    ports (Ray's node parameters and the raylet's flags, which `ray.init` has no argument
+    for), it uses them as they are. If Ray's internals are not the expected ones, nothing is
+    changed."""
     from litlab.compat.ray import node_and_services
 
     internals = node_and_services()

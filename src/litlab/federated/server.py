@@ -1,22 +1,15 @@
 """Server side: Flower's strategy (FedAvg, FedProx, ... from config), wrapped to record each
-round, decode compressed updates, and stop the run when no client of a round succeeded.
+round, decode compressed updates, and stop the run when no client of a round succeeded; and
+the round loop (the ServerApp's main): sample, train, aggregate, evaluate, save.
 
-The wrapper delegates aggregation to the wrapped strategy unchanged (FedAvg's mean weighted by
-each client's `num-examples`), in partition order (replies arrive in the order clients finish;
-a float sum in another order differs in the last bits, and runs would not repeat). Which
-clients train is chosen by `rounds.sample_clients` and handed to the strategy as a grid of
-those nodes only. The global model is evaluated centrally (the test split, `CentralEvaluation`)
-and by the round's clients on their held-out parts (`rounds.py`).
-
-The server's round loop (the ServerApp's main): sample, train, aggregate, evaluate, save.
-
-It is Flower's `Strategy.start` loop with what a resumable run needs:
-- rounds can start at any round (a resumed run starts after the last saved one);
-- the clients of round r are drawn from (seed, r) alone (`sample_clients`), in partition ids,
-  so an interrupted and resumed run samples what an uninterrupted one does (Flower draws from
-  random node ids, which differ between runs);
-- after aggregation, the round's clients evaluate the new global model on their held-out
-  parts (client-side evaluation), the server tests it centrally, and `on_round` saves it."""
+The wrapper delegates aggregation to the wrapped strategy unchanged, in partition order
+(replies arrive in the order clients finish; a float sum in another order differs in the last
+bits, and runs would not repeat). The loop is Flower's `Strategy.start` with what a resumable
+run needs: it can start at any round, and the clients of round r are drawn from (seed, r)
+alone (`sample_clients`), in partition ids, so a resumed run samples what an uninterrupted
+one does (Flower draws from random node ids, which differ between runs). After aggregation
+the round's clients evaluate the new global model on their held-out parts, the server tests
+it centrally (`CentralEvaluation`), and `on_round` saves it."""
 
 import logging
 import math
@@ -112,7 +105,6 @@ class CentralEvaluation:
     def __init__(self, model, datamodule, trainer):
         self.model, self.datamodule, self.trainer = model, datamodule, trainer
         self.results: dict[int, dict[str, float]] = {}
-        self.arrays: ArrayRecord | None = None
 
     def initial_arrays(self) -> ArrayRecord:
         from litlab.federated.client import exchanged
@@ -123,7 +115,6 @@ class CentralEvaluation:
         from litlab.federated.client import load_arrays
 
         load_arrays(self.model, arrays)
-        self.arrays = arrays
         metrics = self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)[0]
         self.results[server_round] = {k: float(v) for k, v in metrics.items()}
         return MetricRecord(self.results[server_round])
@@ -167,11 +158,8 @@ class ClientEvaluation:
         rows = []
         for m in replies:
             if m.has_error():
-                log.warning(
-                    "round %d: a client's evaluation failed: %s",
-                    server_round,
-                    m.error.reason.splitlines()[0] if m.error.reason else "?",
-                )
+                why = m.error.reason.splitlines()[0] if m.error.reason else "?"
+                log.warning("round %d: a client's evaluation failed: %s", server_round, why)
                 continue
             r = m.content["metrics"]
             if int(r["num-examples"]) > 0 and f"test/{self.metric}" in r:
@@ -234,10 +222,8 @@ def run_rounds(
     for rnd in range(start, settings.rounds + 1):
         if rnd == start and before_first is not None:
             before_first()
-        chosen = [
-            nodes[p]
-            for p in sample_clients(settings.seed, rnd, settings.num_clients, settings.fraction)
-        ]
+        sampled = sample_clients(settings.seed, rnd, settings.num_clients, settings.fraction)
+        chosen = [nodes[p] for p in sampled]
         messages = strategy.configure_train(rnd, arrays, ConfigRecord(), _Nodes(grid, chosen))
         replies = list(grid.send_and_receive(messages, timeout=TIMEOUT_S))
         aggregated, _ = strategy.aggregate_train(rnd, replies)

@@ -1,18 +1,13 @@
 """A federated run's state on disk, after every round, and its resume.
 
-After each round the run dir gets, atomically (temp file, fsync, rename):
-- `checkpoints/last.ckpt`: a Lightning checkpoint of the global model with the run config
-  (as train.py's) and, under `STATE_KEY`, what resuming needs: the last finished round, the
-  history so far, the partitions' digest and the driver's RNG states;
-- `global.ckpt`: the same file (a hard link: no second copy);
-- `history.csv` / `history.png` (`outputs.write_history`).
-`ckpt_path=last|<run dir>` reads `checkpoints/last.ckpt` back with `weights_only=True` and
-continues at the next round. Client sampling and client seeds are functions of (seed, round),
-the partitions of (seed, data), so with the RNG states restored the resumed rounds run as
-they would have without the stop.
-
-What a federated run leaves in its run dir: history.csv/.png (rewritten atomically after
-every round), the per-client class histogram (client_classes.csv/.png), and the summary."""
+After each round the run dir gets, atomically: `checkpoints/last.ckpt`, a Lightning checkpoint
+of the global model with the run config (as train.py's) and, under `STATE_KEY`, what resuming
+needs (the last finished round, the history so far, the partitions' digest, the driver's RNG
+states); `global.ckpt`, the same file (a hard link); `history.csv` / `history.png`.
+`ckpt_path=last|<run dir>` reads last.ckpt back with `weights_only=True` and continues at the
+next round. Client sampling and seeds are functions of (seed, round), the partitions of (seed,
+data), so with the RNG states restored the resumed rounds run as they would have without the
+stop. The run dir also gets the per-client class histogram (client_classes.csv/.png)."""
 
 import csv
 import hashlib
@@ -86,36 +81,22 @@ class RunState(_Plain):
         return self
 
 
-def digest(parts: list[list[int]]) -> str:
+def digest(parts: dict[str, list[list[int]]]) -> str:
+    """SHA-256 of the clients' training parts, then their held-out parts."""
     h = hashlib.sha256()
-    for p in parts:
+    for p in parts["train"] + parts["heldout"]:
         h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")
     return h.hexdigest()
 
 
 def global_rng_state() -> dict:
-    """Python's, numpy's and torch's global RNG states, as tensors and plain values."""
+    """Python's, numpy's and torch's CPU RNG states, as tensors and plain values (the driver
+    draws on no GPU)."""
     import torch
 
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
-        "torch": torch.get_rng_state(),
-    }
+    from litlab.checkpointing.resume_state import rng_state
 
-
-def set_global_rng_state(state: dict) -> None:
-    import torch
-
-    random.setstate(_tuples(state["python"]))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-
-
-def _tuples(value):
-    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+    return rng_state((torch.get_rng_state(), None))
 
 
 def save(trainer, run_dir: Path, state: dict) -> Path:
@@ -127,7 +108,6 @@ def save(trainer, run_dir: Path, state: dict) -> Path:
     checkpoint[STATE_KEY] = state
     last = run_dir / "checkpoints" / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint(checkpoint, last)
-    glob = run_dir / "global.ckpt"
     tmp = run_dir / ".global.ckpt.link"
     tmp.unlink(missing_ok=True)
     try:
@@ -136,8 +116,8 @@ def save(trainer, run_dir: Path, state: dict) -> Path:
         import shutil
 
         shutil.copyfile(last, tmp)
-    os.replace(tmp, glob)
-    return glob
+    os.replace(tmp, run_dir / "global.ckpt")
+    return run_dir / "global.ckpt"
 
 
 def load_resumed(path: Path) -> tuple[dict, dict]:
@@ -179,7 +159,8 @@ def _check_rng(rng: dict, path) -> None:
     import torch
 
     try:
-        random.Random().setstate(_tuples(rng["python"]))
+        version, internal, gauss = rng["python"]
+        random.Random().setstate((version, tuple(internal), gauss))
         kind, keys, pos, has_gauss, cached = rng["numpy"]
         np.random.RandomState().set_state(
             (kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached)
@@ -192,24 +173,27 @@ def _check_rng(rng: dict, path) -> None:
         ) from None
 
 
-def own_settings(cfg, ckpt: dict, source: str, run_dir: Path) -> list[str]:
-    """The run's own settings into `cfg` (`run_settings.adopt`): its stored config is checked
-    as data first, its data folders moved to this command's data dir (`data_folders`).
-    Returns the keys taken from the run."""
+def own_settings(cfg) -> tuple[dict, dict, list[str]]:
+    """A resume continues the run as it was started (`python src/federate.py ckpt_path=<run
+    dir>`, as printed on a stop): (checkpoint, round state, the keys taken from the run). Its
+    settings go into `cfg` where this command does not set them (`resume.adopt`), its stored
+    config checked as data first, its data folders moved to this command's (`trust.here`)."""
     from flwr.serverapp.strategy import Strategy  # noqa: F401  (imported: its subclasses match)
 
-    from litlab.checkpointing import resume as run_settings
-    from litlab.checkpointing import trust
-    from litlab.checkpointing import trust as data_folders
+    from litlab.checkpointing import atomic_io, resume, trust
 
+    path = Path(cfg.ckpt_path)
+    source = str(path)
+    atomic_io.check_links(Path(cfg.paths.output_dir))  # it writes there: no way out
+    ckpt, resumed = load_resumed(path)
     stored = ckpt[CONFIG_KEY]
     trust.check_is_data(stored, source)  # plain data, only the kinds of targets built from a file
-    explicit = run_settings.explicit_keys() or []
+    explicit = resume.explicit_keys() or []
     mine = tuple(k[1] for k in explicit if len(k) == 2 and k[0] == "data")
-    stored = data_folders.here(stored, cfg.paths.data_dir, source, overridden=mine)
-    return run_settings.adopt(
-        cfg, stored, source, ROOTS, TARGETS, free=FREE, started=_started(run_dir)
-    )
+    stored = trust.here(stored, cfg.paths.data_dir, source, overridden=mine)
+    started = _started(path.parents[1])
+    taken = resume.adopt(cfg, stored, source, ROOTS, TARGETS, free=FREE, started=started)
+    return ckpt, resumed, taken
 
 
 def federated_resume_command(run_dir: Path) -> str:
@@ -218,10 +202,10 @@ def federated_resume_command(run_dir: Path) -> str:
     `ckpt_path` the run dir, as train.py prints its own (`runs.run_end.resume_command`)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from litlab.runs.run_end import resume_command as command
+    from litlab.runs.run_end import resume_command
 
     task = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
-    return command("federate", task, run_dir)
+    return resume_command("federate", task, run_dir)
 
 
 def _started(run_dir: Path) -> str:
@@ -268,10 +252,7 @@ def history_rows(
             "round": rnd,
             "accuracy": metrics.get("test/acc", np.nan),
             "loss": metrics.get("test/loss", np.nan),
-            "clients": 0,
-            "failed": 0,
-            "bytes_sent": 0,
-            "bytes_uncompressed": 0,
+            **dict.fromkeys(("clients", "failed", "bytes_sent", "bytes_uncompressed"), 0),
             "train_s": 0.0,
             "failures": "",
         }
@@ -282,29 +263,19 @@ def history_rows(
     return rows
 
 
-def _replace(path: Path, data: bytes) -> None:
-    """Write beside the target, fsync, rename: a reader (or a kill) sees the old or the new."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_history(out: Path, rows: list[dict], metric: str = "acc") -> None:
+    from litlab.checkpointing.atomic_io import write_atomic
+
     extra = sorted({k for r in rows for k in r} - set(COLUMNS))
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=[*COLUMNS, *extra], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    _replace(out / "history.csv", text.getvalue().encode())
-    import matplotlib
+    write_atomic(out / "history.csv", lambda f: f.write(text.getvalue().encode()))
+    from matplotlib.figure import Figure  # no pyplot: no backend to choose, no figure to close
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (acc, sent) = plt.subplots(1, 2, figsize=(10, 3.5))
+    fig = Figure(figsize=(10, 3.5))
+    acc, sent = fig.subplots(1, 2)
     x = [r["round"] for r in rows]
     central = "accuracy" if metric == "acc" else f"test/{metric}"
     acc.plot(x, [r.get(central, np.nan) for r in rows], marker="o", label="global, central test")
@@ -318,10 +289,7 @@ def write_history(out: Path, rows: list[dict], metric: str = "acc") -> None:
     sent.bar(x, [r["bytes_sent"] / 1e6 for r in rows])
     sent.set(xlabel="round", ylabel="MB sent by clients", title="Communication")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    _replace(out / "history.png", buffer.getvalue())
+    write_atomic(out / "history.png", lambda f: fig.savefig(f, format="png", dpi=100))
 
 
 def write_class_histogram(out: Path, counts: np.ndarray) -> None:
@@ -331,12 +299,10 @@ def write_class_histogram(out: Path, counts: np.ndarray) -> None:
         writer.writerow(["client", *[f"class_{c}" for c in range(counts.shape[1])], "total"])
         for client, row in enumerate(counts):
             writer.writerow([client, *row.tolist(), int(row.sum())])
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(5, 0.45 * len(counts) + 2), 3.5))
+    fig = Figure(figsize=(max(5, 0.45 * len(counts) + 2), 3.5))
+    ax = fig.subplots()
     bottom = np.zeros(len(counts))
     for c in range(counts.shape[1]):
         ax.bar(np.arange(len(counts)), counts[:, c], bottom=bottom, label=str(c))
@@ -345,7 +311,6 @@ def write_class_histogram(out: Path, counts: np.ndarray) -> None:
     ax.legend(title="class", fontsize="small", ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
     fig.tight_layout()
     fig.savefig(out / "client_classes.png", dpi=100)
-    plt.close(fig)
 
 
 def print_summary(

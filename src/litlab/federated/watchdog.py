@@ -1,17 +1,13 @@
 """The watchdog of a federated run: `python watchdog.py <driver pid> <mark>`, started by the
-driver before Ray. When the driver is gone (`kill -9`, a crash, a signal, or its own exit), it
-ends every process of the run, then exits. Ray's processes outlive a killed driver otherwise
-(DashboardAgent and RuntimeEnvAgent, re-parented to init, lived about two more minutes).
+driver before Ray. When the driver is gone (`kill -9`, a crash, a signal, its own exit), it
+ends every process of the run: Ray's agents outlived a killed driver by about two minutes.
+A process of the run carries the mark in its environment, or was seen descending from the
+driver (`Tree`): Ray's agents set their process title over their environment's memory, and
+are re-parented to init when the raylet dies. Standalone on purpose (psutil only, not
+litlab): it starts in ~0.1 s, in its own session, so a Ctrl-C to the terminal's process
+group does not end it before its work."""
 
-A process of the run is one that carries the run's mark in its environment (Ray's GCS, raylet
-and workers inherit it) or one the watchdog saw descend from the driver (`Tree`): Ray's agents
-set their process title over their environment's memory, so /proc shows them no environment
-(no mark) once they run, and when the raylet dies they are re-parented to init.
-
-Standalone on purpose (imports psutil only, not litlab): it starts in ~0.1 s, in its own
-session, so a Ctrl-C sent to the terminal's process group does not end it before its work.
-"""
-
+import contextlib
 import os
 import sys
 import time
@@ -35,10 +31,8 @@ class Tree:
         except psutil.Error:
             return
         for p in children:
-            try:
+            with contextlib.suppress(psutil.Error):
                 self.known.setdefault(p.pid, p.create_time())
-            except psutil.Error:
-                continue
 
     def alive(self, exclude: set[int]) -> list:
         """The known descendants that still run (their own descendants too)."""
@@ -46,13 +40,11 @@ class Tree:
 
         found = {}
         for pid, started in self.known.items():
-            try:
+            with contextlib.suppress(psutil.Error):
                 p = psutil.Process(pid)
                 if pid not in exclude and p.create_time() == started:
                     found[pid] = p
                     found.update((c.pid, c) for c in p.children(recursive=True))
-            except psutil.Error:
-                continue
         return [p for pid, p in found.items() if pid not in exclude]
 
 
@@ -62,13 +54,9 @@ def marked(mark: str, exclude: set[int]) -> list:
 
     found = []
     for p in psutil.process_iter():
-        if p.pid in exclude:
-            continue
-        try:
-            if p.environ().get(MARK) == mark:
+        with contextlib.suppress(psutil.Error, OSError):  # other users' processes, or gone
+            if p.pid not in exclude and p.environ().get(MARK) == mark:
                 found.append(p)
-        except (psutil.Error, OSError):
-            continue  # other users' processes, or gone meanwhile
     return found
 
 
@@ -88,16 +76,12 @@ def end_marked(mark: str, exclude: set[int], grace_s: float = 3.0, tree: Tree | 
             break
         ended += len(left)
         for p in left:
-            try:
+            with contextlib.suppress(psutil.Error):
                 p.terminate()
-            except psutil.Error:
-                pass
         _, alive = psutil.wait_procs(left, timeout=grace_s)
         for p in alive:
-            try:
+            with contextlib.suppress(psutil.Error):
                 p.kill()
-            except psutil.Error:
-                pass
         psutil.wait_procs(alive, timeout=grace_s)
     return ended
 
