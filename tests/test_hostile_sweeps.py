@@ -392,35 +392,18 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_a_live_oneraises_one_line(
 # A single run's dir: the same rule as a sweep's folder.
 
 
-def test_a_run_into_a_folder_of_the_users_files_is_refused_untouched(tmp_path):
-    import subprocess
-    import sys
-
-    from helpers.runs import ROOT
+def test_a_run_into_a_folder_of_the_users_files_is_refused_untouched(tmp_path, capfd):
+    from helpers.runs import command_in_process
 
     mine = tmp_path / "logs" / "mine"
     (mine / "checkpoints").mkdir(parents=True)
     (mine / "metrics.json").write_text("the user's")
     (mine / "checkpoints" / "last.ckpt").write_bytes(b"the user's")
     before = sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*"))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "src/train.py",
-            f"paths.log_dir={tmp_path / 'logs'}",
-            f"hydra.run.dir={mine}",
-            "extras.print_config=false",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert (
-        proc.stderr.count("\n") == 1
-        and "no litlab run wrote (checkpoints, metrics.json" in proc.stderr
-    )
+    overrides = [f"hydra.run.dir={mine}", "extras.print_config=false"]
+    code, _, err = command_in_process("train.py", overrides, tmp_path / "logs", capfd, quiet=False)
+    assert code == 2, err
+    assert err.count("\n") == 1 and "no litlab run wrote (checkpoints, metrics.json" in err
     assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == before
     assert (mine / "metrics.json").read_text() == "the user's"
 

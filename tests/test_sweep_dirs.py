@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.runs import QUIET, ROOT, TINY_BUDGET, csv_test_metrics, fingerprint
+from helpers.runs import (
+    QUIET,
+    ROOT,
+    TINY_BUDGET,
+    command_in_process,
+    csv_test_metrics,
+    fingerprint,
+)
 
 from litlab.errors import UserError
 from litlab.runs.sweep_dir import SweepLock, check_owned
@@ -259,7 +266,7 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("case", ["a job folder replaced by a link", "user files, no plan"])
-def test_the_issues_sweeps_are_refused_in_one_line_before_any_job(tmp_path, case):
+def test_the_issues_sweeps_are_refused_in_one_line_before_any_job(tmp_path, case, capfd):
     """Issue 46 as reported: a finished sweep whose job 1 was replaced by a link elsewhere,
     re-run with its own command; a sweep into a folder with the user's summary.csv and 0/.
     Before: job 1 written through the link; the user's files overwritten, exit 0."""
@@ -273,12 +280,13 @@ def test_the_issues_sweeps_are_refused_in_one_line_before_any_job(tmp_path, case
         _replace_with_link(sweep / "1", other)
         words = f"{sweep / '1'} is a symbolic link to {other / '1'}; litlab writes"
     before = fingerprint(tmp_path)
-    proc = _run(_sweep_command(log_dir, sweep))
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    [line] = proc.stderr.strip().splitlines()
+    overrides = [*TINY_BUDGET, "seed=1,2", f"hydra.sweep.dir={sweep}"]  # _sweep_command's
+    code, out, err = command_in_process("train.py", overrides, log_dir, capfd, flags=("-m",))
+    assert code == 2, err[-3000:]
+    [line] = err.strip().splitlines()
     assert line.startswith(f"error: hydra.sweep.dir={sweep}") and words in line, line
     assert line.endswith(NEW)
-    assert proc.stdout == "" and fingerprint(tmp_path) == before
+    assert out == "" and fingerprint(tmp_path) == before
 
 
 HOLD = """

@@ -12,7 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.runs import QUIET, ROOT, TINY_BUDGET, csv_test_metrics, fingerprint
+from helpers.runs import (
+    QUIET,
+    ROOT,
+    TINY_BUDGET,
+    command_in_process,
+    csv_test_metrics,
+    fingerprint,
+)
 
 from litlab.errors import UserError
 from litlab.sweeps import plan
@@ -155,7 +162,7 @@ CRAFTED = "rm -rf ~ ; python src/train.py -m seed=7"  # issue 46: echoed as advi
 
 
 @pytest.mark.parametrize("stored", ["own", CRAFTED])
-def test_resume_with_other_settings_is_refused_before_anything_is_written(tmp_path, stored):
+def test_resume_with_other_settings_is_refused_before_anything_is_written(tmp_path, stored, capfd):
     """The sweep dir of a 2-job sweep (its plan, as the run dir guard writes it; no job ran) and
     a command with another budget: one line, exit 2, nothing written. The line repeats the
     sweep's own command only when it is one litlab writes (with the sweep dir where it is
@@ -167,9 +174,10 @@ def test_resume_with_other_settings_is_refused_before_anything_is_written(tmp_pa
     own = commands.command("train", ["seed=1,2", "hydra.sweep.dir=/where/it/was"], multirun=True)
     plan.write_plan(sweep, jobs, own if stored == "own" else stored)
     before = fingerprint(log_dir)
-    proc = _run(_sweep(log_dir, "seed=1,2", "trainer.max_epochs=3", f"hydra.sweep.dir={sweep}"))
-    assert proc.returncode == 2
-    [line] = proc.stderr.strip().splitlines()
+    overrides = [*FAST, "seed=1,2", "trainer.max_epochs=3", f"hydra.sweep.dir={sweep}"]
+    code, _, err = command_in_process("train.py", overrides, log_dir, capfd, flags=("-m",))
+    assert code == 2, err
+    [line] = err.strip().splitlines()
     assert fingerprint(log_dir) == before
     assert line.startswith(
         f"error: hydra.sweep.dir={sweep} holds a sweep with other settings (job 0: "
