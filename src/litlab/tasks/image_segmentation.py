@@ -3,7 +3,7 @@ images/ + masks/ folders). The kind (`ImageSegmentation`), what its outputs are 
 scores per pixel, served as a label map) and its samples figure (`Overlays`)."""
 
 from litlab.tasks import IMAGE_SEGMENTATION
-from litlab.tasks.figures import SamplesFigure
+from litlab.tasks.figures import SamplesFigure, mask_pairs
 from litlab.tasks.kind import Kind, PixelClasses, register_kind
 from litlab.tasks.tensors import ImageInputs
 
@@ -82,19 +82,7 @@ class Overlays(SamplesFigure):
             self.held.append((x[middle, 0].float().cpu(), y[middle].cpu(), pred.cpu()))
 
     def draw(self, trainer):
-        import numpy as np
-        from matplotlib.figure import Figure  # no pyplot state, no GUI backend
-
-        fig = Figure(figsize=(4, 2 * len(self.held)))
-        for i, (image, true, pred) in enumerate(self.held):
-            for j, (mask, name) in enumerate(((true, "true"), (pred, "predicted"))):
-                ax = fig.add_subplot(len(self.held), 2, 2 * i + j + 1)
-                ax.imshow(image.numpy(), cmap="gray")
-                m = mask.numpy().astype(float)
-                ax.imshow(np.ma.masked_where(m == 0, m), cmap="autumn", alpha=0.5)
-                ax.set_title(f"item {i}: {name}", fontsize=7)
-                ax.axis("off")
-        return fig
+        return mask_pairs([[t.numpy() for t in row] for row in self.held], "item")
 
 
 @register_kind

@@ -69,12 +69,6 @@ class SignalGrid(SamplesFigure):
     """`callbacks=inspect`'s samples figure: the first test signals (each channel a line),
     titled with the true and predicted class (green when right)."""
 
-    def collect(self, module, batch) -> None:
-        keep = self.room()
-        if keep > 0:
-            x, y = batch[0][:keep], batch[1][:keep]
-            self.held.append((x.float().cpu(), y.cpu(), module(x).argmax(1).cpu()))
-
     def draw(self, trainer):
         import torch
 
