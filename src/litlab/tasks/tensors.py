@@ -189,14 +189,11 @@ class ImageInputs(MeasuredInputs):
 
         size = int(predictor.runner.layout["image_size"])
         mode = "L" if predictor.channels == 1 else "RGB"
-        raw = []
         for img in (Image.new(mode, (size, size)), Image.new("RGBA", (size * 2, size))):
             buffer = io.BytesIO()
             img.save(buffer, "PNG")
-            raw.append(buffer.getvalue())
-        for r in raw:
-            await predictor.images([r])
-        await predictor.offload(predictor.decode_all, [predictor.header(raw[1])])
+            await predictor.images([buffer.getvalue()])
+        await predictor.offload(predictor.decode_all, [predictor.header(buffer.getvalue())])
 
 
 @register_kind
