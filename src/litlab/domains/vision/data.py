@@ -1,10 +1,6 @@
-"""Image classification datamodules: the shared base, `digits` and a user's `imagefolder`.
-
-`digits` (the default) is real data shipped inside scikit-learn, so it needs no network. The
-datasets torchvision downloads (MNIST, Fashion-MNIST, CIFAR-10) are in `vision_downloads.py`.
-
-Images in memory and on disk, and the batch augmentation of the vision datamodules
-(`TensorImages`, `read_image`, `random_affine`).
+"""Image classification datamodules: the shared base, `digits` (the default: real data shipped
+inside scikit-learn, so it needs no network) and a user's `imagefolder`; the datasets
+torchvision downloads are in downloads.py.
 """
 
 from pathlib import Path
@@ -134,7 +130,6 @@ class VisionDataModule(FoldSettings, SplitDataModule):
 
     @property
     def dims(self) -> dict:
-        """What a net needs to know about the input: passed to the net's constructor."""
         return {
             "in_channels": self.channels,
             "num_classes": self.num_classes,
@@ -158,7 +153,7 @@ class VisionDataModule(FoldSettings, SplitDataModule):
         return in_compute_dtype(self.trainer, ((x - mean) / std, y))
 
     def load(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple | None]:
-        """Return ((train_images, train_labels), (test_images, test_labels) or None)."""
+        """((train_images, train_labels), (test_images, test_labels) or None)."""
         raise NotImplementedError
 
     def setup(self, stage: str | None = None) -> None:
@@ -319,9 +314,6 @@ class ImageFolderDataModule(VisionDataModule):
             )
         return classes
 
-    def _split_root(self, split: str) -> Path:
-        return self.root / split if (self.root / "train").is_dir() else self.root
-
     def _folder(self, split: str):
         from torchvision.datasets import ImageFolder
 
@@ -333,9 +325,8 @@ class ImageFolderDataModule(VisionDataModule):
                 v2.PILToTensor(),
             ]
         )
-        folder = ImageFolder(
-            str(self._split_root(split)), transform=decode, allow_empty=False, loader=read_image
-        )
+        root = self.root / split if (self.root / "train").is_dir() else self.root
+        folder = ImageFolder(str(root), transform=decode, allow_empty=False, loader=read_image)
         for path, _ in folder.samples:  # headers only: a broken file fails now, by name
             check_regular(path, f"image {path}", "a class folder holds image files")
             read_image(path, header_only=True)

@@ -36,10 +36,7 @@ def read_idx(path: Path) -> torch.Tensor:
 
 
 def _find(raw_dir: Path, stem: str) -> Path | None:
-    for name in (stem, stem + ".gz"):
-        if (raw_dir / name).is_file():
-            return raw_dir / name
-    return None
+    return next((raw_dir / n for n in (stem, stem + ".gz") if (raw_dir / n).is_file()), None)
 
 
 class MNISTDataModule(VisionDataModule):
@@ -60,9 +57,6 @@ class MNISTDataModule(VisionDataModule):
     def raw_dir(self) -> Path:
         return self.data_dir / self.dataset_name / "raw"
 
-    def _find(self, stem: str) -> Path | None:
-        return _find(self.raw_dir, stem)
-
     @classmethod
     def fold_labels(cls, settings: dict):
         """The label files already on disk (they are small): none yet, checked in setup."""
@@ -71,16 +65,14 @@ class MNISTDataModule(VisionDataModule):
         return torch.cat([read_idx(p).long() for p in found if p]).numpy() if any(found) else None
 
     def _split(self, prefix: str):
-        images, labels = (
-            self._find(f"{prefix}-images-idx3-ubyte"),
-            self._find(f"{prefix}-labels-idx1-ubyte"),
-        )
+        images = _find(self.raw_dir, f"{prefix}-images-idx3-ubyte")
+        labels = _find(self.raw_dir, f"{prefix}-labels-idx1-ubyte")
         if images and labels:
             return read_idx(images).unsqueeze(1), read_idx(labels).long()
         return None
 
     def prepare_data(self) -> None:
-        if self._find("train-images-idx3-ubyte") or not self.download:
+        if _find(self.raw_dir, "train-images-idx3-ubyte") or not self.download:
             return
         import torchvision.datasets as tvd
 
@@ -137,22 +129,18 @@ class CIFAR10DataModule(VisionDataModule):
         return random_affine(x, translate=0.125, hflip=True)
 
     def prepare_data(self) -> None:
-        self._dataset(train=True)
-        self._dataset(train=False)
+        self.load()
 
     def _dataset(self, train: bool):
+        """(images (N, 3, 32, 32) uint8, labels) of a split, downloaded when absent."""
         from torchvision.datasets import CIFAR10
 
         try:
             with fetching(self.data_dir):
-                return CIFAR10(str(self.data_dir), train=train, download=self.download)
+                ds = CIFAR10(str(self.data_dir), train=train, download=self.download)
         except (RuntimeError, OSError) as err:
             raise UserError(f"CIFAR-10 not found in {self.data_dir} ({err})") from err
+        return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
 
     def load(self):
-        def tensors(ds):
-            return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(
-                ds.targets
-            )
-
-        return tensors(self._dataset(True)), tensors(self._dataset(False))
+        return self._dataset(True), self._dataset(False)

@@ -1,8 +1,5 @@
-"""The vision domain's nets: plain nn.Modules built from config plus the datamodule's dims.
-
-A small CNN for small images: conv-BN-ReLU blocks, 2x2 max-pooling, a dropout head.
-
-torchvision's ResNet-18, adapted to small images (CIFAR-style stem)."""
+"""The vision domain's nets: a small CNN, and torchvision's ResNet-18 adapted to small
+images."""
 
 from typing import Annotated, Literal
 
@@ -23,7 +20,8 @@ def conv_block(c_in: int, c_out: int, pool: bool) -> nn.Sequential:
 
 
 class SmallCNN(nn.Module):
-    """`channels` sets one block per entry; pooling stops once the map is 2x2, so the same
+    """Conv-BN-ReLU blocks, 2x2 max-pooling, a dropout head. `channels` sets one block per
+    entry; pooling stops once the map is 2x2, so the same
     config fits 8x8 digits and 32x32 CIFAR. Global average pooling makes the head size-free.
     `linear_impl="tiled"` computes the head with litlab's custom op (litlab.ops, docs/ops.md);
     the parameters are the same either way."""
