@@ -1,9 +1,6 @@
-"""The medical3d domain's nets: plain nn.Modules built from config plus the datamodule's dims.
-
-MedicalNet-style 3D ResNet (Chen et al., 2019) from MONAI: basic blocks, shortcut type B,
-no bias in the downsampling convs, so MedicalNet's pretrained weights fit when loaded.
-
-MONAI's 3D U-Net (residual units, instance norm), sized by the datamodule."""
+"""The medical3d domain's nets, from MONAI: a MedicalNet-style 3D ResNet (Chen et al., 2019:
+basic blocks, shortcut type B, no bias in the downsampling convs, so MedicalNet's pretrained
+weights fit when loaded) and a 3D U-Net (residual units, instance norm)."""
 
 from typing import Annotated, Literal
 
