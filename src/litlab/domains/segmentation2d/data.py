@@ -186,7 +186,7 @@ class Hippocampus2DDataModule(SliceDataModule):
             image, label = N.read_nifti(image_path)[0], N.read_nifti(label_path)[0]
             label = label[0] if len(label) == 1 else label
             N.check_pair(image_path, label_path, image, label, self.num_classes)
-            _check_size(label_path, label.shape[:2], size)  # a slice is (D, H)
+            S.check_side(label_path, *label.shape[:2], size)  # a slice is (D, H)
             self.shapes.append(tuple(label.shape[:2]))
             x = pad_to(np.moveaxis(S.window(image), -1, 0), size)  # (S, C, D, H): last axis
             y = pad_to(np.moveaxis(label, -1, 0), size)  # (S, D, H)
@@ -299,12 +299,4 @@ def warn_absent_classes(label_maps: list[torch.Tensor], num_classes: int, root) 
             ", ".join(map(str, absent)),
             num_classes,
             absent[0],
-        )
-
-
-def _check_size(path, shape, size: int) -> None:
-    if max(shape) > size:
-        raise UserError(
-            f"{path}: {shape[0]}x{shape[1]} is larger than data.image_size={size}; set "
-            f"data.image_size={max(shape)} or more"
         )

@@ -96,10 +96,9 @@ class ImageSegmenter(LitModule):
 
         per_slice, item = dice(pred, y), dice(pred[None], y[None])
         out = {"item_dice": item.nanmean(1).expand(len(pred)), "dice": per_slice.nanmean(1)}
-        for k in range(1, self.num_classes):
-            out[f"dice_{k}"] = per_slice[:, k - 1]
-        for k in range(1, self.num_classes):
-            out[f"pixels_{k}"] = (pred == k).flatten(1).sum(1)
+        classes = range(1, self.num_classes)
+        out |= {f"dice_{k}": per_slice[:, k - 1] for k in classes}
+        out |= {f"pixels_{k}": (pred == k).flatten(1).sum(1) for k in classes}
         if self.output_dir is not None:
             self.write_masks(pred, batch_idx)
         return out
