@@ -53,7 +53,9 @@ class _ProcessedInCache:
     """A PyG dataset whose processed files go to `self.cache`, in PyG's own layout below it
     (`<name>/processed`, `<name>/geom-gcn/processed`...); its raw files stay where they are."""
 
-    cache: str
+    def __init__(self, root: str, name: str, cache: str, **kwargs):
+        self.cache = cache  # before PyG's __init__, which processes
+        super().__init__(root, name, **kwargs)
 
     @property
     def processed_dir(self) -> str:
@@ -61,15 +63,11 @@ class _ProcessedInCache:
 
 
 class CachedPlanetoid(_ProcessedInCache, Planetoid):
-    def __init__(self, root: str, name: str, cache: str, **kwargs):
-        self.cache = cache  # before PyG's __init__, which processes
-        super().__init__(root, name, **kwargs)
+    """PyG's Planetoid, processed into `cache`."""
 
 
 class CachedTUDataset(_ProcessedInCache, TUDataset):
-    def __init__(self, root: str, name: str, cache: str, **kwargs):
-        self.cache = cache
-        super().__init__(root, name, **kwargs)
+    """PyG's TUDataset, processed into `cache`."""
 
 
 def read_pyg(data_dir: Path, collection: str, name: str, raw_files: str, read):
@@ -244,7 +242,7 @@ class SBMDataModule(NodeDataModule):
         self.save_hyperparameters(logger=False)  # plain values: checkpoints stay weights_only
 
     def load(self) -> Data:
-        from torch_geometric.utils import stochastic_blockmodel_graph
+        from torch_geometric.utils import index_to_mask, stochastic_blockmodel_graph
 
         h = self.hparams
         k, n = h.num_classes, h.nodes_per_class
@@ -260,13 +258,8 @@ class SBMDataModule(NodeDataModule):
             order = torch.randperm(k * n)
         train = torch.cat([order[y[order] == c][: h.train_per_class] for c in range(k)])
         rest = order[~torch.isin(order, train)]
-        masks = {}
-        for name, idx in (
-            ("train", train),
-            ("val", rest[: h.num_val]),
-            ("test", rest[h.num_val : h.num_val + h.num_test]),
-        ):
-            masks[f"{name}_mask"] = torch.zeros(k * n, dtype=torch.bool).index_fill_(0, idx, True)
+        held = {"val": rest[: h.num_val], "test": rest[h.num_val : h.num_val + h.num_test]}
+        masks = {f"{s}_mask": index_to_mask(i, k * n) for s, i in {"train": train, **held}.items()}
         return Data(x=x, edge_index=edge_index, y=y, **masks)
 
 
