@@ -82,9 +82,7 @@ class SegmentationDataModule(Medical3DDataModule):
     ):
         super().__init__(**kwargs)
         self.patch_size = tuple(int(p) for p in patch_size)
-        self.samples_per_volume = samples_per_volume
         self.num_classes, self.in_channels = num_classes, 1
-        self.split_file = split_file
         self.names: list[str] = []
 
     @property
@@ -110,12 +108,12 @@ class SegmentationDataModule(Medical3DDataModule):
         names = self.names or [f"case_{i:04d}" for i in range(len(vols))]
         self.split_sources = {k: [names[i] for i in v] for k, v in split.items()}
         rank0 = self.trainer is None or self.trainer.is_global_zero
-        if self.split_file and rank0 and not Path(self.split_file).exists():
-            write_split(Path(self.split_file), self.split_sources)  # once, by rank 0
+        if h.split_file and rank0 and not Path(h.split_file).exists():
+            write_split(Path(h.split_file), self.split_sources)  # once, by rank 0
         self.train_set = V.PatchDataset(
             [vols[i] for i in split["train"]],
             self.patch_size,
-            self.samples_per_volume,
+            h.samples_per_volume,
             h.augment,
             h.spatial_augment,
         )

@@ -206,7 +206,6 @@ class DigitsDataModule(VisionDataModule):
 
     def __init__(self, test_fraction: Fraction = 0.2, **kwargs):
         super().__init__(**kwargs)
-        self.test_fraction = test_fraction
 
     def augment(self, x):
         return random_affine(x, degrees=8, translate=0.08, scale=(0.9, 1.1))
@@ -234,7 +233,7 @@ class DigitsDataModule(VisionDataModule):
             self.loaded_sources = list(range(len(labels))), None
             return (images, labels), None
         rest, test = stratified_split(
-            labels, self.test_fraction, self.hparams.seed, "data.test_fraction"
+            labels, self.hparams.test_fraction, self.hparams.seed, "data.test_fraction"
         )
         self.loaded_sources = rest.tolist(), test.tolist()  # places in load_digits()
         return (images[rest], labels[rest]), (images[test], labels[test])
@@ -261,7 +260,6 @@ class ImageFolderDataModule(VisionDataModule):
     ):
         super().__init__(**kwargs)
         self.root, self.image_size, self.channels = Path(root), image_size, channels
-        self.test_fraction = test_fraction
         if channels == 1:
             self.mean, self.std = (0.5,), (0.5,)
         self.classes = self.class_folders(self.root, "data")
@@ -356,7 +354,7 @@ class ImageFolderDataModule(VisionDataModule):
             )
         else:
             rest, test_idx = stratified_split(
-                train.targets, self.test_fraction, h.seed, "data.test_fraction"
+                train.targets, h.test_fraction, h.seed, "data.test_fraction"
             )
             tr, va = stratified_split(
                 [train.targets[i] for i in rest], h.val_fraction, h.seed, "data.val_fraction", LEFT

@@ -51,7 +51,6 @@ class MNISTDataModule(VisionDataModule):
 
     def __init__(self, download: bool = True, **kwargs):
         super().__init__(**kwargs)
-        self.download = download
 
     @property
     def raw_dir(self) -> Path:
@@ -72,7 +71,7 @@ class MNISTDataModule(VisionDataModule):
         return None
 
     def prepare_data(self) -> None:
-        if _find(self.raw_dir, "train-images-idx3-ubyte") or not self.download:
+        if _find(self.raw_dir, "train-images-idx3-ubyte") or not self.hparams.download:
             return
         import torchvision.datasets as tvd
 
@@ -93,7 +92,7 @@ class MNISTDataModule(VisionDataModule):
         if train is None and test is None:
             raise UserError(
                 f"{self.dataset_name} not found in {self.raw_dir} (and download "
-                f"{'failed' if self.download else 'is off'}): put the idx files there"
+                f"{'failed' if self.hparams.download else 'is off'}): put the idx files there"
             )
         if train is None:
             log.warning(
@@ -123,7 +122,6 @@ class CIFAR10DataModule(VisionDataModule):
 
     def __init__(self, download: bool = True, **kwargs):
         super().__init__(**kwargs)
-        self.download = download
 
     def augment(self, x):
         return random_affine(x, translate=0.125, hflip=True)
@@ -137,7 +135,7 @@ class CIFAR10DataModule(VisionDataModule):
 
         try:
             with fetching(self.data_dir):
-                ds = CIFAR10(str(self.data_dir), train=train, download=self.download)
+                ds = CIFAR10(str(self.data_dir), train=train, download=self.hparams.download)
         except (RuntimeError, OSError) as err:
             raise UserError(f"CIFAR-10 not found in {self.data_dir} ({err})") from err
         return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
