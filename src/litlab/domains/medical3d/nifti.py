@@ -54,16 +54,15 @@ def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
             break
     else:
         raise UserError(f"{key}.root={root} has no imagesTr/+labelsTr/ or images/+labels/ folders")
-    found = {
-        _stem(p): p
-        for p in (root / labels).iterdir()
-        if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
-    }
-    volumes = [
-        p
-        for p in sorted((root / images).iterdir())
-        if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
-    ]
+    volumes, labelled = (
+        sorted(
+            p
+            for p in (root / folder).iterdir()
+            if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
+        )
+        for folder in (images, labels)
+    )
+    found = {_stem(p): p for p in labelled}
     unlabelled = [p.name for p in volumes if _stem(p) not in found]
     if unlabelled:
         raise UserError(

@@ -115,10 +115,8 @@ class SliceDataModule(FoldSettings, SplitDataModule):
         self.slice_counts = [len(x) for x, _ in items]
         self.split = split = self.split_items(items)
         self.split_sources = {k: [self.names[i] for i in v] for k, v in split.items()}
-        train = [items[i] for i in split["train"]]
-        self.train_set = TensorDataset(
-            torch.cat([x for x, _ in train]), torch.cat([y for _, y in train])
-        )
+        train = zip(*(items[i] for i in split["train"]))  # the items' slices, their labels
+        self.train_set = TensorDataset(*(torch.cat(part) for part in train))
         self.val_set, self.test_set = (Items([items[i] for i in split[s]]) for s in ("val", "test"))
         train = self.train_set.tensors[0]
         self.mean = tuple(train.mean((0, 2, 3)).tolist())
