@@ -6,6 +6,7 @@ from litlab.tasks import IMAGE_SEGMENTATION
 from litlab.tasks.figures import SamplesFigure, mask_pairs
 from litlab.tasks.kind import Kind, PixelClasses, register_kind
 from litlab.tasks.tensors import ImageInputs
+from litlab.tasks.units import dominant_structure
 
 
 class Masks(PixelClasses):
@@ -59,10 +60,7 @@ class Masks(PixelClasses):
         import numpy as np
 
         def dominant(masks):
-            flat = np.asarray(masks).reshape(len(masks), -1).astype(np.int64)
-            width = max(int(flat.max(initial=0)) + 1, 2)
-            counts = np.stack([np.bincount(m, minlength=width) for m in flat])
-            return np.where(counts[:, 1:].any(1), counts[:, 1:].argmax(1) + 1, 0)
+            return np.asarray([dominant_structure(m) for m in masks])
 
         return dominant(train_labels), dominant(heldout_labels)
 

@@ -230,8 +230,7 @@ class Classes:
     @staticmethod
     def names(model, datamodule) -> list[str]:
         names = getattr(datamodule, "class_names", None)
-        n = model.num_classes
-        return [str(c) for c in names] if names else [str(i) for i in range(n)]
+        return [str(c) for c in names or range(model.num_classes)]
 
     @staticmethod
     def metric_input(outputs):

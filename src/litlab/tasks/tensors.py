@@ -73,10 +73,8 @@ class TensorInputs:
         raise checks.BadRequest(message, 415)
 
     async def warm_up(self, predictor) -> None:
-        import numpy as np
-
-        shape = [int(s) for s in predictor.runner.layout["x"]["shape"][1:]]
-        await self.json(predictor, {"inputs": [np.zeros(shape, np.float32).tolist()]})
+        (x,) = self.zeros(predictor.runner.layout, 1)
+        await self.json(predictor, {"inputs": x.tolist()})
 
     def patches(self, datamodule, count: int, start: int = 0):
         """Training inputs that cover whole items (patch-sized crops), stacked; None: the
