@@ -6,6 +6,7 @@ torchvision downloads are in downloads.py.
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
@@ -157,36 +158,32 @@ class VisionDataModule(FoldSettings, SplitDataModule):
         raise NotImplementedError
 
     def setup(self, stage: str | None = None) -> None:
+        """Every labelled image in one pool (an official test split after the training
+        split): k-fold's fold `fold` tests; else the official test split does (or a stratified
+        share of the pool when there is none), and validation is carved from the rest."""
         if self.train_set is not None:
             return
         (images, labels), test = self.load()
+        h, official = self.hparams, len(labels)  # where an official test split starts
         ids, test_ids = self.loaded_sources or (
             [f"train/{i}" for i in range(len(labels))],
             None if test is None else [f"test/{i}" for i in range(len(test[1]))],
         )
-        if self.hparams.num_folds is not None:
-            self._fold_sets(images, labels, test, ids, test_ids)
-            return
-        if test is None:  # no official test split: carve one out, stratified
-            rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed, "the test share")
-            test, test_ids = (images[test_idx], labels[test_idx]), [ids[i] for i in test_idx]
-            images, labels, ids = images[rest], labels[rest], [ids[i] for i in rest]
-        train_idx, val_idx = stratified_split(
-            labels, self.hparams.val_fraction, self.hparams.seed, "data.val_fraction", LEFT
-        )
-        self.train_set = TensorImages(images[train_idx], labels[train_idx])
-        self.val_set = TensorImages(images[val_idx], labels[val_idx])
-        self.test_set = TensorImages(*test)
-        held = {"train": train_idx, "val": val_idx}
-        self.split_sources = {k: [ids[i] for i in v] for k, v in held.items()} | {"test": test_ids}
-
-    def _fold_sets(self, images, labels, test, ids, test_ids) -> None:
-        """Every labelled image in one pool (the official test split after the training split):
-        fold `fold` tests, the validation set is carved from the other folds."""
         if test is not None:
             images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
             ids = [*ids, *test_ids]
-        split = settings_split(labels.numpy(), self.hparams, self.data_name, "images")
+        if h.num_folds is not None:
+            split = settings_split(labels.numpy(), h, self.data_name, "images")
+        else:
+            rest, held = (
+                stratified_split(labels, 0.2, h.seed, "the test share")
+                if test is None
+                else (np.arange(official), np.arange(official, len(labels)))
+            )
+            fit, val = stratified_split(
+                labels[rest], h.val_fraction, h.seed, "data.val_fraction", LEFT
+            )
+            split = {"train": rest[fit], "val": rest[val], "test": held}
         self.train_set, self.val_set, self.test_set = (
             TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
         )
