@@ -1,10 +1,7 @@
 """Input mixins of the kinds whose inputs are one batched float tensor, samples along dim 0:
-table rows and other fixed-size samples (`TensorInputs`: JSON only), and images
-(`ImageInputs`: PNG/JPEG uploads too), and the image classification kind. Each says how the service decodes a request and warms
-up, what an exported file takes and its metadata holds (checked when the service opens it),
-how export reads a run (its Spec) and what the out-of-distribution score measures.
-
-The methods import what they use (numpy, torch, PIL): a kind's declarations stay light."""
+table rows and other fixed-size samples (`TensorInputs`: JSON only) and images (`ImageInputs`:
+PNG/JPEG uploads too); and the image classification kind. The methods import what they use
+(numpy, torch, PIL): a kind's declarations stay light."""
 
 from itertools import islice
 

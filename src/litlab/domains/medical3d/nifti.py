@@ -1,9 +1,7 @@
 """NIfTI folders and files of the 3D (and 2D slices) datamodules: the image/label pairs of an MSD
-layout, reading and writing volumes, the preprocessed cache keyed by the files and settings,
-and the service's NIfTI uploads and answers (`read_upload`, `nifti_bytes`).
-
-Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, H, W) uint8`.
-"""
+layout, reading and writing volumes (as volumes.py holds them), the preprocessed cache keyed by
+the files and settings, and the service's NIfTI uploads and answers (`read_upload`,
+`nifti_bytes`)."""
 
 import hashlib
 import os

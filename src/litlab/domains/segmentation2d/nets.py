@@ -1,6 +1,4 @@
-"""The segmentation2d domain's nets: plain nn.Modules built from config plus the datamodule's dims.
-
-MONAI's U-Net in 2D: image sides must divide by the product of the strides (8 for the
+"""MONAI's U-Net in 2D: image sides must divide by the product of the strides (8 for the
 default); the datamodules pad slices and images to `image_size` squares (64)."""
 
 from typing import Annotated
