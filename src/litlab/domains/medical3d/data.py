@@ -82,6 +82,7 @@ class SegmentationDataModule(Medical3DDataModule):
     ):
         super().__init__(**kwargs)
         self.patch_size = tuple(int(p) for p in patch_size)
+        self.samples_per_volume = samples_per_volume
         self.num_classes, self.in_channels = num_classes, 1
         self.names: list[str] = []
 
@@ -113,7 +114,7 @@ class SegmentationDataModule(Medical3DDataModule):
         self.train_set = V.PatchDataset(
             [vols[i] for i in split["train"]],
             self.patch_size,
-            h.samples_per_volume,
+            self.samples_per_volume,
             h.augment,
             h.spatial_augment,
         )
