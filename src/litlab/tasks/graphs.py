@@ -182,6 +182,7 @@ class NodeClassification(NodeInputs, Classes, GraphNets, Kind):
     name = NODE_CLASSIFICATION
     metrics = ("acc", "f1")
     inspect = ("samples", "confusion", "embeddings", "histograms")
+    samples_figure = NodeAccuracy
     # an epoch is one full-graph step (a GCN trains 200 centrally)
     federated_local_epochs = 20
     # one full-graph step per epoch: 5 steps teach a student nothing
@@ -196,9 +197,6 @@ class NodeClassification(NodeInputs, Classes, GraphNets, Kind):
     # accuracy at seeds 1-4 with 5x the teacher's lr 0.01 (1x: 94.6, 93.1%; 10x: 98.4, 95.0,
     # 94.6, 96.0%), in 400 epochs
     distill_lr_factor = 5.0
-
-    def samples_figure(self, count: int):
-        return NodeAccuracy(count)
 
 
 @register_kind

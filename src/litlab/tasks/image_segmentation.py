@@ -95,11 +95,9 @@ class ImageSegmentation(ImageInputs, Masks, Kind):
     # slices of one volume, or one image of a mask folder (evaluation batches hold one item)
     metrics = ("dice", "dice_*")
     inspect = ("samples", "histograms", "model_graph")
+    samples_figure = Overlays
     # judged by the test Dice over whole items, int8 within 2% of it
     quantize_max_drop = 0.02
     # per-pixel soft targets at T=1 (as 3D segmentation: the Dice term teaches small structures)
     distill_temperature = 1.0
     compress_epochs = 5
-
-    def samples_figure(self, count: int):
-        return Overlays(count)

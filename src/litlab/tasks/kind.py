@@ -152,8 +152,8 @@ class Kind(ABC):
         return answer
 
     def samples_figure(self, count: int):
-        """`callbacks=inspect`'s samples figure (litlab.tasks.figures), where "samples" is
-        in `inspect`."""
+        """`callbacks=inspect`'s samples figure, where "samples" is in `inspect`: a kind sets
+        this to its `SamplesFigure` class (litlab.tasks.figures), which takes the count."""
         raise NotImplementedError(f"{self.name} draws no samples figure")
 
     def export_net(self, net):

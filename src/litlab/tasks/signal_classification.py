@@ -92,12 +92,10 @@ class SignalClassification(SequenceInputs, Classes, Kind):
     name = "signal_classification"
     metrics = ("acc", "f1")
     inspect = ("samples", "confusion", "embeddings", "histograms", "model_graph")
+    samples_figure = SignalGrid
     # int8 of a small 1D CNN: every op, judged by the test accuracy, kept within 2% of it
     quantize_max_drop = 0.02
     # compress: fine-tuning and student epochs (an epoch is ~8 batches of the demo signals)
     compress_epochs = 10
     # a client holds ~50 signals (one batch): 3 passes a round
     federated_local_epochs = 3
-
-    def samples_figure(self, count: int):
-        return SignalGrid(count)

@@ -198,6 +198,4 @@ class ImageClassification(ImageInputs, Classes, Kind):
     name = IMAGE_CLASSIFICATION
     metrics = ("acc", "f1")
     inspect = ("samples", "confusion", "gradcam", "embeddings", "histograms", "model_graph")
-
-    def samples_figure(self, count: int):
-        return ImageGrid(count)
+    samples_figure = ImageGrid
