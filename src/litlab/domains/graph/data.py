@@ -16,6 +16,7 @@ import copy
 import os
 import urllib.error
 from functools import cached_property
+from operator import itemgetter
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -118,11 +119,6 @@ class _WholeGraphOnEveryRank(DistributedSampler):
         return 1
 
 
-def _the_graph(items: list) -> Data:
-    """Collate of a one-graph loader: the graph itself (PyG's Batch would copy it every step)."""
-    return items[0]
-
-
 class GraphsInComputeDtype:
     """The transfer hook of the graph datamodules: under `bf16-true` (weights in any dtype but
     float32) a graph's float tensors are cast to the weights' dtype, since Lightning's precision
@@ -208,7 +204,7 @@ class NodeDataModule(GraphsInComputeDtype, L.LightningDataModule):
         return TorchDataLoader(
             [self.data],
             batch_size=1,
-            collate_fn=_the_graph,
+            collate_fn=itemgetter(0),  # the graph itself: PyG's Batch would copy it every step
             sampler=_WholeGraphOnEveryRank() if distributed else None,
         )
 
