@@ -23,13 +23,16 @@ from typing import Annotated, Literal
 import lightning as L
 import numpy as np
 import torch
+from filelock import FileLock
 
 # isort: split
 from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
-from torch_geometric.datasets import Planetoid, TUDataset
+from torch_geometric.datasets import KarateClub, Planetoid, TUDataset
 from torch_geometric.loader import DataLoader
+from torch_geometric.transforms import NormalizeFeatures
+from torch_geometric.utils import index_to_mask, stochastic_blockmodel_graph
 
 from litlab.bounds import Ge, Interval, NonNegInt, OptionalFraction, PosInt, Workers
 from litlab.data import (
@@ -77,8 +80,6 @@ def read_pyg(data_dir: Path, collection: str, name: str, raw_files: str, read):
     not there; a failed download is one line that says which files to copy where (how to run
     offline), and leaves no folder it created. The lock: DDP ranks may build `dims` at the
     same time, and PyG writes processed files the first time a dataset is read."""
-    from filelock import FileLock
-
     root, cache = Path(data_dir) / collection, pyg_cache(data_dir, collection)
     try:
         with fetching(root / name / "raw"), fetching(cache):
@@ -171,8 +172,6 @@ class NodeDataModule(GraphsInComputeDtype, L.LightningDataModule):
     @cached_property
     def data(self) -> Data:
         """Loaded once per process (cheap after the first time: PyG caches processed files)."""
-        from torch_geometric.transforms import NormalizeFeatures
-
         data = self.load()
         return NormalizeFeatures()(data) if self.normalize_features else data
 
@@ -238,8 +237,6 @@ class SBMDataModule(NodeDataModule):
         self.save_hyperparameters(logger=False)  # plain values: checkpoints stay weights_only
 
     def load(self) -> Data:
-        from torch_geometric.utils import index_to_mask, stochastic_blockmodel_graph
-
         h = self.hparams
         k, n = h.num_classes, h.nodes_per_class
         probs = torch.full((k, k), h.p_out).fill_diagonal_(h.p_in)
@@ -296,8 +293,6 @@ class KarateDataModule(NodeDataModule):
     community trains; all the other nodes are both the validation and the test nodes."""
 
     def load(self) -> Data:
-        from torch_geometric.datasets import KarateClub
-
         data = KarateClub()[0]
         data.val_mask = data.test_mask = ~data.train_mask
         return data

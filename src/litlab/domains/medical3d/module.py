@@ -6,6 +6,8 @@ every volume counts exactly once.
 """
 
 import logging
+import warnings
+from itertools import combinations
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -55,8 +57,6 @@ class HD95(Metric):
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
         """`preds` and `target`: label maps (B, D, H, W) of whole volumes."""
-        import warnings
-
         from monai.metrics import compute_hausdorff_distance
 
         pred = F.one_hot(preds.long(), self.num_classes).movedim(-1, 1)
@@ -162,8 +162,6 @@ class VolumeSegmenter(LitModule):
     def infer(self, x: torch.Tensor, mirror: bool = False) -> torch.Tensor:
         """Logits of whole volumes of any size, by overlapping patch-sized windows; `mirror`
         with `mirror_axes`: the log of the class probabilities averaged over mirrored reads."""
-        from itertools import combinations
-
         from monai.inferers import sliding_window_inference
 
         h = self.hparams

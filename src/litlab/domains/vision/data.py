@@ -8,7 +8,8 @@ from typing import Literal
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+import torch.nn.functional as F
+from torch.utils.data import Dataset, Subset
 from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
@@ -39,8 +40,6 @@ def random_affine(
 
     `translate` is a fraction of the image size; empty borders are zero (black).
     """
-    import torch.nn.functional as F
-
     n = x.shape[0]
 
     def uniform(lo, hi):
@@ -330,8 +329,6 @@ class ImageFolderDataModule(VisionDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        from torch.utils.data import Subset
-
         h = self.hparams
         train = self._folder("train")
         if (self.root / "train").is_dir():
