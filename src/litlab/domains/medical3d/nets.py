@@ -2,6 +2,7 @@
 basic blocks, shortcut type B, no bias in the downsampling convs, so MedicalNet's pretrained
 weights fit when loaded) and a 3D U-Net (residual units, instance norm)."""
 
+import math
 from typing import Annotated, Literal
 
 from torch import nn
@@ -99,8 +100,6 @@ def _check_settings(s: dict, key: str) -> None:
 
 def _check_dims(s: dict, dims: dict, key: str) -> None:
     """Each patch side must divide by the total stride, or the skip connections misalign."""
-    import math
-
     total = math.prod(s["strides"])
     patch = list(dims.get("patch_size") or [])
     if any(p % total for p in patch):

@@ -3,8 +3,12 @@ layout, reading and writing volumes (as volumes.py holds them), the preprocessed
 the files and settings, and the service's NIfTI uploads and answers (`read_upload`,
 `nifti_bytes`)."""
 
+import gzip
 import hashlib
+import io
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +91,6 @@ def label_names(root, num_classes: int, key: str = "data") -> list[str] | None:
     its classes by (the service answers them). None without a dataset.json or its `labels`;
     one line when they do not name exactly the classes 0..num_classes-1 in short printable
     words (a file from elsewhere is data: its names end up in every answer)."""
-    import json
-
     path = Path(str(root)) / "dataset.json"
     if not path.is_file():
         return None
@@ -236,9 +238,6 @@ def load_cache(path: Path, files: list[Path]) -> list[dict]:
 def nifti_voxels(raw: bytes) -> int:
     """Voxels the NIfTI header claims, read from the first bytes only (a gzip bomb is never
     inflated past its header); 0 when there is no readable header."""
-    import gzip
-    import io
-
     import nibabel as nib
 
     try:
@@ -260,8 +259,6 @@ def read_upload(
     """A NIfTI upload to the service as (volume (C, D, H, W) z-scored per channel as in
     training, affine); its size is checked from the header before the voxels are read;
     anything wrong is the request's `BadRequest`."""
-    import tempfile
-
     from litlab.domains.medical3d.volumes import normalize
     from litlab.tasks.checks import BadRequest
 
@@ -299,8 +296,6 @@ def read_upload(
 
 
 def nifti_bytes(mask: np.ndarray, affine: np.ndarray) -> bytes:
-    import gzip
-
     import nibabel as nib
 
     image = nib.Nifti1Image(mask.astype(np.uint8), affine)

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset
+from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
 from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
@@ -285,8 +287,6 @@ class ImageFolderDataModule(VisionDataModule):
     @classmethod
     def fold_labels(cls, settings: dict) -> list[int]:
         """One label per image file, as ImageFolder will find them (names only, nothing read)."""
-        from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
-
         root = Path(str(settings["root"]))
         classes = cls.class_folders(root, "data")
         found = make_dataset(
@@ -309,8 +309,6 @@ class ImageFolderDataModule(VisionDataModule):
         return classes
 
     def _folder(self, split: str):
-        from torchvision.datasets import ImageFolder
-
         decode = v2.Compose(
             [
                 v2.Grayscale(self.channels) if self.channels == 1 else v2.RGB(),

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 import torch
+import torchvision.datasets as tvd
 
 from litlab.domains.vision.data import VisionDataModule, random_affine
 from litlab.errors import UserError
@@ -73,8 +74,6 @@ class MNISTDataModule(VisionDataModule):
     def prepare_data(self) -> None:
         if _find(self.raw_dir, "train-images-idx3-ubyte") or not self.hparams.download:
             return
-        import torchvision.datasets as tvd
-
         try:
             with fetching(self.raw_dir):  # quiet; no empty MNIST/raw left when offline
                 for train in (True, False):
@@ -131,11 +130,9 @@ class CIFAR10DataModule(VisionDataModule):
 
     def _dataset(self, train: bool):
         """(images (N, 3, 32, 32) uint8, labels) of a split, downloaded when absent."""
-        from torchvision.datasets import CIFAR10
-
         try:
             with fetching(self.data_dir):
-                ds = CIFAR10(str(self.data_dir), train=train, download=self.hparams.download)
+                ds = tvd.CIFAR10(str(self.data_dir), train=train, download=self.hparams.download)
         except (RuntimeError, OSError) as err:
             raise UserError(f"CIFAR-10 not found in {self.data_dir} ({err})") from err
         return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
