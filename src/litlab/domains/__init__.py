@@ -1,18 +1,16 @@
 """The domains: what a researcher reads and changes, one folder each (a domain's datamodules,
 its LightningModule and its nets side by side, as a MONAI bundle or a torchtune model family
-keeps them), apart from the machinery they run on (litlab.data and litlab.models,
-recipes, checkpointing, export, serving). `make new-task NAME=x FROM=vision` copies one domain
-into `domains/x/` (docs/new_task.md).
+keeps them), apart from the machinery they run on (litlab.data and litlab.models, recipes,
+checkpointing, export, serving). `make new-task NAME=x FROM=vision` copies one domain into
+`domains/x/` (docs/new_task.md).
 
 Each folder holds `data.py` (datamodules: read, split, `dims`), `module.py` (the
 LightningModule: loss, metrics, steps) and `nets.py` (plain nn.Modules built from config plus the
 datamodule's dims: they import no litlab module above them, so a checkpoint may name them), and
-declares what it provides in its `__init__.py` (`DOMAIN`), as a MONAI bundle's metadata does:
-its datamodules, modules and nets (their kinds are their own `kind`/`kinds`), and what
-`make new-task` copies from it. What only a domain knows stays in its folder: a net says how it
-narrows into a distillation student (`narrowed(net_config, scale)`, or `student`: a smaller
-net's model config) and prunes itself where Torch-Pruning cannot trace it (the GNN); its
-datamodule says what an exported file's inputs are; its NIfTI reader decodes uploads.
+declares them in its `__init__.py` (`DOMAIN`), as a MONAI bundle's metadata does. What only a
+domain knows stays in its folder: how a net narrows into a distillation student
+(`narrowed(net_config, scale)`, or `student`: a smaller net's model config) or prunes itself
+where Torch-Pruning cannot trace it (the GNN), what an exported file's inputs are.
 """
 
 import importlib

@@ -1,21 +1,13 @@
 """The kinds: the one vocabulary every layer shares. A kind is a class of this package (one
-module each, entered by `@register_kind`): its declarations are class attributes (its metrics, which
-inspect callbacks and compression steps apply), its behaviour methods that the layers after
-training call (how export reads a run, how the service decodes a request, the units federated
-clients hold, the samples figure), shared through input and output mixins (litlab.tasks.kind).
-A datamodule names its kind (`kind = IMAGE_CLASSIFICATION`, or `MyKind.name`), a
-LightningModule the kinds it fits (`kinds = (...)`). A new kind is one module here
-(docs/new_task.md): nothing else lists kinds.
+module each, entered by `@register_kind`, litlab.tasks.kind). A datamodule names its kind
+(`kind = IMAGE_CLASSIFICATION`, or `MyKind.name`), a LightningModule the kinds it fits
+(`kinds = (...)`). A new kind is one module here (docs/new_task.md): nothing else lists kinds.
 
-Nothing here imports torch: `kind_of_data` and `kinds_of_model` read a class's declaration from
-its source when they can, so a model/data mismatch is told in about a second.
-
-A class attribute (`kind`, `kinds`) read from the class's source, without importing its module
-(a datamodule's module imports torch: seconds). Names are resolved through the module's own
-constants and what it imports from `litlab.tasks`; base classes are followed, in the same module
-or another litlab module. When the source does not say it plainly, the class is imported.
-`declared` reads an attribute litlab itself defines (`inspects`), which no class of another
-package declares: a litlab class on Lightning's `Callback` is read without importing Lightning.
+Nothing here imports torch: a class attribute (`kind`, `kinds`) is read from the class's source
+when it says it plainly (names resolved through the module's own constants and what it imports
+from `litlab.tasks`; base classes followed into other litlab modules), else the class is
+imported; so a model/data mismatch is told in about a second, not after the seconds a
+datamodule's module takes to import torch.
 """
 
 import ast
@@ -193,8 +185,8 @@ def class_attribute(dotted: str, name: str, key: str = ""):
 
 def declared(dotted: str, name: str, key: str = ""):
     """`dotted`'s class attribute `name`, None when it has none, for an attribute litlab
-    defines (`inspects`): another package's base class cannot declare it, so the source of
-    litlab's classes answers without importing their bases (Lightning: seconds)."""
+    defines (`inspects`): another package's base class cannot declare it, so a litlab class on
+    Lightning's `Callback` is read without importing Lightning (seconds)."""
     value = _static(dotted, name, outside=_ABSENT)
     if value is _ABSENT:
         return None

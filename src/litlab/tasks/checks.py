@@ -30,15 +30,12 @@ def require(ok: bool, message: str) -> None:
         raise Bad(message)
 
 
-def check_number(value, what: str, lo=-math.inf, hi=math.inf, low_open=False) -> float:
+def check_number(value, what: str, lo=-math.inf, hi=math.inf) -> float:
     require(
         isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
         f"{what} is {value!r}; expected a finite number",
     )
-    require(
-        (value > lo if low_open else value >= lo) and value <= hi,
-        f"{what} is {value!r}; expected a number in {'(' if low_open else '['}{lo}, {hi}]",
-    )
+    require(lo <= value <= hi, f"{what} is {value!r}; expected a number in [{lo}, {hi}]")
     return value
 
 

@@ -5,12 +5,8 @@ inspect/samples.png); `tables` are CSV files written beside it, `tight` whether 
 box is trimmed (a second drawing; a mosaic fills its figure already).
 
 A kind with a figure of its own writes the class in its module (litlab.tasks.regression.
-Residuals, litlab.tasks.image_segmentation.Overlays). torch and matplotlib are imported where
-used: a kind's declarations stay light.
-
-`figure` and `mosaic` are figures that need no display: matplotlib's `Figure` (no pyplot state,
-no GUI backend), and one image of many equal panels. Drawn by these figures, the kinds' own and
-the inspect callbacks."""
+Residuals). torch and matplotlib are imported where used: a kind's declarations stay light;
+`figure`, `mosaic` and `mask_pairs` draw for the kinds' figures and the inspect callbacks."""
 
 
 def figure(width: float, height: float):
@@ -47,6 +43,23 @@ def mosaic(panels, labels: list[str], colors: list[str] | None = None, inches: f
     return fig
 
 
+def mask_pairs(rows: list[tuple], what: str):
+    """A row of two panels per (image, true mask, predicted mask) of 2D arrays: each mask's
+    classes over the grey image, the background left clear."""
+    import numpy as np
+
+    fig = figure(4, 2 * len(rows))
+    for i, (image, true, pred) in enumerate(rows):
+        for j, (mask, name) in enumerate(((true, "true"), (pred, "predicted"))):
+            ax = fig.add_subplot(len(rows), 2, 2 * i + j + 1)
+            ax.imshow(image, cmap="gray")
+            m = np.asarray(mask, dtype=float)
+            ax.imshow(np.ma.masked_where(m == 0, m), cmap="autumn", alpha=0.5)
+            ax.set_title(f"{what} {i}: {name}", fontsize=7)
+            ax.axis("off")
+    return fig
+
+
 class SamplesFigure:
     tight = True
 
@@ -57,6 +70,13 @@ class SamplesFigure:
         """How many more samples the figure takes."""
         return self.count - sum(len(part[0]) for part in self.held)
 
+    def collect(self, module, batch) -> None:
+        """The first test samples of (inputs, classes) batches, with their predicted class."""
+        keep = self.room()
+        if keep > 0:
+            x, y = batch[0][:keep], batch[1][:keep]
+            self.held.append((x.float().cpu(), y.cpu(), module(x).argmax(1).cpu()))
+
     def tables(self, trainer) -> dict[str, list[list]]:
         return {}
 
@@ -65,12 +85,6 @@ class ImageGrid(SamplesFigure):
     """The first test images, titled with the true and predicted class (green when right)."""
 
     tight = False
-
-    def collect(self, module, batch) -> None:
-        keep = self.room()
-        if keep > 0:
-            x, y = batch[0][:keep], batch[1][:keep]
-            self.held.append((x.float().cpu(), y.cpu(), module(x).argmax(1).cpu()))
 
     def draw(self, trainer):
         import torch
@@ -96,21 +110,11 @@ class VolumeSlices(SamplesFigure):
             self.held.append((x.float().cpu(), y.cpu(), module.infer(x).argmax(1).cpu()))
 
     def draw(self, trainer):
-        import numpy as np
-
-        x, y, pred = ([v for t in part for v in t] for part in zip(*self.held))
-        n = len(x)
-        fig = figure(4, 2 * n)
-        for i in range(n):
-            d = x[i].shape[1] // 2
-            for j, (mask, name) in enumerate(((y[i], "true"), (pred[i], "predicted"))):
-                ax = fig.add_subplot(n, 2, 2 * i + j + 1)
-                ax.imshow(x[i][0, d].numpy(), cmap="gray")
-                m = mask[d].numpy().astype(float)
-                ax.imshow(np.ma.masked_where(m == 0, m), cmap="autumn", alpha=0.5)
-                ax.set_title(f"volume {i}: {name}", fontsize=7)
-                ax.axis("off")
-        return fig
+        rows = []
+        for image, true, pred in zip(*([v for t in part for v in t] for part in zip(*self.held))):
+            d = image.shape[1] // 2
+            rows.append((image[0, d].numpy(), true[d].numpy(), pred[d].numpy()))
+        return mask_pairs(rows, "volume")
 
 
 class NodeAccuracy(SamplesFigure):

@@ -8,7 +8,7 @@ from itertools import islice
 from litlab.tasks import GRAPH_CLASSIFICATION, NODE_CLASSIFICATION, checks
 from litlab.tasks.figures import NodeAccuracy
 from litlab.tasks.kind import Classes, Kind, Spec, register_kind
-from litlab.tasks.tensors import FLOAT, INT64
+from litlab.tasks.tensors import FLOAT, INT64, TensorInputs
 from litlab.tasks.units import ItemUnits, NodeUnits
 
 
@@ -87,17 +87,13 @@ class NodeInputs:
         out = runner.answer(await predictor.offload(runner.run, *args))
         return {"level": self.level, **out}
 
-    async def uploads(self, predictor, raw: list[bytes], names: list[str]):
-        raise checks.BadRequest(
-            f"This model takes JSON ({self.json_words}), not file uploads.", 415
-        )
+    uploads = TensorInputs.uploads  # JSON only: a 415 naming `json_words`
 
     async def warm_up(self, predictor) -> None:
         graph = {"x": [[0.0] * predictor.channels] * 3, "edge_index": [[0, 1], [1, 2]]}
         await self.json(predictor, graph)
 
-    def patches(self, datamodule, count: int, start: int = 0):
-        return None
+    patches = TensorInputs.patches
 
     def ood_inputs(self, spec) -> list:
         return []  # graphs: the classifier's confidence alone
@@ -186,6 +182,7 @@ class NodeClassification(NodeInputs, Classes, GraphNets, Kind):
     name = NODE_CLASSIFICATION
     metrics = ("acc", "f1")
     inspect = ("samples", "confusion", "embeddings", "histograms")
+    samples_figure = NodeAccuracy
     # an epoch is one full-graph step (a GCN trains 200 centrally)
     federated_local_epochs = 20
     # one full-graph step per epoch: 5 steps teach a student nothing
@@ -200,9 +197,6 @@ class NodeClassification(NodeInputs, Classes, GraphNets, Kind):
     # accuracy at seeds 1-4 with 5x the teacher's lr 0.01 (1x: 94.6, 93.1%; 10x: 98.4, 95.0,
     # 94.6, 96.0%), in 400 epochs
     distill_lr_factor = 5.0
-
-    def samples_figure(self, count: int):
-        return NodeAccuracy(count)
 
 
 @register_kind

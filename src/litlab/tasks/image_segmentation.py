@@ -3,9 +3,10 @@ images/ + masks/ folders). The kind (`ImageSegmentation`), what its outputs are 
 scores per pixel, served as a label map) and its samples figure (`Overlays`)."""
 
 from litlab.tasks import IMAGE_SEGMENTATION
-from litlab.tasks.figures import SamplesFigure
+from litlab.tasks.figures import SamplesFigure, mask_pairs
 from litlab.tasks.kind import Kind, PixelClasses, register_kind
 from litlab.tasks.tensors import ImageInputs
+from litlab.tasks.units import dominant_structure
 
 
 class Masks(PixelClasses):
@@ -59,10 +60,7 @@ class Masks(PixelClasses):
         import numpy as np
 
         def dominant(masks):
-            flat = np.asarray(masks).reshape(len(masks), -1).astype(np.int64)
-            width = max(int(flat.max(initial=0)) + 1, 2)
-            counts = np.stack([np.bincount(m, minlength=width) for m in flat])
-            return np.where(counts[:, 1:].any(1), counts[:, 1:].argmax(1) + 1, 0)
+            return np.asarray([dominant_structure(m) for m in masks])
 
         return dominant(train_labels), dominant(heldout_labels)
 
@@ -82,19 +80,7 @@ class Overlays(SamplesFigure):
             self.held.append((x[middle, 0].float().cpu(), y[middle].cpu(), pred.cpu()))
 
     def draw(self, trainer):
-        import numpy as np
-        from matplotlib.figure import Figure  # no pyplot state, no GUI backend
-
-        fig = Figure(figsize=(4, 2 * len(self.held)))
-        for i, (image, true, pred) in enumerate(self.held):
-            for j, (mask, name) in enumerate(((true, "true"), (pred, "predicted"))):
-                ax = fig.add_subplot(len(self.held), 2, 2 * i + j + 1)
-                ax.imshow(image.numpy(), cmap="gray")
-                m = mask.numpy().astype(float)
-                ax.imshow(np.ma.masked_where(m == 0, m), cmap="autumn", alpha=0.5)
-                ax.set_title(f"item {i}: {name}", fontsize=7)
-                ax.axis("off")
-        return fig
+        return mask_pairs([[t.numpy() for t in row] for row in self.held], "item")
 
 
 @register_kind
@@ -109,11 +95,9 @@ class ImageSegmentation(ImageInputs, Masks, Kind):
     # slices of one volume, or one image of a mask folder (evaluation batches hold one item)
     metrics = ("dice", "dice_*")
     inspect = ("samples", "histograms", "model_graph")
+    samples_figure = Overlays
     # judged by the test Dice over whole items, int8 within 2% of it
     quantize_max_drop = 0.02
     # per-pixel soft targets at T=1 (as 3D segmentation: the Dice term teaches small structures)
     distill_temperature = 1.0
     compress_epochs = 5
-
-    def samples_figure(self, count: int):
-        return Overlays(count)

@@ -3,19 +3,12 @@ so a model/data mismatch or a feature that does not apply is refused at once) an
 are its behaviour, which every layer after training calls: export (`export_spec`), the service
 (`json`, `uploads`, `warm_up`, `check_inputs`, ...), federated clients (`units`), inspect
 (`samples_figure`). Shared behaviour comes from an input mixin (litlab.tasks.tensors,
-volumes, graphs: what goes in) and an output mixin (below: what comes out),
-as PyG's layers subclass `MessagePassing`; `@register_kind` enters the class in the registry, as
-timm's `@register_model` does, and refuses a kind that lacks a method a layer needs.
-
-Output mixins: what a net's output columns are, for the layers after training. The kinds of
-one output type share one mixin (`Classes`: class scores; `PixelClasses`: per pixel or voxel);
-a kind whose output is new writes its own in its module (litlab.tasks.regression.Values) and no
-other layer changes. What they answer is `Kind`'s output methods: `names`
-(under `names_key` in an export's metadata), `metric_input`, `prepare` and `answer` (the
-served answer, `confidence`: the out-of-distribution score reads class probabilities),
-`output_rank`, `strata` (federated partitions).
-
-numpy is imported by the methods that use it: a kind's declarations stay light."""
+volumes, graphs: what goes in) and an output mixin (below: what comes out: `Classes`,
+`PixelClasses`; a kind whose output is new writes its own in its module, as
+litlab.tasks.regression.Values), as PyG's layers subclass `MessagePassing`; `@register_kind`
+enters the class in the registry, as timm's `@register_model` does, and refuses a kind that
+lacks a method a layer needs. numpy is imported by the methods that use it: a kind's
+declarations stay light."""
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -159,8 +152,8 @@ class Kind(ABC):
         return answer
 
     def samples_figure(self, count: int):
-        """`callbacks=inspect`'s samples figure (litlab.tasks.figures), where "samples" is
-        in `inspect`."""
+        """`callbacks=inspect`'s samples figure, where "samples" is in `inspect`: a kind sets
+        this to its `SamplesFigure` class (litlab.tasks.figures), which takes the count."""
         raise NotImplementedError(f"{self.name} draws no samples figure")
 
     def export_net(self, net):
@@ -237,8 +230,7 @@ class Classes:
     @staticmethod
     def names(model, datamodule) -> list[str]:
         names = getattr(datamodule, "class_names", None)
-        n = model.num_classes
-        return [str(c) for c in names] if names else [str(i) for i in range(n)]
+        return [str(c) for c in names or range(model.num_classes)]
 
     @staticmethod
     def metric_input(outputs):

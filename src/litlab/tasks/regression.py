@@ -90,6 +90,7 @@ class Regression(TensorInputs, Values, Kind):
     # r2 is the monitor (higher is better); mae and rmse in the target's own units
     metrics = ("mae", "rmse", "r2")
     inspect = ("samples", "histograms")
+    samples_figure = Residuals
     # every compression step: structured pruning narrows the hidden layers (the output layer
     # is kept), distillation teaches the student the teacher's values (the module's
     # `soft_loss`); each judged by the test r2, quantize by a share of it
@@ -108,6 +109,3 @@ class Regression(TensorInputs, Values, Kind):
 
     def preprocessing(self, dm) -> dict:
         return {**super().preprocessing(dm), "columns": [str(n) for n in dm.feature_names]}
-
-    def samples_figure(self, count: int):
-        return Residuals(count)

@@ -69,12 +69,6 @@ class SignalGrid(SamplesFigure):
     """`callbacks=inspect`'s samples figure: the first test signals (each channel a line),
     titled with the true and predicted class (green when right)."""
 
-    def collect(self, module, batch) -> None:
-        keep = self.room()
-        if keep > 0:
-            x, y = batch[0][:keep], batch[1][:keep]
-            self.held.append((x.float().cpu(), y.cpu(), module(x).argmax(1).cpu()))
-
     def draw(self, trainer):
         import torch
 
@@ -98,12 +92,10 @@ class SignalClassification(SequenceInputs, Classes, Kind):
     name = "signal_classification"
     metrics = ("acc", "f1")
     inspect = ("samples", "confusion", "embeddings", "histograms", "model_graph")
+    samples_figure = SignalGrid
     # int8 of a small 1D CNN: every op, judged by the test accuracy, kept within 2% of it
     quantize_max_drop = 0.02
     # compress: fine-tuning and student epochs (an epoch is ~8 batches of the demo signals)
     compress_epochs = 10
     # a client holds ~50 signals (one batch): 3 passes a round
     federated_local_epochs = 3
-
-    def samples_figure(self, count: int):
-        return SignalGrid(count)

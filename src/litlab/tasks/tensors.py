@@ -1,10 +1,7 @@
 """Input mixins of the kinds whose inputs are one batched float tensor, samples along dim 0:
-table rows and other fixed-size samples (`TensorInputs`: JSON only), and images
-(`ImageInputs`: PNG/JPEG uploads too), and the image classification kind. Each says how the service decodes a request and warms
-up, what an exported file takes and its metadata holds (checked when the service opens it),
-how export reads a run (its Spec) and what the out-of-distribution score measures.
-
-The methods import what they use (numpy, torch, PIL): a kind's declarations stay light."""
+table rows and other fixed-size samples (`TensorInputs`: JSON only) and images (`ImageInputs`:
+PNG/JPEG uploads too); and the image classification kind. The methods import what they use
+(numpy, torch, PIL): a kind's declarations stay light."""
 
 from itertools import islice
 
@@ -73,10 +70,8 @@ class TensorInputs:
         raise checks.BadRequest(message, 415)
 
     async def warm_up(self, predictor) -> None:
-        import numpy as np
-
-        shape = [int(s) for s in predictor.runner.layout["x"]["shape"][1:]]
-        await self.json(predictor, {"inputs": [np.zeros(shape, np.float32).tolist()]})
+        (x,) = self.zeros(predictor.runner.layout, 1)
+        await self.json(predictor, {"inputs": x.tolist()})
 
     def patches(self, datamodule, count: int, start: int = 0):
         """Training inputs that cover whole items (patch-sized crops), stacked; None: the
@@ -189,14 +184,11 @@ class ImageInputs(MeasuredInputs):
 
         size = int(predictor.runner.layout["image_size"])
         mode = "L" if predictor.channels == 1 else "RGB"
-        raw = []
         for img in (Image.new(mode, (size, size)), Image.new("RGBA", (size * 2, size))):
             buffer = io.BytesIO()
             img.save(buffer, "PNG")
-            raw.append(buffer.getvalue())
-        for r in raw:
-            await predictor.images([r])
-        await predictor.offload(predictor.decode_all, [predictor.header(raw[1])])
+            await predictor.images([buffer.getvalue()])
+        await predictor.offload(predictor.decode_all, [predictor.header(buffer.getvalue())])
 
 
 @register_kind
@@ -206,6 +198,4 @@ class ImageClassification(ImageInputs, Classes, Kind):
     name = IMAGE_CLASSIFICATION
     metrics = ("acc", "f1")
     inspect = ("samples", "confusion", "gradcam", "embeddings", "histograms", "model_graph")
-
-    def samples_figure(self, count: int):
-        return ImageGrid(count)
+    samples_figure = ImageGrid

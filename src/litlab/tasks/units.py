@@ -93,10 +93,7 @@ class VolumeUnits(ItemUnits):
         dm.train_set, dm.test_set = train, heldout
 
     def train_count(self, dm) -> int:
-        return len(dm.train_set.volumes)
-
-    def heldout_count(self, dm) -> int:
-        return len(dm.test_set.volumes)
+        return len(dm.train_set.volumes)  # not its patches
 
 
 class NodeUnits:

@@ -203,6 +203,7 @@ class VolumeSegmentation(WindowInputs, PixelClasses, Kind):
     # Dice per structure and their mean; hd95 (voxels) on validation and test only
     metrics = ("dice", "dice_*", "hd95", "hd95_*")
     inspect = ("samples", "histograms", "model_graph")
+    samples_figure = VolumeSlices
     # compression: every step. Judged by the test Dice over whole volumes (sliding windows);
     # the int8 file is kept only within 2% of the Dice it was quantized from
     compress_metric = "dice"
@@ -210,6 +211,3 @@ class VolumeSegmentation(WindowInputs, PixelClasses, Kind):
     # per-voxel soft targets at T=1: at 4 the KL term (x T^2 = 16) drowned the Dice term that
     # teaches the small structures (phantoms: the student's nodule Dice stayed 0 in 5 epochs)
     distill_temperature = 1.0
-
-    def samples_figure(self, count: int):
-        return VolumeSlices(count)

@@ -1,45 +1,38 @@
 """Graph datamodules (PyTorch Geometric): node classification on one graph, graph
-classification on many.
+classification on many (the TU Dortmund benchmarks, mini-batched, in seeded stratified folds).
 
 `sbm` (the default) is generated locally from a seed, so it needs no network. Planetoid and
 TUDataset keep PyG's real download code and also read raw files already in
-`<data_dir>/Planetoid/<name>/raw` or `<data_dir>/TUDataset/<name>/raw` (how the tests run offline).
-PyG's processed files go to `<data_dir>/cache/pyg/`, never beside the raw files (`read_pyg`).
-
-Where PyG's files of the Planetoid and TUDataset collections are read and written: raw files
-in `<data_dir>/<collection>/<name>/raw` (downloaded there when online), processed files in
+`<data_dir>/<collection>/<name>/raw` (how the tests run offline). PyG's processed files go to
 `<data_dir>/cache/pyg/<collection>`, a folder litlab owns: never beside the raw files, whose
 folder may be a read-only copy or a link to a shared one.
 
 DDP: a single graph is given whole to every rank (the module splits the nodes of each mask
 between ranks); graph datasets are split between ranks, without the padding duplicates of
 Lightning's default sampler at evaluation, so every graph is counted exactly once.
-
-Graph classification on the TU Dortmund benchmarks (MUTAG, PROTEINS, ENZYMES...): many small
-graphs, mini-batched by PyG's DataLoader, split into seeded stratified folds. PyG's real download
-code stays; raw files already in `<data_dir>/TUDataset/<name>/raw` are read as they are (offline),
-processed into `<data_dir>/cache/pyg/TUDataset` (`TUDataModule`).
-Under DDP the graphs are split between ranks, each counted exactly once at evaluation.
 """
 
 import copy
-import logging
 import os
 import urllib.error
 from functools import cached_property
+from operator import itemgetter
 from pathlib import Path
 from typing import Annotated, Literal
 
 import lightning as L
 import numpy as np
 import torch
+from filelock import FileLock
 
 # isort: split
 from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data
-from torch_geometric.datasets import Planetoid, TUDataset
+from torch_geometric.datasets import KarateClub, Planetoid, TUDataset
 from torch_geometric.loader import DataLoader
+from torch_geometric.transforms import NormalizeFeatures
+from torch_geometric.utils import index_to_mask, stochastic_blockmodel_graph
 
 from litlab.bounds import Ge, Interval, NonNegInt, OptionalFraction, PosInt, Workers
 from litlab.data import (
@@ -56,9 +49,7 @@ from litlab.utils.files import fetching
 
 
 def pyg_cache(data_dir: Path, collection: str) -> Path:
-    """Where PyG's processed files of a `collection` (Planetoid, TUDataset) go: a folder litlab
-    owns below the data dir (`<data_dir>/cache/pyg/Planetoid/Cora/processed`), never the raw
-    data's folder (`<data_dir>/Planetoid/Cora/raw`), which may be read-only."""
+    """Where PyG's processed files of a `collection` (Planetoid, TUDataset) go."""
     return Path(data_dir) / "cache" / "pyg" / collection
 
 
@@ -66,7 +57,9 @@ class _ProcessedInCache:
     """A PyG dataset whose processed files go to `self.cache`, in PyG's own layout below it
     (`<name>/processed`, `<name>/geom-gcn/processed`...); its raw files stay where they are."""
 
-    cache: str
+    def __init__(self, root: str, name: str, cache: str, **kwargs):
+        self.cache = cache  # before PyG's __init__, which processes
+        super().__init__(root, name, **kwargs)
 
     @property
     def processed_dir(self) -> str:
@@ -74,49 +67,33 @@ class _ProcessedInCache:
 
 
 class CachedPlanetoid(_ProcessedInCache, Planetoid):
-    def __init__(self, root: str, name: str, cache: str, **kwargs):
-        self.cache = cache  # before PyG's __init__, which processes
-        super().__init__(root, name, **kwargs)
+    """PyG's Planetoid, processed into `cache`."""
 
 
 class CachedTUDataset(_ProcessedInCache, TUDataset):
-    def __init__(self, root: str, name: str, cache: str, **kwargs):
-        self.cache = cache
-        super().__init__(root, name, **kwargs)
-
-
-def _locked(cache: Path):
-    """An inter-process lock in the dataset's cache folder: DDP ranks may build `dims` at the
-    same time, and PyG writes processed files the first time a dataset is read."""
-    from filelock import FileLock
-
-    return FileLock(str(cache / ".litlab.lock"))
-
-
-def _make_cache(cache: Path, raw: Path) -> None:
-    """The cache folder, or one line: the data dir must be writable (its raw folders may be
-    read-only)."""
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(
-            f"PyG's processed files of {raw.parent} go to {cache}, which cannot be created "
-            f"({err.strerror or err}); point paths.data_dir (or LITLAB_DATA_DIR) at a writable "
-            f"folder that holds a copy of {raw.parent.parent.name}/{raw.parent.name}/raw or a "
-            f"link to it (that folder itself may be read-only)"
-        ) from None
+    """PyG's TUDataset, processed into `cache`."""
 
 
 def read_pyg(data_dir: Path, collection: str, name: str, raw_files: str, read):
     """`read(root, cache)` (a PyG dataset of `<data_dir>/<collection>`, processed into
     `cache`) under the cache's lock, downloading into `<root>/<name>/raw` when the files are
     not there; a failed download is one line that says which files to copy where (how to run
-    offline), and leaves no folder it created."""
+    offline), and leaves no folder it created. The lock: DDP ranks may build `dims` at the
+    same time, and PyG writes processed files the first time a dataset is read."""
     root, cache = Path(data_dir) / collection, pyg_cache(data_dir, collection)
     try:
         with fetching(root / name / "raw"), fetching(cache):
-            _make_cache(cache, root / name / "raw")
-            with _locked(cache):
+            try:  # the data dir must be writable (its raw folders may be read-only)
+                cache.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise UserError(
+                    f"PyG's processed files of {root / name} go to {cache}, which cannot be "
+                    f"created ({err.strerror or err}); point paths.data_dir (or "
+                    f"LITLAB_DATA_DIR) at a writable folder that holds a copy of "
+                    f"{collection}/{name}/raw or a link to it (that folder itself may be "
+                    "read-only)"
+                ) from None
+            with FileLock(str(cache / ".litlab.lock")):
                 return read(str(root), str(cache))
     except (urllib.error.URLError, OSError) as err:
         raise UserError(
@@ -127,14 +104,7 @@ def read_pyg(data_dir: Path, collection: str, name: str, raw_files: str, read):
         ) from err
 
 
-log = logging.getLogger(__name__)
 Probability01 = Annotated[float, Interval(ge=0, le=1)]
-
-
-def _row_normalize(data: Data) -> Data:
-    from torch_geometric.transforms import NormalizeFeatures
-
-    return NormalizeFeatures()(data)
 
 
 class _WholeGraphOnEveryRank(DistributedSampler):
@@ -148,11 +118,6 @@ class _WholeGraphOnEveryRank(DistributedSampler):
 
     def __len__(self) -> int:
         return 1
-
-
-def _the_graph(items: list) -> Data:
-    """Collate of a one-graph loader: the graph itself (PyG's Batch would copy it every step)."""
-    return items[0]
 
 
 class GraphsInComputeDtype:
@@ -208,7 +173,7 @@ class NodeDataModule(GraphsInComputeDtype, L.LightningDataModule):
     def data(self) -> Data:
         """Loaded once per process (cheap after the first time: PyG caches processed files)."""
         data = self.load()
-        return _row_normalize(data) if self.normalize_features else data
+        return NormalizeFeatures()(data) if self.normalize_features else data
 
     @property
     def dims(self) -> dict:
@@ -232,26 +197,17 @@ class NodeDataModule(GraphsInComputeDtype, L.LightningDataModule):
         """predictions.csv's `node` (the module names its rows by node too, as it predicts)."""
         return {"node": self.split_sources[split]}
 
-    def _loader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader:
+        """The whole graph, on every rank (`_WholeGraphOnEveryRank`), for every split."""
         distributed = self.trainer is not None and self.trainer.world_size > 1
         return TorchDataLoader(
             [self.data],
             batch_size=1,
-            collate_fn=_the_graph,
+            collate_fn=itemgetter(0),  # the graph itself: PyG's Batch would copy it every step
             sampler=_WholeGraphOnEveryRank() if distributed else None,
         )
 
-    def train_dataloader(self):
-        return self._loader()
-
-    def val_dataloader(self):
-        return self._loader()
-
-    def test_dataloader(self):
-        return self._loader()
-
-    def predict_dataloader(self):
-        return self._loader()
+    val_dataloader = test_dataloader = predict_dataloader = train_dataloader
 
 
 class SBMDataModule(NodeDataModule):
@@ -281,8 +237,6 @@ class SBMDataModule(NodeDataModule):
         self.save_hyperparameters(logger=False)  # plain values: checkpoints stay weights_only
 
     def load(self) -> Data:
-        from torch_geometric.utils import stochastic_blockmodel_graph
-
         h = self.hparams
         k, n = h.num_classes, h.nodes_per_class
         probs = torch.full((k, k), h.p_out).fill_diagonal_(h.p_in)
@@ -297,13 +251,8 @@ class SBMDataModule(NodeDataModule):
             order = torch.randperm(k * n)
         train = torch.cat([order[y[order] == c][: h.train_per_class] for c in range(k)])
         rest = order[~torch.isin(order, train)]
-        masks = {}
-        for name, idx in (
-            ("train", train),
-            ("val", rest[: h.num_val]),
-            ("test", rest[h.num_val : h.num_val + h.num_test]),
-        ):
-            masks[f"{name}_mask"] = torch.zeros(k * n, dtype=torch.bool).index_fill_(0, idx, True)
+        held = {"val": rest[: h.num_val], "test": rest[h.num_val : h.num_val + h.num_test]}
+        masks = {f"{s}_mask": index_to_mask(i, k * n) for s, i in {"train": train, **held}.items()}
         return Data(x=x, edge_index=edge_index, y=y, **masks)
 
 
@@ -344,8 +293,6 @@ class KarateDataModule(NodeDataModule):
     community trains; all the other nodes are both the validation and the test nodes."""
 
     def load(self) -> Data:
-        from torch_geometric.datasets import KarateClub
-
         data = KarateClub()[0]
         data.val_mask = data.test_mask = ~data.train_mask
         return data
@@ -410,14 +357,12 @@ class TUDataModule(GraphsInComputeDtype, SplitDataModule):
             ),
         )
 
-    def _check_folds(self, dataset) -> None:
-        """Every test fold needs a graph of each class: num_folds <= the smallest class."""
-        labels = dataset.y.view(-1).numpy()
-        check_labels(labels, self.hparams, "data", self.hparams.name, "graphs")
-
     @property
     def dims(self) -> dict:
-        self._check_folds(self.dataset)
+        """Also checks that every test fold gets a graph of each class (once the labels are
+        read: data downloaded after the settings were checked)."""
+        labels = self.dataset.y.view(-1).numpy()
+        check_labels(labels, self.hparams, "data", self.hparams.name, "graphs")
         return {
             "in_channels": max(self.dataset.num_features, 1),
             "num_classes": self.dataset.num_classes,

@@ -18,6 +18,7 @@ from torch import nn
 
 from litlab.bounds import PosInt, Probability
 from litlab.compat.torch import version_counter
+from litlab.domains.graph import prune
 from litlab.errors import UserError
 from litlab.ops import TiledLinear, tile_linears
 
@@ -223,22 +224,11 @@ class GNN(nn.Module):
         return {"hidden_channels": per_head * heads, "dropout": min(net.get("dropout", 0.0), 0.2)}
 
     # compress.prune.method=structured: a smaller hidden width holding the most important
-    # channels (prune.py; Torch-Pruning's trace does not follow PyG's message passing)
-    def prune_plan(self, net_cfg: dict, build, ratio: float, round_to) -> dict:
-        from litlab.domains.graph import prune
-
-        return prune.prune_plan(self, net_cfg, build, ratio, round_to)
-
-    def pruned(self, net_cfg: dict, build, ratio: float, steps: int, round_to, norm: int):
-        from litlab.domains.graph import prune
-
-        return prune.prune(self, net_cfg, build, ratio, steps, round_to, norm)
-
-    def copy_kept(self, new: nn.Module, norm: int = 2) -> None:
-        """Fill `new` (this GNN, narrower) with this one's most important channels."""
-        from litlab.domains.graph import prune
-
-        prune.copy_kept(self, new, norm)
+    # channels (prune.py; Torch-Pruning's trace does not follow PyG's message passing), and
+    # `copy_kept(new)`: `new` (this GNN, narrower) filled with this one's most important ones
+    prune_plan = prune.prune_plan
+    pruned = prune.prune
+    copy_kept = prune.copy_kept
 
     def forward(
         self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor | None = None

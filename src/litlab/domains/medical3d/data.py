@@ -84,7 +84,6 @@ class SegmentationDataModule(Medical3DDataModule):
         self.patch_size = tuple(int(p) for p in patch_size)
         self.samples_per_volume = samples_per_volume
         self.num_classes, self.in_channels = num_classes, 1
-        self.split_file = split_file
         self.names: list[str] = []
 
     @property
@@ -109,7 +108,9 @@ class SegmentationDataModule(Medical3DDataModule):
             split = volume_split([v["label"] for v in vols], h, self.data_name)
         names = self.names or [f"case_{i:04d}" for i in range(len(vols))]
         self.split_sources = {k: [names[i] for i in v] for k, v in split.items()}
-        self._write_split()
+        rank0 = self.trainer is None or self.trainer.is_global_zero
+        if h.split_file and rank0 and not Path(h.split_file).exists():
+            write_split(Path(h.split_file), self.split_sources)  # once, by rank 0
         self.train_set = V.PatchDataset(
             [vols[i] for i in split["train"]],
             self.patch_size,
@@ -123,12 +124,6 @@ class SegmentationDataModule(Medical3DDataModule):
     def sources(self, split: str) -> dict[str, list]:
         """predictions.csv's `case`s, as the module names its rows and masks too."""
         return {"case": [N.case_id(n) for n in self.split_sources[split]]}
-
-    def _write_split(self) -> None:
-        """The split (volume names per split) at `data.split_file`, once, by rank 0."""
-        rank0 = self.trainer is None or self.trainer.is_global_zero
-        if self.split_file and rank0 and not Path(self.split_file).exists():
-            write_split(Path(self.split_file), self.split_sources)
 
 
 class PhantomDataModule(Medical3DDataModule):

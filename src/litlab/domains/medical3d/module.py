@@ -6,6 +6,8 @@ every volume counts exactly once.
 """
 
 import logging
+import warnings
+from itertools import combinations
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -17,6 +19,7 @@ from torchmetrics.functional.segmentation import dice_score
 from torchmetrics.segmentation import DiceScore
 
 from litlab.bounds import MaxLen, NonNegFloat, PosInt, Probability
+from litlab.domains.medical3d.nifti import case_id, write_mask
 from litlab.models import Classifier, LitModule
 from litlab.tasks import VOLUME_CLASSIFICATION, VOLUME_SEGMENTATION
 from litlab.tasks.kind import class_map
@@ -54,8 +57,6 @@ class HD95(Metric):
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
         """`preds` and `target`: label maps (B, D, H, W) of whole volumes."""
-        import warnings
-
         from monai.metrics import compute_hausdorff_distance
 
         pred = F.one_hot(preds.long(), self.num_classes).movedim(-1, 1)
@@ -77,12 +78,6 @@ class HD95(Metric):
 
     def compute(self) -> torch.Tensor:
         return (self.total / self.count).float() if self.count else torch.tensor(float("nan"))
-
-
-def hydra_output_dir() -> Path | None:
-    from hydra.core.hydra_config import HydraConfig
-
-    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
 
 
 class VolumeSegmenter(LitModule):
@@ -167,8 +162,6 @@ class VolumeSegmenter(LitModule):
     def infer(self, x: torch.Tensor, mirror: bool = False) -> torch.Tensor:
         """Logits of whole volumes of any size, by overlapping patch-sized windows; `mirror`
         with `mirror_axes`: the log of the class probabilities averaged over mirrored reads."""
-        from itertools import combinations
-
         from monai.inferers import sliding_window_inference
 
         h = self.hparams
@@ -193,7 +186,13 @@ class VolumeSegmenter(LitModule):
         self.log_step(split, self.loss(logits, y), class_map(logits), y[:, 0], len(x))
 
     def on_predict_start(self) -> None:
-        if self.mask_dir is None and (out := self.output_dir or hydra_output_dir()) is not None:
+        """Masks go to the run's masks/ folder unless `mask_dir` says where."""
+        from hydra.core.hydra_config import HydraConfig
+
+        out = self.output_dir
+        if out is None and HydraConfig.initialized():
+            out = Path(HydraConfig.get().runtime.output_dir)
+        if self.mask_dir is None and out is not None:
             self.mask_dir = out / "masks"
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
@@ -211,18 +210,13 @@ class VolumeSegmenter(LitModule):
         if self.mask_dir is not None:
             self.write_masks(pred, batch)
         # the case id of the mask file (masks/<case>.nii.gz) and of data_split.json
-        from litlab.domains.medical3d.nifti import case_id
-
-        cases = [case_id(n) for n in batch["name"]]
-        out = {"case": cases, "dice": dice.nanmean(1)}
+        out = {"case": [case_id(n) for n in batch["name"]], "dice": dice.nanmean(1)}
         for k in range(1, self.num_classes):
             out[f"dice_{k}"] = dice[:, k - 1]
             out[f"voxels_{k}"] = (pred == k).flatten(1).sum(1)
         return out
 
     def write_masks(self, pred: torch.Tensor, batch) -> None:
-        from litlab.domains.medical3d.nifti import write_mask
-
         self.mask_dir.mkdir(parents=True, exist_ok=True)
         for i in range(len(pred)):
             source, name = batch["path"][i], batch["name"][i]

@@ -1,10 +1,8 @@
-"""The medical3d domain's nets: plain nn.Modules built from config plus the datamodule's dims.
+"""The medical3d domain's nets, from MONAI: a MedicalNet-style 3D ResNet (Chen et al., 2019:
+basic blocks, shortcut type B, no bias in the downsampling convs, so MedicalNet's pretrained
+weights fit when loaded) and a 3D U-Net (residual units, instance norm)."""
 
-MedicalNet-style 3D ResNet (Chen et al., 2019) from MONAI: basic blocks, shortcut type B,
-no bias in the downsampling convs, so MedicalNet's pretrained weights fit when loaded.
-
-MONAI's 3D U-Net (residual units, instance norm), sized by the datamodule."""
-
+import math
 from typing import Annotated, Literal
 
 from torch import nn
@@ -102,8 +100,6 @@ def _check_settings(s: dict, key: str) -> None:
 
 def _check_dims(s: dict, dims: dict, key: str) -> None:
     """Each patch side must divide by the total stride, or the skip connections misalign."""
-    import math
-
     total = math.prod(s["strides"])
     patch = list(dims.get("patch_size") or [])
     if any(p % total for p in patch):

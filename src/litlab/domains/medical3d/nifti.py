@@ -1,12 +1,14 @@
 """NIfTI folders and files of the 3D (and 2D slices) datamodules: the image/label pairs of an MSD
-layout, reading and writing volumes, the preprocessed cache keyed by the files and settings,
-and the service's NIfTI uploads and answers (`read_upload`, `nifti_bytes`).
+layout, reading and writing volumes (as volumes.py holds them), the preprocessed cache keyed by
+the files and settings, and the service's NIfTI uploads and answers (`read_upload`,
+`nifti_bytes`)."""
 
-Volumes are held as numpy arrays `image (C, D, H, W) float32` and `label (1, D, H, W) uint8`.
-"""
-
+import gzip
 import hashlib
+import io
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -54,16 +56,15 @@ def find_pairs(root: Path, key: str = "data") -> list[tuple[Path, Path]]:
             break
     else:
         raise UserError(f"{key}.root={root} has no imagesTr/+labelsTr/ or images/+labels/ folders")
-    found = {
-        _stem(p): p
-        for p in (root / labels).iterdir()
-        if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
-    }
-    volumes = [
-        p
-        for p in sorted((root / images).iterdir())
-        if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
-    ]
+    volumes, labelled = (
+        sorted(
+            p
+            for p in (root / folder).iterdir()
+            if p.name.endswith(NIFTI_SUFFIXES) and not p.name.startswith(".")
+        )
+        for folder in (images, labels)
+    )
+    found = {_stem(p): p for p in labelled}
     unlabelled = [p.name for p in volumes if _stem(p) not in found]
     if unlabelled:
         raise UserError(
@@ -90,8 +91,6 @@ def label_names(root, num_classes: int, key: str = "data") -> list[str] | None:
     its classes by (the service answers them). None without a dataset.json or its `labels`;
     one line when they do not name exactly the classes 0..num_classes-1 in short printable
     words (a file from elsewhere is data: its names end up in every answer)."""
-    import json
-
     path = Path(str(root)) / "dataset.json"
     if not path.is_file():
         return None
@@ -239,9 +238,6 @@ def load_cache(path: Path, files: list[Path]) -> list[dict]:
 def nifti_voxels(raw: bytes) -> int:
     """Voxels the NIfTI header claims, read from the first bytes only (a gzip bomb is never
     inflated past its header); 0 when there is no readable header."""
-    import gzip
-    import io
-
     import nibabel as nib
 
     try:
@@ -263,8 +259,6 @@ def read_upload(
     """A NIfTI upload to the service as (volume (C, D, H, W) z-scored per channel as in
     training, affine); its size is checked from the header before the voxels are read;
     anything wrong is the request's `BadRequest`."""
-    import tempfile
-
     from litlab.domains.medical3d.volumes import normalize
     from litlab.tasks.checks import BadRequest
 
@@ -302,8 +296,6 @@ def read_upload(
 
 
 def nifti_bytes(mask: np.ndarray, affine: np.ndarray) -> bytes:
-    import gzip
-
     import nibabel as nib
 
     image = nib.Nifti1Image(mask.astype(np.uint8), affine)

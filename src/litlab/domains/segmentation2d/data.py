@@ -115,10 +115,8 @@ class SliceDataModule(FoldSettings, SplitDataModule):
         self.slice_counts = [len(x) for x, _ in items]
         self.split = split = self.split_items(items)
         self.split_sources = {k: [self.names[i] for i in v] for k, v in split.items()}
-        train = [items[i] for i in split["train"]]
-        self.train_set = TensorDataset(
-            torch.cat([x for x, _ in train]), torch.cat([y for _, y in train])
-        )
+        train = zip(*(items[i] for i in split["train"]))  # the items' slices, their labels
+        self.train_set = TensorDataset(*(torch.cat(part) for part in train))
         self.val_set, self.test_set = (Items([items[i] for i in split[s]]) for s in ("val", "test"))
         train = self.train_set.tensors[0]
         self.mean = tuple(train.mean((0, 2, 3)).tolist())
@@ -186,7 +184,7 @@ class Hippocampus2DDataModule(SliceDataModule):
             image, label = N.read_nifti(image_path)[0], N.read_nifti(label_path)[0]
             label = label[0] if len(label) == 1 else label
             N.check_pair(image_path, label_path, image, label, self.num_classes)
-            _check_size(label_path, label.shape[:2], size)  # a slice is (D, H)
+            S.check_side(label_path, *label.shape[:2], size)  # a slice is (D, H)
             self.shapes.append(tuple(label.shape[:2]))
             x = pad_to(np.moveaxis(S.window(image), -1, 0), size)  # (S, C, D, H): last axis
             y = pad_to(np.moveaxis(label, -1, 0), size)  # (S, D, H)
@@ -299,12 +297,4 @@ def warn_absent_classes(label_maps: list[torch.Tensor], num_classes: int, root) 
             ", ".join(map(str, absent)),
             num_classes,
             absent[0],
-        )
-
-
-def _check_size(path, shape, size: int) -> None:
-    if max(shape) > size:
-        raise UserError(
-            f"{path}: {shape[0]}x{shape[1]} is larger than data.image_size={size}; set "
-            f"data.image_size={max(shape)} or more"
         )

@@ -5,9 +5,11 @@ as for 3D segmentation; `val/dice_K` is class K's."""
 
 import torch
 from torchmetrics import MetricCollection
+from torchmetrics.functional.segmentation import dice_score
 from torchmetrics.segmentation import DiceScore
 
 from litlab.bounds import NonNegFloat
+from litlab.domains.segmentation2d.slices import crop_to
 from litlab.models import LitModule
 from litlab.tasks import IMAGE_SEGMENTATION
 from litlab.tasks.kind import class_map
@@ -85,8 +87,6 @@ class ImageSegmenter(LitModule):
         (NaN where neither label nor prediction holds the class) and predicted `pixels_K`.
         With `output_dir` set (eval.py), the predicted label maps go to its masks/ folder as
         PNGs named by their source, at their source's size."""
-        from torchmetrics.functional.segmentation import dice_score
-
         x, y = batch
         pred = class_map(self(x))
 
@@ -96,10 +96,9 @@ class ImageSegmenter(LitModule):
 
         per_slice, item = dice(pred, y), dice(pred[None], y[None])
         out = {"item_dice": item.nanmean(1).expand(len(pred)), "dice": per_slice.nanmean(1)}
-        for k in range(1, self.num_classes):
-            out[f"dice_{k}"] = per_slice[:, k - 1]
-        for k in range(1, self.num_classes):
-            out[f"pixels_{k}"] = (pred == k).flatten(1).sum(1)
+        classes = range(1, self.num_classes)
+        out |= {f"dice_{k}": per_slice[:, k - 1] for k in classes}
+        out |= {f"pixels_{k}": (pred == k).flatten(1).sum(1) for k in classes}
         if self.output_dir is not None:
             self.write_masks(pred, batch_idx)
         return out
@@ -108,8 +107,6 @@ class ImageSegmenter(LitModule):
         """Item `index` of the predicted split's label maps as 8-bit PNGs of class ids, the
         padding cropped off (the datamodule names them and knows each item's size)."""
         from PIL import Image
-
-        from litlab.domains.segmentation2d.slices import crop_to
 
         dm = self.trainer.datamodule
         split = dm.predict_split

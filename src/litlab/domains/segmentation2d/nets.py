@@ -1,8 +1,7 @@
-"""The segmentation2d domain's nets: plain nn.Modules built from config plus the datamodule's dims.
-
-MONAI's U-Net in 2D: image sides must divide by the product of the strides (8 for the
+"""MONAI's U-Net in 2D: image sides must divide by the product of the strides (8 for the
 default); the datamodules pad slices and images to `image_size` squares (64)."""
 
+import math
 from typing import Annotated
 
 from torch import nn
@@ -32,8 +31,6 @@ def _narrowed(net: dict, scale: float) -> dict:
 def _check_dims(s: dict, dims: dict, key: str) -> None:
     """The padded image side must divide by the total stride, or the skip connections misalign
     at the first forward (torch's "Sizes of tensors must match")."""
-    import math
-
     total, size = math.prod(s["strides"]), dims.get("image_size")
     if size is not None and size % total:
         fit = -(-size // total) * total  # the next multiple up: it still holds every image

@@ -136,6 +136,15 @@ def mask_of(image: Path, masks: Path) -> Path | None:
     return None
 
 
+def check_side(path, height: int, width: int, largest: int) -> None:
+    """One line for an item larger than the `data.image_size` square it is padded to."""
+    if max(height, width) > largest:
+        raise UserError(
+            f"{path}: {height}x{width} is larger than data.image_size={largest}; set "
+            f"data.image_size={max(height, width)} or more"
+        )
+
+
 def _read(path: Path, read, largest: int | None):
     """`read(img)` of the image file at `path`; one line naming a file that is no readable
     image, or (`largest`) one with a side over it, told from the header before decoding."""
@@ -143,12 +152,8 @@ def _read(path: Path, read, largest: int | None):
 
     try:
         with Image.open(path) as img:
-            if largest is not None and max(img.size) > largest:
-                width, height = img.size
-                raise UserError(
-                    f"{path}: {height}x{width} is larger than data.image_size={largest}; set "
-                    f"data.image_size={max(img.size)} or more"
-                )
+            if largest is not None:
+                check_side(path, img.size[1], img.size[0], largest)
             frames = getattr(img, "n_frames", 1)
             if frames != 1:  # an animated GIF, a multi-page TIFF: only the first would be read
                 raise UserError(

@@ -1,17 +1,17 @@
-"""Image classification datamodules: the shared base, `digits` and a user's `imagefolder`.
-
-`digits` (the default) is real data shipped inside scikit-learn, so it needs no network. The
-datasets torchvision downloads (MNIST, Fashion-MNIST, CIFAR-10) are in `vision_downloads.py`.
-
-Images in memory and on disk, and the batch augmentation of the vision datamodules
-(`TensorImages`, `read_image`, `random_affine`).
+"""Image classification datamodules: the shared base, `digits` (the default: real data shipped
+inside scikit-learn, so it needs no network) and a user's `imagefolder`; the datasets
+torchvision downloads are in downloads.py.
 """
 
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
-from torch.utils.data import Dataset
+import torch.nn.functional as F
+from torch.utils.data import Dataset, Subset
+from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
 from torchvision.transforms import v2
 
 from litlab.bounds import Fraction, ImageSide, NonNegInt, PosInt, Seed
@@ -42,8 +42,6 @@ def random_affine(
 
     `translate` is a fraction of the image size; empty borders are zero (black).
     """
-    import torch.nn.functional as F
-
     n = x.shape[0]
 
     def uniform(lo, hi):
@@ -134,7 +132,6 @@ class VisionDataModule(FoldSettings, SplitDataModule):
 
     @property
     def dims(self) -> dict:
-        """What a net needs to know about the input: passed to the net's constructor."""
         return {
             "in_channels": self.channels,
             "num_classes": self.num_classes,
@@ -158,40 +155,36 @@ class VisionDataModule(FoldSettings, SplitDataModule):
         return in_compute_dtype(self.trainer, ((x - mean) / std, y))
 
     def load(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple | None]:
-        """Return ((train_images, train_labels), (test_images, test_labels) or None)."""
+        """((train_images, train_labels), (test_images, test_labels) or None)."""
         raise NotImplementedError
 
     def setup(self, stage: str | None = None) -> None:
+        """Every labelled image in one pool (an official test split after the training
+        split): k-fold's fold `fold` tests; else the official test split does (or a stratified
+        share of the pool when there is none), and validation is carved from the rest."""
         if self.train_set is not None:
             return
         (images, labels), test = self.load()
+        h, official = self.hparams, len(labels)  # where an official test split starts
         ids, test_ids = self.loaded_sources or (
             [f"train/{i}" for i in range(len(labels))],
             None if test is None else [f"test/{i}" for i in range(len(test[1]))],
         )
-        if self.hparams.num_folds is not None:
-            self._fold_sets(images, labels, test, ids, test_ids)
-            return
-        if test is None:  # no official test split: carve one out, stratified
-            rest, test_idx = stratified_split(labels, 0.2, self.hparams.seed, "the test share")
-            test, test_ids = (images[test_idx], labels[test_idx]), [ids[i] for i in test_idx]
-            images, labels, ids = images[rest], labels[rest], [ids[i] for i in rest]
-        train_idx, val_idx = stratified_split(
-            labels, self.hparams.val_fraction, self.hparams.seed, "data.val_fraction", LEFT
-        )
-        self.train_set = TensorImages(images[train_idx], labels[train_idx])
-        self.val_set = TensorImages(images[val_idx], labels[val_idx])
-        self.test_set = TensorImages(*test)
-        held = {"train": train_idx, "val": val_idx}
-        self.split_sources = {k: [ids[i] for i in v] for k, v in held.items()} | {"test": test_ids}
-
-    def _fold_sets(self, images, labels, test, ids, test_ids) -> None:
-        """Every labelled image in one pool (the official test split after the training split):
-        fold `fold` tests, the validation set is carved from the other folds."""
         if test is not None:
             images, labels = torch.cat([images, test[0]]), torch.cat([labels, test[1]])
             ids = [*ids, *test_ids]
-        split = settings_split(labels.numpy(), self.hparams, self.data_name, "images")
+        if h.num_folds is not None:
+            split = settings_split(labels.numpy(), h, self.data_name, "images")
+        else:
+            rest, held = (
+                stratified_split(labels, 0.2, h.seed, "the test share")
+                if test is None
+                else (np.arange(official), np.arange(official, len(labels)))
+            )
+            fit, val = stratified_split(
+                labels[rest], h.val_fraction, h.seed, "data.val_fraction", LEFT
+            )
+            split = {"train": rest[fit], "val": rest[val], "test": held}
         self.train_set, self.val_set, self.test_set = (
             TensorImages(images[split[s]], labels[split[s]]) for s in ("train", "val", "test")
         )
@@ -211,7 +204,6 @@ class DigitsDataModule(VisionDataModule):
 
     def __init__(self, test_fraction: Fraction = 0.2, **kwargs):
         super().__init__(**kwargs)
-        self.test_fraction = test_fraction
 
     def augment(self, x):
         return random_affine(x, degrees=8, translate=0.08, scale=(0.9, 1.1))
@@ -239,7 +231,7 @@ class DigitsDataModule(VisionDataModule):
             self.loaded_sources = list(range(len(labels))), None
             return (images, labels), None
         rest, test = stratified_split(
-            labels, self.test_fraction, self.hparams.seed, "data.test_fraction"
+            labels, self.hparams.test_fraction, self.hparams.seed, "data.test_fraction"
         )
         self.loaded_sources = rest.tolist(), test.tolist()  # places in load_digits()
         return (images[rest], labels[rest]), (images[test], labels[test])
@@ -266,7 +258,6 @@ class ImageFolderDataModule(VisionDataModule):
     ):
         super().__init__(**kwargs)
         self.root, self.image_size, self.channels = Path(root), image_size, channels
-        self.test_fraction = test_fraction
         if channels == 1:
             self.mean, self.std = (0.5,), (0.5,)
         self.classes = self.class_folders(self.root, "data")
@@ -296,8 +287,6 @@ class ImageFolderDataModule(VisionDataModule):
     @classmethod
     def fold_labels(cls, settings: dict) -> list[int]:
         """One label per image file, as ImageFolder will find them (names only, nothing read)."""
-        from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
-
         root = Path(str(settings["root"]))
         classes = cls.class_folders(root, "data")
         found = make_dataset(
@@ -319,12 +308,7 @@ class ImageFolderDataModule(VisionDataModule):
             )
         return classes
 
-    def _split_root(self, split: str) -> Path:
-        return self.root / split if (self.root / "train").is_dir() else self.root
-
     def _folder(self, split: str):
-        from torchvision.datasets import ImageFolder
-
         decode = v2.Compose(
             [
                 v2.Grayscale(self.channels) if self.channels == 1 else v2.RGB(),
@@ -333,9 +317,8 @@ class ImageFolderDataModule(VisionDataModule):
                 v2.PILToTensor(),
             ]
         )
-        folder = ImageFolder(
-            str(self._split_root(split)), transform=decode, allow_empty=False, loader=read_image
-        )
+        root = self.root / split if (self.root / "train").is_dir() else self.root
+        folder = ImageFolder(str(root), transform=decode, allow_empty=False, loader=read_image)
         for path, _ in folder.samples:  # headers only: a broken file fails now, by name
             check_regular(path, f"image {path}", "a class folder holds image files")
             read_image(path, header_only=True)
@@ -344,8 +327,6 @@ class ImageFolderDataModule(VisionDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        from torch.utils.data import Subset
-
         h = self.hparams
         train = self._folder("train")
         if (self.root / "train").is_dir():
@@ -365,7 +346,7 @@ class ImageFolderDataModule(VisionDataModule):
             )
         else:
             rest, test_idx = stratified_split(
-                train.targets, self.test_fraction, h.seed, "data.test_fraction"
+                train.targets, h.test_fraction, h.seed, "data.test_fraction"
             )
             tr, va = stratified_split(
                 [train.targets[i] for i in rest], h.val_fraction, h.seed, "data.val_fraction", LEFT

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 import torch
+import torchvision.datasets as tvd
 
 from litlab.domains.vision.data import VisionDataModule, random_affine
 from litlab.errors import UserError
@@ -36,10 +37,7 @@ def read_idx(path: Path) -> torch.Tensor:
 
 
 def _find(raw_dir: Path, stem: str) -> Path | None:
-    for name in (stem, stem + ".gz"):
-        if (raw_dir / name).is_file():
-            return raw_dir / name
-    return None
+    return next((raw_dir / n for n in (stem, stem + ".gz") if (raw_dir / n).is_file()), None)
 
 
 class MNISTDataModule(VisionDataModule):
@@ -54,14 +52,10 @@ class MNISTDataModule(VisionDataModule):
 
     def __init__(self, download: bool = True, **kwargs):
         super().__init__(**kwargs)
-        self.download = download
 
     @property
     def raw_dir(self) -> Path:
         return self.data_dir / self.dataset_name / "raw"
-
-    def _find(self, stem: str) -> Path | None:
-        return _find(self.raw_dir, stem)
 
     @classmethod
     def fold_labels(cls, settings: dict):
@@ -71,19 +65,15 @@ class MNISTDataModule(VisionDataModule):
         return torch.cat([read_idx(p).long() for p in found if p]).numpy() if any(found) else None
 
     def _split(self, prefix: str):
-        images, labels = (
-            self._find(f"{prefix}-images-idx3-ubyte"),
-            self._find(f"{prefix}-labels-idx1-ubyte"),
-        )
+        images = _find(self.raw_dir, f"{prefix}-images-idx3-ubyte")
+        labels = _find(self.raw_dir, f"{prefix}-labels-idx1-ubyte")
         if images and labels:
             return read_idx(images).unsqueeze(1), read_idx(labels).long()
         return None
 
     def prepare_data(self) -> None:
-        if self._find("train-images-idx3-ubyte") or not self.download:
+        if _find(self.raw_dir, "train-images-idx3-ubyte") or not self.hparams.download:
             return
-        import torchvision.datasets as tvd
-
         try:
             with fetching(self.raw_dir):  # quiet; no empty MNIST/raw left when offline
                 for train in (True, False):
@@ -101,7 +91,7 @@ class MNISTDataModule(VisionDataModule):
         if train is None and test is None:
             raise UserError(
                 f"{self.dataset_name} not found in {self.raw_dir} (and download "
-                f"{'failed' if self.download else 'is off'}): put the idx files there"
+                f"{'failed' if self.hparams.download else 'is off'}): put the idx files there"
             )
         if train is None:
             log.warning(
@@ -131,28 +121,21 @@ class CIFAR10DataModule(VisionDataModule):
 
     def __init__(self, download: bool = True, **kwargs):
         super().__init__(**kwargs)
-        self.download = download
 
     def augment(self, x):
         return random_affine(x, translate=0.125, hflip=True)
 
     def prepare_data(self) -> None:
-        self._dataset(train=True)
-        self._dataset(train=False)
+        self.load()
 
     def _dataset(self, train: bool):
-        from torchvision.datasets import CIFAR10
-
+        """(images (N, 3, 32, 32) uint8, labels) of a split, downloaded when absent."""
         try:
             with fetching(self.data_dir):
-                return CIFAR10(str(self.data_dir), train=train, download=self.download)
+                ds = tvd.CIFAR10(str(self.data_dir), train=train, download=self.hparams.download)
         except (RuntimeError, OSError) as err:
             raise UserError(f"CIFAR-10 not found in {self.data_dir} ({err})") from err
+        return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
 
     def load(self):
-        def tensors(ds):
-            return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(
-                ds.targets
-            )
-
-        return tensors(self._dataset(True)), tensors(self._dataset(False))
+        return self._dataset(True), self._dataset(False)

@@ -1,8 +1,5 @@
-"""The vision domain's nets: plain nn.Modules built from config plus the datamodule's dims.
-
-A small CNN for small images: conv-BN-ReLU blocks, 2x2 max-pooling, a dropout head.
-
-torchvision's ResNet-18, adapted to small images (CIFAR-style stem)."""
+"""The vision domain's nets: a small CNN, and torchvision's ResNet-18 adapted to small
+images."""
 
 from typing import Annotated, Literal
 
@@ -13,17 +10,9 @@ from litlab.bounds import MinLen, PosInt, Probability
 from litlab.ops import make_linear, with_linear_impl
 
 
-def conv_block(c_in: int, c_out: int, pool: bool) -> nn.Sequential:
-    layers = [
-        nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
-        nn.BatchNorm2d(c_out),
-        nn.ReLU(inplace=True),
-    ]
-    return nn.Sequential(*layers, nn.MaxPool2d(2)) if pool else nn.Sequential(*layers)
-
-
 class SmallCNN(nn.Module):
-    """`channels` sets one block per entry; pooling stops once the map is 2x2, so the same
+    """Conv-BN-ReLU blocks, 2x2 max-pooling, a dropout head. `channels` sets one block per
+    entry; pooling stops once the map is 2x2, so the same
     config fits 8x8 digits and 32x32 CIFAR. Global average pooling makes the head size-free.
     `linear_impl="tiled"` computes the head with litlab's custom op (litlab.ops, docs/ops.md);
     the parameters are the same either way."""
@@ -41,8 +30,9 @@ class SmallCNN(nn.Module):
         super().__init__()
         blocks, size, c_in = [], image_size, in_channels
         for c_out in channels:
-            pool = size >= 4
-            blocks.append(conv_block(c_in, c_out, pool))
+            pool = [nn.MaxPool2d(2)] if size >= 4 else []
+            conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
+            blocks.append(nn.Sequential(conv, nn.BatchNorm2d(c_out), nn.ReLU(inplace=True), *pool))
             size, c_in = (size // 2 if pool else size), c_out
         self.features = nn.Sequential(*blocks)
         self.head = nn.Sequential(
