@@ -1,0 +1,74 @@
+"""Refused commands, `--cfg job` and the default job of two checkouts, interleaved: the
+before/after of a change to start-up measured in one run, so that the machine's load hits
+both alike (the figures of BENCHMARKS.md "One composition, not two").
+
+    git worktree add /tmp/before <rev> && ln -s "$PWD/.venv" /tmp/before/.venv
+    .venv/bin/python bench/startup_ab.py /tmp/before . [--repeat 5] [--default 3]
+
+Each command runs in its own checkout with that checkout's `src` on PYTHONPATH; wall and CPU
+(user + sys of the child) are medians.
+"""
+
+import argparse
+import os
+import resource
+import subprocess
+import time
+from pathlib import Path
+
+from common import PY, median, table
+
+REFUSED = [
+    ["src/train.py", "model=gnn", "data=digits"],
+    ["src/train.py", "model.optimizer.lr=fast"],
+    ["src/train.py", "trainer.precision=16-mixed"],
+    ["src/train.py", "seed=-5"],
+    ["src/eval.py", "ckpt_path=/nonexistent/x.ckpt"],
+]
+CFG_JOB = ["src/train.py", "--cfg", "job"]
+DEFAULT_JOB = ["src/train.py"]
+
+
+def _timed(tree: Path, args: list[str], expect: int, log_dir: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of `python <args>` in `tree`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cmd = [PY, *args] if "--cfg" in args else [PY, *args, f"paths.log_dir={log_dir}"]
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != expect:
+        raise SystemExit(
+            f"{tree}: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}"
+        )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--default", type=int, default=3, help="runs of the default job")
+    parser.add_argument("--log-dir", type=Path, default=Path("/tmp/startup_ab"))
+    args = parser.parse_args()
+    trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    plan = [(c, 2, args.repeat) for c in REFUSED] + [(CFG_JOB, 0, args.repeat)]
+    plan += [(DEFAULT_JOB, 0, args.default)] if args.default else []
+    rows = []
+    for cmd, expect, runs in plan:
+        seen = {name: [] for name in trees}
+        for _ in range(runs):
+            for name, tree in trees.items():
+                seen[name].append(_timed(tree, cmd, expect, args.log_dir / name))
+        cells = [
+            f"{median(w for w, _ in seen[n]):.2f} / {median(c for _, c in seen[n]):.2f}"
+            for n in trees
+        ]
+        rows.append([f"`python {' '.join(cmd)}`", *cells])
+    print(table(["command", "before: wall / CPU (s)", "after: wall / CPU (s)"], rows))
+
+
+if __name__ == "__main__":
+    main()
