@@ -11,16 +11,7 @@ from typing import Annotated, Literal
 import annotated_types as at
 from pydantic import ConfigDict, Field, model_validator
 
-from litlab.bounds import (
-    Ge,
-    Gt,
-    Interval,
-    NonNegFloat,
-    NonNegInt,
-    PosFloat,
-    PosInt,
-    Seed,
-)
+from litlab.bounds import Ge, Gt, Interval, NonNegFloat, NonNegInt, PosFloat, PosInt, Seed
 from litlab.config import checkpoints, rules
 from litlab.config.after_training import (
     CompressSettings,
