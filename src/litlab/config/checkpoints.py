@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.config.messages import node_errors, refusal
+from litlab.config.messages import node_errors, refusal, refuse
 from litlab.config.models import import_target, signature
 from litlab.config.rules import stages
 from litlab.errors import UserError, closest
@@ -136,8 +136,7 @@ def check_student(student: dict, stored: dict, key: str) -> None:
 
     if "_target_" not in student:
         student = OmegaConf.to_container(OmegaConf.merge(stored["model"], student), resolve=True)
-        if errors := node_errors(key, student, {}):
-            raise refusal(errors)
+        refuse(node_errors(key, student, {}))
     kind = tasks.kind_of_data(stored["data"]["_target_"])
     fits = tasks.kinds_of_model(student["_target_"])
     if kind.name not in fits:
@@ -201,8 +200,7 @@ def check_data_overrides(overrides: dict, stored: dict, key: str = "data_overrid
         )
     _known_data_keys(overrides, stored, key)
     merged = OmegaConf.to_container(OmegaConf.merge(stored, overrides), resolve=True)
-    if errors := node_errors(key, merged, {}):
-        raise refusal(errors)
+    refuse(node_errors(key, merged, {}))
 
 
 def _known_data_keys(overrides: dict, stored: dict, key: str) -> None:
