@@ -25,12 +25,10 @@ def check_checkpoint(
 
     p = Path(str(path))
     if p.is_dir():
-        files = sorted(f.name for f in (p / "checkpoints").glob("*.ckpt")) or sorted(
-            f.name for f in p.glob("*.ckpt")
-        )
+        files = sorted((p / "checkpoints").glob("*.ckpt")) or sorted(p.glob("*.ckpt"))
         raise UserError(
             f"ckpt_path={path} is a folder; pass a .ckpt file"
-            + (f" such as {p / 'checkpoints' / files[0]}" if files else "")
+            + (f" such as {files[0]}" if files else "")
         )
     ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
     check_callback_states(ckpt, str(path))  # a resume restores them: always
