@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Literal
 
+from omegaconf import open_dict
 from pydantic import Field, model_validator
 
 from litlab.bounds import Fraction, Interval, MinLen, OptionalFraction, PosFloat, PosInt, Seed
@@ -252,8 +253,6 @@ class CompressSettings(RebuiltSettings):
     def run_view(self, cfg):
         """This command's keys with the checkpoint's model and data, as the step trainings
         see them (the callbacks interpolate `${model.monitor}`)."""
-        from omegaconf import open_dict
-
         from litlab.checkpointing.trust import merged
 
         self.check_files_exist()

@@ -21,6 +21,7 @@ from typing import Literal
 import hydra
 from omegaconf import DictConfig
 
+from litlab.config.resolvers import on_gpu
 from litlab.config.rules import check_compatible, fitting_callbacks
 from litlab.console import FILE_ONLY
 from litlab.errors import UserError, one_line
@@ -118,16 +119,6 @@ def trainer(cfg: DictConfig, extra_callbacks=()):
 
 
 # ------------------------------------------------------------ strategies
-def _on_gpu(accelerator: str) -> bool:
-    if accelerator in ("gpu", "cuda"):
-        return True
-    if accelerator != "auto":
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def fsdp(
     accelerator: str = "auto",
     devices: int | str = "auto",
@@ -139,7 +130,7 @@ def fsdp(
     cpu_offload: bool = False,
 ):
     """FSDPStrategy on GPUs, ModelParallelStrategy (FSDP2 over gloo) on CPUs (see above)."""
-    if _on_gpu(str(accelerator)):
+    if on_gpu(str(accelerator), True, False):  # as fsdp.yaml's devices and precision
         from lightning.pytorch.strategies import FSDPStrategy
 
         return FSDPStrategy(

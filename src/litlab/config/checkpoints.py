@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from litlab.config.messages import node_errors, refusal
+from litlab.config.messages import node_errors, refusal, refuse
 from litlab.config.models import import_target, signature
 from litlab.config.rules import stages
 from litlab.errors import UserError, closest
@@ -25,17 +25,15 @@ def check_checkpoint(
 
     p = Path(str(path))
     if p.is_dir():
-        files = sorted(f.name for f in (p / "checkpoints").glob("*.ckpt")) or sorted(
-            f.name for f in p.glob("*.ckpt")
-        )
+        files = sorted((p / "checkpoints").glob("*.ckpt")) or sorted(p.glob("*.ckpt"))
         raise UserError(
             f"ckpt_path={path} is a folder; pass a .ckpt file"
-            + (f" such as {p / 'checkpoints' / files[0]}" if files else "")
+            + (f" such as {files[0]}" if files else "")
         )
     ckpt = checkpoint.load(p, mmap=True)  # the tensors are not read
     check_callback_states(ckpt, str(path))  # a resume restores them: always
     if cfg_model is None:  # eval, export, compress, serve: the run is rebuilt from it
-        return check_rebuilt(ckpt[CONFIG_KEY], str(path), path, trust, data_overrides)
+        return check_rebuilt(ckpt[CONFIG_KEY], str(path), trust, data_overrides)
     theirs = (ckpt[CONFIG_KEY].get("model") or {}).get("_target_")
     if theirs != cfg_model.get("_target_"):
         raise UserError(
@@ -136,8 +134,7 @@ def check_student(student: dict, stored: dict, key: str) -> None:
 
     if "_target_" not in student:
         student = OmegaConf.to_container(OmegaConf.merge(stored["model"], student), resolve=True)
-        if errors := node_errors(key, student, {}):
-            raise refusal(errors)
+        refuse(node_errors(key, student, {}))
     kind = tasks.kind_of_data(stored["data"]["_target_"])
     fits = tasks.kinds_of_model(student["_target_"])
     if kind.name not in fits:
@@ -156,7 +153,7 @@ def check_checkpoint_exists(path) -> None:
         raise UserError(f"ckpt_path={path}: no such checkpoint file")
 
 
-def check_rebuilt(stored: dict, source, path, trust: bool, data_overrides: dict | None) -> None:
+def check_rebuilt(stored: dict, source, trust: bool, data_overrides: dict | None) -> None:
     """A stored run config a command rebuilds its run from, as it will be built (with this
     command's data overrides): it names only targets litlab's configs can name unless trusted,
     the overrides fit its data, and its model and data pass a command line's checks (a stored
@@ -166,7 +163,7 @@ def check_rebuilt(stored: dict, source, path, trust: bool, data_overrides: dict 
     if not trust:
         check_is_data(merged(stored, data_overrides), source)
     if data_overrides:  # their keys and values, named as the command's
-        check_data_overrides(path, data_overrides, stored=stored.get("data"))
+        check_data_overrides(data_overrides, stored.get("data") or {})
     if not trust:
         check_stored(merged(stored, data_overrides), source, data_overrides is not None)
 
@@ -180,7 +177,7 @@ def check_exported_to_rebuild(path, trust: bool, data_overrides: dict) -> None:
     from litlab.checkpointing.trust import ExportedFile
 
     run = exported.stored_run(path)
-    check_rebuilt(run.config, ExportedFile(path), path, trust, dict(data_overrides))
+    check_rebuilt(run.config, ExportedFile(path), trust, dict(data_overrides))
     data = run.config.get("data") or {}
     theirs = tasks.kind_name_of_data(data.get("_target_"), "data") if "_target_" in data else None
     if theirs != run.kind:
@@ -190,25 +187,18 @@ def check_exported_to_rebuild(path, trust: bool, data_overrides: dict) -> None:
         )
 
 
-def check_data_overrides(
-    ckpt_path, overrides: dict | None, key: str = "data_overrides", stored: dict | None = None
-) -> None:
-    """`data_overrides` against the data config stored in the checkpoint (`stored`: already
-    read): keys the datamodule takes (else one line listing them), values of its parameters'
-    types and bounds (a batch size of 0 fails here, not in the loader)."""
-    if not overrides:
-        return
+def check_data_overrides(overrides: dict, stored: dict, key: str = "data_overrides") -> None:
+    """`data_overrides` against the data config stored in the checkpoint: keys the datamodule
+    takes (else one line listing them), values of its parameters' types and bounds (a batch
+    size of 0 fails here, not in the loader)."""
     if "_target_" in overrides:
         raise UserError(
             f"{key}._target_: overrides change the stored data's settings, not its class "
             "(the model was trained on it); export or evaluate the run as trained"
         )
-
-    stored = (stored_config(ckpt_path).get("data") or {}) if stored is None else stored
     _known_data_keys(overrides, stored, key)
     merged = OmegaConf.to_container(OmegaConf.merge(stored, overrides), resolve=True)
-    if errors := node_errors(key, merged, {}):
-        raise refusal(errors)
+    refuse(node_errors(key, merged, {}))
 
 
 def _known_data_keys(overrides: dict, stored: dict, key: str) -> None:

@@ -6,9 +6,10 @@ one line a user reads. The CLI condenses what Hydra prints; `litlab.train([...])
 exception `compose` raises: both give the same line."""
 
 import re
+from itertools import takewhile
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from litlab.config.resolvers import CONFIG_DIR
 from litlab.errors import closest
@@ -22,7 +23,6 @@ def compose(config_name: str = "train", overrides=(), output_dir: str | Path | N
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
@@ -70,11 +70,10 @@ def condense(message: str) -> str:
     if missing and "Available options" in message:
         group, _, value = missing.group(1).rpartition("/")
         after = message.split("Available options", 1)[1].splitlines()[1:]
-        options = []
-        for line in after:  # the indented lines right after the heading are the options
-            if not line[:1].isspace() or not line.strip():
-                break
-            options.append(line.strip())
+        # the indented lines right after the heading are the options
+        options = [
+            ln.strip() for ln in takewhile(lambda ln: ln[:1].isspace() and ln.strip(), after)
+        ]
         return f"unknown option {group}={value}; valid {group} options: {', '.join(options)}"
     inner = re.search(r"In '([^']+)': Could not override '([^']+)'", message)
     if inner:  # a config's own defaults list overrides a group this entry point lacks

@@ -12,7 +12,7 @@ the overrides a printed resume command repeats (`absolute_override`)."""
 import os
 import re
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 #: an override value that is a plain path to Hydra: printed unquoted (anything else is quoted)
 _PLAIN = re.compile(r"^[\w\-./:~@+%]+$")
@@ -37,8 +37,6 @@ def absolute(cfg: DictConfig) -> dict[str, str]:
     """Make each relative file or folder of `paths.data_dir` and `cfg.data` absolute (from the
     working folder); returns {dotted key: value as typed} of those changed. Interpolated
     keys that resolve to an absolute path keep their interpolation."""
-    from omegaconf import open_dict
-
     typed = {}
     nodes = [("paths", ("data_dir",)), ("data", None)]
     for group, names in nodes:

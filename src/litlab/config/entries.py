@@ -8,19 +8,9 @@ The recipes receive them typed; configs/*.yaml's comments say what each key does
 
 from typing import Annotated, Literal
 
-import annotated_types as at
 from pydantic import ConfigDict, Field, model_validator
 
-from litlab.bounds import (
-    Ge,
-    Gt,
-    Interval,
-    NonNegFloat,
-    NonNegInt,
-    PosFloat,
-    PosInt,
-    Seed,
-)
+from litlab.bounds import Ge, Gt, Interval, NonNegFloat, NonNegInt, PosFloat, PosInt, Seed
 from litlab.config import checkpoints, rules
 from litlab.config.after_training import (
     CompressSettings,
@@ -45,7 +35,7 @@ class TrainSettings(OwnKeys):
     ckpt_path: str | None = None
     task_name: str = "train"
     #: how long DDP processes wait for each other to join (runs/ddp_join): up to a day
-    ddp_join_timeout: Annotated[float, at.Interval(gt=0, le=86400), "seconds in (0, 86400]"] = 300
+    ddp_join_timeout: Annotated[float, Interval(gt=0, le=86400), "seconds in (0, 86400]"] = 300
     #: read by the rule below (its values are judged as the Trainer's node)
     trainer: dict = Field(default_factory=dict)
 

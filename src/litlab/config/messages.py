@@ -135,11 +135,7 @@ def _annotation(model: type[BaseModel], loc: tuple):
             field = ann.model_fields.get(str(part))
             if field is None:
                 return None
-            ann = (
-                Annotated[(field.annotation, *field.metadata)]
-                if field.metadata
-                else field.annotation
-            )
+            ann = field.rebuild_annotation()  # its bounds included
             continue
         while typing.get_origin(ann) is Annotated:
             ann = typing.get_args(ann)[0]
@@ -175,9 +171,14 @@ def validated(model: type[BaseModel], values: dict, prefix: str = "", raw=None):
 def check_model(model: type[BaseModel], values: dict, prefix: str = ""):
     """`values` (plain, resolved) as an instance of `model`, or one line (`refusal`)."""
     instance, errors = validated(model, values, prefix)
+    refuse(errors)
+    return instance
+
+
+def refuse(errors: list[str]) -> None:
+    """Raise the command's errors, if any, as one line (`refusal`)."""
     if errors:
         raise refusal(errors)
-    return instance
 
 
 def refusal(errors: list[str]) -> UserError:

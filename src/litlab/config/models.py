@@ -1,20 +1,13 @@
 """The models a config is judged by, all pydantic: an entry point's own keys (a `Settings`
-model of `config.entries`) and every node with a `_target_` (`node_model`: one model derived
-from its target's signature, as torchtune binds each component to its class; classes of other
-libraries take their annotations from `EXTERNAL`, below). pydantic judges types and bounds
-strictly (`lr=fast`, `dropout=true` are refused, never coerced; nan and inf for no float);
-`config.messages` turns each of its errors into the line a user reads:
-`KEY=VALUE has the wrong type or value; valid: ...` or `unknown key KEY; did you mean ...?`.
+model of `config.entries`) and every node with a `_target_` (`node_model`: derived from its
+target's signature, as torchtune binds each component to its class). pydantic judges types and
+bounds strictly (`lr=fast`, `dropout=true` are refused, never coerced; nan and inf for no
+float); `config.messages` turns each of its errors into the line a user reads.
 
 The checks come from the targets themselves, never from key names: a litlab class annotates
 its parameters with `litlab.bounds` (a plain string in the metadata is the text shown), and a
-classmethod `check_settings(settings, key)` holds its rules across parameters.
-
-Bounds for the classes of other libraries (torch optimizers and schedulers, Lightning's
-Trainer and callbacks, Flower strategies), keyed by class and inherited by subclasses: the
-annotations those libraries would carry if they were stricter (`node_model` applies
-them). Every float is finite (`node_model`); rates and factors are bounded above, so
-`lr=1e30` or `momentum=2` fail before anything is built, not after the first step.
+classmethod `check_settings(settings, key)` holds its rules across parameters; the classes of
+other libraries take their bounds from `EXTERNAL`, below.
 """
 
 import collections.abc
@@ -38,7 +31,9 @@ from pydantic import (
 from litlab.bounds import LearningRate, MinMax, NonNegFloat, NonNegInt, PosInt
 from litlab.errors import UserError, one_line
 
-STRICT = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+#: how every value is judged: no coercion (`lr="1"`), no nan or inf
+VALUES = ConfigDict(strict=True, allow_inf_nan=False)
+STRICT = ConfigDict(**VALUES, extra="forbid", frozen=True)
 
 
 class Settings(BaseModel):
@@ -73,7 +68,7 @@ class Settings(BaseModel):
 class Node(BaseModel):
     """A `_target_` node: its target's parameters as fields (`node_model`)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(**VALUES, extra="forbid")
     target: ClassVar[str] = ""
     shown: ClassVar[dict] = {}  # parameter -> its annotation as declared (for messages)
     defaults: ClassVar[dict] = {}
@@ -82,7 +77,7 @@ class Node(BaseModel):
 class OpenNode(Node):
     """A target that takes `**kwargs` it passes on to other libraries: any key."""
 
-    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    model_config = ConfigDict(**VALUES, extra="allow")
 
 
 def signature(target) -> tuple[dict, dict, bool]:
@@ -150,7 +145,7 @@ def form(ann):
 def _judged(ann):
     """`form(ann)`, or anything where pydantic has no rule for it (left to the constructor)."""
     try:
-        TypeAdapter(form(ann), config={"strict": True, "allow_inf_nan": False})
+        TypeAdapter(form(ann), config=VALUES)
         return form(ann)
     except Exception:  # schema errors, unhashable metadata
         return typing.Any
@@ -159,9 +154,7 @@ def _judged(ann):
 def accepts(value, ann) -> bool:
     """Whether `value` (plain config data) is valid for `ann`, as a node's model judges it."""
     try:
-        TypeAdapter(_judged(ann), config={"strict": True, "allow_inf_nan": False}).validate_python(
-            value
-        )
+        TypeAdapter(_judged(ann), config=VALUES).validate_python(value)
     except (ValidationError, TypeError):  # TypeError: a bound compared with another type
         return False
     return True
@@ -218,7 +211,9 @@ _INTERVAL = Annotated[
     "a fraction in (0, 1] or a number of batches >= 1",
 ]
 
-# Bounds for the classes of other libraries, by "module.QualName" (no import needed here).
+# Bounds for the classes of other libraries, by "module.QualName" (no import needed here),
+# inherited by subclasses: the annotations those libraries would carry if they were stricter.
+# Rates and factors are bounded above, so `lr=1e30` or `momentum=2` fail before anything runs.
 EXTERNAL: dict[str, dict] = {
     "torch.optim.optimizer.Optimizer": {
         "lr": LearningRate,

@@ -50,8 +50,7 @@ def ddp_devices(accelerator: str = "auto"):
 
 def on_gpu(accelerator: str = "auto", gpu_value=None, cpu_value=None):
     """`gpu_value` when the accelerator is (or `auto` finds) a GPU, else `cpu_value`."""
-    gpu = ddp_devices(accelerator) == "auto"
-    return gpu_value if gpu else cpu_value
+    return gpu_value if ddp_devices(accelerator) == "auto" else cpu_value
 
 
 def table_name(default: str, *, _root_) -> str:

@@ -338,9 +338,8 @@ def tensorrt_missing() -> str | None:
     if not lacks:
         return None
     return (
-        "tensorrt cannot run here: this machine lacks "
-        + " and ".join(lacks)
-        + "; formats onnx, pt2 and onnx_int8 work here"
+        f"tensorrt cannot run here: this machine lacks {' and '.join(lacks)}; formats onnx, "
+        "pt2 and onnx_int8 work here"
     )
 
 

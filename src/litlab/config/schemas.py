@@ -126,13 +126,12 @@ def _loose(schema):
 def write() -> list[str]:
     """schemas/*.json as the models say now; returns the names written."""
     SCHEMA_DIR.mkdir(exist_ok=True)
-    written = []
-    for name, schema in schemas().items():
+    every = schemas()
+    for name, schema in every.items():
         (SCHEMA_DIR / f"{name}.json").write_text(
             json.dumps(schema, indent=1, sort_keys=True) + "\n"
         )
-        written.append(name)
-    return written
+    return list(every)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from omegaconf.errors import InterpolationKeyError
 from litlab.config import rules
 from litlab.config.checkpoints import refuse_rebuilt_groups
 from litlab.config.entries import ENTRIES, OwnKeys, SweepSummarySettings
-from litlab.config.messages import refusal, validated
+from litlab.config.messages import refuse, validated
 from litlab.config.rules import stages
 from litlab.errors import UserError, one_line
 
@@ -58,26 +58,21 @@ def check(cfg: DictConfig, entry: str = "entry"):
     if "threads" not in model.model_fields:  # torch's threads (serve's are ONNX Runtime's)
         threads.check_threads(cfg.get("threads", "auto"))
     own_keys = [k for k in cfg if k not in (*GROUPS, "hydra") or k in model.model_fields]
-    _refuse(_missing(cfg, own_keys))
+    refuse(_missing(cfg, own_keys))
     raw, plain = _container(cfg, own_keys)
     own, errors = validated(model, plain, raw=raw)
     if own is None:
         _read_but_deleted(cfg, model)
     try:
         view = own.run_view(cfg) if own is not None else cfg
-        _refuse(_missing(view))
+        refuse(_missing(view))
         raw, c = _container(view)
     except UserError:
-        _refuse(errors)  # the run view needs valid settings: theirs first
+        refuse(errors)  # the run view needs valid settings: theirs first
         raise
     for stage in stages(view, c, raw, own):
-        _refuse(errors + stage)
+        refuse(errors + stage)
     return own
-
-
-def _refuse(errors: list[str]) -> None:
-    if errors:
-        raise refusal(errors)
 
 
 def _missing(cfg: DictConfig, keys=None) -> list[str]:
@@ -138,4 +133,4 @@ def check_summary(config: DictConfig) -> None:
     if node is not None:  # a mapping: Hydra refuses others first
         values = OmegaConf.to_container(node, resolve=True)
         values.pop("_target_", None)
-        _refuse(validated(SweepSummarySettings, values, SUMMARY)[1])
+        refuse(validated(SweepSummarySettings, values, SUMMARY)[1])
