@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.runs import ROOT
+from helpers.runs import ROOT, command_in_process
 from helpers.sweeps import FAST, NO_PRUNING, command
 
 from litlab.config.compose import compose
@@ -38,19 +38,14 @@ def read_summary(sweep_dir: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
+def test_grid_summary_records_failed_jobs_and_exits_nonzero(tmp_path, capfd):
     """Jobs that fail while they run (a valid test fraction that leaves the validation split
-    empty: found when the data is split; a bad value is refused before the first job)."""
-    proc = cli(
-        "train.py",
-        "hydra.mode=MULTIRUN",
-        "data.test_fraction=0.2,0.999",
-        "seed=1,2",
-        *FAST,
-        check=False,
-    )
-    assert proc.returncode == 1, "a failed job fails the sweep with exit code 1 (docs/sweeps.md)"
-    failed = proc.stderr.splitlines()[proc.stderr.splitlines().index("2 failed job(s):") + 1 :]
+    empty: found when the data is split; a bad value is refused before the first job). In the
+    worker (its real cli.run(main)): the exit code is SystemExit's."""
+    overrides = ["hydra.mode=MULTIRUN", "data.test_fraction=0.2,0.999", "seed=1,2", *FAST]
+    code, stdout, stderr = command_in_process("train.py", overrides, tmp_path / "logs", capfd)
+    assert code == 1, "a failed job fails the sweep with exit code 1 (docs/sweeps.md)"
+    failed = stderr.splitlines()[stderr.splitlines().index("2 failed job(s):") + 1 :]
     for line, (num, seed) in zip(failed, ((2, 1), (3, 2))):  # one line per failed job
         assert re.match(rf"job {num} \(data.test_fraction=0.999 seed={seed}\): UserError: ", line)
     [sweep] = list((tmp_path / "logs" / "train" / "multiruns").glob("*"))
@@ -73,9 +68,9 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(cli, tmp_path):
     assert stats["test/acc"]["within_noise"] == ""  # one configuration: nothing to compare
     assert json.loads((sweep / "summary_stats.json").read_text())["mode"] == "max"
     assert (sweep / "summary.png").stat().st_size > 0
-    assert "mean ± std" in proc.stdout and "| failed |" in (sweep / "summary.md").read_text()
+    assert "mean ± std" in stdout and "| failed |" in (sweep / "summary.md").read_text()
     # report.html, written at exit too (src/report.py; tests/test_report.py)
-    assert f"Sweep report: {sweep / 'report.html'}" in proc.stdout
+    assert f"Sweep report: {sweep / 'report.html'}" in stdout
     assert (
         "2 of 4 jobs did not complete (job 2: failed, job 3: failed)"
         in (sweep / "report.html").read_text()
