@@ -22,11 +22,7 @@ validation lets the validation finish (metric states are not in checkpoints: a r
 mid-validation had no val metric for EarlyStopping or ModelCheckpoint), then stops at the next
 batch's end, or at the epoch's end after the epoch's validation. A stop during the test after
 fit leaves the final `last.ckpt`: the resume trains nothing more and tests.
-Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`.
-
-Requeue a scheduler job that was told its time is up (litlab.callbacks.guards.GracefulInterrupt
-calls it once last.ckpt is written): the requeued job resumes in its own run dir
-(litlab.checkpointing.resume.requeued_checkpoint)."""
+Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`."""
 
 import logging
 import math
@@ -38,6 +34,7 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from litlab.compat import lightning as compat
 from litlab.errors import UserError
@@ -70,11 +67,10 @@ def _resume_hint(trainer) -> str:
 class NonFiniteLossGuard(Callback):
     def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
         # one host sync per step on GPUs; .item() on a scalar costs a fraction of isfinite()
-        finite = (
-            math.isfinite(loss.item())
-            if loss.numel() == 1
-            else bool(torch.isfinite(loss.detach()).all())
-        )
+        if loss.numel() == 1:
+            finite = math.isfinite(loss.item())
+        else:
+            finite = bool(torch.isfinite(loss.detach()).all())
         if trainer.world_size > 1:  # every rank stops together, none waits in an all-reduce
             finite = trainer.strategy.reduce_boolean_decision(finite, all=True)
         if not finite:
@@ -116,7 +112,7 @@ class GracefulInterrupt(Callback):
         self._requeue_signal = 0
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handler)
-            if in_scheduler_job():
+            if os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"):
                 for signum in REQUEUE_SIGNALS:
                     self._previous_requeue[signum] = signal.signal(signum, self._requeue_handler)
 
@@ -225,8 +221,6 @@ class GracefulInterrupt(Callback):
         return "SIGTERM" if self._stop == _SIGTERM else "interrupted"
 
     def _end(self, trainer, save: bool) -> None:
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
         if save:
             trainer.save_checkpoint(last_checkpoint_path(trainer))
         self._report(trainer, self._why)
@@ -242,8 +236,6 @@ class GracefulInterrupt(Callback):
         raise KeyboardInterrupt  # Lightning closes the loggers and exits 1
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
         ended = self._stop_epoch == math.inf
         if isinstance(exception, SIGTERMException):
             self._restore()
@@ -286,10 +278,6 @@ def _last_checkpoint_is_current(trainer) -> bool:
 # --------------------------------------------------------------- requeue
 # the signals a scheduler sends before a job's time limit (SLURM --signal=USR1, submitit USR2)
 REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
-
-
-def in_scheduler_job() -> bool:
-    return bool(os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"))
 
 
 def requeue(trainer, signum: int, previous) -> None:

@@ -1,9 +1,7 @@
 """Callbacks that show what a run learned (docs/inspect.md): confusion matrices, sample
 predictions, Grad-CAM, embeddings, weight/gradient histograms and the model graph.
-Each declares its name (`inspects`); a task kind lists the ones that apply to it (`litlab.tasks`), and `litlab.config.build` refuses the others.
-
-What the inspection callbacks share: the task kinds they apply to, where their files go, how a picture
-reaches every active logger.
+Each declares its name (`inspects`); a task kind lists the ones that apply to it
+(`litlab.tasks`), and `litlab.config.build` refuses the others.
 
 What the predictions look like on the test set: the kind's samples figure
 (`Kind.samples_figure`, litlab.tasks.figures and the kinds' own: an image grid, volume
@@ -35,6 +33,7 @@ from typing import Annotated, Literal
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 from torch import nn
 from torchmetrics.classification import MulticlassConfusionMatrix
 
@@ -84,8 +83,6 @@ def save_figure(trainer, fig, name: str, step: int | None = None, tight: bool = 
 
 def publish_image(trainer, path: Path, name: str, step: int) -> None:
     """TensorBoard gets the pixels, W&B the image, MLflow the file (as an artifact)."""
-    from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
-
     for logger in trainer.loggers:
         try:
             if isinstance(logger, TensorBoardLogger):
@@ -107,8 +104,6 @@ _OWN_WRITERS: dict[str, object] = {}
 def tensorboards(trainer) -> list:
     """SummaryWriters of the TensorBoard loggers; without one, a writer of our own in
     <run dir>/tensorboard (histograms, graph and projector need TensorBoard's format)."""
-    from lightning.pytorch.loggers import TensorBoardLogger
-
     writers = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
     if writers:
         return writers
@@ -118,6 +113,11 @@ def tensorboards(trainer) -> list:
 
         _OWN_WRITERS[path] = SummaryWriter(path)
     return [_OWN_WRITERS[path]]
+
+
+def write_csv(path: Path, rows) -> None:
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
 
 
 def flush(writers) -> None:
@@ -146,8 +146,7 @@ class SamplePredictions(TaskCallback):
         if figure is None or not figure.held or not trainer.is_global_zero:
             return
         for name, rows in getattr(figure, "tables", lambda _: {})(trainer).items():
-            with open(self.out_dir(trainer) / name, "w", newline="") as f:
-                csv.writer(f).writerows(rows)
+            write_csv(self.out_dir(trainer) / name, rows)
         save_figure(trainer, figure.draw(trainer), "samples", tight=getattr(figure, "tight", True))
 
 
@@ -179,8 +178,7 @@ class ConfusionMatrix(TaskCallback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         self._logits = None
 
-    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        self._logits = None
+    on_test_batch_start = on_validation_batch_start
 
     def _update(self, pl_module, batch, split: str) -> None:
         if getattr(self, "_hook", None) is not None and self._logits is not None:
@@ -230,14 +228,10 @@ class ConfusionMatrix(TaskCallback):
             return
         out = self.out_dir(trainer)
         n = len(counts)
-        with open(out / f"confusion_{split}.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["true\\pred", *range(n)])
-            w.writerows([k, *counts[k].tolist()] for k in range(n))
-        with open(out / f"per_class_{split}.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["class", "precision", "recall", "f1", "support"])
-            w.writerows(per_class(counts))
+        matrix = [[k, *counts[k].tolist()] for k in range(n)]
+        write_csv(out / f"confusion_{split}.csv", [["true\\pred", *range(n)], *matrix])
+        header = ["class", "precision", "recall", "f1", "support"]
+        write_csv(out / f"per_class_{split}.csv", [header, *per_class(counts)])
         save_figure(trainer, plot_confusion(counts, split), f"confusion_{split}", tight=False)
 
 
@@ -250,16 +244,8 @@ def per_class(counts: torch.Tensor) -> list[list]:
     f1 = torch.where(
         precision + recall > 0, 2 * precision * recall / (precision + recall).clamp(min=1e-12), 0.0
     )
-    return [
-        [
-            k,
-            round(precision[k].item(), 4),
-            round(recall[k].item(), 4),
-            round(f1[k].item(), 4),
-            int(support[k]),
-        ]
-        for k in range(len(counts))
-    ]
+    scores = [[round(m[k].item(), 4) for m in (precision, recall, f1)] for k in range(len(tp))]
+    return [[k, *scores[k], int(support[k])] for k in range(len(tp))]
 
 
 def plot_confusion(counts: torch.Tensor, split: str):
@@ -274,15 +260,8 @@ def plot_confusion(counts: torch.Tensor, split: str):
         for i in range(n):
             for j in range(n):
                 v = counts[i, j].item()
-                ax.text(
-                    j,
-                    i,
-                    v,
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if v > peak / 2 else "black",
-                )
+                color = "white" if v > peak / 2 else "black"
+                ax.text(j, i, v, ha="center", va="center", fontsize=8, color=color)
     ax.set(
         xlabel="predicted",
         ylabel="true",
@@ -347,12 +326,8 @@ class Embeddings(TaskCallback):
         self._pending = None
         xy = future.result()
         out = self.out_dir(trainer)
-        with open(out / "tsne.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["x", "y", "label"])
-            w.writerows(
-                [round(float(a), 4), round(float(b), 4), int(c)] for (a, b), c in zip(xy, labels)
-            )
+        rows = [[round(float(a), 4), round(float(b), 4), int(c)] for (a, b), c in zip(xy, labels)]
+        write_csv(out / "tsne.csv", [["x", "y", "label"], *rows])
         fig = figure(5, 5)
         ax = fig.add_subplot()
         points = ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=8)
@@ -501,39 +476,35 @@ class WeightGradHistograms(TaskCallback):
         if not self._pending:
             return
         self._pending = False
+        if not trainer.is_global_zero:
+            return
         grads = {n: p.grad for n, p in pl_module.named_parameters() if p.grad is not None}
         norms = {n: float(g.detach().float().norm()) for n, g in grads.items()}
         if len(norms) > 2:
             low, high, median = outliers(norms, self.ratio)
-            if (low or high) and trainer.is_global_zero:
+            where = [
+                f"{what} in {', '.join(names)}"
+                for what, names in (("vanishing", low), ("exploding", high))
+                if names
+            ]
+            if where:
+                epoch = trainer.current_epoch
                 log.warning(
-                    "gradient norms (epoch %d, median %.3g): %s",
-                    trainer.current_epoch,
-                    median,
-                    "; ".join(
-                        [
-                            f"vanishing in {', '.join(low)}" if low else "",
-                            f"exploding in {', '.join(high)}" if high else "",
-                        ]
-                    ).strip("; "),
+                    "gradient norms (epoch %d, median %.3g): %s", epoch, median, "; ".join(where)
                 )
-        if trainer.is_global_zero:
-            for writer in tensorboards(trainer):
-                for name, g in grads.items():
-                    writer.add_histogram(
-                        f"grads/{name}", g.detach().float().cpu(), trainer.global_step, self.bins
-                    )
-            flush(tensorboards(trainer))
+        self._histograms(trainer, "grads", grads)
 
     def on_train_epoch_end(self, trainer, pl_module):
-        if not self._due(trainer) or not trainer.is_global_zero:
-            return
-        for writer in tensorboards(trainer):
-            for name, p in pl_module.named_parameters():
-                writer.add_histogram(
-                    f"weights/{name}", p.detach().float().cpu(), trainer.global_step, self.bins
-                )
-        flush(tensorboards(trainer))
+        if self._due(trainer) and trainer.is_global_zero:
+            self._histograms(trainer, "weights", dict(pl_module.named_parameters()))
+
+    def _histograms(self, trainer, prefix: str, tensors: dict) -> None:
+        writers = tensorboards(trainer)
+        step = trainer.global_step
+        for writer in writers:
+            for name, t in tensors.items():
+                writer.add_histogram(f"{prefix}/{name}", t.detach().float().cpu(), step, self.bins)
+        flush(writers)
 
 
 class ModelGraph(TaskCallback):
