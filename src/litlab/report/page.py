@@ -11,16 +11,14 @@ has, its config and provenance. Each says what is missing instead of failing.
 
 The sections of a sweep's report: the jobs table, the objective per job, parallel
 coordinates of the settings against the objective, Optuna's parameter importance (a search),
-and the comparison of groups of replicas from the summary's statistics (`groups`). A section
-that does not apply to this sweep (importance without an Optuna study, settings when none
-varies, groups without replicas) is left out rather than shown empty.
+and the comparison of groups of replicas, read from the summary's statistics
+(`summary_stats.json`, else `summary_stats.csv`; litlab.sweeps.summary_stats writes both). A
+section that does not apply to this sweep (importance without an Optuna study, settings when
+none varies, groups without replicas) is left out rather than shown empty.
 
-The group comparison of a sweep's report, read from the summary's statistics
-(`summary_stats.json`, else `summary_stats.csv`; litlab.sweeps.summary_stats writes both).
-
-Those files are data: each row is kept only with the shape the summary writes (a group name,
-a metric, a finite mean), every number is read by `files.number` and every text is escaped
-by the page. A sweep without replicas has no statistics: the section is left out."""
+The statistics files are data: each row is kept only with the shape the summary writes (a
+group name, a metric, a finite mean), every number is read by `files.number` and every text is
+escaped by the page."""
 
 import base64
 import html
@@ -128,17 +126,20 @@ class Page:
     @staticmethod
     def table(rows: list[dict], columns: list[str], classes: list[str] | None = None) -> str:
         head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-        body = []
+        body = ""
         for i, row in enumerate(rows):
             kind = f' class="{classes[i]}"' if classes and classes[i] else ""
-            body.append(f"<tr{kind}>" + "".join(f"<td>{cell(row.get(c))}</td>" for c in columns))
-        return (
-            f"<table><tr>{head}</tr>" + "</tr>".join(body) + ("</tr>" if body else "") + "</table>"
-        )
+            cells = "".join(f"<td>{cell(row.get(c))}</td>" for c in columns)
+            body += f"<tr{kind}>{cells}</tr>"
+        return f"<table><tr>{head}</tr>{body}</table>"
 
     @staticmethod
     def missing(text: str) -> str:
         return f'<p class="missing">{esc(text)}</p>'
+
+    def add_missing(self, heading: str, text: str) -> None:
+        """A section that says what it lacks, and why, instead of failing."""
+        self.add(heading, self.missing(text))
 
     @staticmethod
     def text(text: str) -> str:
@@ -190,12 +191,10 @@ def curves(page: Page, run: Path) -> None:
     found = files.walk(run / "csv", "metrics.csv") if (run / "csv").is_dir() else []
     rows = files.read_csv(run, found[0].relative_to(run)) if found else None
     if not rows:
-        page.add(
+        page.add_missing(
             "Learning curves",
-            page.missing(
-                "No learning curves: csv/metrics.csv is absent or empty (the CSV logger, on by "
-                "default, writes it once the first epoch ends)"
-            ),
+            "No learning curves: csv/metrics.csv is absent or empty (the CSV logger, on by "
+            "default, writes it once the first epoch ends)",
         )
         return
     plots = [page.figure(f) for f in figures.learning_curves(rows)]
@@ -208,9 +207,8 @@ def final_metrics(page: Page, run: Path) -> None:
     rows = [{"metric": k, "value": v} for k, v in sorted(values.items()) if v is not None]
     if not rows:
         why = problem or "metrics.json holds no metrics"
-        page.add(
-            "Final metrics",
-            page.missing(f"No final metrics: {why} (a run writes it when it has tested)"),
+        page.add_missing(
+            "Final metrics", f"No final metrics: {why} (a run writes it when it has tested)"
         )
         return
     page.add("Final metrics", page.table(rows, ["metric", "value"]))
@@ -222,10 +220,8 @@ def pictures(page: Page, run: Path) -> None:
     order = [n for n in PICTURES if n in names] + [n for n in names if n not in PICTURES]
     shown = [(n, data) for n in order if (data := files.png(run, Path("inspect") / n))]
     if not shown:
-        page.add(
-            "Inspect pictures",
-            page.missing(f"No inspect pictures in this run (inspect/*.png): {INSPECT_HINT}"),
-        )
+        why = f"No inspect pictures in this run (inspect/*.png): {INSPECT_HINT}"
+        page.add_missing("Inspect pictures", why)
         return
     parts = ['<div class="pictures">']
     parts += [page.picture(data, f"{PICTURES.get(n, n)} ({n})") for n, data in shown]
@@ -257,9 +253,8 @@ def provenance(page: Page, run: Path) -> None:
     data, problem = files.read_json_under(run, "provenance.json")
     if not isinstance(data, dict):
         why = problem or "provenance.json is not a mapping"
-        page.add(
-            "Provenance",
-            page.missing(f"No provenance: {why} (train.py writes it when training starts)"),
+        page.add_missing(
+            "Provenance", f"No provenance: {why} (train.py writes it when training starts)"
         )
         return
     parts = []
@@ -307,11 +302,12 @@ def jobs_table(
     keys = list(dict.fromkeys(k for j in found for k in j["settings"]))
     marked = " (best group)" if in_group else " (best)"
     metrics = sorted({m for j in found for m in j["metrics"] if m.startswith(SHOWN_METRICS)})
+    named = f"objective ({objective})"
     rows = [
         {
             "job": j["job"],
             "status": j["status"] + (marked if j["job"] in best else ""),
-            f"objective ({objective})": j["objective"],
+            named: j["objective"],
             **j["settings"],
             **{m: j["metrics"].get(m) for m in metrics},
             "wall_s": j["wall_s"],
@@ -323,16 +319,7 @@ def jobs_table(
     classes = [
         "best" if j["job"] in best else "bad" if j["status"] != "completed" else "" for j in found
     ]
-    columns = [
-        "job",
-        "status",
-        f"objective ({objective})",
-        *keys,
-        *metrics,
-        "wall_s",
-        "folder",
-        "error",
-    ]
+    columns = ["job", "status", named, *keys, *metrics, "wall_s", "folder", "error"]
     if found:
         parts.append(page.table(rows, columns, classes))
     bad = [j for j in found if j["status"] != "completed"]
@@ -363,9 +350,8 @@ def settings(page: Page, found: list[dict], objective: str, the_study, has_study
     if has_study and the_study is not None:
         fig, problem = figures.plot("parallel", the_study)
         if fig is None:
-            page.add(
-                "Settings against the objective",
-                page.missing(f"No parallel coordinates: {problem}"),
+            page.add_missing(
+                "Settings against the objective", f"No parallel coordinates: {problem}"
             )
             return
     else:
@@ -415,9 +401,7 @@ def read_groups(sweep: Path) -> dict | None:
     summary_stats.json, else from summary_stats.csv; None when neither can be read."""
     data, _ = files.read_json_under(sweep, "summary_stats.json")
     if isinstance(data, dict) and isinstance(data.get("groups"), list):
-        out = {
-            k: data[k] for k in ("best_group", "objective", "mode") if isinstance(data.get(k), str)
-        }
+        out = {k: data[k] for k in KEYS if isinstance(data.get(k), str)}
         out |= {k: str(data[k]) for k in ("interval_method", "tests", "rule") if k in data}
         for key in ("groups", "comparisons"):
             rows = data.get(key) if isinstance(data.get(key), list) else []
@@ -449,12 +433,10 @@ def add_groups(page: Page, sweep: Path, stats: dict | None, objective: str) -> N
     """The section: what the comparison rests on, a table per metric (the objective first),
     the plot of the objective's group means with their replicas."""
     if stats is None:
-        page.add(
+        page.add_missing(
             "Group comparison",
-            page.missing(
-                "No group comparison: summary_stats.json and summary_stats.csv are absent or "
-                "unreadable (the sweep's summary writes them when jobs complete)"
-            ),
+            "No group comparison: summary_stats.json and summary_stats.csv are absent or "
+            "unreadable (the sweep's summary writes them when jobs complete)",
         )
         return
     if not stats["groups"]:
