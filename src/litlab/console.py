@@ -17,6 +17,7 @@ the job's log file names them instead.
 """
 
 import logging
+import os
 import re
 import warnings
 
@@ -154,8 +155,6 @@ def setup(verbose: bool = False) -> None:
     """Route INFO lines of libraries and Python warnings to the log file only (idempotent).
 
     `verbose`: leave the console as Hydra configured it (everything on it)."""
-    import os
-
     for name in _PROPAGATE:  # their lines go to the root's handlers only (console and file)
         _own_console_refused(name)
     # mlflow configures a stderr handler of its own on import unless told not to
@@ -173,8 +172,6 @@ def setup(verbose: bool = False) -> None:
 
 def verbose_requested() -> bool:
     """`hydra.verbose=...` or HYDRA_FULL_ERROR=1: the whole log on the console."""
-    import os
-
     from hydra.core.hydra_config import HydraConfig
 
     if os.environ.get("HYDRA_FULL_ERROR") == "1":

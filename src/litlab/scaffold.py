@@ -68,10 +68,6 @@ def copy_class(module: str, name: str, new_name: str) -> str:
     return "\n".join(imports) + "\n\n\n" + body + "\n"
 
 
-def camel(name: str) -> str:
-    return "".join(part.capitalize() for part in name.split("_"))
-
-
 def targets(name: str, root: Path) -> list[Path]:
     """The files a copy named `name` writes: its domain folder (the datamodule, the net), three
     configs, a test. The LightningModule is the source domain's, used as it is: the kind's loss,
@@ -119,7 +115,8 @@ def copy_plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
     if source not in domains:
         raise ScaffoldError(f"FROM={source!r} is not a domain; valid: {', '.join(domains)}")
     check_name(name, root)
-    t, C, package = domains[source].template, camel(name), f"litlab.domains.{source}"
+    t, package = domains[source].template, f"litlab.domains.{source}"
+    C = "".join(part.capitalize() for part in name.split("_"))  # CamelCase
     data, net = _split(package, t.data), _split(package, t.net)
     net_symbol = f"{C}Net" if net[1][0].isupper() else f"{name}_net"
     header = f'"""{C}: copied from litlab\'s {source} domain by `make new-task` (edit freely)."""\n'
