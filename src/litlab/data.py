@@ -294,11 +294,8 @@ def split_indices(
 def write_split(path: Path, sources: dict[str, list]) -> None:
     """A run's data_split.json: {split: [source of each item]} (a datamodule's
     `split_sources`), written whole or not at all."""
-
-    def plain(source):  # numpy and torch integers as JSON integers; names as they are
-        return source.item() if hasattr(source, "item") else source
-
-    text = json.dumps({k: [plain(s) for s in v] for k, v in sources.items()}, indent=1)
+    # numpy and torch integers (and arrays of them) as JSON integers; names as they are
+    text = json.dumps(sources, indent=1, default=lambda value: value.tolist())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(text)

@@ -165,14 +165,13 @@ class LitModule(L.LightningModule):
             return
         net = dict((checkpoint.get("litlab_config") or {}).get("model", {}).get("net") or {})
         held = ", ".join(f"{k}={v}" for k, v in net.items()) or "an unknown net"
-        detail = (
-            f"{wrong[0]} has shape {list(theirs[wrong[0]].shape)} there, "
-            f"{list(ours[wrong[0]].shape)} here"
-            if wrong
-            else f"it lacks {missing[0]}"
-            if missing
-            else f"it has the unexpected entry {extra[0]}"
-        )
+        if wrong:
+            there, here = list(theirs[wrong[0]].shape), list(ours[wrong[0]].shape)
+            detail = f"{wrong[0]} has shape {there} there, {here} here"
+        elif missing:
+            detail = f"it lacks {missing[0]}"
+        else:
+            detail = f"it has the unexpected entry {extra[0]}"
         raise UserError(
             f"the checkpoint holds another net ({held}): {detail}; use the "
             f"model settings it was trained with, or another checkpoint"

@@ -187,15 +187,12 @@ class GracefulInterrupt(Callback):
 
     def _agreed_stop(self, trainer) -> int:
         """The strongest stop requested of any rank (0: none); every rank calls it alike."""
-        stop = (
-            _REQUEUE
-            if self._requeue_signal
-            else _SIGTERM
-            if trainer.received_sigterm or self._deferred_sigterm
-            else _CTRL_C
-            if self._requested
-            else 0
-        )
+        if self._requeue_signal:
+            stop = _REQUEUE
+        elif trainer.received_sigterm or self._deferred_sigterm:
+            stop = _SIGTERM
+        else:
+            stop = _CTRL_C if self._requested else 0
         if trainer.world_size > 1:  # one collective: the strongest request of any rank
             code = torch.tensor(stop, device=trainer.strategy.root_device)
             stop = int(trainer.strategy.reduce(code, reduce_op="max"))

@@ -72,17 +72,13 @@ class TaskCallback(Callback):
         return tasks.of(trainer.datamodule)
 
 
-def save_figure(trainer, fig, name: str, step: int | None = None, tight: bool = True) -> Path:
-    """Write `fig` as <run dir>/inspect/<name>.png and send it to every active logger.
+def save_figure(trainer, fig, name: str, tight: bool = True) -> Path:
+    """Write `fig` as <run dir>/inspect/<name>.png and send it to every active logger:
+    TensorBoard gets the pixels, W&B the image, MLflow the file (as an artifact).
     `tight=False` for figures laid out by hand: the tight box costs a second drawing."""
     path = TaskCallback.out_dir(trainer) / f"{name}.png"
     fig.savefig(path, dpi=90, bbox_inches="tight" if tight else None)
-    publish_image(trainer, path, name, trainer.global_step if step is None else step)
-    return path
-
-
-def publish_image(trainer, path: Path, name: str, step: int) -> None:
-    """TensorBoard gets the pixels, W&B the image, MLflow the file (as an artifact)."""
+    step = trainer.global_step
     for logger in trainer.loggers:
         try:
             if isinstance(logger, TensorBoardLogger):
@@ -96,6 +92,7 @@ def publish_image(trainer, path: Path, name: str, step: int) -> None:
                 logger.experiment.log_artifact(logger.run_id, str(path), "plots")
         except Exception as err:  # noqa: BLE001 (a logger failing must not end the run)
             log.warning("could not send %s to %s: %s", name, type(logger).__name__, err)
+    return path
 
 
 _OWN_WRITERS: dict[str, object] = {}

@@ -21,6 +21,7 @@ group name, a metric, a finite mean), every number is read by `files.number` and
 escaped by the page."""
 
 import base64
+import contextlib
 import html
 import re
 from pathlib import Path
@@ -83,10 +84,8 @@ def esc(value) -> str:
 def cell(value) -> str:
     """A table cell: numbers (also those read from CSV text) to 4 significant digits."""
     if isinstance(value, str) and "." in value:
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     if isinstance(value, float):
         return f"{value:.4g}"
     return esc(value)
@@ -101,9 +100,8 @@ class Page:
         self._plotly_embedded = False
 
     def add(self, heading: str, *parts: str) -> None:
-        self.sections.append(
-            f"<section><h2>{esc(heading)}</h2>\n" + "\n".join(parts) + "</section>"
-        )
+        body = "\n".join(parts)
+        self.sections.append(f"<section><h2>{esc(heading)}</h2>\n{body}</section>")
 
     def figure(self, fig) -> str:
         """A plotly figure (plotly.js goes inline with the first one)."""
@@ -296,9 +294,7 @@ def jobs_table(
     page: Page, found: list[dict], unreadable: list[str], best: set, objective: str, in_group: bool
 ) -> None:
     """The jobs, the best one's (or the best group's) highlighted."""
-    parts = []
-    if not found:
-        parts.append(page.missing("No job records (sweep_job.json) in this sweep dir yet"))
+    parts = [] if found else [page.missing("No job records (sweep_job.json) in this sweep dir yet")]
     keys = list(dict.fromkeys(k for j in found for k in j["settings"]))
     marked = " (best group)" if in_group else " (best)"
     metrics = sorted({m for j in found for m in j["metrics"] if m.startswith(SHOWN_METRICS)})
@@ -324,24 +320,16 @@ def jobs_table(
         parts.append(page.table(rows, columns, classes))
     bad = [j for j in found if j["status"] != "completed"]
     if bad:
-        parts.append(
-            page.missing(
-                f"{len(bad)} of {len(found)} jobs did not complete ("
-                + ", ".join(f"job {j['job']}: {j['status']}" for j in bad)
-                + "): they have no objective and no metrics; their errors are in the table"
-            )
-        )
+        which = ", ".join(f"job {j['job']}: {j['status']}" for j in bad)
+        text = f"{len(bad)} of {len(found)} jobs did not complete ({which}): they have no objective"
+        parts.append(page.missing(f"{text} and no metrics; their errors are in the table"))
     if unreadable:
-        parts.append(
-            page.missing(
-                f"Job records left out (not as the sweep writes them): {', '.join(unreadable)}"
-            )
-        )
+        left = ", ".join(unreadable)
+        parts.append(page.missing(f"Job records left out (not as the sweep writes them): {left}"))
     page.add(f"Jobs ({len(found)})", *parts)
     if found:
-        page.add(
-            "Objective per job", page.figure(figures.objective_per_job(found, objective, best))
-        )
+        chart = figures.objective_per_job(found, objective, best)
+        page.add("Objective per job", page.figure(chart))
 
 
 def settings(page: Page, found: list[dict], objective: str, the_study, has_study: bool) -> None:
