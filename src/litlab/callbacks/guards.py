@@ -86,7 +86,7 @@ class NonFiniteLossGuard(Callback):
 class GracefulInterrupt(Callback):
     def __init__(self):
         self._requested = False  # Ctrl-C seen by this process
-        self._deferred_sigterm = False  # SIGTERM that came during validation (see _defer_sigterm)
+        self._deferred_sigterm = False  # a SIGTERM during validation (see on_validation_end)
         self._stop = 0  # the stop under way (_CTRL_C or _SIGTERM), once agreed by every rank
         self._stop_epoch = -1  # the epoch whose end it waits for (stop on its last batch)
         self._previous = None
@@ -163,12 +163,6 @@ class GracefulInterrupt(Callback):
         self._stop_at_epoch_end(trainer)
 
     def on_validation_batch_end(self, trainer, *args, **kwargs) -> None:
-        self._defer_sigterm(trainer)
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        self._defer_sigterm(trainer)
-
-    def _defer_sigterm(self, trainer) -> None:
         """SIGTERM during validation in fit: Lightning would stop mid-validation, and a
         checkpoint from there resumes without that validation's metrics (metric states are
         not checkpointed; EarlyStopping and the checkpoint callbacks then find no val metric).
@@ -177,6 +171,8 @@ class GracefulInterrupt(Callback):
         if trainer.received_sigterm and trainer.state.fn == "fit" and not trainer.sanity_checking:
             compat.clear_received_sigterm(trainer)
             self._deferred_sigterm = True
+
+    on_validation_end = on_validation_batch_end
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         """A stop asked for during the epoch's validation (after its last batch): the epoch

@@ -1,27 +1,11 @@
-"""Callbacks that show what a run learned (docs/inspect.md): confusion matrices, sample
-predictions, Grad-CAM, embeddings, weight/gradient histograms and the model graph.
+"""Callbacks that show what a run learned: confusion matrices, sample predictions, Grad-CAM,
+t-SNE of the embeddings, weight/gradient histograms and the model graph. What each writes, and
+for which tasks, is in docs/inspect.md.
+
 Each declares its name (`inspects`); a task kind lists the ones that apply to it
-(`litlab.tasks`), and `litlab.config.build` refuses the others.
-
-What the predictions look like on the test set: the kind's samples figure
-(`Kind.samples_figure`, litlab.tasks.figures and the kinds' own: an image grid, volume
-slices, per-class node accuracy, a residual plot, mask overlays), written as
-inspect/samples.png with any tables it keeps beside it.
-
-Which classes get confused: the confusion matrix of the last validation epoch of a fit and
-of every test, as a PNG, a CSV, and a per-class precision/recall/F1 table (CSV).
-
-How the features cluster: the test samples' penultimate features (the input of the last
-linear layer; for node classification the input of the last graph conv, i.e. node embeddings),
-projected to 2D with scikit-learn's t-SNE and coloured by class. Capped at `max_points`; the
-raw features also go to TensorBoard's projector.
-
-Where the model looks: Grad-CAM (Captum's `LayerGradCam` on the net's last conv layer,
-2D or 3D) for the first N test samples, drawn over the input (3D: the middle slices).
-
-Whether the weights move and the gradients flow: per-parameter weight and gradient
-histograms every N epochs (TensorBoard), a one-line warning when a layer's gradient norm is
-over `ratio` times below or above the median layer's, and the model graph once."""
+(`litlab.tasks`), and `litlab.config.build` refuses the others. Their files go into
+<run dir>/inspect/, and each picture to every active logger (`save_figure`); histograms, the
+graph and the projector need TensorBoard's format (`tensorboards`)."""
 
 import copy
 import csv

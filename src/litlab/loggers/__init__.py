@@ -17,9 +17,8 @@ MLflow, offline: a local SQLite store (default <log_dir>/mlflow.db, artifacts be
 (mlflow 3 keeps the file store behind a switch). Lightning's MLFlowLogger already sends the
 flattened config as params and every logged metric with its step; this adds the run's
 artifacts (its config and best checkpoint; the inspection callbacks add their plots) and takes
-the list of tags the other loggers take. Loggers log on rank 0 only under DDP. Browse from the
-project root with `mlflow ui --backend-store-uri sqlite:///logs/mlflow.db`, at
-http://127.0.0.1:5000/#/experiments/<id>/runs (its home page is the GenAI view)."""
+the list of tags the other loggers take. Loggers log on rank 0 only under DDP. Browsing the
+store: README.md, `mlflow ui`."""
 
 import logging
 import os

@@ -1,24 +1,14 @@
-"""The HTML of a report: sections of tables, plotly figures and PNG pictures, in one file that
-needs no network: plotly.js is embedded once (with the first figure), pictures are base64 data
-URIs, the style is inline. Every text from the files shown is escaped, and paths inside the
-project are shown relative to it.
+"""The HTML of a report (what each section of a run's or a sweep's page shows: docs/report.md),
+in one file that needs no network: plotly.js is embedded once (with the first figure), pictures
+are base64 data URIs, the style is inline. Every text from the files shown is escaped, and
+paths inside the project are shown relative to it. A section says what is missing instead of
+failing, and one that does not apply to this sweep is left out rather than shown empty.
+
+The summary's statistics files are data: each row is kept only with the shape the summary
+writes (a group name, a metric, a finite mean), every number is read by `files.number`.
 
 A small inline script counts the plots that rendered and the page's script errors into
-`<html data-check="plots:R/N errors:E">`, which the headless-browser test reads.
-
-The sections of a run's report: learning curves, final metrics, the inspect pictures it
-has, its config and provenance. Each says what is missing instead of failing.
-
-The sections of a sweep's report: the jobs table, the objective per job, parallel
-coordinates of the settings against the objective, Optuna's parameter importance (a search),
-and the comparison of groups of replicas, read from the summary's statistics
-(`summary_stats.json`, else `summary_stats.csv`; litlab.sweeps.summary_stats writes both). A
-section that does not apply to this sweep (importance without an Optuna study, settings when
-none varies, groups without replicas) is left out rather than shown empty.
-
-The statistics files are data: each row is kept only with the shape the summary writes (a
-group name, a metric, a finite mean), every number is read by `files.number` and every text is
-escaped by the page."""
+`<html data-check="plots:R/N errors:E">`, which the headless-browser test reads."""
 
 import base64
 import contextlib
