@@ -1,6 +1,5 @@
-"""What every domain's LightningModule shares, written once: the LightningModule base every
-domain's module subclasses (`LitModule`, and `Classifier`); the domains' own modules and nets
-are in litlab.domains.
+"""What every domain's LightningModule shares, written once (`LitModule`, and `Classifier`);
+the domains' own modules and nets are in litlab.domains.
 
 - the net is an `nn.Module` built from config by the entry point (never a raw config here);
 - optimizer and scheduler arrive as partials from config and are built in

@@ -1,15 +1,11 @@
-"""`make new-task NAME=mytask FROM=vision`: copy one domain into a new task (every domain folder
-can be copied: what it copies is the folder's own declaration, `litlab.domains.Template`).
+"""`make new-task NAME=mytask FROM=vision`: copy one domain into a new task (docs/new_task.md).
 
-A researcher's own task starts as a working copy of the closest domain, in a folder of its own
-(`src/litlab/domains/mytask/`): its datamodule (`data.py`) and net (`nets.py`) under new
-names, then their `data`/`model`/`experiment` configs and a test. The model config names the
-source domain's LightningModule as it is (the task kind's loss, metrics and steps): a new task
-of an existing kind writes how its data is read and, if it wants, its net; nothing else.
-Nothing outside the copy changes, and `python src/train.py experiment=NAME` trains at once.
-The copied datamodule subclasses the same base (VisionDataModule, SplitDataModule...), so the
-copy is small: edit what the task needs and delete what it does not.
-"""
+Every domain folder can be copied: what it copies is the folder's own declaration
+(`litlab.domains.Template`): its datamodule (`data.py`) and net (`nets.py`) under new names in
+`src/litlab/domains/mytask/`, then their `data`/`model`/`experiment` configs and a test. The
+model config names the source domain's LightningModule as it is (the task kind's loss, metrics
+and steps). Nothing outside the copy changes, and `python src/train.py experiment=NAME` trains
+at once."""
 
 import ast
 import keyword

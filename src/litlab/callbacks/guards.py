@@ -1,4 +1,5 @@
-"""Clean stops: a non-finite loss, Ctrl-C, SIGTERM and out-of-memory.
+"""Clean stops: a non-finite loss, Ctrl-C, SIGTERM, a scheduler's time-limit signal and
+out-of-memory (what each prints and its exit code: docs/reliability.md).
 
 - `NonFiniteLossGuard` checks the loss before `backward`, so the step that produced NaN/Inf
   never reaches the weights; it stops the run with a message that names the step and the last
@@ -6,22 +7,17 @@
 - `GracefulInterrupt` turns the first Ctrl-C (SIGINT) into: finish the current batch, write
   `last.ckpt`, close the loggers, exit 1. A second Ctrl-C stops at once. SIGTERM (how SLURM,
   Kubernetes and `timeout` stop a job) is handled alike, exit code 143 (128 + 15, what a shell
-  reports for a process that SIGTERM ended), not 0. In a scheduler job (SLURM_JOB_ID, or
-  submitit's local executor) SIGUSR1 and SIGUSR2 (what `--signal=USR1@120` and submitit send
-  before the time limit) do the same, then requeue the job: submitit's own handler when it
-  installed one (it resubmits the job through the launcher's `checkpoint` hook), else
-  `scontrol requeue $SLURM_JOB_ID` from rank 0; exit 128 + the signal. The requeued job
-  resumes in its own run dir (litlab.checkpointing.resume.requeued_checkpoint). After an
-  out-of-memory error it writes `last.ckpt` too (one process only: a collective save could
-  hang under DDP).
+  reports for a process that SIGTERM ended), not 0. In a scheduler job SIGUSR1 and SIGUSR2
+  (sent before the time limit) do the same, then requeue the job (`requeue`); exit 128 + the
+  signal. After an out-of-memory error it writes `last.ckpt` too (one process only: a
+  collective save could hang under DDP).
 Where it stops decides whether the resume is bit-identical. Mid-epoch it saves at the end of the
 batch, where the step checkpoints are written. On an epoch's last batch a checkpoint from there
 would resume in the next epoch, skipping this one's validation and end; so the epoch finishes
 first (its `last.ckpt` is written after validation) and the run stops then. A stop during
-validation lets the validation finish (metric states are not in checkpoints: a resume from
-mid-validation had no val metric for EarlyStopping or ModelCheckpoint), then stops at the next
-batch's end, or at the epoch's end after the epoch's validation. A stop during the test after
-fit leaves the final `last.ckpt`: the resume trains nothing more and tests.
+validation lets the validation finish (`on_validation_end`), then stops at the next batch's
+end, or at the epoch's end after the epoch's validation. A stop during the test after fit
+leaves the final `last.ckpt`: the resume trains nothing more and tests.
 Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`."""
 
 import logging

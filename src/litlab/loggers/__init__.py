@@ -157,8 +157,7 @@ class LocalMLFlowLogger(MLFlowLogger):
         from litlab.compat.lightning import flat_params
 
         known = self.experiment.get_run(self.run_id).data.params
-        flat = flat_params(params)
-        new = {k: v for k, v in flat.items() if k not in known}
+        new = {k: v for k, v in flat_params(params).items() if k not in known}
         if new:
             super().log_hyperparams(new)
 
