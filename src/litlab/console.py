@@ -161,10 +161,9 @@ def setup(verbose: bool = False) -> None:
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
     if not verbose:
         warnings.showwarning = _show_warning
-        for handler in logging.getLogger().handlers:
-            if _is_console(handler) and not any(
-                isinstance(f, ConsoleFilter) for f in handler.filters
-            ):
+        consoles = [h for h in logging.getLogger().handlers if _is_console(h)]
+        for handler in consoles:
+            if not any(isinstance(f, ConsoleFilter) for f in handler.filters):
                 handler.addFilter(ConsoleFilter())
                 handler.setFormatter(ConsoleFormatter())
     _record_job_environment()

@@ -96,7 +96,7 @@ def tensorboards(trainer) -> list:
     return [_OWN_WRITERS[path]]
 
 
-def write_csv(path: Path, rows) -> None:
+def _write_rows(path: Path, rows) -> None:
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows(rows)
 
@@ -127,7 +127,7 @@ class SamplePredictions(TaskCallback):
         if figure is None or not figure.held or not trainer.is_global_zero:
             return
         for name, rows in getattr(figure, "tables", lambda _: {})(trainer).items():
-            write_csv(self.out_dir(trainer) / name, rows)
+            _write_rows(self.out_dir(trainer) / name, rows)
         save_figure(trainer, figure.draw(trainer), "samples", tight=getattr(figure, "tight", True))
 
 
@@ -210,9 +210,9 @@ class ConfusionMatrix(TaskCallback):
         out = self.out_dir(trainer)
         n = len(counts)
         matrix = [[k, *counts[k].tolist()] for k in range(n)]
-        write_csv(out / f"confusion_{split}.csv", [["true\\pred", *range(n)], *matrix])
+        _write_rows(out / f"confusion_{split}.csv", [["true\\pred", *range(n)], *matrix])
         header = ["class", "precision", "recall", "f1", "support"]
-        write_csv(out / f"per_class_{split}.csv", [header, *per_class(counts)])
+        _write_rows(out / f"per_class_{split}.csv", [header, *per_class(counts)])
         save_figure(trainer, plot_confusion(counts, split), f"confusion_{split}", tight=False)
 
 
@@ -308,7 +308,7 @@ class Embeddings(TaskCallback):
         xy = future.result()
         out = self.out_dir(trainer)
         rows = [[round(float(a), 4), round(float(b), 4), int(c)] for (a, b), c in zip(xy, labels)]
-        write_csv(out / "tsne.csv", [["x", "y", "label"], *rows])
+        _write_rows(out / "tsne.csv", [["x", "y", "label"], *rows])
         fig = figure(5, 5)
         ax = fig.add_subplot()
         points = ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=8)

@@ -40,8 +40,7 @@ _DROPPED_COLUMNS = {" ", "Mode"}  # the row index, train/eval mode
 def compact_columns(summary_data: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
     """Lightning's summary columns without the zero-parameter rows (all rows if every one is
     zero), the mode column, and the FLOPs column when it is all zeros."""
-    columns = dict(summary_data)
-    params = columns.get("Params", [])
+    params = dict(summary_data).get("Params", [])
     keep = [i for i, value in enumerate(params) if value.strip() not in ("0", "")]
     keep = keep or list(range(len(params)))
     out = []
