@@ -261,9 +261,8 @@ class LitModule(L.LightningModule):
         for p, t in zip(preds, target):
             self.metrics(split).update(p, t)
         loss = torch.stack(loss).float()  # float32 weights: bf16 would round sizes above 256
-        getattr(self, f"{split}_loss").update(
-            loss, torch.tensor(sizes, dtype=torch.float32, device=loss.device)
-        )
+        weights = torch.tensor(sizes, dtype=torch.float32, device=loss.device)
+        getattr(self, f"{split}_loss").update(loss, weights)
         queue.clear()
         self._queued_numel[split] = 0
 

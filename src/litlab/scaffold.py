@@ -129,26 +129,21 @@ def copy_plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
         ".".join(data): f"litlab.domains.{name}.data.{C}DataModule",
         ".".join(net): f"litlab.domains.{name}.nets.{net_symbol}",
     }
-    for group, old, path in (
-        ("data", t.data_config, data_yaml),
-        ("model", t.model_config, model_yaml),
-    ):
+    configs = (("data", t.data_config, data_yaml), ("model", t.model_config, model_yaml))
+    for group, old, path in configs:
         text = (ROOT / "configs" / group / f"{old}.yaml").read_text()
         for a, b in renamed.items():
             text = text.replace(f"_target_: {a}\n", f"_target_: {b}\n")
         # a model config that picks its own default data picks the copied data config
         text = re.sub(rf"(override /data@_global_\.data: ){t.data_config}\b", rf"\g<1>{name}", text)
-        files[path] = (
-            f"# {name}: copied from {group}/{old}.yaml by `make new-task` (edit freely)\n" + text
-        )
+        origin = f"# {name}: copied from {group}/{old}.yaml by `make new-task` (edit freely)\n"
+        files[path] = origin + text
     files[experiment_yaml] = (
         f"# @package _global_\n# {name}: `python src/train.py experiment={name}` "
         f"(copied from the {source} domain by `make new-task`)\ndefaults:\n"
         f"  - override /data: {name}\n  - override /model: {name}\n\ntask_name: {name}\ntags: [{name}]\n"
     )
-    files[test_py] = TEST.format(
-        name=name, metric=t.metric, bar=t.bar, epochs=t.epochs, source=source
-    )
+    files[test_py] = TEST.format(t=t, name=name, source=source)
     return files
 
 
@@ -184,11 +179,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_{name}_trains(tmp_path):
     cmd = [sys.executable, str(ROOT / "src" / "train.py"), "experiment={name}",
-           "trainer.max_epochs={epochs}", f"paths.log_dir={{tmp_path}}"]
+           "trainer.max_epochs={t.epochs}", f"paths.log_dir={{tmp_path}}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     metrics = json.loads(next(tmp_path.glob("{name}/runs/*/metrics.json")).read_text())
-    assert metrics["{metric}"] > {bar}, metrics
+    assert metrics["{t.metric}"] > {t.bar}, metrics
 '''
 
 

@@ -194,11 +194,9 @@ class PeakMemory(Callback):
             if trainer.is_global_zero:
                 path = Path(trainer.default_root_dir) / "profiler" / "cuda_memory_summary.txt"
                 path.parent.mkdir(parents=True, exist_ok=True)
+                summary = torch.cuda.memory_summary(pl_module.device)
                 with open(path, "a") as f:
-                    f.write(
-                        f"epoch {trainer.current_epoch}\n"
-                        f"{torch.cuda.memory_summary(pl_module.device)}\n"
-                    )
+                    f.write(f"epoch {trainer.current_epoch}\n{summary}\n")
         else:
             # ru_maxrss: the process's peak resident set size, KiB on Linux, bytes on macOS
             scale = 2**20 if sys.platform == "darwin" else 2**10

@@ -99,14 +99,8 @@ def parallel_coordinates(jobs: list[dict], keys: list[str], objective: str):
             dims.append({"label": key, "values": numbers})
         else:
             names = sorted(set(map(str, values)))
-            dims.append(
-                {
-                    "label": key,
-                    "values": [names.index(str(v)) for v in values],
-                    "tickvals": list(range(len(names))),
-                    "ticktext": names,
-                }
-            )
+            ticks = {"tickvals": list(range(len(names))), "ticktext": names}
+            dims.append({"label": key, "values": [names.index(str(v)) for v in values], **ticks})
     if not dims or not done:
         return None
     scores = [j["objective"] for j in done]

@@ -203,8 +203,7 @@ def final_metrics(page: Page, run: Path) -> None:
 
 
 def pictures(page: Page, run: Path) -> None:
-    folder = run / "inspect"
-    names = sorted(p.name for p in folder.glob("*.png")) if folder.is_dir() else []
+    names = sorted(p.name for p in (run / "inspect").glob("*.png"))  # none without the folder
     order = [n for n in PICTURES if n in names] + [n for n in names if n not in PICTURES]
     shown = [(n, data) for n in order if (data := files.png(run, Path("inspect") / n))]
     if not shown:

@@ -29,6 +29,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def take(sweep_dir, root: Path = CODE_ROOT) -> Path:
         )
     if state.get("dirty"):
         diff = _git(root, "diff", "HEAD", "--binary", "--", *CODE_DIRS) or b""
-        (partial / "uncommitted.diff").write_bytes(diff)
+        (partial / DIFF_FILE).write_bytes(diff)
     record = {**state, "project_root": origin, "taken": time.time()}
     (partial / CODE_FILE).write_text(json.dumps(record, indent=2) + "\n")
     try:
@@ -179,8 +180,6 @@ def import_from(snapshot: Path, root: Path = CODE_ROOT) -> None:
     """In a job forked from the launcher: every module not imported yet comes from the snapshot
     (sys.path, and the search path of the packages already imported from `root`/src), and the
     job's provenance names the snapshot, as for a job started as a fresh interpreter there."""
-    import sys
-
     src, old_src = str(snapshot / "src"), str(root / "src")
     sys.path[:] = [src, *(p for p in sys.path if p not in (src, old_src))]
     for module in list(sys.modules.values()):
