@@ -9,11 +9,9 @@ Every entry point (`cli.guard`) and the Python API (`litlab.train`) call `setup(
   `warning: ...` line each, except the notices that tell a user nothing about the run
   (deprecations inside libraries, advertisements): those stay in the file.
 Lines that only trace what a run did (which class was instantiated) log with
-`extra=FILE_ONLY`. `hydra.verbose=true` (or HYDRA_FULL_ERROR=1) shows everything again.
-
-A sweep's launch lines (`#0 : seed=1`) name each job's overrides without the ones litlab's
-sweepers add for the job's environment (`++hydra.job.env_set.LITLAB_...`, `launch_lines`):
-the job's log file names them instead.
+`extra=FILE_ONLY`. `hydra.verbose=true` (or HYDRA_FULL_ERROR=1) shows everything again. A
+sweep's launch lines (`#0 : seed=1`) leave out the overrides litlab's sweepers add for a job's
+environment (`launch_lines`); the job's log file names them.
 """
 
 import logging
