@@ -276,7 +276,7 @@ def add_sweep(page: Page, sweep: Path) -> None:
     with figures.opened(sweep) as (the_study, why):
         settings(page, found, objective, the_study, has_study)
         if has_study:
-            page.add("Parameter importance (Optuna search)", *importance(page, the_study, why))
+            page.add("Parameter importance (Optuna search)", importance(page, the_study, why))
 
 
 def jobs_table(
@@ -338,13 +338,11 @@ def settings(page: Page, found: list[dict], objective: str, the_study, has_study
         page.add("Settings against the objective", page.figure(fig))
 
 
-def importance(page: Page, the_study, why: str) -> list[str]:
-    if the_study is None:
-        return [page.missing(f"No parameter importance: {why}")]
-    fig, problem = figures.plot("importance", the_study)
+def importance(page: Page, the_study, why: str) -> str:
+    fig, problem = figures.plot("importance", the_study) if the_study is not None else (None, why)
     if fig is None:
-        return [page.missing(f"No parameter importance: {problem}")]
-    return [page.figure(fig)]
+        return page.missing(f"No parameter importance: {problem}")
+    return page.figure(fig)
 
 
 # ---------------------------------------------------------------- groups
