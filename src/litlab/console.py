@@ -9,14 +9,13 @@ Every entry point (`cli.guard`) and the Python API (`litlab.train`) call `setup(
   `warning: ...` line each, except the notices that tell a user nothing about the run
   (deprecations inside libraries, advertisements): those stay in the file.
 Lines that only trace what a run did (which class was instantiated) log with
-`extra=FILE_ONLY`. `hydra.verbose=true` (or HYDRA_FULL_ERROR=1) shows everything again.
-
-A sweep's launch lines (`#0 : seed=1`) name each job's overrides without the ones litlab's
-sweepers add for the job's environment (`++hydra.job.env_set.LITLAB_...`, `launch_lines`):
-the job's log file names them instead.
+`extra=FILE_ONLY`. `hydra.verbose=true` (or HYDRA_FULL_ERROR=1) shows everything again. A
+sweep's launch lines (`#0 : seed=1`) leave out the overrides litlab's sweepers add for a job's
+environment (`launch_lines`); the job's log file names them.
 """
 
 import logging
+import os
 import re
 import warnings
 
@@ -154,18 +153,15 @@ def setup(verbose: bool = False) -> None:
     """Route INFO lines of libraries and Python warnings to the log file only (idempotent).
 
     `verbose`: leave the console as Hydra configured it (everything on it)."""
-    import os
-
     for name in _PROPAGATE:  # their lines go to the root's handlers only (console and file)
         _own_console_refused(name)
     # mlflow configures a stderr handler of its own on import unless told not to
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
     if not verbose:
         warnings.showwarning = _show_warning
-        for handler in logging.getLogger().handlers:
-            if _is_console(handler) and not any(
-                isinstance(f, ConsoleFilter) for f in handler.filters
-            ):
+        consoles = [h for h in logging.getLogger().handlers if _is_console(h)]
+        for handler in consoles:
+            if not any(isinstance(f, ConsoleFilter) for f in handler.filters):
                 handler.addFilter(ConsoleFilter())
                 handler.setFormatter(ConsoleFormatter())
     _record_job_environment()
@@ -173,8 +169,6 @@ def setup(verbose: bool = False) -> None:
 
 def verbose_requested() -> bool:
     """`hydra.verbose=...` or HYDRA_FULL_ERROR=1: the whole log on the console."""
-    import os
-
     from hydra.core.hydra_config import HydraConfig
 
     if os.environ.get("HYDRA_FULL_ERROR") == "1":

@@ -1,26 +1,20 @@
-"""What every domain's datamodules share: the split-and-load base (`SplitDataModule`),
-seeded splits and k-fold; the domains' own datamodules are in litlab.domains.
+"""What every domain's datamodules share (the domains' own are in litlab.domains): the
+split-and-load base (`SplitDataModule`), the memory checks, seeded splits and k-fold.
 
-What every split-based datamodule shares: the loader settings, one loader recipe, four
-Lightning hooks.
+A subclass fills `train_set`, `val_set`, `test_set` in `setup`, and `split_sources`: each
+split's items named by their source, in the order of the split's dataset (a run's
+data_split.json; eval.py's predictions.csv names its rows by them). `__init__` saves the
+constructor arguments of the whole subclass chain as hparams; `loader` turns the loader
+settings into a `loader_class` (torch's DataLoader; PyG's for graphs). Under DDP, Lightning adds
+the distributed sampler itself and `litlab.utils.distributed` makes the val/test shards
+unpadded, so no sample counts twice.
 
-A subclass fills `train_set`, `val_set`, `test_set` in `setup`. `SplitDataModule.__init__` saves
-the constructor arguments of the whole subclass chain as hparams; its own are the loader
-settings (`batch_size`, `num_workers`, `persistent_workers`, `pin_memory`), which `loader` turns
-into a `loader_class` (torch's DataLoader; PyG's for graphs). `setup` also fills `split_sources`:
-each split's items named by their source, in the order of the split's dataset (a run's
-data_split.json; eval.py's predictions.csv names its rows by them). Under DDP, Lightning adds the distributed sampler itself and
-`litlab.utils.distributed` makes the val/test shards unpadded, so no sample counts twice.
-
-What a datamodule will hold in memory, checked against the machine before it allocates: a
+What a datamodule will hold in memory is checked against the machine before it allocates: a
 setting that pads each image to a 60000 x 60000 canvas is refused in one line naming it, not
 met as the kernel's OOM kill (or minutes of swapping) in the middle of reading the data.
 
-Seeded, stratified index splits shared by the domains' datamodules.
-
 k-fold cross-validation, the same on every domain: `num_folds=K fold=i` makes fold i of a
 seeded stratified K-fold split the test set and carves the validation set from the other folds.
-
 Fold membership is a function of (seed, K, the items' labels in their stored order) only, so the
 K runs of `-m data.num_folds=K 'data.fold=range(K)'` see disjoint test folds that cover every
 item once. The checks here run twice: from the datamodules' `check_settings` (before anything is
@@ -168,8 +162,6 @@ def saved_bytes(net, shape: tuple) -> int | None:
     cannot run there."""
     import copy
 
-    import torch
-
     from litlab.compat.torch import drop_hooks
 
     total = [0]
@@ -206,8 +198,6 @@ def check_step_memory(net, dm, device) -> None:
     more memory than the device has (a side of 4096 passes every bound, then a U-Net's first
     step is OOM-killed: hundreds of GiB of activations), naming both settings; called as
     fitting starts (`SplitDataModule.check_training_step`) for data with an image size."""
-    import torch
-
     given, side = int(dm.hparams.batch_size), int(dm.image_size)
     train = getattr(dm, "train_set", None)
     batch = min(given, len(train)) if train is not None and len(train) else given
@@ -304,11 +294,8 @@ def split_indices(
 def write_split(path: Path, sources: dict[str, list]) -> None:
     """A run's data_split.json: {split: [source of each item]} (a datamodule's
     `split_sources`), written whole or not at all."""
-
-    def plain(source):  # numpy and torch integers as JSON integers; names as they are
-        return source.item() if hasattr(source, "item") else source
-
-    text = json.dumps({k: [plain(s) for s in v] for k, v in sources.items()}, indent=1)
+    # numpy and torch integers (and arrays of them) as JSON integers; names as they are
+    text = json.dumps(sources, indent=1, default=lambda value: value.tolist())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(text)

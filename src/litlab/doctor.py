@@ -161,11 +161,8 @@ def folder(path: Path) -> dict:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path):
             pass
-        return {
-            "ok": True,
-            "path": str(path),
-            "free_gib": round(shutil.disk_usage(path).free / 2**30, 1),
-        }
+        free = round(shutil.disk_usage(path).free / 2**30, 1)
+        return {"ok": True, "path": str(path), "free_gib": free}
     except OSError as err:
         return {"ok": False, "path": str(path), "error": err.strerror or str(err)}
 
@@ -212,18 +209,15 @@ def failures(report: dict) -> list[str]:
         lines.append(f"python {report['versions']['python']}: litlab needs 3.11 or newer")
     for d in report["devices"]:
         if not d["matmul"]["ok"]:
-            lines.append(
-                f"matmul on {d['name']} failed: {d['matmul'].get('error', 'wrong result')}"
-            )
+            why = d["matmul"].get("error", "wrong result")
+            lines.append(f"matmul on {d['name']} failed: {why}")
     if not report["loopback"]["ok"]:
-        lines.append(
-            f"loopback 127.0.0.1 unreachable ({report['loopback']['error']}): DDP cannot start"
-        )
+        why = report["loopback"]["error"]
+        lines.append(f"loopback 127.0.0.1 unreachable ({why}): DDP cannot start")
     for backend, r in report["all_reduce"].items():
         if not r["ok"]:
-            lines.append(
-                f"2-process all-reduce with {backend} failed: {r.get('error', 'wrong sum')}"
-            )
+            why = r.get("error", "wrong sum")
+            lines.append(f"2-process all-reduce with {backend} failed: {why}")
     for name, r in report["folders"].items():
         if not r["ok"]:
             lines.append(f"{name} folder {r['path']} is not writable: {r['error']}")
@@ -233,28 +227,17 @@ def failures(report: dict) -> list[str]:
 def facts_table(report: dict) -> str:
     rows = [("versions", ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v))]
     for d in report["devices"]:
-        extra = ", ".join(
-            f"{k} {d[k]}" for k in ("memory_gib", "capability", "bf16", "tf32") if k in d
-        )
-        rows.append(
-            (
-                f"device {d['name']}",
-                f"matmul {'ok' if d['matmul']['ok'] else 'FAILED'}"
-                + (f", {extra}" if extra else ""),
-            )
-        )
+        facts = [f"matmul {'ok' if d['matmul']['ok'] else 'FAILED'}"]
+        facts += [f"{k} {d[k]}" for k in ("memory_gib", "capability", "bf16", "tf32") if k in d]
+        rows.append((f"device {d['name']}", ", ".join(facts)))
     rows.append(("loopback", "up" if report["loopback"]["ok"] else "DOWN"))
     for backend, r in report["all_reduce"].items():
         rows.append((f"all-reduce {backend}", f"ok in {r['seconds']} s" if r["ok"] else "FAILED"))
     for name, r in report["folders"].items():
         state = f"{r['free_gib']} GiB free" if r["ok"] else "NOT WRITABLE"
         rows.append((f"{name}/", f"{r['path']}: {state}"))
-    rows.append(
-        (
-            "datasets",
-            ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in report["datasets"].items()),
-        )
-    )
+    found = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in report["datasets"].items())
+    rows.append(("datasets", found))
     rows.append(("trackers", ", ".join(f"{k}: {v}" for k, v in report["trackers"].items())))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

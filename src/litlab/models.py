@@ -1,6 +1,5 @@
-"""What every domain's LightningModule shares, written once: the LightningModule base every
-domain's module subclasses (`LitModule`, and `Classifier`); the domains' own modules and nets
-are in litlab.domains.
+"""What every domain's LightningModule shares, written once (`LitModule`, and `Classifier`);
+the domains' own modules and nets are in litlab.domains.
 
 - the net is an `nn.Module` built from config by the entry point (never a raw config here);
 - optimizer and scheduler arrive as partials from config and are built in
@@ -165,14 +164,13 @@ class LitModule(L.LightningModule):
             return
         net = dict((checkpoint.get("litlab_config") or {}).get("model", {}).get("net") or {})
         held = ", ".join(f"{k}={v}" for k, v in net.items()) or "an unknown net"
-        detail = (
-            f"{wrong[0]} has shape {list(theirs[wrong[0]].shape)} there, "
-            f"{list(ours[wrong[0]].shape)} here"
-            if wrong
-            else f"it lacks {missing[0]}"
-            if missing
-            else f"it has the unexpected entry {extra[0]}"
-        )
+        if wrong:
+            there, here = list(theirs[wrong[0]].shape), list(ours[wrong[0]].shape)
+            detail = f"{wrong[0]} has shape {there} there, {here} here"
+        elif missing:
+            detail = f"it lacks {missing[0]}"
+        else:
+            detail = f"it has the unexpected entry {extra[0]}"
         raise UserError(
             f"the checkpoint holds another net ({held}): {detail}; use the "
             f"model settings it was trained with, or another checkpoint"
@@ -263,9 +261,8 @@ class LitModule(L.LightningModule):
         for p, t in zip(preds, target):
             self.metrics(split).update(p, t)
         loss = torch.stack(loss).float()  # float32 weights: bf16 would round sizes above 256
-        getattr(self, f"{split}_loss").update(
-            loss, torch.tensor(sizes, dtype=torch.float32, device=loss.device)
-        )
+        weights = torch.tensor(sizes, dtype=torch.float32, device=loss.device)
+        getattr(self, f"{split}_loss").update(loss, weights)
         queue.clear()
         self._queued_numel[split] = 0
 

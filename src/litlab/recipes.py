@@ -1,14 +1,8 @@
 """The recipes, and nothing else: plain functions of a validated config that the entry points
-and the Python API call (`train_and_test`, `report`; eval.py's is
-litlab.export.evaluate, beside the exported files it also scores). What every run shares
-whatever its recipe (its run dir, its end, DDP, its summary, tuning, `load_run`) is in
-litlab.runs.
-
-The training recipe as a plain function of a composed config: seed, data, model, trainer,
-fit, test, report. `src/train.py` calls it under Hydra; `litlab.train([...])` composes first.
-
-The recipe of `python src/report.py path=DIR`: the folder is checked before any work
-(one line, exit 2, nothing written), then `litlab.report` writes DIR/report.html."""
+and the Python API call (`train_and_test`: seed, data, model, trainer, fit, test, report;
+`report`: DIR/report.html; eval.py's is litlab.export.evaluate, beside the exported files it
+also scores). What every run shares whatever its recipe (its run dir, its end, DDP, its
+summary, tuning, `load_run`) is in litlab.runs."""
 
 from pathlib import Path
 
@@ -78,11 +72,7 @@ def train_and_test(cfg: DictConfig) -> RunResult:
         if cfg.test:
             # verbose=False: the Results block below says the same, once
             trainer.test(
-                model,
-                datamodule=datamodule,
-                ckpt_path=checkpoint,
-                weights_only=True,
-                verbose=False,
+                model, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True, verbose=False
             )
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     report.save_metrics(cfg, metrics)

@@ -1,15 +1,11 @@
-"""`make new-task NAME=mytask FROM=vision`: copy one domain into a new task (every domain folder
-can be copied: what it copies is the folder's own declaration, `litlab.domains.Template`).
+"""`make new-task NAME=mytask FROM=vision`: copy one domain into a new task (docs/new_task.md).
 
-A researcher's own task starts as a working copy of the closest domain, in a folder of its own
-(`src/litlab/domains/mytask/`): its datamodule (`data.py`) and net (`nets.py`) under new
-names, then their `data`/`model`/`experiment` configs and a test. The model config names the
-source domain's LightningModule as it is (the task kind's loss, metrics and steps): a new task
-of an existing kind writes how its data is read and, if it wants, its net; nothing else.
-Nothing outside the copy changes, and `python src/train.py experiment=NAME` trains at once.
-The copied datamodule subclasses the same base (VisionDataModule, SplitDataModule...), so the
-copy is small: edit what the task needs and delete what it does not.
-"""
+Every domain folder can be copied: what it copies is the folder's own declaration
+(`litlab.domains.Template`): its datamodule (`data.py`) and net (`nets.py`) under new names in
+`src/litlab/domains/mytask/`, then their `data`/`model`/`experiment` configs and a test. The
+model config names the source domain's LightningModule as it is (the task kind's loss, metrics
+and steps). Nothing outside the copy changes, and `python src/train.py experiment=NAME` trains
+at once."""
 
 import ast
 import keyword
@@ -68,10 +64,6 @@ def copy_class(module: str, name: str, new_name: str) -> str:
     return "\n".join(imports) + "\n\n\n" + body + "\n"
 
 
-def camel(name: str) -> str:
-    return "".join(part.capitalize() for part in name.split("_"))
-
-
 def targets(name: str, root: Path) -> list[Path]:
     """The files a copy named `name` writes: its domain folder (the datamodule, the net), three
     configs, a test. The LightningModule is the source domain's, used as it is: the kind's loss,
@@ -119,7 +111,8 @@ def copy_plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
     if source not in domains:
         raise ScaffoldError(f"FROM={source!r} is not a domain; valid: {', '.join(domains)}")
     check_name(name, root)
-    t, C, package = domains[source].template, camel(name), f"litlab.domains.{source}"
+    t, package = domains[source].template, f"litlab.domains.{source}"
+    C = "".join(part.capitalize() for part in name.split("_"))  # CamelCase
     data, net = _split(package, t.data), _split(package, t.net)
     net_symbol = f"{C}Net" if net[1][0].isupper() else f"{name}_net"
     header = f'"""{C}: copied from litlab\'s {source} domain by `make new-task` (edit freely)."""\n'
@@ -136,26 +129,21 @@ def copy_plan(name: str, source: str, root: Path = ROOT) -> dict[Path, str]:
         ".".join(data): f"litlab.domains.{name}.data.{C}DataModule",
         ".".join(net): f"litlab.domains.{name}.nets.{net_symbol}",
     }
-    for group, old, path in (
-        ("data", t.data_config, data_yaml),
-        ("model", t.model_config, model_yaml),
-    ):
+    configs = (("data", t.data_config, data_yaml), ("model", t.model_config, model_yaml))
+    for group, old, path in configs:
         text = (ROOT / "configs" / group / f"{old}.yaml").read_text()
         for a, b in renamed.items():
             text = text.replace(f"_target_: {a}\n", f"_target_: {b}\n")
         # a model config that picks its own default data picks the copied data config
         text = re.sub(rf"(override /data@_global_\.data: ){t.data_config}\b", rf"\g<1>{name}", text)
-        files[path] = (
-            f"# {name}: copied from {group}/{old}.yaml by `make new-task` (edit freely)\n" + text
-        )
+        origin = f"# {name}: copied from {group}/{old}.yaml by `make new-task` (edit freely)\n"
+        files[path] = origin + text
     files[experiment_yaml] = (
         f"# @package _global_\n# {name}: `python src/train.py experiment={name}` "
         f"(copied from the {source} domain by `make new-task`)\ndefaults:\n"
         f"  - override /data: {name}\n  - override /model: {name}\n\ntask_name: {name}\ntags: [{name}]\n"
     )
-    files[test_py] = TEST.format(
-        name=name, metric=t.metric, bar=t.bar, epochs=t.epochs, source=source
-    )
+    files[test_py] = TEST.format(t=t, name=name, source=source)
     return files
 
 
@@ -191,11 +179,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_{name}_trains(tmp_path):
     cmd = [sys.executable, str(ROOT / "src" / "train.py"), "experiment={name}",
-           "trainer.max_epochs={epochs}", f"paths.log_dir={{tmp_path}}"]
+           "trainer.max_epochs={t.epochs}", f"paths.log_dir={{tmp_path}}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     metrics = json.loads(next(tmp_path.glob("{name}/runs/*/metrics.json")).read_text())
-    assert metrics["{metric}"] > {bar}, metrics
+    assert metrics["{t.metric}"] > {t.bar}, metrics
 '''
 
 

@@ -20,6 +20,8 @@ siblings'): `auto` splits that share between the job's own processes.
 import os
 import sys
 
+from litlab.errors import UserError
+
 # the cores a parallel launcher gave this job (hydra_plugins.litlab_launchers.parallel)
 JOB_CORES = "LITLAB_JOB_CORES"
 
@@ -56,8 +58,6 @@ def check_threads(setting) -> int | None:
     digits = not isinstance(setting, bool) and text.isdigit() and len(text) < 10
     count = int(text) if digits else 0  # 1.5, -1, "many" or true are not counts
     if not 1 <= count <= limit():
-        from litlab.errors import UserError
-
         raise UserError(
             f"threads={setting} is not valid; use auto, an integer from 1 to {limit()} (this "
             "machine's CPUs), or null (torch's default: one thread per core)"

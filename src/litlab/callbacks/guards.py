@@ -1,4 +1,5 @@
-"""Clean stops: a non-finite loss, Ctrl-C, SIGTERM and out-of-memory.
+"""Clean stops: a non-finite loss, Ctrl-C, SIGTERM, a scheduler's time-limit signal and
+out-of-memory (what each prints and its exit code: docs/reliability.md).
 
 - `NonFiniteLossGuard` checks the loss before `backward`, so the step that produced NaN/Inf
   never reaches the weights; it stops the run with a message that names the step and the last
@@ -6,27 +7,18 @@
 - `GracefulInterrupt` turns the first Ctrl-C (SIGINT) into: finish the current batch, write
   `last.ckpt`, close the loggers, exit 1. A second Ctrl-C stops at once. SIGTERM (how SLURM,
   Kubernetes and `timeout` stop a job) is handled alike, exit code 143 (128 + 15, what a shell
-  reports for a process that SIGTERM ended), not 0. In a scheduler job (SLURM_JOB_ID, or
-  submitit's local executor) SIGUSR1 and SIGUSR2 (what `--signal=USR1@120` and submitit send
-  before the time limit) do the same, then requeue the job: submitit's own handler when it
-  installed one (it resubmits the job through the launcher's `checkpoint` hook), else
-  `scontrol requeue $SLURM_JOB_ID` from rank 0; exit 128 + the signal. The requeued job
-  resumes in its own run dir (litlab.checkpointing.resume.requeued_checkpoint). After an
-  out-of-memory error it writes `last.ckpt` too (one process only: a collective save could
-  hang under DDP).
+  reports for a process that SIGTERM ended), not 0. In a scheduler job SIGUSR1 and SIGUSR2
+  (sent before the time limit) do the same, then requeue the job (`requeue`); exit 128 + the
+  signal. After an out-of-memory error it writes `last.ckpt` too (one process only: a
+  collective save could hang under DDP).
 Where it stops decides whether the resume is bit-identical. Mid-epoch it saves at the end of the
 batch, where the step checkpoints are written. On an epoch's last batch a checkpoint from there
 would resume in the next epoch, skipping this one's validation and end; so the epoch finishes
 first (its `last.ckpt` is written after validation) and the run stops then. A stop during
-validation lets the validation finish (metric states are not in checkpoints: a resume from
-mid-validation had no val metric for EarlyStopping or ModelCheckpoint), then stops at the next
-batch's end, or at the epoch's end after the epoch's validation. A stop during the test after
-fit leaves the final `last.ckpt`: the resume trains nothing more and tests.
-Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`.
-
-Requeue a scheduler job that was told its time is up (litlab.callbacks.guards.GracefulInterrupt
-calls it once last.ckpt is written): the requeued job resumes in its own run dir
-(litlab.checkpointing.resume.requeued_checkpoint)."""
+validation lets the validation finish (`on_validation_end`), then stops at the next batch's
+end, or at the epoch's end after the epoch's validation. A stop during the test after fit
+leaves the final `last.ckpt`: the resume trains nothing more and tests.
+Both checkpoints resume with `ckpt_path=<run dir>` or `ckpt_path=last`."""
 
 import logging
 import math
@@ -38,6 +30,7 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from litlab.compat import lightning as compat
 from litlab.errors import UserError
@@ -70,11 +63,10 @@ def _resume_hint(trainer) -> str:
 class NonFiniteLossGuard(Callback):
     def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
         # one host sync per step on GPUs; .item() on a scalar costs a fraction of isfinite()
-        finite = (
-            math.isfinite(loss.item())
-            if loss.numel() == 1
-            else bool(torch.isfinite(loss.detach()).all())
-        )
+        if loss.numel() == 1:
+            finite = math.isfinite(loss.item())
+        else:
+            finite = bool(torch.isfinite(loss.detach()).all())
         if trainer.world_size > 1:  # every rank stops together, none waits in an all-reduce
             finite = trainer.strategy.reduce_boolean_decision(finite, all=True)
         if not finite:
@@ -90,7 +82,7 @@ class NonFiniteLossGuard(Callback):
 class GracefulInterrupt(Callback):
     def __init__(self):
         self._requested = False  # Ctrl-C seen by this process
-        self._deferred_sigterm = False  # SIGTERM that came during validation (see _defer_sigterm)
+        self._deferred_sigterm = False  # a SIGTERM during validation (see on_validation_end)
         self._stop = 0  # the stop under way (_CTRL_C or _SIGTERM), once agreed by every rank
         self._stop_epoch = -1  # the epoch whose end it waits for (stop on its last batch)
         self._previous = None
@@ -116,7 +108,7 @@ class GracefulInterrupt(Callback):
         self._requeue_signal = 0
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handler)
-            if in_scheduler_job():
+            if os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"):
                 for signum in REQUEUE_SIGNALS:
                     self._previous_requeue[signum] = signal.signal(signum, self._requeue_handler)
 
@@ -167,12 +159,6 @@ class GracefulInterrupt(Callback):
         self._stop_at_epoch_end(trainer)
 
     def on_validation_batch_end(self, trainer, *args, **kwargs) -> None:
-        self._defer_sigterm(trainer)
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        self._defer_sigterm(trainer)
-
-    def _defer_sigterm(self, trainer) -> None:
         """SIGTERM during validation in fit: Lightning would stop mid-validation, and a
         checkpoint from there resumes without that validation's metrics (metric states are
         not checkpointed; EarlyStopping and the checkpoint callbacks then find no val metric).
@@ -181,6 +167,8 @@ class GracefulInterrupt(Callback):
         if trainer.received_sigterm and trainer.state.fn == "fit" and not trainer.sanity_checking:
             compat.clear_received_sigterm(trainer)
             self._deferred_sigterm = True
+
+    on_validation_end = on_validation_batch_end
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         """A stop asked for during the epoch's validation (after its last batch): the epoch
@@ -191,15 +179,12 @@ class GracefulInterrupt(Callback):
 
     def _agreed_stop(self, trainer) -> int:
         """The strongest stop requested of any rank (0: none); every rank calls it alike."""
-        stop = (
-            _REQUEUE
-            if self._requeue_signal
-            else _SIGTERM
-            if trainer.received_sigterm or self._deferred_sigterm
-            else _CTRL_C
-            if self._requested
-            else 0
-        )
+        if self._requeue_signal:
+            stop = _REQUEUE
+        elif trainer.received_sigterm or self._deferred_sigterm:
+            stop = _SIGTERM
+        else:
+            stop = _CTRL_C if self._requested else 0
         if trainer.world_size > 1:  # one collective: the strongest request of any rank
             code = torch.tensor(stop, device=trainer.strategy.root_device)
             stop = int(trainer.strategy.reduce(code, reduce_op="max"))
@@ -225,8 +210,6 @@ class GracefulInterrupt(Callback):
         return "SIGTERM" if self._stop == _SIGTERM else "interrupted"
 
     def _end(self, trainer, save: bool) -> None:
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
         if save:
             trainer.save_checkpoint(last_checkpoint_path(trainer))
         self._report(trainer, self._why)
@@ -242,8 +225,6 @@ class GracefulInterrupt(Callback):
         raise KeyboardInterrupt  # Lightning closes the loggers and exits 1
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
         ended = self._stop_epoch == math.inf
         if isinstance(exception, SIGTERMException):
             self._restore()
@@ -286,10 +267,6 @@ def _last_checkpoint_is_current(trainer) -> bool:
 # --------------------------------------------------------------- requeue
 # the signals a scheduler sends before a job's time limit (SLURM --signal=USR1, submitit USR2)
 REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
-
-
-def in_scheduler_job() -> bool:
-    return bool(os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"))
 
 
 def requeue(trainer, signum: int, previous) -> None:

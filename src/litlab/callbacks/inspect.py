@@ -1,29 +1,11 @@
-"""Callbacks that show what a run learned (docs/inspect.md): confusion matrices, sample
-predictions, Grad-CAM, embeddings, weight/gradient histograms and the model graph.
-Each declares its name (`inspects`); a task kind lists the ones that apply to it (`litlab.tasks`), and `litlab.config.build` refuses the others.
+"""Callbacks that show what a run learned: confusion matrices, sample predictions, Grad-CAM,
+t-SNE of the embeddings, weight/gradient histograms and the model graph. What each writes, and
+for which tasks, is in docs/inspect.md.
 
-What the inspection callbacks share: the task kinds they apply to, where their files go, how a picture
-reaches every active logger.
-
-What the predictions look like on the test set: the kind's samples figure
-(`Kind.samples_figure`, litlab.tasks.figures and the kinds' own: an image grid, volume
-slices, per-class node accuracy, a residual plot, mask overlays), written as
-inspect/samples.png with any tables it keeps beside it.
-
-Which classes get confused: the confusion matrix of the last validation epoch of a fit and
-of every test, as a PNG, a CSV, and a per-class precision/recall/F1 table (CSV).
-
-How the features cluster: the test samples' penultimate features (the input of the last
-linear layer; for node classification the input of the last graph conv, i.e. node embeddings),
-projected to 2D with scikit-learn's t-SNE and coloured by class. Capped at `max_points`; the
-raw features also go to TensorBoard's projector.
-
-Where the model looks: Grad-CAM (Captum's `LayerGradCam` on the net's last conv layer,
-2D or 3D) for the first N test samples, drawn over the input (3D: the middle slices).
-
-Whether the weights move and the gradients flow: per-parameter weight and gradient
-histograms every N epochs (TensorBoard), a one-line warning when a layer's gradient norm is
-over `ratio` times below or above the median layer's, and the model graph once."""
+Each declares its name (`inspects`); a task kind lists the ones that apply to it
+(`litlab.tasks`), and `litlab.config.build` refuses the others. Their files go into
+<run dir>/inspect/, and each picture to every active logger (`save_figure`); histograms, the
+graph and the projector need TensorBoard's format (`tensorboards`)."""
 
 import copy
 import csv
@@ -35,6 +17,7 @@ from typing import Annotated, Literal
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 from torch import nn
 from torchmetrics.classification import MulticlassConfusionMatrix
 
@@ -73,19 +56,13 @@ class TaskCallback(Callback):
         return tasks.of(trainer.datamodule)
 
 
-def save_figure(trainer, fig, name: str, step: int | None = None, tight: bool = True) -> Path:
-    """Write `fig` as <run dir>/inspect/<name>.png and send it to every active logger.
+def save_figure(trainer, fig, name: str, tight: bool = True) -> Path:
+    """Write `fig` as <run dir>/inspect/<name>.png and send it to every active logger:
+    TensorBoard gets the pixels, W&B the image, MLflow the file (as an artifact).
     `tight=False` for figures laid out by hand: the tight box costs a second drawing."""
     path = TaskCallback.out_dir(trainer) / f"{name}.png"
     fig.savefig(path, dpi=90, bbox_inches="tight" if tight else None)
-    publish_image(trainer, path, name, trainer.global_step if step is None else step)
-    return path
-
-
-def publish_image(trainer, path: Path, name: str, step: int) -> None:
-    """TensorBoard gets the pixels, W&B the image, MLflow the file (as an artifact)."""
-    from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
-
+    step = trainer.global_step
     for logger in trainer.loggers:
         try:
             if isinstance(logger, TensorBoardLogger):
@@ -99,6 +76,7 @@ def publish_image(trainer, path: Path, name: str, step: int) -> None:
                 logger.experiment.log_artifact(logger.run_id, str(path), "plots")
         except Exception as err:  # noqa: BLE001 (a logger failing must not end the run)
             log.warning("could not send %s to %s: %s", name, type(logger).__name__, err)
+    return path
 
 
 _OWN_WRITERS: dict[str, object] = {}
@@ -107,8 +85,6 @@ _OWN_WRITERS: dict[str, object] = {}
 def tensorboards(trainer) -> list:
     """SummaryWriters of the TensorBoard loggers; without one, a writer of our own in
     <run dir>/tensorboard (histograms, graph and projector need TensorBoard's format)."""
-    from lightning.pytorch.loggers import TensorBoardLogger
-
     writers = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
     if writers:
         return writers
@@ -118,6 +94,11 @@ def tensorboards(trainer) -> list:
 
         _OWN_WRITERS[path] = SummaryWriter(path)
     return [_OWN_WRITERS[path]]
+
+
+def _write_rows(path: Path, rows) -> None:
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
 
 
 def flush(writers) -> None:
@@ -146,8 +127,7 @@ class SamplePredictions(TaskCallback):
         if figure is None or not figure.held or not trainer.is_global_zero:
             return
         for name, rows in getattr(figure, "tables", lambda _: {})(trainer).items():
-            with open(self.out_dir(trainer) / name, "w", newline="") as f:
-                csv.writer(f).writerows(rows)
+            _write_rows(self.out_dir(trainer) / name, rows)
         save_figure(trainer, figure.draw(trainer), "samples", tight=getattr(figure, "tight", True))
 
 
@@ -179,8 +159,7 @@ class ConfusionMatrix(TaskCallback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         self._logits = None
 
-    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        self._logits = None
+    on_test_batch_start = on_validation_batch_start
 
     def _update(self, pl_module, batch, split: str) -> None:
         if getattr(self, "_hook", None) is not None and self._logits is not None:
@@ -230,14 +209,10 @@ class ConfusionMatrix(TaskCallback):
             return
         out = self.out_dir(trainer)
         n = len(counts)
-        with open(out / f"confusion_{split}.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["true\\pred", *range(n)])
-            w.writerows([k, *counts[k].tolist()] for k in range(n))
-        with open(out / f"per_class_{split}.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["class", "precision", "recall", "f1", "support"])
-            w.writerows(per_class(counts))
+        matrix = [[k, *counts[k].tolist()] for k in range(n)]
+        _write_rows(out / f"confusion_{split}.csv", [["true\\pred", *range(n)], *matrix])
+        header = ["class", "precision", "recall", "f1", "support"]
+        _write_rows(out / f"per_class_{split}.csv", [header, *per_class(counts)])
         save_figure(trainer, plot_confusion(counts, split), f"confusion_{split}", tight=False)
 
 
@@ -250,16 +225,8 @@ def per_class(counts: torch.Tensor) -> list[list]:
     f1 = torch.where(
         precision + recall > 0, 2 * precision * recall / (precision + recall).clamp(min=1e-12), 0.0
     )
-    return [
-        [
-            k,
-            round(precision[k].item(), 4),
-            round(recall[k].item(), 4),
-            round(f1[k].item(), 4),
-            int(support[k]),
-        ]
-        for k in range(len(counts))
-    ]
+    scores = [[round(m[k].item(), 4) for m in (precision, recall, f1)] for k in range(len(tp))]
+    return [[k, *scores[k], int(support[k])] for k in range(len(tp))]
 
 
 def plot_confusion(counts: torch.Tensor, split: str):
@@ -274,15 +241,8 @@ def plot_confusion(counts: torch.Tensor, split: str):
         for i in range(n):
             for j in range(n):
                 v = counts[i, j].item()
-                ax.text(
-                    j,
-                    i,
-                    v,
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if v > peak / 2 else "black",
-                )
+                color = "white" if v > peak / 2 else "black"
+                ax.text(j, i, v, ha="center", va="center", fontsize=8, color=color)
     ax.set(
         xlabel="predicted",
         ylabel="true",
@@ -347,12 +307,8 @@ class Embeddings(TaskCallback):
         self._pending = None
         xy = future.result()
         out = self.out_dir(trainer)
-        with open(out / "tsne.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["x", "y", "label"])
-            w.writerows(
-                [round(float(a), 4), round(float(b), 4), int(c)] for (a, b), c in zip(xy, labels)
-            )
+        rows = [[round(float(a), 4), round(float(b), 4), int(c)] for (a, b), c in zip(xy, labels)]
+        _write_rows(out / "tsne.csv", [["x", "y", "label"], *rows])
         fig = figure(5, 5)
         ax = fig.add_subplot()
         points = ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=8)
@@ -501,39 +457,35 @@ class WeightGradHistograms(TaskCallback):
         if not self._pending:
             return
         self._pending = False
+        if not trainer.is_global_zero:
+            return
         grads = {n: p.grad for n, p in pl_module.named_parameters() if p.grad is not None}
         norms = {n: float(g.detach().float().norm()) for n, g in grads.items()}
         if len(norms) > 2:
             low, high, median = outliers(norms, self.ratio)
-            if (low or high) and trainer.is_global_zero:
+            where = [
+                f"{what} in {', '.join(names)}"
+                for what, names in (("vanishing", low), ("exploding", high))
+                if names
+            ]
+            if where:
+                epoch = trainer.current_epoch
                 log.warning(
-                    "gradient norms (epoch %d, median %.3g): %s",
-                    trainer.current_epoch,
-                    median,
-                    "; ".join(
-                        [
-                            f"vanishing in {', '.join(low)}" if low else "",
-                            f"exploding in {', '.join(high)}" if high else "",
-                        ]
-                    ).strip("; "),
+                    "gradient norms (epoch %d, median %.3g): %s", epoch, median, "; ".join(where)
                 )
-        if trainer.is_global_zero:
-            for writer in tensorboards(trainer):
-                for name, g in grads.items():
-                    writer.add_histogram(
-                        f"grads/{name}", g.detach().float().cpu(), trainer.global_step, self.bins
-                    )
-            flush(tensorboards(trainer))
+        self._histograms(trainer, "grads", grads)
 
     def on_train_epoch_end(self, trainer, pl_module):
-        if not self._due(trainer) or not trainer.is_global_zero:
-            return
-        for writer in tensorboards(trainer):
-            for name, p in pl_module.named_parameters():
-                writer.add_histogram(
-                    f"weights/{name}", p.detach().float().cpu(), trainer.global_step, self.bins
-                )
-        flush(tensorboards(trainer))
+        if self._due(trainer) and trainer.is_global_zero:
+            self._histograms(trainer, "weights", dict(pl_module.named_parameters()))
+
+    def _histograms(self, trainer, prefix: str, tensors: dict) -> None:
+        writers = tensorboards(trainer)
+        step = trainer.global_step
+        for writer in writers:
+            for name, t in tensors.items():
+                writer.add_histogram(f"{prefix}/{name}", t.detach().float().cpu(), step, self.bins)
+        flush(writers)
 
 
 class ModelGraph(TaskCallback):

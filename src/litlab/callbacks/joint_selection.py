@@ -93,10 +93,7 @@ class JointModelCheckpoint(ModelCheckpoint):
     check_settings = staticmethod(_check_monitors)
 
     def __init__(
-        self,
-        monitors: Monitors,
-        dirpath: str | Path | None = None,
-        filename: str | None = None,
+        self, monitors: Monitors, dirpath: str | Path | None = None, filename: str | None = None
     ):
         super().__init__(
             dirpath=dirpath,

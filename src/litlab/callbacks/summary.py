@@ -1,6 +1,4 @@
-"""Lightning's own display callbacks, adapted: the model summary, the progress bar, the LR
-monitor; and its profilers, printed (where time and memory go: `profiler=simple|advanced|pytorch`,
-docs/inspect.md).
+"""Lightning's own display callbacks and profilers, adapted (docs/inspect.md).
 
 Lightning's rich model summary, cut to what a user reads: the modules that hold parameters.
 A LitModule also holds its metric collections and loss meters (modules without parameters):
@@ -8,17 +6,15 @@ they filled half of Lightning's table with zero rows. Its FLOPs column is all ze
 model was given an `example_input_array`, and the train/eval mode counts tell nothing before
 fit; both go. The totals fit on one line.
 
-Lightning's rich progress bar, with its per-batch work throttled to what the eye can see.
-
 Lightning's LearningRateMonitor, which a run without loggers (`logger=null`, debug configs)
 can keep: there it does nothing, where Lightning's raises at the start of training.
 
-Lightning's profilers write their report into a file when given a `dirpath`, and then print
-nothing; these print it at the end of each stage too, and write into <run dir>/profiler/
-(listed in the run's "Files" summary). The PyTorch one records memory and input shapes,
-writes a trace per profiled action (Chrome/TensorBoard format: chrome://tracing, Perfetto or
-TensorBoard's profiler plugin) and two `key_averages` tables: by self CPU time and by memory.
-`PeakMemory` logs the peak memory of every training epoch."""
+Lightning's profilers (`profiler=simple|advanced|pytorch`: where time and memory go) write
+their report into a file when given a `dirpath`, and then print nothing; these print it at the
+end of each stage too, and write into <run dir>/profiler/ (listed in the run's "Files"
+summary). The PyTorch one records memory and input shapes, writes a trace per profiled action
+(Chrome/TensorBoard format: chrome://tracing, Perfetto or TensorBoard's profiler plugin) and
+two `key_averages` tables: by self CPU time and by memory."""
 
 import logging
 import resource
@@ -44,8 +40,7 @@ _DROPPED_COLUMNS = {" ", "Mode"}  # the row index, train/eval mode
 def compact_columns(summary_data: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
     """Lightning's summary columns without the zero-parameter rows (all rows if every one is
     zero), the mode column, and the FLOPs column when it is all zeros."""
-    columns = dict(summary_data)
-    params = columns.get("Params", [])
+    params = dict(summary_data).get("Params", [])
     keep = [i for i, value in enumerate(params) if value.strip() not in ("0", "")]
     keep = keep or list(range(len(params)))
     out = []
@@ -199,14 +194,11 @@ class PeakMemory(Callback):
             if trainer.is_global_zero:
                 path = Path(trainer.default_root_dir) / "profiler" / "cuda_memory_summary.txt"
                 path.parent.mkdir(parents=True, exist_ok=True)
+                summary = torch.cuda.memory_summary(pl_module.device)
                 with open(path, "a") as f:
-                    f.write(
-                        f"epoch {trainer.current_epoch}\n"
-                        f"{torch.cuda.memory_summary(pl_module.device)}\n"
-                    )
+                    f.write(f"epoch {trainer.current_epoch}\n{summary}\n")
         else:
             # ru_maxrss: the process's peak resident set size, KiB on Linux, bytes on macOS
             scale = 2**20 if sys.platform == "darwin" else 2**10
-            pl_module.log(
-                "memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
-            )
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+            pl_module.log("memory/peak_rss_mb", peak)

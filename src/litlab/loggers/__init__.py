@@ -1,33 +1,27 @@
-"""Loggers that Lightning lacks (named by configs/logger/).
+"""Loggers that Lightning lacks or that need a word of adapting (named by configs/logger/;
+the optional packages' ones: requirements-optional.txt).
 
-Loggers from optional packages (requirements-optional.txt) that need a word of adapting.
-
-A CSVLogger that continues the metrics.csv of a resumed run instead of deleting it.
-
-Lightning's CSV writer removes an existing metrics.csv when it starts ("Previous log files in
-this directory will be deleted"), which erases the history of a run resumed in its own run
-dir (`ckpt_path=last`). This one keeps the file and its columns and appends to it.
-
-A resumed run continues its W&B and MLflow runs instead of starting new ones.
+`ResumableCSVLogger`: Lightning's CSV writer removes an existing metrics.csv when it starts
+("Previous log files in this directory will be deleted"), which erases the history of a run
+resumed in its own run dir (`ckpt_path=last`). This one keeps the file and its columns and
+appends to it.
 
 A run resumed in its own run dir (`ckpt_path=last`, or a requeued SLURM/submitit job: see
-litlab.checkpointing.resume) reuses the ids its loggers got the first time: each id is kept in
-a small file in the run dir (`wandb_run_id.txt`, `mlflow_run_id.txt`), written by rank 0 when
-the logger first starts and read back when the run dir already has one. W&B gets `id=` and
+litlab.checkpointing.resume) continues its W&B and MLflow runs: each id is kept in a small file
+in the run dir (`wandb_run_id.txt`, `mlflow_run_id.txt`), written by rank 0 when the logger
+first starts and read back when the run dir already has one. W&B gets `id=` and
 `resume="allow"` (offline runs too: `wandb sync` merges them); MLflow gets `run_id=`.
 
 MLflow, offline: a local SQLite store (default <log_dir>/mlflow.db, artifacts beside it in
-<log_dir>/mlflow/), no server and no account.
-
-Lightning's MLFlowLogger already sends the flattened config as params and every logged metric
-with its step; this adds the run's artifacts (its config and best checkpoint; the inspection
-callbacks add their plots) and takes the list of tags the other loggers take. Loggers log on
-rank 0 only under DDP. SQLite is MLflow's recommended local store (mlflow 3 keeps the file
-store behind a switch). Browse from the project root with
-`mlflow ui --backend-store-uri sqlite:///logs/mlflow.db`, at
-http://127.0.0.1:5000/#/experiments/<id>/runs (its home page is the GenAI view)."""
+<log_dir>/mlflow/), no server and no account; SQLite is MLflow's recommended local store
+(mlflow 3 keeps the file store behind a switch). Lightning's MLFlowLogger already sends the
+flattened config as params and every logged metric with its step; this adds the run's
+artifacts (its config and best checkpoint; the inspection callbacks add their plots) and takes
+the list of tags the other loggers take. Loggers log on rank 0 only under DDP. Browsing the
+store: README.md, `mlflow ui`."""
 
 import logging
+import os
 import uuid
 from pathlib import Path
 
@@ -97,11 +91,6 @@ class ResumableWandbLogger(WandbLogger):
 
 
 # ---------------------------------------------------------------- mlflow
-def sqlite_uri(path) -> str:
-    """`sqlite:////abs/path.db`: the tracking URI of a local SQLite store."""
-    return "sqlite:///" + str(Path(path).resolve())
-
-
 class LocalMLFlowLogger(MLFlowLogger):
     """`tracking_uri` wins when given (e.g. a server; MLFLOW_TRACKING_URI when the config sets
     none); else the SQLite store `db`, whose experiments keep their artifacts in `save_dir`.
@@ -120,13 +109,11 @@ class LocalMLFlowLogger(MLFlowLogger):
         log_best_checkpoint: bool = True,
         **kwargs,
     ):
-        import os
-
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not tracking_uri:
             db = Path(db) if db else Path(save_dir).parent / "mlflow.db"
             db.parent.mkdir(parents=True, exist_ok=True)
-            tracking_uri = sqlite_uri(db)
+            tracking_uri = "sqlite:///" + str(db.resolve())  # sqlite:////abs/path.db
             # a new experiment's artifacts: beside the store, not in the cwd's ./mlruns
             kwargs.setdefault("artifact_location", Path(save_dir).resolve().as_uri())
         self._resumed_run = kwargs.get("run_id") or stored_id(run_dir, "mlflow")
@@ -147,8 +134,6 @@ class LocalMLFlowLogger(MLFlowLogger):
     @property
     @rank_zero_experiment
     def experiment(self):
-        import os
-
         # Lightning calls mlflow.set_tracking_uri, which exports MLFLOW_TRACKING_URI to the
         # process: the next run of this process (the Python API, a test worker) and every
         # child would log into this run's store instead of its own. The environment is kept.
@@ -172,8 +157,7 @@ class LocalMLFlowLogger(MLFlowLogger):
         from litlab.compat.lightning import flat_params
 
         known = self.experiment.get_run(self.run_id).data.params
-        flat = flat_params(params)
-        new = {k: v for k, v in flat.items() if k not in known}
+        new = {k: v for k, v in flat_params(params).items() if k not in known}
         if new:
             super().log_hyperparams(new)
 

@@ -57,20 +57,13 @@ def kind_of(path: str | Path) -> str:
 
 def build(folder: Path, kind: str) -> str:
     """The page's HTML (plotly, matplotlib and Optuna are imported here)."""
-    from litlab.report.page import Page, relative
+    from litlab.report.page import Page, add_run, add_sweep, relative
 
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     shown = relative(str(folder.resolve()))  # no absolute path: the page is shared
     shown = folder.resolve().name if Path(shown).is_absolute() else shown
     page = Page(f"litlab {kind} report: {folder.name}", f"{shown} (written {stamp})")
-    if kind == "run":
-        from litlab.report.page import add_run
-
-        add_run(page, folder)
-    else:
-        from litlab.report.page import add_sweep
-
-        add_sweep(page, folder)
+    (add_run if kind == "run" else add_sweep)(page, folder)
     return page.html()
 
 

@@ -10,6 +10,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import plotly.graph_objects as go
+
 from litlab.errors import one_line
 from litlab.report import files
 from litlab.report.files import number
@@ -20,8 +22,6 @@ LAYOUT = {"height": 360, "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "templa
 def learning_curves(rows: list[dict]) -> list:
     """One figure per metric name (loss, acc, ...): a line per split against the epoch (the
     values logged once per epoch), then the learning rate against the step when logged."""
-    import plotly.graph_objects as go
-
     series: dict[str, dict[str, list]] = {}  # metric -> split -> [(x, y)]
     for row in rows:
         for key, raw in row.items():
@@ -55,8 +55,6 @@ def learning_curves(rows: list[dict]) -> list:
 def objective_per_job(jobs: list[dict], objective: str, best: set):
     """A bar per completed job (gold: the best one, or the best group's jobs); failed, pruned
     or incomplete jobs are red crosses at 0, named in their hover text."""
-    import plotly.graph_objects as go
-
     fig = go.Figure()
     done = [j for j in jobs if j["objective"] is not None and j["status"] == "completed"]
     fig.add_trace(
@@ -90,8 +88,6 @@ def objective_per_job(jobs: list[dict], objective: str, best: set):
 def parallel_coordinates(jobs: list[dict], keys: list[str], objective: str):
     """Each setting that varies an axis (text values numbered, their names as ticks), and the
     objective the last axis, coloured by it; completed jobs only. None without two axes."""
-    import plotly.graph_objects as go
-
     done = [j for j in jobs if j["objective"] is not None and j["status"] == "completed"]
     dims = []
     for key in keys:
@@ -103,14 +99,8 @@ def parallel_coordinates(jobs: list[dict], keys: list[str], objective: str):
             dims.append({"label": key, "values": numbers})
         else:
             names = sorted(set(map(str, values)))
-            dims.append(
-                {
-                    "label": key,
-                    "values": [names.index(str(v)) for v in values],
-                    "tickvals": list(range(len(names))),
-                    "ticktext": names,
-                }
-            )
+            ticks = {"tickvals": list(range(len(names))), "ticktext": names}
+            dims.append({"label": key, "values": [names.index(str(v)) for v in values], **ticks})
     if not dims or not done:
         return None
     scores = [j["objective"] for j in done]
@@ -129,8 +119,6 @@ def group_means(rows: list[dict], objective: str, best_group: str | None):
     bar, each seed or fold a grey point beside it (hover: which one, its job and value), and a
     faint line joining the same seed or fold across groups: the pairs a paired test compares.
     None without a row."""
-    import plotly.graph_objects as go
-
     if not rows:
         return None
     names = sorted({r["replica"] for row in rows for r in row["replicas"]})
@@ -160,7 +148,7 @@ def group_means(rows: list[dict], objective: str, best_group: str | None):
             )
         )
     for x, row in enumerate(rows):
-        best = row["group"] == best_group
+        colour = "goldenrod" if row["group"] == best_group else "steelblue"
         error = None
         if row["ci95_low"] is not None and row["ci95_high"] is not None:
             error = {
@@ -176,11 +164,7 @@ def group_means(rows: list[dict], objective: str, best_group: str | None):
                 x=[x],
                 y=[row["mean"]],
                 mode="markers",
-                marker={
-                    "symbol": "diamond",
-                    "size": 13,
-                    "color": "goldenrod" if best else "steelblue",
-                },
+                marker={"symbol": "diamond", "size": 13, "color": colour},
                 error_y=error,
                 name=row["group"],
                 hovertemplate=f"mean %{{y:.4g}} (n={_count(row['n'])}){_span(row)}<extra></extra>",
@@ -211,18 +195,18 @@ def _span(row: dict) -> str:
 
 
 # ----------------------------------------------------------------- study
+NO_STUDY = (
+    "no Optuna study in this sweep dir (optuna.db): a grid sweep, or a search whose study lives "
+    "on a database server"
+)
+
+
 @contextlib.contextmanager
 def opened(sweep: Path):
     """Yields (the study or None, why there is none)."""
     db = files.inside(sweep, "optuna.db")
     if db is None:
-        yield (
-            None,
-            (
-                "no Optuna study in this sweep dir (optuna.db): a grid sweep, or a search whose "
-                "study lives on a database server"
-            ),
-        )
+        yield None, NO_STUDY
         return
     import optuna
 

@@ -1,28 +1,17 @@
-"""The HTML of a report: sections of tables, plotly figures and PNG pictures, in one file that
-needs no network: plotly.js is embedded once (with the first figure), pictures are base64 data
-URIs, the style is inline. Every text from the files shown is escaped, and paths inside the
-project are shown relative to it.
+"""The HTML of a report (what each section of a run's or a sweep's page shows: docs/report.md),
+in one file that needs no network: plotly.js is embedded once (with the first figure), pictures
+are base64 data URIs, the style is inline. Every text from the files shown is escaped, and
+paths inside the project are shown relative to it. A section says what is missing instead of
+failing, and one that does not apply to this sweep is left out rather than shown empty.
+
+The summary's statistics files are data: each row is kept only with the shape the summary
+writes (a group name, a metric, a finite mean), every number is read by `files.number`.
 
 A small inline script counts the plots that rendered and the page's script errors into
-`<html data-check="plots:R/N errors:E">`, which the headless-browser test reads.
-
-The sections of a run's report: learning curves, final metrics, the inspect pictures it
-has, its config and provenance. Each says what is missing instead of failing.
-
-The sections of a sweep's report: the jobs table, the objective per job, parallel
-coordinates of the settings against the objective, Optuna's parameter importance (a search),
-and the comparison of groups of replicas from the summary's statistics (`groups`). A section
-that does not apply to this sweep (importance without an Optuna study, settings when none
-varies, groups without replicas) is left out rather than shown empty.
-
-The group comparison of a sweep's report, read from the summary's statistics
-(`summary_stats.json`, else `summary_stats.csv`; litlab.sweeps.summary_stats writes both).
-
-Those files are data: each row is kept only with the shape the summary writes (a group name,
-a metric, a finite mean), every number is read by `files.number` and every text is escaped
-by the page. A sweep without replicas has no statistics: the section is left out."""
+`<html data-check="plots:R/N errors:E">`, which the headless-browser test reads."""
 
 import base64
+import contextlib
 import html
 import re
 from pathlib import Path
@@ -85,10 +74,8 @@ def esc(value) -> str:
 def cell(value) -> str:
     """A table cell: numbers (also those read from CSV text) to 4 significant digits."""
     if isinstance(value, str) and "." in value:
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     if isinstance(value, float):
         return f"{value:.4g}"
     return esc(value)
@@ -103,9 +90,8 @@ class Page:
         self._plotly_embedded = False
 
     def add(self, heading: str, *parts: str) -> None:
-        self.sections.append(
-            f"<section><h2>{esc(heading)}</h2>\n" + "\n".join(parts) + "</section>"
-        )
+        body = "\n".join(parts)
+        self.sections.append(f"<section><h2>{esc(heading)}</h2>\n{body}</section>")
 
     def figure(self, fig) -> str:
         """A plotly figure (plotly.js goes inline with the first one)."""
@@ -128,17 +114,20 @@ class Page:
     @staticmethod
     def table(rows: list[dict], columns: list[str], classes: list[str] | None = None) -> str:
         head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-        body = []
+        body = ""
         for i, row in enumerate(rows):
             kind = f' class="{classes[i]}"' if classes and classes[i] else ""
-            body.append(f"<tr{kind}>" + "".join(f"<td>{cell(row.get(c))}</td>" for c in columns))
-        return (
-            f"<table><tr>{head}</tr>" + "</tr>".join(body) + ("</tr>" if body else "") + "</table>"
-        )
+            cells = "".join(f"<td>{cell(row.get(c))}</td>" for c in columns)
+            body += f"<tr{kind}>{cells}</tr>"
+        return f"<table><tr>{head}</tr>{body}</table>"
 
     @staticmethod
     def missing(text: str) -> str:
         return f'<p class="missing">{esc(text)}</p>'
+
+    def add_missing(self, heading: str, text: str) -> None:
+        """A section that says what it lacks, and why, instead of failing."""
+        self.add(heading, self.missing(text))
 
     @staticmethod
     def text(text: str) -> str:
@@ -190,12 +179,10 @@ def curves(page: Page, run: Path) -> None:
     found = files.walk(run / "csv", "metrics.csv") if (run / "csv").is_dir() else []
     rows = files.read_csv(run, found[0].relative_to(run)) if found else None
     if not rows:
-        page.add(
+        page.add_missing(
             "Learning curves",
-            page.missing(
-                "No learning curves: csv/metrics.csv is absent or empty (the CSV logger, on by "
-                "default, writes it once the first epoch ends)"
-            ),
+            "No learning curves: csv/metrics.csv is absent or empty (the CSV logger, on by "
+            "default, writes it once the first epoch ends)",
         )
         return
     plots = [page.figure(f) for f in figures.learning_curves(rows)]
@@ -208,24 +195,20 @@ def final_metrics(page: Page, run: Path) -> None:
     rows = [{"metric": k, "value": v} for k, v in sorted(values.items()) if v is not None]
     if not rows:
         why = problem or "metrics.json holds no metrics"
-        page.add(
-            "Final metrics",
-            page.missing(f"No final metrics: {why} (a run writes it when it has tested)"),
+        page.add_missing(
+            "Final metrics", f"No final metrics: {why} (a run writes it when it has tested)"
         )
         return
     page.add("Final metrics", page.table(rows, ["metric", "value"]))
 
 
 def pictures(page: Page, run: Path) -> None:
-    folder = run / "inspect"
-    names = sorted(p.name for p in folder.glob("*.png")) if folder.is_dir() else []
+    names = sorted(p.name for p in (run / "inspect").glob("*.png"))  # none without the folder
     order = [n for n in PICTURES if n in names] + [n for n in names if n not in PICTURES]
     shown = [(n, data) for n in order if (data := files.png(run, Path("inspect") / n))]
     if not shown:
-        page.add(
-            "Inspect pictures",
-            page.missing(f"No inspect pictures in this run (inspect/*.png): {INSPECT_HINT}"),
-        )
+        why = f"No inspect pictures in this run (inspect/*.png): {INSPECT_HINT}"
+        page.add_missing("Inspect pictures", why)
         return
     parts = ['<div class="pictures">']
     parts += [page.picture(data, f"{PICTURES.get(n, n)} ({n})") for n, data in shown]
@@ -257,9 +240,8 @@ def provenance(page: Page, run: Path) -> None:
     data, problem = files.read_json_under(run, "provenance.json")
     if not isinstance(data, dict):
         why = problem or "provenance.json is not a mapping"
-        page.add(
-            "Provenance",
-            page.missing(f"No provenance: {why} (train.py writes it when training starts)"),
+        page.add_missing(
+            "Provenance", f"No provenance: {why} (train.py writes it when training starts)"
         )
         return
     parts = []
@@ -294,24 +276,23 @@ def add_sweep(page: Page, sweep: Path) -> None:
     with figures.opened(sweep) as (the_study, why):
         settings(page, found, objective, the_study, has_study)
         if has_study:
-            page.add("Parameter importance (Optuna search)", *importance(page, the_study, why))
+            page.add("Parameter importance (Optuna search)", importance(page, the_study, why))
 
 
 def jobs_table(
     page: Page, found: list[dict], unreadable: list[str], best: set, objective: str, in_group: bool
 ) -> None:
     """The jobs, the best one's (or the best group's) highlighted."""
-    parts = []
-    if not found:
-        parts.append(page.missing("No job records (sweep_job.json) in this sweep dir yet"))
+    parts = [] if found else [page.missing("No job records (sweep_job.json) in this sweep dir yet")]
     keys = list(dict.fromkeys(k for j in found for k in j["settings"]))
     marked = " (best group)" if in_group else " (best)"
     metrics = sorted({m for j in found for m in j["metrics"] if m.startswith(SHOWN_METRICS)})
+    named = f"objective ({objective})"
     rows = [
         {
             "job": j["job"],
             "status": j["status"] + (marked if j["job"] in best else ""),
-            f"objective ({objective})": j["objective"],
+            named: j["objective"],
             **j["settings"],
             **{m: j["metrics"].get(m) for m in metrics},
             "wall_s": j["wall_s"],
@@ -323,38 +304,21 @@ def jobs_table(
     classes = [
         "best" if j["job"] in best else "bad" if j["status"] != "completed" else "" for j in found
     ]
-    columns = [
-        "job",
-        "status",
-        f"objective ({objective})",
-        *keys,
-        *metrics,
-        "wall_s",
-        "folder",
-        "error",
-    ]
+    columns = ["job", "status", named, *keys, *metrics, "wall_s", "folder", "error"]
     if found:
         parts.append(page.table(rows, columns, classes))
     bad = [j for j in found if j["status"] != "completed"]
     if bad:
-        parts.append(
-            page.missing(
-                f"{len(bad)} of {len(found)} jobs did not complete ("
-                + ", ".join(f"job {j['job']}: {j['status']}" for j in bad)
-                + "): they have no objective and no metrics; their errors are in the table"
-            )
-        )
+        which = ", ".join(f"job {j['job']}: {j['status']}" for j in bad)
+        text = f"{len(bad)} of {len(found)} jobs did not complete ({which}): they have no objective"
+        parts.append(page.missing(f"{text} and no metrics; their errors are in the table"))
     if unreadable:
-        parts.append(
-            page.missing(
-                f"Job records left out (not as the sweep writes them): {', '.join(unreadable)}"
-            )
-        )
+        left = ", ".join(unreadable)
+        parts.append(page.missing(f"Job records left out (not as the sweep writes them): {left}"))
     page.add(f"Jobs ({len(found)})", *parts)
     if found:
-        page.add(
-            "Objective per job", page.figure(figures.objective_per_job(found, objective, best))
-        )
+        chart = figures.objective_per_job(found, objective, best)
+        page.add("Objective per job", page.figure(chart))
 
 
 def settings(page: Page, found: list[dict], objective: str, the_study, has_study: bool) -> None:
@@ -363,9 +327,8 @@ def settings(page: Page, found: list[dict], objective: str, the_study, has_study
     if has_study and the_study is not None:
         fig, problem = figures.plot("parallel", the_study)
         if fig is None:
-            page.add(
-                "Settings against the objective",
-                page.missing(f"No parallel coordinates: {problem}"),
+            page.add_missing(
+                "Settings against the objective", f"No parallel coordinates: {problem}"
             )
             return
     else:
@@ -375,13 +338,11 @@ def settings(page: Page, found: list[dict], objective: str, the_study, has_study
         page.add("Settings against the objective", page.figure(fig))
 
 
-def importance(page: Page, the_study, why: str) -> list[str]:
-    if the_study is None:
-        return [page.missing(f"No parameter importance: {why}")]
-    fig, problem = figures.plot("importance", the_study)
+def importance(page: Page, the_study, why: str) -> str:
+    fig, problem = figures.plot("importance", the_study) if the_study is not None else (None, why)
     if fig is None:
-        return [page.missing(f"No parameter importance: {problem}")]
-    return [page.figure(fig)]
+        return page.missing(f"No parameter importance: {problem}")
+    return page.figure(fig)
 
 
 # ---------------------------------------------------------------- groups
@@ -415,9 +376,7 @@ def read_groups(sweep: Path) -> dict | None:
     summary_stats.json, else from summary_stats.csv; None when neither can be read."""
     data, _ = files.read_json_under(sweep, "summary_stats.json")
     if isinstance(data, dict) and isinstance(data.get("groups"), list):
-        out = {
-            k: data[k] for k in ("best_group", "objective", "mode") if isinstance(data.get(k), str)
-        }
+        out = {k: data[k] for k in KEYS if isinstance(data.get(k), str)}
         out |= {k: str(data[k]) for k in ("interval_method", "tests", "rule") if k in data}
         for key in ("groups", "comparisons"):
             rows = data.get(key) if isinstance(data.get(key), list) else []
@@ -449,12 +408,10 @@ def add_groups(page: Page, sweep: Path, stats: dict | None, objective: str) -> N
     """The section: what the comparison rests on, a table per metric (the objective first),
     the plot of the objective's group means with their replicas."""
     if stats is None:
-        page.add(
+        page.add_missing(
             "Group comparison",
-            page.missing(
-                "No group comparison: summary_stats.json and summary_stats.csv are absent or "
-                "unreadable (the sweep's summary writes them when jobs complete)"
-            ),
+            "No group comparison: summary_stats.json and summary_stats.csv are absent or "
+            "unreadable (the sweep's summary writes them when jobs complete)",
         )
         return
     if not stats["groups"]:

@@ -1,18 +1,17 @@
 """The state of the code that runs: git commit, uncommitted changes and a hash of src/ and
-configs/; or, in a code snapshot (a sweep's copy, litlab.utils.code_state), the state it was
-taken from. Read by provenance (run dirs, checkpoints, eval.py) and by the snapshot itself.
-Standard library only; git is optional.
+configs/; or, in a code snapshot (a sweep's copy), the state it was taken from. Read by
+provenance (run dirs, checkpoints, eval.py) and by the snapshot itself. Standard library only;
+git is optional.
 
-Jobs run the code they were submitted with.
-
-A sweep sent to a launcher whose jobs start later (SLURM through submitit: minutes or days in
-the queue; submitit's local stand-in) would otherwise import whatever src/ and configs/ hold
-when each job starts: edits made meanwhile leak into queued jobs, and a sweep mixes code.
-`take` copies src/ and configs/ into `<sweep dir>/code/<tree hash>/` (identical code: one copy)
-with CODE.json (commit, uncommitted-diff hash, tree hash, the project folder) and the
-uncommitted diff itself; `use` makes the jobs import that copy (PYTHONPATH, which submitit
-passes on to the jobs) and compose their configs from it (the launcher's config search path).
-Data and logs stay in the project folder (litlab.config.resolvers.PROJECT_ROOT).
+Jobs run the code they were submitted with. A sweep sent to a launcher whose jobs start later
+(SLURM through submitit: minutes or days in the queue; submitit's local stand-in) would
+otherwise import whatever src/ and configs/ hold when each job starts: edits made meanwhile
+leak into queued jobs, and a sweep mixes code. `take` copies src/ and configs/ into
+`<sweep dir>/code/<tree hash>/` (identical code: one copy) with CODE.json (commit,
+uncommitted-diff hash, tree hash, the project folder) and the uncommitted diff itself; `use`
+makes the jobs import that copy (PYTHONPATH, which submitit passes on to the jobs) and compose
+their configs from it (the launcher's config search path). Data and logs stay in the project
+folder (litlab.config.resolvers.PROJECT_ROOT).
 
 A snapshot found in the sweep dir (a resume, another launch of the same sweep) is run only
 when it is what `take` writes (`check_snapshot`): no links, no other files, src/ and configs/
@@ -30,6 +29,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,14 +38,9 @@ from litlab.errors import UserError
 CODE_FILE = "CODE.json"  # in a code snapshot: the state it was taken from
 CODE_DIRS = ("src", "configs")
 CODE_ROOT = Path(__file__).resolve().parents[3]  # the folder that holds src/ and configs/
+CACHE = "__pycache__"
 # the folder whose code this process runs: CODE_ROOT, or the snapshot a forked job switched to
 _running = {"root": CODE_ROOT}
-
-
-def run_from(root: Path) -> None:
-    """This process now runs the code in `root` (a job forked from a launcher imports its
-    snapshot: litlab.utils.code_state.import_from), so its provenance names that code."""
-    _running["root"] = Path(root)
 
 
 def snapshot_origin(root: Path = CODE_ROOT) -> Path | None:
@@ -68,13 +63,21 @@ def _git(root: Path, *args: str) -> bytes | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def code_files(root: Path) -> list[Path]:
+    """The files of src/ and configs/ (relative to `root`, each folder's sorted), no caches."""
+    return [
+        path.relative_to(root)
+        for folder in CODE_DIRS
+        for path in sorted((root / folder).rglob("*"))
+        if path.is_file() and CACHE not in path.parts and path.suffix != ".pyc"
+    ]
+
+
 def tree_hash(root: Path = CODE_ROOT) -> str:
     """SHA-256 over the paths and bytes of src/ and configs/ (no caches, no git needed)."""
     digest = hashlib.sha256()
-    for folder in CODE_DIRS:
-        for path in sorted((root / folder).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    for rel in code_files(root):
+        digest.update(str(rel).encode() + b"\0" + (root / rel).read_bytes())
     return digest.hexdigest()
 
 
@@ -104,8 +107,7 @@ def code_state(root: Path | None = None) -> dict:
     root = _running["root"] if root is None else root
     snapshot = root / CODE_FILE
     if snapshot.is_file():
-        state = json.loads(snapshot.read_text())
-        return {**state, "snapshot": str(root)}
+        return {**json.loads(snapshot.read_text()), "snapshot": str(root)}
     return {**git_state(root), "tree_sha256": tree_hash(root)}
 
 
@@ -118,7 +120,6 @@ DIFF_FILE = "uncommitted.diff"
 TOP = frozenset({*CODE_DIRS, CODE_FILE, DIFF_FILE})
 RECORDED = ("commit", "dirty", "diff_sha256", "tree_sha256", "project_root")
 MAX_RECORD = 2**20
-CACHE = "__pycache__"
 
 
 def take(sweep_dir, root: Path = CODE_ROOT) -> Path:
@@ -142,11 +143,11 @@ def take(sweep_dir, root: Path = CODE_ROOT) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     for folder in CODE_DIRS:
         shutil.copytree(
-            root / folder, partial / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            root / folder, partial / folder, ignore=shutil.ignore_patterns(CACHE, "*.pyc")
         )
     if state.get("dirty"):
         diff = _git(root, "diff", "HEAD", "--binary", "--", *CODE_DIRS) or b""
-        (partial / "uncommitted.diff").write_bytes(diff)
+        (partial / DIFF_FILE).write_bytes(diff)
     record = {**state, "project_root": origin, "taken": time.time()}
     (partial / CODE_FILE).write_text(json.dumps(record, indent=2) + "\n")
     try:
@@ -179,8 +180,6 @@ def import_from(snapshot: Path, root: Path = CODE_ROOT) -> None:
     """In a job forked from the launcher: every module not imported yet comes from the snapshot
     (sys.path, and the search path of the packages already imported from `root`/src), and the
     job's provenance names the snapshot, as for a job started as a fresh interpreter there."""
-    import sys
-
     src, old_src = str(snapshot / "src"), str(root / "src")
     sys.path[:] = [src, *(p for p in sys.path if p not in (src, old_src))]
     for module in list(sys.modules.values()):
@@ -190,7 +189,7 @@ def import_from(snapshot: Path, root: Path = CODE_ROOT) -> None:
                 src + p[len(old_src) :] if p.startswith(old_src + os.sep) else p for p in path
             ]
     sys.path_importer_cache.clear()
-    run_from(snapshot)
+    _running["root"] = Path(snapshot)
 
 
 def _refusal(path: Path, why: str) -> UserError:
@@ -256,12 +255,7 @@ def _record(snapshot: Path) -> dict:
 
 def _first_difference(snapshot: Path, root: Path, files: list[Path]) -> Path | None:
     """The first file of src/ and configs/ that differs between the snapshot and `root`."""
-    theirs = {
-        p.relative_to(root)
-        for d in CODE_DIRS
-        for p in (root / d).rglob("*")
-        if p.is_file() and CACHE not in p.parts and p.suffix != ".pyc"
-    }
+    theirs = set(code_files(root))
     ours = {p for p in files if CACHE not in p.parts and p.parts[0] in CODE_DIRS}
     for rel in sorted(ours ^ theirs):
         return snapshot / rel
@@ -315,9 +309,8 @@ def check_folder(folder: Path, root: Path = CODE_ROOT) -> None:
     snapshot in it as `take` wrote it (`check_snapshot`); copies cut short are never used."""
     _no_link(folder)
     for name in sorted(os.listdir(folder)):
-        if PARTIAL.fullmatch(name):
-            continue
-        check_snapshot(folder / name, root=root)
+        if not PARTIAL.fullmatch(name):
+            check_snapshot(folder / name, root=root)
 
 
 def _clear_caches(snapshot: Path) -> None:

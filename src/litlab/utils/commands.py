@@ -7,11 +7,9 @@ with: ...`), made in one place and read back from stored files in one place.
 - `stored` reads one back from a file a sweep or a run left (`sweep_plan.json`, a lock file):
   such a file may have been copied, edited or crafted, so its text is printed only when it is
   a command `command` could have made (the same words, quoted the same way) of one of this
-  project's entry points, with Hydra overrides only: no shell syntax (`;`, `$(`, a pipe, an
-  unquoted `~`), no other program, no flag that reads configs from elsewhere, no `_target_`
-  (a class to build: code to run) nor a YAML-parsing resolver (`oc.create`, `oc.decode`,
-  where `_target_` can be spelled in escapes), no control or invisible characters. Anything else is
-  `Untrusted`, with the reason, for the caller's refusal to name.
+  project's entry points, with Hydra overrides that name no code to run and read no configs
+  from elsewhere (`stored` says each check). Anything else is `Untrusted`, with the reason,
+  for the caller's refusal to name.
 Plain Python only (a Hydra callback prints them for every sweep).
 """
 

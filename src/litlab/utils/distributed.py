@@ -35,11 +35,7 @@ def _unpadded_eval_sampler(original):
         from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSamplerWrapper
         from lightning.pytorch.trainer.states import RunningStage
 
-        evaluating = mode in (
-            RunningStage.VALIDATING,
-            RunningStage.TESTING,
-            RunningStage.SANITY_CHECKING,
-        )
+        evaluating = mode is not None and RunningStage(mode).evaluating  # not predicting
         # every rank needs >= 1 sample, or the epoch-end metric sync would wait forever; a
         # smaller set is repeated whole, which leaves ratio metrics (acc, dice) unchanged
         if evaluating and len(dataloader.dataset) >= kwargs.get("num_replicas", 1):
