@@ -2,6 +2,8 @@
 in the installed versions; when an upgrade removes one, the failure names it and the version
 it was checked against."""
 
+import time
+
 import pytest
 from helpers import xdist_compat
 
@@ -309,3 +311,17 @@ def test_a_config_file_that_sets_hydra_mode_is_still_read(monkeypatch, capfd, tm
 )
 def test_which_config_files_may_set_hydra_mode(text, group, may):
     assert hydra._text_may_set_mode(text, group) is may
+
+
+def test_the_scan_of_config_files_survives_hostile_ones(tmp_path):
+    """A folder named like a YAML file, and YAML aliases nested nine deep (10^9 paths, 70
+    bytes a level): the scan answers at once (a folder: 'may', so Hydra's own get_mode runs)."""
+    (tmp_path / "odd.yaml").mkdir()
+    assert hydra._file_may_set_mode(tmp_path / "odd.yaml", tmp_path) is True
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join([*lines, "model_checkpoint:", "  mode: max"]) + "\n")
+    start = time.process_time()
+    assert hydra._file_may_set_mode(bomb, tmp_path) is False
+    assert time.process_time() - start < 1.0

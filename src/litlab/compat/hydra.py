@@ -111,14 +111,17 @@ def _file_may_set_mode(path, root) -> bool:
     """Whether this YAML file can set `hydra.mode`: a `mode` key in the hydra package (a file
     of the `hydra` group, or `# @package hydra`), or under a `hydra` key anywhere (a global
     file's `hydra: {mode: ...}`); a file mentioning `hydra.mode` or placing a config `@hydra`,
-    or one that does not parse, may."""
-    stat = path.stat()
-    key = (str(path), stat.st_mtime_ns, stat.st_size)
-    if key not in _FILES_SEEN:
-        _FILES_SEEN[key] = _text_may_set_mode(
-            path.read_text(encoding="utf-8", errors="replace"),
-            path.parent.relative_to(root).as_posix(),
-        )
+    one that does not parse, or one that cannot be read (a folder named *.yaml), may."""
+    try:
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in _FILES_SEEN:
+            _FILES_SEEN[key] = _text_may_set_mode(
+                path.read_text(encoding="utf-8", errors="replace"),
+                path.parent.relative_to(root).as_posix(),
+            )
+    except OSError:
+        return True
     return _FILES_SEEN[key]
 
 
@@ -139,14 +142,22 @@ def _text_may_set_mode(text: str, group: str) -> bool:
     return (in_hydra and isinstance(content, dict) and "mode" in content) or _hydra_mode_in(content)
 
 
-def _hydra_mode_in(node) -> bool:
-    if isinstance(node, dict):
-        hydra = node.get("hydra")
-        if isinstance(hydra, dict) and "mode" in hydra:
-            return True
-        return any(_hydra_mode_in(value) for value in node.values())
-    if isinstance(node, list):
-        return any(_hydra_mode_in(value) for value in node)
+def _hydra_mode_in(content) -> bool:
+    """A `hydra` mapping with a `mode` key anywhere in parsed YAML. Each node is visited once:
+    YAML's aliases share nodes, and a few lines of them make a tree of billions of paths."""
+    stack, seen = [content], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or not isinstance(node, (dict, list)):
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            hydra = node.get("hydra")
+            if isinstance(hydra, dict) and "mode" in hydra:
+                return True
+            stack.extend(node.values())
+        else:
+            stack.extend(node)
     return False
 
 
