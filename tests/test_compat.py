@@ -305,6 +305,7 @@ def test_a_config_file_that_sets_hydra_mode_is_still_read(monkeypatch, capfd, tm
         ("# @package hydra\nmode: ${oc.env:MODE}\n", "local", True),
         ("defaults:\n  - mine@hydra: x\n", "", True),  # a config placed in the hydra package
         ("run:\n  dir: ${hydra.mode}\n", "", True),
+        ("hydra:\n  searchpath: [file:///elsewhere]\n", "", True),  # its files are not seen
         ("mode: [unclosed\n", "", True),  # what does not parse may
         ("sweeper:\n  mode: grid\n", "hydra/sweeper", False),  # hydra.sweeper.mode
     ],
@@ -325,3 +326,14 @@ def test_the_scan_of_config_files_survives_hostile_ones(tmp_path):
     start = time.process_time()
     assert hydra._file_may_set_mode(bomb, tmp_path) is False
     assert time.process_time() - start < 1.0
+
+
+def test_a_search_path_of_many_folders_is_not_scanned(tmp_path):
+    """`--config-dir ~`: past SCAN_FOLDERS folders the scan stops and Hydra's own get_mode
+    runs, instead of a walk of the whole tree before every command."""
+    for i in range(hydra.SCAN_FOLDERS):
+        (tmp_path / f"d{i}").mkdir()
+    assert hydra._config_files(tmp_path) is None
+    assert len(hydra._config_files(tmp_path / "d0")) == 0
+    (tmp_path / "d0" / "x.yaml").write_text("a: 1\n")
+    assert hydra._config_files(tmp_path / "d0") == [tmp_path / "d0" / "x.yaml"]

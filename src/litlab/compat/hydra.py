@@ -53,7 +53,10 @@ def config_repository(search_path):
     return ConfigRepository(config_search_path=search_path)
 
 
-MODE_KEY = re.compile(r"\bmode\s*:|hydra\.mode|@hydra\b")  # worth a closer look
+MODE_KEY = re.compile(r"\bmode\s*:|hydra\.mode|@hydra\b|searchpath")  # worth a closer look
+#: a search path of more folders than this is not scanned (`--config-dir ~`): Hydra's own
+#: get_mode runs, as it would read only the files it needs
+SCAN_FOLDERS = 200
 PACKAGE = re.compile(r"^#\s*@package\s+(\S+)", re.MULTILINE)
 HYDRA_OWN_CONFIGS = "hydra.conf"  # pkg://hydra.conf: Hydra's own groups, none sets the mode
 
@@ -99,9 +102,24 @@ def _mode_may_be_set(hydra, overrides) -> bool:
         if kind != "FileConfigSource":
             return True
         root = Path(source.path)
-        if any(_file_may_set_mode(path, root) for path in root.rglob("*.yaml")):
+        files = _config_files(root)
+        if files is None or any(_file_may_set_mode(path, root) for path in files):
             return True
     return _stored_mode_set()
+
+
+def _config_files(root) -> list | None:
+    """The YAML files below `root` (links to folders not followed), or None past SCAN_FOLDERS
+    folders."""
+    import os
+    from pathlib import Path
+
+    files = []
+    for count, (folder, _, names) in enumerate(os.walk(root), start=1):
+        if count > SCAN_FOLDERS:
+            return None
+        files += [Path(folder, n) for n in names if n.endswith(".yaml")]
+    return files
 
 
 _FILES_SEEN: dict[tuple, bool] = {}  # (path, mtime_ns, size) -> may set the mode
@@ -130,7 +148,7 @@ def _text_may_set_mode(text: str, group: str) -> bool:
 
     if not MODE_KEY.search(text):
         return False
-    if "hydra.mode" in text or "@hydra" in text:
+    if "hydra.mode" in text or "@hydra" in text or "searchpath" in text:  # a path added later
         return True
     try:
         content = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
