@@ -16,6 +16,7 @@ from filelock import FileLock
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from helpers.runs import (
+    command_in_process,
     fingerprint,
     require_shared,
     run_cli,
@@ -167,7 +168,6 @@ def cli(tmp_path):
 @dataclass(frozen=True)
 class DigitsRun:
     run: Path  # the run dir of `train.py trainer.max_epochs=12 data.num_workers=0`
-    stdout: str  # what that command printed
     best: Path  # its best checkpoint
     eval: Path  # the run dir of `eval.py ckpt_path=<best>` (metrics.json, predictions.csv)
 
@@ -176,7 +176,9 @@ class DigitsRun:
 def digits_run(tmp_path_factory) -> DigitsRun:
     """The default recipe (digits, small CNN) trained once per session and tested by eval.py,
     shared by the xdist workers (a lock in their common temp folder); tests that use it are one
-    xdist group, so no worker waits on the lock. Read-only: write elsewhere (checked below)."""
+    xdist group, so no worker waits on the lock. Read-only: write elsewhere (checked below).
+    Both commands run in the worker (their real `cli.run`): what they make is what is shared;
+    the process of `python src/train.py` is test_console's default run."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # this session's folder, above the workers' popen-gwN
@@ -184,16 +186,18 @@ def digits_run(tmp_path_factory) -> DigitsRun:
     with FileLock(base / "digits_run.lock"):
         if not (shared / "done").exists():
             shutil.rmtree(shared, ignore_errors=True)
-            proc = run_cli("train.py", "trainer.max_epochs=12", "data.num_workers=0", log_dir=logs)
+            code, _, _ = command_in_process(
+                "train.py", ["trainer.max_epochs=12", "data.num_workers=0"], logs
+            )
+            assert code == 0, f"the shared digits run exited {code} (its log: {logs})"
             best = next((run_dirs(logs)[-1] / "checkpoints").glob("epoch_*.ckpt"))
-            run_cli("eval.py", f"ckpt_path={best}", log_dir=logs)
-            (shared / "stdout.txt").write_text(proc.stdout)
+            code, _, _ = command_in_process("eval.py", [f"ckpt_path={best}"], logs)
+            assert code == 0, f"eval.py of the shared digits run exited {code}"
             (shared / "done").touch()
     run = run_dirs(logs)[-1]
     before = fingerprint(shared)
     yield DigitsRun(
         run=run,
-        stdout=(shared / "stdout.txt").read_text(),
         best=next((run / "checkpoints").glob("epoch_*.ckpt")),
         eval=run_dirs(logs, "eval")[-1],
     )

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers.runs import ROOT
+from helpers.runs import command_in_process
 
 import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
 from litlab.config.compose import compose
@@ -216,26 +216,26 @@ def test_local_epochs_auto_follows_the_task_kind(tmp_path):
         assert check_federated(cfg).local_epochs == epochs == cfg.trainer.max_epochs
 
 
-def test_zero_cpus_per_client_exits_2_before_ray_starts(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "src/federate.py",
-            "federate.backend.client_resources.num_cpus=0",
-            f"paths.log_dir={tmp_path}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+def test_zero_cpus_per_client_exits_2_before_ray_starts(tmp_path, capfd, monkeypatch):
+    """In the worker (its real `cli.run`; test_refusals runs federate.py's refusals as
+    commands): one line, exit 2, and Ray neither started nor, where no test imported it yet,
+    imported."""
+    imported = "ray" in sys.modules
+    if imported:  # a test before this one imported Ray: its start would raise here
+        monkeypatch.setattr(sys.modules["ray"], "init", lambda *a, **k: pytest.fail("Ray started"))
+    code, out, err = command_in_process(
+        "federate.py",
+        ["federate.backend.client_resources.num_cpus=0"],
+        tmp_path,
+        capfd,
+        quiet=False,
     )
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.strip() == (
+    assert code == 2, err[-2000:]
+    assert err.strip() == (
         "error: federate.backend.client_resources.num_cpus=0 has the wrong type or value; "
         "valid: a number > 0"
     )
-    assert "ray" not in proc.stdout.lower()
+    assert "ray" not in out.lower() and (imported or "ray" not in sys.modules)
     assert not list((tmp_path / "federate" / "runs").glob("*"))  # nothing half-written
 
 
