@@ -389,6 +389,11 @@ FP16_ON_CPU = (
     "or 32-true on CPU (16-mixed, 16-true, bf16-true and transformer-engine need a GPU)"
 )
 NO_CKPT = "error: ckpt_path=/nonexistent/x.ckpt: no such checkpoint file"
+BAD_SECOND_JOB = (
+    "error: job 1 of the sweep (seed=-5): seed=-5 has the wrong type or value; valid: an "
+    "integer in [0, 4294967295]"
+)
+FAIL_CLIENTS = "error: federate.fail_clients=[10] names client 10; clients are 0 to 9"
 
 
 @pytest.mark.parametrize(
@@ -404,6 +409,9 @@ NO_CKPT = "error: ckpt_path=/nonexistent/x.ckpt: no such checkpoint file"
             "train.py", ["trainer.precision=16-mixed"], FP16_ON_CPU, marks=NO_GPU, id="fp16-cpu"
         ),
         pytest.param("eval.py", ["ckpt_path=/nonexistent/x.ckpt"], NO_CKPT, id="eval-no-ckpt"),
+        # a sweep judges what needs no import for every job before any job's imports
+        pytest.param("train.py", ["-m", "seed=1,-5"], BAD_SECOND_JOB, id="sweep-job-1"),
+        pytest.param("federate.py", ["federate.fail_clients=[10]"], FAIL_CLIENTS, id="federate"),
     ],
 )
 def test_common_mistakes_are_refused_before_torch_is_imported(script, overrides, line, tmp_path):

@@ -45,9 +45,10 @@ class ReadButDeleted(UserError):
         self.gone = gone
 
 
-def check(cfg: DictConfig, entry: str = "entry"):
+def check(cfg: DictConfig, entry: str = "entry", imports: bool = True):
     """`cfg` checked in the order of this module's docstring; returns the entry point's own
-    keys, typed. `entry`: configs/<entry>.yaml's name."""
+    keys, typed. `entry`: configs/<entry>.yaml's name. `imports=False`: stages 1 and 2 only
+    (what needs no import), as a sweep judges all its jobs before any job's imports."""
     from litlab import threads
 
     model = ENTRIES.get(entry, OwnKeys)
@@ -72,6 +73,8 @@ def check(cfg: DictConfig, entry: str = "entry"):
         raise
     for stage in stages(view, c, raw, own):
         refuse(errors + stage)
+        if not imports:
+            break
     return own
 
 

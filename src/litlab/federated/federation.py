@@ -294,7 +294,6 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     `processes.simulate` (Flower's Ray simulation) unless a test passes an in-process one."""
     from litlab.checkpointing import resume
     from litlab.config import data_paths
-    from litlab.federated import state
 
     # last|<run dir> -> its checkpoints/last.ckpt; a requeued scheduler job: its own last.ckpt
     resume.resolve_checkpoint(cfg)
@@ -304,6 +303,8 @@ def federate(cfg: DictConfig, engine=None) -> dict[str, float]:
     f = check_federated(cfg)
     ckpt, resumed = None, None
     if cfg.get("ckpt_path") is not None:
+        from litlab.federated import state  # Lightning: after the settings are judged
+
         ckpt, resumed, taken = state.own_settings(cfg)
         if taken:
             log.info("federate: from the run to resume: %s", ", ".join(taken))

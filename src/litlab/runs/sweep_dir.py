@@ -24,7 +24,9 @@ Hydra's sweeper writes anything in it:
   Each job's config is composed as the launcher will compose it (Hydra's basic sweeper's grid,
   or the Optuna search's fixed overrides with each trial queued up front and with its space at
   its edges) and checked as its entry point checks it, with `${hydra:...}` resolving as in
-  that job (one composition and one validation per job; torch is imported once).
+  that job (one composition per job; torch is imported once). What needs no import is
+  judged for every job first, so that `-m seed=1,-5` is refused in a second, not after the
+  imports that the first job's full check needs.
 - **The launcher's settings** (`hydra/launcher=parallel`, `check_launcher`) first of all: a
   wrong `hydra.launcher.n_jobs` costs one line in a second. The launcher plans its slots with
   the same function (hydra_plugins/litlab_launchers/parallel.py).
@@ -33,6 +35,7 @@ Nothing is written until the last step: `claim` locks the folder, checks it agai
 lock (a sweep started meanwhile) and writes the plan. A refusal leaves the folder as it was
 (`give_up`: a lock file or folders made for the lock go again)."""
 
+import copy
 import os
 import re
 import stat
@@ -311,22 +314,29 @@ def _varying(all_jobs: list[tuple[str, list[str]]], job: list[str]) -> list[str]
     return [o for o in job if o not in shared] or job
 
 
-def _as_job(loader, config: DictConfig, overrides: list[str], num: int) -> DictConfig:
-    """The job's config as the launcher composes it, registered as the current HydraConfig
-    (the caller restores the sweep's); returned without its `hydra` node, as the task sees it."""
+def _compose_job(loader, config: DictConfig, overrides: list[str], num: int) -> DictConfig:
+    """The job's config as the launcher composes it (its `hydra` node included)."""
     job = loader.load_sweep_config(config, list(overrides))
     with read_write(job.hydra), open_dict(job.hydra):
         job.hydra.job.num, job.hydra.job.id = num, f"{num}"
         subdir = OmegaConf.select(job, "hydra.sweep.subdir", default=None)
         job.hydra.runtime.output_dir = f"{job.hydra.sweep.dir}/{subdir}"
-    HydraConfig.instance().set_config(job)
-    with read_write(job), open_dict(job):
-        del job["hydra"]
     return job
 
 
+def _as_task(job: DictConfig) -> DictConfig:
+    """A copy of the job's config as the task sees it (without `hydra`), its `hydra` node
+    registered as the current HydraConfig (the caller restores the sweep's)."""
+    HydraConfig.instance().set_config(job)
+    task = copy.deepcopy(job)  # its flags (struct, readonly) kept
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task
+
+
 def check_jobs(config: DictConfig, config_name: str) -> None:
-    """Compose and validate every job of the sweep; one `UserError` naming the first bad job."""
+    """Compose and validate every job of the sweep; one `UserError` naming the bad job: the
+    first that fails what needs no import, else the first that fails the rest."""
     from litlab.config import validate
 
     loader = GlobalHydra.instance().config_loader()
@@ -337,17 +347,21 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
     except Exception:  # noqa: BLE001  (overrides the sweeper cannot split: it says so itself)
         return
     sweep = HydraConfig.instance().cfg
+    composed: list[tuple[str, DictConfig]] = []
     try:
-        for num, (what, overrides) in enumerate(all_jobs):
-            name = f"{what} ({' '.join(_varying(all_jobs, overrides))})"
-            try:
-                validate.check(_as_job(loader, config, overrides, num), config_name)
-            except UserError as err:
-                raise UserError(f"{name}: {err}") from None
-            except Exception as err:  # noqa: BLE001  (composition: Hydra's multi-line text)
-                from litlab.config.compose import condense
+        for imports in (False, True):
+            for num, (what, overrides) in enumerate(all_jobs):
+                name = f"{what} ({' '.join(_varying(all_jobs, overrides))})"
+                try:
+                    if len(composed) == num:
+                        composed.append((name, _compose_job(loader, config, overrides, num)))
+                    validate.check(_as_task(composed[num][1]), config_name, imports=imports)
+                except UserError as err:
+                    raise UserError(f"{name}: {err}") from None
+                except Exception as err:  # noqa: BLE001  (composition: Hydra's multi-line text)
+                    from litlab.config.compose import condense
 
-                raise UserError(f"{name}: {condense(str(err))}") from None
+                    raise UserError(f"{name}: {condense(str(err))}") from None
     finally:
         HydraConfig.instance().cfg = sweep
 
