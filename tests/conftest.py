@@ -14,6 +14,8 @@ from filelock import FileLock
 # DDP's extra ranks) oversubscribes the cores, where torch's spinning threads slow small
 # models down several times. Results do not depend on it; set OMP_NUM_THREADS to override.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# runs land where each test says (paths.log_dir), whatever the developer's shell sets
+os.environ.pop("LITLAB_LOG_DIR", None)
 
 from helpers.runs import (
     command_in_process,

@@ -216,12 +216,14 @@ def test_make_notebook_starts_jupyterlab_on_the_venv(tmp_path):
         server.wait(timeout=60)
 
 
-def test_dotenv_in_the_working_folder_sets_the_data_root(tmp_path):
+def test_dotenv_in_the_working_folder_sets_the_data_and_log_roots(tmp_path):
     """`.env` read at start (python-dotenv); a variable of the shell wins over it."""
-    (tmp_path / ".env").write_text(f"LITLAB_DATA_DIR={tmp_path / 'from_dotenv'}\n")
-    env = {k: v for k, v in os.environ.items() if k != "LITLAB_DATA_DIR"}
+    (tmp_path / ".env").write_text(
+        f"LITLAB_DATA_DIR={tmp_path / 'from_dotenv'}\nLITLAB_LOG_DIR={tmp_path / 'runs'}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("LITLAB_DATA_DIR", "LITLAB_LOG_DIR")}
 
-    def data_dir(env) -> str:
+    def paths(env) -> dict:
         proc = subprocess.run(
             [sys.executable, str(ROOT / "src" / "train.py"), "--cfg", "job", "--resolve"],
             cwd=tmp_path,
@@ -231,10 +233,12 @@ def test_dotenv_in_the_working_folder_sets_the_data_root(tmp_path):
             timeout=120,
         )
         assert proc.returncode == 0, proc.stderr
-        return re.search(r"^  data_dir: (\S+)$", proc.stdout, re.MULTILINE).group(1)
+        return dict(re.findall(r"^  (data_dir|log_dir): (\S+)$", proc.stdout, re.MULTILINE))
 
-    assert data_dir(env) == str(tmp_path / "from_dotenv")
-    assert data_dir({**env, "LITLAB_DATA_DIR": "/from/shell"}) == "/from/shell"
+    found = paths(env)
+    assert found == {"data_dir": str(tmp_path / "from_dotenv"), "log_dir": str(tmp_path / "runs")}
+    assert paths({**env, "LITLAB_DATA_DIR": "/from/shell"})["data_dir"] == "/from/shell"
+    assert paths({**env, "LITLAB_LOG_DIR": "/from/shell"})["log_dir"] == "/from/shell"
 
 
 def test_a_missing_extra_is_named_in_one_line():
