@@ -146,7 +146,9 @@ def test_volume_segmentation_whole_volume_clients_learn_above_chance(tmp_path):
 @pytest.mark.slow
 def test_federated_proteins_reaches_the_bar(tmp_path, shared_data):
     """GIN on PROTEINS, Dirichlet(0.5) over 10 clients, 20 rounds, the graph defaults
-    (local_epochs=auto: 5): >= 0.68 test accuracy on the fixed split (fold 0)."""
+    (local_epochs=auto: 5): >= 0.68 test accuracy on the fixed split (fold 0). Without the
+    clients' own evaluation (a sixth of the time): each client call seeds itself, so the
+    server's test accuracy is the same to the last digit (0.7232, as docs/federated.md's)."""
     tu = shared_data("TUDataset/PROTEINS_full")
     metrics = _run(
         tmp_path,
@@ -157,6 +159,7 @@ def test_federated_proteins_reaches_the_bar(tmp_path, shared_data):
             "federate.num_clients=10",
             "federate.rounds=20",
             "trainer.limit_train_batches=1.0",
+            "federate.client_eval=false",
         ],
     )
     assert metrics["test/acc"] >= 0.68, metrics

@@ -171,7 +171,10 @@ def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
     for image in split["test"]:  # each test image's predicted mask, named by the image
         mask = np.asarray(Image.open(next(logs.glob("eval/runs/*")) / "masks" / image))
         assert mask.shape == (32, 32)
-    run("src/export.py", f"ckpt_path={best}", "formats=[onnx,onnx_int8]")
+    # the latency tables as the matrix's quick rows time them: batch 1 for 0.2 s a cell (not
+    # read here; at the defaults each batch-64 cell runs its 3 s)
+    quick = ["latency.batch_sizes=[1]", "latency.budget_s=0.2"]
+    run("src/export.py", f"ckpt_path={best}", "formats=[onnx,onnx_int8]", *quick)
     model = next(logs.glob("export/runs/*/model.onnx"))
     server, url = serve.start(model, logs)
     try:
@@ -190,7 +193,8 @@ def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
     finally:
         server.terminate()
         server.wait(30)
-    run("src/compress.py", f"ckpt_path={best}", "compress=quantize")
+    quick = ["report.batch_sizes=[1]", "report.budget_s=0.2"]  # compress's latency table
+    run("src/compress.py", f"ckpt_path={best}", "compress=quantize", *quick)
     report = json.loads(next(logs.glob("compress/runs/*/compress_report.json")).read_text())
     assert "int8 kept" in json.dumps(report)
 

@@ -447,7 +447,11 @@ def test_the_signal_kind_of_docs_new_task_runs_every_feature(tmp_path):
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     reports = [json.loads(p.read_text()) for p in logs.glob("compress/runs/*/compress_report.json")]
     assert len(reports) == 2 and "int8 kept" in json.dumps(reports)
-    done = _run(root, "src/federate.py", "experiment=signal", "federate.rounds=5", *data[:2])
+    # one Ray worker (clients one at a time): each worker imports torch and Lightning
+    one_worker = "federate.backend.init_args.num_cpus=1"
+    done = _run(
+        root, "src/federate.py", "experiment=signal", "federate.rounds=5", one_worker, *data[:2]
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (next(logs.glob("federate/runs/*")) / "global.ckpt").is_file()
     sweep = ("-m", "data.num_folds=3", "data.fold=range(3)", "trainer.max_epochs=3")
