@@ -290,8 +290,14 @@ def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
 
 
 def test_a_round_without_any_successful_client_ends_the_run(tmp_path):
+    """One Ray worker (the clients one at a time: what ends the run is that none succeeded,
+    not how many ran at once; each worker imports torch and Lightning)."""
     proc, leftovers = _run_marked(
-        tmp_path, "federate.num_clients=2", "federate.rounds=3", "federate.fail_clients=[0,1]"
+        tmp_path,
+        "federate.num_clients=2",
+        "federate.rounds=3",
+        "federate.fail_clients=[0,1]",
+        "federate.backend.init_args.num_cpus=1",
     )
     assert proc.returncode == 1
     [run] = (tmp_path / "logs" / "federate" / "runs").iterdir()  # kept: it holds the round-0 model
