@@ -8,7 +8,6 @@ import json
 import sys
 
 import numpy as np
-import onnx
 import pandas as pd
 import pytest
 from helpers.runs import TINY_SEG, fingerprint, run_dirs
@@ -72,6 +71,8 @@ def test_an_int8_file_scores_its_own_figures_on_the_same_split(digits_run, digit
 
 def _crafted(src, dst, change):
     """A copy of the ONNX file `src` whose metadata `change` edits (a dict of JSON texts)."""
+    import onnx  # here, not at collection in every worker
+
     model = onnx.load(str(src))
     props = {p.key: p.value for p in model.metadata_props}
     change(props)

@@ -6,7 +6,6 @@ in a config file fails its schema, as it fails the command."""
 import json
 import os
 
-import jsonschema
 import pytest
 from helpers.runs import ROOT
 from omegaconf import OmegaConf
@@ -22,6 +21,7 @@ def _schema(path) -> dict:
 
 def _errors(data, schema) -> list[str]:
     """What jsonschema finds wrong in `data` (a group's schema refers to its file beside)."""
+    import jsonschema  # here, not at collection: 1.2 s in every worker (its format checkers)
     from referencing import Registry, Resource
 
     files = [(p.name, Resource.from_contents(json.loads(p.read_text()))) for p in SCHEMA_DIR.glob("*.json")]  # fmt: skip
