@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +40,8 @@ class Ctx:
     env: dict
     ckpt: str = ""  # the train cell's best checkpoint
     onnx: str = ""  # the export cell's model.onnx
+    # format -> (process, run dir) of an earlier export.py run that wrote it among others
+    exported: dict = field(default_factory=dict)
 
 
 COMPRESS_STEPS = ("prune", "distill", "quantize")
@@ -58,7 +60,9 @@ def command(column: str, row, ckpt: str = "$CKPT", onnx: str = "$ONNX", port="$P
     if column == "eval":
         return "eval.py", [f"ckpt_path={ckpt}"]
     if column.startswith("export "):
-        return "export.py", [f"ckpt_path={ckpt}", f"formats=[{column.split()[1]}]", *row.export]
+        fmt = column.split()[1]
+        formats = row.export_together if fmt in row.export_together else (fmt,)
+        return "export.py", [f"ckpt_path={ckpt}", f"formats=[{','.join(formats)}]", *row.export]
     if column == "serve":
         return "serve.py", [f"model_path={onnx}", f"port={port}"]
     if column in COMPRESS_STEPS:
@@ -159,27 +163,36 @@ def inspect(row, ctx: Ctx, timeout=1800) -> Cell:
 
 def export(fmt: str):
     def cell(row, ctx: Ctx, timeout=900) -> Cell:
+        if fmt in ctx.exported:  # an earlier cell's export.py run wrote and judged it too
+            return judge_export(fmt, *ctx.exported.pop(fmt), 0.0, ctx, timeout, shared=True)
         proc, s = run(*command(f"export {fmt}", row, ctx.ckpt), ctx, timeout)
         out = None
         if proc is not None and proc.returncode in (0, 1):
             out = run_dir_of(proc.stdout, ctx.log_dir, "export")
-        if out is not None and (out / "export_report.json").is_file():
-            report = json.loads((out / "export_report.json").read_text())
-            r = report["formats"].get(fmt, {})
-            if r.get("ok"):
-                if fmt == "onnx":
-                    ctx.onnx = str(out / r["file"])
-                return Cell(
-                    "ok",
-                    f"{report['metric']} {r['metric']:.4f}; {r['size_bytes'] / 1e3:,.0f} kB",
-                    s,
-                )
-            if proc.returncode == 0 and not (out / r.get("file", "none")).exists():
-                return Cell("refused", r.get("error") or r.get("skipped") or "not written", s)
-            return Cell("FAILED", r.get("error") or f"exit {proc.returncode}: check failed", s)
-        return outcome(proc, s, timeout) or Cell("FAILED", "no export_report.json", s)
+            for other in row.export_together if fmt in row.export_together else ():
+                if other != fmt:
+                    ctx.exported[other] = (proc, out)
+        return judge_export(fmt, proc, out, s, ctx, timeout)
 
     return cell
+
+
+def judge_export(fmt: str, proc, out, s: float, ctx: Ctx, timeout: float, shared=False) -> Cell:
+    """The cell of `fmt` from the report that the export.py run `proc` wrote in `out`;
+    `shared`: an earlier cell started that run (its seconds are that cell's)."""
+    if out is None or not (out / "export_report.json").is_file():
+        return outcome(proc, s, timeout) or Cell("FAILED", "no export_report.json", s)
+    report = json.loads((out / "export_report.json").read_text())
+    r = report["formats"].get(fmt, {})
+    by = " (the export.py run of an earlier cell)" if shared else ""
+    if r.get("ok"):
+        if fmt == "onnx":
+            ctx.onnx = str(out / r["file"])
+        size = r["size_bytes"] / 1e3
+        return Cell("ok", f"{report['metric']} {r['metric']:.4f}; {size:,.0f} kB{by}", s)
+    if proc.returncode == 0 and not (out / r.get("file", "none")).exists():
+        return Cell("refused", (r.get("error") or r.get("skipped") or "not written") + by, s)
+    return Cell("FAILED", (r.get("error") or f"exit {proc.returncode}: check failed") + by, s)
 
 
 def free_port() -> int:
