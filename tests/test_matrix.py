@@ -101,8 +101,8 @@ def test_one_row_per_task_kind_has_no_failed_cell(row, tmp_path):
     refuses in one line before any work), and nothing is written into the project. --quick:
     compression reports and exports time less, one export.py run writes the three CPU formats
     (each cell judges its own), federated clients train one local epoch in one Ray worker, the
-    lr finder searches 20 steps before a short training, the UNet3D row generates fewer phantoms
-    (feature_matrix.quick); every feature still runs end to end."""
+    lr finder searches 20 steps before a short training (feature_matrix.quick); every feature
+    still runs end to end."""
     if row == "gin_mutag":
         require_shared("TUDataset")  # MUTAG
     out = tmp_path / "matrix.md"
