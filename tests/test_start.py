@@ -25,16 +25,18 @@ def test_doctor_reports_facts_and_fails_on_an_unwritable_log_dir(tmp_path):
             "-m",
             "litlab.doctor",
             "--json",
-            "--log-dir",
-            str(blocker / "logs"),
             "--data-dir",
             str(tmp_path / "data"),
         ],
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        cwd=ROOT,  # the logs folder as runs find it: LITLAB_LOG_DIR (the data's by its flag)
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "src"),
+            "LITLAB_LOG_DIR": str(blocker / "logs"),
+        },
     )
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)

@@ -247,9 +247,14 @@ def run_doctor(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m litlab.doctor", description="Check that this machine is ready to train."
     )
+    from litlab import environment
+
+    environment.load_dotenv_files()  # the folders runs use: LITLAB_LOG_DIR, LITLAB_DATA_DIR
+    logs = os.environ.get("LITLAB_LOG_DIR") or ROOT / "logs"
+    data = os.environ.get("LITLAB_DATA_DIR") or ROOT / "data"
     parser.add_argument("--json", action="store_true", help="print the facts as JSON")
-    parser.add_argument("--log-dir", type=Path, default=ROOT / "logs")
-    parser.add_argument("--data-dir", type=Path, default=ROOT / "data")
+    parser.add_argument("--log-dir", type=Path, default=logs, help=f"default: {logs}")
+    parser.add_argument("--data-dir", type=Path, default=data, help=f"default: {data}")
     args = parser.parse_args(argv)
     report = diagnose(args.log_dir, args.data_dir)
     print(json.dumps(report, indent=2) if args.json else facts_table(report))
