@@ -294,6 +294,19 @@ def test_bad_sweep_job_is_refused_before_the_first_job(overrides, words, tmp_pat
     assert not list(tmp_path.rglob("*.ckpt")), "a job trained"
 
 
+def test_a_sweep_too_long_to_keep_its_jobs_composes_them_again(tmp_path, capfd, monkeypatch):
+    """The first pass (what needs no import, every job) keeps at most KEPT_JOBS composed jobs for
+    the second; the others are composed again and judged alike: job 1's dropout, which only
+    its net's signature refuses (the second pass imports it), is named as it is when kept."""
+    from litlab.runs import sweep_dir
+
+    monkeypatch.setattr(sweep_dir, "KEPT_JOBS", 1)
+    overrides = ["model.net.dropout=0.1,1.5"]
+    code, err = run_in_process("train.py", ["hydra.mode=MULTIRUN", *overrides], tmp_path, capfd)
+    _check(code, err, ["job 1 of the sweep (model.net.dropout=1.5)", "[0, 1)"], tmp_path, "train")
+    assert not (tmp_path / "train").exists(), "a sweep dir was made"
+
+
 @pytest.mark.parametrize(
     "script,overrides",
     [

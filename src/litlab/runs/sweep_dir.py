@@ -334,6 +334,11 @@ def _as_task(job: DictConfig) -> DictConfig:
     return task
 
 
+#: jobs whose composed config (~0.2 MB each) the first pass keeps for the second; a sweep of
+#: more composes the others again rather than hold thousands of configs
+KEPT_JOBS = 256
+
+
 def check_jobs(config: DictConfig, config_name: str) -> None:
     """Compose and validate every job of the sweep; one `UserError` naming the bad job: the
     first that fails what needs no import, else the first that fails the rest."""
@@ -347,15 +352,18 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
     except Exception:  # noqa: BLE001  (overrides the sweeper cannot split: it says so itself)
         return
     sweep = HydraConfig.instance().cfg
-    composed: list[tuple[str, DictConfig]] = []
+    kept: dict[int, DictConfig] = {}  # composed in the first pass, for the second
     try:
         for imports in (False, True):
             for num, (what, overrides) in enumerate(all_jobs):
                 name = f"{what} ({' '.join(_varying(all_jobs, overrides))})"
                 try:
-                    if len(composed) == num:
-                        composed.append((name, _compose_job(loader, config, overrides, num)))
-                    validate.check(_as_task(composed[num][1]), config_name, imports=imports)
+                    job = kept.pop(num, None)
+                    if job is None:
+                        job = _compose_job(loader, config, overrides, num)
+                    if not imports and num < KEPT_JOBS:
+                        kept[num] = job
+                    validate.check(_as_task(job), config_name, imports=imports)
                 except UserError as err:
                     raise UserError(f"{name}: {err}") from None
                 except Exception as err:  # noqa: BLE001  (composition: Hydra's multi-line text)
