@@ -239,6 +239,9 @@ def test_dotenv_in_the_working_folder_sets_the_data_and_log_roots(tmp_path):
     assert found == {"data_dir": str(tmp_path / "from_dotenv"), "log_dir": str(tmp_path / "runs")}
     assert paths({**env, "LITLAB_DATA_DIR": "/from/shell"})["data_dir"] == "/from/shell"
     assert paths({**env, "LITLAB_LOG_DIR": "/from/shell"})["log_dir"] == "/from/shell"
+    # `NAME=` (a .env copied from .env.example as it is) leaves the default, not ''
+    (tmp_path / ".env").write_text("LITLAB_DATA_DIR=\nLITLAB_LOG_DIR=\n")
+    assert paths(env) == {"data_dir": str(ROOT / "data"), "log_dir": str(ROOT / "logs")}
 
 
 def test_a_missing_extra_is_named_in_one_line():

@@ -76,8 +76,15 @@ def table_name(default: str, *, _root_) -> str:
     return stem or default
 
 
+def env_folder(name: str, default: str) -> str:
+    """The folder the environment variable `name` names, or `default` where it is unset or
+    empty (`LITLAB_LOG_DIR=` in a .env copied from .env.example: `oc.env` would give '')."""
+    return os.environ.get(name) or default
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
+    OmegaConf.register_new_resolver("env_folder", env_folder, replace=True)
     OmegaConf.register_new_resolver("wandb_offline", wandb_offline, replace=True)
     OmegaConf.register_new_resolver("ddp_devices", ddp_devices, replace=True)
     OmegaConf.register_new_resolver("on_gpu", on_gpu, replace=True)
