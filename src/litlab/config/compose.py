@@ -50,7 +50,7 @@ def _condense_special(lines: list[str]) -> str | None:
     if any(ln.startswith("Traceback (most recent call last)") for ln in lines):
         last = next(ln for ln in reversed(lines) if not ln.startswith(("File ", "Traceback")))
         if "mkdir" in " ".join(lines):
-            return f"cannot create the run dir (check paths.log_dir / hydra.run.dir): {last}"
+            return f"cannot create the run dir (check paths.log_dir, LITLAB_LOG_DIR, hydra.run.dir): {last}"
         return last
     lexer = next((ln for ln in lines if "LexerNoViableAltException" in ln), None)
     if lexer:

@@ -152,7 +152,7 @@ def lock(cfg: DictConfig, config_name: str):
             _held[out] = RunLock(out).acquire()
         except OSError as err:  # as Hydra's own mkdir would fail a moment later
             raise UserError(
-                f"cannot create the run dir (check paths.log_dir / hydra.run.dir): {one_line(err)}"
+                f"cannot create the run dir (check paths.log_dir, LITLAB_LOG_DIR, hydra.run.dir): {one_line(err)}"
             ) from None
     return _held[out]
 
