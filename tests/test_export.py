@@ -100,7 +100,7 @@ def test_int8_file_is_at_most_0_3x_and_its_ood_flags_are_the_full_precision_ones
 
 def test_dynamic_batch_axis(digits_export):
     from litlab.export.onnx import load_pt2
-    from litlab.export.verify import ort_session
+    from litlab.threads import ort_session
 
     out = digits_export[1]
     session = ort_session(out / "model.onnx")

@@ -3,14 +3,17 @@ real HTTP. Uploaded images get eval.py's predictions; bad requests get one-sente
 and never break the worker; SIGTERM drains and exits 0 with nothing left behind."""
 
 import json
+import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 from helpers.image_modes import check_modes, far_from_digits, mode_accuracy
-from helpers.runs import run_cli, run_dirs
+from helpers.runs import ROOT, run_cli, run_dirs
 from helpers.serve import export_digits, multipart, png, request, start
 
 # one worker runs this module (and the other users of digits_run), so its module-scoped
@@ -150,6 +153,25 @@ def test_signal_drains_and_exits_zero(digits, sig):
     with socket.socket() as s:  # nothing listens on the port: a new server can bind it
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
         s.bind(("127.0.0.1", port))
+
+
+def test_an_image_model_is_served_without_importing_torch(digits):
+    """ONNX Runtime answers; torch's import (about a second of serve.py's start) is left to
+    what needs it (a volume's sliding window, a checkpoint exported first)."""
+    code = (
+        "import sys; from litlab.serving import server; from litlab.serving.app import create_app;"
+        "create_app(sys.argv[1]); print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(digits["onnx"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
 
 SERVE_DOMAINS = {

@@ -15,6 +15,7 @@ jobs of a multirun keep the first job's decision (the load they would see is the
 A job of `hydra/launcher=parallel` finds its share of the cores in LITLAB_JOB_CORES (the
 launcher split the free cores between its jobs once; the load the job would see is its
 siblings'): `auto` splits that share between the job's own processes.
+ONNX Runtime sessions take their count here too (`ort_session`).
 """
 
 import os
@@ -105,3 +106,20 @@ def apply(cfg) -> int | None:
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(count)
     return count
+
+
+def ort_session(path, threads: int | None = None):
+    """A CPU ONNX Runtime session with all graph optimizations and `threads` intra-op threads
+    (None: torch's, as `threads=` set them). Export, eval and serve open their files with it;
+    torch is imported only for None, so serve.py serves an image or a table without torch."""
+    import onnxruntime as ort
+
+    if threads is None:
+        import torch
+
+        threads = torch.get_num_threads()
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

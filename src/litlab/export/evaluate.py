@@ -88,7 +88,7 @@ class OnnxForward:
     file's input types), one tensor out (the first output) on the inputs' device."""
 
     def __init__(self, path):
-        from litlab.export.verify import ort_session
+        from litlab.threads import ort_session
 
         self.path = path
         try:

@@ -17,6 +17,7 @@ from torch import nn
 
 from litlab.config.after_training import ExportSettings
 from litlab.tasks.kind import Spec
+from litlab.threads import ort_session
 
 
 def predictor(fmt: str, path: Path, input_names: list[str]) -> Callable[..., torch.Tensor]:
@@ -125,17 +126,6 @@ class Judge:
 
 
 # --------------------------------------------------------------- latency
-def ort_session(path, threads: int | None = None):
-    """A CPU ONNX Runtime session with all graph optimizations and `threads` intra-op threads."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = threads or torch.get_num_threads()
-    opts.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
 def _percentiles(fn: Callable[[], object], iters: int, warmup: int, budget_s: float):
     for _ in range(warmup):
         fn()

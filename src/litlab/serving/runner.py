@@ -47,8 +47,8 @@ class Runner:
     def __init__(self, model_path, threads: int = 1):
         """Opens the file, checks its metadata (litlab.serving.metadata) and runs it once on
         zeros: a file whose outputs disagree with its metadata stops here, before listening."""
-        from litlab.export.verify import ort_session
         from litlab.serving import metadata
+        from litlab.threads import ort_session
 
         self.path = Path(model_path)
         try:
