@@ -244,6 +244,28 @@ def test_dotenv_in_the_working_folder_sets_the_data_and_log_roots(tmp_path):
     assert paths(env) == {"data_dir": str(ROOT / "data"), "log_dir": str(ROOT / "logs")}
 
 
+@pytest.mark.parametrize("name", ["LITLAB_DATA_DIR", "LITLAB_LOG_DIR"])
+def test_a_root_that_omegaconf_would_parse_is_refused_in_one_line(name, tmp_path):
+    """A value with `${` (OmegaConf read it as an interpolation: a GrammarParseError, or a
+    traceback for a valid one): one line naming the variable, exit 2, nothing written."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LITLAB_DATA_DIR", "LITLAB_LOG_DIR")}
+    env[name] = str(tmp_path / "${oc.env:HOME}")
+    logs = [] if name == "LITLAB_LOG_DIR" else [f"paths.log_dir={tmp_path / 'logs'}"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "train.py"), *logs],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == (
+        f"error: {name}={env[name]!r}: a folder path without '${{'; set a plain path"
+    )
+    assert not list(tmp_path.rglob("runs"))
+
+
 def test_a_missing_extra_is_named_in_one_line():
     from litlab.environment import missing_extra
 

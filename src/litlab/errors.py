@@ -50,6 +50,18 @@ def disk_full(err: BaseException) -> OSError | None:
     return None
 
 
+def refusal_behind(caught: BaseException) -> UserError | None:
+    """The UserError behind OmegaConf's errors (each resolution level wraps the one below as
+    its context), followed through OmegaConf's exceptions only: a crash of other code while a
+    UserError was handled stays a crash."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    err = caught
+    while isinstance(err, OmegaConfBaseException):
+        err = err.__cause__ or err.__context__
+    return err if isinstance(err, UserError) and err is not caught else None
+
+
 def closest(word: str, options) -> str:
     """ "; did you mean X?" for the valid option closest to a mistyped `word`, or nothing."""
     import difflib

@@ -78,8 +78,15 @@ def table_name(default: str, *, _root_) -> str:
 
 def env_folder(name: str, default: str) -> str:
     """The folder the environment variable `name` names, or `default` where it is unset or
-    empty (`LITLAB_LOG_DIR=` in a .env copied from .env.example: `oc.env` would give '')."""
-    return os.environ.get(name) or default
+    empty (`LITLAB_LOG_DIR=` in a .env copied from .env.example: `oc.env` would give ''). A
+    value with `${`, which OmegaConf would read as an interpolation, is refused by name (it
+    failed as "GrammarParseError: no viable alternative at input ..." or a traceback)."""
+    from litlab.errors import UserError
+
+    value = os.environ.get(name) or default
+    if value is not default and "${" in value:
+        raise UserError(f"{name}={value!r}: a folder path without '${{'; set a plain path")
+    return value
 
 
 def register() -> None:

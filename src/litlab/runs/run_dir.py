@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from litlab.checkpointing.resume import RESUMABLE_CONFIGS
 from litlab.checkpointing.run_lock import LOCK_FILE, RunLock
-from litlab.errors import UserError, one_line
+from litlab.errors import UserError, one_line, refusal_behind
 from litlab.utils.distributed import is_rank_zero
 
 PLAIN_NAME = re.compile(r"[\w.-]+")
@@ -201,7 +201,8 @@ def stop_on_error(check, undo=None) -> None:
     except UserError as err:  # before the task: litlab.cli prints it as `error: ...`
         line = str(err)
     except Exception as err:  # noqa: BLE001  (unchecked is refused, not let through)
-        line = f"cannot check the run dir: {one_line(err)}"
+        refusal = refusal_behind(err)  # a resolver's, under OmegaConf's error
+        line = str(refusal) if refusal is not None else f"cannot check the run dir: {one_line(err)}"
     if undo is not None:
         undo()
     print(line, file=sys.stderr)

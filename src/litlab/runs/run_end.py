@@ -35,7 +35,7 @@ from pathlib import Path
 from litlab import console, environment, threads
 from litlab.checkpointing.resume import RESUMABLE_CONFIGS, checkpoint_of
 from litlab.checkpointing.run_lock import LOCK_FILE
-from litlab.errors import DiskFull, UserError, disk_full, one_line
+from litlab.errors import DiskFull, UserError, disk_full, one_line, refusal_behind
 from litlab.runs import run_dir
 from litlab.utils import commands
 from litlab.utils.distributed import is_rank_zero
@@ -84,7 +84,11 @@ def resume_command(config_name: str, overrides, out) -> str:
 def as_user_error(caught: BaseException, out) -> UserError | None:
     """The one-line error a task's exception stands for, if any: a missing optional extra, a
     setting Lightning refuses when it meets the data (`limit_train_batches=0.01` of 21
-    batches), or a full disk (torch wraps it in a RuntimeError); None for the others."""
+    batches), a full disk (torch wraps it in a RuntimeError), or litlab's own refusal that a
+    library wrapped (a resolver's, under OmegaConf's InterpolationResolutionError); None for
+    the others."""
+    if (refusal := refusal_behind(caught)) is not None:
+        return UserError(str(refusal))
     if isinstance(caught, (UserError, ModuleNotFoundError)):
         extra = environment.missing_extra(caught)
         return UserError(extra) if extra is not None else None
