@@ -7,6 +7,7 @@ import re
 import warnings
 
 import pytest
+import torch
 from helpers.runs import ROOT, results, run_cli, run_dirs
 
 from litlab import console
@@ -30,10 +31,17 @@ def repeated(lines: list[str]) -> list[str]:
     return twice
 
 
-def readme_results() -> dict[str, float]:
-    """The Results block of the README's sample output of `make train`."""
-    [found] = results(ROOT.joinpath("README.md").read_text().split("make train", 1)[1])[:1]
-    return found
+def readme_results(capability: str) -> dict[str, float] | None:
+    """The README's figures of `python src/train.py threads=1` on this CPU: its sample output of
+    `make train` on AVX-512, the line it gives for a CPU without AVX-512 (AVX2), None for a CPU
+    it gives none for (the float sums of oneDNN's kernels differ by instruction set)."""
+    readme = ROOT.joinpath("README.md").read_text()
+    if capability.startswith("AVX512"):
+        return results(readme.split("make train", 1)[1])[0]
+    if capability == "AVX2":
+        [line] = re.findall(r"`(test +acc [^`]+)`, and the suite checks those there", readme)
+        return results(f"\nResults\n  {line}\n")[0]
+    return None
 
 
 def test_default_run_prints_one_page_and_the_readme_figures(tmp_path):
@@ -50,7 +58,10 @@ def test_default_run_prints_one_page_and_the_readme_figures(tmp_path):
     assert proc.stdout.count("\nResults\n") == 1 and proc.stdout.count("\nFiles\n") == 1
     log = (run_dirs(tmp_path / "logs")[-1] / "train.log").read_text()
     assert all(text in log for text in LIBRARY_LINES), log[-3000:]
-    measured, documented = results(proc.stdout)[0], readme_results()
+    capability = torch.backends.cpu.get_cpu_capability()
+    measured, documented = results(proc.stdout)[0], readme_results(capability)
+    if documented is None:
+        pytest.skip(f"the README gives no figures for a CPU whose capability is {capability}")
     # 1 thread here as in the README: the same figures, up to one of the 360 test digits (the
     # 4 printed decimals round) and a loss within 5% (one twice as large fails)
     for key in ("test/acc", "test/f1"):
