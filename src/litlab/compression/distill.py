@@ -9,12 +9,9 @@ gradients on the scale of the hard one's as T changes. `Distiller` trains the st
 Lightning; validation and test are the student's own, so its metrics and checkpoints read like
 those of any run.
 
-The default student of `compress=distill` has at most `max_params_ratio` of the teacher's
-parameters: the teacher's net narrowed by its `narrowed(net_config, scale)`, or, for a net
-without a width knob (torchvision's ResNet-18), the smaller net it names as its `student`.
-The width is shrunk step by step and the student built and counted at each step: the first
-that fits is taken, so the bound holds for any data (Cora's 1,433 input features dominate a
-GCN's parameters; a digit's 64 pixels do not)."""
+The default student of `compress=distill` (`fitting_student`) is built and counted for this
+data at each width, so its `max_params_ratio` bound holds for any data (Cora's 1,433 input
+features dominate a GCN's parameters; a digit's 64 pixels do not)."""
 
 import copy
 from collections.abc import Callable

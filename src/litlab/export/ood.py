@@ -1,23 +1,13 @@
 """An out-of-distribution score that travels with an export: a classifier always answers, so
 the service also says how far each input is from the training data.
 
-Three parts, each standardized so that 0 is the test split's median and 1 its 97.5th
-percentile, combined by their maximum:
-- `input`: tensor inputs (images, volumes) summarized as block means on a coarse grid (8x8 per
-  channel for images, 4x4x4 for volumes), scored by a probabilistic PCA fitted on the training
-  split (squared Mahalanobis distance in the top components plus the residual energy, per
-  dimension);
-- `statistics`: each channel's mean and standard deviation over the input, their squared
-  Mahalanobis distance to the training inputs' (a blank image has no spread at all; noise the
-  wrong mean and spread);
-- `confidence`: 1 - the largest softmax probability (every classifier; segmentation: averaged
-  over the voxels of the volume).
-The threshold is the 95th percentile of the combined score on the test split (the "higher"
-quantile, so at most 5% of test inputs exceed it); the fraction that does is stored too.
-Both distances are stored as a mean and a whitening matrix R (upper triangular, distance
-||R (x - mean)||^2), packed compactly (`pack_model`, `LEVELS`); scales and threshold are
-measured with the model as stored, so the service's flags are the export's.
-Pure numpy: the service computes the same numbers on what it feeds the model."""
+Three parts, each standardized on the test split, combined by their maximum: `input` (tensor
+inputs as block means on a coarse grid, scored by a probabilistic PCA of the training split),
+`statistics` (each channel's mean and spread: a blank image has no spread at all; noise the
+wrong mean and spread) and `confidence` (1 - the largest softmax probability). The threshold is
+the 95th percentile of the combined score on the test split. Scales and threshold are measured
+with the model as stored (packed: `pack_model`), so the service's flags are the export's. Pure
+numpy: the service computes the same numbers on what it feeds the model."""
 
 import base64
 import math

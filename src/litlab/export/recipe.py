@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from litlab import tasks
 from litlab.config.after_training import ExportSettings
 from litlab.errors import UserError, one_line
 
@@ -54,7 +55,6 @@ def metadata(run, spec, ckpt_path, metric: str) -> dict:
     import torch  # imported when the run starts (the config is checked before)
 
     import litlab
-    from litlab import tasks
 
     return {
         "kind": spec.kind,
@@ -74,7 +74,6 @@ def serving_metadata(spec, predict, meta: dict) -> None:
     """What the service needs beyond the layout: the training background of images (for
     transparent uploads, where the kind serves image files) and the out-of-distribution
     score's model and threshold (where the kind's outputs carry a confidence)."""
-    from litlab import tasks
     from litlab.export import ood
 
     kind = tasks.of(spec)
@@ -94,7 +93,6 @@ def serving_metadata(spec, predict, meta: dict) -> None:
 
 
 def write_format(fmt, net, spec, path, meta, calibration_batches: int) -> None:
-    from litlab import tasks
     from litlab.export import onnx, quantize
 
     if fmt in ("onnx", "pt2"):
@@ -146,7 +144,6 @@ def run_export(settings: ExportSettings, output_dir, data_dir=None) -> dict:
 
     import torch
 
-    from litlab import tasks
     from litlab.export.verify import Judge, eager_predictor
     from litlab.runs.rebuild import load_run
 

@@ -15,6 +15,8 @@ from flwr.clientapp import ClientApp
 from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
+from litlab import tasks
+from litlab.config import build
 from litlab.errors import one_line
 
 _DATAMODULES: dict[str, tuple] = {}  # per worker process: run dir -> (datamodule, its full sets)
@@ -44,9 +46,6 @@ def load_arrays(model, arrays: ArrayRecord) -> None:
 
 def _datamodule(cfg):
     """The worker's datamodule (built once per process and run) and its own full sets."""
-    from litlab import tasks
-    from litlab.config import build
-
     key = cfg.paths.output_dir
     if key not in _DATAMODULES:
         datamodule = build.datamodule(cfg)
@@ -59,8 +58,6 @@ def _datamodule(cfg):
 def _client(config: dict, parts: dict, msg: Message, partition_id: int):
     """(cfg, datamodule narrowed to the client, model with the global weights, round)."""
     import lightning as L
-
-    from litlab import tasks
 
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -76,9 +73,6 @@ def _client(config: dict, parts: dict, msg: Message, partition_id: int):
 
 def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_id: int):
     """Train on partition `partition_id`; returns the reply's RecordDict."""
-    from litlab import tasks
-    from litlab.config import build
-
     cfg, datamodule, round_ = _client(config, parts, msg, partition_id)
     if partition_id in fail:  # fault injection (federate.fail_clients): tests and demos
         raise RuntimeError("injected failure (federate.fail_clients)")
@@ -102,9 +96,6 @@ def train_client(config: dict, parts: dict, fail: list, msg: Message, partition_
 
 def evaluate_client(config: dict, parts: dict, msg: Message, partition_id: int):
     """The global model on the client's held-out part (trainer.test: the model's own metrics)."""
-    from litlab import tasks
-    from litlab.config import build
-
     cfg, datamodule, _ = _client(config, parts, msg, partition_id)
     heldout = tasks.of(datamodule).units.heldout_count(datamodule)
     metrics = {"num-examples": heldout, "partition-id": partition_id}

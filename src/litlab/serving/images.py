@@ -1,22 +1,13 @@
 """Uploaded images -> model inputs, as the training pipeline saw its images.
 
 Every common mode is read for what it means, not squeezed through `convert("L")` (which drops
-alpha and clips 16-bit values): transparency (RGBA, LA, palette or grey/RGB with a tRNS key)
-is composited onto the training images' background stored in the export (`background`, e.g.
-black for digits); when everything visible is one colour, the alpha channel *is* the drawing,
-rendered in the training contrast whatever the ink; 16-bit images are scaled by 65535, float
-images (TIFF) must lie in [0, 1]; CMYK and YCbCr go to RGB; grey and RGB convert as training
-did (ITU-R 601 luma, as PIL and torchvision's Grayscale).
-
-PNG, JPEG, TIFF, GIF, WebP. Size and frame count are checked from the header, before any pixel
-is decoded (`check_header`): a decompression bomb costs its header's bytes, not its pixels; a
-multi-page TIFF or an animated PNG, GIF or WebP is refused (422, naming its frame count), not
-answered for its first frame only; an MPO (a camera JPEG with extra pictures) is its primary
-picture. Every image is turned upright by its EXIF orientation first (`prepare`): a phone
-stores a portrait photo sideways with a tag, and the model was trained on upright pictures.
-
-A JSON body is parsed once it is known to hold only numbers nested a few deep (each kind then
-decodes it: `Kind.json`); anything wrong is a `BadRequest` with a status and one sentence."""
+alpha and clips 16-bit values): transparency is composited onto the training images'
+background stored in the export (`background`); 16-bit and float images keep their range;
+grey and RGB convert as training did (ITU-R 601 luma, as PIL and torchvision's Grayscale).
+Size and frames are checked from the header before any pixel is decoded (`check_header`: a
+decompression bomb costs its header's bytes), and every image is turned upright by its EXIF
+orientation (`prepare`): a phone stores a portrait photo sideways with a tag. A JSON body is
+parsed once it is known to hold only numbers nested a few deep (`parse_json`)."""
 
 import functools
 import io

@@ -1,19 +1,8 @@
 """An exported file's litlab metadata and ONNX graph are data from elsewhere: both are checked
 when the service opens the file, before it listens, and anything wrong is one `UserError` line
-(exit 2) saying what is wrong and what is valid. The service then trusts only what was checked.
-
-Metadata: the kind, the output names (as many as the model's outputs) and what the kind needs
-(`Kind.check_inputs`: image size and normalization, a volume's shape or sliding windows, sample
-or node features). Every number is checked for what it is: anywhere (the run config too, which
-/metadata answers) finite and within 64 bits; a std, scale or variance above a floor (dividing
-by 1e-300 turns every answer into inf); sizes bounded so that one sample fits in memory; the
-out-of-distribution entry's scales and threshold in range and its packed model arrays of the
-declared shapes, finite and of a fitted model's size, so that no score can overflow.
-
-Graph: it takes what the service feeds for its kind (float32 samples at the layout's rank and
-sizes; graphs: float32 node features, int64 edges and graph ids), answers a float32 output of
-the rank its kind decodes, and its weights hold no NaN: a file that differs would fail on every
-request (ONNX Runtime's errors, or NaN in every answer)."""
+(exit 2) saying what is wrong and what is valid. The service then trusts only what was checked:
+a number out of range (a std of 1e-300, an OOD array that overflows a distance) or a graph that
+differs from what the kind feeds and decodes would fail on every request instead."""
 
 import json
 import math

@@ -1,14 +1,10 @@
 """The model behind the service: one ONNX Runtime session (thread-safe, shared by requests),
-optionally fed by a micro-batcher, and the answer its kind gives (`Kind.answer`: classes and
-probabilities, values) with the out-of-distribution scores (litlab.export.ood, with the
-parameters stored in the export).
-
-How a request is decoded is what the model's kind says (`Kind.json`, `Kind.uploads`); the
-Predictor holds what the kinds use: the decode pool, image and NIfTI decoding, the limits and
-the micro-batcher. Decoding runs off the event loop in a bounded thread pool (`decode_threads`)
-so that /health and small requests are answered while large images decode; tiny images (at
-most INLINE_PIXELS in all) decode in place, where a thread hand-off would cost more. Image
-sizes are checked from the headers (per image and per request) before any pixel is decoded."""
+optionally fed by a micro-batcher, and the answer its kind gives with the out-of-distribution
+scores. How a request is decoded is what the model's kind says (`Kind.json`, `Kind.uploads`);
+the Predictor holds what the kinds use. Decoding runs off the event loop in a bounded thread
+pool (`decode_threads`) so that /health and small requests are answered while large images
+decode; tiny images (at most INLINE_PIXELS in all) decode in place, where a thread hand-off
+would cost more."""
 
 import asyncio
 import functools
@@ -279,9 +275,6 @@ class Predictor:
             )
         parse = functools.partial(images.parse_json, body, s.max_json_depth)
         data = parse() if len(body) <= 64 << 10 else await self.offload(parse)  # small: in place
-        return await self.predict_json(data)
-
-    async def predict_json(self, data: dict) -> dict:
         return await self.kind.json(self, data)
 
     async def uploads(self, raw: list[bytes], names: list[str]):

@@ -84,14 +84,13 @@ class GNNClassifier(LitModule):
         return values[self.share(batch[f"{split}_mask"])] if self.node_level else values
 
     def training_step(self, batch, batch_idx):
-        logits, y = self.scores(batch, "train")
-        loss = F.cross_entropy(logits, y)
-        self.log_step("train", loss, logits.argmax(1), y, len(y))
-        return loss
+        return self.eval_step("train", batch)
 
-    def eval_step(self, split: str, batch):
+    def eval_step(self, split: str, batch) -> torch.Tensor:
         logits, y = self.scores(batch, split)
-        self.log_step(split, F.cross_entropy(logits, y), logits.argmax(1), y, len(y))
+        loss = F.cross_entropy(logits, y)
+        self.log_step(split, loss, logits.argmax(1), y, len(y))
+        return loss
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
         """Per-node (or per-graph) columns for eval.py's predictions.csv."""

@@ -69,16 +69,14 @@ class ImageSegmenter(LitModule):
         return self.loss(logits, labels[:, None])
 
     def training_step(self, batch, batch_idx):
+        return self.eval_step("train", batch)
+
+    def eval_step(self, split: str, batch) -> torch.Tensor:
         x, y = batch
         logits = self(x)
         loss = self.task_loss(logits, y)
-        self.log_step("train", loss, class_map(logits), y, len(x))
+        self.log_step(split, loss, class_map(logits), y, len(x))
         return loss
-
-    def eval_step(self, split: str, batch) -> None:
-        x, y = batch
-        logits = self(x)
-        self.log_step(split, self.task_loss(logits, y), class_map(logits), y, len(x))
 
     def predict_step(self, batch, batch_idx) -> dict[str, torch.Tensor]:
         """A row per slice (an image is one), in the order of the datamodule's `sources`
