@@ -35,7 +35,9 @@ def test_dirichlet_skew_follows_alpha():
     labels = np.repeat(np.arange(10), 130)
 
     def classes_per_client(alpha):  # classes with at least 5 samples, mean over clients
-        counts = partition.class_counts(labels, partition.dirichlet(labels, 10, alpha, seed=0))
+        counts = partition.class_counts(
+            labels, partition.partition(labels, 10, "dirichlet", alpha, seed=0)
+        )
         return float(np.mean((counts >= 5).sum(1)))
 
     assert classes_per_client(0.1) < 5 < classes_per_client(1.0) < classes_per_client(100) == 10

@@ -209,7 +209,7 @@ def read_pt2_metadata(path) -> dict:
 
 
 # -------------------------------------------------------------- tensorrt
-def compile_fp16(net: torch.nn.Module, example_inputs: tuple, dynamic=None):
+def compile_fp16(net: torch.nn.Module, example_inputs: tuple):
     """A Torch-TensorRT fp16 module of `net` (weights and inputs moved to the GPU)."""
     import copy
 

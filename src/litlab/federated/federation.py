@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from litlab import tasks
 from litlab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,6 @@ def strategy_of(cfg: DictConfig):
 
 
 def partitions_of(datamodule, f) -> tuple[dict, dict]:
-    from litlab import tasks
-
     train_labels, heldout_labels = tasks.of(datamodule).federated_labels(datamodule)
     train, heldout = with_heldout(
         train_labels, heldout_labels, f.num_clients, f.partition, f.alpha, f.seed
@@ -323,11 +322,6 @@ def iid(num_samples: int, num_clients: int, seed: int) -> list[np.ndarray]:
     return [np.sort(part) for part in np.array_split(order, num_clients)]
 
 
-def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int) -> list[np.ndarray]:
-    """Label-skewed partition; redrawn until every client holds at least MIN_SAMPLES."""
-    return dirichlet_shares(labels, num_clients, alpha, seed)[0]
-
-
 def _split_by_shares(labels, num_clients: int, rng, share_of) -> list[np.ndarray]:
     """Each class's shuffled samples cut among the clients in the proportions
     `share_of(class)` gives (drawn after the class's shuffle: the order fixes the partition)."""
@@ -341,7 +335,8 @@ def _split_by_shares(labels, num_clients: int, rng, share_of) -> list[np.ndarray
 
 
 def dirichlet_shares(labels: np.ndarray, num_clients: int, alpha: float, seed: int):
-    """(parts, shares): the partition and each class's client shares that made it."""
+    """(parts, shares): the label-skewed partition, redrawn until every client holds at least
+    MIN_SAMPLES, and each class's client shares that made it."""
     rng = np.random.default_rng(seed)
     need = min(MIN_SAMPLES, len(labels) // num_clients)
     for _ in range(MAX_DRAWS):

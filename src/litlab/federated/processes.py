@@ -1,12 +1,10 @@
 """Ray's processes for one federated run: started, stopped on a signal, never left behind.
 
-Every process of the run carries a mark in its environment (`watchdog.MARK`, a fresh id), or
-is known as the driver's descendant (Ray's agents, whose environment /proc no longer shows).
-A watchdog process ends them when the driver dies, whatever killed it (`kill -9` included),
-and at every normal end the driver ends them itself. SIGTERM and Ctrl-C end the round in
-progress at once: the finished rounds are on disk (the recipe saves under `save_lock`, which
-the handler waits for), the process exits with 128 + the signal, and the watchdog ends the
-workers. The driver does not end them itself: once its raylet is gone, Ray's core worker exits
+The watchdog (watchdog.py) ends the run's processes when the driver dies, whatever killed
+it (`kill -9` included); at every normal end the driver ends them itself. SIGTERM and Ctrl-C
+end the round in progress at once: the finished rounds are on disk (the recipe saves under
+`save_lock`, which the handler waits for), the process exits with 128 + the signal, and the
+watchdog ends the workers. The driver does not end them itself: once its raylet is gone, Ray's core worker exits
 the process with status 1 from a thread of its own, which under load came before the
 handler's exit. Ray is started here, in the main thread, so that these handlers replace the
 ones `ray.init` sets."""

@@ -1,12 +1,8 @@
-"""`callbacks=inspect`'s samples figures that kinds share (`Kind.samples_figure`): what the
-predictions look like on the test split. A figure collects from each test batch (`collect`,
-rank 0 and every rank alike) and draws once at the end (`draw`: a matplotlib figure, written as
-inspect/samples.png); `tables` are CSV files written beside it, `tight` whether the figure's
-box is trimmed (a second drawing; a mosaic fills its figure already).
-
-A kind with a figure of its own writes the class in its module (litlab.tasks.regression.
-Residuals). torch and matplotlib are imported where used: a kind's declarations stay light;
-`figure`, `mosaic` and `mask_pairs` draw for the kinds' figures and the inspect callbacks."""
+"""`callbacks=inspect`'s samples figures that kinds share (`Kind.samples_figure`; a kind with
+a figure of its own writes the class in its module): each collects from every test batch
+(`collect`) and draws once at the end (`draw`: inspect/samples.png); `tables` are CSV files
+written beside it, `tight` whether its box is trimmed (a second drawing; a mosaic fills its
+figure already). torch and matplotlib are imported where used: a kind's declarations stay light."""
 
 
 def figure(width: float, height: float):

@@ -1,16 +1,9 @@
 """How 2D segmentation items are read and named (the datamodules are in data.py): a NIfTI
 volume windowed as training reads it, slices padded to the model's square and cropped back to
-their source's size, the names of their masks, an image's group (`data.group`).
-
-The files of a mask folder (`data=masks`): which mask is an image's, and what each file must
-hold, read so that nothing is lost after the check.
-
-An image's pixels are read as the service reads an upload (serving/images.py): 8-bit / 255,
-16-bit / 65535, a float TIFF as it is (it must lie in [0, 1]); `convert("L")` would clip a
-16-bit image at 255 and turn a float one into 0s and 1s. A mask holds class numbers, so it must
-be stored losslessly: a JPEG changes values along every edge (a mask of 0 and 1 comes back with
-2s and 254s), and a float mask must hold whole numbers (0.5 would be truncated to class 0).
-"""
+their source's size, the names of their masks, an image's group (`data.group`), and the files
+of a mask folder (`data=masks`). An image's pixels are read as the service reads an upload
+(serving/images.py): `convert("L")` would clip a 16-bit image at 255 and turn a float one into
+0s and 1s; a mask holds class numbers, so it must be stored losslessly."""
 
 import os
 import re
