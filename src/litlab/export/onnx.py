@@ -19,8 +19,7 @@ import torch
 from torch import nn
 
 from litlab.errors import one_line
-from litlab.ops import op as _ops  # noqa: F401  (programs of nets with litlab's ops load)
-from litlab.ops import op as ops_onnx
+from litlab.ops import op as ops_onnx  # imported: programs of nets with litlab's ops load
 
 PROTOBUF_LIMIT = 2 * 1024**3 - 1024  # bytes a single-file ONNX can hold (protobuf limit)
 

@@ -33,7 +33,6 @@ from litlab.data import (
 )
 from litlab.domains.medical3d import nifti as N
 from litlab.domains.segmentation2d import slices as S
-from litlab.domains.segmentation2d.slices import pad_to
 from litlab.errors import UserError
 from litlab.tasks import IMAGE_SEGMENTATION
 from litlab.tasks.units import dominant_structure
@@ -186,8 +185,8 @@ class Hippocampus2DDataModule(SliceDataModule):
             N.check_pair(image_path, label_path, image, label, self.num_classes)
             S.check_side(label_path, *label.shape[:2], size)  # a slice is (D, H)
             self.shapes.append(tuple(label.shape[:2]))
-            x = pad_to(np.moveaxis(S.window(image), -1, 0), size)  # (S, C, D, H): last axis
-            y = pad_to(np.moveaxis(label, -1, 0), size)  # (S, D, H)
+            x = S.pad_to(np.moveaxis(S.window(image), -1, 0), size)  # (S, C, D, H): last axis
+            y = S.pad_to(np.moveaxis(label, -1, 0), size)  # (S, D, H)
             items.append((torch.from_numpy(x).float(), torch.from_numpy(y.astype(np.uint8))))
         return items, [p.name for p, _ in self.pairs]
 
@@ -253,7 +252,7 @@ class MaskFolderDataModule(SliceDataModule):
         for image, mask in self.pairs:  # checked: whole labels below num_classes fit in 8 bits
             x, y = S.grey(image), S.labels(mask).astype(np.uint8)
             self.shapes.append(tuple(y.shape))
-            x, y = pad_to(x[None, None], self.image_size), pad_to(y[None], self.image_size)
+            x, y = S.pad_to(x[None, None], self.image_size), S.pad_to(y[None], self.image_size)
             items.append((torch.from_numpy(x), torch.from_numpy(y)))
         return items, [p.name for p, _ in self.pairs]
 
