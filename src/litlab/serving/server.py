@@ -1,7 +1,8 @@
-"""Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first), with the
-settings of litlab.config.entries.ServeSettings. SIGTERM and Ctrl-C stop accepting, answer every
-request already accepted (within drain_timeout_s), close the port and exit 0 (uvicorn would
-re-raise the signal after its graceful shutdown, killing the process with its status).
+"""Run the service: uvicorn on an exported ONNX file (a checkpoint is exported first), with
+the settings of litlab.config.after_training.ServeSettings. SIGTERM and Ctrl-C stop accepting,
+answer every request already accepted (within drain_timeout_s), close the port and exit 0
+(uvicorn would re-raise the signal after its graceful shutdown, killing the process with its
+status).
 
 uvicorn's httptools protocol gets the connection limits it lacks, answered with the API's JSON
 error shape: a header size limit (431), a request-read timeout from the first byte to the last
