@@ -121,11 +121,7 @@ def group_means(rows: list[dict], objective: str, best_group: str | None):
     None without a row."""
     if not rows:
         return None
-    names = sorted({r["replica"] for row in rows for r in row["replicas"]})
-    width = 0.3
-    offset = {n: -width / 2 + width * i / max(1, len(names) - 1) for i, n in enumerate(names)}
-    if len(names) == 1:
-        offset = {names[0]: 0.0}
+    offset = files.replica_offsets(rows)
     fig = go.Figure()
     lines: dict[str, tuple[list, list]] = {}
     for x, row in enumerate(rows):

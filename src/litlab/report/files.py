@@ -126,13 +126,30 @@ def _job(record) -> dict | None:
     }
 
 
-def settings_of(overrides: list[str]) -> dict[str, str]:
-    """key -> value of each override (`~key`: deleted)."""
+def settings_of(overrides: list[str], skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """`["trainer.max_epochs=3", "~callbacks.x"]` -> `{"trainer.max_epochs": "3",
+    "callbacks.x": "(deleted)"}`, leaving out keys that start with one of `skip`."""
     out = {}
     for o in overrides:
         key, _, value = o.partition("=")
-        out[key.lstrip("+~")] = "(deleted)" if key.startswith("~") else value
+        if not key.lstrip("+~").startswith(skip):
+            out[key.lstrip("+~")] = "(deleted)" if key.startswith("~") else value
     return out
+
+
+def replica_offsets(rows: list[dict], width: float = 0.3) -> dict[str, float]:
+    """Where each replica's point sits left or right of its group in a plot of group means
+    (the same fold or seed at the same place in every group, so the lines joining a replica
+    across groups are level)."""
+    names = sorted({str(r["replica"]) for row in rows for r in row["replicas"]})
+    if len(names) < 2:
+        return dict.fromkeys(names, 0.0)
+    return {name: -width / 2 + width * i / (len(names) - 1) for i, name in enumerate(names)}
+
+
+def common_overrides(jobs: list[dict]) -> set[str]:
+    """The overrides every job (record) has."""
+    return set.intersection(*(set(j["overrides"]) for j in jobs)) if jobs else set()
 
 
 def load_jobs(sweep: Path) -> tuple[list[dict], list[str]]:
@@ -149,7 +166,7 @@ def load_jobs(sweep: Path) -> tuple[list[dict], list[str]]:
         jobs.append(job)
     jobs.sort(key=lambda j: (j["job"], j["folder"]))
     if jobs:
-        common = set.intersection(*(set(j["overrides"]) for j in jobs))
+        common = common_overrides(jobs)
         for j in jobs:
             j["settings"] = settings_of([o for o in j["overrides"] if o not in common])
             j["varying"] = " ".join(o for o in j["overrides"] if o not in common)

@@ -38,7 +38,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab.compat.hydra import grid_jobs, job_outcome
 from litlab.errors import one_line
-from litlab.sweeps.plan import MACHINE_LOCAL, override_settings
+from litlab.report.files import settings_of
+from litlab.sweeps.plan import MACHINE_LOCAL
 from litlab.sweeps.summary import job_objective_mode, load_records, write_json
 from litlab.utils import sweep_records
 
@@ -125,7 +126,7 @@ def overrides_of(run_dir: Path) -> list[str] | None:
 
 
 def settings_key(overrides: list[str]) -> tuple:
-    return tuple(sorted(override_settings(overrides, skip=MACHINE_LOCAL).items()))
+    return tuple(sorted(settings_of(overrides, skip=MACHINE_LOCAL).items()))
 
 
 def _run_dirs(sweep_dir: Path) -> dict:

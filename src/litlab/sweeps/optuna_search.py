@@ -48,8 +48,9 @@ from omegaconf import OmegaConf
 from litlab.compat import optuna as compat
 from litlab.compat.hydra import job_outcome
 from litlab.errors import UserError, one_line
+from litlab.report.files import settings_of
 from litlab.sweeps import plan
-from litlab.sweeps.plan import MACHINE_LOCAL, hide_password, override_settings
+from litlab.sweeps.plan import MACHINE_LOCAL, hide_password, setting_changes
 from litlab.sweeps.summary_stats import finite
 from litlab.utils import commands
 
@@ -438,17 +439,14 @@ ATTR = "fixed_overrides"
 
 def check_study(study, fixed: list[str], strict: bool = True) -> None:
     """Store the settings with a new study; compare them with a resumed one's (see above)."""
-    current = override_settings(fixed, skip=MACHINE_LOCAL)
+    current = settings_of(fixed, skip=MACHINE_LOCAL)
     stored = study.user_attrs.get(ATTR)
     if stored is None:  # a new study (or one from before this check): these are its settings
         study.set_user_attr(ATTR, current)
         return
-    differ = sorted(k for k in stored.keys() | current.keys() if stored.get(k) != current.get(k))
-    if not differ:
+    changes = ", ".join(setting_changes(stored, current))
+    if not changes:
         return
-    changes = ", ".join(
-        f"{k}={stored.get(k, '(not set)')} then, {current.get(k, '(not set)')} now" for k in differ
-    )
     name = study.study_name
     if strict:
         raise UserError(

@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from litlab.errors import UserError, one_line
+from litlab.report.files import common_overrides, settings_of
 from litlab.utils import commands
 
 PLAN = "sweep_plan.json"
@@ -41,16 +42,10 @@ MACHINE_LOCAL = (
 )
 
 
-def override_settings(overrides: list[str], skip: tuple[str, ...] = ()) -> dict[str, str]:
-    """`["trainer.max_epochs=3", "~callbacks.x"]` -> `{"trainer.max_epochs": "3",
-    "callbacks.x": "(deleted)"}`, leaving out keys that start with one of `skip`."""
-    settings = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        name = key.lstrip("+~")
-        if not name.startswith(skip):
-            settings[name] = "(deleted)" if key.startswith("~") else value
-    return settings
+def setting_changes(then: dict, now: dict) -> list[str]:
+    """`key=<then> then, <now> now` for each setting that differs, by key."""
+    differ = sorted(k for k in then.keys() | now.keys() if then.get(k) != now.get(k))
+    return [f"{k}={then.get(k, '(not set)')} then, {now.get(k, '(not set)')} now" for k in differ]
 
 
 def hide_password(url: str) -> str:
@@ -223,15 +218,11 @@ def _jobs_on_disk(sweep_dir: Path, records: list[dict]) -> tuple[dict[int, list[
 
 def _difference(stored: list[str] | None, current: list[str] | None) -> str | None:
     """`key=<then> then, <now> now` for the first setting that differs, else None."""
-    then = override_settings(stored or [], skip=MACHINE_LOCAL)
-    now = override_settings(current or [], skip=MACHINE_LOCAL)
-    differ = sorted(k for k in then.keys() | now.keys() if then.get(k) != now.get(k))
-    if not differ and (stored is None) == (current is None):
-        return None
-    if not differ:
-        return "not in the sweep then" if stored is None else "not in this command"
-    key = differ[0]
-    return f"{key}={then.get(key, '(not set)')} then, {now.get(key, '(not set)')} now"
+    then = settings_of(stored or [], skip=MACHINE_LOCAL)
+    changes = setting_changes(then, settings_of(current or [], skip=MACHINE_LOCAL))
+    if changes or (stored is None) == (current is None):
+        return changes[0] if changes else None
+    return "not in the sweep then" if stored is None else "not in this command"
 
 
 def check_resume(sweep_dir: Path, jobs: list[list[str]], records: list[dict]) -> None:
@@ -294,7 +285,7 @@ def with_not_started(sweep_dir: Path, records: list[dict]) -> list[dict]:
 
 def varying(records: list[dict], record: dict) -> str:
     """The overrides that tell this job from the sweep's others (all of them if none differ)."""
-    common = set.intersection(*(set(r["overrides"]) for r in records)) if records else set()
+    common = common_overrides(records)
     own = [o for o in record["overrides"] if o not in common] or record["overrides"]
     return " ".join(own) or "(no overrides)"
 

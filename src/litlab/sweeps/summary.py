@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
+from litlab.report import files
 from litlab.sweeps import plan, summary_stats
-from litlab.sweeps.plan import override_settings
 from litlab.sweeps.summary_stats import finite, markdown, marked_best, plot_summary, replica_groups
 from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero
@@ -185,7 +185,7 @@ def metric_column(metric: str) -> str:
 
 def _varying(records: list[dict]) -> tuple[list[str], list[str]]:
     """(overrides shared by every job, per-job text of the overrides that differ)."""
-    common = set.intersection(*(set(r["overrides"]) for r in records))
+    common = files.common_overrides(records)
     shared = [o for o in records[0]["overrides"] if o in common]
     return shared, [" ".join(o for o in r["overrides"] if o not in common) for r in records]
 
@@ -205,7 +205,7 @@ def write_summary(
     stats = summary_stats.compute(records, groups, metrics, objective, mode)
     best = marked_best(records, groups, stats["best_group"], best_index(records))
     shared, varying = _varying(records)
-    settings = [override_settings(r["overrides"]) for r in records]
+    settings = [files.settings_of(r["overrides"]) for r in records]
     keys = list(dict.fromkeys(k for job in settings for k in job))  # in the order first given
     rows = [
         {

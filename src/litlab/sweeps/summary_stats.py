@@ -32,6 +32,8 @@ import statistics
 import textwrap
 from pathlib import Path
 
+from litlab.report.files import common_overrides, replica_offsets
+
 # ----------------------------------------------------------------- stats
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
@@ -519,7 +521,7 @@ def replica_groups(records: list[dict], replica_keys) -> dict[str, list[dict]]:
     job a copy with its `replica`: its replica overrides (`data.fold=3`), which match the jobs
     of different groups that ran the same fold or seed."""
     groups: dict[str, list[dict]] = {}
-    common = set.intersection(*(set(r["overrides"]) for r in records)) if records else set()
+    common = common_overrides(records)
     for r in records:
         if r["status"] != "completed":
             continue
@@ -555,15 +557,6 @@ def _cell(value) -> str:
 def markdown(rows: list[dict], columns: list[str]) -> str:
     names = ["overrides" if c == "varying" else c for c in columns]
     return "\n".join(_md_table(names, [[_cell(row[c]) for c in columns] for row in rows]))
-
-
-def replica_offsets(rows: list[dict], width: float = 0.3) -> dict[str, float]:
-    """Where each replica's point sits left or right of its group (the same fold or seed at
-    the same place in every group, so the lines joining a replica across groups are level)."""
-    names = sorted({str(r["replica"]) for row in rows for r in row["replicas"]})
-    if len(names) < 2:
-        return dict.fromkeys(names, 0.0)
-    return {name: -width / 2 + width * i / (len(names) - 1) for i, name in enumerate(names)}
 
 
 def plot_summary(records: list[dict], best: set[int], stats: dict, path: Path) -> None:
