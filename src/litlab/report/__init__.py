@@ -2,10 +2,7 @@
 docs/report.md), to look at a result without a server or the internet.
 
 Below the sweeps layer so that a sweep's summary can write its report at the end; plotly,
-matplotlib and Optuna are imported only when a page is built (`write_report`).
-
-Which folder is reported on (`kind_of`, checked before any work) and the page written
-into it, atomically (`write_report`); a sweep's summary calls `write_quietly` at its end."""
+matplotlib and Optuna are imported only when a page is built (`write_report`)."""
 
 import logging
 import os
@@ -15,7 +12,6 @@ from pathlib import Path
 from litlab.errors import UserError, one_line
 from litlab.utils.files import file_type
 
-# ---------------------------------------------------------------- writer
 log = logging.getLogger(__name__)
 REPORT = "report.html"
 VALID = (
@@ -70,16 +66,20 @@ def build(folder: Path, kind: str) -> str:
 def write_report(path: str | Path) -> Path:
     """<path>/report.html of a run or sweep dir; returns its path."""
     folder = Path(path)
-    text = build(folder, kind_of(folder))
     out = folder / REPORT
-    tmp = folder / f".{REPORT}.{os.getpid()}.tmp"
+    write_atomically(out, build(folder, kind_of(folder)))  # an old page stays until then
+    return out
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` through a temp file beside it: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.unlink(missing_ok=True)  # a link left there would be written through
         tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)  # a reader never sees half a page; an old one stays until then
+        tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
-    return out
 
 
 def write_quietly(sweep_dir: Path) -> Path | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from litlab.errors import UserError, one_line
+from litlab.report import write_atomically
 from litlab.report.files import common_overrides, settings_of
 from litlab.utils import commands
 
@@ -100,10 +101,7 @@ def write_plan(
     plan["id"] = _sweep_id(sweep_dir)
     if study is not None:
         plan["study"] = study
-    path = Path(sweep_dir) / PLAN
-    tmp = path.with_name(f".{PLAN}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(plan, indent=1) + "\n")
-    tmp.replace(path)
+    write_atomically(Path(sweep_dir) / PLAN, json.dumps(plan, indent=1) + "\n")
 
 
 def _sweep_id(sweep_dir: Path) -> str:

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
-from litlab.report import files
+from litlab.report import files, write_atomically
 from litlab.sweeps import plan, summary_stats
 from litlab.sweeps.summary_stats import finite, markdown, marked_best, plot_summary, replica_groups
 from litlab.utils import sweep_records
@@ -57,9 +57,7 @@ def status_of(err: BaseException | None) -> str:
 
 
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)  # atomic: a reader never sees half a record
+    write_atomically(path, json.dumps(data, indent=2, default=str))
 
 
 class SweepSummary(Callback):
