@@ -174,8 +174,8 @@ def load_jobs(sweep: Path) -> tuple[list[dict], list[str]]:
 
 
 def best_job(jobs: list[dict]) -> int | None:
-    """The number of the best completed job by its objective and the sweep's mode."""
-    done = [j for j in jobs if j["status"] == "completed" and j["objective"] is not None]
+    """The number of the best completed job by its finite objective and the sweep's mode."""
+    done = [j for j in jobs if j["status"] == "completed" and number(j["objective"]) is not None]
     if not done:
         return None
     sign = -1 if done[0]["mode"].startswith("max") else 1

@@ -24,7 +24,7 @@ from litlab.compat.hydra import job_outcome
 from litlab.errors import one_line
 from litlab.report import files, write_atomically
 from litlab.sweeps import plan, summary_stats
-from litlab.sweeps.summary_stats import finite, markdown, marked_best, plot_summary, replica_groups
+from litlab.sweeps.summary_stats import markdown, marked_best, plot_summary, replica_groups
 from litlab.utils import sweep_records
 from litlab.utils.distributed import is_rank_zero
 
@@ -162,18 +162,6 @@ def load_records(sweep_dir: Path) -> list[dict]:
     return sorted(records, key=lambda r: (r["job"], r["run_dir"]))
 
 
-def best_index(records: list[dict]) -> int | None:
-    scored = [
-        (r["objective"], i)
-        for i, r in enumerate(records)
-        if r["status"] == "completed" and finite(r["objective"])
-    ]
-    if not scored:
-        return None
-    sign = -1 if str(records[scored[0][1]]["mode"]).startswith("max") else 1
-    return min(scored, key=lambda s: (sign * s[0], s[1]))[1]
-
-
 def metric_column(metric: str) -> str:
     """Column of a final logged value: train/val/test metrics keep their names; anything else
     (e.g. LearningRateMonitor's `lr-AdamW`, the last learning rate of the schedule) is
@@ -201,7 +189,7 @@ def write_summary(
     mode = next((r["mode"] for r in records if r["status"] == "completed"), "max")
     metrics = list(dict.fromkeys([objective, *shown]))
     stats = summary_stats.compute(records, groups, metrics, objective, mode)
-    best = marked_best(records, groups, stats["best_group"], best_index(records))
+    best = marked_best(records, groups, stats["best_group"], files.best_job(records))
     shared, varying = _varying(records)
     settings = [files.settings_of(r["overrides"]) for r in records]
     keys = list(dict.fromkeys(k for job in settings for k in job))  # in the order first given

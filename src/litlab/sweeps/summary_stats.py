@@ -535,12 +535,14 @@ def replica_groups(records: list[dict], replica_keys) -> dict[str, list[dict]]:
 
 def marked_best(records: list[dict], groups: dict[str, list[dict]], best_group, best: int | None):
     """The indices of the jobs marked best: the best group's jobs when the sweep compares
-    groups (one job of it is one fold or seed, not the best configuration), else `best`, the
-    best job's."""
-    if best_group is None:
-        return set() if best is None else {best}
-    dirs = {r["run_dir"] for r in groups[best_group]}
-    return {i for i, r in enumerate(records) if r["status"] == "completed" and r["run_dir"] in dirs}
+    groups (one job of it is one fold or seed, not the best configuration), else the job
+    numbered `best`."""
+    dirs = {r["run_dir"] for r in groups[best_group]} if best_group is not None else set()
+    return {
+        i
+        for i, r in enumerate(records)
+        if r["status"] == "completed" and (r["run_dir"] in dirs if dirs else r["job"] == best)
+    }
 
 
 # -------------------------------------------------------- summary render
