@@ -21,18 +21,10 @@ rendezvous store, can exit while the other ranks' gloo threads still tear down a
 likely cause of `terminate called without an active exception`; bench/ddp.py --stress).
 
 The local ranks of `trainer=ddp` wait for each other while they start, however long that takes,
-as long as each shows signs of life. Every rank of a one-machine job imports torch and builds
-its data and model before it joins the others. On a loaded machine that took one rank over
-300 s while the others had long been waiting in torch's rendezvous, whose timeout runs from the
-moment a rank enters it: the job was lost, with advice for several machines. Here the ranks
-first meet in a folder that rank 0 makes (`LITLAB_DDP_START_DIR` tells its child ranks where):
-each touches `<rank>.alive` every second from the moment its run begins (`begin`), and writes
-`<rank>.ready` when it reaches the join (`wait`). A rank enters torch's rendezvous only when
-every rank is ready; until then it waits for each missing one as long as that one's last sign
-of life is younger than `ddp_join_timeout`. A rank that exits before it is ready ends the wait
-at once; one that stays alive but never gets ready (its heartbeat runs on, its start is
-deadlocked) ends it after START_LIMIT_S. Imports nothing heavy: the ranks begin before torch is
-imported."""
+as long as each shows signs of life (`Start`): on a loaded machine one rank took over 300 s to
+import torch and build its job, while torch's rendezvous timeout, which runs from the moment a
+rank enters it, lost the job for the others. Imports nothing heavy: the ranks begin before
+torch is imported."""
 
 import contextlib
 import logging
@@ -354,7 +346,11 @@ START_LIMIT_S = 3600.0
 
 
 class Start:
-    """This process's side of the meeting: its heartbeat, then its wait for the others."""
+    """This process's side of the meeting in a folder rank 0 makes (`ENV` tells its child ranks
+    where): it touches `<rank>.alive` every second from the moment its run begins (`begin`),
+    writes `<rank>.ready` when it reaches the join, then waits for the others (`wait`) before
+    torch's rendezvous. A rank that exits before it is ready ends the wait at once; one alive
+    but never ready (a deadlocked start) ends it after START_LIMIT_S."""
 
     def __init__(self, folder: Path, rank: int, procs: dict | None = None):
         self.folder, self.rank = Path(folder), rank

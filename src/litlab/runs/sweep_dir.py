@@ -2,38 +2,20 @@
 checked before the first one starts.
 
 `hydra.sweep.dir` is claimed when a sweep starts (`run_dir.Guard.on_multirun_start`), before
-Hydra's sweeper writes anything in it:
-
-- **Locked** (`SweepLock`: `<sweep dir>/.sweep.lock`, an OS file lock as a run dir's RunLock): a
-  second sweep into the folder while one runs is refused in one line naming the running one
-  (its PID and command); a dead process's lock is taken over. The workers of one Optuna study
-  share it (docs/sweeps.md: several workers on one machine); nothing else does.
-- **Owned** (`check_owned`): the folder is new (absent or empty), or a litlab sweep made it: its
-  plan (`sweeps.plan.read_plan`, read as data) says so, for this entry point and kind of sweep (a
-  search: this study), and everything else in it is the sweep's: the files a sweep writes at
-  its top (`SWEEP_FILES`), a launcher's folders (`LAUNCHER_DIRS`) and folders of its jobs (a
-  job record or `.hydra/overrides.yaml` of one of the plan's jobs, or nothing yet). Anything
-  else (the user's summary.csv, a `0/` of theirs, a job folder that is a file) is refused,
-  naming it.
-- **Nothing through a link**: the folder is no link, none of its entries is one, and no folder
-  in it holds a link out of itself (`checkpointing.links.links_out`: checkpoints/, metrics,
-  .hydra): a resumed job would write its files there.
-- **The same sweep**: a resume has the jobs of the plan (`sweeps.plan.check_resume`).
-- **Every job valid** (`check_jobs`): a bad value in the third job of `-m seed=1,2,-5` costs
-  one line naming that job's overrides and exit 2, not two trained jobs and a failed third.
-  Each job's config is composed as the launcher will compose it (Hydra's basic sweeper's grid,
-  or the Optuna search's fixed overrides with each trial queued up front and with its space at
-  its edges) and checked as its entry point checks it, with `${hydra:...}` resolving as in
-  that job (one composition per job; torch is imported once). What needs no import is
-  judged for every job first, so that `-m seed=1,-5` is refused in a second, not after the
-  imports that the first job's full check needs.
-- **The launcher's settings** (`hydra/launcher=parallel`, `check_launcher`) first of all: a
-  wrong `hydra.launcher.n_jobs` costs one line in a second. The launcher plans its slots with
-  the same function (hydra_plugins/litlab_launchers/parallel.py).
+Hydra's sweeper writes anything in it. It is **locked** (`SweepLock`, shared only by the
+workers of one Optuna study), **owned** (`check_owned`: new, or made by a litlab sweep of this
+entry point and kind whose every entry is its own, so the user's files are never written
+over), holds **nothing through a link** (a resumed job would write there), is **the same
+sweep** on a resume (`sweeps.plan.check_resume`), and **every job is valid** (`check_jobs`: a
+bad value in the third job of `-m seed=1,2,-5` costs one line naming that job, not two trained
+jobs and a failed third). Each job is composed as its launcher will compose it (a search: its
+fixed overrides with each queued trial and its space at its edges) and checked as its entry
+point checks it; what needs no import is judged for every job first, so `-m seed=1,-5` is
+refused in a second. The launcher's settings (`check_launcher`) are checked before all that.
 
 Nothing is written until the last step: `claim` locks the folder, checks it again under the
 lock (a sweep started meanwhile) and writes the plan. A refusal leaves the folder as it was
-(`give_up`: a lock file or folders made for the lock go again)."""
+(`give_up`)."""
 
 import copy
 import os
@@ -166,7 +148,8 @@ def _check_path(sweep_dir: Path) -> None:
 
 def check_owned(sweep_dir: Path, kind: str, entry: str, study=None) -> dict | None:
     """One `UserError` unless `sweep_dir` is new, or a litlab sweep's of this kind whose every
-    entry is its own (see the module docstring); its plan (None: a new folder)."""
+    entry is its own (`SWEEP_FILES`, `LAUNCHER_DIRS`, its jobs' folders, none a link or holding
+    a link out); its plan (None: a new folder)."""
     _check_path(sweep_dir)
     entries = sorted(os.listdir(sweep_dir)) if sweep_dir.is_dir() else []
     if not [e for e in entries if e != str(LOCK)]:

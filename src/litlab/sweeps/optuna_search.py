@@ -1,34 +1,22 @@
 """The Optuna search behind `python src/train.py -m hparams_search=NAME` (current Optuna, not
-hydra-optuna-sweeper, which pins optuna < 3).
+hydra-optuna-sweeper, which pins optuna < 3); its settings and search space: docs/sweeps.md.
 
-- Each trial is one Hydra job: the sampled params reach it as ordinary overrides
-  (`model.optimizer.lr=0.0031`), so a DDP child rank that re-executes the job with its
-  overrides trains the same params. Only the trial's id travels in an environment variable
-  (`LITLAB_OPTUNA_TRIAL`, via `hydra.job.env_set`): rank 0 reports to the study, the other ranks
-  only follow its pruning decision (litlab.callbacks.optuna_pruning).
-- Storage: a SQLite file in the sweep dir by default, or a database URL that workers on many
-  machines share (PostgreSQL: docs/sweeps.md). The study is the unit of resumption: the same
-  command (same study name) continues it. `n_trials` is the study's total: completed, pruned,
-  raised and running trials count; trials cut short by a kill or Ctrl-C do not and are
-  re-queued with their params. A SQLite file is opened only when the study may write it
-  (`check_sqlite`): a regular file (never through a link, nor its journal), new or empty, or a
-  database that is an Optuna storage or has no tables yet; the user's notes or another
-  program's database (whose tables Optuna would add its own to) is refused in one line.
+- Each trial is one Hydra job: the sampled params reach it as ordinary overrides, so a DDP
+  child rank that re-executes the job with its overrides trains the same params. Only the
+  trial's id travels in an environment variable (`ENV`, via `hydra.job.env_set`): rank 0
+  reports to the study, the other ranks only follow its pruning decision
+  (litlab.callbacks.optuna_pruning).
+- The study is the unit of resumption (a SQLite file in the sweep dir, or a database URL that
+  workers on many machines share): the same command continues it, and `n_trials` is its total.
+  Trials cut short by a kill or Ctrl-C do not count and are re-queued with their params. A
+  SQLite file is opened only when the study may write it (`check_sqlite`): Optuna would add its
+  tables to the user's notes or another program's database.
 - Seeded: the sampler's random state is reseeded from (seed, trial number) before each trial,
-  so workers never draw the same random params and a trial's draw does not depend on which
-  worker asked for it.
-- A resumed study trains its new trials as its first ones were trained: the command's
-  overrides that are not searched (`trainer.max_epochs=3`) are stored with the study, and a
-  resume with other values (trials of different budgets ranked together, with Optuna's "Using
-  an existing study" as the only sign) is refused in one line unless resumed on purpose
-  (`hydra.sweeper.strict_resume=false`). Keys that only say where files go or how much is
-  printed (`plan.MACHINE_LOCAL`) may differ, so workers on other machines can share a study.
-
-The search space: `hydra.sweeper.params` of configs/hparams_search/*.yaml, one entry per key
-(`model.optimizer.lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}`, `{type: int, ...}`,
-`{type: categorical, choices: [32, 64, 128]}`), or Hydra's sweep syntax, in YAML or on the
-command line: `choice(32,64)`, `range(1,5)` (int), `interval(0.1,0.5)` (float),
-`tag(log,interval(1e-4,1e-1))` (log-float), `tag(int,interval(1,8))` (int)."""
+  so workers never draw the same random params.
+- A resumed study trains its new trials as its first ones were trained (`check_study`): trials
+  of different budgets ranked together would show no sign but Optuna's "Using an existing
+  study". Keys that only say where files go or how much is printed (`plan.MACHINE_LOCAL`) may
+  differ, so workers on other machines can share a study."""
 
 import json
 import logging
@@ -395,7 +383,8 @@ def _complete_tables(path: Path, required: frozenset[str]) -> set[str]:
 
 def check_sqlite(url: str) -> None:
     """One `UserError` naming the file unless the SQLite file of `url` is one an Optuna study
-    may be written into (see the module docstring); other URLs pass."""
+    may be written into: a regular file (never through a link, nor its journal), new or empty,
+    or a database that is an Optuna storage or has no tables yet; other URLs pass."""
     path = _sqlite_path(url)
     if path is None:
         return

@@ -1,26 +1,15 @@
 """The statistics of a sweep summary (summary_stats.csv and .json, the sections of summary.md
-and of the printed summary that show them) and its plot (summary.png). Column names:
-docs/sweeps.md.
+and of the printed summary that show them) and its plot (summary.png); what each column means
+and when each test is used: docs/sweeps.md.
 
-Replicas (seeds, folds) of one configuration form a group: jobs whose overrides differ only in
-a replica key; each job's replica overrides (`data.fold=3`) name the fold or seed it ran. A mean
-over a few replicas means little without its spread, so each group gets its mean, std and 95%
-interval (`describe_values`: Student's t, cut to the metric's range: the mean of values in a
-range lies in it, so the cut part holds no possible mean and the coverage stays what t gives).
-Two configurations only differ when their gap is larger than the replica-to-replica noise, so
-each group is compared with the best one (by the objective's mean, in its direction) by the
-test that fits the design (`compare`):
-
-- **paired t** on the per-replica differences when both groups ran the same replicas: fold 3
-  is hard for every configuration, and pairing removes that shared part of the noise; the
-  Wilcoxon signed-rank test goes alongside from 6 pairs (with fewer, its smallest two-sided
-  p-value, 2/2^n, is above 0.05: it could never say "differs");
-- **Welch's t** when the replicas cannot be matched (fewer than 2 shared, or one repeats).
-
-The p-values are Holm-adjusted, metric by metric; a group "differs" when its adjusted p is
-below 0.05 and is "within noise" otherwise. Pooling jobs of different configurations means
-nothing, so there is no "all jobs" row unless the sweep is one configuration. Undefined parts
-are None with a `note`, never NaN and never a warning.
+Replicas (seeds, folds) of one configuration form a group. A mean over a few replicas means
+little without its spread, so each group gets its mean, std and 95% interval
+(`describe_values`); two configurations only differ when their gap is larger than the
+replica-to-replica noise, so each group is compared with the best one by the test that fits
+the design (`compare`: paired where both ran the same replicas, since pairing removes the noise
+they share; Welch otherwise), Holm-adjusted metric by metric (`holm`). Pooling jobs of
+different configurations means nothing, so there is no "all jobs" row unless the sweep is one
+configuration. Undefined parts are None with a `note`, never NaN and never a warning.
 
 scipy and matplotlib are imported inside the functions: the summary callback is built for
 every Hydra run, including `--help`, and must stay light until it writes a summary."""
@@ -81,7 +70,8 @@ def _range_text(low: float | None, high: float | None) -> str:
 
 def cut(low: float, high: float, bounds: tuple[float | None, float | None]):
     """(low, high, ci_method): the interval cut to `bounds`, and the method's name (both ends
-    inside them, also for a mean a float32 rounding put just past a bound)."""
+    inside them, also for a mean a float32 rounding put just past a bound). The mean of values
+    in a range lies in it: the cut part holds no possible mean, so the coverage stays t's."""
     floor, ceiling = bounds
     new_low, new_high = low, high
     if floor is not None:
