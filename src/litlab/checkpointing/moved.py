@@ -77,9 +77,6 @@ MOVED = {
 }
 #: the keys whose values name a class or function to build
 NAME_KEYS = ("_target_", "base_target")
-#: deeper or larger than this the walk stops (the trust check refuses configs past its own,
-#: smaller limits, in one line)
-MAX_DEPTH, MAX_NODES = 64, 1_000_000
 
 
 def current_name(name):
@@ -91,19 +88,13 @@ def current_name(name):
 
 
 def renamed(config):
-    """The stored config with moved targets renamed, in place (iterative: a deep config costs
-    no recursion); returned for convenience."""
-    stack, visited = [(config, 0)], 0
-    while stack and visited < MAX_NODES:
-        node, depth = stack.pop()
-        visited += 1
-        if depth > MAX_DEPTH:
-            continue
-        if isinstance(node, dict):
-            for key in NAME_KEYS:
-                if key in node:
-                    node[key] = current_name(node[key])
-            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    """The stored config with moved targets renamed, in place, walked as the trust check walks
+    it (`trust.config_nodes`: no recursion, no further than the depth and size it refuses);
+    returned for convenience."""
+    from litlab.checkpointing.trust import config_nodes
+
+    for _, node, _ in config_nodes(config):
+        for key in NAME_KEYS if isinstance(node, dict) else ():
+            if key in node:
+                node[key] = current_name(node[key])
     return config
