@@ -2,13 +2,9 @@
 `last.ckpt`. The file is written beside its target, flushed to disk, then renamed over it
 (`os.replace` is atomic on POSIX and Windows), so a reader sees the old file or the new one.
 
-Nothing is written through a symbolic link that leaves a run dir. A resumed run
-(`ckpt_path=<run dir>` or `last`, a requeued job) writes its checkpoints, logs, CSV rows and
-config records into the folders of an existing run dir; one of them linking elsewhere
-(`checkpoints -> /other/folder`) would have new checkpoints written, and old ones rewritten
-or deleted, there. `check_links` refuses such a run dir in one line before Hydra writes into
-it (called with the run dir's location checks, `runs.run_dir.check_location`);
-`AtomicCheckpointIO` refuses a checkpoint folder that links out while a run goes."""
+Nothing is written through a link that leaves a run dir: a resumed run writes into the
+folders of an existing run dir, and one of them linking elsewhere (`checkpoints ->
+/other/folder`) would have checkpoints written, rewritten or deleted there (`links_out`)."""
 
 import contextlib
 import fnmatch

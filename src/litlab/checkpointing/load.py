@@ -5,10 +5,7 @@ every command that reads a checkpoint reads it here, so each is refused alike.
 A checkpoint's weights are data too: a file from elsewhere may hold a `state_dict` of the
 wrong structure, tensors of the wrong shape, keys another net has, or NaN/inf weights that
 would evaluate and export without a word. Each is one line, before anything is built from it
-or written: `check_tensors` (every load: str -> dense tensor, floating values all finite,
-checked in bounded slices so nothing larger than what `torch.load` read is allocated) and
-`check_tensors_fit` (`load_run`, before `load_state_dict`: the keys and shapes of the model the
-stored config builds; a huge extra tensor is refused, never copied into the model)."""
+or written (`check_tensors` on every load, `check_tensors_fit` in `load_run`)."""
 
 from pathlib import Path
 
@@ -114,7 +111,8 @@ def without_legacy(state_dict: dict) -> dict:
 
 
 def check_tensors_fit(state_dict: dict, model_state: dict, source: str) -> None:
-    """The checkpoint's tensors are the model's: the same keys, shapes and kinds of values."""
+    """The checkpoint's tensors are the model's: the same keys, shapes and kinds of values
+    (checked before `load_state_dict`: a huge extra tensor is never copied into the model)."""
 
     def problems():  # a mismatched shape first: it says most about the net held
         for key, ours in model_state.items():

@@ -4,12 +4,8 @@ jobs in the same order and job numbers, plus what a long sweep needs.
 - **Resume.** The same command with `hydra.sweep.dir=<dir>` (printed when every sweep starts)
   runs only what is missing: a job whose record (`sweep_job.json`) says completed is kept and
   not launched; any other job that ran before runs again in its own run dir, from its own
-  `last.ckpt` when it has one (the job gets `LITLAB_SWEEP_RESUME=1`, which
-  `litlab.checkpointing.resume` turns into that checkpoint: the path of `ckpt_path=<run dir>`,
-  so its metrics.csv goes on instead of starting over), its first `.hydra/` kept. A command
-  with other settings is refused before this runs (`plan.check_resume`, from the run dir guard,
-  which also checks that the sweep dir is this sweep's own, locks it and writes its plan:
-  `litlab.runs.sweep_dir`).
+  `last.ckpt` when it has one (`_again`), so its metrics.csv goes on instead of starting over.
+  A command with other settings is refused before this runs (`litlab.runs.sweep_dir`).
 - **Every job, whatever fails.** A failed job does not raise here (Hydra's basic sweeper
   re-raises the first one and skips `on_multirun_end`): the sweep goes on, and the summary
   callback ends it with one line per failed job and exit code 1. With
