@@ -122,6 +122,29 @@ def test_an_int8_file_that_loses_more_dice_than_allowed_is_deleted_with_a_verdic
     assert rows[-1]["verdict"].startswith("int8 not kept") and not onnx.exists()
 
 
+def test_an_int8_file_judged_by_an_error_metric_is_kept_when_it_is_lower(tmp_path):
+    """A model monitored by an error (`model.monitor=val/mae model.monitor_mode=min`): its int8
+    file is worse where the error grows. It was judged as if higher were better: an int8 file
+    with half again the MAE was kept, one with a lower MAE deleted."""
+    from types import SimpleNamespace
+
+    from litlab.compression.recipe import higher_better, judge_int8
+
+    regression = SimpleNamespace(kind="regression")
+    assert not higher_better(regression, {"monitor": "val/mae", "monitor_mode": "min"})
+    assert higher_better(regression, {"monitor": "val/r2", "monitor_mode": "max"})
+    assert higher_better(SimpleNamespace(kind="volume_segmentation"), {"monitor_mode": "min"})
+    onnx = tmp_path / "1_quantize.onnx"
+    for mae, kept in ((43.0, True), (45.0, True), (66.5, False)):
+        onnx.write_bytes(b"int8")
+        rows = [{"stage": "original", "test/mae": 44.37}, {"test/mae": mae, "onnx": str(onnx)}]
+        judge_int8(rows, "test/mae", 0.02, regression, higher=False)
+        verdict = rows[-1]["verdict"]
+        assert verdict.startswith(f"int8 {'kept' if kept else 'not kept'}: test/mae"), verdict
+        assert "(allowed: <= 102%, compress.quantize.max_drop=0.02)" in verdict
+        assert onnx.exists() == kept
+
+
 def test_an_int8_file_is_judged_against_its_source_read_once_when_the_test_mirrors(
     monkeypatch, tmp_path
 ):

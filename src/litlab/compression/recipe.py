@@ -124,6 +124,7 @@ def compress(cfg: DictConfig) -> list[dict]:
     stage, dm = loaded("original", cfg.ckpt_path, dict(cfg.data_overrides))
     L.seed_everything(cfg.seed, workers=True)
     metric = judged_by(dm, stage.run_cfg["model"]["monitor"])
+    higher = higher_better(dm, stage.run_cfg["model"])
     context = {
         "source": str(cfg.ckpt_path),
         "steps": list(cfg.compress),
@@ -153,7 +154,7 @@ def compress(cfg: DictConfig) -> list[dict]:
         rows.append(_measure(stage, cfg, dm, out, index, metric))
         if stage.quantized:  # an int8 file that lost more than allowed is not kept
             read_once = _fp32_read_once(stage, dm, metric)
-            judge_int8(rows, metric, step.get("max_drop"), dm, read_once)
+            judge_int8(rows, metric, step.get("max_drop"), dm, read_once, higher)
         write_compress_report(rows, metric, out, context)
     print((out / "compress_report.md").read_text(), flush=True)
     return rows
@@ -289,11 +290,23 @@ def precheck(stage, teacher, cfg, dm) -> None:
         steps.student_config(cfg.compress.distill, source.run_cfg["model"], stage.run_cfg, dm)
 
 
+def higher_better(datamodule, model_cfg: dict) -> bool:
+    """Whether `judged_by`'s metric grows as the model gets better: the kind's compression
+    metric does (Dice); the monitor's is as its monitor_mode says (`val/mae` with `min`)."""
+    return bool(tasks.of(datamodule).compress_metric) or model_cfg.get("monitor_mode") != "min"
+
+
 def judge_int8(
-    rows: list[dict], metric: str, max_drop: float | None, dm, read_once: float | None = None
+    rows: list[dict],
+    metric: str,
+    max_drop: float | None,
+    dm,
+    read_once: float | None = None,
+    higher: bool = True,
 ) -> None:
     """The int8 row against the stage it was quantized from: past the allowed share of its
-    metric (compress.quantize.max_drop, else the task kind's), the file is deleted and the
+    metric (compress.quantize.max_drop, else the task kind's) in the worse direction (lower,
+    or higher where `higher` is False: an error such as MAE), the file is deleted and the
     row's verdict says why; within it, the verdict says it is kept. `read_once`: that stage's
     fp32 file read as the int8 file is, where its own test reads each input several times
     (test-time mirroring, which no exported file does): the share is taken of it."""
@@ -306,12 +319,13 @@ def judge_int8(
     if read_once is not None:
         how = f" read once as the int8 file is (its own test, with mirrored reads: {before:.4f})"
         before = read_once
-    kept = after >= (1 - allowed) * before
+    bound = (1 - allowed) if higher else (1 + allowed)
+    kept = after >= bound * before if higher else after <= bound * before
     share = after / before if before else float("nan")
     int8["verdict"] = (
         f"int8 {'kept' if kept else 'not kept'}: {metric} {after:.4f} is {share:.1%} of "
-        f"the {source['stage']} stage's {before:.4f}{how} (allowed: >= {1 - allowed:.0%}, "
-        f"compress.quantize.max_drop={allowed:g})"
+        f"the {source['stage']} stage's {before:.4f}{how} (allowed: {'>=' if higher else '<='} "
+        f"{bound:.0%}, compress.quantize.max_drop={allowed:g})"
     )
     if not kept:
         Path(int8["onnx"]).unlink(missing_ok=True)
