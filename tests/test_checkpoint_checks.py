@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 import torch
-from helpers.runs import command_in_process, fingerprint, run_cli, run_dirs
+from helpers.runs import command_in_process, fingerprint, run_dirs
 
 from litlab.errors import UserError
 
@@ -372,8 +372,10 @@ def test_a_run_dir_of_another_user_is_not_a_record(tiny, tmp_path, monkeypatch):
     assert data_folders.user_chosen(ckpt2) == {}
 
 
-@pytest.mark.slow  # three subprocesses on the same checkpoint (eval, export, compress)
-def test_eval_export_compress_accept_the_users_data_folder(tiny, tmp_path):
+@pytest.mark.slow  # three commands on the same checkpoint (eval, export, compress)
+def test_eval_export_compress_accept_the_users_data_folder(tiny, tmp_path, capfd):
+    """Each command's real `cli.run` (argv and all) in this process: what is checked is what
+    they accept and write, not their process (each has its subprocess checks elsewhere)."""
     _, ckpt, elsewhere = tiny
     logs = tmp_path / "logs"
     for script, extra, made in (
@@ -381,8 +383,8 @@ def test_eval_export_compress_accept_the_users_data_folder(tiny, tmp_path):
         ("export.py", ["formats=[onnx]", "latency.batch_sizes=[]"], "model.onnx"),
         ("compress.py", ["compress=[quantize]"], "compress_report.md"),
     ):
-        p = run_cli(script, f"ckpt_path={ckpt}", *extra, log_dir=logs, check=False)
-        assert p.returncode == 0, f"{script}: {p.stderr[-3000:]}"
+        code, _, err = command_in_process(script, [f"ckpt_path={ckpt}", *extra], logs, capfd)
+        assert code == 0, f"{script}: {err[-3000:]}"
         assert (run_dirs(logs, script[:-3])[0] / made).is_file()
     assert elsewhere.is_dir()
 

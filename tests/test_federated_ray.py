@@ -89,14 +89,20 @@ def _history(run_dir):
         return list(csv.DictReader(f))
 
 
-def test_sigterm_saves_the_finished_rounds_and_the_printed_resume_finishes_the_same_run(tmp_path):
+def test_sigterm_saves_the_finished_rounds_and_the_printed_resume_finishes_the_same_run(
+    tmp_path, capfd, monkeypatch
+):
     """SIGTERM while round 3 of 4 trains: exit 143, rounds 0-2 on disk, no process of the run
     30 s later; the resume command it prints, as printed (no override repeated), finishes it
-    with the final accuracy (and weights) of a run that was never stopped. That run is the
-    same server loop and ClientApp with the clients called in this process
-    (tests/helpers/federated_engine.py): Ray's start is paid by the two runs of the stop."""
+    with the final accuracy (and weights) of a run that was never stopped. The stop is what
+    needs Ray (one worker: the clients' parallelism is test_simulation_records_...'s); the
+    resume and the never-stopped run are the same server loop and ClientApp with the clients
+    called in this process (tests/helpers/federated_engine.py): the resume is federate.py's
+    command line parsed in this process, and a Ray run that ends leaving no process is
+    test_simulation_records_a_failing_client_...'s check."""
     marker = uuid.uuid4().hex
-    proc = _start(tmp_path / "logs", *SHORT, "federate.rounds=4", marker=marker)
+    one_worker = "federate.backend.init_args.num_cpus=1"
+    proc = _start(tmp_path / "logs", *SHORT, "federate.rounds=4", one_worker, marker=marker)
     tree = Descendants(proc.pid)
     _wait_for(proc, r"round 2/4 ", tree)  # round 2 is saved, round 3 is training
     assert len(tree.known) > 3  # the watchdog and Ray's processes
@@ -111,28 +117,31 @@ def test_sigterm_saves_the_finished_rounds_and_the_printed_resume_finishes_the_s
     printed = re.search(r"resume with: python src/federate.py (.+)", rest)[1]
     words = shlex.split(printed)  # the run dir, and where this run's logs are
     assert f"ckpt_path={run_dir}" in words and any(w.startswith("paths.log_dir=") for w in words)
-    marker = uuid.uuid4().hex
-    env = {**os.environ, "LITLAB_TEST_MARKER": marker, "PYTHONUNBUFFERED": "1"}
-    resumed = subprocess.run(  # as printed: no setting repeated
-        [sys.executable, "src/federate.py", *shlex.split(printed)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-        check=False,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _none_left_within(marker, 30) == []
-    assert f"resuming {run_dir}" in resumed.stdout
+    resumed = _resumed_in_process(words, capfd, monkeypatch)
+    assert f"resuming {run_dir}" in resumed
     whole_dir = tmp_path / "whole"
-    _never_stopped(whole_dir, *SHORT, "federate.rounds=4")
+    _never_stopped(whole_dir, *SHORT, "federate.rounds=4", one_worker)
     a, b = _history(run_dir), _history(whole_dir)
     assert [r["round"] for r in a] == [str(i) for i in range(5)] == [r["round"] for r in b]
     assert a[-1]["accuracy"] == b[-1]["accuracy"]  # the same digits
     wa = torch.load(run_dir / "global.ckpt", weights_only=True)["state_dict"]
     wb = torch.load(whole_dir / "global.ckpt", weights_only=True)["state_dict"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def _resumed_in_process(words: list[str], capfd, monkeypatch) -> str:
+    """`python src/federate.py <words>` (the printed words, none added) run to its end in this
+    process, the clients called by the in-process engine: its stdout (exit 0 asserted)."""
+    from helpers.federated_engine import engine
+    from helpers.here import run_here
+
+    import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
+    from litlab.federated import processes
+
+    monkeypatch.setattr(processes, "simulate", engine())
+    resumed = run_here([sys.executable, "src/federate.py", *words], capfd)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return resumed.stdout
 
 
 def _never_stopped(out, *overrides) -> None:
@@ -147,9 +156,11 @@ def _never_stopped(out, *overrides) -> None:
 
 
 def test_kill_9_of_the_driver_leaves_no_process_of_the_run(tmp_path):
-    """The watchdog ends Ray's GCS, raylet, agents and workers when the driver is killed."""
+    """The watchdog ends Ray's GCS, raylet, agents and worker when the driver is killed (one
+    worker: Ctrl-C's check below stops a run of two)."""
     marker = uuid.uuid4().hex
-    proc = _start(tmp_path, *SHORT, "federate.rounds=50", marker=marker)
+    one_worker = "federate.backend.init_args.num_cpus=1"
+    proc = _start(tmp_path, *SHORT, "federate.rounds=50", one_worker, marker=marker)
     _wait_for(proc, r"round 1/50 ")
     assert len(_marked(marker)) > 3  # the driver, the watchdog and Ray's processes
     proc.kill()
@@ -158,6 +169,7 @@ def test_kill_9_of_the_driver_leaves_no_process_of_the_run(tmp_path):
 
 
 def test_ctrl_c_during_the_simulation_leaves_no_process(tmp_path):
+    """With federate.yaml's two Ray workers, as a user's run has them."""
     marker = uuid.uuid4().hex
     proc = _start(tmp_path, *SHORT, "federate.rounds=50", marker=marker)
     tree = Descendants(proc.pid)
@@ -238,7 +250,7 @@ def test_no_process_of_the_run_outlives_a_signal_by_30_s_on_a_loaded_machine(tmp
             b.wait()
 
 
-def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
+def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path, capfd):
     """3 clients, client 2 always raises: recorded each round, the run goes on, the global
     checkpoint loads weights-only and eval.py reproduces the last round's accuracy."""
     import json
@@ -269,21 +281,13 @@ def test_simulation_records_a_failing_client_and_leaves_no_process(tmp_path):
     assert (run_dir / "history.png").is_file() and (run_dir / "client_classes.png").is_file()
     ckpt = torch.load(run_dir / "global.ckpt", weights_only=True)
     assert ckpt[CONFIG_KEY]["federate"]["num_clients"] == 3
-    ev = subprocess.run(
-        [
-            sys.executable,
-            "src/eval.py",
-            f"ckpt_path={run_dir / 'global.ckpt'}",
-            f"paths.log_dir={tmp_path / 'logs'}",
-            "extras.print_config=false",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    # eval.py in this process (its own subprocess checks: test_first_run.py and others)
+    from helpers.runs import command_in_process
+
+    code, _, err = command_in_process(
+        "eval.py", [f"ckpt_path={run_dir / 'global.ckpt'}"], tmp_path / "logs", capfd
     )
-    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert code == 0, err[-3000:]
     eval_dir = next((tmp_path / "logs" / "eval" / "runs").glob("*"))
     metrics = json.loads((eval_dir / "metrics.json").read_text())
     assert metrics["test/acc"] == pytest.approx(float(rows[2]["accuracy"]), abs=1e-6)

@@ -10,6 +10,7 @@ from helpers.reliability import (
     assert_same_as_reference,
     load,
     train,
+    train_here,
 )
 from helpers.runs import run_dirs
 
@@ -20,8 +21,9 @@ pytestmark = pytest.mark.xdist_group("reliability")
 
 
 @pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
-def test_resume_after_kill_9_is_bit_identical(tmp_path, ref_run):
-    """kill -9 mid-epoch, resume, kill -9 right after a checkpoint, resume: same weights."""
+def test_resume_after_kill_9_is_bit_identical(tmp_path, ref_run, capfd):
+    """kill -9 mid-epoch, resume, kill -9 right after a checkpoint, resume: same weights. The
+    last resume, which nothing stops, runs in this process (helpers.here)."""
     logs = tmp_path / "logs"
     last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
     p = train(logs, fault=(5, "sigkill"))  # step 5 of epoch 0; last.ckpt was written at step 4
@@ -29,15 +31,16 @@ def test_resume_after_kill_9_is_bit_identical(tmp_path, ref_run):
     p = train(logs, "ckpt_path=last", fault=(8, "sigkill"))  # resumes mid-epoch
     assert p.returncode == -9 and last()["global_step"] == 8, p.stderr[-3000:]
     run = run_dirs(logs)[0]
-    p = train(logs, f"ckpt_path={run}")
+    p = train_here(logs, f"ckpt_path={run}", capfd=capfd)
     assert p.returncode == 0, p.stderr[-3000:]
     assert run_dirs(logs) == [run], "every resume continued in the same run dir"
     assert_same_as_reference(run, ref_run)
 
 
 @pytest.mark.slow
-def test_resume_after_six_failures_is_bit_identical(tmp_path, ref_run):
-    """One run broken six ways in a row, resumed each time, equals an unbroken run."""
+def test_resume_after_six_failures_is_bit_identical(tmp_path, ref_run, capfd):
+    """One run broken six ways in a row, resumed each time, equals an unbroken run (the last
+    resume, which nothing breaks, in this process: helpers.here)."""
     logs = tmp_path / "logs"
     last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
 
@@ -60,7 +63,7 @@ def test_resume_after_six_failures_is_bit_identical(tmp_path, ref_run):
     # out of memory at the start of step 16: last.ckpt written from the state before it
     p = train(logs, "ckpt_path=last", fault=(16, "oom"))
     assert p.returncode == 1 and last()["global_step"] == 16, p.stderr[-3000:]
-    p = train(logs, "ckpt_path=last")
+    p = train_here(logs, "ckpt_path=last", capfd=capfd)
     assert p.returncode == 0, p.stderr[-3000:]
     assert run_dirs(logs) == [run], "every resume continued in the same run dir"
     assert_same_as_reference(run, ref_run)

@@ -1,5 +1,6 @@
 """Faults of issue 18, as a user meets them: a kill after an epoch that did not improve the
-metric, SIGTERM from a scheduler, a crafted checkpoint. Real runs as subprocesses."""
+metric, SIGTERM from a scheduler, a crafted checkpoint. Real runs as subprocesses; the runs
+nothing stops (a resume to the end, a reference run) in this process (helpers.here)."""
 
 import json
 import os
@@ -7,12 +8,14 @@ import os
 import pandas as pd
 import pytest
 import torch
+from helpers.here import run_here
 from helpers.reliability import (
     assert_same_as_reference,
     load,
     printed,
     run,
     train,
+    train_here,
 )
 from helpers.runs import ROOT, run_cli, run_dirs, run_in_process
 
@@ -22,7 +25,8 @@ NO_IMPROVEMENT = ["callbacks.last_checkpoint.every_n_train_steps=0", "model.moni
 
 
 @pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
-def test_kill_after_an_epoch_without_improvement_resumes_from_that_epoch(tmp_path):
+def test_kill_after_an_epoch_without_improvement_resumes_from_that_epoch(tmp_path, capfd):
+    """The resume, which nothing stops, runs in this process (helpers.here)."""
     logs = tmp_path / "logs"
     p = train(logs, *NO_IMPROVEMENT, fault=(12, "sigkill"))  # first batch of epoch 2
     assert p.returncode == -9, p.stderr[-3000:]
@@ -31,7 +35,7 @@ def test_kill_after_an_epoch_without_improvement_resumes_from_that_epoch(tmp_pat
     assert files == ["epoch_000.ckpt", "last.ckpt"], files  # epoch 1 did not improve...
     last = load(run / "checkpoints" / "last.ckpt")
     assert (last["epoch"], last["global_step"]) == (1, 12)  # ...and last.ckpt still has it
-    p = train(logs, *NO_IMPROVEMENT, "ckpt_path=last")
+    p = train_here(logs, *NO_IMPROVEMENT, "ckpt_path=last", capfd=capfd)
     assert p.returncode == 0, p.stderr[-3000:]
     trained = pd.read_csv(run / "csv" / "metrics.csv").dropna(subset=["train/loss"])
     assert sorted(trained["epoch"]) == [0, 1, 2], "no epoch was trained twice"
@@ -50,10 +54,10 @@ def test_sigterm_saves_last_ckpt_closes_logs_and_exits_143(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_sigterm_and_ctrl_c_on_last_batch(tmp_path, ref_run):
+def test_resume_after_sigterm_and_ctrl_c_on_last_batch(tmp_path, ref_run, capfd):
     """SIGTERM mid-epoch; Ctrl-C, then SIGTERM, on an epoch's last batch (the epoch's validation
     and end still run before the stop); each resumed: the same weights, metrics and log as the
-    run that was never stopped."""
+    run that was never stopped (the last resume, which nothing stops, in this process)."""
     logs = tmp_path / "logs"
     last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
     p = train(logs, fault=(2, "sigterm"))
@@ -65,7 +69,7 @@ def test_resume_after_sigterm_and_ctrl_c_on_last_batch(tmp_path, ref_run):
     )
     p = train(logs, "ckpt_path=last", fault=(11, "sigterm"))
     assert p.returncode == 143 and last()["global_step"] == 12, p.stderr[-3000:]
-    p = train(logs, "ckpt_path=last")
+    p = train_here(logs, "ckpt_path=last", capfd=capfd)
     assert p.returncode == 0, p.stderr[-3000:]
     assert_same_as_reference(run_dirs(logs)[0], ref_run)
 
@@ -88,11 +92,12 @@ def resume_command(proc) -> str:
 
 
 @pytest.mark.slow  # five runs
-def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run):
+def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run, capfd):
     """SIGTERM in the first and in the last batch of an epoch's validation, in the last epoch's
     validation, then in the test: each exits 143 with last.ckpt of the epoch's end, keeps the
     run dir marked failed, and prints a resume that works as printed (EarlyStopping and the
-    best checkpoint find their val metric); the end equals the run never stopped."""
+    best checkpoint find their val metric); the end equals the run never stopped. The last
+    resume, which nothing stops, runs in this process (helpers.here)."""
     logs = tmp_path / "logs"
     p = train(logs, *ENV_FAULT, EARLY_STOPPING, env={"FAULT": "sigterm@validate:6:0"})
     assert p.returncode == 143, p.stderr[-3000:]
@@ -108,7 +113,11 @@ def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run):
         assert (last["epoch"], last["global_step"]) == saved, spec
         failed = json.loads((run_dir / "failed.json").read_text())
         assert failed["resume"] == command and failed["exit_code"] == 143
-        p = run(printed(command), env={"FAULT": spec})
+        p = (
+            run(printed(command), env={"FAULT": spec})
+            if spec
+            else run_here(printed(command), capfd)
+        )
         assert p.returncode == (143 if spec else 0), p.stderr[-3000:]
         assert not spec or resume_command(p) == command
     assert run_dirs(logs) == [run_dir] and not (run_dir / "failed.json").exists()
@@ -119,11 +128,12 @@ def test_stops_during_validation_and_test_resume_as_printed(tmp_path, ref_run):
 
 
 @pytest.mark.slow  # three runs
-def test_a_stop_during_a_mid_epoch_validation_resumes_bit_identical(tmp_path):
+def test_a_stop_during_a_mid_epoch_validation_resumes_bit_identical(tmp_path, capfd):
     """Validation every 3 batches: SIGTERM in the one after batch 3 lets it finish, the run
-    stops at the end of batch 4 (a mid-epoch last.ckpt), and the resume equals the unbroken run."""
+    stops at the end of batch 4 (a mid-epoch last.ckpt), and the resume equals the unbroken run.
+    The unbroken run and the resume run in this process (helpers.here)."""
     mid = "+trainer.val_check_interval=3"
-    ref = train(tmp_path / "ref", mid)
+    ref = train_here(tmp_path / "ref", mid, capfd=capfd)
     assert ref.returncode == 0, ref.stderr[-3000:]
     logs = tmp_path / "logs"
     p = train(logs, mid, *ENV_FAULT, EARLY_STOPPING, env={"FAULT": "sigterm@validate:3:0"})
@@ -131,19 +141,19 @@ def test_a_stop_during_a_mid_epoch_validation_resumes_bit_identical(tmp_path):
     [run_dir] = run_dirs(logs)
     last = load(run_dir / "checkpoints" / "last.ckpt")
     assert (last["epoch"], last["global_step"]) == (0, 4)
-    p = run(printed(resume_command(p)))
+    p = run_here(printed(resume_command(p)), capfd)
     assert p.returncode == 0, p.stderr[-3000:]
     assert_same_as_reference(run_dir, run_dirs(tmp_path / "ref")[0])
 
 
 @pytest.mark.slow  # four runs
 def test_errors_after_a_checkpoint_keep_the_run_and_its_resume_works_as_printed(
-    tmp_path,
-    ref_run,
+    tmp_path, ref_run, capfd
 ):
     """A NaN loss, a full disk, then a crash litlab does not know, each after checkpoints were
     written: the run dir stays with them (marked failed), the message is one line ending with
-    the resume command, which, run as printed, ends like the run that never failed."""
+    the resume command, which, run as printed, ends like the run that never failed (that last
+    resume in this process: helpers.here)."""
     logs = tmp_path / "logs"
     last = lambda: load(run_dirs(logs)[0] / "checkpoints" / "last.ckpt")  # noqa: E731
     p = train(logs, *ENV_FAULT, env={"FAULT": "nan_input@train:9"})
@@ -168,7 +178,7 @@ def test_errors_after_a_checkpoint_keep_the_run_and_its_resume_works_as_printed(
     failed = json.loads((run_dir / "failed.json").read_text())
     assert failed["error"].startswith("RuntimeError: something litlab does not know")
 
-    p = run(printed(command))
+    p = run_here(printed(command), capfd)
     assert p.returncode == 0, p.stderr[-3000:]
     assert run_dirs(logs) == [run_dir] and not (run_dir / "failed.json").exists()
     assert_same_as_reference(run_dir, ref_run)
@@ -315,15 +325,17 @@ def test_xu_protocol_command_runs_under_multirun(tmp_path, shared_data, experime
 
 
 @pytest.mark.slow  # run by .ci/run's second stage (keeps `make test` within 5 minutes)
-def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path):
-    """Resuming a cnn checkpoint with other channels: one line naming the net it holds."""
+def test_checkpoint_of_another_net_is_refused_naming_it(tmp_path, capfd):
+    """Resuming a cnn checkpoint with other channels: one line naming the net it holds. The run
+    that makes the checkpoint runs in this process (helpers.here); the refusal, whose console
+    is checked, in its own."""
     tiny = [
         "trainer.max_epochs=1",
         "trainer.limit_train_batches=1",
         "trainer.limit_val_batches=1",
         "test=false",
     ]
-    p = train(tmp_path / "a", *tiny, "model.net.channels=[8,16]")
+    p = train_here(tmp_path / "a", *tiny, "model.net.channels=[8,16]", capfd=capfd)
     assert p.returncode == 0, p.stderr[-3000:]
     ckpt = run_dirs(tmp_path / "a")[0] / "checkpoints" / "last.ckpt"
     p = train(tmp_path / "b", *tiny, "trainer.max_epochs=2", f"ckpt_path={ckpt}")

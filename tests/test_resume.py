@@ -32,6 +32,17 @@ RUN = [
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "PYTHONUNBUFFERED": "1"}
 
 
+def _command(log_dir: Path, *overrides: str) -> list[str]:
+    """What `train` runs (helpers.here runs it in this process)."""
+    return [
+        sys.executable,
+        str(ROOT / "src" / "train.py"),
+        f"paths.log_dir={log_dir}",
+        *QUIET,
+        *overrides,
+    ]
+
+
 def train(log_dir: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
@@ -67,10 +78,13 @@ def tensorboard_steps(run: Path, tag: str = "val/acc") -> list[int]:
 
 
 @pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
-def test_continue_a_finished_run_then_branch_from_its_file(tmp_path):
+def test_continue_a_finished_run_then_branch_from_its_file(tmp_path, capfd):
     """3 epochs; `ckpt_path=last trainer.max_epochs=4` trains one more in the same run dir
     (TensorBoard continues: 4 validations, steps increasing); `ckpt_path=<file>
-    trainer.max_epochs=5` starts a new run dir from that state and leaves the first alone."""
+    trainer.max_epochs=5` starts a new run dir from that state and leaves the first alone. Both
+    commands in this process (helpers.here: their real `cli.run`, argv and all)."""
+    from helpers.here import run_here
+
     from litlab.recipes import train_and_test as train_in_process
 
     logs = tmp_path / "logs"
@@ -78,16 +92,15 @@ def test_continue_a_finished_run_then_branch_from_its_file(tmp_path):
     train_in_process(compose("train", [*RUN, "trainer.max_epochs=3"], output_dir=run))
     assert last_step(run) == 12 and len(tensorboard_steps(run)) == 3
 
-    proc = train(logs, *RUN, "ckpt_path=last", "trainer.max_epochs=4")
+    proc = run_here(_command(logs, *RUN, "ckpt_path=last", "trainer.max_epochs=4"), capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert run_dirs(logs) == [run] and last_step(run) == 16
     steps = tensorboard_steps(run)
     assert len(steps) == 4 and steps == sorted(set(steps)) and steps[-1] == 15, steps
     assert tensorboard_steps(run, "test/acc"), "the continued run tested again"
 
-    proc = train(
-        logs, *RUN, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "trainer.max_epochs=5"
-    )
+    branch_from = f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}"
+    proc = run_here(_command(logs, *RUN, branch_from, "trainer.max_epochs=5"), capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [branch] = [r for r in run_dirs(logs) if r != run]
     assert last_step(branch) == 20 and last_step(run) == 16

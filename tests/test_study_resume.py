@@ -5,6 +5,7 @@ with the study, and a command with other values is refused in one line
 import logging
 
 import pytest
+from helpers.runs import command_in_process
 
 from litlab.errors import UserError
 from litlab.sweeps import optuna_search as study_settings
@@ -24,6 +25,15 @@ def new_study(storage=None):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.create_study(study_name="digits_cnn", storage=storage, load_if_exists=True)
+
+
+def _train(tmp_path, capfd, *overrides: str, code: int = 0) -> str:
+    """`python src/train.py overrides` in this process (its real `cli.run`, argv and all; a
+    refusal's exit code is SystemExit's): its stderr, the exit code asserted. The process of a
+    search is test_sweeps.py's (a kill, two workers)."""
+    got, _, err = command_in_process("train.py", list(overrides), tmp_path / "logs", capfd)
+    assert got == code, err[-3000:]
+    return err
 
 
 def test_the_first_command_stores_its_settings_and_the_same_settings_resume():
@@ -90,28 +100,30 @@ def test_the_command_line_refuses_before_any_trial(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_real_search_resumed_with_another_budget(cli, tmp_path):
+def test_a_real_search_resumed_with_another_budget(tmp_path, capfd):
     """The issue's sequence, with 1-epoch trials: 1 trial; the same search with 2 epochs is
     refused; resumed on purpose it runs the second trial; a new study name starts afresh."""
     search = ["hydra.mode=MULTIRUN", "hparams_search=digits_cnn", *FAST]
-    cli("train.py", *search, "hydra.sweeper.n_trials=1")
-    refused = cli(
-        "train.py", *search, "hydra.sweeper.n_trials=2", "trainer.max_epochs=2", check=False
+    _train(tmp_path, capfd, *search, "hydra.sweeper.n_trials=1")
+    refused = _train(
+        tmp_path, capfd, *search, "hydra.sweeper.n_trials=2", "trainer.max_epochs=2", code=2
     )
-    assert refused.returncode == 2 and "trainer.max_epochs=1 then, 2 now" in refused.stderr
+    assert "trainer.max_epochs=1 then, 2 now" in refused
     folder = tmp_path / "logs" / "train" / "searches"
     db = f"sqlite:///{folder / 'digits_cnn' / 'optuna.db'}"
     assert len(new_study(db).trials) == 1
-    cli(
-        "train.py",
+    _train(
+        tmp_path,
+        capfd,
         *search,
         "hydra.sweeper.n_trials=2",
         "trainer.max_epochs=2",
         "hydra.sweeper.strict_resume=false",
     )
     assert len(new_study(db).trials) == 2
-    cli(
-        "train.py",
+    _train(
+        tmp_path,
+        capfd,
         *search,
         "hydra.sweeper.n_trials=1",
         "trainer.max_epochs=2",

@@ -1,7 +1,8 @@
 """Grid sweeps that resume (issue #36): the command printed when a sweep starts (and again when
 it stops) runs only what is missing; a resume with other settings is refused in one line;
 `fail_fast` stops at the first failed job; every sweep with failures ends with one line per
-failed job and exit code 1. Run as a user runs them (subprocesses)."""
+failed job and exit code 1. Run as a user runs them: subprocesses where a signal, an exit or
+the console is checked, else the command's real `cli.run` in this process."""
 
 import csv
 import os
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.here import run_here
 from helpers.runs import (
     QUIET,
     ROOT,
@@ -72,7 +74,10 @@ def _rows(metrics_csv: Path) -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 @pytest.mark.slow  # three sweeps and one run of tiny jobs: ~2 minutes on 2 busy cores
-def test_stopped_sweep_resumes_as_printed_and_trains_only_what_is_missing(tmp_path):
+def test_stopped_sweep_resumes_as_printed_and_trains_only_what_is_missing(tmp_path, capfd):
+    """The stop and the resume are subprocesses (a signal; Lightning's notice kept off the
+    console); the run without a stop and the resume that finds nothing to do run in this
+    process."""
     log_dir = tmp_path / "logs"
     first = _run(
         _sweep(log_dir, "seed=1,2", "model.optimizer.lr=0.01,0.02", FAULT),
@@ -112,7 +117,7 @@ def test_stopped_sweep_resumes_as_printed_and_trains_only_what_is_missing(tmp_pa
     assert list((sweep / "1" / ".hydra").glob("resume-*/config.yaml"))
 
     # the resumed job ends as the same job run without a stop
-    alone = _run(_train(log_dir, "seed=1", "model.optimizer.lr=0.02", FAULT))
+    alone = run_here(_train(log_dir, "seed=1", "model.optimizer.lr=0.02", FAULT), capfd)
     assert alone.returncode == 0, alone.stderr[-3000:]
     [single] = (log_dir / "train" / "runs").iterdir()
     assert csv_test_metrics(sweep / "1") == csv_test_metrics(single)
@@ -120,14 +125,14 @@ def test_stopped_sweep_resumes_as_printed_and_trains_only_what_is_missing(tmp_pa
     assert _rows(sweep / "1" / "csv" / "metrics.csv") == _rows(single / "csv" / "metrics.csv")
 
     every_job = {i: fingerprint(sweep / str(i)) for i in range(4)}
-    again = _run(_printed(started))  # all completed: nothing runs, nothing is written in a job
+    again = run_here(_printed(started), capfd)  # all completed: nothing runs or is written
     assert again.returncode == 0, again.stderr[-3000:]
     assert "4 of 4 jobs completed before and are kept" in again.stdout
     assert {i: fingerprint(sweep / str(i)) for i in range(4)} == every_job
 
 
 @pytest.mark.slow  # two sweeps of tiny jobs: ~2 minutes on 2 busy cores
-def test_fail_fast_stops_at_the_first_failed_job_which_the_resume_runs_again(tmp_path):
+def test_fail_fast_stops_at_the_first_failed_job_which_the_resume_runs_again(tmp_path, capfd):
     """The first job crashes in its second epoch (an exception litlab does not know): with
     fail_fast the second job never starts; the sweep names the failure in one line, exits 1 and
     prints the command that runs the rest, which runs the failed job again from its last.ckpt
@@ -151,7 +156,7 @@ def test_fail_fast_stops_at_the_first_failed_job_which_the_resume_runs_again(tmp
     )
     assert rest and "hydra.callbacks.sweep_summary.fail_fast=true" in rest.group(1)
 
-    again = _run(_printed(rest.group(1)))  # the crash was a one-off: FAULT is not set now
+    again = run_here(_printed(rest.group(1)), capfd)  # a one-off crash: FAULT is not set now
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming {sweep / '0'} from last.ckpt" in again.stdout
     assert [r["status"] for r in _summary(sweep)] == ["completed", "completed"]

@@ -1,4 +1,5 @@
-"""Sweeps as a user runs them (subprocesses): the grid summary, and the Optuna search with its
+"""Sweeps as a user runs them (subprocesses where a kill or two workers are the point, else the
+command's real `cli.run` in the worker): the grid summary, and the Optuna search with its
 failed and pruned trials, resume after a kill, and two workers sharing one study."""
 
 import csv
@@ -78,26 +79,26 @@ def test_grid_summary_records_failed_jobs_and_exits_nonzero(tmp_path, capfd):
 
 
 @pytest.mark.slow  # 11 s on 2 cores: .ci/run's second stage (make test stays within 5 minutes)
-def test_search_records_failed_and_pruned_trials(cli, tmp_path):
+def test_search_records_failed_and_pruned_trials(tmp_path, capfd):
     """3 trials: one raises (a test fraction of 0.999 leaves no validation sample: found when
     the data is split, not before), one is pruned (lr=1e-7 learns nothing: its epoch-0 val/acc
     is below the completed trial's), the study goes on and writes its best params, history plot
-    and summary. The test-fraction space comes from the command line."""
+    and summary. The test-fraction space comes from the command line. In the worker (its real
+    cli.run(main)): the exit code is SystemExit's."""
     log_dir = tmp_path / "logs"
-    proc = cli(
-        "train.py",
-        *SEARCH,
-        "hydra.sweeper.n_trials=3",
-        "data.test_fraction=choice(0.2,0.999)",
+    enqueued = (
         "hydra.sweeper.enqueue_trials=[{data.test_fraction:0.999},"
         "{model.optimizer.lr:0.003,data.test_fraction:0.2},"
-        "{model.optimizer.lr:1.0e-7,data.test_fraction:0.2}]",
-        "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:1,"
-        "n_warmup_steps:0}",
-        check=False,
+        "{model.optimizer.lr:1.0e-7,data.test_fraction:0.2}]"
     )
-    assert proc.returncode == 1, proc.stderr[-2000:]  # the failed trial, after the study's end
-    failed = proc.stderr.splitlines()[proc.stderr.splitlines().index("1 failed job(s):") + 1]
+    pruner = (
+        "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:1,"
+        "n_warmup_steps:0}"
+    )
+    overrides = [*SEARCH, "hydra.sweeper.n_trials=3", "data.test_fraction=choice(0.2,0.999)"]
+    code, _, stderr = command_in_process("train.py", [*overrides, enqueued, pruner], log_dir, capfd)
+    assert code == 1, stderr[-2000:]  # the failed trial, after the study's end
+    failed = stderr.splitlines()[stderr.splitlines().index("1 failed job(s):") + 1]
     assert failed.startswith("job 0 (") and "at least one sample" in failed, failed
     trials = load_trials(log_dir)
     states = [t.state.name for t in trials]
@@ -120,7 +121,10 @@ def test_search_records_failed_and_pruned_trials(cli, tmp_path):
 
 
 @pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
-def test_search_resumes_after_a_kill_without_rerunning_finished_trials(cli, tmp_path):
+def test_search_resumes_after_a_kill_without_rerunning_finished_trials(tmp_path, capfd):
+    """The kill is a subprocess's; the resume runs in this process (helpers.here)."""
+    from helpers.here import run_here
+
     log_dir = tmp_path / "logs"
     args = [*SEARCH, NO_PRUNING, "hydra.sweeper.n_trials=2"]
     proc = subprocess.Popen(
@@ -135,7 +139,8 @@ def test_search_resumes_after_a_kill_without_rerunning_finished_trials(cli, tmp_
     first = (study_dir(log_dir) / "trial_0" / "sweep_job.json").read_text()
     assert [t.state.name for t in load_trials(log_dir)] == ["COMPLETE", "RUNNING"]
 
-    cli("train.py", *args)
+    resumed = run_here(command(log_dir, *args), capfd)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     trials = load_trials(log_dir)
     assert (study_dir(log_dir) / "trial_0" / "sweep_job.json").read_text() == first  # not re-run
     assert trials[1].state.name == "FAIL" and trials[1].user_attrs["interrupted"]

@@ -75,3 +75,19 @@ def assert_same_as_reference(run: Path, ref_run: Path) -> None:
     epochs = lambda r: set(pd.read_csv(r / "csv" / "metrics.csv")["epoch"].dropna())  # noqa: E731
     assert epochs(run) == epochs(ref_run), "the CSV log continues across resumes"
     assert not list((run / "checkpoints").glob("*.tmp")), "no temp file left behind"
+
+
+def train_here(log_dir: Path, *overrides: str, capfd=None) -> subprocess.CompletedProcess:
+    """`train(log_dir, *overrides)` without a fault, run in this process (helpers.here): for a
+    resume to the end or a reference run, whose process is not what a test checks."""
+    from helpers.here import run_here
+
+    cmd = [
+        sys.executable,
+        str(ROOT / "src" / "train.py"),
+        f"paths.log_dir={log_dir}",
+        *QUIET,
+        *BUDGET,
+        *overrides,
+    ]
+    return run_here(cmd, capfd)
