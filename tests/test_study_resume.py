@@ -80,6 +80,7 @@ def test_the_command_line_refuses_before_any_trial(cli, tmp_path):
     plan.write_plan(folder, None, own, kind=plan.SEARCH, study="digits_cnn")  # a litlab search's
     study = new_study(f"sqlite:///{folder / 'optuna.db'}")
     study_settings.check_study(study, ["hparams_search=digits_cnn", "trainer.max_epochs=3"])
+    stored_plan = (folder / plan.PLAN).read_bytes()
     proc = cli(
         "train.py",
         "hydra.mode=MULTIRUN",
@@ -95,6 +96,11 @@ def test_the_command_line_refuses_before_any_trial(cli, tmp_path):
         "purpose with hydra.sweeper.strict_resume=false"
     )
     assert proc.stderr.strip().splitlines() == [expected]
+    # refused before the sweep is announced: no resume command of the refused settings printed
+    # or written into the plan, no summary at exit (the refusal once came after all three)
+    assert proc.stdout.strip() == "", proc.stdout[-2000:]
+    assert (folder / plan.PLAN).read_bytes() == stored_plan
+    assert not list(folder.glob("summary*")) and not (folder / "report.html").exists()
     assert new_study(f"sqlite:///{folder / 'optuna.db'}").trials == []
     assert not list(folder.glob("trial_*"))
 

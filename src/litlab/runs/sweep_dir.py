@@ -227,6 +227,10 @@ class SweepDir:
         self._made_lock = not os.path.lexists(self.path / LOCK)
         self.lock.acquire()
         self.check()
+        if self.kind == plan.SEARCH:  # a study that cannot be resumed: refused before the plan
+            sweeper = OmegaConf.to_container(self.config.hydra.sweeper, resolve=True)
+            arguments = [str(o) for o in self.config.hydra.overrides.task]
+            optuna_search.check_resumable(sweeper, arguments, self.path)
         plan.write_plan(self.path, self.jobs, self.command, self.entry, self.kind, self.study)
         _held[str(self.path)] = self
 

@@ -141,7 +141,28 @@ def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
     return study, url, sampler_spec.get("seed")
 
 
-def _check_own_study(study, sweep_dir: Path) -> None:
+def check_resumable(options: dict, arguments: list[str], sweep_dir: Path) -> None:
+    """The study this command would resume, checked before the sweep dir is claimed: another
+    sweep's, or one started with other settings, is refused in one line before the sweep is
+    announced, its plan rewritten or its summary printed at exit (`_open_study` checks it
+    again when the search starts). Read only: a new study is left to the search to create."""
+    url = options.get("storage")
+    if url is None and not (sweep_dir / "optuna.db").is_file():
+        return
+    import optuna
+
+    storage = storage_for(url, sweep_dir, None)[1]
+    try:
+        study = optuna.load_study(study_name=str(options["study_name"]), storage=storage)
+    except KeyError:  # no study of that name yet
+        return
+    if url is None:
+        _check_own_study(study, sweep_dir, record=False)
+    check_study(study, build_space(options.get("params"), arguments)[1], record=False,
+                strict=options.get("strict_resume", True))  # fmt: skip
+
+
+def _check_own_study(study, sweep_dir: Path, record: bool = True) -> None:
     """The study in the sweep dir's optuna.db is this sweep's (its plan's id, recorded with the
     study), not one copied in from another sweep, whose trials and run dirs are elsewhere."""
     own = (plan.read_plan(sweep_dir) or {}).get("id")
@@ -149,7 +170,8 @@ def _check_own_study(study, sweep_dir: Path) -> None:
         return
     stored = study.user_attrs.get(SWEEP_ID)
     if stored is None:  # a new study (or one from before the id): it is this sweep's now
-        study.set_user_attr(SWEEP_ID, own)
+        if record:
+            study.set_user_attr(SWEEP_ID, own)
     elif stored != own:
         raise UserError(
             f"{sweep_dir / 'optuna.db'}: its study {study.study_name} is another sweep's (sweep "
@@ -426,12 +448,13 @@ def check_sqlite(url: str) -> None:
 ATTR = "fixed_overrides"
 
 
-def check_study(study, fixed: list[str], strict: bool = True) -> None:
-    """Store the settings with a new study; compare them with a resumed one's (see above)."""
+def check_study(study, fixed: list[str], strict: bool = True, record: bool = True) -> None:
+    """Store the settings with a new study (`record`); compare them with a resumed one's."""
     current = settings_of(fixed, skip=MACHINE_LOCAL)
     stored = study.user_attrs.get(ATTR)
     if stored is None:  # a new study (or one from before this check): these are its settings
-        study.set_user_attr(ATTR, current)
+        if record:
+            study.set_user_attr(ATTR, current)
         return
     changes = ", ".join(setting_changes(stored, current))
     if not changes:
