@@ -4,7 +4,7 @@
 the legacy exporter is the fallback for nets torch.export cannot trace. Weights are embedded
 (no `.onnx.data` beside the file) whenever the model fits ONNX's 2 GB protobuf limit.
 `torch.export` programs (`.pt2`) get the same dynamic axes, and the metadata as one JSON extra
-file (`metadata.json`), read back without deserializing the program (`read_pt2_metadata`).
+file (`metadata.json`), read back with the program (`read_pt2_metadata`: `torch.export.load`).
 
 TensorRT through Torch-TensorRT needs a CUDA GPU and `torch_tensorrt` (requirements-gpu.txt):
 `config.rules.tensorrt_missing()` says in one line what this machine lacks (export.py refuses
