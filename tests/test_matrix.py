@@ -31,7 +31,7 @@ def cells(digits_run, tmp_path_factory):
         "federate": Row("f", "f", ["federate.local_epochs=1", "trainer.limit_train_batches=2"]),
         "tune=lr": Row("t", "t", ["trainer.max_epochs=1", "tune.lr_find.num_training=20"]),
     }
-    ctx = Ctx(work / "logs", clean_env(work / "data"), ckpt=str(digits_run.best))
+    ctx = Ctx(work / "logs", clean_env(work / "data"), ckpt=str(digits_run.best), in_process=True)
     before = git_status()
     done: dict[str, Cell] = {}
 
@@ -106,7 +106,7 @@ def test_one_row_per_task_kind_has_no_failed_cell(row, tmp_path):
     if row == "gin_mutag":
         require_shared("TUDataset")  # MUTAG
     out = tmp_path / "matrix.md"
-    args = ["--rows", row, "--jobs", "1", "--quick"]
+    args = ["--rows", row, "--jobs", "1", "--quick", "--in-process"]
     code = main([*args, "--results", str(tmp_path / "results.json"), "--out", str(out)])
     text = out.read_text()
     results = json.loads((tmp_path / "results.json").read_text())
