@@ -7,7 +7,8 @@ experiment, run as a user runs them (subprocesses of src/*.py), written to docs/
 
 Results are kept in a JSON file (--results) and merged, so rows or columns can be rerun; the
 markdown is written from all the results kept. tests/test_matrix.py runs the digits row's cells and
-one row of each other task kind (slow)."""
+one row of each other task kind (slow), with --quick and --in-process (the cells whose process
+is not what they show run inside the test's process: matrix_cells.Ctx.in_process)."""
 
 import argparse
 import json
@@ -381,7 +382,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.in_process and args.jobs != 1:  # one process's environment, cwd and stdout
         print(
-            f"error: --in-process runs one row at a time, not --jobs {args.jobs}", file=sys.stderr
+            f"error: --jobs {args.jobs}: --in-process runs one row at a time (--jobs 1, the default)",
+            file=sys.stderr,
         )
         return 2
     shared = Path(args.shared)
