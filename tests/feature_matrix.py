@@ -7,7 +7,8 @@ experiment, run as a user runs them (subprocesses of src/*.py), written to docs/
 
 Results are kept in a JSON file (--results) and merged, so rows or columns can be rerun; the
 markdown is written from all the results kept. tests/test_matrix.py runs the digits row's cells and
-one row of each other task kind (slow)."""
+one row of each other task kind (slow), with --quick and --in-process (the cells whose process
+is not what they show run inside the test's process: matrix_cells.Ctx.in_process)."""
 
 import argparse
 import json
@@ -199,9 +200,12 @@ def outside_writes(before: set[str]) -> list[str]:
     return sorted(line[3:] for line in cells.git_status() - before if "__pycache__" not in line)
 
 
-def run_row(row: Row, columns: list[str], work: Path, env: dict, log=print, save=None) -> dict:
-    """Each column's Cell for `row`; the train cell first (the others use its checkpoint)."""
-    ctx = cells.Ctx(work / row.name / "logs", env)
+def run_row(
+    row: Row, columns: list[str], work: Path, env: dict, log=print, save=None, in_process=False
+) -> dict:
+    """Each column's Cell for `row`; the train cell first (the others use its checkpoint).
+    `in_process`: the cells that may run in this process do (`matrix_cells.Ctx.in_process`)."""
+    ctx = cells.Ctx(work / row.name / "logs", env, in_process=in_process)
     out = {}
     before = cells.git_status()
     train = cells.train(row, ctx)
@@ -367,9 +371,21 @@ def main(argv=None) -> int:
     parser.add_argument("--render-only", action="store_true", help="write --out from --results")
     parser.add_argument("--quick", action="store_true", help="the slow test's shorter settings")
     parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="eval, inspect, tune=lr, the CPU exports and compress inside this process (the "
+        "slow test's: no interpreter start-up each); one row at a time",
+    )
+    parser.add_argument(
         "--commands", action="store_true", help="print the chosen rows' commands, run nothing"
     )
     args = parser.parse_args(argv)
+    if args.in_process and args.jobs != 1:  # one process's environment, cwd and stdout
+        print(
+            f"error: --jobs {args.jobs}: --in-process runs one row at a time (--jobs 1, the default)",
+            file=sys.stderr,
+        )
+        return 2
     shared = Path(args.shared)
     all_rows = [quick(r) for r in rows(shared)] if args.quick else rows(shared)
     chosen = [r for r in all_rows if args.rows == "all" or r.name in args.rows.split(",")]
@@ -398,7 +414,14 @@ def main(argv=None) -> int:
                     }
                 }
             else:
-                got = run_row(row, columns, work, env, save=lambda done: keep(row, done))
+                got = run_row(
+                    row,
+                    columns,
+                    work,
+                    env,
+                    save=lambda done: keep(row, done),
+                    in_process=args.in_process,
+                )
             keep(row, got)
 
         commit = cells.tree_commit()
@@ -413,8 +436,11 @@ def main(argv=None) -> int:
                 # the project whose files every cell checks it left alone (`--render-only`
                 # writes it from the results an interrupted run kept)
 
-        with ThreadPoolExecutor(args.jobs) as pool:
-            list(pool.map(one, chosen))
+        if args.jobs == 1:  # in this thread: a command run in the process may set signals
+            list(map(one, chosen))
+        else:
+            with ThreadPoolExecutor(args.jobs) as pool:
+                list(pool.map(one, chosen))
     Path(args.out).write_text(render(results, all_rows))
     bad = [(r, c) for r, got in results.items() for c, v in got.items() if v["status"] == "FAILED"]
     print(f"{len(bad)} failed cells: {bad}" if bad else "no failed cell")

@@ -1,17 +1,23 @@
 """The cells of the feature x domain matrix (tests/feature_matrix.py): each runs one entry
 point in a subprocess, as a user would, and returns a `Cell` (status and the number it made,
-or the one line it refused with). Nothing here imports litlab: the commands are the product."""
+or the one line it refused with). Nothing here imports litlab: the commands are the product.
+The slow test's rows (`Ctx.in_process`) run some of them inside the test's process instead
+(`run_here`): the same script, argv and exit code, without an interpreter's start-up each."""
 
+import contextlib
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["extras.print_config=false", "callbacks.rich_progress_bar=null"]
@@ -42,6 +48,10 @@ class Ctx:
     onnx: str = ""  # the export cell's model.onnx
     # format -> (process, run dir) of an earlier export.py run that wrote it among others
     exported: dict = field(default_factory=dict)
+    # the cells whose process is not what they show run in this one (`run_here`): eval,
+    # inspect, tune=lr, the CPU exports and compress; the train cell, the TensorRT refusal
+    # (an exit code and one line on stderr), serve (a server) and federate (Ray) stay processes
+    in_process: bool = False
 
 
 COMPRESS_STEPS = ("prune", "distill", "quantize")
@@ -82,8 +92,13 @@ def quiet(script: str) -> list[str]:
     return QUIET if script in ("train.py", "compress.py") else QUIET_AFTER
 
 
-def run(script: str, args: list[str], ctx: Ctx, timeout: float):
+def run(script: str, args: list[str], ctx: Ctx, timeout: float, here: bool = True):
+    """(completed process or None when it timed out, seconds); `here` and `ctx.in_process`:
+    run in this process (`run_here`: no timeout)."""
     args = [*quiet(script), *args]
+    if here and ctx.in_process:
+        started = time.time()
+        return run_here(script, args, ctx), time.time() - started
     cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={ctx.log_dir}", *args]
     started = time.time()
     try:
@@ -93,6 +108,65 @@ def run(script: str, args: list[str], ctx: Ctx, timeout: float):
     except subprocess.TimeoutExpired:
         return None, time.time() - started
     return proc, time.time() - started
+
+
+@contextlib.contextmanager
+def _captured_fds():
+    """Whatever this process writes to its stdout and stderr meanwhile, file descriptors
+    included (litlab's refusals go to `sys.__stderr__`), read into `.stdout` / `.stderr`."""
+    got = SimpleNamespace(stdout="", stderr="")
+    streams = sys.stdout, sys.stderr
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        for stream in (*streams, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        text = {"buffering": 1, "encoding": "utf-8", "errors": "replace", "closefd": False}
+        with open(1, "w", **text) as sys.stdout, open(2, "w", **text) as sys.stderr:
+            try:
+                yield got
+            finally:
+                for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                sys.stdout, sys.stderr = streams
+                for fd, copy in zip((1, 2), saved, strict=True):
+                    os.dup2(copy, fd)
+                    os.close(copy)
+        for file, name in ((out, "stdout"), (err, "stderr")):
+            file.seek(0)
+            setattr(got, name, file.read().decode("utf-8", "replace"))
+
+
+def run_here(script: str, args: list[str], ctx: Ctx):
+    """`python src/<script> args` inside this process, as tests/helpers' `command_in_process`
+    runs it (runpy of the script: its `cli.run_main`, Hydra and exit code), in the cell's
+    environment and working directory; torch's thread count is put back after. A traceback is
+    exit 1 with the traceback on stderr, as the interpreter would end. The result reads as a
+    subprocess's (returncode, stdout, stderr)."""
+    import torch
+    from helpers.runs import command_in_process
+
+    threads, cwd, environ = torch.get_num_threads(), os.getcwd(), dict(os.environ)
+    os.environ.clear()
+    os.environ.update(ctx.env)
+    os.chdir(ROOT)
+    try:
+        with _captured_fds() as got:
+            try:
+                code, _, _ = command_in_process(script, args, ctx.log_dir, quiet=False)
+            except Exception:  # noqa: BLE001 (a crash of the command: its cell says FAILED)
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+        torch.set_num_threads(threads)
+    code = 0 if code is None else code if isinstance(code, int) else 1
+    return SimpleNamespace(returncode=code, stdout=got.stdout, stderr=got.stderr)
 
 
 def last_line(text: str) -> str:
@@ -132,7 +206,7 @@ TEST_KEYS = ("test/acc", "test/dice", "test/auroc", "test/f1", "test/r2")
 
 
 def train(row, ctx: Ctx, column="train", timeout=1800) -> Cell:
-    proc, s = run(*command(column, row), ctx, timeout)
+    proc, s = run(*command(column, row), ctx, timeout, here=column != "train")
     if (bad := outcome(proc, s, timeout)) is not None:
         return bad
     out = run_dir_of(proc.stdout, ctx.log_dir, "train")
@@ -165,7 +239,8 @@ def export(fmt: str):
     def cell(row, ctx: Ctx, timeout=900) -> Cell:
         if fmt in ctx.exported:  # an earlier cell's export.py run wrote and judged it too
             return judge_export(fmt, *ctx.exported.pop(fmt), 0.0, ctx, timeout, shared=True)
-        proc, s = run(*command(f"export {fmt}", row, ctx.ckpt), ctx, timeout)
+        here = fmt != "tensorrt"
+        proc, s = run(*command(f"export {fmt}", row, ctx.ckpt), ctx, timeout, here)
         out = None
         if proc is not None and proc.returncode in (0, 1):
             out = run_dir_of(proc.stdout, ctx.log_dir, "export")
@@ -290,7 +365,7 @@ def compress(step: str):
 
 
 def federate(row, ctx: Ctx, timeout=600) -> Cell:
-    proc, s = run(*command("federate", row), ctx, timeout)
+    proc, s = run(*command("federate", row), ctx, timeout, here=False)
     if (bad := outcome(proc, s, timeout)) is not None:
         return bad
     out = run_dir_of(proc.stdout, ctx.log_dir, "federate")

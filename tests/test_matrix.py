@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from feature_matrix import COLUMNS, QUICK_EXPORT, Row, main, render, rows
+from feature_matrix import COLUMNS, QUICK_EXPORT, QUICK_EXPORT_TOGETHER, Row, main, render, rows
 from helpers.runs import ROOT, SHARED_DATA, require_shared
 from matrix_cells import Cell, Ctx, clean_env, git_status, tree_commit
 
@@ -21,17 +21,19 @@ FAST = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_
 @pytest.fixture(scope="module")
 def cells(digits_run, tmp_path_factory):
     """The cells of the digits row, run on the session's digits checkpoint with short
-    trainings; module scope: serve uses the model.onnx that the export cell wrote."""
+    trainings; module scope: serve uses the model.onnx that the export cell wrote. The cells
+    whose process is not the point run in this one (`Ctx.in_process`)."""
     work = tmp_path_factory.mktemp("matrix")
     row = next(r for r in rows(SHARED_DATA) if r.name == "digits_cnn")
     row.train, row.short = [*FAST], [*FAST]
     row.compress = [*FAST, "report.onnx=false", "report.batch_sizes=[1]", "report.budget_s=0.2"]
-    row.export = [*QUICK_EXPORT]
+    # one export.py run writes onnx, pt2 and onnx_int8; each export cell judges its own format
+    row.export, row.export_together = [*QUICK_EXPORT], QUICK_EXPORT_TOGETHER
     special = {  # the whole default run would be minutes: the same commands, shorter
         "federate": Row("f", "f", ["federate.local_epochs=1", "trainer.limit_train_batches=2"]),
         "tune=lr": Row("t", "t", ["trainer.max_epochs=1", "tune.lr_find.num_training=20"]),
     }
-    ctx = Ctx(work / "logs", clean_env(work / "data"), ckpt=str(digits_run.best))
+    ctx = Ctx(work / "logs", clean_env(work / "data"), ckpt=str(digits_run.best), in_process=True)
     before = git_status()
     done: dict[str, Cell] = {}
 
@@ -106,7 +108,7 @@ def test_one_row_per_task_kind_has_no_failed_cell(row, tmp_path):
     if row == "gin_mutag":
         require_shared("TUDataset")  # MUTAG
     out = tmp_path / "matrix.md"
-    args = ["--rows", row, "--jobs", "1", "--quick"]
+    args = ["--rows", row, "--jobs", "1", "--quick", "--in-process"]
     code = main([*args, "--results", str(tmp_path / "results.json"), "--out", str(out)])
     text = out.read_text()
     results = json.loads((tmp_path / "results.json").read_text())

@@ -140,22 +140,30 @@ def test_a_label_map_answers_as_a_png_when_asked():
 
 
 @pytest.mark.slow  # about a minute on 2 cores
-def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path):
+def test_a_mask_folder_trains_exports_serves_and_quantizes(tmp_path, capfd):
     """data=masks through train (Dice of a learnable task), eval, export (fp32 + int8),
-    one HTTP request to src/serve.py answering a label map, compress=quantize."""
+    one HTTP request to src/serve.py answering a label map, compress=quantize. train.py and
+    serve.py run as processes; eval, export and compress in this one (`command_in_process`:
+    their scripts and exit codes, without three interpreters' start-up)."""
     from helpers import serve
+    from helpers.runs import command_in_process
 
     root = mask_folder(tmp_path / "m", count=80)
     logs = tmp_path / "logs"
     common = [f"paths.log_dir={logs}", "extras.print_config=false"]
 
-    def run(*args):
+    def run(script, *args):
+        if script != "src/train.py":
+            code, out, err = command_in_process(
+                script.removeprefix("src/"), [*args, common[1]], logs, capfd, quiet=False
+            )
+            assert code == 0, out[-2000:] + err[-3000:]
+            return
         done = subprocess.run(
-            [sys.executable, *args, *common], cwd=ROOT, capture_output=True, text=True,
+            [sys.executable, script, *args, *common], cwd=ROOT, capture_output=True, text=True,
             timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-        return done
 
     run("src/train.py", "model=unet2d", "data=masks", f"data.root={root}", "data.num_classes=3",
         "data.image_size=32", "data.batch_size=8", "trainer.max_epochs=20",
