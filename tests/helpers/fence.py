@@ -13,6 +13,7 @@ private module of another library (`"hydra._internal.core_plugins..."`) is a rea
 
 import ast
 import builtins
+import functools
 import importlib
 import inspect
 import re
@@ -122,6 +123,7 @@ def _top_level(tree: ast.Module) -> tuple[set, dict]:
     return {n for n in names if private(n)}, imports
 
 
+@functools.cache  # a library class is in many litlab classes' families: its source read once
 def _foreign_names(cls: type) -> dict:
     """{private name: cls's qualname} for what another library's class defines or assigns."""
     found = {n: cls.__qualname__ for n in vars(cls) if private(n)}
