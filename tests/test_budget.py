@@ -43,6 +43,23 @@ def test_the_budget_applies_to_what_make_test_selects(monkeypatch):
     assert budget_s() == 123.0
 
 
+def test_a_cpu_without_avx512_gets_its_own_budget(monkeypatch, tmp_path):
+    """The suite's CPU time depends on the CPU kind: an AVX2-only EPYC used 1,340 CPU seconds
+    where the AVX-512 kind used 853; each kind's budget leaves the same room for growth."""
+    from helpers import budget
+
+    monkeypatch.delenv("LITLAB_TEST_BUDGET_S", raising=False)
+    avx2, avx512 = tmp_path / "avx2", tmp_path / "avx512"
+    avx2.write_text("flags\t\t: fpu sse sse2 avx avx2 fma\n")
+    avx512.write_text("flags\t\t: fpu sse sse2 avx avx2 avx512f avx512bw avx512vl\n")
+    assert not budget.has_avx512(avx2) and budget.has_avx512(avx512)
+    assert budget.has_avx512(tmp_path / "missing")  # unreadable: CI's kind
+    monkeypatch.setattr(budget, "has_avx512", lambda: False)
+    assert budget.budget_s() == budget.BUDGET_CPU_S_WITHOUT_AVX512
+    monkeypatch.setattr(budget, "has_avx512", lambda: True)
+    assert budget.budget_s() == budget.BUDGET_CPU_S
+
+
 def test_a_checkout_without_a_cache_orders_its_checks_by_the_committed_durations(pytestconfig):
     """CI's fresh clone has no pytest cache: tests/durations.json gives its checks their
     longest-first order (the slow stage's kind rows of several minutes among them), and
