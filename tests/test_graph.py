@@ -342,3 +342,32 @@ def test_joint_selection_keeps_the_last_epoch_best_on_loss_and_acc(cli, tmp_path
     last_epoch = int(val.index[-1])
     assert last_epoch < 59, "stopped early"
     assert last_epoch - either[-1] == 3, val  # 3 validations without any best, then stop
+
+
+@pytest.mark.parametrize("model", ["gnn", "gin"])
+def test_a_training_step_updates_the_weights(model, tmp_path):
+    """An optimizer step of the graph nets changes their weights: a training step that
+    returned no loss (Lightning then skips the step, silently) passed every other non-slow
+    graph check."""
+    import lightning as L
+    import torch
+
+    from litlab.config import build
+
+    cfg = compose(
+        "train",
+        [f"model={model}", "~logger", "callbacks=none", "extras.print_config=false"],
+        output_dir=tmp_path,
+    )
+    L.seed_everything(0)
+    dm = build.datamodule(cfg)
+    net = build.model(cfg, dm)
+    before = {k: v.detach().clone() for k, v in net.named_parameters()}
+    trainer = L.Trainer(
+        accelerator="cpu", max_epochs=1, limit_train_batches=2, limit_val_batches=0,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(net, datamodule=dm)
+    changed = [k for k, v in net.named_parameters() if not torch.equal(v, before[k])]
+    assert changed and trainer.global_step >= 1, (changed, trainer.global_step)
