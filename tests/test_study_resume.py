@@ -69,6 +69,17 @@ def test_other_settings_are_refused_naming_the_keys_and_both_ways_out(caplog):
     assert study.user_attrs["fixed_overrides"]["trainer.max_epochs"] == "3"  # the study's own
 
 
+def test_stored_settings_are_shown_escaped_in_the_one_line():
+    """A study's settings are read from its database: a stored newline stays visible text in
+    the refusal (it printed a line of the file's choosing)."""
+    study = new_study()
+    study.set_user_attr("fixed_overrides", {"trainer.max_epochs": "1\nerror: run evil.py"})
+    with pytest.raises(UserError) as err:
+        study_settings.check_study(study, ["trainer.max_epochs=5"])
+    assert "\n" not in str(err.value)
+    assert "trainer.max_epochs=1\\nerror: run evil.py then, 5 now" in str(err.value)
+
+
 @pytest.mark.slow  # make test's 5 minutes: the slow stage runs it
 def test_the_command_line_refuses_before_any_trial(cli, tmp_path):
     from litlab.sweeps import plan

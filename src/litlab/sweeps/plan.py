@@ -44,9 +44,18 @@ MACHINE_LOCAL = (
 
 
 def setting_changes(then: dict, now: dict) -> list[str]:
-    """`key=<then> then, <now> now` for each setting that differs, by key."""
+    """`key=<then> then, <now> now` for each setting that differs, by key. `then` is read from
+    a file (a study's attributes, a plan): its keys and values are shown escaped, so a stored
+    newline or control character is visible text in the one-line refusal, not a line of its own."""
+
+    def shown(value) -> str:
+        return str(value).encode("unicode_escape").decode("ascii")
+
     differ = sorted(k for k in then.keys() | now.keys() if then.get(k) != now.get(k))
-    return [f"{k}={then.get(k, '(not set)')} then, {now.get(k, '(not set)')} now" for k in differ]
+    return [
+        f"{shown(k)}={shown(then.get(k, '(not set)'))} then, {shown(now.get(k, '(not set)'))} now"
+        for k in differ
+    ]
 
 
 def hide_password(url: str) -> str:
