@@ -99,7 +99,8 @@ def pytest_sessionfinish(session):
         from helpers.budget import save_durations
 
         save_durations(_durations)
-    _cpu.setdefault("controller", cpu_seconds())
+    # with workers (their figures arrived first) the controller's children are those workers
+    _cpu.setdefault("controller", cpu_seconds(children=not _cpu))
     whole = _durations and is_whole_default_suite(session.config)
     if whole and session.exitstatus == 0 and over_budget(_cpu, _durations) is not None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
