@@ -226,6 +226,23 @@ class SweepSummarySettings(Settings):
     fail_fast: bool = False
 
 
+class SearchSettings(Settings):
+    """`hydra.sweeper.*` of `hydra/sweeper=litlab_optuna` (configs/hparams_search/), checked as
+    the sweep starts, before its folder is claimed: Hydra's structured config takes
+    `n_trials=0` or `timeout=-5`, and the search would run no trial and end on a RuntimeError
+    with an empty study written. The search space and sampler are the search's own checks."""
+
+    model_config = ConfigDict(extra="ignore")  # params, sampler, pruner, enqueue_trials, ...
+    study_name: Annotated[str, Field(min_length=1), "a non-empty name"]
+    storage: str | None = None
+    direction: Literal["maximize", "minimize", "max", "min"] = "maximize"
+    #: the study's total over resumes and workers
+    n_trials: PosInt = 20
+    timeout: PosFloat | None = None
+    heartbeat_interval: PosInt | None = None
+    strict_resume: bool = True
+
+
 #: entry point (configs/<name>.yaml) -> its settings model
 ENTRIES = {
     "train": TrainSettings,

@@ -22,7 +22,7 @@ from omegaconf.errors import InterpolationKeyError
 
 from litlab.config import rules
 from litlab.config.checkpoints import refuse_rebuilt_groups
-from litlab.config.entries import ENTRIES, OwnKeys, SweepSummarySettings
+from litlab.config.entries import ENTRIES, OwnKeys, SearchSettings, SweepSummarySettings
 from litlab.config.messages import refuse, validated
 from litlab.config.rules import stages
 from litlab.errors import UserError, one_line
@@ -131,9 +131,14 @@ def _read_but_deleted(cfg: DictConfig, model) -> None:
 
 
 def check_summary(config: DictConfig) -> None:
-    """The sweep summary's settings (`SUMMARY`), when a sweep starts, before any job."""
-    node = OmegaConf.select(config, SUMMARY, default=None)
-    if node is not None:  # a mapping: Hydra refuses others first
+    """The sweep summary's settings (`SUMMARY`) and a search's (`hydra.sweeper`, when it is
+    litlab's Optuna sweeper), when a sweep starts, before any job or folder."""
+    from litlab.runs.sweep_dir import OPTUNA
+
+    for key, model in ((SUMMARY, SweepSummarySettings), ("hydra.sweeper", SearchSettings)):
+        node = OmegaConf.select(config, key, default=None)
+        if node is None or (model is SearchSettings and node.get("_target_") != OPTUNA):
+            continue  # a mapping: Hydra refuses others first
         values = OmegaConf.to_container(node, resolve=True)
         values.pop("_target_", None)
-        refuse(validated(SweepSummarySettings, values, SUMMARY)[1])
+        refuse(validated(model, values, key)[1])

@@ -209,6 +209,9 @@ class SweepDir:
         self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
         own = check_owned(self.path, self.kind, self.entry, self.study)
         if self.kind == plan.SEARCH:  # the study's database: one it may write, before the folder
+            sweeper = OmegaConf.to_container(self.config.hydra.sweeper, resolve=True)
+            arguments = [str(o) for o in self.config.hydra.overrides.task]
+            optuna_search.search_settings(sweeper, arguments)  # a search space, a direction
             url = OmegaConf.select(self.config, "hydra.sweeper.storage", default=None)
             optuna_search.check_sqlite(str(url or f"sqlite:///{self.path / 'optuna.db'}"))
         if self.kind == plan.GRID:

@@ -100,7 +100,7 @@ def requeue_interrupted(study) -> int:
     return requeued
 
 
-def _settings(opts, arguments: list[str]) -> tuple[dict, list[str], str]:
+def search_settings(opts, arguments: list[str]) -> tuple[dict, list[str], str]:
     """(search space, fixed overrides, direction), or one line saying what is wrong."""
     space, fixed = build_space(opts.get("params"), arguments)
     if not space:
@@ -256,7 +256,7 @@ def run_search(sweeper, arguments: list[str]) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
     entry = str(OmegaConf.select(config, "hydra.job.config_name", default="train"))
-    space, fixed, direction = _settings(opts, arguments)
+    space, fixed, direction = search_settings(opts, arguments)
     study, url, seed = _open_study(opts, sweep_dir, fixed, direction)
     trials = _Trials(sweeper, study, space, fixed, url, seed)
     if trials.used() >= trials.budget:
