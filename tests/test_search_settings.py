@@ -1,8 +1,9 @@
 """A search's own settings (`hydra.sweeper.*` of litlab's Optuna sweeper) are refused in one
 line before its folder is claimed: Hydra's structured config took `n_trials=0`, `timeout=-5`
 or `heartbeat_interval=0`, and the search then announced its folder, wrote an empty study and
-`best_params.yaml: {}`, and ended on `RuntimeError: no trial ... completed`; a bad direction
-or an empty search space was refused only after the folder, its plan and its lock were written
+`best_params.yaml: {}`, and ended on `RuntimeError: no trial ... completed`; a sampler that
+could not be built ended on `error: ` and nothing more; a bad direction, pruner argument or
+an empty search space was refused only after the folder, its plan and its lock were written
 and a resume command for the refused settings printed. In process: the line, the exit code and
 what is on disk are the point, not the process."""
 
@@ -21,8 +22,10 @@ from helpers.here import run_here
         (["hydra.sweeper.heartbeat_interval=0"], "hydra.sweeper.heartbeat_interval=0 has the wrong type"),
         (["hydra.sweeper.direction=sideways"], "hydra.sweeper.direction=sideways has the wrong type or value; valid: maximize | minimize"),
         (["hydra.sweeper.study_name="], "hydra.sweeper.study_name='' has the wrong type or value; valid: a non-empty name"),
+        (["hydra.sweeper.sampler._target_=optuna.samplers.Nope"], "hydra.sweeper.sampler cannot be built: Error locating target 'optuna.samplers.Nope'; valid: an optuna.samplers class"),
+        (["hydra.sweeper.pruner.n_warmup_steps=-1"], "hydra.sweeper.pruner cannot be built: ValueError: Number of warmup steps cannot be negative"),
     ],
-    ids=["no trials", "negative trials", "negative timeout", "no heartbeat", "direction", "no name"],
+    ids=["no trials", "negative trials", "negative timeout", "no heartbeat", "direction", "no name", "sampler", "pruner"],
 )  # fmt: skip
 def test_a_bad_search_setting_is_one_line_and_writes_nothing(tmp_path, capfd, overrides, first):
     logs = tmp_path / "logs"

@@ -212,6 +212,7 @@ class SweepDir:
             sweeper = OmegaConf.to_container(self.config.hydra.sweeper, resolve=True)
             arguments = [str(o) for o in self.config.hydra.overrides.task]
             optuna_search.search_settings(sweeper, arguments)  # a search space, a direction
+            optuna_search.check_components(sweeper)  # its sampler and pruner build
             url = OmegaConf.select(self.config, "hydra.sweeper.storage", default=None)
             optuna_search.check_sqlite(str(url or f"sqlite:///{self.path / 'optuna.db'}"))
         if self.kind == plan.GRID:

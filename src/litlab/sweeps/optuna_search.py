@@ -116,6 +116,23 @@ def search_settings(opts, arguments: list[str]) -> tuple[dict, list[str], str]:
     return space, fixed, direction
 
 
+def check_components(opts) -> None:
+    """The sampler and the pruner build, as the search builds them, before the sweep dir is
+    made: a target that is not there or a bad argument is one line naming the key, not a
+    study file written and an empty error after the sweep was announced."""
+    for key in ("sampler", "pruner"):
+        try:
+            instantiate(opts.get(key))
+        except Exception as err:  # noqa: BLE001  (Hydra wraps what the class raised)
+            called = "Error in call to target" in str(err) and err.__cause__ is not None
+            said = one_line(err.__cause__ if called else err, with_type=called, limit=300)
+            said = said.split(", set env var HYDRA_FULL_ERROR")[0]
+            raise UserError(
+                f"hydra.sweeper.{key} cannot be built: {said}; valid: an optuna.{key}s class "
+                f"as _target_ with its arguments{', or null' * (key == 'pruner')}"
+            ) from None
+
+
 def _open_study(opts, sweep_dir: Path, fixed: list[str], direction: str):
     """(study, its storage URL, the sampler's seed): created, or loaded to resume it when its
     settings match this command's (check_study), with the known-good params queued
