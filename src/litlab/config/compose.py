@@ -59,13 +59,24 @@ def _condense_special(lines: list[str]) -> str | None:
     return None
 
 
+# the end of a line of Hydra's that holds the error itself ("Error locating target 'x', set
+# env var ..."), unlike its own line of advice ("Set the environment variable ...")
+_CHAINED = re.compile(r",? set env var HYDRA_FULL_ERROR=1 to see chained exception\.?")
+
+
 def condense(message: str) -> str:
     """Turn one of Hydra's multi-line composition errors into a single line."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if "HYDRA_FULL_ERROR" not in ln]
+    lines = [_CHAINED.sub("", ln.strip()) for ln in message.splitlines()]
+    lines = [ln for ln in lines if ln and "HYDRA_FULL_ERROR" not in ln]
     special = _condense_special(lines)
     if special:
         return special
+    target = re.search(r"Error locating target '([^']+)'", message)
+    if target:
+        return (
+            f"_target_ '{target.group(1)}' cannot be imported; valid: the dotted path of a class "
+            "or function (e.g. lightning.pytorch.callbacks.ModelCheckpoint)"
+        )
     missing = re.search(r"Could not find '([^']+)'", message)
     if missing and "Available options" in message:
         group, _, value = missing.group(1).rpartition("/")
@@ -94,7 +105,10 @@ def condense(message: str) -> str:
 def composition_error(message: str, config_name: str, overrides: list[str]) -> str:
     """The condensed error, naming the closest valid key of a typo and the override Hydra
     could not parse (its parse errors do not say which)."""
-    line = condense(message)
+    line = condense(message) or (
+        "the command stopped before its run started without saying why; HYDRA_FULL_ERROR=1 "
+        "shows where"
+    )
     key = re.match(r"unknown config key '([^']+)'", line)
     rebuilt = key and rebuilt_group(key.group(1), config_name, list(overrides))
     if rebuilt:
