@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import QUIET, ROOT, results, run_dirs
+from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 TINY = [
     "trainer.max_epochs=2",

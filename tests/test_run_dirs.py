@@ -10,6 +10,7 @@ import sys
 import pytest
 from helpers.runs import ROOT, run_cli
 from helpers.trust import Victims
+from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.errors import UserError
 
