@@ -8,6 +8,7 @@ import time
 
 import pytest
 from helpers.runs import QUIET, ROOT, run_dirs, run_in_process
+from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 FAKE_CKPT = "@fake"  # replaced by a file made by the `files` fixture
 
@@ -155,14 +156,14 @@ EVAL = [
 ]
 
 
-@pytest.fixture
-def fake(tmp_path):
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
     """A folder of broken checkpoint files (truncated, not litlab's, another model's, one whose
-    config would call shutil.copy) and an image folder with one class."""
+    config would call shutil.copy) and an image folder with one class. Made once for the
+    module: every check only reads it (each is refused before anything is written)."""
     import torch
 
-    folder = tmp_path / "fake"
-    folder.mkdir()
+    folder = tmp_path_factory.mktemp("fake")
     torch.save({"a": torch.zeros(1000)}, folder / "not_litlab.ckpt")
     torch.save(
         {"state_dict": {}, "litlab_config": {"model": {"_target_": "x.OtherModel"}}},

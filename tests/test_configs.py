@@ -2,6 +2,7 @@
 
 import pytest
 from helpers.runs import ROOT
+from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 from omegaconf import OmegaConf
 
 from litlab.config.compose import compose
@@ -120,3 +121,24 @@ def test_an_annotation_pydantic_cannot_judge_leaves_the_value_to_the_constructor
     assert accepts("x", Annotated[Path, at.Ge(1)]) is False
     assert accepts(2, Annotated[Path, at.Ge(1)]) is True
     assert accepts(3, Annotated[int, object()]) is True  # unknown metadata: ignored
+
+
+def test_the_parse_cache_gives_each_caller_its_own_copy_and_sees_an_edited_file(tmp_path):
+    """tests/helpers/yaml_cache.py, active here: a change to a loaded config stays with its
+    caller, an edited file is parsed again, a stream ends where the real load leaves it, and a
+    text that does not parse fails on every load."""
+    from helpers.yaml_cache import cached_load
+
+    assert OmegaConf.load is cached_load
+    path = tmp_path / "a.yaml"
+    path.write_text("x: 1\nnested: {y: [1, 2]}\n")
+    first = OmegaConf.load(path)
+    first.x, first.nested.y[0] = 2, 5
+    assert OmegaConf.load(path) == {"x": 1, "nested": {"y": [1, 2]}}
+    path.write_text("x: 3\n")
+    with open(path) as f:
+        assert OmegaConf.load(f) == {"x": 3} and f.read() == ""
+    path.write_text("x: [\n")
+    for _ in range(2):
+        with pytest.raises(Exception, match="expected"):
+            OmegaConf.load(path)

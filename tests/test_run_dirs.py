@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers.runs import ROOT, run_cli
+from helpers.runs import ROOT, run_cli, run_in_process
 from helpers.trust import Victims
+from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.errors import UserError
 
@@ -22,7 +23,11 @@ from litlab.errors import UserError
         ("hydra.output_subdir=../../../../x", "hydra.output_subdir=../../../../x leaves the run"),
     ],
 )
-def test_run_dir_outside_log_dir_is_refused_before_anything_is_made(tmp_path, override, words):
+def test_run_dir_outside_log_dir_is_refused_before_anything_is_made(
+    tmp_path, capfd, override, words
+):
+    """The API's exception, and the CLI's line from train.py's real `cli.run(main)`, argv and
+    all, in this worker (test_bad_inputs runs the pre-Hydra refusals in a new interpreter)."""
     from litlab import train
 
     logs, elsewhere = tmp_path / "box" / "logs", tmp_path / "elsewhere"
@@ -30,8 +35,8 @@ def test_run_dir_outside_log_dir_is_refused_before_anything_is_made(tmp_path, ov
     with pytest.raises(UserError, match=words.replace(".", r"\.")):
         train([override, f"paths.log_dir={logs}"])
     assert sorted(tmp_path.rglob("*")) == [], "a folder was made"
-    p = run_cli("train.py", override, log_dir=logs, check=False)  # the CLI, before Hydra
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
+    code, err = run_in_process("train.py", [override], logs, capfd)  # the CLI, before Hydra
+    assert code == 2 and err.count("\n") == 1 and words in err, err
     assert sorted(tmp_path.rglob("*")) == []
 
 
@@ -92,9 +97,11 @@ time.sleep(600)
 """
 
 
-def test_run_dir_lock_names_its_holder_and_a_dead_holder_is_taken_over(tmp_path):
+def test_run_dir_lock_names_its_holder_and_a_dead_holder_is_taken_over(tmp_path, capfd):
     """A second resume of a held run dir is refused in one line naming the PID (nothing
-    written into the run); once the holder is killed (-9) the lock is taken over."""
+    written into the run); once the holder is killed (-9) the lock is taken over. The holder
+    is another process (the lock is the OS's); the refused resume runs train.py's real
+    `cli.run(main)` in this worker: a new interpreter would only add the imports of torch."""
     from litlab.checkpointing.run_lock import RunLock
 
     run = tmp_path / "logs" / "train" / "runs" / "2020-01-01_00-00-00"
@@ -107,9 +114,9 @@ def test_run_dir_lock_names_its_holder_and_a_dead_holder_is_taken_over(tmp_path)
     try:
         assert holder.stdout.readline().strip() == "held"
         before = sorted(p.name for p in run.rglob("*"))
-        p = run_cli("train.py", f"ckpt_path={run}", log_dir=tmp_path / "logs", check=False)
-        assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-        assert f"in use by PID {holder.pid}" in p.stderr and str(run) in p.stderr
+        code, err = run_in_process("train.py", [f"ckpt_path={run}"], tmp_path / "logs", capfd)
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"in use by PID {holder.pid}" in err and str(run) in err
         assert sorted(p.name for p in run.rglob("*")) == before, "the refused run wrote"
         with pytest.raises(UserError, match=f"PID {holder.pid}"):
             RunLock(run).acquire()

@@ -1,0 +1,56 @@
+"""Parse each config file's text once per worker (issue #49): the checks that compose a config
+in the process (refusals, validations, `--cfg job`) load the same ~20 YAML files of
+configs/ and of Hydra's own package on every composition, and the pure-Python YAML parser and
+OmegaConf's node building of those files were about a third of such a check's CPU.
+
+`cached_yaml_loads` is an autouse fixture for the modules that import it: while their checks
+run `OmegaConf.load` is wrapped by a cache keyed by the file's full text, so an edited or
+new file (a test's own --config-dir, a changed experiment) is parsed again, and every caller
+gets its own deep copy, so no check sees what another changed in a loaded config. A text that
+does not parse is never cached: its error is raised as before, by OmegaConf itself."""
+
+import copy
+import os
+
+import pytest
+from omegaconf import OmegaConf
+
+_load = OmegaConf.load  # the real one, called on every miss
+_parsed: dict[str, object] = {}  # file text -> the config OmegaConf made of it
+
+
+def _text(file_) -> tuple[str | None, int | None]:
+    """(the text OmegaConf.load would parse, where a stream's text starts); (None, None): not a
+    file. A stream is left at its end, as the real load leaves it."""
+    if isinstance(file_, (str, os.PathLike)):
+        with open(os.path.abspath(file_), encoding="utf-8") as f:
+            return f.read(), None
+    if callable(getattr(file_, "read", None)) and callable(getattr(file_, "seek", None)):
+        start = file_.tell()
+        text = file_.read()
+        return (text.decode("utf-8") if isinstance(text, bytes) else text), start
+    return None, None
+
+
+def cached_load(file_):
+    """`OmegaConf.load(file_)`, parsed once per distinct text; a fresh deep copy each call."""
+    try:
+        text, start = _text(file_)
+    except OSError:
+        text, start = None, None  # a missing file: the real load raises its own error
+    if text is None:
+        return _load(file_)
+    if text not in _parsed:
+        if start is not None:
+            file_.seek(start)
+        _parsed[text] = _load(file_)  # the real parse, with its error messages and file name
+    return copy.deepcopy(_parsed[text])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def cached_yaml_loads():
+    """Module-scoped, so that the module's own fixtures (a trained run, a sweep) compose with
+    the cache too; the real `OmegaConf.load` is back once the module's checks are done."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(OmegaConf, "load", staticmethod(cached_load))
+        yield
