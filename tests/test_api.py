@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import QUIET, ROOT, results, run_dirs, run_in_process
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 TINY = [
     "trainer.max_epochs=2",

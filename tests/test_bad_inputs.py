@@ -8,7 +8,6 @@ import time
 
 import pytest
 from helpers.runs import QUIET, ROOT, run_dirs, run_in_process
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 FAKE_CKPT = "@fake"  # replaced by a file made by the `files` fixture
 

@@ -8,7 +8,6 @@ import pytest
 import torch
 from helpers.nets import TinyResNet
 from helpers.refusals import refused
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.compression import distill, prune
 from litlab.compression import prune as resize

@@ -2,7 +2,6 @@
 
 import pytest
 from helpers.runs import ROOT
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 from omegaconf import OmegaConf
 
 from litlab.config.compose import compose

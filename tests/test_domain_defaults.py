@@ -11,7 +11,6 @@ import re
 import numpy as np
 import pytest
 from helpers.runs import TINY_SEG, run_dirs
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 from matrix_cells import git_status
 
 SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2"]

@@ -16,7 +16,6 @@ import pytest
 import torch
 import yaml
 from helpers.masks import mask_folder
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab import evaluate, train
 from litlab.errors import UserError

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 from helpers.runs import TINY_SEG, fingerprint, run_dirs
 from helpers.serve import export_digits
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 import litlab
 from litlab.errors import UserError

@@ -5,7 +5,6 @@ import csv
 
 import pytest
 from helpers.runs import TINY_SEG, csv_test_metrics, run_dirs
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 
 def read(path) -> list[dict]:

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.config.compose import compose
 

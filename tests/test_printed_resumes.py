@@ -16,7 +16,6 @@ import pytest
 from helpers.federated_engine import Stopped, engine
 from helpers.masks import mask_folder
 from helpers.runs import require_shared
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
 from litlab.api import run

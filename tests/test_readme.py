@@ -14,7 +14,6 @@ import time
 import pytest
 import yaml
 from helpers.runs import ROOT, run_dirs
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.config.compose import compose
 

@@ -10,7 +10,6 @@ import sys
 import pytest
 from helpers.refusals import FAST_S, fake_checkpoint, refused
 from helpers.runs import ROOT
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.compression.recipe import compress
 from litlab.export.recipe import export

@@ -18,7 +18,6 @@ from helpers.reliability import (
     train_here,
 )
 from helpers.runs import ROOT, run_cli, run_dirs, run_in_process
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 # no step saves: only the per-epoch last.ckpt; min mode on accuracy: after epoch 0 the
 # "best" never improves again while the model learns

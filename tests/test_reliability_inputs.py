@@ -3,7 +3,6 @@ each): `validate.check` on a composed train config, or the build step. The end-t
 form (exit 2, one line, no run dir) is in test_bad_inputs.py for one case of each group."""
 
 import pytest
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.config.compose import compose
 from litlab.errors import UserError

@@ -10,7 +10,6 @@ import sys
 import pytest
 from helpers.runs import ROOT, run_cli, run_in_process
 from helpers.trust import Victims
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.errors import UserError
 

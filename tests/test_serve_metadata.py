@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from helpers.onnx_files import GOOD, OOD, crafted_model, deep, ood_entry
 from helpers.runs import command_in_process
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.errors import UserError
 

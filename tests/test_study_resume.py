@@ -6,7 +6,6 @@ import logging
 
 import pytest
 from helpers.runs import command_in_process
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.errors import UserError
 from litlab.sweeps import optuna_search as study_settings

@@ -22,7 +22,6 @@ from helpers.runs import (
     csv_test_metrics,
     fingerprint,
 )
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.errors import UserError
 from litlab.sweeps import plan

@@ -16,7 +16,6 @@ import pytest
 import yaml
 from helpers.runs import ROOT, command_in_process
 from helpers.sweeps import FAST, NO_PRUNING, command
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.config.compose import compose
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 from helpers.runs import run_cli
 from helpers.trust import Victims
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.errors import UserError
 

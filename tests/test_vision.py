@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 from helpers.datafiles import write_idx, write_images
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401 (autouse)
 
 from litlab.config.compose import compose
 

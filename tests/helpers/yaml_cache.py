@@ -3,7 +3,7 @@ in the process (refusals, validations, `--cfg job`) load the same ~20 YAML files
 configs/ and of Hydra's own package on every composition, and the pure-Python YAML parser and
 OmegaConf's node building of those files were about a third of such a check's CPU.
 
-`cached_yaml_loads` is an autouse fixture for the modules that import it: while their checks
+`cached_yaml_loads` is an autouse fixture of every test module (conftest.py): while its checks
 run `OmegaConf.load` is wrapped by a cache keyed by the file's full text, so an edited or
 new file (a test's own --config-dir, a changed experiment) is parsed again, and every caller
 gets its own deep copy, so no check sees what another changed in a loaded config. A text that
