@@ -71,7 +71,8 @@ def condense(message: str) -> str:
     special = _condense_special(lines)
     if special:
         return special
-    target = re.search(r"Error locating target '([^']+)'", message)
+    # Hydra's own line only: a refusal of litlab's may quote it (a sampler that cannot be built)
+    target = re.match(r"Error locating target '([^']+)'", lines[0]) if lines else None
     if target:
         return (
             f"_target_ '{target.group(1)}' cannot be imported; valid: the dotted path of a class "

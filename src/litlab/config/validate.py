@@ -131,14 +131,16 @@ def _read_but_deleted(cfg: DictConfig, model) -> None:
 
 
 def check_summary(config: DictConfig) -> None:
-    """The sweep summary's settings (`SUMMARY`) and a search's (`hydra.sweeper`, when it is
-    litlab's Optuna sweeper), when a sweep starts, before any job or folder."""
-    from litlab.runs.sweep_dir import OPTUNA
-
-    for key, model in ((SUMMARY, SweepSummarySettings), ("hydra.sweeper", SearchSettings)):
-        node = OmegaConf.select(config, key, default=None)
-        if node is None or (model is SearchSettings and node.get("_target_") != OPTUNA):
-            continue  # a mapping: Hydra refuses others first
+    """The sweep summary's settings (`SUMMARY`), when a sweep starts, before any job."""
+    node = OmegaConf.select(config, SUMMARY, default=None)
+    if node is not None:  # a mapping: Hydra refuses others first
         values = OmegaConf.to_container(node, resolve=True)
         values.pop("_target_", None)
-        refuse(validated(model, values, key)[1])
+        refuse(validated(SweepSummarySettings, values, SUMMARY)[1])
+
+
+def check_search(config: DictConfig) -> None:
+    """A search's own settings (`hydra.sweeper` of litlab's Optuna sweeper), before its folder."""
+    values = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
+    values.pop("_target_", None)
+    refuse(validated(SearchSettings, values, "hydra.sweeper")[1])

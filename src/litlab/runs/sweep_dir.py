@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from litlab import threads
 from litlab.checkpointing.run_lock import RunLock
 from litlab.compat.hydra import BASIC_SWEEPER as BASIC  # hydra/sweeper=basic's own
+from litlab.config import validate
 from litlab.config.resolvers import certainly_no_gpu
 from litlab.errors import UserError
 from litlab.sweeps import optuna_search, parallel_slots, plan
@@ -209,6 +210,7 @@ class SweepDir:
         self.lock.probe()  # a sweep running in it now: named at once, before the jobs' checks
         own = check_owned(self.path, self.kind, self.entry, self.study)
         if self.kind == plan.SEARCH:  # the study's database: one it may write, before the folder
+            validate.check_search(self.config)  # n_trials, timeout, direction, ...
             sweeper = OmegaConf.to_container(self.config.hydra.sweeper, resolve=True)
             arguments = [str(o) for o in self.config.hydra.overrides.task]
             optuna_search.search_settings(sweeper, arguments)  # a search space, a direction
