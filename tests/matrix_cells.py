@@ -1,8 +1,9 @@
 """The cells of the feature x domain matrix (tests/feature_matrix.py): each runs one entry
 point in a subprocess, as a user would, and returns a `Cell` (status and the number it made,
-or the one line it refused with). Nothing here imports litlab: the commands are the product.
-The slow test's rows (`Ctx.in_process`) run some of them inside the test's process instead
-(`run_here`): the same script, argv and exit code, without an interpreter's start-up each."""
+or the one line it refused with). Nothing here imports litlab at module level: the commands
+are the product. The slow test's rows (`Ctx.in_process`) run some of them inside the test's
+process instead (`run_here`): the same script, argv and exit code, without an interpreter's
+start-up each (federate there calls its clients in this process: `Ctx.federate_here`)."""
 
 import contextlib
 import json
