@@ -150,7 +150,11 @@ def rows(shared: Path) -> list[Row]:
 # training after it has the inspect cell's epochs. The rows keep their data: with half the
 # phantoms the UNet3D row's test Dice fell from ~0.81 to ~0.44 (6 CPU seconds less) and the
 # ResNet3D row's model was at chance. Each cell still runs its feature end to end; only
-# docs/matrix.md's figures need the full settings.
+# docs/matrix.md's figures need the full settings. The inspect cell's and the compress cells'
+# short trainings (pictures drawn, a pruned net fine-tuned, a student fitted: each then tested
+# on the whole test split) stop after QUICK_SHORT_BATCHES batches an epoch (a UNet3D epoch is
+# 34); the tune=lr cell keeps its epoch: the lr finder searches within it.
+QUICK_SHORT_BATCHES = 8
 QUICK_COMPRESS = ["report.onnx=false", "report.batch_sizes=[1]", "report.budget_s=0.2"]
 QUICK_EXPORT = ["latency.batch_sizes=[1]", "latency.budget_s=0.2"]
 QUICK_EXPORT_TOGETHER = ("onnx", "pt2", "onnx_int8")
@@ -159,14 +163,22 @@ QUICK_FEDERATE = ["federate.local_epochs=1", "federate.backend.init_args.num_cpu
 
 def quick(row: Row) -> Row:
     compress = row.short if row.compress is None else row.compress
+    limit = [f"trainer.limit_train_batches={QUICK_SHORT_BATCHES}"]
+    short, compress = ([*s, *limit] if _unlimited(s) else s for s in (row.short, compress))
     return replace(
         row,
+        short=short,
         compress=[*compress, *QUICK_COMPRESS],
         federate=[*row.federate, *QUICK_FEDERATE],
         tune=[*row.tune, *row.short, "tune.lr_find.num_training=20"],
         export=[*row.export, *QUICK_EXPORT],
         export_together=QUICK_EXPORT_TOGETHER,
     )
+
+
+def _unlimited(overrides: list[str]) -> bool:
+    """No limit of the training's batches among `overrides` yet (Hydra takes one value)."""
+    return not any(o.startswith("trainer.limit_train_batches=") for o in overrides)
 
 
 COLUMNS = {
@@ -200,12 +212,22 @@ def outside_writes(before: set[str]) -> list[str]:
     return sorted(line[3:] for line in cells.git_status() - before if "__pycache__" not in line)
 
 
+# --in-process: the rows whose federate cell still starts Flower's Ray simulation, as a user's
+# federate.py does; the others call their clients in the test's process
+# (`matrix_cells.Ctx.federate_here`). MUTAG's clients read real data from LITLAB_DATA_DIR in
+# Ray's workers; Ray's own promises (signals, kill -9, failing clients, sweeps, no process
+# left) are tests/test_federated_ray.py's on digits, and test_start.py's new signal kind
+# federates through Ray too.
+RAY_ROWS = ("gin_mutag",)
+
+
 def run_row(
     row: Row, columns: list[str], work: Path, env: dict, log=print, save=None, in_process=False
 ) -> dict:
     """Each column's Cell for `row`; the train cell first (the others use its checkpoint).
     `in_process`: the cells that may run in this process do (`matrix_cells.Ctx.in_process`)."""
-    ctx = cells.Ctx(work / row.name / "logs", env, in_process=in_process)
+    here = in_process and row.name not in RAY_ROWS
+    ctx = cells.Ctx(work / row.name / "logs", env, in_process=in_process, federate_here=here)
     out = {}
     before = cells.git_status()
     train = cells.train(row, ctx)

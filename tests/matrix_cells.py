@@ -1,8 +1,9 @@
 """The cells of the feature x domain matrix (tests/feature_matrix.py): each runs one entry
 point in a subprocess, as a user would, and returns a `Cell` (status and the number it made,
-or the one line it refused with). Nothing here imports litlab: the commands are the product.
-The slow test's rows (`Ctx.in_process`) run some of them inside the test's process instead
-(`run_here`): the same script, argv and exit code, without an interpreter's start-up each."""
+or the one line it refused with). Nothing here imports litlab at module level: the commands
+are the product. The slow test's rows (`Ctx.in_process`) run some of them inside the test's
+process instead (`run_here`): the same script, argv and exit code, without an interpreter's
+start-up each (federate there calls its clients in this process: `Ctx.federate_here`)."""
 
 import contextlib
 import json
@@ -48,10 +49,14 @@ class Ctx:
     onnx: str = ""  # the export cell's model.onnx
     # format -> (process, run dir) of an earlier export.py run that wrote it among others
     exported: dict = field(default_factory=dict)
-    # the cells whose process is not what they show run in this one (`run_here`): eval,
-    # inspect, tune=lr, the CPU exports and compress; the train cell, the TensorRT refusal
-    # (an exit code and one line on stderr), serve (a server) and federate (Ray) stay processes
+    # the cells whose process is not what they show run in this one (`run_here`): train,
+    # eval, inspect, tune=lr, the CPU exports and compress; the TensorRT refusal (an exit code
+    # and one line on stderr), serve (a server) and federate (Ray) stay processes
     in_process: bool = False
+    # with `in_process`: the federate cell runs federate.py here too, its clients called one
+    # after another by tests/helpers/federated_engine.py (Flower's server loop and ClientApp,
+    # without Ray's daemons and a worker's imports: ~40 s of a cell); False keeps Ray
+    federate_here: bool = False
 
 
 COMPRESS_STEPS = ("prune", "distill", "quantize")
@@ -154,7 +159,7 @@ def run_here(script: str, args: list[str], ctx: Ctx):
     os.environ.update(ctx.env)
     os.chdir(ROOT)
     try:
-        with _captured_fds() as got:
+        with _captured_fds() as got, _clients_here(script == "federate.py"):
             try:
                 code, _, _ = command_in_process(script, args, ctx.log_dir, quiet=False)
             except Exception:  # noqa: BLE001 (a crash of the command: its cell says FAILED)
@@ -167,6 +172,26 @@ def run_here(script: str, args: list[str], ctx: Ctx):
         torch.set_num_threads(threads)
     code = 0 if code is None else code if isinstance(code, int) else 1
     return SimpleNamespace(returncode=code, stdout=got.stdout, stderr=got.stderr)
+
+
+@contextlib.contextmanager
+def _clients_here(federated: bool):
+    """`federated`: Flower's Ray simulation replaced meanwhile by the in-process engine of
+    tests/helpers/federated_engine.py (the same server loop and ClientApp, the clients called
+    in this process), as tests/test_federated_runs.py runs whole federations."""
+    if not federated:
+        yield
+        return
+    from helpers.federated_engine import engine
+
+    import litlab.federated  # noqa: F401  (Flower's telemetry off before flwr is imported)
+    from litlab.federated import processes
+
+    saved, processes.simulate = processes.simulate, engine()
+    try:
+        yield
+    finally:
+        processes.simulate = saved
 
 
 def last_line(text: str) -> str:
@@ -206,7 +231,7 @@ TEST_KEYS = ("test/acc", "test/dice", "test/auroc", "test/f1", "test/r2")
 
 
 def train(row, ctx: Ctx, column="train", timeout=1800) -> Cell:
-    proc, s = run(*command(column, row), ctx, timeout, here=column != "train")
+    proc, s = run(*command(column, row), ctx, timeout)
     if (bad := outcome(proc, s, timeout)) is not None:
         return bad
     out = run_dir_of(proc.stdout, ctx.log_dir, "train")
@@ -365,7 +390,7 @@ def compress(step: str):
 
 
 def federate(row, ctx: Ctx, timeout=600) -> Cell:
-    proc, s = run(*command("federate", row), ctx, timeout, here=False)
+    proc, s = run(*command("federate", row), ctx, timeout, here=ctx.federate_here)
     if (bad := outcome(proc, s, timeout)) is not None:
         return bad
     out = run_dir_of(proc.stdout, ctx.log_dir, "federate")

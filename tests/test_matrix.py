@@ -102,9 +102,10 @@ def test_one_row_per_task_kind_has_no_failed_cell(row, tmp_path):
     """Every column on a row of each other task kind: each cell works (TensorRT without a GPU
     refuses in one line before any work), and nothing is written into the project. --quick:
     compression reports and exports time less, one export.py run writes the three CPU formats
-    (each cell judges its own), federated clients train one local epoch in one Ray worker, the
-    lr finder searches 20 steps before a short training (feature_matrix.quick); every feature
-    still runs end to end."""
+    (each cell judges its own), the inspect and compress cells train 8 batches an epoch,
+    federated clients train one local epoch (called in this process by the in-process engine;
+    MUTAG's in one Ray worker: feature_matrix.RAY_ROWS), the lr finder searches 20 steps
+    before a short training (feature_matrix.quick); every feature still runs end to end."""
     if row == "gin_mutag":
         require_shared("TUDataset")  # MUTAG
     out = tmp_path / "matrix.md"
