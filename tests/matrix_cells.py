@@ -327,15 +327,28 @@ def serve(row, ctx: Ctx, timeout=300) -> Cell:
     script, args = command("serve", row, onnx=ctx.onnx, port=port)
     cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={ctx.log_dir}"]
     cmd += [*quiet(script), *args]
-    started = time.time()
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=ctx.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    base = f"http://127.0.0.1:{port}"
+    # the server's output goes to a file: a pipe nobody reads while it runs fills at 64 kB
+    # and stops the server mid-write (its access log and warnings grow with every poll)
+    with tempfile.TemporaryFile("w+") as out:
+        started = time.time()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=ctx.env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return _ask(proc, f"http://127.0.0.1:{port}", started, timeout, out)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _ask(proc, base: str, started: float, timeout: float, out) -> Cell:
+    """The served model's answer to one request once /health says it is up."""
     try:
         while time.time() - started < timeout:
             if proc.poll() is not None:
-                return Cell("FAILED", f"exit {proc.returncode}: {last_line(proc.stderr.read())}")
+                out.seek(0)
+                return Cell("FAILED", f"exit {proc.returncode}: {last_line(out.read())}")
             try:
                 with urllib.request.urlopen(base + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -351,12 +364,6 @@ def serve(row, ctx: Ctx, timeout=300) -> Cell:
         return Cell("ok", f"200, answer keys {', '.join(keys)}", time.time() - started)
     except Exception as err:  # noqa: BLE001
         return Cell("FAILED", f"{type(err).__name__}: {str(err)[:200]}", time.time() - started)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def compress(step: str):
