@@ -10,6 +10,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -100,6 +101,25 @@ def export_digits(digits_run, tmp_path_factory) -> dict:
     }
 
 
+class Drained:
+    """A server's merged output, read while it is written: a pipe nobody reads holds 64 kB,
+    and a server that writes more (its log, warnings) stops mid-write and answers nothing.
+    `read()` returns all of it so far; after the server ended, all it wrote."""
+
+    def __init__(self, pipe):
+        self._parts: list[str] = []
+        self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, pipe) -> None:
+        for line in pipe:
+            self._parts.append(line)
+
+    def read(self) -> str:
+        self._thread.join(timeout=5)  # the rest of a server that ended
+        return "".join(self._parts)
+
+
 def start(
     model: Path, logs: Path, *extra: str, env: dict | None = None, root: Path = ROOT
 ) -> tuple[subprocess.Popen, str]:
@@ -127,6 +147,7 @@ def start(
             **(env or {}),
         },
     )
+    proc.stdout = Drained(proc.stdout)
     url, deadline = f"http://127.0.0.1:{port}", time.time() + START_TIMEOUT
     while time.time() < deadline:
         if proc.poll() is not None:
