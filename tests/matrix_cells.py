@@ -323,23 +323,25 @@ def request_body(meta: dict) -> dict:
 def serve(row, ctx: Ctx, timeout=300) -> Cell:
     if not ctx.onnx:
         return Cell("n/a", "no model.onnx (export onnx did not pass)")
+    from helpers.serve import Drained  # the server's output read while it runs
+
     port = free_port()
     script, args = command("serve", row, onnx=ctx.onnx, port=port)
     cmd = [sys.executable, str(ROOT / "src" / script), f"paths.log_dir={ctx.log_dir}"]
     cmd += [*quiet(script), *args]
-    # the server's output goes to a file: a pipe nobody reads while it runs fills at 64 kB
-    # and stops the server mid-write (its access log and warnings grow with every poll)
-    with tempfile.TemporaryFile("w+") as out:
-        started = time.time()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=ctx.env, stdout=out, stderr=subprocess.STDOUT)
+    started = time.time()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=ctx.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    out = Drained(proc.stdout)
+    try:
+        return _ask(proc, f"http://127.0.0.1:{port}", started, timeout, out)
+    finally:
+        proc.terminate()
         try:
-            return _ask(proc, f"http://127.0.0.1:{port}", started, timeout, out)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _ask(proc, base: str, started: float, timeout: float, out) -> Cell:
@@ -347,7 +349,6 @@ def _ask(proc, base: str, started: float, timeout: float, out) -> Cell:
     try:
         while time.time() - started < timeout:
             if proc.poll() is not None:
-                out.seek(0)
                 return Cell("FAILED", f"exit {proc.returncode}: {last_line(out.read())}")
             try:
                 with urllib.request.urlopen(base + "/health", timeout=2) as r:
