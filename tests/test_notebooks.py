@@ -85,7 +85,8 @@ def clone(tmp_path):
 
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "notebooks", repo / "notebooks", ignore=shutil.ignore_patterns(".*"))
-    for name in ("Makefile", ".gitignore", "requirements.txt", "pyproject.toml", "src/train.py"):
+    made_of = ("requirements.txt", "requirements.lock", "tools/pip_sources.py", "pyproject.toml")
+    for name in ("Makefile", ".gitignore", *made_of, "src/train.py"):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, repo / name)
     # the tutorials' own way to find the project, from wherever the notebook runs

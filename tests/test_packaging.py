@@ -87,6 +87,25 @@ def test_dependencies_and_extras_are_the_lock():
     assert {"dev", "federated", "mlflow", "medmnist", "gpu"} <= set(meta["optional-dependencies"])
 
 
+def test_the_lock_is_requirements_txt_resolved_with_every_package_pinned():
+    """requirements.lock (what make installs, with --no-deps) pins every direct pin of
+    requirements.txt at its version, and every package any of them requires, so that nothing
+    is left to resolve (read from the installed packages' metadata: the lock is what make put
+    in .venv)."""
+    from importlib.metadata import distributions
+
+    direct, lock = pins("requirements.txt"), pins("requirements.lock")
+    assert {n: lock.get(n) for n in direct} == direct, "make lock: requirements.lock is stale"
+    installed = {norm(d.metadata["Name"]): d for d in distributions()}
+    missing = set()
+    for name in lock:
+        for text in installed[name].requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                missing |= {norm(req.name)} - set(lock)
+    assert not missing, f"required but not in requirements.lock: {sorted(missing)}"
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     """A fresh venv whose base packages are .venv's (a .pth, no 5 GB reinstall) and litlab

@@ -130,7 +130,14 @@ NOT_RUN = {
     "process (test_threads.py::test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both)",
     "python3.11 -m venv .venv": "set-up (make creates .venv the same way)",
     ". .venv/bin/activate": "set-up",
-    "pip install -r requirements.txt": "set-up (make's .venv/.installed step)",
+    "pip install -r requirements.lock": "set-up (make's .venv/.installed step installs this lock, "
+    "with uv: test_packaging.py::test_the_lock_is_requirements_txt_resolved_with_every_package_pinned)",
+    "pip install -r requirements.txt": "the CPU route without make: pip resolves the direct pins "
+    "around PyTorch's CPU build (make's TORCH=cpu route is checked with make -n)",
+    "pip config list": "pip's own settings, read by make's set-up: "
+    "test_repo_basics.py::test_uv_gets_the_package_sources_pip_is_configured_with",
+    "make lock": "needs the package index: a fresh pip resolution of requirements.txt "
+    "(test_packaging.py checks the lock it wrote against requirements.txt and .venv)",
     "make bench": "benchmarks, not a check (BENCHMARKS.md)",
     "make coverage": "the whole suite again under coverage.py; its settings count a subprocess's "
     "lines (test_repo_basics.py::test_make_coverage_counts_the_code_a_subprocess_runs)",

@@ -4,6 +4,7 @@ and a CPU-only torch route in the Makefile."""
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -197,11 +198,27 @@ def test_make_installs_cpu_torch_only_when_asked():
     )
     assert len(pins) == 2
     default = commands()
-    assert "download.pytorch.org" not in default and "pip install -r requirements.txt" in default
+    assert "download.pytorch.org" not in default and "--no-deps -r requirements.lock" in default
     cpu = commands("TORCH=cpu").splitlines()
     torch_line = next(ln for ln in cpu if "--index-url" in ln)
     assert torch_line.endswith(f"--index-url https://download.pytorch.org/whl/cpu {' '.join(pins)}")
-    assert cpu.index(torch_line) < next(i for i, ln in enumerate(cpu) if "-r requirements" in ln)
+    # then the lock without the CUDA build: its torch, torchvision, triton and NVIDIA libraries
+    lock = next(i for i, ln in enumerate(cpu) if "--no-deps -r .venv/cpu.lock" in ln)
+    assert cpu.index(torch_line) < lock
+    kept = subprocess.run(
+        [
+            "bash",
+            "-c",
+            next(ln for ln in cpu if "> .venv/cpu.lock" in ln).replace("> .venv/cpu.lock", ""),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "numpy==" in kept and not re.search(
+        r"^(torch|torchvision|triton|nvidia-\S+)==", kept, re.MULTILINE
+    )
     wrong = subprocess.run(
         ["make", "-n", "-B", "TORCH=gpu", ".venv/.installed"],
         cwd=ROOT,
@@ -209,6 +226,34 @@ def test_make_installs_cpu_torch_only_when_asked():
         text=True,
     )
     assert wrong.returncode != 0 and "TORCH=gpu is not known" in wrong.stderr
+
+
+def test_uv_gets_the_package_sources_pip_is_configured_with(tmp_path):
+    """make's set-up passes pip's configured index, extra indexes and wheel folders to uv
+    (tools/pip_sources.py), each once, whether pip.conf or a PIP_ variable sets it; with
+    nothing configured, no flag: PyPI, for both."""
+    conf = tmp_path / "pip.conf"
+    conf.write_text(
+        "[global]\nindex-url = https://mirror.example/simple\n"
+        "extra-index-url = file:///srv/a/simple file:///srv/b/simple\n"
+        "find-links = /srv/wheels\nconstraint = /srv/c.txt\n"
+    )
+    script = [sys.executable, str(ROOT / "tools" / "pip_sources.py")]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+
+    def flags(**env: str) -> list[str]:
+        out = subprocess.run(script, env={**clean, **env}, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return shlex.split(out.stdout)
+
+    got = flags(PIP_CONFIG_FILE=str(conf), PIP_FIND_LINKS="/srv/wheels")
+    assert sorted(zip(got[::2], got[1::2], strict=True)) == [  # in pip's listing order
+        ("--extra-index-url", "file:///srv/a/simple"),
+        ("--extra-index-url", "file:///srv/b/simple"),
+        ("--find-links", "/srv/wheels"),  # set twice, passed once
+        ("--index-url", "https://mirror.example/simple"),
+    ], got
+    assert flags(PIP_CONFIG_FILE=os.devnull) == []
 
 
 def test_make_coverage_counts_the_code_a_subprocess_runs(tmp_path):
