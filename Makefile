@@ -30,9 +30,10 @@ help:  ## list the targets
 # The lock (requirements.lock: requirements.txt resolved by pip, every package pinned), then
 # the project itself, editable and without further dependencies: `import litlab` works in any
 # process of .venv (a notebook's kernel too). uv installs them (nothing left to resolve:
-# --no-deps), from the sources pip is configured with (tools/pip_sources.py): on 2 cores it
-# took N s where pip took 212 s for the same files. TORCH=cpu: torch and torchvision from
-# PyTorch's CPU index, and the lock without the CUDA build's libraries.
+# --no-deps), from the sources pip is configured with (tools/pip_sources.py): on 2 cores,
+# both busy with another job, 105 s where `pip install -r requirements.txt` took 227 s for the
+# same 285 packages (2026-12-05). TORCH=cpu: torch and torchvision from PyTorch's CPU index,
+# then the lock without the CUDA build's torch, torchvision, triton and NVIDIA libraries.
 UV_PIN := uv==0.13.9
 UV = $(PY) -m uv pip install --python $(PY) --index-strategy unsafe-best-match --compile-bytecode
 CUDA_ONLY := ^(torch|torchvision|triton|cuda-[a-z-]+|nvidia-[a-z0-9-]+)==
