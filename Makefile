@@ -33,21 +33,30 @@ help:  ## list the targets
 # --no-deps), from the sources pip is configured with (tools/pip_sources.py): on 2 cores,
 # both busy with another job, 105 s where `pip install -r requirements.txt` took 227 s for the
 # same 285 packages (2026-12-05). TORCH=cpu: torch and torchvision from PyTorch's CPU index,
-# then the lock without the CUDA build's torch, torchvision, triton and NVIDIA libraries.
+# then the lock without the CUDA build's torch, torchvision, triton and NVIDIA libraries. The
+# lock holds the packages of the platform it was resolved on (its `# platform:` line); on
+# another one (macOS, ARM) pip resolves requirements.txt there instead.
 UV_PIN := uv==0.13.9
 UV = $(PY) -m uv pip install --python $(PY) --index-strategy unsafe-best-match --compile-bytecode
+PIP_SOURCES = $(shell $(PYTHON) tools/pip_sources.py)
 CUDA_ONLY := ^(torch|torchvision|triton|cuda-[a-z-]+|nvidia-[a-z0-9-]+)==
-$(VENV)/.installed: requirements.lock pyproject.toml
+PLATFORM ?= $(shell uname -sm)
+LOCK_PLATFORM := $(shell sed -n 's/^\# platform: //p' requirements.lock)
+$(VENV)/.installed: requirements.txt requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(UV_PIN)
 ifeq ($(TORCH),cpu)
 	$(UV) --index-url $(TORCH_INDEX) $(TORCH_PINS)
-	grep -v -E '$(CUDA_ONLY)' requirements.lock > $(VENV)/cpu.lock
-	$(UV) $(shell $(PYTHON) tools/pip_sources.py) --no-deps -r $(VENV)/cpu.lock
 else ifneq ($(TORCH),)
 	$(error TORCH=$(TORCH) is not known; use TORCH=cpu or leave it unset)
+endif
+ifneq ($(PLATFORM),$(LOCK_PLATFORM))
+	$(PY) -m pip install -r requirements.txt
+else ifeq ($(TORCH),cpu)
+	grep -v -E '$(CUDA_ONLY)' requirements.lock > $(VENV)/cpu.lock
+	$(UV) $(PIP_SOURCES) --no-deps -r $(VENV)/cpu.lock
 else
-	$(UV) $(shell $(PYTHON) tools/pip_sources.py) --no-deps -r requirements.lock
+	$(UV) $(PIP_SOURCES) --no-deps -r requirements.lock
 endif
 	$(UV) --no-deps --no-build-isolation -e .
 	touch $@
@@ -58,7 +67,10 @@ lock:  ## re-resolve requirements.txt with pip and write requirements.lock (ever
 	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(LOCK_VENV)/bin/python -m pip install --quiet -r requirements.txt
-	{ sed -n '1,2p' requirements.lock; $(LOCK_VENV)/bin/python -m pip freeze --all; } > requirements.lock.new
+	{ echo "# The whole environment make's set-up installs: requirements.txt (the direct pins) resolved"; \
+	  echo "# by pip, every package pinned. Regenerate with \`make lock\` after changing requirements.txt."; \
+	  echo "# platform: $$(uname -sm)"; \
+	  $(LOCK_VENV)/bin/python -m pip freeze --all; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock && rm -rf $(LOCK_VENV)
 
 train: $(VENV)/.installed  ## set up, then `python src/train.py $(ARGS)`

@@ -219,6 +219,13 @@ def test_make_installs_cpu_torch_only_when_asked():
     assert "numpy==" in kept and not re.search(
         r"^(torch|torchvision|triton|nvidia-\S+)==", kept, re.MULTILINE
     )
+    # the lock is one platform's (its `# platform:` line): elsewhere pip resolves the pins
+    [platform] = re.findall(
+        r"^# platform: (.+)$", (ROOT / "requirements.lock").read_text(), re.MULTILINE
+    )
+    assert "--no-deps -r requirements.lock" in commands(f"PLATFORM={platform}")
+    elsewhere = commands("PLATFORM=Darwin arm64")
+    assert "requirements.lock" not in elsewhere and "pip install -r requirements.txt" in elsewhere
     wrong = subprocess.run(
         ["make", "-n", "-B", "TORCH=gpu", ".venv/.installed"],
         cwd=ROOT,
