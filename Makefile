@@ -30,15 +30,14 @@ help:  ## list the targets
 # The lock (requirements.lock: requirements.txt resolved by pip, every package pinned), then
 # the project itself, editable and without further dependencies: `import litlab` works in any
 # process of .venv (a notebook's kernel too). uv installs them (nothing left to resolve:
-# --no-deps), from the sources pip is configured with (tools/pip_sources.py): on 2 cores,
+# --no-deps), from the sources pip is configured with (tools/uv_install.py): on 2 cores,
 # both busy with another job, 105 s where `pip install -r requirements.txt` took 227 s for the
 # same 285 packages (2026-12-05). TORCH=cpu: torch and torchvision from PyTorch's CPU index,
 # then the lock without the CUDA build's torch, torchvision, triton and NVIDIA libraries. The
 # lock holds the packages of the platform it was resolved on (its `# platform:` line); on
 # another one (macOS, ARM) pip resolves requirements.txt there instead.
 UV_PIN := uv==0.13.9
-UV = $(PY) -m uv pip install --python $(PY) --index-strategy unsafe-best-match --compile-bytecode
-PIP_SOURCES = $(shell $(PYTHON) tools/pip_sources.py)
+UV = $(PY) tools/uv_install.py
 CUDA_ONLY := ^(torch|torchvision|triton|cuda-[a-z-]+|nvidia-[a-z0-9-]+)==
 PLATFORM ?= $(shell uname -sm)
 LOCK_PLATFORM := $(shell sed -n 's/^\# platform: //p' requirements.lock)
@@ -54,9 +53,9 @@ ifneq ($(PLATFORM),$(LOCK_PLATFORM))
 	$(PY) -m pip install -r requirements.txt
 else ifeq ($(TORCH),cpu)
 	grep -v -E '$(CUDA_ONLY)' requirements.lock > $(VENV)/cpu.lock
-	$(UV) $(PIP_SOURCES) --no-deps -r $(VENV)/cpu.lock
+	$(UV) --no-deps -r $(VENV)/cpu.lock
 else
-	$(UV) $(PIP_SOURCES) --no-deps -r requirements.lock
+	$(UV) --no-deps -r requirements.lock
 endif
 	$(UV) --no-deps --no-build-isolation -e .
 	touch $@

@@ -85,7 +85,7 @@ def clone(tmp_path):
 
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "notebooks", repo / "notebooks", ignore=shutil.ignore_patterns(".*"))
-    made_of = ("requirements.txt", "requirements.lock", "tools/pip_sources.py", "pyproject.toml")
+    made_of = ("requirements.txt", "requirements.lock", "tools/uv_install.py", "pyproject.toml")
     for name in ("Makefile", ".gitignore", *made_of, "src/train.py"):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, repo / name)

@@ -4,7 +4,6 @@ and a CPU-only torch route in the Makefile."""
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -235,32 +234,38 @@ def test_make_installs_cpu_torch_only_when_asked():
     assert wrong.returncode != 0 and "TORCH=gpu is not known" in wrong.stderr
 
 
-def test_uv_gets_the_package_sources_pip_is_configured_with(tmp_path):
+def test_uv_gets_the_package_sources_pip_is_configured_with(tmp_path, monkeypatch):
     """make's set-up passes pip's configured index, extra indexes and wheel folders to uv
-    (tools/pip_sources.py), each once, whether pip.conf or a PIP_ variable sets it; with
-    nothing configured, no flag: PyPI, for both."""
+    (tools/uv_install.py), each once, whether pip.conf or a PIP_ variable sets it, in uv's
+    environment (not on the command line make echoes: an index URL may hold a password);
+    with nothing configured, nothing: PyPI, for both."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("uv_install", ROOT / "tools" / "uv_install.py")
+    uv_install = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(uv_install)
     conf = tmp_path / "pip.conf"
     conf.write_text(
-        "[global]\nindex-url = https://mirror.example/simple\n"
+        "[global]\nindex-url = https://user:secret@mirror.example/simple\n"
         "extra-index-url = file:///srv/a/simple file:///srv/b/simple\n"
-        "find-links = /srv/wheels\nconstraint = /srv/c.txt\n"
+        "find-links = /srv/wheels /srv/more\nconstraint = /srv/c.txt\n"
     )
-    script = [sys.executable, str(ROOT / "tools" / "pip_sources.py")]
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-
-    def flags(**env: str) -> list[str]:
-        out = subprocess.run(script, env={**clean, **env}, capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        return shlex.split(out.stdout)
-
-    got = flags(PIP_CONFIG_FILE=str(conf), PIP_FIND_LINKS="/srv/wheels")
-    assert sorted(zip(got[::2], got[1::2], strict=True)) == [  # in pip's listing order
-        ("--extra-index-url", "file:///srv/a/simple"),
-        ("--extra-index-url", "file:///srv/b/simple"),
-        ("--find-links", "/srv/wheels"),  # set twice, passed once
-        ("--index-url", "https://mirror.example/simple"),
-    ], got
-    assert flags(PIP_CONFIG_FILE=os.devnull) == []
+    for name in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.setenv("PIP_FIND_LINKS", "/srv/wheels")
+    assert uv_install.sources() == {
+        "UV_DEFAULT_INDEX": "https://user:secret@mirror.example/simple",
+        "UV_INDEX": "file:///srv/a/simple file:///srv/b/simple",
+        "UV_FIND_LINKS": "/srv/wheels,/srv/more",  # set twice, passed once
+    }
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.delenv("PIP_FIND_LINKS")
+    assert uv_install.sources() == {}
+    shown = subprocess.run(
+        ["make", "-n", "-B", ".venv/.installed"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+    assert "tools/uv_install.py --no-deps -r requirements.lock" in shown and "--index" not in shown
 
 
 def test_make_coverage_counts_the_code_a_subprocess_runs(tmp_path):
