@@ -31,8 +31,8 @@ help:  ## list the targets
 # the project itself, editable and without further dependencies: `import litlab` works in any
 # process of .venv (a notebook's kernel too). uv installs them (nothing left to resolve:
 # --no-deps), from the sources pip is configured with (tools/uv_install.py): on 2 cores,
-# both busy with another job, 105 s where `pip install -r requirements.txt` took 227 s for the
-# same 285 packages (2026-12-05). TORCH=cpu: torch and torchvision from PyTorch's CPU index,
+# alone, 61 s where `pip install -r requirements.txt` took 167 s for the same 285 packages
+# (cold caches, 2026-12-05). TORCH=cpu: torch and torchvision from PyTorch's CPU index,
 # then the lock without the CUDA build's torch, torchvision, triton and NVIDIA libraries. The
 # lock holds the packages of the platform it was resolved on (its `# platform:` line); on
 # another one (macOS, ARM) pip resolves requirements.txt there instead.
