@@ -97,6 +97,8 @@ def test_the_lock_is_requirements_txt_resolved_with_every_package_pinned():
     direct, lock = pins("requirements.txt"), pins("requirements.lock")
     assert {n: lock.get(n) for n in direct} == direct, "make lock: requirements.lock is stale"
     installed = {norm(d.metadata["Name"]): d for d in distributions()}
+    absent = sorted(set(lock) - set(installed))
+    assert not absent, f"in requirements.lock but not in .venv (make -B .venv/.installed): {absent}"
     missing = set()
     for name in lock:
         for text in installed[name].requires or []:
