@@ -2,10 +2,14 @@
 in the installed versions; when an upgrade removes one, the failure names it and the version
 it was checked against."""
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 from helpers import xdist_compat
+from helpers.runs import ROOT
 
 from litlab.compat import (
     CompatError,
@@ -14,6 +18,7 @@ from litlab.compat import (
     optuna,
     pyg,
     ray,
+    rfc3987,
     torch,
     torch_pruning,
     uvicorn,
@@ -22,12 +27,31 @@ from litlab.compat import (
 
 @pytest.mark.parametrize(
     "library",
-    [lightning, hydra, optuna, torch, ray, uvicorn, pyg, torch_pruning],
+    [lightning, hydra, optuna, torch, ray, uvicorn, pyg, torch_pruning, rfc3987],
     ids=lambda m: m.__name__,
 )
 def test_private_apis_still_exist(library):
     """Each compat module's `check_<library>` (the library's name is the module's)."""
     getattr(library, f"check_{library.__name__.rsplit('.', 1)[1]}")()
+
+
+def test_jsonschema_builds_its_iri_grammar_when_an_iri_is_first_checked_not_at_import():
+    """`import litlab` before jsonschema (MONAI and Ray import it): the 1.8-3.4 s grammar of
+    rfc3987-syntax is not built at import, and jsonschema's `iri` checks answer as before."""
+    probe = (
+        "import sys, litlab, jsonschema\n"
+        "built = lambda: 'rfc3987_syntax.syntax_helpers' in sys.modules\n"
+        "before = built()\n"
+        "iri = jsonschema.Draft7Validator(\n"
+        "    {'format': 'iri'}, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)\n"
+        "print(before, iri.is_valid('http://example.com/a'), iri.is_valid('http://a b/'), built())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True", "False", "True"]
 
 
 def test_a_removed_private_api_is_named_with_the_checked_version(monkeypatch):

@@ -5,7 +5,12 @@ that need them, after Hydra has parsed the command line. `from litlab import tra
 gives the Python API (`litlab.api`), loaded on first use.
 """
 
+from litlab.compat import rfc3987
+
 __version__ = "0.1.0"  # keep equal to pyproject.toml (stored in exported files)
+
+# before MONAI or Ray import jsonschema: its IRI grammar costs seconds of every such start-up
+rfc3987.defer()
 
 __all__ = ["evaluate", "train"]
 

@@ -1,0 +1,85 @@
+"""rfc3987-syntax, which litlab never calls, imported on first use (checked against
+rfc3987-syntax 1.1.0 and jsonschema 4.26.0).
+
+Why: `import jsonschema` imports `rfc3987_syntax` wherever it is installed (jupyterlab's
+jupyter-events asks for `jsonschema[format-nongpl]`, so requirements.lock has it), and
+rfc3987-syntax 1.1.0 builds some 35 Earley parsers of the RFC 3987 grammar at import: 1.8-3.4 s
+of CPU on a 2-core machine, in every process that imports MONAI (`import monai` imports
+`monai.bundle`, which imports jsonschema) or Ray, for the `iri` format checks of JSON Schema
+that no litlab path makes. Upstream knows (python-jsonschema/jsonschema issues 1392 and 1428;
+the fork rfc3987-syntax2 loads lazily but is not what jsonschema asks for).
+
+`defer()` puts a stand-in for the package in `sys.modules` before anything imports jsonschema:
+jsonschema registers its `iri` checkers on the stand-in's `is_valid_syntax`, and that call, or
+reading any other name of the package, imports the real one, which answers from then on.
+Submodules import from the package's own folder. What a user of the package sees is the same;
+only the grammar is built when an IRI is first checked instead of at start-up.
+"""
+
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+CHECKED_WITH = "1.1.0"
+NAME = "rfc3987_syntax"
+
+
+class _Deferred(types.ModuleType):
+    """The package before its first use: any name it does not hold comes from the real one."""
+
+    def __getattr__(self, attr: str):
+        if attr == "__all__":  # `from rfc3987_syntax import *`: the real package's names
+            return [name for name in vars(_real()) if not name.startswith("_")]
+        if attr.startswith("__"):  # what tools probe on every module (inspect reads __file__)
+            raise AttributeError(attr)
+        return getattr(_real(), attr)
+
+
+def _real() -> types.ModuleType:
+    if isinstance(sys.modules.get(NAME), _Deferred):
+        sys.modules.pop(NAME, None)
+    return importlib.import_module(NAME)
+
+
+def is_valid_syntax(term: str, value: str) -> bool:
+    return _real().is_valid_syntax(term, value)
+
+
+def defer() -> None:
+    """Install the stand-in where the package is installed and nothing has imported it (nor
+    jsonschema, which imports it) yet; elsewhere nothing changes."""
+    if NAME in sys.modules or "jsonschema" in sys.modules:
+        return
+    spec = importlib.util.find_spec(NAME)
+    if spec is None or spec.submodule_search_locations is None:
+        return
+    stand_in = _Deferred(NAME, "rfc3987_syntax, imported on first use (litlab.compat.rfc3987)")
+    stand_in.__path__ = list(spec.submodule_search_locations)
+    stand_in.__file__, stand_in.__package__, stand_in.__spec__ = spec.origin, NAME, spec
+    stand_in.is_valid_syntax = is_valid_syntax
+    sys.modules[NAME] = stand_in
+
+
+def check_rfc3987() -> None:
+    """The package still has `is_valid_syntax(term, value)` and jsonschema still imports it by
+    that name (read from their files: importing the package is the cost this module saves)."""
+    import ast
+    import importlib.metadata
+
+    from litlab.compat import missing
+
+    installed = importlib.metadata.version("rfc3987-syntax")
+    helpers = Path(importlib.util.find_spec(NAME).origin).with_name("syntax_helpers.py")
+    functions = {
+        node.name: [a.arg for a in node.args.args]
+        for node in ast.parse(helpers.read_text()).body
+        if isinstance(node, ast.FunctionDef)
+    }
+    if functions.get("is_valid_syntax") != ["term", "value"]:
+        raise missing("rfc3987-syntax", CHECKED_WITH, installed, "is_valid_syntax(term, value)")
+    importer = Path(importlib.util.find_spec("jsonschema").origin).with_name("_format.py")
+    if "from rfc3987_syntax import is_valid_syntax" not in importer.read_text():
+        what = "jsonschema's `from rfc3987_syntax import is_valid_syntax`"
+        raise missing("rfc3987-syntax", CHECKED_WITH, installed, what)
