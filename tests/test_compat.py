@@ -54,6 +54,26 @@ def test_jsonschema_builds_its_iri_grammar_when_an_iri_is_first_checked_not_at_i
     assert done.stdout.split() == ["False", "True", "False", "True"]
 
 
+def test_rays_processes_run_litlabs_sitecustomize_then_the_one_it_hides(tmp_path):
+    """The folder that leads the PYTHONPATH of Ray's processes (federated/processes.py): a
+    process that imports jsonschema there does not build the IRI grammar, and a
+    sitecustomize further on the path (a distribution's, coverage's) still runs."""
+    from litlab.federated.processes import RAY_SITE
+
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.HIDDEN_RAN = True\n")
+    probe = (
+        "import builtins, sys, jsonschema\n"
+        "print(getattr(builtins, 'HIDDEN_RAN', False), 'rfc3987_syntax.syntax_helpers' in sys.modules)"
+    )
+    path = os.pathsep.join([str(RAY_SITE), str(tmp_path), str(ROOT / "src")])
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False"]
+
+
 def test_a_removed_private_api_is_named_with_the_checked_version(monkeypatch):
     from hydra.core import utils
 
