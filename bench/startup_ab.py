@@ -1,9 +1,11 @@
 """Refused commands, `--cfg job` and the default job of two checkouts, interleaved: the
 before/after of a change to start-up measured in one run, so that the machine's load hits
-both alike (the figures of BENCHMARKS.md "One composition, not two").
+both alike (the figures of BENCHMARKS.md "One composition, not two" and, with `--libraries`,
+"MONAI and Ray start sooner").
 
     git worktree add /tmp/before <rev> && ln -s "$PWD/.venv" /tmp/before/.venv
     .venv/bin/python bench/startup_ab.py /tmp/before . [--repeat 5] [--default 3]
+    .venv/bin/python bench/startup_ab.py /tmp/before . --libraries --repeat 3
 
 Each command runs in its own checkout with that checkout's `src` on PYTHONPATH; wall and CPU
 (user + sys of the child) are medians.
@@ -27,6 +29,11 @@ REFUSED = [
 ]
 CFG_JOB = ["src/train.py", "--cfg", "job"]
 DEFAULT_JOB = ["src/train.py"]
+#: short jobs whose start-up imports MONAI (a 3D U-Net) or starts Ray (a federated run)
+LIBRARY_JOBS = [
+    ["src/train.py", "model=unet3d", "trainer.max_epochs=1", "trainer.limit_train_batches=2"],
+    ["src/federate.py", "federate.rounds=1", "federate.num_clients=2", "federate.local_epochs=1"],
+]
 
 
 def _timed(tree: Path, args: list[str], expect: int, log_dir: Path) -> tuple[float, float]:
@@ -52,10 +59,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--default", type=int, default=3, help="runs of the default job")
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/startup_ab"))
+    parser.add_argument("--libraries", action="store_true", help="the MONAI and Ray jobs only")
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     plan = [(c, 2, args.repeat) for c in REFUSED] + [(CFG_JOB, 0, args.repeat)]
     plan += [(DEFAULT_JOB, 0, args.default)] if args.default else []
+    if args.libraries:
+        plan = [(job, 0, args.repeat) for job in LIBRARY_JOBS]
     rows = []
     for cmd, expect, runs in plan:
         seen = {name: [] for name in trees}

@@ -141,3 +141,19 @@ def test_the_parse_cache_gives_each_caller_its_own_copy_and_sees_an_edited_file(
     for _ in range(2):
         with pytest.raises(Exception, match="expected"):
             OmegaConf.load(path)
+
+
+def test_interpolations_parsed_once_still_resolve_in_their_own_config_and_fail_each_time():
+    """tests/helpers/yaml_cache.py's parse cache, active here: one string in two configs
+    resolves to each config's value, and a string that does not parse fails on every use."""
+    from helpers.yaml_cache import cached_parse
+    from omegaconf import base
+    from omegaconf.errors import GrammarParseError
+
+    assert base.parse is cached_parse
+    first = OmegaConf.create({"a": 1, "b": "${a}", "c": "x${a}y"})
+    second = OmegaConf.create({"a": 2, "b": "${a}", "c": "x${a}y"})
+    assert (first.b, first.c, second.b, second.c) == (1, "x1y", 2, "x2y")
+    for _ in range(2):
+        with pytest.raises(GrammarParseError):
+            cached_parse("${a")
