@@ -51,6 +51,10 @@ def test_notebook_runs(notebook, tmp_path):
             "no:cacheprovider",
             "-p",
             "no:xdist",
+            # litlab first, before nbmake's plugin imports nbformat and with it jsonschema:
+            # importing litlab defers jsonschema's IRI grammar (litlab.compat.rfc3987, ~2 s)
+            "-p",
+            "litlab",
             "-q",
             "-o",
             "addopts=",
