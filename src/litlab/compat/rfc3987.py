@@ -55,6 +55,8 @@ def defer() -> None:
     spec = importlib.util.find_spec(NAME)
     if spec is None or spec.submodule_search_locations is None:
         return
+    if importlib.util.find_spec("lark") is None:  # its import would fail: jsonschema skips it
+        return
     stand_in = _Deferred(NAME, "rfc3987_syntax, imported on first use (litlab.compat.rfc3987)")
     stand_in.__path__ = list(spec.submodule_search_locations)
     stand_in.__file__, stand_in.__package__, stand_in.__spec__ = spec.origin, NAME, spec

@@ -10,7 +10,10 @@ import importlib.util
 import os
 import sys
 
-import litlab  # noqa: F401  (its import defers the grammar)
+try:
+    import litlab  # noqa: F401  (its import defers the grammar)
+except ImportError:  # a process without litlab on its path: it only starts slower
+    pass
 
 
 def _run_the_hidden_one() -> None:
