@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers.runs import ROOT
+from helpers.runs import ROOT, python_c
 
 SRC = ROOT / "src"
 
@@ -169,9 +169,6 @@ def test_what_runs_before_hydra_parses_imports_nothing_heavy():
         "import sys; import litlab.cli\n"
         "print(sorted(m for m in ('torch', 'lightning', 'pydantic') if m in sys.modules))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )  # fmt: skip
+    done = python_c(probe)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"

@@ -2,14 +2,11 @@
 in the installed versions; when an upgrade removes one, the failure names it and the version
 it was checked against."""
 
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 from helpers import xdist_compat
-from helpers.runs import ROOT
+from helpers.runs import python_c
 
 from litlab.compat import (
     CompatError,
@@ -46,10 +43,7 @@ def test_jsonschema_builds_its_iri_grammar_when_an_iri_is_first_checked_not_at_i
         "    {'format': 'iri'}, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)\n"
         "print(before, iri.is_valid('http://example.com/a'), iri.is_valid('http://a b/'), built())"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )  # fmt: skip
+    done = python_c(probe)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "True", "False", "True"]
 
@@ -65,11 +59,7 @@ def test_rays_processes_run_litlabs_sitecustomize_then_the_one_it_hides(tmp_path
         "import builtins, sys, jsonschema\n"
         "print(getattr(builtins, 'HIDDEN_RAN', False), 'rfc3987_syntax.syntax_helpers' in sys.modules)"
     )
-    path = os.pathsep.join([str(RAY_SITE), str(tmp_path), str(ROOT / "src")])
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": path},
-    )  # fmt: skip
+    done = python_c(probe, RAY_SITE, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "False"]
 

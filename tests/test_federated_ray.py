@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 import torch
-from helpers.runs import ROOT
+from helpers.runs import ROOT, python_c
 
 pytestmark = pytest.mark.slow
 SHORT = ["federate.num_clients=2", "trainer.limit_train_batches=3", "extras.print_config=false"]
@@ -355,9 +355,6 @@ def test_rays_workers_start_without_building_the_iri_grammar():
         "print('built', ray.get(built.remote()))\n"
         "ray.shutdown()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )  # fmt: skip
+    done = python_c(probe, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "jsonschema True" in done.stdout and "built False" in done.stdout, done.stdout

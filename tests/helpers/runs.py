@@ -121,6 +121,16 @@ def command_in_process(
     return code, out, err
 
 
+def python_c(code: str, *path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -c code` in a fresh interpreter, from the project root, with `path` (folders)
+    then src/ as its PYTHONPATH: for what only a new process shows (what an import loads)."""
+    pythonpath = os.pathsep.join([*map(str, path), str(ROOT / "src")])
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, "PYTHONPATH": pythonpath},
+    )  # fmt: skip
+
+
 def run_dirs(log_dir: Path, task: str = "train") -> list[Path]:
     return sorted((log_dir / task / "runs").glob("*"))
 
