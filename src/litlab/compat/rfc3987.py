@@ -59,7 +59,8 @@ def defer() -> None:
         return
     stand_in = _Deferred(NAME, "rfc3987_syntax, imported on first use (litlab.compat.rfc3987)")
     stand_in.__path__ = list(spec.submodule_search_locations)
-    stand_in.__file__, stand_in.__package__, stand_in.__spec__ = spec.origin, NAME, spec
+    stand_in.__file__, stand_in.__cached__ = spec.origin, spec.cached
+    stand_in.__package__, stand_in.__spec__, stand_in.__loader__ = NAME, spec, spec.loader
     stand_in.is_valid_syntax = is_valid_syntax
     sys.modules[NAME] = stand_in
 
