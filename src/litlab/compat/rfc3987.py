@@ -17,16 +17,14 @@ only the grammar is built when an IRI is first checked instead of at start-up.
 """
 
 import importlib
-import importlib.util
+import importlib.machinery
 import sys
-import types
-from pathlib import Path
 
 CHECKED_WITH = "1.1.0"
 NAME = "rfc3987_syntax"
 
 
-class _Deferred(types.ModuleType):
+class _Deferred(type(sys)):  # a module (`types` is not imported yet at `import litlab`)
     """The package before its first use: any name it does not hold comes from the real one."""
 
     def __getattr__(self, attr: str):
@@ -37,7 +35,7 @@ class _Deferred(types.ModuleType):
         return getattr(_real(), attr)
 
 
-def _real() -> types.ModuleType:
+def _real():
     if isinstance(sys.modules.get(NAME), _Deferred):
         sys.modules.pop(NAME, None)
     return importlib.import_module(NAME)
@@ -52,10 +50,11 @@ def defer() -> None:
     jsonschema, which imports it) yet; elsewhere nothing changes."""
     if NAME in sys.modules or "jsonschema" in sys.modules:
         return
-    spec = importlib.util.find_spec(NAME)
+    # sys.path's finder, not importlib.util.find_spec: `import litlab` stays a few milliseconds
+    spec = importlib.machinery.PathFinder.find_spec(NAME)
     if spec is None or spec.submodule_search_locations is None:
         return
-    if importlib.util.find_spec("lark") is None:  # its import would fail: jsonschema skips it
+    if importlib.machinery.PathFinder.find_spec("lark") is None:  # jsonschema would skip it
         return
     stand_in = _Deferred(NAME, "rfc3987_syntax, imported on first use (litlab.compat.rfc3987)")
     stand_in.__path__ = list(spec.submodule_search_locations)
@@ -70,11 +69,14 @@ def check_rfc3987() -> None:
     that name (read from their files: importing the package is the cost this module saves)."""
     import ast
     import importlib.metadata
+    from pathlib import Path
 
     from litlab.compat import missing
 
     installed = importlib.metadata.version("rfc3987-syntax")
-    helpers = Path(importlib.util.find_spec(NAME).origin).with_name("syntax_helpers.py")
+    helpers = Path(importlib.machinery.PathFinder.find_spec(NAME).origin).with_name(
+        "syntax_helpers.py"
+    )
     functions = {
         node.name: [a.arg for a in node.args.args]
         for node in ast.parse(helpers.read_text()).body
@@ -82,7 +84,9 @@ def check_rfc3987() -> None:
     }
     if functions.get("is_valid_syntax") != ["term", "value"]:
         raise missing("rfc3987-syntax", CHECKED_WITH, installed, "is_valid_syntax(term, value)")
-    importer = Path(importlib.util.find_spec("jsonschema").origin).with_name("_format.py")
+    importer = Path(importlib.machinery.PathFinder.find_spec("jsonschema").origin).with_name(
+        "_format.py"
+    )
     if "from rfc3987_syntax import is_valid_syntax" not in importer.read_text():
         what = "jsonschema's `from rfc3987_syntax import is_valid_syntax`"
         raise missing("rfc3987-syntax", CHECKED_WITH, installed, what)
