@@ -51,15 +51,17 @@ def test_jsonschema_builds_its_iri_grammar_when_an_iri_is_first_checked_not_at_i
 def test_rays_processes_run_litlabs_sitecustomize_then_the_one_it_hides(tmp_path):
     """The folder that leads the PYTHONPATH of Ray's processes (federated/processes.py): a
     process that imports jsonschema there does not build the IRI grammar, and a
-    sitecustomize further on the path (a distribution's, coverage's) still runs."""
+    sitecustomize further on the path (a distribution's, coverage's) still runs, also where a
+    link to the folder is on the path too (it once ran itself until a RecursionError)."""
     from litlab.federated.processes import RAY_SITE
 
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.HIDDEN_RAN = True\n")
+    (tmp_path / "link").symlink_to(RAY_SITE)
     probe = (
         "import builtins, sys, jsonschema\n"
         "print(getattr(builtins, 'HIDDEN_RAN', False), 'rfc3987_syntax.syntax_helpers' in sys.modules)"
     )
-    done = python_c(probe, RAY_SITE, tmp_path)
+    done = python_c(probe, RAY_SITE, tmp_path / "link", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "False"]
 

@@ -17,8 +17,9 @@ except ImportError:  # a process without litlab on its path: it only starts slow
 
 
 def _run_the_hidden_one() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    # every spelling of this folder (a link to it too) is left out, or this file runs itself
+    here = os.path.dirname(os.path.realpath(__file__))
+    rest = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)
