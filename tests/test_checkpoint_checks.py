@@ -189,7 +189,7 @@ def test_the_unmodified_copy_passes_the_same_checks(tiny, tmp_path):
 def _with_old_names(tiny, tmp_path):
     """The checkpoint as litlab wrote it before each domain became one folder: its stored
     config names litlab.data.vision and litlab.models.nets.cnn."""
-    from litlab.checkpointing.moved import MOVED
+    from litlab.checkpointing.load import MOVED
 
     ckpt = torch.load(tiny[1], weights_only=True)
     ckpt[C]["data"]["data_dir"] = ckpt[C]["paths"]["data_dir"]
@@ -216,7 +216,7 @@ def test_only_whole_moved_modules_are_renamed():
     """The table renames module paths litlab shipped, nothing else: a name that only starts
     like one, or a module of the same name elsewhere, stays what it is (and the trust check
     judges it)."""
-    from litlab.checkpointing.moved import renamed
+    from litlab.checkpointing.load import renamed
 
     config = {
         "model": {"_target_": "litlab.models.vision.ImageClassifier"},

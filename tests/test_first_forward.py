@@ -1,11 +1,11 @@
 """A net that cannot run on the data is one line naming `model.net`, its target and the input
-shape (`runs.first_forward`); a net that runs is watched for its first forward only."""
+shape (`runs.run_end.watched`); a net that runs is watched for its first forward only."""
 
 import pytest
 import torch
 
 from litlab.errors import UserError
-from litlab.runs.first_forward import watched
+from litlab.runs.run_end import watched
 
 
 def test_a_net_that_cannot_run_is_one_line_with_the_input_shape():

@@ -197,7 +197,7 @@ def test_counting_a_steps_memory_leaves_the_nets_own_hooks_alone():
     import torch
 
     from litlab.data import saved_bytes
-    from litlab.runs.first_forward import _Watch
+    from litlab.runs.run_end import _Watch
 
     net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU())
     watch = _Watch(net)

@@ -32,7 +32,7 @@ def train_and_test(cfg: DictConfig) -> RunResult:
 
         from litlab.checkpointing.run_config import RunConfigInCheckpoint
         from litlab.config import build
-        from litlab.runs import first_forward, tuning
+        from litlab.runs import run_end, tuning
         from litlab.runs import summary as report
         from litlab.runs.summary import SplitFile
 
@@ -55,7 +55,7 @@ def train_and_test(cfg: DictConfig) -> RunResult:
                 build.instantiate_all(cfg.get("tune"), "tune"), trainer, model, datamodule
             )  # tune=
             tuning.record(stored.config, tuned)  # checkpoints: the values trained with
-            with first_forward.watched(
+            with run_end.watched(
                 model.net,
                 cfg.model.net._target_,
                 datamodule=datamodule,

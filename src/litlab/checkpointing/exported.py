@@ -90,7 +90,7 @@ def stored_run(path, meta: dict | None = None) -> ExportedRun:
     """What the file's metadata says of its run, checked for type and size (`meta`: already
     read). A file without a stored config names no run: one line saying what to do."""
     from litlab import tasks
-    from litlab.checkpointing import moved
+    from litlab.checkpointing.load import renamed
 
     meta = read(path) if meta is None else meta
     config = meta.get("config")
@@ -117,7 +117,7 @@ def stored_run(path, meta: dict | None = None) -> ExportedRun:
     checkpoint = meta.get("checkpoint")
     if not (checkpoint is None or isinstance(checkpoint, str) and len(checkpoint) <= 4096):
         raise _bad(path, f"checkpoint is {shown(checkpoint, 40)}; expected a path")
-    moved.renamed(config)  # an export from before the domains' move: today's names
+    renamed(config)  # an export from before the domains' move: today's names
     return ExportedRun(config, kind, names, checkpoint)
 
 

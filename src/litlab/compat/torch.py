@@ -13,7 +13,7 @@
   (compression/prune);
 - a module's `_forward_hooks`, `_forward_pre_hooks`, `_backward_hooks`: emptied on a meta copy
   of a net whose activations are counted (litlab/data), so that the hooks of the original
-  (the first-forward watch: runs/first_forward) do not run for the copy.
+  (the first-forward watch: runs/run_end) do not run for the copy.
 """
 
 import functools

@@ -135,7 +135,7 @@ def evaluate_checkpoint(cfg: DictConfig) -> RunResult:
             f"model_path={settings.model_path}: an exported file is scored by src/eval.py or "
             "litlab.evaluate (litlab.export.evaluate), not by this checkpoint recipe"
         )
-    from litlab.runs import first_forward
+    from litlab.runs import run_end
     from litlab.runs import summary as report
     from litlab.runs.rebuild import load_run
 
@@ -148,7 +148,7 @@ def evaluate_checkpoint(cfg: DictConfig) -> RunResult:
     note = provenance.code_note(run.checkpoint.get(provenance.KEY))
     if note:  # the checkpoint was trained by other code (a later commit, local edits)
         print(note, flush=True)
-    watch = first_forward.watched(run.model.net, run.config.model.net._target_)
+    watch = run_end.watched(run.model.net, run.config.model.net._target_)
     return score(cfg, run, str(cfg.ckpt_path), watch)
 
 
