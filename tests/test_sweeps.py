@@ -39,12 +39,27 @@ def read_summary(sweep_dir: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_grid_summary_records_failed_jobs_and_exits_nonzero(tmp_path, capfd):
+def test_grid_summary_records_failed_jobs_and_exits_nonzero(tmp_path, capfd, monkeypatch):
     """Jobs that fail while they run (a valid test fraction that leaves the validation split
     empty: found when the data is split; a bad value is refused before the first job). In the
-    worker (its real cli.run(main)): the exit code is SystemExit's."""
+    worker (its real cli.run(main)): the exit code is SystemExit's. Each job's config is
+    composed twice: once when every job is checked before the first starts, once for its run
+    (Hydra's sweeper would compose each a third time before its launch, only to see that it
+    composes: `sweeps.grid.CHECKED`)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    composed = []
+    compose_job = ConfigLoaderImpl.load_sweep_config
+    monkeypatch.setattr(
+        ConfigLoaderImpl,
+        "load_sweep_config",
+        lambda self, config, overrides: (
+            composed.append(overrides) or compose_job(self, config, overrides)
+        ),
+    )
     overrides = ["hydra.mode=MULTIRUN", "data.test_fraction=0.2,0.999", "seed=1,2", *FAST]
     code, stdout, stderr = command_in_process("train.py", overrides, tmp_path / "logs", capfd)
+    assert len(composed) == 2 * 4, composed
     assert code == 1, "a failed job fails the sweep with exit code 1 (docs/sweeps.md)"
     failed = stderr.splitlines()[stderr.splitlines().index("2 failed job(s):") + 1 :]
     for line, (num, seed) in zip(failed, ((2, 1), (3, 2))):  # one line per failed job

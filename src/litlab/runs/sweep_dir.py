@@ -34,7 +34,7 @@ from litlab.config import validate
 from litlab.config.resolvers import certainly_no_gpu
 from litlab.errors import UserError
 from litlab.sweeps import optuna_search, parallel_slots, plan
-from litlab.sweeps.grid import grid, overrides_of, settings_key
+from litlab.sweeps.grid import CHECKED, grid, overrides_of, settings_key
 from litlab.sweeps.summary import load_records
 from litlab.utils import code_state as snapshot
 from litlab.utils import commands, sweep_records
@@ -337,6 +337,7 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
     first that fails what needs no import, else the first that fails the rest."""
     from litlab.config import validate
 
+    CHECKED.clear()
     loader = GlobalHydra.instance().config_loader()
     try:
         all_jobs = jobs(config, loader)
@@ -363,6 +364,7 @@ def check_jobs(config: DictConfig, config_name: str) -> None:
                     from litlab.config.compose import condense
 
                     raise UserError(f"{name}: {condense(str(err))}") from None
+        CHECKED.update(tuple(overrides) for _, overrides in all_jobs)
     finally:
         HydraConfig.instance().cfg = sweep
 

@@ -207,6 +207,12 @@ def record_deaths(sweep_dir: Path, first: int, results) -> None:
             write_json(Path(record["run_dir"]) / sweep_records.RECORD, record)
 
 
+#: the overrides of every job that `runs.sweep_dir.check_jobs` composed and validated before the
+#: sweep started: Hydra's sweeper would compose each again before its launch only to see that
+#: it composes (~0.2 s a job); `run_grid` takes the set once and checks only the jobs outside it
+CHECKED: set[tuple[str, ...]] = set()
+
+
 def run_grid(sweeper, arguments: list[str]) -> list:
     """Launch the jobs of the grid that are not completed yet (see the module docstring)."""
     config = sweeper.config
@@ -223,11 +229,17 @@ def run_grid(sweeper, arguments: list[str]) -> list:
             flush=True,
         )
     fail_fast = bool(OmegaConf.select(config, "hydra.callbacks.sweep_summary.fail_fast"))
+    checked = set(CHECKED)  # composed and validated before the sweep started
+    CHECKED.clear()  # for this sweep only
     returns = []
     with _StopBetweenJobs() as stop:
         for launch in _runs(todo, _batch_size(sweeper, fail_fast, len(todo))):
             batch = [job for _, job in launch]
-            sweeper.validate_batch_is_legal(batch)
+            # a job is composed again only if its own overrides were not (`_again` adds
+            # hydra.* overrides to them, which change no other node)
+            sweeper.validate_batch_is_legal(
+                [job for num, job in launch if tuple(jobs[num]) not in checked]
+            )
             results = sweeper.launcher.launch(batch, initial_job_idx=launch[0][0])
             returns.append(results)
             record_deaths(sweep_dir, launch[0][0], results)
