@@ -30,9 +30,17 @@ from helpers.yaml_cache import cached_yaml_loads  # noqa: F401  (autouse: every 
 def pytest_configure(config):
     """Keep the order the workers collect in (longest first, below): xdist's loadgroup
     otherwise re-sorts its units by their number of tests, which sent the slow stage's
-    one-test units of several minutes (the matrix's kind rows) to its end."""
+    one-test units of several minutes (the matrix's kind rows) to its end. The garbage
+    collector's thresholds are an entry point's."""
     if hasattr(config.option, "loadscopereorder"):  # xdist's option (absent without xdist)
         config.option.loadscopereorder = False
+    # the collector's thresholds of an entry point's process, which the checks that run
+    # commands in this one get anyway at their first command (`cli.run_main`): from the start
+    import gc
+
+    from litlab.cli import GC_THRESHOLDS
+
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @pytest.hookimpl(trylast=True)

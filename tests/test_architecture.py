@@ -172,3 +172,22 @@ def test_what_runs_before_hydra_parses_imports_nothing_heavy():
     done = python_c(probe)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_an_entry_point_runs_with_the_collectors_rare_thresholds(monkeypatch):
+    """`cli.run_main` sets the garbage collector's thresholds of an entry point's process
+    before Hydra parses and the heavy imports start (BENCHMARKS.md "The garbage collector at
+    start-up"), whatever the process had."""
+    import gc
+
+    from litlab import cli
+
+    seen = []
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "src" / "train.py")])
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # Python's default
+    try:
+        cli.run_main(lambda: seen.append(gc.get_threshold()))
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [cli.GC_THRESHOLDS] and cli.GC_THRESHOLDS[0] >= 10_000

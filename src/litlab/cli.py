@@ -47,6 +47,16 @@ def _export_package_path() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([src, *paths])
 
 
+#: the cyclic garbage collector's thresholds in an entry point's process (Python's default:
+#: (700, 10, 10), a collection of the youngest objects every 700 allocations). Importing
+#: torch, Lightning and torchvision allocates some 1.5 million objects that live on, and the
+#: collector went over them ~1,300 times: ~1 s of the imports' 5.6 s of CPU on this 2-core
+#: machine, again in every composition-heavy check. 50,000 leaves few collections to do, each
+#: over at most 50,000 young objects (a few MB), and cyclic garbage is still collected
+#: (BENCHMARKS.md "The garbage collector at start-up")
+GC_THRESHOLDS = (50_000, 10, 10)
+
+
 def _freeze_at_exit() -> None:
     """Collect what is garbage now, then freeze the rest: the interpreter's own collections as
     it shuts down skip the millions of objects of torch, Lightning and the rest. A process that
@@ -58,6 +68,7 @@ def _freeze_at_exit() -> None:
 
 def run_main(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
+    gc.set_threshold(*GC_THRESHOLDS)  # before Hydra's work and the libraries' imports
     atexit.unregister(_freeze_at_exit)  # once per process, whatever calls this in-process
     atexit.register(_freeze_at_exit)  # registered before the libraries' own: run after them
     environment.load_dotenv_files()  # before Hydra composes: the config reads some variables
