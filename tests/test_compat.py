@@ -48,6 +48,25 @@ def test_jsonschema_builds_its_iri_grammar_when_an_iri_is_first_checked_not_at_i
     assert done.stdout.split() == ["False", "True", "False", "True"]
 
 
+def test_looking_a_name_up_in_every_module_does_not_build_the_iri_grammar():
+    """pickle's and cloudpickle's `whichmodule` ask every module of `sys.modules` for the name
+    of a function they pickle (a parallel sweep's forked job pickles its result so: the grammar
+    cost each job 1.6 s): the stand-in answers for a name the package lacks without building
+    it, and still gives the package's own names."""
+    probe = (
+        "import pickle, sys, litlab, jsonschema\n"
+        "built = lambda: 'rfc3987_syntax.syntax_helpers' in sys.modules\n"
+        "def task(): pass\n"
+        "task.__module__ = None\n"
+        "package = sys.modules['rfc3987_syntax']\n"
+        "found = pickle.whichmodule(task, 'task'), hasattr(package, 'task'), built()\n"
+        "print(*found, package.RFC3987_SYNTAX_PARSER_TYPE, built())"
+    )
+    done = python_c(probe)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["__main__", "False", "False", "earley", "True"]
+
+
 def test_rays_processes_run_litlabs_sitecustomize_then_the_one_it_hides(tmp_path):
     """The folder that leads the PYTHONPATH of Ray's processes (federated/processes.py): a
     process that imports jsonschema there does not build the IRI grammar, and a

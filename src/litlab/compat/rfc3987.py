@@ -25,14 +25,57 @@ NAME = "rfc3987_syntax"
 
 
 class _Deferred(type(sys)):  # a module (`types` is not imported yet at `import litlab`)
-    """The package before its first use: any name it does not hold comes from the real one."""
+    """The package before its first use: a name the real one holds comes from it; any other
+    is missing, as it is there. Tools look names up in every module of `sys.modules` (pickle's
+    and cloudpickle's `whichmodule`, for a function they pickle: a job of the parallel
+    launcher, sending its result back, built the grammar that way, 1.6 s a job)."""
 
     def __getattr__(self, attr: str):
         if attr == "__all__":  # `from rfc3987_syntax import *`: the real package's names
             return [name for name in vars(_real()) if not name.startswith("_")]
-        if attr.startswith("__"):  # what tools probe on every module (inspect reads __file__)
-            raise AttributeError(attr)
+        names = _names(self.__path__[0])
+        if attr.startswith("__") or names is not None and attr not in names:
+            raise AttributeError(f"module {NAME!r} has no attribute {attr!r}")
         return getattr(_real(), attr)
+
+
+_read: dict[str, set[str] | None] = {}  # the package's folder -> the names it will hold
+
+
+def _names(folder: str) -> set[str] | None:
+    """The names the real package will hold, read from its files without running them (running
+    them is the cost): what its `__init__` binds, a `from .module import *` followed into that
+    module (its public names), and its submodules. None where the files say no more than that
+    (a star import from elsewhere): then every name loads the package."""
+    if folder not in _read:
+        import ast
+        import os
+
+        names = {f[:-3] for f in os.listdir(folder) if f.endswith(".py")} - {"__init__"}
+        todo, seen, known = [("__init__", False)], set(), True
+        while todo:
+            module, starred = todo.pop()
+            seen.add(module)
+            with open(os.path.join(folder, f"{module}.py"), encoding="utf-8") as file:
+                body = ast.parse(file.read()).body
+            for node in body:
+                if isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
+                    known &= node.level == 1 and node.module is not None
+                    if known and node.module not in seen:
+                        todo.append((node.module, True))
+                    continue
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    bound = [(a.asname or a.name).split(".")[0] for a in node.names]
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    bound = [node.name]
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    bound = [t.id for t in targets if isinstance(t, ast.Name)]
+                else:
+                    continue
+                names.update(n for n in bound if not (starred and n.startswith("_")))
+        _read[folder] = names if known else None
+    return _read[folder]
 
 
 def _real():
