@@ -60,7 +60,8 @@ def _names(folder: str) -> set[str] | None:
                 body = ast.parse(file.read()).body
             for node in body:
                 if isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
-                    known &= node.level == 1 and node.module is not None
+                    dots = node.level  # `from .module import *`: one dot, this package
+                    known &= dots == 1 and node.module is not None
                     if known and node.module not in seen:
                         todo.append((node.module, True))
                     continue
