@@ -2,6 +2,7 @@
 common mistakes (issue 50; bar: <= 1.5 s, exit 2, one line).
 
     .venv/bin/python bench/startup.py [--repeat 7]
+    .venv/bin/python bench/startup.py --collector [--repeat 3]   # BENCHMARKS.md "The garbage collector at start-up"
 
 `--help` and `--cfg job` never import torch: Hydra parses the command line first, and the
 heavy imports happen inside the task. A mistake the command line shows (a model that does not
@@ -11,7 +12,9 @@ all alike.
 """
 
 import argparse
+import json
 import resource
+import subprocess
 
 from common import PY, median, table, time_command
 
@@ -51,10 +54,58 @@ def _refused(args: list[str]) -> tuple[float, float]:
     return wall, _cpu() - before
 
 
+#: what every training command imports, timed in a fresh interpreter with the collector's
+#: thresholds given (`gc.callbacks` count each collection and its time)
+COLLECTOR_PROBE = """
+import gc, json, sys, time
+gc.set_threshold(*json.loads(sys.argv[1]))
+seen = {"n": [0, 0, 0], "s": 0.0, "t": 0.0}
+def watch(phase, info):
+    if phase == "start":
+        seen["t"] = time.perf_counter()
+    else:
+        seen["n"][info["generation"]] += 1
+        seen["s"] += time.perf_counter() - seen["t"]
+gc.callbacks.append(watch)
+cpu = time.process_time()
+import torch, lightning.pytorch, torchvision, sklearn.model_selection, hydra, omegaconf
+print(json.dumps({"cpu": time.process_time() - cpu, "gc": seen["s"], "n": seen["n"]}))
+"""
+
+
+def collector(repeat: int) -> None:
+    """Python's default thresholds against an entry point's (`litlab.cli.GC_THRESHOLDS`),
+    interleaved: CPU seconds of the imports, seconds in the collector, collections."""
+    from litlab.cli import GC_THRESHOLDS
+
+    settings = {"Python's default (700, 10, 10)": (700, 10, 10)}
+    settings[f"litlab's entry points {tuple(GC_THRESHOLDS)}"] = GC_THRESHOLDS
+    runs = {name: [] for name in settings}
+    for _ in range(repeat):
+        for name, thresholds in settings.items():
+            cmd = [PY, "-c", COLLECTOR_PROBE, json.dumps(list(thresholds))]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(done.stdout))
+    rows = [
+        [
+            name,
+            f"{median(r['cpu'] for r in got):.2f}",
+            f"{median(r['gc'] for r in got):.2f}",
+            " / ".join(str(int(median(r["n"][g] for r in got))) for g in range(3)),
+        ]
+        for name, got in runs.items()
+    ]
+    heads = ["thresholds", "CPU of the imports (s)", "in the collector (s)", "collections"]
+    print(table(heads, rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--collector", action="store_true", help="the collector at start-up")
     args = parser.parse_args()
+    if args.collector:
+        return collector(args.repeat)
     times = {name: [] for name in [*IMPORTS, *COMMANDS]}
     refusals = {"python " + " ".join(a): [] for a in REFUSALS}
     for _ in range(args.repeat):
