@@ -32,20 +32,28 @@ def test_private_apis_still_exist(library):
     getattr(library, f"check_{library.__name__.rsplit('.', 1)[1]}")()
 
 
+#: a probe's expression: whether rfc3987-syntax's grammar has been built in its process
+BUILT = "'rfc3987_syntax.syntax_helpers' in sys.modules"
+
+
+def printed(*lines: str, path=()) -> list[str]:
+    """The words a fresh interpreter prints running `lines` (with `path` first on sys.path)."""
+    done = python_c("\n".join(lines), *path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
 def test_jsonschema_builds_its_iri_grammar_when_an_iri_is_first_checked_not_at_import():
     """`import litlab` before jsonschema (MONAI and Ray import it): the 1.8-3.4 s grammar of
     rfc3987-syntax is not built at import, and jsonschema's `iri` checks answer as before."""
-    probe = (
-        "import sys, litlab, jsonschema\n"
-        "built = lambda: 'rfc3987_syntax.syntax_helpers' in sys.modules\n"
-        "before = built()\n"
-        "iri = jsonschema.Draft7Validator(\n"
-        "    {'format': 'iri'}, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)\n"
-        "print(before, iri.is_valid('http://example.com/a'), iri.is_valid('http://a b/'), built())"
+    words = printed(
+        "import sys, litlab, jsonschema",
+        f"before = {BUILT}",
+        "iri = jsonschema.Draft7Validator(",
+        "    {'format': 'iri'}, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)",
+        f"print(before, iri.is_valid('http://example.com/a'), iri.is_valid('http://a b/'), {BUILT})",
     )
-    done = python_c(probe)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["False", "True", "False", "True"]
+    assert words == ["False", "True", "False", "True"]
 
 
 def test_looking_a_name_up_in_every_module_does_not_build_the_iri_grammar():
@@ -53,18 +61,15 @@ def test_looking_a_name_up_in_every_module_does_not_build_the_iri_grammar():
     of a function they pickle (a parallel sweep's forked job pickles its result so: the grammar
     cost each job 1.6 s): the stand-in answers for a name the package lacks without building
     it, and still gives the package's own names."""
-    probe = (
-        "import pickle, sys, litlab, jsonschema\n"
-        "built = lambda: 'rfc3987_syntax.syntax_helpers' in sys.modules\n"
-        "def task(): pass\n"
-        "task.__module__ = None\n"
-        "package = sys.modules['rfc3987_syntax']\n"
-        "found = pickle.whichmodule(task, 'task'), hasattr(package, 'task'), built()\n"
-        "print(*found, package.RFC3987_SYNTAX_PARSER_TYPE, built())"
+    words = printed(
+        "import pickle, sys, litlab, jsonschema",
+        "def task(): pass",
+        "task.__module__ = None",
+        "package = sys.modules['rfc3987_syntax']",
+        f"found = pickle.whichmodule(task, 'task'), hasattr(package, 'task'), {BUILT}",
+        f"print(*found, package.RFC3987_SYNTAX_PARSER_TYPE, {BUILT})",
     )
-    done = python_c(probe)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["__main__", "False", "False", "earley", "True"]
+    assert words == ["__main__", "False", "False", "earley", "True"]
 
 
 def test_rays_processes_run_litlabs_sitecustomize_then_the_one_it_hides(tmp_path):
@@ -76,13 +81,12 @@ def test_rays_processes_run_litlabs_sitecustomize_then_the_one_it_hides(tmp_path
 
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.HIDDEN_RAN = True\n")
     (tmp_path / "link").symlink_to(RAY_SITE)
-    probe = (
-        "import builtins, sys, jsonschema\n"
-        "print(getattr(builtins, 'HIDDEN_RAN', False), 'rfc3987_syntax.syntax_helpers' in sys.modules)"
+    words = printed(
+        "import builtins, sys, jsonschema",
+        f"print(getattr(builtins, 'HIDDEN_RAN', False), {BUILT})",
+        path=(RAY_SITE, tmp_path / "link", tmp_path),
     )
-    done = python_c(probe, RAY_SITE, tmp_path / "link", tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["True", "False"]
+    assert words == ["True", "False"]
 
 
 def test_a_removed_private_api_is_named_with_the_checked_version(monkeypatch):
