@@ -1,6 +1,7 @@
 """Vision domain: every datamodule runs, the default recipe learns, eval reproduces it."""
 
 import json
+import traceback
 
 import numpy as np
 import pytest
@@ -94,6 +95,10 @@ def test_an_image_gone_mid_run_is_one_line_with_loader_workers_too(tmp_path, num
             pass
     assert str(err.value).startswith(f"cannot read image {gone}: ")
     assert str(err.value).endswith("; fix or remove the file") and "\n" not in str(err.value)
+    # each error's traceback holds its loader's iterator in a reference cycle (frames that hold
+    # the exception): let go of them here, so their workers end now, not at a later check's
+    # garbage collection, which waited 5 s a worker (torch's join timeout)
+    traceback.clear_frames(err.tb)
 
     class Full(torch.utils.data.Dataset):
         def __len__(self):
@@ -102,8 +107,11 @@ def test_an_image_gone_mid_run_is_one_line_with_loader_workers_too(tmp_path, num
         def __getitem__(self, i):
             raise DiskFull("the disk is full writing /x: free space")
 
-    with pytest.raises(DiskFull, match="^the disk is full writing /x: free space$"):
-        next(iter(DataLoader(Full(), num_workers=num_workers)))
+    batches = iter(DataLoader(Full(), num_workers=num_workers))
+    with pytest.raises(DiskFull, match="^the disk is full writing /x: free space$") as raised:
+        next(batches)
+    traceback.clear_frames(raised.tb)
+    del batches
 
 
 @pytest.mark.parametrize(
