@@ -72,6 +72,37 @@ def test_looking_a_name_up_in_every_module_does_not_build_the_iri_grammar():
     assert words == ["__main__", "False", "False", "earley", "True"]
 
 
+@pytest.mark.parametrize(
+    "init, names",
+    [
+        (
+            "from .helpers import *\nfrom .sub import *\nA = 1\n",
+            {"A", "fast", "X", "helpers", "sub"},
+        ),
+        ("try:\n    from .helpers import fast\nexcept ImportError:\n    fast = None\n", None),
+        ("if True:\n    B = 1\n", None),
+        ("def __getattr__(name):\n    return name\n", None),
+        ("from os.path import *\n", None),
+        ("from .gone import *\n", None),  # a file it cannot read: no error, no claim
+        ("A, B = 1, 2\n", None),
+        ("def broken(:\n", None),
+    ],
+)
+def test_the_stand_in_claims_a_name_missing_only_where_the_files_say_it_plainly(
+    init, names, tmp_path
+):
+    """What the rfc3987 stand-in reads of a package (another version may be laid out
+    otherwise): the names its files bind plainly, else None (then every name imports the
+    real package, which answers), never an error out of an attribute lookup."""
+    from litlab.compat.rfc3987 import _names
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text("X = 1\n_hidden = 2\n")
+    (tmp_path / "helpers.py").write_text("def fast():\n    pass\n")
+    (tmp_path / "__init__.py").write_text(init)
+    assert _names(str(tmp_path)) == names
+
+
 def test_rays_processes_run_litlabs_sitecustomize_then_the_one_it_hides(tmp_path):
     """The folder that leads the PYTHONPATH of Ray's processes (federated/processes.py): a
     process that imports jsonschema there does not build the IRI grammar, and a

@@ -45,38 +45,75 @@ _read: dict[str, set[str] | None] = {}  # the package's folder -> the names it w
 def _names(folder: str) -> set[str] | None:
     """The names the real package will hold, read from its files without running them (running
     them is the cost): what its `__init__` binds, a `from .module import *` followed into that
-    module (its public names), and its submodules. None where the files say no more than that
-    (a star import from elsewhere): then every name loads the package."""
+    module (its public names), and its submodules. None where the files do not say it plainly
+    (a name bound under an `if` or a `try`, a star import from elsewhere, a module-level
+    `__getattr__`, a file that cannot be read or parsed): then every name loads the package."""
     if folder not in _read:
-        import ast
         import os
 
-        names = {f[:-3] for f in os.listdir(folder) if f.endswith(".py")} - {"__init__"}
-        todo, seen, known = [("__init__", False)], set(), True
-        while todo:
-            module, starred = todo.pop()
-            seen.add(module)
-            with open(os.path.join(folder, f"{module}.py"), encoding="utf-8") as file:
-                body = ast.parse(file.read()).body
-            for node in body:
-                if isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
-                    dots = node.level  # `from .module import *`: one dot, this package
-                    known &= dots == 1 and node.module is not None
-                    if known and node.module not in seen:
-                        todo.append((node.module, True))
-                    continue
-                if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    bound = [(a.asname or a.name).split(".")[0] for a in node.names]
-                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    bound = [node.name]
-                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    bound = [t.id for t in targets if isinstance(t, ast.Name)]
-                else:
-                    continue
-                names.update(n for n in bound if not (starred and n.startswith("_")))
-        _read[folder] = names if known else None
+        try:
+            names = {  # its submodules: .py files, and folders that are packages
+                f.removesuffix(".py")
+                for f in os.listdir(folder)
+                if f.endswith(".py") or os.path.isfile(os.path.join(folder, f, "__init__.py"))
+            } - {"__init__"}
+            todo, seen = [("__init__", False)], set()
+            while todo and names is not None:
+                module, starred = todo.pop()
+                seen.add(module)
+                bound = _bound(_source(folder, module), starred)
+                if bound is None:
+                    names = None
+                    break
+                names.update(bound[0])
+                todo += [(m, True) for m in bound[1] if m not in seen]
+        except (OSError, SyntaxError, ValueError):
+            names = None
+        _read[folder] = names
     return _read[folder]
+
+
+def _source(folder: str, module: str) -> str:
+    """The text of `module` of the package in `folder` (a file, or a subpackage's __init__)."""
+    import os
+
+    path = os.path.join(folder, f"{module}.py")
+    if not os.path.isfile(path):
+        path = os.path.join(folder, module, "__init__.py")
+    with open(path, encoding="utf-8") as file:
+        return file.read()
+
+
+def _bound(source: str, starred: bool) -> tuple[set[str], list[str]] | None:
+    """(the names a module's top level binds, the modules it star-imports from this package),
+    or None where it binds names in a way this reading does not follow."""
+    import ast
+
+    names, starred_from = set(), []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
+            dots = node.level  # `from .module import *`: one dot, this package
+            if dots != 1 or node.module is None:
+                return None
+            starred_from.append(node.module)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound = [(a.asname or a.name).split(".")[0] for a in node.names]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not all(isinstance(t, ast.Name) for t in targets):
+                return None
+            bound = [t.id for t in targets]
+        elif isinstance(node, (ast.Expr, ast.Pass)):
+            continue
+        else:  # if, try, for, with, del, global...: names it may or may not bind
+            return None
+        if "__getattr__" in bound:  # PEP 562: any name may exist
+            return None
+        names.update(n for n in bound if not (starred and n.startswith("_")))
+    return names, starred_from
 
 
 def _real():
