@@ -41,6 +41,9 @@ def pytest_configure(config):
     from litlab.cli import GC_THRESHOLDS
 
     gc.set_threshold(*GC_THRESHOLDS)
+    # and what an entry point freezes as its run starts (`environment.freeze_imports`), frozen
+    # now: a command run in this process then freezes nothing (not an earlier check's garbage)
+    gc.freeze()
 
 
 @pytest.hookimpl(trylast=True)

@@ -191,3 +191,35 @@ def test_an_entry_point_runs_with_the_collectors_rare_thresholds(monkeypatch):
     finally:
         gc.set_threshold(*before)
     assert seen == [cli.GC_THRESHOLDS] and cli.GC_THRESHOLDS[0] >= 10_000
+
+
+def test_a_run_freezes_its_imports_objects_once_as_it_starts(tmp_path):
+    """An entry point's run freezes what its imports made (torch, Lightning: over a million
+    objects) as it starts, once, so that the collection litlab runs at exit scans only what
+    the run made (`environment.freeze_imports`; ~0.3 s less at every command's exit)."""
+    probe = f"""
+import gc, runpy, sys
+from litlab import cli, environment
+seen = []
+freeze, at_exit = environment.freeze_imports, cli._freeze_at_exit
+def freeze_probe():
+    before = gc.get_freeze_count()
+    freeze()
+    seen.append(("freeze", before, gc.get_freeze_count(), "lightning.pytorch" in sys.modules))
+def exit_probe():
+    seen.append(("exit", len(gc.get_objects())))
+    at_exit()
+    print(seen, flush=True)
+environment.freeze_imports, cli._freeze_at_exit = freeze_probe, exit_probe
+sys.argv = ["src/train.py", "paths.log_dir={tmp_path}", "trainer.max_epochs=1",
+            "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "test=false",
+            "extras.print_config=false", "callbacks.rich_progress_bar=null"]
+runpy.run_path("src/train.py", run_name="__main__")
+"""
+    done = python_c(probe, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert [step[0] for step in seen] == ["freeze", "exit"], seen
+    [(_, before, after, lightning), (_, tracked_at_exit)] = seen
+    assert before == 0 and after > 500_000 and lightning
+    assert tracked_at_exit < after / 3  # without the freeze: every object of the imports

@@ -61,7 +61,9 @@ def _freeze_at_exit() -> None:
     """Collect what is garbage now, then freeze the rest: the interpreter's own collections as
     it shuts down skip the millions of objects of torch, Lightning and the rest. A process that
     imported Lightning took 1.5 s to exit, 0.5 s so (cyclic garbage is still finalized here,
-    files flushed; what stays alive is freed by the process's end, not by the collector)."""
+    files flushed; what stays alive is freed by the process's end, not by the collector). A run
+    froze its imports' objects as it started (`environment.freeze_imports`): this collection
+    scans what the run made."""
     gc.collect()
     gc.freeze()
 
@@ -69,6 +71,7 @@ def _freeze_at_exit() -> None:
 def run_main(hydra_main) -> None:
     """Call a `@hydra.main` function with one-line composition errors."""
     gc.set_threshold(*GC_THRESHOLDS)  # before Hydra's work and the libraries' imports
+    environment.ENTRY_POINT[:] = [True]  # the run freezes its imports' objects as it starts
     atexit.unregister(_freeze_at_exit)  # once per process, whatever calls this in-process
     atexit.register(_freeze_at_exit)  # registered before the libraries' own: run after them
     environment.load_dotenv_files()  # before Hydra composes: the config reads some variables

@@ -83,9 +83,10 @@ class ParallelLauncher(Launcher):
     ) -> Sequence[JobReturn]:
         import tempfile
 
-        from litlab import cli
+        from litlab import cli, environment
 
         cli.run_started()  # the console is the user's now: a stop's exit code is not bad input
+        environment.freeze_imports()  # before the forks: no job's collector scans (copies) them
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         self._snapshot(sweep_dir)

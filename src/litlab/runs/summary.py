@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from litlab import environment
 from litlab.checkpointing import run_config as provenance
 from litlab.checkpointing.resume_state import ResumeState
 from litlab.data import write_split
@@ -45,6 +46,7 @@ def apply_extras(cfg: DictConfig) -> None:
     to the log file only) is `litlab.console`'s, made before the task starts."""
     if cfg.get("model") is None:  # eval.py: rebuilt from a checkpoint, training callbacks left out
         warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`")
+    environment.freeze_imports()  # the run starts: what its imports made lives on
     extras = cfg.get("extras") or {}
     if extras.get("ignore_warnings"):
         warnings.filterwarnings("ignore")
