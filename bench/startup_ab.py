@@ -1,11 +1,13 @@
 """Refused commands, `--cfg job` and the default job of two checkouts, interleaved: the
 before/after of a change to start-up measured in one run, so that the machine's load hits
 both alike (the figures of BENCHMARKS.md "One composition, not two" and, with `--libraries`,
-"MONAI and Ray start sooner").
+"MONAI and Ray start sooner"; with `--exit`, "The garbage collector at start-up": how long a
+run takes from its last printed line to its end).
 
     git worktree add /tmp/before <rev> && ln -s "$PWD/.venv" /tmp/before/.venv
     .venv/bin/python bench/startup_ab.py /tmp/before . [--repeat 5] [--default 3]
     .venv/bin/python bench/startup_ab.py /tmp/before . --libraries --repeat 3
+    .venv/bin/python bench/startup_ab.py /tmp/before . --exit --repeat 5
 
 Each command runs in its own checkout with that checkout's `src` on PYTHONPATH; wall and CPU
 (user + sys of the child) are medians.
@@ -34,6 +36,8 @@ LIBRARY_JOBS = [
     ["src/train.py", "model=unet3d", "trainer.max_epochs=1", "trainer.limit_train_batches=2"],
     ["src/federate.py", "federate.rounds=1", "federate.num_clients=2", "federate.local_epochs=1"],
 ]
+#: runs timed from their last printed line to their end as well (`--exit`)
+EXIT_JOBS = [["src/train.py", "trainer.max_epochs=1"], DEFAULT_JOB]
 
 
 def _timed(tree: Path, args: list[str], expect: int, log_dir: Path) -> tuple[float, float]:
@@ -52,6 +56,40 @@ def _timed(tree: Path, args: list[str], expect: int, log_dir: Path) -> tuple[flo
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
+def _exit_timed(tree: Path, args: list[str], log_dir: Path) -> tuple[float, float, float]:
+    """(seconds from the last line the run printed to its end, wall, CPU) of `python <args>`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    cmd = [PY, *args, f"paths.log_dir={log_dir}"]
+    start = last = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    for _ in proc.stdout:
+        last = time.perf_counter()
+    if proc.wait() != 0:
+        raise SystemExit(f"{tree}: {' '.join(cmd)} exited {proc.returncode}")
+    end = time.perf_counter()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return end - last, end - start, cpu
+
+
+def exit_table(trees: dict[str, Path], runs: int, log_dir: Path) -> str:
+    rows = []
+    for cmd in EXIT_JOBS:
+        seen = {name: [] for name in trees}
+        for _ in range(runs):
+            for name, tree in trees.items():
+                seen[name].append(_exit_timed(tree, cmd, log_dir / name))
+        cells = [
+            " / ".join(f"{median(t[i] for t in seen[n]):.2f}" for i in range(3)) for n in trees
+        ]
+        rows.append([f"`python {' '.join(cmd)}`", *cells])
+    header = "last line to end / wall / CPU (s)"
+    return table(["command", f"before: {header}", f"after: {header}"], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("before", type=Path)
@@ -60,8 +98,12 @@ def main() -> None:
     parser.add_argument("--default", type=int, default=3, help="runs of the default job")
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/startup_ab"))
     parser.add_argument("--libraries", action="store_true", help="the MONAI and Ray jobs only")
+    parser.add_argument("--exit", action="store_true", help="runs' ends: EXIT_JOBS only")
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    if args.exit:
+        print(exit_table(trees, args.repeat, args.log_dir))
+        return
     plan = [(c, 2, args.repeat) for c in REFUSED] + [(CFG_JOB, 0, args.repeat)]
     plan += [(DEFAULT_JOB, 0, args.default)] if args.default else []
     if args.libraries:
