@@ -59,12 +59,12 @@ ENTRY_POINT: list[bool] = []
 
 
 def freeze_imports() -> None:
-    """The run starts, its imports done: torch, Lightning and the rest made some 1.5 million
-    objects that live as long as the process. In an entry point's process, freeze them once
-    (a forked sweep job has its launcher's frozen already), without a collection first (one
-    over them is the ~0.3 s this saves): the collections left scan only what the run makes,
-    the last one too, which `litlab.cli` runs at exit so that the run's cyclic garbage is
-    finalized. What the imports left as cyclic garbage stays unfreed: nothing of it is a file
-    that a run writes (those are made after this)."""
+    """The run starts, its imports done: torch, Lightning and the rest made some 500,000
+    objects the collector tracks, which live as long as the process. In an entry point's
+    process, freeze them once (a forked sweep job has its launcher's frozen already), without
+    a collection first (one over them is the ~0.3 s this saves): the collections left scan
+    only what the run makes, the last one too, which `litlab.cli` runs at exit so that the
+    run's cyclic garbage is finalized. What the imports left as cyclic garbage stays unfreed:
+    nothing of it is a file that a run writes (those are made after this)."""
     if ENTRY_POINT and not gc.get_freeze_count():
         gc.freeze()
