@@ -194,8 +194,8 @@ def test_an_entry_point_runs_with_the_collectors_rare_thresholds(monkeypatch):
 
 
 def test_a_run_freezes_its_imports_objects_once_as_it_starts(tmp_path):
-    """An entry point's run freezes what its imports made (torch, Lightning: over a million
-    objects) as it starts, once, so that the collection litlab runs at exit scans only what
+    """An entry point's run freezes what its imports made (torch, Lightning: some 500,000
+    objects the collector tracks) as it starts, once, so that the collection litlab runs at exit scans only what
     the run made (`environment.freeze_imports`; ~0.3 s less at every command's exit)."""
     probe = f"""
 import gc, runpy, sys

@@ -41,9 +41,12 @@ CONFIG_TREE = "config_tree.txt"
 
 
 def apply_extras(cfg: DictConfig) -> None:
-    """Warnings set-up, a short header, and the config tree: saved to <run dir>/config_tree.txt,
-    printed too with extras.print_config=true (rank 0 only). The console's set-up (what goes
-    to the log file only) is `litlab.console`'s, made before the task starts."""
+    """What every run does as it starts (train, eval, compress and federate call this once the
+    config is checked and the imports are done): warnings set-up, the imports' objects frozen
+    (`environment.freeze_imports`), a short header, and the config tree: saved to <run
+    dir>/config_tree.txt, printed too with extras.print_config=true (rank 0 only). The
+    console's set-up (what goes to the log file only) is `litlab.console`'s, made before the
+    task starts."""
     if cfg.get("model") is None:  # eval.py: rebuilt from a checkpoint, training callbacks left out
         warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`")
     environment.freeze_imports()  # the run starts: what its imports made lives on
