@@ -157,3 +157,57 @@ def test_interpolations_parsed_once_still_resolve_in_their_own_config_and_fail_e
     for _ in range(2):
         with pytest.raises(GrammarParseError):
             cached_parse("${a")
+
+
+_COMPOSED = [  # group choices, values, additions, deletions, Hydra's own node, a refusal
+    ["model.optimizer.lr=0.5"],
+    ["model=gnn", "data=cora", "seed=3"],
+    ["experiment=gcn_cora", "trainer.max_epochs=2"],
+    ["experiment=hippocampus", "~callbacks.early_stopping", "++trainer.max_epochs=4"],
+    ["logger=csv", "trainer=ddp", "+trainer.num_nodes=1", "hydra.job.chdir=false"],
+    ["data=mnist", "model.net.dropout=0.2", "model.optimizer={lr: 0.1}"],
+    ["model=gnn", "model={a: 1}"],
+]
+
+
+def test_the_composition_cache_composes_what_hydra_composes(tmp_path):
+    """tests/helpers/compose_cache.py, active here: each command composes, or fails, as
+    Hydra alone composes it (the whole config, `hydra` node included), on a miss and on a
+    hit; an edited config file is read again."""
+    import shutil
+
+    from helpers import compose_cache
+    from hydra._internal import config_loader_impl
+
+    from litlab.config import compose as composing
+
+    assert config_loader_impl.create_defaults_list is compose_cache.cached_defaults_list
+
+    def composed(overrides):
+        try:
+            return OmegaConf.to_yaml(composing.compose("train", overrides))
+        except Exception as err:  # noqa: BLE001  (the error is what is compared)
+            return f"{type(err).__name__}: {err}"
+
+    with pytest.MonkeyPatch.context() as patch:  # Hydra's own two functions
+        patch.setattr(
+            config_loader_impl, "create_defaults_list", compose_cache._create_defaults_list
+        )
+        patch.setattr(
+            config_loader_impl.ConfigLoaderImpl,
+            "_compose_config_from_defaults_list",
+            compose_cache._compose,
+        )
+        expected = [composed(overrides) for overrides in _COMPOSED]
+    assert sum("Could not override 'model'" in e for e in expected) == 1  # the refusal
+    assert [composed(o) for o in _COMPOSED] == expected
+    assert [composed(o) for o in _COMPOSED] == expected  # every one a hit now
+
+    configs = tmp_path / "configs"
+    shutil.copytree(composing.CONFIG_DIR, configs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(composing, "CONFIG_DIR", configs)
+        assert "max_epochs: 30\n" in composed(["trainer.min_epochs=1"])
+        default = configs / "trainer" / "default.yaml"
+        default.write_text(default.read_text().replace("max_epochs: 30", "max_epochs: 31"))
+        assert "max_epochs: 31\n" in composed(["trainer.min_epochs=1"])

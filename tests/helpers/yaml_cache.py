@@ -25,6 +25,8 @@ import os
 import pytest
 from omegaconf import OmegaConf, base, grammar_parser
 
+from helpers import compose_cache
+
 _load = OmegaConf.load  # the real one, called on every miss
 _parsed: dict[str, object] = {}  # file text -> the config OmegaConf made of it
 
@@ -68,4 +70,5 @@ def cached_yaml_loads():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(OmegaConf, "load", staticmethod(cached_load))
         patch.setattr(base, "parse", cached_parse)
+        compose_cache.install(patch)  # and each defaults tree merged once: compose_cache.py
         yield

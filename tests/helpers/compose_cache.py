@@ -1,0 +1,123 @@
+"""Build each distinct defaults tree once per worker (issue #49). Composing a config with Hydra
+is two steps: the defaults tree (which file of each group, in which package) and the merge of
+those files, then the command's `key=value` overrides applied to the result. The first two
+depend on the config name, the group choices (`model=gnn`, `+experiment=x`, `~logger`) and the
+files on the search path, never on a value override, and they were ~85% of the 165 ms CPU of a
+composition; the checks that compose in the process (refusals, validations, `--cfg job`) do so
+some 500 times per `make test`, mostly with the default groups and one value changed.
+
+`cached_defaults_list` and `cached_compose` stand in for Hydra's two functions while a test
+module runs (conftest.py's autouse fixture): the key is the config name, the group overrides,
+Hydra's two flags, and the search path as it stands (each file source's files with their
+sizes and modification times, and the names in Hydra's ConfigStore), so a test's own config
+dir, an edited file or a new one is composed afresh. A hit hands out the cached defaults list
+with this command's value overrides, and a deep copy of the merged config, on which Hydra
+then applies the overrides and fills its `hydra` node as it always does. Errors are never
+cached: a composition that fails raises Hydra's own error from Hydra's own code, every time.
+
+Hydra internals (checked against hydra-core 1.3.8; tests/test_compat.py checks they exist):
+`hydra._internal.config_loader_impl.create_defaults_list`, which `load_configuration` calls
+by that module-level name, and `ConfigLoaderImpl._compose_config_from_defaults_list`."""
+
+import copy
+import dataclasses
+import os
+
+from hydra._internal import config_loader_impl
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.config_store import ConfigStore
+
+CHECKED_WITH = {"hydra-core": "1.3.8"}
+_create_defaults_list = config_loader_impl.create_defaults_list  # Hydra's, called on a miss
+_compose = ConfigLoaderImpl._compose_config_from_defaults_list
+_lists: dict[tuple, object] = {}  # key -> Hydra's DefaultsList for the group overrides only
+_merged: dict[int, tuple] = {}  # id(defaults) -> (defaults, the merged config)
+
+
+def _store_names(node, prefix="") -> list[str]:
+    return [
+        name
+        for key, value in sorted(node.items())
+        for name in (
+            [f"{prefix}{key}"]
+            + (_store_names(value, f"{prefix}{key}/") if isinstance(value, dict) else [])
+        )
+    ]
+
+
+def _search_path(repo) -> tuple:
+    """What a composition can read: every source, each file source's files as they are now."""
+    state: list = [tuple(_store_names(ConfigStore.instance().repo))]
+    for source in repo.get_sources():
+        state.append(repr(source))
+        if source.scheme() != "file":
+            continue  # a package's configs (Hydra's own) do not change while tests run
+        for folder, _dirs, names in os.walk(source.path):
+            for name in names:
+                st = os.stat(os.path.join(folder, name))
+                state.append((folder, name, st.st_mtime_ns, st.st_size))
+    return tuple(state)
+
+
+def cached_defaults_list(repo, config_name, overrides_list, prepend_hydra, skip_missing):
+    """Hydra's `create_defaults_list`, built once per group choices and search path. Hydra
+    sorts each override the same way (`defaults_list.Overrides`): a sweep is left out, a
+    dict value or a key that is no group is a value override, the rest choose groups."""
+    groups, values = [], []
+    for override in overrides_list:
+        if override.is_sweep_override():
+            continue
+        is_value = isinstance(override.value(), dict) or not repo.group_exists(
+            override.key_or_group
+        )
+        (values if is_value else groups).append(override)
+    key = (
+        config_name,
+        tuple(o.input_line for o in groups),
+        prepend_hydra,
+        skip_missing,
+        _search_path(repo),
+    )
+    if key not in _lists:
+        _lists[key] = _create_defaults_list(repo, config_name, groups, prepend_hydra, skip_missing)
+    return dataclasses.replace(_lists[key], config_overrides=values)
+
+
+def cached_compose(self, defaults, repo):
+    """Hydra's merge of the files a defaults list names, once per cached defaults list; each
+    caller gets its own deep copy (Hydra then sets flags and values on it)."""
+    hit = _merged.get(id(defaults))
+    if hit is None or hit[0] is not defaults:
+        hit = _merged[id(defaults)] = (defaults, _compose(self, defaults, repo))
+    return copy.deepcopy(hit[1])
+
+
+def install(patch) -> None:
+    """Put both stand-ins in place with `patch` (a pytest MonkeyPatch, undone by its owner)."""
+    patch.setattr(config_loader_impl, "create_defaults_list", cached_defaults_list)
+    patch.setattr(ConfigLoaderImpl, "_compose_config_from_defaults_list", cached_compose)
+
+
+def check() -> None:
+    """Hydra's two functions (as this module found them at import) still take the arguments
+    Hydra's `load_configuration` and these stand-ins pass."""
+    import inspect
+
+    import hydra
+
+    expected = {
+        _create_defaults_list: [
+            "repo",
+            "config_name",
+            "overrides_list",
+            "prepend_hydra",
+            "skip_missing",
+        ],
+        _compose: ["self", "defaults", "repo"],
+    }
+    for function, names in expected.items():
+        if list(inspect.signature(function).parameters) != names:
+            raise AssertionError(
+                f"hydra-core {hydra.__version__}'s {function.__qualname__} no longer takes "
+                f"{names} (checked against {CHECKED_WITH}): update tests/helpers/compose_cache.py"
+            )
