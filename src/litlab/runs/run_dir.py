@@ -112,19 +112,35 @@ def _check_job_names(cfg: DictConfig) -> None:
 
 
 def _as_job(cfg: DictConfig, keys: list[str], output_dir: str | None = None) -> list:
-    """`keys` resolved as in the first job of the run (job number 0, its run dir), all from
-    one copy of the config."""
-    probe = copy.deepcopy(cfg)
-    with read_write(probe.hydra), open_dict(probe.hydra):
-        probe.hydra.job.num, probe.hydra.job.id = 0, "0"
-        if output_dir is not None:
-            probe.hydra.runtime.output_dir = output_dir
-    before = HydraConfig.instance().cfg
-    HydraConfig.instance().set_config(probe)  # what `${hydra:...}` reads
-    try:
-        return [OmegaConf.select(probe, key, default=None) for key in keys]
-    finally:
-        HydraConfig.instance().cfg = before
+    """`keys` resolved as in the first job of the run (job number 0, its run dir). The job's
+    fields are set on `cfg` itself and put back as they were, and `${hydra:...}` reads `cfg`
+    meanwhile: a copy of the whole config (and Hydra's copy of its `hydra` node) was ~19 ms
+    of every command's start."""
+    fields = [("job", "num", 0), ("job", "id", "0")]
+    if output_dir is not None:
+        fields.append(("runtime", "output_dir", output_dir))
+    hydra, state = HydraConfig.instance(), HydraConfig.instance().cfg
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        nodes = {name: cfg.hydra[name] for name in ("job", "runtime")}
+        saved = [
+            OmegaConf.to_container(nodes[group], resolve=False).get(name, _ABSENT)
+            for group, name, _ in fields
+        ]
+        try:
+            for group, name, value in fields:
+                nodes[group][name] = value
+            hydra.cfg = cfg  # what `${hydra:...}` reads
+            return [OmegaConf.select(cfg, key, default=None) for key in keys]
+        finally:
+            hydra.cfg = state
+            for (group, name, _), before in zip(fields, saved):
+                if before is _ABSENT:
+                    del nodes[group][name]
+                else:
+                    nodes[group][name] = before
+
+
+_ABSENT = object()  # a field the config did not hold before `_as_job`
 
 
 def _check_run_files(cfg: DictConfig, out: str, log_dir: str) -> None:
