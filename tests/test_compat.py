@@ -433,3 +433,22 @@ def test_hydra_keeps_the_two_functions_the_composition_cache_stands_in_for():
     from helpers import compose_cache
 
     compose_cache.check()
+
+
+def test_the_debugger_check_answers_as_hydras():
+    """tests/helpers/debugger_check.py, active here, and Hydra's own: the same answer in a test
+    worker (no debugger), and with a trace function set (as a debugger or coverage sets one)."""
+    import sys
+
+    from helpers import debugger_check
+    from hydra._internal import utils
+
+    assert utils.is_under_debugger is debugger_check.is_under_debugger
+    previous = sys.gettrace()  # None, unless coverage.py traces this worker
+    assert debugger_check.hydras() is debugger_check.is_under_debugger() is (previous is not None)
+    sys.settrace(lambda *args: None)
+    try:
+        answers = debugger_check.hydras(), debugger_check.is_under_debugger()
+    finally:
+        sys.settrace(previous)
+    assert answers == (True, True)

@@ -25,7 +25,7 @@ import os
 import pytest
 from omegaconf import OmegaConf, base, grammar_parser
 
-from helpers import compose_cache
+from helpers import compose_cache, debugger_check
 
 _load = OmegaConf.load  # the real one, called on every miss
 _parsed: dict[str, object] = {}  # file text -> the config OmegaConf made of it
@@ -71,4 +71,5 @@ def cached_yaml_loads():
         patch.setattr(OmegaConf, "load", staticmethod(cached_load))
         patch.setattr(base, "parse", cached_parse)
         compose_cache.install(patch)  # and each defaults tree merged once: compose_cache.py
+        debugger_check.install(patch)  # and no source read to tell a debugger: debugger_check.py
         yield
