@@ -429,7 +429,7 @@ def test_a_search_path_of_many_folders_is_not_scanned(tmp_path):
     assert hydra._config_files(tmp_path / "d0") == [tmp_path / "d0" / "x.yaml"]
 
 
-def test_hydra_keeps_the_two_functions_the_composition_cache_stands_in_for():
+def test_hydra_keeps_the_functions_the_composition_cache_stands_in_for():
     from helpers import compose_cache
 
     compose_cache.check()
