@@ -190,7 +190,6 @@ def test_the_composition_cache_composes_what_hydra_composes(tmp_path):
     hit; an edited config file is read again."""
     from helpers import compose_cache
     from hydra._internal import config_loader_impl
-    from hydra._internal.config_repository import CachingConfigRepository
 
     from litlab.config import compose as composing
 
@@ -204,25 +203,30 @@ def test_the_composition_cache_composes_what_hydra_composes(tmp_path):
         return OmegaConf.to_yaml(cfg), _flags(cfg)
 
     with pytest.MonkeyPatch.context() as patch:  # Hydra's own functions
-        patch.setattr(CachingConfigRepository, "__init__", compose_cache._repository_init)
-        patch.setattr(
-            config_loader_impl, "create_defaults_list", compose_cache._create_defaults_list
-        )
-        patch.setattr(
-            config_loader_impl.ConfigLoaderImpl,
-            "_compose_config_from_defaults_list",
-            compose_cache._compose,
-        )
+        compose_cache.install(patch, own=True)
         expected = [composed(overrides) for overrides in _COMPOSED]
     assert sum("Could not override 'model'" in str(e) for e in expected) == 1  # the refusal
     assert [composed(o) for o in _COMPOSED] == expected
     assert [composed(o) for o in _COMPOSED] == expected  # every one a hit now
 
-    (tmp_path / "g").mkdir()  # a config dir of its own: a file edited between compositions
-    (tmp_path / "main.yaml").write_text("defaults:\n  - g: a\n  - _self_\nx: 1\n")
-    (tmp_path / "g" / "a.yaml").write_text("epochs: 30\n")
+    # a config dir of its own: a default that is an interpolation, a file edited in between
+    for folder, name, text in [
+        ("g", "a", "epochs: 30\n"),
+        ("g", "b", "epochs: 5\n"),
+        ("h", "a", "depth: 1\n"),
+        ("h", "b", "depth: 2\n"),
+    ]:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / f"{name}.yaml").write_text(text)
+    (tmp_path / "main.yaml").write_text("defaults:\n  - g: a\n  - h: ${g}\n  - _self_\nx: 1\n")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(composing, "CONFIG_DIR", tmp_path)
-        assert composing.compose("main", ["x=2"]).g == {"epochs": 30}
+        with pytest.MonkeyPatch.context() as own:
+            compose_cache.install(own, own=True)
+            expected = [OmegaConf.to_yaml(composing.compose("main", o)) for o in (["x=2"], ["g=b"])]
+        assert [
+            OmegaConf.to_yaml(composing.compose("main", o)) for o in (["x=2"], ["g=b"])
+        ] == expected
+        assert "depth: 2" in expected[1] and "epochs: 5" in expected[1]
         (tmp_path / "g" / "a.yaml").write_text("epochs: 31\n")
         assert composing.compose("main", ["x=2"]).g == {"epochs": 31}
