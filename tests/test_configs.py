@@ -230,3 +230,10 @@ def test_the_composition_cache_composes_what_hydra_composes(tmp_path):
         assert "depth: 2" in expected[1] and "epochs: 5" in expected[1]
         (tmp_path / "g" / "a.yaml").write_text("epochs: 31\n")
         assert composing.compose("main", ["x=2"]).g == {"epochs": 31}
+        # a default that reads the environment follows it (such a tree is never kept)
+        (tmp_path / "env.yaml").write_text("defaults:\n  - h: ${oc.env:LITLAB_H_CHOICE,a}\n")
+        depths = []
+        for choice in ("a", "b", "a"):
+            patch.setenv("LITLAB_H_CHOICE", choice)
+            depths.append(composing.compose("env").h.depth)
+        assert depths == [1, 2, 1]

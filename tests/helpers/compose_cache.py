@@ -10,10 +10,12 @@ some 500 times per `make test`, mostly with the default groups and one value cha
 module runs (conftest.py's autouse fixture): the key is the config name, the group overrides,
 Hydra's two flags, and the search path as it stands (each file source's files with their
 sizes and modification times, and the names in Hydra's ConfigStore), so a test's own config
-dir, an edited file or a new one is composed afresh. A hit hands out the cached defaults list
-with this command's value overrides, and a copy of the merged config, on which Hydra
-then applies the overrides and fills its `hydra` node as it always does. Errors are never
-cached: a composition that fails raises Hydra's own error from Hydra's own code, every time.
+dir, an edited file or a new one is composed afresh; a tree with a default written as an
+interpolation (which can read more than the group choices: `${oc.env:...}`) is never kept. A
+hit hands out the cached defaults list with this command's value overrides, and a copy of the
+merged config, on which Hydra then applies the overrides and fills its `hydra` node as it
+always does. Errors are never cached: a composition that fails raises Hydra's own error from
+Hydra's own code, every time.
 
 Every composition also deep-copies Hydra's config repository ("to avoid mutating it", its
 comment says: the list of sources), and with it the whole ConfigStore that the structured
@@ -50,6 +52,8 @@ _repository_init = CachingConfigRepository.__init__
 _interpolation_map = defaults_list._create_interpolation_map
 _lists: dict[tuple, object] = {}  # key -> Hydra's DefaultsList for the group overrides only
 _merged: dict[int, tuple] = {}  # id(defaults) -> (defaults, the merged config, pickled)
+_cached_defaults: dict[int, list] = {}  # id -> the defaults of each list in _lists
+_interpolated: list[bool] = []  # set while a tree is built where a default is an interpolation
 
 
 def _store_names(node, prefix="") -> list[str]:
@@ -96,9 +100,14 @@ def cached_defaults_list(repo, config_name, overrides_list, prepend_hydra, skip_
         skip_missing,
         _search_path(repo),
     )
-    if key not in _lists:
-        _lists[key] = _create_defaults_list(repo, config_name, groups, prepend_hydra, skip_missing)
-    return dataclasses.replace(_lists[key], config_overrides=values)
+    found = _lists.get(key)
+    if found is None:
+        _interpolated.clear()
+        found = _create_defaults_list(repo, config_name, groups, prepend_hydra, skip_missing)
+        if not _interpolated:  # an interpolated default may read more (`${oc.env:...}`)
+            _lists[key] = found
+            _cached_defaults[id(found.defaults)] = found.defaults
+    return dataclasses.replace(found, config_overrides=values)
 
 
 def cached_compose(self, defaults, repo):
@@ -106,8 +115,10 @@ def cached_compose(self, defaults, repo):
     caller gets its own copy (Hydra then sets flags and values on it), unpickled from a
     snapshot: 1.6 ms for a composed train config, where `copy.deepcopy` takes 10 ms (the
     same values, flags and node types: tests/test_configs.py compares the whole config)."""
+    if _cached_defaults.get(id(defaults)) is not defaults:
+        return _compose(self, defaults, repo)  # a list built for this composition only
     hit = _merged.get(id(defaults))
-    if hit is None or hit[0] is not defaults:
+    if hit is None:
         hit = _merged[id(defaults)] = (defaults, pickle.dumps(_compose(self, defaults, repo)))
     return pickle.loads(hit[1])
 
@@ -125,6 +136,7 @@ def interpolation_map_where_read(overrides, defaults, self_added):
     interpolation: the tree builder reads the map only to resolve those (an override of a
     group by an interpolation makes its default one, and is among `defaults` by then)."""
     if any(default.is_interpolation() for default in defaults):
+        _interpolated.append(True)  # this tree is not cached: cached_defaults_list
         return _interpolation_map(overrides, defaults, self_added)
     return None
 
