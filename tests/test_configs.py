@@ -237,3 +237,8 @@ def test_the_composition_cache_composes_what_hydra_composes(tmp_path):
             patch.setenv("LITLAB_H_CHOICE", choice)
             depths.append(composing.compose("env").h.depth)
         assert depths == [1, 2, 1]
+        # a search path of more files than the cache lists (`--config-dir ~`): composed, not kept
+        patch.setattr(compose_cache, "MAX_FILES", 3)
+        kept = len(compose_cache._lists)
+        assert composing.compose("main", ["h=b"]).h == {"depth": 2}  # groups not composed yet
+        assert len(compose_cache._lists) == kept

@@ -11,11 +11,12 @@ module runs (conftest.py's autouse fixture): the key is the config name, the gro
 Hydra's two flags, and the search path as it stands (each file source's files with their
 sizes and modification times, and the names in Hydra's ConfigStore), so a test's own config
 dir, an edited file or a new one is composed afresh; a tree with a default written as an
-interpolation (which can read more than the group choices: `${oc.env:...}`) is never kept. A
-hit hands out the cached defaults list with this command's value overrides, and a copy of the
-merged config, on which Hydra then applies the overrides and fills its `hydra` node as it
-always does. Errors are never cached: a composition that fails raises Hydra's own error from
-Hydra's own code, every time.
+interpolation (which can read more than the group choices: `${oc.env:...}`), or one from a
+search path of more than MAX_FILES files (`--config-dir ~`, not listed each time), is never
+kept. A hit hands out the cached defaults list with this command's value overrides, and a copy
+of the merged config, on which Hydra then applies the overrides and fills its `hydra` node as
+it always does. Errors are never cached: a composition that fails raises Hydra's own error
+from Hydra's own code, every time.
 
 Every composition also deep-copies Hydra's config repository ("to avoid mutating it", its
 comment says: the list of sources), and with it the whole ConfigStore that the structured
@@ -67,8 +68,14 @@ def _store_names(node, prefix="") -> list[str]:
     ]
 
 
-def _search_path(repo) -> tuple:
-    """What a composition can read: every source, each file source's files as they are now."""
+#: a search path with more files than this (`--config-dir ~`) is composed without the cache
+#: rather than listed before every composition
+MAX_FILES = 5_000
+
+
+def _search_path(repo) -> tuple | None:
+    """What a composition can read: every source, each file source's files as they are now
+    (None: too many files to list each time)."""
     state: list = [tuple(_store_names(ConfigStore.instance().repo))]
     for source in repo.get_sources():
         state.append(repr(source))
@@ -78,6 +85,8 @@ def _search_path(repo) -> tuple:
             for name in names:
                 st = os.stat(os.path.join(folder, name))
                 state.append((folder, name, st.st_mtime_ns, st.st_size))
+            if len(state) > MAX_FILES:
+                return None
     return tuple(state)
 
 
@@ -93,18 +102,13 @@ def cached_defaults_list(repo, config_name, overrides_list, prepend_hydra, skip_
             override.key_or_group
         )
         (values if is_value else groups).append(override)
-    key = (
-        config_name,
-        tuple(o.input_line for o in groups),
-        prepend_hydra,
-        skip_missing,
-        _search_path(repo),
-    )
-    found = _lists.get(key)
+    files = _search_path(repo)
+    key = (config_name, tuple(o.input_line for o in groups), prepend_hydra, skip_missing, files)
+    found = None if files is None else _lists.get(key)
     if found is None:
         _interpolated.clear()
         found = _create_defaults_list(repo, config_name, groups, prepend_hydra, skip_missing)
-        if not _interpolated:  # an interpolated default may read more (`${oc.env:...}`)
+        if files is not None and not _interpolated:  # (an interpolated default may read more)
             _lists[key] = found
             _cached_defaults[id(found.defaults)] = found.defaults
     return dataclasses.replace(found, config_overrides=values)
