@@ -299,3 +299,30 @@ def test_a_full_disk_says_whether_there_is_anything_to_resume(tmp_path, written)
     else:
         assert str(err).endswith("free space, then run again (no checkpoint was written)")
         assert not run.exists()
+
+
+def test_the_first_jobs_paths_leave_the_config_as_it_was_even_when_one_fails_to_resolve():
+    """`run_dir._as_job` sets the first job's fields on the config itself: afterwards the
+    config is what it was (a field it lacked removed again), also when a key does not resolve,
+    and `${hydra:...}` reads what it read before."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from litlab.runs import run_dir
+
+    cfg = OmegaConf.create(
+        {
+            "hydra": {"job": {"num": "???", "id": "???"}, "runtime": {}},
+            "out": "${hydra.runtime.output_dir}/x",
+            "job": "${hydra.job.num}",
+            "broken": "${nowhere}",
+        }
+    )
+    before, state = copy.deepcopy(cfg), HydraConfig.instance().cfg
+    assert run_dir._as_job(cfg, ["out", "job"], "/runs/a") == ["/runs/a/x", 0]
+    assert cfg == before and "output_dir" not in cfg.hydra.runtime
+    with pytest.raises(Exception, match="nowhere"):
+        run_dir._as_job(cfg, ["out", "broken"], "/runs/a")
+    assert cfg == before and HydraConfig.instance().cfg is state

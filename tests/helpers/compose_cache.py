@@ -52,7 +52,7 @@ _compose = ConfigLoaderImpl._compose_config_from_defaults_list
 _repository_init = CachingConfigRepository.__init__
 _interpolation_map = defaults_list._create_interpolation_map
 _lists: dict[tuple, object] = {}  # key -> Hydra's DefaultsList for the group overrides only
-_merged: dict[int, tuple] = {}  # id(defaults) -> (defaults, the merged config, pickled)
+_merged: dict[int, bytes] = {}  # id of a cached list's defaults -> the merged config, pickled
 _cached_defaults: dict[int, list] = {}  # id -> the defaults of each list in _lists
 _interpolated: list[bool] = []  # set while a tree is built where a default is an interpolation
 
@@ -121,10 +121,9 @@ def cached_compose(self, defaults, repo):
     same values, flags and node types: tests/test_configs.py compares the whole config)."""
     if _cached_defaults.get(id(defaults)) is not defaults:
         return _compose(self, defaults, repo)  # a list built for this composition only
-    hit = _merged.get(id(defaults))
-    if hit is None:
-        hit = _merged[id(defaults)] = (defaults, pickle.dumps(_compose(self, defaults, repo)))
-    return pickle.loads(hit[1])
+    if id(defaults) not in _merged:  # (the list lives in _cached_defaults: its id stays its)
+        _merged[id(defaults)] = pickle.dumps(_compose(self, defaults, repo))
+    return pickle.loads(_merged[id(defaults)])
 
 
 def repository_sharing_the_store(self, delegate) -> None:

@@ -126,14 +126,16 @@ def _as_job(cfg: DictConfig, keys: list[str], output_dir: str | None = None) -> 
             OmegaConf.to_container(nodes[group], resolve=False).get(name, _ABSENT)
             for group, name, _ in fields
         ]
+        done = []  # the fields set so far: only those are put back
         try:
-            for group, name, value in fields:
+            for (group, name, value), before in zip(fields, saved):
                 nodes[group][name] = value
+                done.append((group, name, before))
             hydra.cfg = cfg  # what `${hydra:...}` reads
             return [OmegaConf.select(cfg, key, default=None) for key in keys]
         finally:
             hydra.cfg = state
-            for (group, name, _), before in zip(fields, saved):
+            for group, name, before in reversed(done):
                 if before is _ABSENT:
                     del nodes[group][name]
                 else:
