@@ -11,15 +11,20 @@ from litlab.errors import UserError
 
 @pytest.fixture
 def machine(monkeypatch):
-    """A fake machine: `machine(cores, load)`; OMP_NUM_THREADS unset."""
+    """A fake machine: `machine(cores, load, now=load)`, `now` the cores busy at this moment
+    (None: no /proc/stat); OMP_NUM_THREADS unset. Returns the list of looks taken."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    looks = []
 
-    def set_machine(cores: int, load: float) -> None:
+    def set_machine(cores: int, load: float, now: float | None = ...) -> list:
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
         monkeypatch.setattr(os, "cpu_count", lambda: cores)
         monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+        busy = load if now is ... else now
+        monkeypatch.setattr(threads, "busy_now", lambda: looks.append(busy) or busy)
+        return looks
 
     return set_machine
 
@@ -38,6 +43,51 @@ def machine(monkeypatch):
 def test_auto_uses_the_free_cores(machine, cores, load, processes, expected):
     machine(cores, load)
     assert threads.choose("auto", processes) == expected
+
+
+@pytest.mark.parametrize(
+    ("load", "now", "expected"),
+    [
+        (1.1, 0.05, 2),  # the load a run that just ended left behind: both cores, it is gone
+        (1.9, 1.0, 1),  # a job still running beside this one: one thread
+        (1.0, None, 1),  # no /proc/stat to look at: the load average decides
+    ],
+)
+def test_auto_asks_what_the_cores_do_now_when_the_load_average_says_one_is_taken(
+    machine, load, now, expected
+):
+    looks = machine(2, load, now)
+    assert threads.choose("auto") == expected and len(looks) == 1
+
+
+def test_a_quiet_machine_pays_no_look(machine):
+    looks = machine(2, 0.4)
+    assert threads.choose("auto") == 2 and looks == []
+
+
+def test_a_core_another_thread_keeps_busy_counts_as_busy_now():
+    """/proc/stat for real: a thread of this process spinning while the look sleeps is a core
+    taken (the test workers' own load can only add to it, up to this process's cores)."""
+    import threading
+    import time
+
+    if not Path("/proc/stat").exists():
+        pytest.skip("no /proc/stat on this platform")
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        time.sleep(0.05)
+        busy = threads.busy_now(0.3)
+    finally:
+        stop.set()
+        spinner.join()
+    assert 0.7 <= busy <= threads.cores() + 0.05, busy
 
 
 def test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both(machine, monkeypatch):

@@ -3,8 +3,12 @@
 Why: torch starts one OpenMP thread per core, and a thread that finds its core taken by another
 job holds every parallel op back. On a 2-core machine with other jobs on it, the default digits
 run took 3-7x longer with torch's 2 threads than with 1 (BENCHMARKS.md, "Threads").
-`auto` takes the cores this process may use (its CPU affinity), subtracts the 1-minute load
-average, and splits what is left between the run's local processes (DDP): never less than one.
+`auto` takes the cores this process may use (its CPU affinity), subtracts the cores other jobs
+keep busy, and splits what is left between the run's local processes (DDP): never less than one.
+Busy is the 1-minute load average, and where that says a core is taken, what the cores do now
+(`busy_now`, a fifth of a second of /proc/stat): the average still counts a job that ended a
+minute ago (the Hippocampus recipe, started a minute after a benchmark, read 0.52 and chose one
+thread of two for an hour's run). A quiet machine pays no look.
 An `OMP_NUM_THREADS` already in the environment wins over `auto` (the test suite sets 1).
 
 `apply` runs from `RunEnd.run` (litlab.runs.run_end: every route), before the task imports
@@ -20,6 +24,7 @@ ONNX Runtime sessions take their count here too (`ort_session`).
 
 import os
 import sys
+import time
 
 from litlab.errors import UserError
 
@@ -35,13 +40,47 @@ def cores() -> int:
 
 
 def free_cores(processes: int = 1) -> int:
-    """Cores not busy with other jobs (1-minute load average), per local process; at least 1."""
+    """Cores not busy with other jobs, per local process; at least 1 (module docstring)."""
     try:
-        load = os.getloadavg()[0]
+        busy = os.getloadavg()[0]
     except (OSError, AttributeError):  # no load average on this platform
-        load = 0.0
-    free = min(cores(), int(cores() - load + 0.5))
+        busy = 0.0
+    if round(busy) > 0:  # the average says a core is taken: is it taken now?
+        now = busy_now()
+        busy = busy if now is None else now
+    free = min(cores(), int(cores() - busy + 0.5))
     return max(1, free // max(1, processes))
+
+
+def busy_now(seconds: float = 0.2) -> float | None:
+    """Cores of this process's affinity that other processes kept busy over `seconds` (this
+    one sleeps meanwhile), from /proc/stat's per-CPU times; None where there is no such file."""
+    mine = (
+        {f"cpu{n}" for n in os.sched_getaffinity(0)} if hasattr(os, "sched_getaffinity") else None
+    )
+
+    def times() -> dict[str, tuple[int, int]]:
+        out = {}
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *fields = line.split()
+                if name.startswith("cpu") and name != "cpu" and (mine is None or name in mine):
+                    user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
+                    busy = user + nice + system + irq + softirq + steal
+                    out[name] = (busy, busy + idle + iowait)
+        return out
+
+    try:
+        before = times()
+        time.sleep(seconds)
+        after = times()
+    except (OSError, ValueError):  # not Linux, or a /proc/stat of another shape
+        return None
+    busy = 0.0
+    for name, (b1, t1) in after.items():
+        b0, t0 = before.get(name, (b1, t1))
+        busy += (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+    return busy if after else None
 
 
 def limit() -> int:
