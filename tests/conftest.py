@@ -24,7 +24,7 @@ from helpers.runs import (
     run_cli,
     run_dirs,
 )
-from helpers.yaml_cache import cached_yaml_loads  # noqa: F401  (autouse: every test module)
+from helpers.yaml_cache import composition_caches  # noqa: F401  (autouse: every test module)
 
 
 def pytest_configure(config):

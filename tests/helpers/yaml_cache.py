@@ -3,12 +3,13 @@ in the process (refusals, validations, `--cfg job`) load the same ~20 YAML files
 configs/ and of Hydra's own package on every composition, and the pure-Python YAML parser and
 OmegaConf's node building of those files were about a third of such a check's CPU.
 
-`cached_yaml_loads` is an autouse fixture of every test module (conftest.py): while its checks
-run `OmegaConf.load` is wrapped by a cache keyed by the file's full text, so an edited or
-new file (a test's own --config-dir, a changed experiment) is parsed again, and every caller
-gets its own copy (unpickled: several times faster than a deep copy), so no check sees what
-another changed in a loaded config. A text that does not parse is never cached: its error is
-raised as before, by OmegaConf itself.
+`composition_caches` is an autouse fixture of every test module (conftest.py) that installs
+the caches of a composition: this module's two, compose_cache.py's defaults trees and
+debugger_check.py's stand-in. While its checks run, `OmegaConf.load` is wrapped by a cache
+keyed by the file's full text, so an edited or new file (a test's own --config-dir, a changed
+experiment) is parsed again, and every caller gets its own copy (unpickled: several times
+faster than a deep copy), so no check sees what another changed in a loaded config. A text that
+does not parse is never cached: its error is raised as before, by OmegaConf itself.
 
 The same fixture keeps OmegaConf's parse trees of interpolation strings (`${paths.log_dir}`,
 `${oc.env:...}`): OmegaConf parses such a string with its ANTLR grammar each time a node that
@@ -67,7 +68,7 @@ cached_parse = functools.lru_cache(maxsize=4096)(grammar_parser.parse)
 
 
 @pytest.fixture(autouse=True, scope="module")
-def cached_yaml_loads():
+def composition_caches():
     """Module-scoped, so that the module's own fixtures (a trained run, a sweep) compose with
     the cache too; the real `OmegaConf.load` is back once the module's checks are done."""
     with pytest.MonkeyPatch.context() as patch:
