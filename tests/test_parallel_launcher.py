@@ -111,6 +111,25 @@ def test_a_job_splits_its_share_between_its_processes(monkeypatch):
     assert threads.choose("auto") == 2
 
 
+def test_a_parallel_sweep_looks_at_the_machines_cores_once(monkeypatch):
+    """The check before anything runs refuses on the settings and GPUs alone; only the
+    launcher's setup asks which cores are free (a look of 0.2 s where the load is high)."""
+    from omegaconf import OmegaConf
+
+    from litlab.runs import sweep_dir
+
+    looks = []
+    monkeypatch.setattr(threads, "free_cores", lambda processes=1: looks.append(1) or 2)
+    launcher = {"_target_": sweep_dir.PARALLEL, "n_jobs": 2, "gpus_per_job": "auto"}
+    sweep_dir.check_launcher(OmegaConf.create({"hydra": {"launcher": launcher}}))
+    assert looks == []
+    with pytest.raises(UserError, match="hydra.launcher.n_jobs=0 is not valid"):
+        bad = {**launcher, "n_jobs": 0}
+        sweep_dir.check_launcher(OmegaConf.create({"hydra": {"launcher": bad}}))
+    assert [s.cores for s in sweep_dir.slots(OmegaConf.create(launcher))] == [1, 1]
+    assert looks == [1]
+
+
 def test_running_jobs_get_distinct_ports():
     taken: set[int] = set()
     for _ in range(5):

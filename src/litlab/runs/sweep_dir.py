@@ -392,13 +392,16 @@ def machine_gpus() -> list[str]:
     return parallel_slots.visible_gpus(count, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
-def slots(launcher: DictConfig) -> list:
-    """The launcher's slots on this machine, or a UserError naming what is valid."""
+def slots(launcher: DictConfig, free_cores: int | None = None) -> list:
+    """The launcher's slots on this machine (the cores split between them: `free_cores`, or
+    those other jobs leave free now), or a UserError naming what is valid."""
     n_jobs, gpus_per_job = launcher.get("n_jobs", 2), launcher.get("gpus_per_job", "auto")
-    return parallel_slots.plan(n_jobs, gpus_per_job, machine_gpus(), threads.free_cores())
+    cores = threads.free_cores() if free_cores is None else free_cores
+    return parallel_slots.plan(n_jobs, gpus_per_job, machine_gpus(), cores)
 
 
 def check_launcher(config: DictConfig) -> None:
     launcher = OmegaConf.select(config, "hydra.launcher", default=None)
     if launcher is not None and launcher.get("_target_") == PARALLEL:
-        slots(launcher)
+        # the cores decide no refusal: the launcher's setup looks at the machine once, later
+        slots(launcher, free_cores=1)
