@@ -7,8 +7,8 @@ run took 3-7x longer with torch's 2 threads than with 1 (BENCHMARKS.md, "Threads
 keep busy, and splits what is left between the run's local processes (DDP): never less than one.
 Busy is the 1-minute load average, and where that says a core is taken, what the cores do now
 (`busy_now`, a fifth of a second of /proc/stat): the average still counts a job that ended a
-minute ago (the Hippocampus recipe, started a minute after a benchmark, read 0.52 and chose one
-thread of two for an hour's run). A quiet machine pays no look.
+minute ago, and a long run started right after another would keep one thread of two for its
+whole length (an hour's recipe on 2 cores read 0.52 so). A quiet machine pays no look.
 An `OMP_NUM_THREADS` already in the environment wins over `auto` (the test suite sets 1).
 
 `apply` runs from `RunEnd.run` (litlab.runs.run_end: every route), before the task imports
