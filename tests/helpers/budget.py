@@ -17,14 +17,16 @@ from pathlib import Path
 # machine kind (2-core AMD EPYC, AVX2, no AVX-512), alone on it, 2026-12-05: 1,802 checks in
 # 340-356 CPU seconds (174-183 s wall) once the workers composed each defaults tree once
 # (helpers/compose_cache.py); the tree before them (beed69b) took 467 in a slower hour of that
-# host and 434 in a faster one, so a host's speed moves the figure by a tenth or more. The
-# budget leaves half again as much, so that it fails on growth, not on a slow hour or a busy
-# machine (CPU time grows with contention too: ~1.25x beside the slow stage).
-BUDGET_CPU_S_WITHOUT_AVX512 = 520.0
+# host and 434 in a faster one. On 2026-12-06 the same host slowed through one hour until the
+# import CPU of `bench/startup.py --collector` read 7.90 s against 5.01 s in a fast hour
+# (1.58x), and the same suite took 502 CPU seconds (343 earlier that night): 520 would have
+# failed on a slow hour, not on growth. The budget is that slow hour's figure with a quarter
+# more (CPU time grows with contention too: ~1.25x beside the slow stage): ~1.9x a fast hour.
+BUDGET_CPU_S_WITHOUT_AVX512 = 650.0
 # A core with AVX-512 ran the suite in 0.64x the CPU seconds of CI's kind (427 against 670,
 # 2026-12-04/05, with the code of those days); not measured again since (no such host here):
-# 340 x 0.64 is ~218 expected, and this budget leaves more room than the one above.
-BUDGET_CPU_S = 400.0
+# 340 x 0.64 is ~218 expected; this budget keeps the ratio of the two budgets it had.
+BUDGET_CPU_S = 500.0
 # pyproject's addopts: what `make test` selects
 DEFAULT_MARKERS = "not slow and not bench"
 # seconds per check, committed: those of a second or more in `make test` and the slow stage,
