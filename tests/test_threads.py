@@ -90,6 +90,25 @@ def test_a_core_another_thread_keeps_busy_counts_as_busy_now():
     assert 0.7 <= busy <= threads.cores() + 0.05, busy
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("cpu  9 0 9 9 0 0 0 0\ncpu0 5 0 5 90 0 0 0 0 0 0\ncpu1 4 0 4 9 0 0 0 0\n", 0.0),
+        ("cpu0 5 0 5\n", None),  # too few fields: a kernel of another age
+        ("cpu0 five 0 5 90 0 0 0 0\n", None),  # not numbers
+        ("intr 1 2 3\nctxt 9\n", None),  # no per-CPU line of this process's CPUs
+        ("", None),
+    ],
+)
+def test_a_stat_file_of_another_shape_leaves_the_decision_to_the_load(tmp_path, text, expected):
+    """A /proc/stat that does not parse is no figure (never a traceback at a run's start); one
+    whose counters did not move is cores idle."""
+    stat = tmp_path / "stat"
+    stat.write_text(text)
+    assert threads.busy_now(0.0, str(stat)) == expected
+    assert threads.busy_now(0.0, str(tmp_path / "missing")) is None
+
+
 def test_omp_num_threads_wins_over_auto_and_explicit_counts_win_over_both(machine, monkeypatch):
     machine(2, 0.0)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -52,16 +52,17 @@ def free_cores(processes: int = 1) -> int:
     return max(1, free // max(1, processes))
 
 
-def busy_now(seconds: float = 0.2) -> float | None:
+def busy_now(seconds: float = 0.2, stat: str = "/proc/stat") -> float | None:
     """Cores of this process's affinity that other processes kept busy over `seconds` (this
-    one sleeps meanwhile), from /proc/stat's per-CPU times; None where there is no such file."""
+    one sleeps meanwhile), from `stat`'s per-CPU times; None where there is no such file, or
+    one of another shape (the load average decides then)."""
     mine = (
         {f"cpu{n}" for n in os.sched_getaffinity(0)} if hasattr(os, "sched_getaffinity") else None
     )
 
     def times() -> dict[str, tuple[int, int]]:
         out = {}
-        with open("/proc/stat") as f:
+        with open(stat) as f:
             for line in f:
                 name, *fields = line.split()
                 if name.startswith("cpu") and name != "cpu" and (mine is None or name in mine):
